@@ -1,0 +1,448 @@
+//! Configuration: one flat struct, built from a preset, then a YAML or TOML
+//! file, then `RANKSCOPE_<KEY>` environment variables, each overriding the
+//! one before.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::payload::Compression;
+
+/// A starting point for the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// Everything collected at moderate intervals; no live display.
+    #[default]
+    Development,
+    /// Lowest overhead: slower sampling, fewer rows kept.
+    Production,
+    /// Fast sampling, many rows kept, live display on.
+    Debugging,
+}
+
+/// How ranks hand their payloads to rank 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// From the launcher: MPI under mpirun, TCP under torchrun, else the directory.
+    #[default]
+    Auto,
+    /// MPI gather (needs the `mpi` feature).
+    Mpi,
+    /// Authenticated TCP to rank 0.
+    Tcp,
+    /// Spill files in the shared session directory.
+    Dir,
+}
+
+/// Which ranks print the live display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DisplayRanks {
+    /// Only rank 0.
+    #[default]
+    Rank0,
+    /// Every rank.
+    All,
+}
+
+/// Every setting of the agent and the coordinator. Each key can be set in a
+/// file or as `RANKSCOPE_<KEY>` (upper case) in the environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `false` turns every profiler call into a no-op.
+    pub enabled: bool,
+    /// The preset the other defaults came from.
+    pub preset: Preset,
+    /// Where sessions write their directory.
+    pub output_dir: PathBuf,
+    /// Session name override.
+    pub session: Option<String>,
+    /// Id shared by every rank of one job; names the session directory.
+    pub session_id: Option<String>,
+    /// How payloads reach rank 0.
+    pub transport: TransportKind,
+    /// How long rank 0 waits for the other ranks, seconds.
+    pub gather_timeout_s: f64,
+    /// Rows kept per table per rank; rows past it are dropped and counted.
+    pub max_data_points: usize,
+    /// Compression of the payload's Arrow streams.
+    pub payload_compression: Compression,
+    /// Sample GPUs.
+    pub collect_gpu: bool,
+    /// Sample the host.
+    pub collect_host: bool,
+    /// GPU sampling interval, seconds.
+    pub gpu_interval_s: f64,
+    /// Host sampling interval, seconds.
+    pub host_interval_s: f64,
+    /// GPUs this rank samples: indices, UUIDs or `all`; default from
+    /// CUDA_VISIBLE_DEVICES and LOCAL_RANK.
+    pub gpu_devices: Option<String>,
+    /// Print a live telemetry line to stderr.
+    pub live_display: bool,
+    /// Seconds between live display lines.
+    pub display_interval_s: f64,
+    /// Which ranks print the live display.
+    pub display_ranks: DisplayRanks,
+    /// A rank is a straggler in a stage when its total exceeds the median
+    /// rank's by more than this many percent...
+    pub straggler_threshold_pct: f64,
+    /// ... and by more than this many seconds.
+    pub straggler_min_s: f64,
+    /// Rank 0's TCP listener address (default MASTER_ADDR).
+    pub addr: Option<String>,
+    /// Rank 0's TCP listener port (default MASTER_PORT + 1).
+    pub port: Option<u16>,
+    /// Job token for the TCP transport.
+    pub token: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::preset(Preset::Development)
+    }
+}
+
+/// A configuration that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML / TOML, or holds an unknown key or a bad value.
+    #[error("configuration file {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An environment variable holds a bad value.
+    #[error("environment variable {var}={value:?}: {reason}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A value is out of its range.
+    #[error("configuration key `{key}`: {reason}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// The defaults of a preset.
+    pub fn preset(preset: Preset) -> Self {
+        let base = Config {
+            enabled: true,
+            preset,
+            output_dir: PathBuf::from("profiling_reports"),
+            session: None,
+            session_id: None,
+            transport: TransportKind::Auto,
+            gather_timeout_s: 60.0,
+            max_data_points: 100_000,
+            payload_compression: Compression::Zstd,
+            collect_gpu: true,
+            collect_host: true,
+            gpu_interval_s: 0.5,
+            host_interval_s: 1.0,
+            gpu_devices: None,
+            live_display: false,
+            display_interval_s: 5.0,
+            display_ranks: DisplayRanks::Rank0,
+            straggler_threshold_pct: 10.0,
+            straggler_min_s: 0.01,
+            addr: None,
+            port: None,
+            token: None,
+        };
+        match preset {
+            Preset::Development => base,
+            Preset::Production => Config {
+                max_data_points: 50_000,
+                gpu_interval_s: 2.0,
+                host_interval_s: 5.0,
+                ..base
+            },
+            Preset::Debugging => Config {
+                max_data_points: 1_000_000,
+                gpu_interval_s: 0.1,
+                host_interval_s: 0.5,
+                live_display: true,
+                display_interval_s: 2.0,
+                display_ranks: DisplayRanks::All,
+                ..base
+            },
+        }
+    }
+
+    /// Loads the configuration of this process: the file named by
+    /// `RANKSCOPE_CONFIG` (if set), then `RANKSCOPE_*` variables.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::load(
+            std::env::var_os("RANKSCOPE_CONFIG").map(PathBuf::from).as_deref(),
+            |name| std::env::var(name).ok(),
+        )
+    }
+
+    /// Loads from an optional file and environment variables given by `var`.
+    pub fn load(
+        file: Option<&Path>,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let file_keys = match file {
+            Some(path) => read_file(path)?,
+            None => Map::new(),
+        };
+        let preset = match var("RANKSCOPE_PRESET") {
+            Some(value) => parse_env_value::<Preset>("RANKSCOPE_PRESET", &value)?,
+            None => match file_keys.get("preset") {
+                Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
+                    ConfigError::File {
+                        path: file.unwrap_or(Path::new("")).to_path_buf(),
+                        reason: format!("key `preset`: {e}"),
+                    }
+                })?,
+                None => Preset::default(),
+            },
+        };
+
+        let mut keys = match serde_json::to_value(Config::preset(preset)) {
+            Ok(Value::Object(map)) => map,
+            _ => unreachable!("Config serializes to a map"),
+        };
+        keys.extend(file_keys);
+        let config: Config = from_keys(keys.clone()).map_err(|reason| ConfigError::File {
+            path: file.unwrap_or(Path::new("")).to_path_buf(),
+            reason,
+        })?;
+
+        let names: Vec<String> = keys.keys().cloned().collect();
+        for key in names {
+            let name = format!("RANKSCOPE_{}", key.to_uppercase());
+            let Some(value) = var(&name) else { continue };
+            let accepted = env_candidates(&value).into_iter().find(|candidate| {
+                let mut trial = keys.clone();
+                trial.insert(key.clone(), candidate.clone());
+                from_keys(trial).is_ok()
+            });
+            match accepted {
+                Some(candidate) => {
+                    keys.insert(key, candidate);
+                }
+                None => {
+                    let mut trial = keys.clone();
+                    trial.insert(key, Value::String(value.clone()));
+                    let reason = from_keys(trial).err().unwrap_or_default();
+                    return Err(ConfigError::Env {
+                        var: name,
+                        value,
+                        reason,
+                    });
+                }
+            }
+        }
+        let config = if keys.is_empty() {
+            config
+        } else {
+            from_keys(keys).expect("every key was checked")
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges a type cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = |key: &'static str, value: f64| {
+            if value.is_finite() && value > 0.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid {
+                    key,
+                    reason: format!("{value} is not a positive number"),
+                })
+            }
+        };
+        positive("gather_timeout_s", self.gather_timeout_s)?;
+        positive("gpu_interval_s", self.gpu_interval_s)?;
+        positive("host_interval_s", self.host_interval_s)?;
+        positive("display_interval_s", self.display_interval_s)?;
+        if self.max_data_points == 0 {
+            return Err(ConfigError::Invalid {
+                key: "max_data_points",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if !(self.straggler_threshold_pct >= 0.0 && self.straggler_min_s >= 0.0) {
+            return Err(ConfigError::Invalid {
+                key: "straggler_threshold_pct",
+                reason: "straggler thresholds must not be negative".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn from_keys(keys: Map<String, Value>) -> Result<Config, String> {
+    serde_json::from_value(Value::Object(keys)).map_err(|e| e.to_string())
+}
+
+fn parse_env_value<T: serde::de::DeserializeOwned>(var: &str, value: &str) -> Result<T, ConfigError> {
+    serde_json::from_value(Value::String(value.to_lowercase())).map_err(|e| ConfigError::Env {
+        var: var.to_string(),
+        value: value.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The typed readings of an environment string, most specific first.
+fn env_candidates(value: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    match value.trim().to_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => out.push(Value::Bool(true)),
+        "0" | "false" | "no" | "off" => out.push(Value::Bool(false)),
+        _ => {}
+    }
+    if let Ok(number) = value.trim().parse::<u64>() {
+        out.push(Value::from(number));
+    }
+    if let Ok(number) = value.trim().parse::<f64>() {
+        out.push(Value::from(number));
+    }
+    out.push(Value::String(value.to_string()));
+    out.push(Value::String(value.trim().to_lowercase()));
+    out
+}
+
+fn read_file(path: &Path) -> Result<Map<String, Value>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let is_toml = path.extension().is_some_and(|ext| ext == "toml");
+    let parsed: Result<Value, String> = if is_toml {
+        toml::from_str(&text).map_err(|e| e.to_string())
+    } else {
+        serde_yaml::from_str(&text).map_err(|e| e.to_string())
+    };
+    match parsed {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(_) => Err(ConfigError::File {
+            path: path.to_path_buf(),
+            reason: "expected a map of configuration keys".into(),
+        }),
+        Err(reason) => Err(ConfigError::File {
+            path: path.to_path_buf(),
+            reason,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn defaults_are_the_development_preset() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config, Config::preset(Preset::Development));
+        assert_eq!(config.gather_timeout_s, 60.0);
+        assert_eq!(config.output_dir, PathBuf::from("profiling_reports"));
+    }
+
+    #[test]
+    fn environment_overrides_every_kind_of_key() {
+        let config = Config::load(
+            None,
+            env(&[
+                ("RANKSCOPE_ENABLED", "0"),
+                ("RANKSCOPE_OUTPUT_DIR", "/tmp/out"),
+                ("RANKSCOPE_SESSION_ID", "1234"),
+                ("RANKSCOPE_TRANSPORT", "dir"),
+                ("RANKSCOPE_GATHER_TIMEOUT_S", "2.5"),
+                ("RANKSCOPE_MAX_DATA_POINTS", "10"),
+                ("RANKSCOPE_PORT", "29501"),
+                ("RANKSCOPE_TOKEN", "1"),
+            ]),
+        )
+        .unwrap();
+        assert!(!config.enabled);
+        assert_eq!(config.output_dir, PathBuf::from("/tmp/out"));
+        assert_eq!(config.session_id.as_deref(), Some("1234"));
+        assert_eq!(config.transport, TransportKind::Dir);
+        assert_eq!(config.gather_timeout_s, 2.5);
+        assert_eq!(config.max_data_points, 10);
+        assert_eq!(config.port, Some(29501));
+        assert_eq!(config.token.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn file_then_env_with_preset_from_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("rankscope.yaml");
+        std::fs::write(&yaml, "preset: debugging\nhost_interval_s: 3\n").unwrap();
+        let config = Config::load(Some(&yaml), env(&[("RANKSCOPE_HOST_INTERVAL_S", "4")])).unwrap();
+        assert_eq!(config.preset, Preset::Debugging);
+        assert!(config.live_display, "debugging preset turns the display on");
+        assert_eq!(config.gpu_interval_s, 0.1);
+        assert_eq!(config.host_interval_s, 4.0, "env beats file");
+
+        let toml = dir.path().join("rankscope.toml");
+        std::fs::write(&toml, "preset = \"production\"\nmax_data_points = 7\n").unwrap();
+        let config = Config::load(Some(&toml), env(&[])).unwrap();
+        assert_eq!(config.preset, Preset::Production);
+        assert_eq!(config.max_data_points, 7);
+        assert_eq!(config.gpu_interval_s, 2.0);
+    }
+
+    #[test]
+    fn errors_name_the_file_key_or_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("bad.yaml");
+        std::fs::write(&yaml, "gpu_intervall_s: 1\n").unwrap();
+        let err = Config::load(Some(&yaml), env(&[])).unwrap_err().to_string();
+        assert!(err.contains("bad.yaml") && err.contains("gpu_intervall_s"), "{err}");
+
+        let err = Config::load(None, env(&[("RANKSCOPE_GATHER_TIMEOUT_S", "soon")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("RANKSCOPE_GATHER_TIMEOUT_S=\"soon\""), "{err}");
+
+        let err = Config::load(None, env(&[("RANKSCOPE_GPU_INTERVAL_S", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gpu_interval_s"), "{err}");
+
+        let missing = dir.path().join("missing.toml");
+        let err = Config::load(Some(&missing), env(&[])).unwrap_err().to_string();
+        assert!(err.contains("missing.toml"), "{err}");
+    }
+}

@@ -1,0 +1,508 @@
+//! The rank payload: the one format a rank's data takes on the wire and on
+//! disk.
+//!
+//! ```text
+//! offset  size  field
+//! 0       4     magic "RSPL"
+//! 4       2     format version (u16, little endian)
+//! 6       2     reserved, zero
+//! 8       8     total length of the payload in bytes, checksum included
+//! 16      4     header length H
+//! 20      H     header: PayloadHeader, bincode (standard config, serde)
+//! ..      2     number of tables T
+//! T times:
+//!         1     table id (see Table::id)
+//!         8     length L of the table's Arrow IPC stream
+//!         L     the Arrow IPC stream: one schema, one record batch, compressed
+//! ..      4     CRC-32 of every byte before it
+//! ```
+//!
+//! [`decode`] treats its input as untrusted: every length is checked against
+//! what is left, the checksum is verified before anything is parsed, sizes are
+//! capped, the Arrow reader runs with validation on and behind a panic guard,
+//! and each table must match its schema.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use arrow_array::RecordBatch;
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
+use arrow_ipc::CompressionType;
+use serde::{Deserialize, Serialize};
+
+use crate::table::Table;
+
+/// The four bytes every payload starts with.
+pub const MAGIC: [u8; 4] = *b"RSPL";
+/// The format version this build writes (and the newest it reads).
+pub const FORMAT_VERSION: u16 = 1;
+/// Largest header accepted.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+/// Largest payload accepted: 4 GiB.
+pub const MAX_PAYLOAD_BYTES: u64 = 1 << 32;
+
+const PREAMBLE_BYTES: usize = 20;
+const CHECKSUM_BYTES: usize = 4;
+
+/// Compression of the Arrow IPC streams inside a payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// LZ4 frame: fastest.
+    Lz4,
+    /// Zstandard: smallest.
+    #[default]
+    Zstd,
+}
+
+/// Where a rank's GPU readings came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuSource {
+    /// No GPU telemetry (no NVML, or turned off).
+    #[default]
+    None,
+    /// Real devices read through NVML.
+    Nvml,
+    /// Synthetic readings (the demo): never real hardware.
+    Simulated,
+}
+
+impl GpuSource {
+    /// The name used in reports: `none`, `nvml` or `simulated`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuSource::None => "none",
+            GpuSource::Nvml => "nvml",
+            GpuSource::Simulated => "simulated",
+        }
+    }
+}
+
+/// The session a payload belongs to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionMeta {
+    /// Id shared by every rank of one job.
+    pub id: String,
+    /// Session name.
+    pub name: String,
+    /// Free-form tags.
+    pub tags: Vec<(String, String)>,
+}
+
+/// The rank that wrote a payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankMeta {
+    /// Global rank.
+    pub rank: u32,
+    /// Number of ranks in the job.
+    pub world_size: u32,
+    /// Rank within its node.
+    pub local_rank: u32,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Launcher detected: `single`, `openmpi`, `torchrun`, ...
+    pub launcher: String,
+}
+
+/// The rank's clock: what its timestamps are relative to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClockMeta {
+    /// Wall-clock time of the session start, nanoseconds since the Unix epoch.
+    pub start_unix_ns: i64,
+    /// Session length on this rank's monotonic clock, nanoseconds.
+    pub duration_ns: u64,
+    /// This rank's clock minus rank 0's, nanoseconds (0 until estimated).
+    pub offset_to_rank0_ns: i64,
+}
+
+/// One GPU a rank sampled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuMeta {
+    /// NVML device index.
+    pub index: u32,
+    /// Device UUID.
+    pub uuid: String,
+    /// Device name.
+    pub name: String,
+    /// PCI bus id.
+    pub pci_bus_id: String,
+    /// Device memory in all, bytes.
+    pub memory_total_bytes: Option<u64>,
+}
+
+/// Rows a rank recorded but did not keep, because a table was full.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DroppedRows {
+    /// Table name.
+    pub table: String,
+    /// Rows dropped.
+    pub rows: u64,
+}
+
+/// Everything about a payload that is not table data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PayloadHeader {
+    /// The session.
+    pub session: SessionMeta,
+    /// The rank.
+    pub rank: RankMeta,
+    /// The rank's clock.
+    pub clock: ClockMeta,
+    /// Where GPU readings came from.
+    pub gpu_source: GpuSource,
+    /// The GPUs this rank sampled.
+    pub gpus: Vec<GpuMeta>,
+    /// How those GPUs were chosen (configuration, CUDA_VISIBLE_DEVICES, ...).
+    pub gpu_selection: String,
+    /// Rows dropped per table.
+    pub dropped: Vec<DroppedRows>,
+    /// Version of the agent that wrote the payload.
+    pub agent_version: String,
+}
+
+impl PayloadHeader {
+    /// A header for `rank` of `world_size` in session `id` / `name`, with no
+    /// tags, GPUs or drops, on this host and process; fill in the rest as needed.
+    pub fn new(id: &str, name: &str, rank: u32, world_size: u32) -> Self {
+        PayloadHeader {
+            session: SessionMeta {
+                id: id.to_string(),
+                name: name.to_string(),
+                tags: Vec::new(),
+            },
+            rank: RankMeta {
+                rank,
+                world_size,
+                local_rank: 0,
+                host: String::new(),
+                pid: std::process::id(),
+                launcher: "single".to_string(),
+            },
+            clock: ClockMeta {
+                start_unix_ns: 0,
+                duration_ns: 0,
+                offset_to_rank0_ns: 0,
+            },
+            gpu_source: GpuSource::None,
+            gpus: Vec::new(),
+            gpu_selection: String::new(),
+            dropped: Vec::new(),
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// A rank's header and tables, decoded.
+#[derive(Debug, Clone)]
+pub struct Payload {
+    /// Session and rank metadata.
+    pub header: PayloadHeader,
+    /// The non-empty tables.
+    pub tables: BTreeMap<Table, RecordBatch>,
+}
+
+impl Payload {
+    /// The batch of `table`, if the rank recorded any rows in it.
+    pub fn table(&self, table: Table) -> Option<&RecordBatch> {
+        self.tables.get(&table)
+    }
+
+    /// Rows in `table` (0 when absent).
+    pub fn rows(&self, table: Table) -> usize {
+        self.table(table).map_or(0, RecordBatch::num_rows)
+    }
+}
+
+/// Why a payload could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// Shorter than its own length field says (or than a preamble).
+    #[error("truncated payload: {found} bytes, expected {expected}")]
+    Truncated {
+        /// Bytes the payload should have.
+        expected: u64,
+        /// Bytes present.
+        found: u64,
+    },
+    /// Does not start with the payload magic.
+    #[error("not a rankscope payload (bad magic bytes)")]
+    NotAPayload,
+    /// Written by a newer (or unknown) format version.
+    #[error("payload format version {found} is not supported (this build reads up to {supported})")]
+    UnsupportedVersion {
+        /// Version in the file.
+        found: u16,
+        /// Newest version this build reads.
+        supported: u16,
+    },
+    /// The length field is out of bounds.
+    #[error("payload length {0} bytes is out of bounds")]
+    BadLength(u64),
+    /// The checksum does not match the content.
+    #[error("payload checksum mismatch (corrupt data)")]
+    ChecksumMismatch,
+    /// The header could not be read or written.
+    #[error("payload header: {0}")]
+    Header(String),
+    /// The layout after the header is malformed.
+    #[error("payload layout: {0}")]
+    Layout(String),
+    /// A table's Arrow stream could not be read or written.
+    #[error("table `{table}`: {reason}")]
+    Table {
+        /// Table name.
+        table: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// Encodes a payload: header, then one compressed Arrow IPC stream per
+/// non-empty table, then the checksum.
+pub fn encode(payload: &Payload, compression: Compression) -> Result<Vec<u8>, PayloadError> {
+    let header = bincode::serde::encode_to_vec(&payload.header, bincode::config::standard())
+        .map_err(|e| PayloadError::Header(e.to_string()))?;
+    if header.len() > MAX_HEADER_BYTES {
+        return Err(PayloadError::Header(format!(
+            "{} bytes exceeds the {MAX_HEADER_BYTES}-byte limit",
+            header.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(PREAMBLE_BYTES + header.len() + 1024);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes()); // total length, filled in below
+    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header);
+
+    let tables: Vec<_> = payload
+        .tables
+        .iter()
+        .filter(|(_, batch)| batch.num_rows() > 0)
+        .collect();
+    out.extend_from_slice(&(tables.len() as u16).to_le_bytes());
+    for (&table, batch) in tables {
+        let stream = write_stream(table, batch, compression)?;
+        out.push(table.id());
+        out.extend_from_slice(&(stream.len() as u64).to_le_bytes());
+        out.extend_from_slice(&stream);
+    }
+
+    let total = (out.len() + CHECKSUM_BYTES) as u64;
+    if total > MAX_PAYLOAD_BYTES {
+        return Err(PayloadError::BadLength(total));
+    }
+    out[8..16].copy_from_slice(&total.to_le_bytes());
+    let checksum = crc32fast::hash(&out);
+    out.extend_from_slice(&checksum.to_le_bytes());
+    Ok(out)
+}
+
+fn write_stream(
+    table: Table,
+    batch: &RecordBatch,
+    compression: Compression,
+) -> Result<Vec<u8>, PayloadError> {
+    let fail = |e: arrow_schema::ArrowError| PayloadError::Table {
+        table: table.name(),
+        reason: e.to_string(),
+    };
+    let codec = match compression {
+        Compression::Lz4 => CompressionType::LZ4_FRAME,
+        Compression::Zstd => CompressionType::ZSTD,
+    };
+    let options = IpcWriteOptions::default()
+        .try_with_compression(Some(codec))
+        .map_err(fail)?;
+    let mut writer =
+        StreamWriter::try_new_with_options(Vec::new(), &batch.schema(), options).map_err(fail)?;
+    writer.write(batch).map_err(fail)?;
+    writer.finish().map_err(fail)?;
+    writer.into_inner().map_err(fail)
+}
+
+/// Decodes a payload from untrusted bytes.
+pub fn decode(bytes: &[u8]) -> Result<Payload, PayloadError> {
+    let total = check_envelope(bytes)?;
+    let body = &bytes[..total - CHECKSUM_BYTES];
+    let mut reader = ByteReader {
+        bytes: body,
+        pos: PREAMBLE_BYTES - 4,
+    };
+
+    let header_len = reader.u32("header length")? as usize;
+    if header_len > MAX_HEADER_BYTES {
+        return Err(PayloadError::Header(format!(
+            "length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit"
+        )));
+    }
+    let header_bytes = reader.take(header_len, "header")?;
+    let (header, used): (PayloadHeader, usize) = bincode::serde::decode_from_slice(
+        header_bytes,
+        bincode::config::standard().with_limit::<MAX_HEADER_BYTES>(),
+    )
+    .map_err(|e| PayloadError::Header(e.to_string()))?;
+    if used != header_len {
+        return Err(PayloadError::Header(format!(
+            "{} trailing bytes after the header",
+            header_len - used
+        )));
+    }
+
+    let table_count = reader.u16("table count")?;
+    let mut tables = BTreeMap::new();
+    for _ in 0..table_count {
+        let id = reader.u8("table id")?;
+        let table = Table::from_id(id)
+            .ok_or_else(|| PayloadError::Layout(format!("unknown table id {id}")))?;
+        let len = reader.u64("table length")?;
+        let stream = reader.take(
+            usize::try_from(len).map_err(|_| PayloadError::BadLength(len))?,
+            table.name(),
+        )?;
+        let batch = read_stream(table, stream)?;
+        if tables.insert(table, batch).is_some() {
+            return Err(PayloadError::Layout(format!(
+                "table `{}` appears twice",
+                table.name()
+            )));
+        }
+    }
+    if reader.pos != body.len() {
+        return Err(PayloadError::Layout(format!(
+            "{} unexpected bytes after the last table",
+            body.len() - reader.pos
+        )));
+    }
+    Ok(Payload { header, tables })
+}
+
+/// Checks magic, version, length and checksum; returns the payload length.
+fn check_envelope(bytes: &[u8]) -> Result<usize, PayloadError> {
+    let found = bytes.len() as u64;
+    if bytes.len() < MAGIC.len() {
+        return Err(PayloadError::Truncated {
+            expected: PREAMBLE_BYTES as u64,
+            found,
+        });
+    }
+    if bytes[..4] != MAGIC {
+        return Err(PayloadError::NotAPayload);
+    }
+    if bytes.len() < PREAMBLE_BYTES {
+        return Err(PayloadError::Truncated {
+            expected: PREAMBLE_BYTES as u64,
+            found,
+        });
+    }
+    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    if version == 0 || version > FORMAT_VERSION {
+        return Err(PayloadError::UnsupportedVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let total = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    if total < (PREAMBLE_BYTES + CHECKSUM_BYTES) as u64 || total > MAX_PAYLOAD_BYTES {
+        return Err(PayloadError::BadLength(total));
+    }
+    if found < total {
+        return Err(PayloadError::Truncated {
+            expected: total,
+            found,
+        });
+    }
+    let total = total as usize;
+    let (body, rest) = bytes[..total].split_at(total - CHECKSUM_BYTES);
+    let stored = u32::from_le_bytes(rest.try_into().expect("4 bytes"));
+    if crc32fast::hash(body) != stored {
+        return Err(PayloadError::ChecksumMismatch);
+    }
+    Ok(total)
+}
+
+fn read_stream(table: Table, stream: &[u8]) -> Result<RecordBatch, PayloadError> {
+    let fail = |reason: String| PayloadError::Table {
+        table: table.name(),
+        reason,
+    };
+    // The Arrow IPC reader validates what it reads, but is not promised to be
+    // panic-free on hostile input: a panic becomes this table's error.
+    let read = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<RecordBatch>, String> {
+        let reader = StreamReader::try_new(Cursor::new(stream), None).map_err(|e| e.to_string())?;
+        reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())
+    }))
+    .map_err(|_| fail("malformed Arrow IPC stream (reader panicked)".into()))?;
+    let mut batches = read.map_err(|e| fail(format!("malformed Arrow IPC stream: {e}")))?;
+    if batches.len() != 1 {
+        return Err(fail(format!(
+            "expected one record batch, found {}",
+            batches.len()
+        )));
+    }
+    let batch = batches.pop().expect("one batch");
+    let expected = table.schema();
+    if batch.schema().fields() != expected.fields() {
+        return Err(fail(format!(
+            "schema does not match: expected {:?}",
+            expected
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+        )));
+    }
+    Ok(batch)
+}
+
+/// Reads little-endian fields with bounds checks.
+struct ByteReader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> ByteReader<'a> {
+    fn take(&mut self, len: usize, what: &str) -> Result<&'a [u8], PayloadError> {
+        let left = self.bytes.len() - self.pos;
+        if len > left {
+            return Err(PayloadError::Layout(format!(
+                "{what}: {len} bytes announced, {left} left"
+            )));
+        }
+        let slice = &self.bytes[self.pos..self.pos + len];
+        self.pos += len;
+        Ok(slice)
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], PayloadError> {
+        Ok(self.take(N, what)?.try_into().expect("N bytes"))
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8, PayloadError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    fn u16(&mut self, what: &str) -> Result<u16, PayloadError> {
+        Ok(u16::from_le_bytes(self.array(what)?))
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, PayloadError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, PayloadError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+}
+
+#[cfg(test)]
+mod tests;

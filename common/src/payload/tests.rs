@@ -1,0 +1,286 @@
+use super::*;
+use crate::table::*;
+use proptest::prelude::*;
+
+/// A payload with rows in every table.
+fn sample() -> Payload {
+    let mut header = PayloadHeader::new("job-7", "t2v", 2, 4);
+    header.session.tags = vec![("mode".into(), "tp4".into())];
+    header.rank.host = "node-1".into();
+    header.gpu_source = GpuSource::Simulated;
+    header.gpus.push(GpuMeta {
+        index: 0,
+        uuid: "GPU-0000".into(),
+        name: "Simulated GPU".into(),
+        pci_bus_id: "00000000:01:00.0".into(),
+        memory_total_bytes: Some(80 << 30),
+    });
+    header.dropped.push(DroppedRows {
+        table: "events".into(),
+        rows: 3,
+    });
+
+    let mut tables = BTreeMap::new();
+    let mut stages = StagesBuilder::default();
+    for (i, name) in ["text_encoding", "denoise", "denoise", "vae_decode"]
+        .into_iter()
+        .enumerate()
+    {
+        stages.append(&StageRow {
+            name: name.into(),
+            thread: 0,
+            thread_name: "main".into(),
+            stage_id: i as u64,
+            parent_id: (i == 2).then_some(1),
+            depth: u32::from(i == 2),
+            start_ns: 100 * i as u64,
+            end_ns: 100 * i as u64 + 50,
+            call_index: u32::from(i == 2),
+            metadata: (i == 0).then(|| r#"{"prompt_len":77}"#.into()),
+        });
+    }
+    tables.insert(Table::Stages, stages.finish().unwrap());
+
+    let mut gpu = GpuSamplesBuilder::default();
+    gpu.append(&GpuSampleRow {
+        ts_ns: 5,
+        gpu: 0,
+        memory_used_bytes: Some(1 << 30),
+        memory_total_bytes: Some(80 << 30),
+        memory_reserved_bytes: None,
+        util_gpu_pct: Some(85.0),
+        util_mem_pct: Some(40.0),
+        temperature_c: Some(71.0),
+        power_w: Some(300.5),
+        power_limit_w: Some(700.0),
+        sm_clock_mhz: Some(1980),
+        mem_clock_mhz: Some(2619),
+        throttle_reasons: Some(0),
+        pcie_tx_kbps: None,
+        pcie_rx_kbps: None,
+    });
+    tables.insert(Table::GpuSamples, gpu.finish().unwrap());
+
+    let mut host = HostSamplesBuilder::default();
+    host.append(&HostSampleRow {
+        ts_ns: 6,
+        cpu_pct: Some(12.5),
+        memory_used_bytes: 1000,
+        memory_total_bytes: 4000,
+        load_1: Some(0.5),
+        load_5: None,
+        load_15: None,
+        process_rss_bytes: Some(77),
+    });
+    tables.insert(Table::HostSamples, host.finish().unwrap());
+
+    let mut steps = DiffusionStepsBuilder::default();
+    steps.append(&DiffusionStepRow {
+        ts_ns: 7,
+        step: 3,
+        timestep: 981.0,
+        block_size: 16,
+        computation_ms: 41.5,
+        guidance_scale: Some(7.5),
+    });
+    tables.insert(Table::DiffusionSteps, steps.finish().unwrap());
+
+    let mut blocks = BlocksBuilder::default();
+    blocks.append(&BlockRow {
+        ts_ns: 8,
+        block_index: 1,
+        block_size: 16,
+        computation_ms: 170.0,
+        memory_mb: None,
+    });
+    tables.insert(Table::Blocks, blocks.finish().unwrap());
+
+    let mut metrics = MetricsBuilder::default();
+    metrics.append(&MetricRow {
+        ts_ns: 9,
+        section: "custom".into(),
+        name: "tokens".into(),
+        value: 4096.0,
+    });
+    tables.insert(Table::Metrics, metrics.finish().unwrap());
+
+    let mut events = EventsBuilder::default();
+    events.append(&EventRow {
+        ts_ns: 10,
+        name: "milestone".into(),
+        payload: Some(r#"{"progress":0.5}"#.into()),
+    });
+    tables.insert(Table::Events, events.finish().unwrap());
+
+    let mut snapshots = MemorySnapshotsBuilder::default();
+    snapshots.append(&MemorySnapshotRow {
+        ts_ns: 11,
+        label: "after_load".into(),
+        source: "caller".into(),
+        gpu: Some(0),
+        allocated_bytes: Some(5),
+        reserved_bytes: Some(6),
+        max_allocated_bytes: None,
+    });
+    tables.insert(Table::MemorySnapshots, snapshots.finish().unwrap());
+
+    let mut params = ModelParametersBuilder::default();
+    params.append(&ModelParameterRow {
+        name: "transformer".into(),
+        count: 1_300_000_000,
+    });
+    tables.insert(Table::ModelParameters, params.finish().unwrap());
+
+    assert_eq!(tables.len(), Table::ALL.len(), "sample covers every table");
+    Payload { header, tables }
+}
+
+fn sample_bytes() -> Vec<u8> {
+    encode(&sample(), Compression::Zstd).unwrap()
+}
+
+/// Rewrites the checksum after a deliberate edit, so the edit reaches the parser.
+fn reseal(bytes: &mut [u8]) {
+    let n = bytes.len();
+    let crc = crc32fast::hash(&bytes[..n - 4]);
+    bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[test]
+fn round_trip_every_table_with_both_codecs() {
+    let original = sample();
+    for codec in [Compression::Lz4, Compression::Zstd] {
+        let decoded = decode(&encode(&original, codec).unwrap()).unwrap();
+        assert_eq!(decoded.header, original.header);
+        assert_eq!(
+            decoded.tables.keys().collect::<Vec<_>>(),
+            original.tables.keys().collect::<Vec<_>>()
+        );
+        for (table, batch) in &original.tables {
+            assert_eq!(&decoded.tables[table], batch, "table {}", table.name());
+        }
+    }
+    let decoded = decode(&sample_bytes()).unwrap();
+    let stages = StagesView::new(decoded.table(Table::Stages).unwrap()).unwrap();
+    assert_eq!(stages.name.get(3), "vae_decode");
+    assert_eq!(stages.name.key(1), stages.name.key(2));
+    assert_eq!(stages.parent_id.get(2), Some(1));
+    assert_eq!(stages.metadata.get(0), Some(r#"{"prompt_len":77}"#));
+    let gpu = GpuSamplesView::new(decoded.table(Table::GpuSamples).unwrap()).unwrap();
+    assert_eq!(gpu.memory_reserved_bytes.get(0), None);
+    assert_eq!(gpu.sm_clock_mhz.get(0), Some(1980));
+}
+
+#[test]
+fn empty_tables_are_left_out() {
+    let mut payload = sample();
+    payload
+        .tables
+        .insert(Table::Events, EventsBuilder::default().finish().unwrap());
+    let decoded = decode(&encode(&payload, Compression::Lz4).unwrap()).unwrap();
+    assert!(decoded.table(Table::Events).is_none());
+    assert_eq!(decoded.rows(Table::Events), 0);
+}
+
+#[test]
+fn a_future_version_is_named() {
+    let mut bytes = sample_bytes();
+    bytes[4..6].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let err = decode(&bytes).unwrap_err();
+    assert!(
+        matches!(err, PayloadError::UnsupportedVersion { found, supported: FORMAT_VERSION } if found == FORMAT_VERSION + 1),
+        "{err}"
+    );
+    assert!(err.to_string().contains("version 2"), "{err}");
+}
+
+#[test]
+fn another_format_is_not_a_payload() {
+    let err = decode(b"{\"schema_version\": 1}").unwrap_err();
+    assert!(matches!(err, PayloadError::NotAPayload), "{err}");
+}
+
+#[test]
+fn every_truncation_is_an_error() {
+    let bytes = sample_bytes();
+    for len in 0..bytes.len() {
+        let err = decode(&bytes[..len]).expect_err("a truncated payload must not decode");
+        if len >= PREAMBLE_BYTES {
+            assert!(
+                matches!(err, PayloadError::Truncated { found, .. } if found == len as u64),
+                "len {len}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_flipped_bit_fails_the_checksum() {
+    let bytes = sample_bytes();
+    for pos in [PREAMBLE_BYTES, bytes.len() / 2, bytes.len() - 5] {
+        let mut corrupt = bytes.clone();
+        corrupt[pos] ^= 0x10;
+        assert!(matches!(
+            decode(&corrupt),
+            Err(PayloadError::ChecksumMismatch)
+        ));
+    }
+}
+
+#[test]
+fn a_table_of_the_wrong_schema_is_refused() {
+    let mut payload = sample();
+    let events = payload.tables.remove(&Table::Events).unwrap();
+    payload.tables.insert(Table::Metrics, events);
+    let err = decode(&encode(&payload, Compression::Lz4).unwrap()).unwrap_err();
+    assert!(
+        matches!(err, PayloadError::Table { table: "metrics", .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn trailing_bytes_after_the_checksum_are_ignored() {
+    // Length-prefixed: a payload can be followed by other data on a stream.
+    let mut bytes = sample_bytes();
+    bytes.extend_from_slice(b"next");
+    assert!(decode(&bytes).is_ok());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let _ = decode(&bytes);
+    }
+
+    #[test]
+    fn arbitrary_bytes_after_a_valid_preamble_never_panic(
+        tail in proptest::collection::vec(any::<u8>(), 0..2048)
+    ) {
+        let mut bytes = sample_bytes()[..PREAMBLE_BYTES].to_vec();
+        bytes.extend_from_slice(&tail);
+        bytes.extend_from_slice(&[0; 4]);
+        let total = bytes.len() as u64;
+        bytes[8..16].copy_from_slice(&total.to_le_bytes());
+        reseal(&mut bytes);
+        prop_assert!(decode(&bytes).is_err() || tail.is_empty());
+    }
+
+    #[test]
+    fn corrupt_table_streams_with_a_valid_checksum_are_errors(
+        pos in 0usize..4096, value in any::<u8>()
+    ) {
+        // Edits inside the body, then a fresh checksum: the parser and the
+        // Arrow reader see the damage and must answer with an error or a
+        // payload, never a panic.
+        let mut bytes = sample_bytes();
+        let body_start = PREAMBLE_BYTES;
+        let body_len = bytes.len() - 4 - body_start;
+        let at = body_start + pos % body_len;
+        bytes[at] = value;
+        reseal(&mut bytes);
+        let _ = decode(&bytes);
+    }
+}

@@ -1,0 +1,313 @@
+//! The tables a rank records (DESIGN.md, "Data model"): for each one its Arrow
+//! schema, a row type, a builder that collects rows column by column into a
+//! [`RecordBatch`], and a typed view over a decoded batch.
+//!
+//! Every table is declared once, in the `tables!` invocation below; the
+//! schema, row, builder and view all come from that one declaration.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
+
+use crate::column::{ColumnKind, DictStr, OptF64, OptStr, OptU32, OptU64, Str, F64, U32, U64};
+
+/// A decoded batch whose columns do not match the table's schema.
+#[derive(Debug, thiserror::Error)]
+#[error("table `{table}`: column `{column}` is missing or has the wrong type or nulls")]
+pub struct SchemaMismatch {
+    /// The table being read.
+    pub table: &'static str,
+    /// The first column that did not match.
+    pub column: &'static str,
+}
+
+macro_rules! tables {
+    ($(
+        $(#[doc = $tdoc:literal])*
+        $variant:ident = $id:literal, $name:literal, $row:ident, $builder:ident, $view:ident {
+            $( $(#[doc = $fdoc:literal])* $field:ident : $kind:ident ),* $(,)?
+        }
+    )*) => {
+        /// One of the tables of the data model.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Table {
+            $( $(#[doc = $tdoc])* $variant, )*
+        }
+
+        impl Table {
+            /// Every table, in payload order.
+            pub const ALL: &'static [Table] = &[$(Table::$variant),*];
+
+            /// The table's name, as in DESIGN.md and the `raw/` file names.
+            pub fn name(self) -> &'static str {
+                match self { $(Table::$variant => $name,)* }
+            }
+
+            /// The table's one-byte id in the payload.
+            pub fn id(self) -> u8 {
+                match self { $(Table::$variant => $id,)* }
+            }
+
+            /// The table with payload id `id`, if any.
+            pub fn from_id(id: u8) -> Option<Table> {
+                match id { $($id => Some(Table::$variant),)* _ => None }
+            }
+
+            /// The table's Arrow schema.
+            pub fn schema(self) -> SchemaRef {
+                match self { $(Table::$variant => $builder::schema(),)* }
+            }
+        }
+
+        $(
+            $(#[doc = $tdoc])*
+            #[derive(Debug, Clone, PartialEq)]
+            pub struct $row {
+                $( $(#[doc = $fdoc])* pub $field: <$kind as ColumnKind>::Value, )*
+            }
+
+            #[doc = concat!("Collects `", $name, "` rows column by column.")]
+            #[derive(Default)]
+            pub struct $builder {
+                rows: usize,
+                $( $field: <$kind as ColumnKind>::Builder, )*
+            }
+
+            impl $builder {
+                /// The table's Arrow schema.
+                pub fn schema() -> SchemaRef {
+                    Arc::new(Schema::new(vec![
+                        $( Field::new(stringify!($field), <$kind as ColumnKind>::data_type(), <$kind as ColumnKind>::NULLABLE), )*
+                    ]))
+                }
+
+                /// Appends one row.
+                pub fn append(&mut self, row: &$row) {
+                    $( <$kind as ColumnKind>::append(&mut self.$field, &row.$field); )*
+                    self.rows += 1;
+                }
+
+                /// Rows appended so far.
+                pub fn len(&self) -> usize {
+                    self.rows
+                }
+
+                /// Whether no row was appended.
+                pub fn is_empty(&self) -> bool {
+                    self.rows == 0
+                }
+
+                /// Finishes the rows into one batch.
+                pub fn finish(mut self) -> Result<RecordBatch, ArrowError> {
+                    RecordBatch::try_new(
+                        Self::schema(),
+                        vec![$( <$kind as ColumnKind>::finish(&mut self.$field), )*],
+                    )
+                }
+            }
+
+            #[doc = concat!("Typed, zero-copy columns of a decoded `", $name, "` batch.")]
+            pub struct $view<'a> {
+                /// Number of rows.
+                pub len: usize,
+                $( $(#[doc = $fdoc])* pub $field: <$kind as ColumnKind>::View<'a>, )*
+            }
+
+            impl<'a> $view<'a> {
+                /// Views `batch`, checking each column's type and nulls.
+                pub fn new(batch: &'a RecordBatch) -> Result<Self, SchemaMismatch> {
+                    Ok(Self {
+                        len: batch.num_rows(),
+                        $( $field: batch
+                            .column_by_name(stringify!($field))
+                            .and_then(|column| <$kind as ColumnKind>::view(column))
+                            .ok_or(SchemaMismatch { table: $name, column: stringify!($field) })?, )*
+                    })
+                }
+            }
+        )*
+    };
+}
+
+tables! {
+    /// One completed stage (a timed region); stages nest per thread.
+    Stages = 1, "stages", StageRow, StagesBuilder, StagesView {
+        /// Stage name.
+        name: DictStr,
+        /// Track: the recording thread's number within the rank.
+        thread: U32,
+        /// The recording thread's name.
+        thread_name: DictStr,
+        /// Stage id, unique within the rank.
+        stage_id: U64,
+        /// Id of the enclosing stage on the same thread.
+        parent_id: OptU64,
+        /// Nesting depth; 0 for an outermost stage.
+        depth: U32,
+        /// Start, nanoseconds since the session started.
+        start_ns: U64,
+        /// End, nanoseconds since the session started.
+        end_ns: U64,
+        /// How many earlier calls of this stage name the thread made.
+        call_index: U32,
+        /// Caller metadata as JSON text.
+        metadata: OptStr,
+    }
+    /// One NVML reading of one GPU.
+    GpuSamples = 2, "gpu_samples", GpuSampleRow, GpuSamplesBuilder, GpuSamplesView {
+        /// Time of the reading, nanoseconds since the session started.
+        ts_ns: U64,
+        /// Index of the GPU in the payload header's GPU list.
+        gpu: U32,
+        /// Device memory in use, bytes.
+        memory_used_bytes: OptU64,
+        /// Device memory in all, bytes.
+        memory_total_bytes: OptU64,
+        /// Device memory reserved by the driver, bytes.
+        memory_reserved_bytes: OptU64,
+        /// GPU utilisation over the driver's last sample period, percent.
+        util_gpu_pct: OptF64,
+        /// Memory controller utilisation, percent.
+        util_mem_pct: OptF64,
+        /// GPU temperature, degrees Celsius.
+        temperature_c: OptF64,
+        /// Power draw, watts.
+        power_w: OptF64,
+        /// Enforced power limit, watts.
+        power_limit_w: OptF64,
+        /// SM clock, MHz.
+        sm_clock_mhz: OptU32,
+        /// Memory clock, MHz.
+        mem_clock_mhz: OptU32,
+        /// Throttle (clock event) reason bits, as NVML reports them.
+        throttle_reasons: OptU64,
+        /// PCIe transmit throughput, KB/s (sampled on its own slower schedule).
+        pcie_tx_kbps: OptU32,
+        /// PCIe receive throughput, KB/s.
+        pcie_rx_kbps: OptU32,
+    }
+    /// One reading of the host.
+    HostSamples = 3, "host_samples", HostSampleRow, HostSamplesBuilder, HostSamplesView {
+        /// Time of the reading, nanoseconds since the session started.
+        ts_ns: U64,
+        /// CPU use over all cores, percent.
+        cpu_pct: OptF64,
+        /// Host memory in use, bytes.
+        memory_used_bytes: U64,
+        /// Host memory in all, bytes.
+        memory_total_bytes: U64,
+        /// Load average over 1 minute.
+        load_1: OptF64,
+        /// Load average over 5 minutes.
+        load_5: OptF64,
+        /// Load average over 15 minutes.
+        load_15: OptF64,
+        /// Resident memory of this process, bytes.
+        process_rss_bytes: OptU64,
+    }
+    /// One denoising step of a diffusion model.
+    DiffusionSteps = 4, "diffusion_steps", DiffusionStepRow, DiffusionStepsBuilder, DiffusionStepsView {
+        /// When the step was recorded, nanoseconds since the session started.
+        ts_ns: U64,
+        /// Step number.
+        step: U64,
+        /// Scheduler timestep.
+        timestep: F64,
+        /// Frames (or tokens) in the block being denoised.
+        block_size: U64,
+        /// Time the step took, milliseconds.
+        computation_ms: F64,
+        /// Classifier-free guidance scale.
+        guidance_scale: OptF64,
+    }
+    /// One block computation (a group of frames generated together).
+    Blocks = 5, "blocks", BlockRow, BlocksBuilder, BlocksView {
+        /// When the block was recorded, nanoseconds since the session started.
+        ts_ns: U64,
+        /// Block number.
+        block_index: U64,
+        /// Frames in the block.
+        block_size: U64,
+        /// Time the block took, milliseconds.
+        computation_ms: F64,
+        /// Memory the block used, MB.
+        memory_mb: OptF64,
+    }
+    /// One custom metric or throughput reading.
+    Metrics = 6, "metrics", MetricRow, MetricsBuilder, MetricsView {
+        /// When it was recorded, nanoseconds since the session started.
+        ts_ns: U64,
+        /// Group: `custom`, `throughput`, ...
+        section: DictStr,
+        /// Metric name.
+        name: DictStr,
+        /// Value.
+        value: F64,
+    }
+    /// One custom event.
+    Events = 7, "events", EventRow, EventsBuilder, EventsView {
+        /// When it happened, nanoseconds since the session started.
+        ts_ns: U64,
+        /// Event name.
+        name: DictStr,
+        /// Payload as JSON text.
+        payload: OptStr,
+    }
+    /// One labelled memory snapshot.
+    MemorySnapshots = 8, "memory_snapshots", MemorySnapshotRow, MemorySnapshotsBuilder, MemorySnapshotsView {
+        /// When it was taken, nanoseconds since the session started.
+        ts_ns: U64,
+        /// Caller's label.
+        label: Str,
+        /// Where the numbers came from: `caller`, `nvml`, `torch`, `simulated`.
+        source: DictStr,
+        /// GPU (index in the header's GPU list) the numbers are for.
+        gpu: OptU32,
+        /// Allocated bytes.
+        allocated_bytes: OptU64,
+        /// Reserved bytes.
+        reserved_bytes: OptU64,
+        /// Peak allocated bytes.
+        max_allocated_bytes: OptU64,
+    }
+    /// One named parameter count.
+    ModelParameters = 9, "model_parameters", ModelParameterRow, ModelParametersBuilder, ModelParametersView {
+        /// Model or component name.
+        name: Str,
+        /// Number of parameters.
+        count: U64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_names_are_unique_and_round_trip() {
+        let mut names = std::collections::HashSet::new();
+        for &table in Table::ALL {
+            assert_eq!(Table::from_id(table.id()), Some(table));
+            assert!(names.insert(table.name()));
+        }
+        assert_eq!(Table::from_id(0), None);
+        assert_eq!(Table::from_id(200), None);
+    }
+
+    #[test]
+    fn view_rejects_a_batch_of_another_table() {
+        let mut builder = ModelParametersBuilder::default();
+        builder.append(&ModelParameterRow {
+            name: "unet".into(),
+            count: 3,
+        });
+        let batch = builder.finish().unwrap();
+        let err = StagesView::new(&batch).err().unwrap();
+        assert_eq!(err.table, "stages");
+        assert_eq!(err.column, "name");
+        let view = ModelParametersView::new(&batch).unwrap();
+        assert_eq!(view.name.value(0), "unet");
+        assert_eq!(view.count, &[3]);
+    }
+}
