@@ -28,6 +28,8 @@ pub mod env;
 pub mod payload;
 pub mod table;
 
+pub use arrow_array::RecordBatch;
+pub use arrow_schema::ArrowError;
 pub use config::Config;
 pub use payload::{Payload, PayloadError, PayloadHeader};
 pub use table::Table;

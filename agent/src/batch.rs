@@ -1,0 +1,129 @@
+//! Turns what the threads recorded into the payload's Arrow batches, one
+//! builder per table, at session end (never on the hot path).
+
+use std::collections::BTreeMap;
+
+use rankscope_common::table::*;
+use rankscope_common::{ArrowError, RecordBatch};
+
+use crate::recorder::ThreadData;
+
+/// One builder per table.
+#[derive(Default)]
+pub(crate) struct TableBuilders {
+    stages: StagesBuilder,
+    gpu_samples: GpuSamplesBuilder,
+    host_samples: HostSamplesBuilder,
+    diffusion_steps: DiffusionStepsBuilder,
+    blocks: BlocksBuilder,
+    metrics: MetricsBuilder,
+    events: EventsBuilder,
+    snapshots: MemorySnapshotsBuilder,
+    parameters: ModelParametersBuilder,
+}
+
+impl TableBuilders {
+    /// Appends everything one thread recorded, with timestamps made relative
+    /// to the session start `origin_ns`.
+    pub(crate) fn append_thread(
+        &mut self,
+        track: u32,
+        thread_name: &str,
+        data: &ThreadData,
+        origin_ns: u64,
+    ) {
+        let names = &data.names;
+        let at = |ts_ns: u64| ts_ns.saturating_sub(origin_ns);
+        for s in &data.stages {
+            self.stages.append(&StageRow {
+                name: names.name(s.name).to_string(),
+                thread: track,
+                thread_name: thread_name.to_string(),
+                stage_id: s.stage_id,
+                parent_id: s.parent_id,
+                depth: s.depth,
+                start_ns: at(s.start_ns),
+                end_ns: at(s.end_ns),
+                call_index: s.call_index,
+                metadata: s.metadata.clone(),
+            });
+        }
+        for row in &data.gpu_samples {
+            self.gpu_samples.append(&GpuSampleRow {
+                ts_ns: at(row.ts_ns),
+                ..row.clone()
+            });
+        }
+        for row in &data.host_samples {
+            self.host_samples.append(&HostSampleRow {
+                ts_ns: at(row.ts_ns),
+                ..row.clone()
+            });
+        }
+        for row in &data.diffusion_steps {
+            self.diffusion_steps.append(&DiffusionStepRow {
+                ts_ns: at(row.ts_ns),
+                ..row.clone()
+            });
+        }
+        for row in &data.blocks {
+            self.blocks.append(&BlockRow {
+                ts_ns: at(row.ts_ns),
+                ..row.clone()
+            });
+        }
+        for m in &data.metrics {
+            self.metrics.append(&MetricRow {
+                ts_ns: at(m.ts_ns),
+                section: names.name(m.section).to_string(),
+                name: names.name(m.name).to_string(),
+                value: m.value,
+            });
+        }
+        for e in &data.events {
+            self.events.append(&EventRow {
+                ts_ns: at(e.ts_ns),
+                name: names.name(e.name).to_string(),
+                payload: e.payload.clone(),
+            });
+        }
+        for s in &data.snapshots {
+            self.snapshots.append(&MemorySnapshotRow {
+                ts_ns: at(s.ts_ns),
+                label: names.name(s.label).to_string(),
+                source: s.source.to_string(),
+                gpu: s.reading.gpu,
+                allocated_bytes: s.reading.allocated_bytes,
+                reserved_bytes: s.reading.reserved_bytes,
+                max_allocated_bytes: s.reading.max_allocated_bytes,
+            });
+        }
+        for &(name, count) in &data.parameters {
+            self.parameters.append(&ModelParameterRow {
+                name: names.name(name).to_string(),
+                count,
+            });
+        }
+    }
+
+    /// The non-empty tables as batches.
+    pub(crate) fn finish(self) -> Result<BTreeMap<Table, RecordBatch>, ArrowError> {
+        let mut tables = BTreeMap::new();
+        let mut put = |table: Table, rows: usize, batch: Result<RecordBatch, ArrowError>| {
+            if rows > 0 {
+                tables.insert(table, batch?);
+            }
+            Ok::<(), ArrowError>(())
+        };
+        put(Table::Stages, self.stages.len(), self.stages.finish())?;
+        put(Table::GpuSamples, self.gpu_samples.len(), self.gpu_samples.finish())?;
+        put(Table::HostSamples, self.host_samples.len(), self.host_samples.finish())?;
+        put(Table::DiffusionSteps, self.diffusion_steps.len(), self.diffusion_steps.finish())?;
+        put(Table::Blocks, self.blocks.len(), self.blocks.finish())?;
+        put(Table::Metrics, self.metrics.len(), self.metrics.finish())?;
+        put(Table::Events, self.events.len(), self.events.finish())?;
+        put(Table::MemorySnapshots, self.snapshots.len(), self.snapshots.finish())?;
+        put(Table::ModelParameters, self.parameters.len(), self.parameters.finish())?;
+        Ok(tables)
+    }
+}

@@ -1,0 +1,46 @@
+//! Stage guards: a stage begins when its guard is made and ends when the
+//! guard is dropped, on the same thread.
+
+use std::marker::PhantomData;
+
+use crate::profiler::Inner;
+
+/// An open stage; the stage ends when this guard is dropped.
+///
+/// A guard from a disabled profiler (or outside a session) is inert. Guards
+/// are not `Send`: a stage begins and ends on one thread.
+///
+/// ```compile_fail
+/// let profiler = rankscope::Profiler::disabled();
+/// let guard = profiler.stage("decode");
+/// std::thread::spawn(move || drop(guard));
+/// ```
+#[must_use = "a stage ends when its guard is dropped"]
+pub struct StageGuard<'p> {
+    open: Option<(&'p Inner, u64)>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'p> StageGuard<'p> {
+    #[inline(always)]
+    pub(crate) fn new(open: Option<(&'p Inner, u64)>) -> Self {
+        StageGuard {
+            open,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Whether this guard times a stage (false when profiling is off).
+    pub fn is_recording(&self) -> bool {
+        self.open.is_some()
+    }
+}
+
+impl Drop for StageGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some((inner, stage_id)) = self.open.take() {
+            inner.end_stage(stage_id);
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The agent's recording, end to end through a real session and real files.
+
+use rankscope::transport::dir::{collect, Expect};
+use rankscope::{BlockComputation, Config, DiffusionStep, MemoryReading, Profiler, RankEnv};
+use rankscope_common::env::Launcher;
+use rankscope_common::payload;
+use rankscope_common::table::*;
+use rankscope_common::Payload;
+
+fn profiler(out: &std::path::Path, tweak: impl FnOnce(&mut Config)) -> Profiler {
+    let mut config = Config {
+        output_dir: out.to_path_buf(),
+        gather_timeout_s: 5.0,
+        ..Config::default()
+    };
+    tweak(&mut config);
+    Profiler::with_rank_env(config, RankEnv::single())
+}
+
+fn spilled(outcome: &rankscope::Outcome) -> Payload {
+    payload::decode(&std::fs::read(&outcome.spill_file).unwrap()).unwrap()
+}
+
+#[test]
+fn stages_nest_with_parents_depths_and_call_indices() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |_| {});
+    let session = profiler.session("nest", &[("mode", "tp1")]).unwrap();
+    {
+        let _outer = profiler.stage_with("block", &serde_json::json!({"index": 0}));
+        for _ in 0..2 {
+            let _inner = profiler.stage("step");
+        }
+    }
+    profiler.start("decode");
+    assert!(profiler.stop("decode"));
+    assert!(!profiler.stop("decode"), "nothing left open");
+    let payload = spilled(&session.finish().unwrap());
+    assert_eq!(payload.header.session.name, "nest");
+    assert_eq!(payload.header.session.tags, vec![("mode".into(), "tp1".into())]);
+
+    let batch = payload.table(Table::Stages).unwrap();
+    let stages = StagesView::new(batch).unwrap();
+    let rows: Vec<_> = (0..stages.len)
+        .map(|i| (stages.name.get(i), stages.depth[i], stages.call_index[i]))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![("step", 1, 0), ("step", 1, 1), ("block", 0, 0), ("decode", 0, 0)]
+    );
+    let block_id = stages.stage_id[2];
+    assert_eq!(stages.parent_id.get(0), Some(block_id));
+    assert_eq!(stages.parent_id.get(2), None);
+    assert_eq!(stages.metadata.get(2), Some(r#"{"index":0}"#));
+    for i in 0..stages.len {
+        assert!(stages.start_ns[i] <= stages.end_ns[i]);
+    }
+    assert!(stages.start_ns[2] <= stages.start_ns[0] && stages.end_ns[1] <= stages.end_ns[2]);
+}
+
+#[test]
+fn every_record_call_lands_in_its_table() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |_| {});
+    let session = profiler.session("records", &[]).unwrap();
+    profiler.record_diffusion_step(DiffusionStep {
+        step: 3,
+        timestep: 900.0,
+        block_size: 16,
+        computation_ms: 40.0,
+        guidance_scale: Some(5.0),
+    });
+    profiler.record_block_computation(BlockComputation {
+        block_index: 1,
+        block_size: 16,
+        computation_ms: 200.0,
+        memory_mb: Some(512.0),
+    });
+    profiler.record_model_parameters("transformer", 1_300_000_000);
+    profiler.record_metric("tokens", 4096.0);
+    profiler.record_throughput(100.0, Some(4.0));
+    profiler.add_event("milestone", &serde_json::json!({"progress": 0.5}));
+    profiler.memory_snapshot(
+        "after_load",
+        MemoryReading {
+            gpu: Some(0),
+            allocated_bytes: Some(10),
+            ..MemoryReading::default()
+        },
+    );
+    let payload = spilled(&session.finish().unwrap());
+
+    let steps = DiffusionStepsView::new(payload.table(Table::DiffusionSteps).unwrap()).unwrap();
+    assert_eq!((steps.step[0], steps.guidance_scale.get(0)), (3, Some(5.0)));
+    let blocks = BlocksView::new(payload.table(Table::Blocks).unwrap()).unwrap();
+    assert_eq!(blocks.memory_mb.get(0), Some(512.0));
+    let params = ModelParametersView::new(payload.table(Table::ModelParameters).unwrap()).unwrap();
+    assert_eq!((params.name.value(0), params.count[0]), ("transformer", 1_300_000_000));
+    let metrics = MetricsView::new(payload.table(Table::Metrics).unwrap()).unwrap();
+    let got: Vec<_> = (0..metrics.len)
+        .map(|i| (metrics.section.get(i), metrics.name.get(i), metrics.value[i]))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("custom", "tokens", 4096.0),
+            ("throughput", "items", 100.0),
+            ("throughput", "items_per_s", 25.0)
+        ]
+    );
+    let events = EventsView::new(payload.table(Table::Events).unwrap()).unwrap();
+    assert_eq!(events.payload.get(0), Some(r#"{"progress":0.5}"#));
+    let snaps = MemorySnapshotsView::new(payload.table(Table::MemorySnapshots).unwrap()).unwrap();
+    assert_eq!(snaps.label.value(0), "after_load");
+    assert_eq!(snaps.allocated_bytes.get(0), Some(10));
+    assert_eq!(snaps.reserved_bytes.get(0), None);
+}
+
+#[test]
+fn each_thread_is_its_own_track() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |_| {});
+    let session = profiler.session("threads", &[]).unwrap();
+    std::thread::scope(|scope| {
+        for worker in 0..4 {
+            let profiler = profiler.clone();
+            std::thread::Builder::new()
+                .name(format!("worker-{worker}"))
+                .spawn_scoped(scope, move || {
+                    for _ in 0..100 {
+                        let _outer = profiler.stage("work");
+                        let _inner = profiler.stage("inner");
+                    }
+                })
+                .unwrap();
+        }
+    });
+    let payload = spilled(&session.finish().unwrap());
+    let stages = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
+    assert_eq!(stages.len, 800);
+    let mut per_thread = std::collections::BTreeMap::new();
+    for i in 0..stages.len {
+        *per_thread
+            .entry((stages.thread[i], stages.thread_name.get(i)))
+            .or_insert(0) += 1;
+    }
+    assert_eq!(per_thread.len(), 4);
+    assert!(per_thread.values().all(|&n| n == 200));
+    assert!(per_thread.keys().all(|(_, name)| name.starts_with("worker-")));
+    let ids: std::collections::HashSet<u64> = stages.stage_id.iter().copied().collect();
+    assert_eq!(ids.len(), 800, "stage ids are unique within the rank");
+}
+
+#[test]
+fn tables_are_bounded_and_drops_are_counted() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| c.max_data_points = 10);
+    let session = profiler.session("bounded", &[]).unwrap();
+    for i in 0..25 {
+        let _s = profiler.stage("s");
+        profiler.record_metric("m", f64::from(i));
+    }
+    let payload = spilled(&session.finish().unwrap());
+    assert_eq!(payload.rows(Table::Stages), 10);
+    assert_eq!(payload.rows(Table::Metrics), 10);
+    let dropped: Vec<_> = payload
+        .header
+        .dropped
+        .iter()
+        .map(|d| (d.table.as_str(), d.rows))
+        .collect();
+    assert_eq!(dropped, vec![("stages", 15), ("metrics", 15)]);
+
+    // The budget starts afresh with the next session.
+    let session = profiler.session("bounded", &[]).unwrap();
+    profiler.record_metric("m", 1.0);
+    let payload = spilled(&session.finish().unwrap());
+    assert_eq!(payload.rows(Table::Metrics), 1);
+    assert!(payload.header.dropped.is_empty());
+}
+
+#[test]
+fn a_disabled_profiler_records_nothing_and_writes_nothing() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| c.enabled = false);
+    assert!(!profiler.is_enabled());
+    let session = profiler.session("off", &[]).unwrap();
+    let guard = profiler.stage("s");
+    assert!(!guard.is_recording());
+    drop(guard);
+    profiler.record_metric("m", 1.0);
+    let outcome = session.finish().unwrap();
+    assert!(outcome.gathered.is_none());
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn nothing_is_recorded_outside_a_session_and_stale_stages_are_dropped() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |_| {});
+    profiler.record_metric("before", 1.0);
+    let first = profiler.session("one", &[]).unwrap();
+    assert!(matches!(
+        profiler.session("two", &[]),
+        Err(rankscope::SessionError::AlreadyRunning(_))
+    ));
+    let straddling = profiler.stage("straddles");
+    first.finish().unwrap();
+    let second = profiler.session("one", &[]).unwrap();
+    drop(straddling); // began in the first session: belongs to neither
+    {
+        let _s = profiler.stage("inside");
+    }
+    let payload = spilled(&second.finish().unwrap());
+    let stages = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
+    assert_eq!(stages.len, 1);
+    assert_eq!(stages.name.get(0), "inside");
+    assert!(payload.table(Table::Metrics).is_none());
+}
+
+#[test]
+fn a_dropped_session_still_spills_its_payload() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| c.session_id = Some("job".into()));
+    let session = profiler.session("dropped", &[]).unwrap();
+    profiler.record_metric("m", 1.0);
+    let dir = session.dir().unwrap();
+    drop(session);
+    let payload = payload::decode(&std::fs::read(dir.join("rank-00000.rsp")).unwrap()).unwrap();
+    assert_eq!(payload.rows(Table::Metrics), 1);
+}
+
+#[test]
+fn a_multi_rank_job_without_a_job_id_is_refused_clearly() {
+    let out = tempfile::tempdir().unwrap();
+    let env = RankEnv {
+        launcher: Launcher::Torchrun,
+        rank: 1,
+        world_size: 2,
+        ..RankEnv::single()
+    };
+    let config = Config {
+        output_dir: out.path().into(),
+        ..Config::default()
+    };
+    let profiler = Profiler::with_rank_env(config, env);
+    let err = profiler.session("t2v", &[]).err().unwrap().to_string();
+    assert!(err.contains("RANKSCOPE_SESSION_ID"), "{err}");
+}
+
+#[test]
+fn rank_zero_names_the_ranks_that_never_wrote() {
+    let out = tempfile::tempdir().unwrap();
+    let env = |rank| RankEnv {
+        launcher: Launcher::Rankscope,
+        rank,
+        world_size: 3,
+        job_id: Some("j1".into()),
+        ..RankEnv::single()
+    };
+    let config = Config {
+        output_dir: out.path().into(),
+        gather_timeout_s: 0.3,
+        ..Config::default()
+    };
+    // Rank 1 finishes first; rank 2 never does.
+    let rank1 = Profiler::with_rank_env(config.clone(), env(1));
+    rank1.session("job", &[]).unwrap().finish().unwrap();
+    let rank0 = Profiler::with_rank_env(config, env(0));
+    let started = std::time::Instant::now();
+    let outcome = rank0.session("job", &[]).unwrap().finish().unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let gathered = outcome.gathered.unwrap();
+    assert_eq!(gathered.reporting, vec![0, 1]);
+    assert_eq!(gathered.missing, vec![2]);
+
+    let again = collect(&outcome.session_dir, &Expect::default()).unwrap();
+    assert_eq!(again.world_size, 3);
+    assert_eq!(again.missing, vec![2]);
+}
