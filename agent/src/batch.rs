@@ -116,14 +116,34 @@ impl TableBuilders {
             Ok::<(), ArrowError>(())
         };
         put(Table::Stages, self.stages.len(), self.stages.finish())?;
-        put(Table::GpuSamples, self.gpu_samples.len(), self.gpu_samples.finish())?;
-        put(Table::HostSamples, self.host_samples.len(), self.host_samples.finish())?;
-        put(Table::DiffusionSteps, self.diffusion_steps.len(), self.diffusion_steps.finish())?;
+        put(
+            Table::GpuSamples,
+            self.gpu_samples.len(),
+            self.gpu_samples.finish(),
+        )?;
+        put(
+            Table::HostSamples,
+            self.host_samples.len(),
+            self.host_samples.finish(),
+        )?;
+        put(
+            Table::DiffusionSteps,
+            self.diffusion_steps.len(),
+            self.diffusion_steps.finish(),
+        )?;
         put(Table::Blocks, self.blocks.len(), self.blocks.finish())?;
         put(Table::Metrics, self.metrics.len(), self.metrics.finish())?;
         put(Table::Events, self.events.len(), self.events.finish())?;
-        put(Table::MemorySnapshots, self.snapshots.len(), self.snapshots.finish())?;
-        put(Table::ModelParameters, self.parameters.len(), self.parameters.finish())?;
+        put(
+            Table::MemorySnapshots,
+            self.snapshots.len(),
+            self.snapshots.finish(),
+        )?;
+        put(
+            Table::ModelParameters,
+            self.parameters.len(),
+            self.parameters.finish(),
+        )?;
         Ok(tables)
     }
 }

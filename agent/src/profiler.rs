@@ -9,7 +9,9 @@ use rankscope_common::env::{self, EnvError, RankEnv};
 use rankscope_common::table::{BlockRow, DiffusionStepRow, Table};
 use rankscope_common::Config;
 
-use crate::recorder::{EventRecord, MetricRecord, OpenStage, Recorder, SnapshotRecord, StageRecord};
+use crate::recorder::{
+    EventRecord, MetricRecord, OpenStage, Recorder, SnapshotRecord, StageRecord,
+};
 use crate::session::{Session, SessionError, SessionState};
 use crate::stage::StageGuard;
 use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
@@ -122,13 +124,19 @@ impl Profiler {
     /// Times a stage until the guard drops. Stages nest per thread.
     #[inline]
     pub fn stage(&self, name: &str) -> StageGuard<'_> {
-        StageGuard::new(self.recording().map(|(inner, g)| (inner, inner.begin_stage(g, name, None))))
+        StageGuard::new(
+            self.recording()
+                .map(|(inner, g)| (inner, inner.begin_stage(g, name, None))),
+        )
     }
 
     /// Like [`Profiler::stage`], with metadata kept as JSON text on the stage.
     pub fn stage_with(&self, name: &str, metadata: &serde_json::Value) -> StageGuard<'_> {
         StageGuard::new(self.recording().map(|(inner, g)| {
-            (inner, inner.begin_stage(g, name, Some(metadata.to_string())))
+            (
+                inner,
+                inner.begin_stage(g, name, Some(metadata.to_string())),
+            )
         }))
     }
 
@@ -178,7 +186,11 @@ impl Profiler {
             if inner.recorder.admit(Table::Events) {
                 inner.recorder.with_thread(|t| {
                     let name = t.names.intern(name);
-                    t.events.push(EventRecord { ts_ns, name, payload });
+                    t.events.push(EventRecord {
+                        ts_ns,
+                        name,
+                        payload,
+                    });
                 });
             }
         }

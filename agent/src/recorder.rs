@@ -7,9 +7,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rankscope_common::table::{
-    BlockRow, DiffusionStepRow, GpuSampleRow, HostSampleRow, Table,
-};
+use rankscope_common::table::{BlockRow, DiffusionStepRow, GpuSampleRow, HostSampleRow, Table};
 use rustc_hash::FxHashMap;
 
 /// Source of profiler ids: thread-local buffers are keyed by them.
@@ -241,7 +239,10 @@ impl Recorder {
 
     /// Every thread's buffer.
     pub(crate) fn threads(&self) -> Vec<Arc<ThreadBuffer>> {
-        self.threads.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Rows dropped per table since the last reset, and resets the budget.

@@ -303,7 +303,9 @@ fn session_id(config: &Config, env: &RankEnv) -> Result<String, SessionError> {
         return Ok(id);
     }
     if env.world_size == 1 {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         return Ok(format!("{}-{}", now.as_secs(), std::process::id()));
     }
     Err(SessionError::NoSessionId {

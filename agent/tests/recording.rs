@@ -37,7 +37,10 @@ fn stages_nest_with_parents_depths_and_call_indices() {
     assert!(!profiler.stop("decode"), "nothing left open");
     let payload = spilled(&session.finish().unwrap());
     assert_eq!(payload.header.session.name, "nest");
-    assert_eq!(payload.header.session.tags, vec![("mode".into(), "tp1".into())]);
+    assert_eq!(
+        payload.header.session.tags,
+        vec![("mode".into(), "tp1".into())]
+    );
 
     let batch = payload.table(Table::Stages).unwrap();
     let stages = StagesView::new(batch).unwrap();
@@ -46,7 +49,12 @@ fn stages_nest_with_parents_depths_and_call_indices() {
         .collect();
     assert_eq!(
         rows,
-        vec![("step", 1, 0), ("step", 1, 1), ("block", 0, 0), ("decode", 0, 0)]
+        vec![
+            ("step", 1, 0),
+            ("step", 1, 1),
+            ("block", 0, 0),
+            ("decode", 0, 0)
+        ]
     );
     let block_id = stages.stage_id[2];
     assert_eq!(stages.parent_id.get(0), Some(block_id));
@@ -95,10 +103,19 @@ fn every_record_call_lands_in_its_table() {
     let blocks = BlocksView::new(payload.table(Table::Blocks).unwrap()).unwrap();
     assert_eq!(blocks.memory_mb.get(0), Some(512.0));
     let params = ModelParametersView::new(payload.table(Table::ModelParameters).unwrap()).unwrap();
-    assert_eq!((params.name.value(0), params.count[0]), ("transformer", 1_300_000_000));
+    assert_eq!(
+        (params.name.value(0), params.count[0]),
+        ("transformer", 1_300_000_000)
+    );
     let metrics = MetricsView::new(payload.table(Table::Metrics).unwrap()).unwrap();
     let got: Vec<_> = (0..metrics.len)
-        .map(|i| (metrics.section.get(i), metrics.name.get(i), metrics.value[i]))
+        .map(|i| {
+            (
+                metrics.section.get(i),
+                metrics.name.get(i),
+                metrics.value[i],
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -146,7 +163,9 @@ fn each_thread_is_its_own_track() {
     }
     assert_eq!(per_thread.len(), 4);
     assert!(per_thread.values().all(|&n| n == 200));
-    assert!(per_thread.keys().all(|(_, name)| name.starts_with("worker-")));
+    assert!(per_thread
+        .keys()
+        .all(|(_, name)| name.starts_with("worker-")));
     let ids: std::collections::HashSet<u64> = stages.stage_id.iter().copied().collect();
     assert_eq!(ids.len(), 800, "stage ids are unique within the rank");
 }

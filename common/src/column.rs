@@ -192,7 +192,10 @@ impl ColumnKind for OptStr {
         Arc::new(builder.finish())
     }
     fn view(array: &ArrayRef) -> Option<Self::View<'_>> {
-        array.as_any().downcast_ref::<StringArray>().map(OptStrColumn)
+        array
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .map(OptStrColumn)
     }
 }
 

@@ -198,7 +198,9 @@ impl Config {
     /// `RANKSCOPE_CONFIG` (if set), then `RANKSCOPE_*` variables.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::load(
-            std::env::var_os("RANKSCOPE_CONFIG").map(PathBuf::from).as_deref(),
+            std::env::var_os("RANKSCOPE_CONFIG")
+                .map(PathBuf::from)
+                .as_deref(),
             |name| std::env::var(name).ok(),
         )
     }
@@ -215,12 +217,12 @@ impl Config {
         let preset = match var("RANKSCOPE_PRESET") {
             Some(value) => parse_env_value::<Preset>("RANKSCOPE_PRESET", &value)?,
             None => match file_keys.get("preset") {
-                Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
-                    ConfigError::File {
+                Some(value) => {
+                    serde_json::from_value(value.clone()).map_err(|e| ConfigError::File {
                         path: file.unwrap_or(Path::new("")).to_path_buf(),
                         reason: format!("key `preset`: {e}"),
-                    }
-                })?,
+                    })?
+                }
                 None => Preset::default(),
             },
         };
@@ -305,7 +307,10 @@ fn from_keys(keys: Map<String, Value>) -> Result<Config, String> {
     serde_json::from_value(Value::Object(keys)).map_err(|e| e.to_string())
 }
 
-fn parse_env_value<T: serde::de::DeserializeOwned>(var: &str, value: &str) -> Result<T, ConfigError> {
+fn parse_env_value<T: serde::de::DeserializeOwned>(
+    var: &str,
+    value: &str,
+) -> Result<T, ConfigError> {
     serde_json::from_value(Value::String(value.to_lowercase())).map_err(|e| ConfigError::Env {
         var: var.to_string(),
         value: value.to_string(),
@@ -429,7 +434,10 @@ mod tests {
         let yaml = dir.path().join("bad.yaml");
         std::fs::write(&yaml, "gpu_intervall_s: 1\n").unwrap();
         let err = Config::load(Some(&yaml), env(&[])).unwrap_err().to_string();
-        assert!(err.contains("bad.yaml") && err.contains("gpu_intervall_s"), "{err}");
+        assert!(
+            err.contains("bad.yaml") && err.contains("gpu_intervall_s"),
+            "{err}"
+        );
 
         let err = Config::load(None, env(&[("RANKSCOPE_GATHER_TIMEOUT_S", "soon")]))
             .unwrap_err()
@@ -442,7 +450,9 @@ mod tests {
         assert!(err.contains("gpu_interval_s"), "{err}");
 
         let missing = dir.path().join("missing.toml");
-        let err = Config::load(Some(&missing), env(&[])).unwrap_err().to_string();
+        let err = Config::load(Some(&missing), env(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("missing.toml"), "{err}");
     }
 }

@@ -234,7 +234,9 @@ pub enum PayloadError {
     #[error("not a rankscope payload (bad magic bytes)")]
     NotAPayload,
     /// Written by a newer (or unknown) format version.
-    #[error("payload format version {found} is not supported (this build reads up to {supported})")]
+    #[error(
+        "payload format version {found} is not supported (this build reads up to {supported})"
+    )]
     UnsupportedVersion {
         /// Version in the file.
         found: u16,

@@ -94,7 +94,8 @@ pub fn collect(dir: &Path, expect: &Expect<'_>) -> Result<Gathered, TransportErr
 
     // A file named for the rank it holds wins over a copy under another name.
     decoded.sort_by_key(|(path, p)| {
-        let named_for_rank = path.file_name() == Some(spill::file_name(p.header.rank.rank).as_ref());
+        let named_for_rank =
+            path.file_name() == Some(spill::file_name(p.header.rank.rank).as_ref());
         (!named_for_rank, path.clone())
     });
     let mut by_rank: BTreeMap<u32, (PathBuf, Payload)> = BTreeMap::new();
@@ -116,7 +117,10 @@ pub fn collect(dir: &Path, expect: &Expect<'_>) -> Result<Gathered, TransportErr
             Some(format!("rank {rank} is outside the world of {world_size}"))
         } else {
             by_rank.get(&rank).map(|(first, _)| {
-                format!("claims rank {rank}, already provided by {}", first.display())
+                format!(
+                    "claims rank {rank}, already provided by {}",
+                    first.display()
+                )
             })
         };
         match refuse {
@@ -132,7 +136,9 @@ pub fn collect(dir: &Path, expect: &Expect<'_>) -> Result<Gathered, TransportErr
 
     Ok(Gathered {
         world_size,
-        missing: (0..world_size).filter(|r| !by_rank.contains_key(r)).collect(),
+        missing: (0..world_size)
+            .filter(|r| !by_rank.contains_key(r))
+            .collect(),
         payloads: by_rank.into_values().map(|(_, payload)| payload).collect(),
         skipped,
     })

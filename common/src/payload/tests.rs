@@ -234,7 +234,13 @@ fn a_table_of_the_wrong_schema_is_refused() {
     payload.tables.insert(Table::Metrics, events);
     let err = decode(&encode(&payload, Compression::Lz4).unwrap()).unwrap_err();
     assert!(
-        matches!(err, PayloadError::Table { table: "metrics", .. }),
+        matches!(
+            err,
+            PayloadError::Table {
+                table: "metrics",
+                ..
+            }
+        ),
         "{err}"
     );
 }

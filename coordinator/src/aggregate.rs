@@ -1,0 +1,88 @@
+//! Offline aggregation: the spill files of a session directory into one
+//! report, with the same gather and analysis rank 0 runs in-process.
+
+use std::path::{Path, PathBuf};
+
+use rankscope::transport::dir::{collect, Expect};
+use rankscope::transport::{Skipped, TransportError};
+use rankscope::ReportFiles;
+use rankscope_common::Config;
+
+use crate::analysis::analyze;
+use crate::model::Report;
+use crate::report::{write_reports, WriteError};
+
+/// Why no report could be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AggregateError {
+    /// The directory could not be read.
+    #[error(transparent)]
+    Read(#[from] TransportError),
+    /// Not one file could be used.
+    #[error("no usable rank payload in {dir}{}", describe(.skipped))]
+    NothingUsable {
+        /// The directory.
+        dir: PathBuf,
+        /// Every file refused, with the reason.
+        skipped: Vec<Skipped>,
+    },
+    /// The output directory could not be made.
+    #[error("creating {path}: {source}")]
+    Output {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A report file could not be written.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+fn describe(skipped: &[Skipped]) -> String {
+    skipped
+        .iter()
+        .map(|s| format!("\n  {}: {}", s.source, s.reason))
+        .collect()
+}
+
+/// A written report.
+#[derive(Debug)]
+pub struct Aggregated {
+    /// The analysed report.
+    pub report: Report,
+    /// The files written.
+    pub files: ReportFiles,
+}
+
+impl Aggregated {
+    /// Whether every rank is in the report and no input was refused.
+    pub fn is_complete(&self) -> bool {
+        self.report.session.ranks_missing.is_empty() && self.report.session.skipped.is_empty()
+    }
+}
+
+/// Merges the spill files in `reports_dir` and writes the report into
+/// `output` (default: `reports_dir`).
+pub fn aggregate(
+    reports_dir: &Path,
+    output: Option<&Path>,
+    config: &Config,
+) -> Result<Aggregated, AggregateError> {
+    let gathered = collect(reports_dir, &Expect::default())?;
+    if gathered.payloads.is_empty() {
+        return Err(AggregateError::NothingUsable {
+            dir: reports_dir.to_path_buf(),
+            skipped: gathered.skipped,
+        });
+    }
+    let output = output.unwrap_or(reports_dir);
+    std::fs::create_dir_all(output).map_err(|source| AggregateError::Output {
+        path: output.to_path_buf(),
+        source,
+    })?;
+    let report = analyze(&gathered, config);
+    let files = write_reports(&report, output)?;
+    Ok(Aggregated { report, files })
+}

@@ -1,0 +1,126 @@
+//! The analysis: gathered payloads in, the [`Report`] model out.
+
+mod diffusion;
+mod recommend;
+mod stages;
+pub mod stats;
+mod stragglers;
+mod times;
+
+pub use stragglers::StragglerRule;
+
+use rankscope::transport::Gathered;
+use rankscope_common::payload::GpuSource;
+use rankscope_common::Config;
+
+use crate::model::{
+    DroppedRows, RankGpu, RankSummary, Report, SessionSummary, SkippedInput, SCHEMA_VERSION,
+};
+use times::StageTimes;
+
+/// Analyses everything rank 0 gathered.
+pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
+    let payloads = &gathered.payloads;
+    let mut skipped: Vec<SkippedInput> = gathered
+        .skipped
+        .iter()
+        .map(|s| SkippedInput {
+            source: s.source.clone(),
+            reason: s.reason.clone(),
+        })
+        .collect();
+    let times = StageTimes::from_payloads(payloads, |rank, reason| {
+        skipped.push(SkippedInput {
+            source: format!("rank {rank} stages"),
+            reason,
+        })
+    });
+
+    let durations: Vec<f64> = payloads
+        .iter()
+        .map(|p| p.header.clock.duration_ns as f64 / 1e9)
+        .collect();
+    let session_avg_s = if durations.is_empty() {
+        0.0
+    } else {
+        durations.iter().sum::<f64>() / durations.len() as f64
+    };
+    let rule = StragglerRule {
+        threshold_pct: config.straggler_threshold_pct,
+        min_excess_s: config.straggler_min_s,
+    };
+    let lockstep = stragglers::lockstep(&times);
+
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        session: session_summary(gathered, skipped, &durations),
+        ranks: payloads.iter().map(rank_summary).collect(),
+        stages: stages::stage_stats(&times, session_avg_s),
+        stragglers: stragglers::stragglers(&times, &lockstep, rule),
+        lockstep,
+        gpus: Vec::new(),
+        diffusion: diffusion::diffusion(payloads),
+        recommendations: Vec::new(),
+    };
+    report.recommendations = recommend::recommend(&report);
+    report
+}
+
+fn session_summary(
+    gathered: &Gathered,
+    skipped: Vec<SkippedInput>,
+    durations: &[f64],
+) -> SessionSummary {
+    let payloads = &gathered.payloads;
+    let first = payloads.first().map(|p| &p.header);
+    let gpu_source = [GpuSource::Nvml, GpuSource::Simulated]
+        .into_iter()
+        .find(|source| payloads.iter().any(|p| p.header.gpu_source == *source))
+        .unwrap_or(GpuSource::None);
+    SessionSummary {
+        id: first.map(|h| h.session.id.clone()).unwrap_or_default(),
+        name: first.map(|h| h.session.name.clone()).unwrap_or_default(),
+        tags: first
+            .map(|h| h.session.tags.iter().cloned().collect())
+            .unwrap_or_default(),
+        world_size: gathered.world_size,
+        ranks_reporting: payloads.iter().map(|p| p.header.rank.rank).collect(),
+        ranks_missing: gathered.missing.clone(),
+        launcher: first.map(|h| h.rank.launcher.clone()).unwrap_or_default(),
+        duration_s: durations.iter().copied().fold(0.0, f64::max),
+        gpu_source: gpu_source.as_str().to_string(),
+        started_unix_s: first.map_or(0.0, |h| h.clock.start_unix_ns as f64 / 1e9),
+        skipped,
+        dropped_rows: payloads
+            .iter()
+            .flat_map(|p| {
+                p.header.dropped.iter().map(|d| DroppedRows {
+                    rank: p.header.rank.rank,
+                    table: d.table.clone(),
+                    rows: d.rows,
+                })
+            })
+            .collect(),
+    }
+}
+
+fn rank_summary(payload: &rankscope_common::Payload) -> RankSummary {
+    let h = &payload.header;
+    RankSummary {
+        rank: h.rank.rank,
+        host: h.rank.host.clone(),
+        pid: h.rank.pid,
+        local_rank: h.rank.local_rank,
+        clock_offset_ns: h.clock.offset_to_rank0_ns,
+        duration_s: h.clock.duration_ns as f64 / 1e9,
+        gpus: h
+            .gpus
+            .iter()
+            .map(|g| RankGpu {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                name: g.name.clone(),
+            })
+            .collect(),
+    }
+}

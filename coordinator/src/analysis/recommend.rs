@@ -1,0 +1,92 @@
+//! Recommendations: rules with thresholds, each with the evidence that fired it.
+
+use crate::model::{Recommendation, Report};
+
+/// A stage taking more than this share of the session is worth a look.
+const HOT_STAGE_PCT: f64 = 30.0;
+
+/// The recommendations for an analysed report, most severe first.
+pub fn recommend(report: &Report) -> Vec<Recommendation> {
+    let mut out = Vec::new();
+    let mut add = |severity: &str, category: &str, message: String, evidence: String| {
+        out.push(Recommendation {
+            severity: severity.into(),
+            category: category.into(),
+            message,
+            evidence,
+        })
+    };
+    let session = &report.session;
+    if !session.ranks_missing.is_empty() {
+        add(
+            "critical",
+            "data",
+            format!(
+                "ranks {:?} sent no data: they crashed, hung or could not reach rank 0; \
+                 statistics cover the other ranks only",
+                session.ranks_missing
+            ),
+            format!(
+                "{} of {} ranks reported",
+                session.ranks_reporting.len(),
+                session.world_size
+            ),
+        );
+    }
+    for skipped in &session.skipped {
+        add(
+            "warning",
+            "data",
+            format!("{} was not used", skipped.source),
+            skipped.reason.clone(),
+        );
+    }
+    for s in &report.stragglers {
+        add(
+            "warning",
+            "straggler",
+            format!(
+                "rank {} is {:.0}% slower than the median rank in `{}`: check its GPU, host and input",
+                s.rank,
+                (s.slowdown - 1.0) * 100.0,
+                s.stage
+            ),
+            format!(
+                "{:.3} s over the median rank's total; the other ranks waited {:.3} s on it",
+                s.excess_s, s.wait_s
+            ),
+        );
+    }
+    for stage in report.stages.iter().filter(|s| s.share_pct > HOT_STAGE_PCT) {
+        add(
+            "info",
+            "stage",
+            format!(
+                "`{}` takes {:.0}% of the session: the first place to optimise",
+                stage.name, stage.share_pct
+            ),
+            format!(
+                "{:.3} s per rank on average over {} calls",
+                stage.total_s.avg, stage.count
+            ),
+        );
+    }
+    for dropped in &session.dropped_rows {
+        add(
+            "warning",
+            "data",
+            format!(
+                "rank {} dropped {} rows of `{}`: raise max_data_points to keep them",
+                dropped.rank, dropped.rows, dropped.table
+            ),
+            "the table reached max_data_points".into(),
+        );
+    }
+    let rank = |severity: &str| match severity {
+        "critical" => 0,
+        "warning" => 1,
+        _ => 2,
+    };
+    out.sort_by_key(|r| rank(&r.severity));
+    out
+}

@@ -1,0 +1,99 @@
+//! Stages across ranks: count, spread of per-rank totals, per-call
+//! percentiles, imbalance and share of the session.
+
+use super::stats::{percentiles, spread};
+use super::times::StageTimes;
+use crate::model::StageStats;
+
+/// One [`StageStats`] per stage name, the largest average total first.
+/// `session_avg_s` is the mean session length over the reporting ranks.
+pub fn stage_stats(times: &StageTimes, session_avg_s: f64) -> Vec<StageStats> {
+    let mut stats: Vec<StageStats> = times
+        .by_name
+        .iter()
+        .filter_map(|(name, by_rank)| {
+            let totals = StageTimes::totals(by_rank);
+            let total_s = spread(&totals)?;
+            let mut per_call_ms: Vec<f64> = by_rank.values().flatten().map(|s| s * 1e3).collect();
+            Some(StageStats {
+                name: name.clone(),
+                count: per_call_ms.len() as u64,
+                ranks: by_rank.len() as u32,
+                total_s,
+                per_call_ms: percentiles(&mut per_call_ms)?,
+                imbalance_pct: if total_s.avg > 0.0 {
+                    (total_s.max / total_s.avg - 1.0) * 100.0
+                } else {
+                    0.0
+                },
+                share_pct: if session_avg_s > 0.0 {
+                    total_s.avg / session_avg_s * 100.0
+                } else {
+                    0.0
+                },
+            })
+        })
+        .collect();
+    stats.sort_by(|a, b| {
+        b.total_s
+            .avg
+            .total_cmp(&a.total_s.avg)
+            .then(a.name.cmp(&b.name))
+    });
+    stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A stage name and, per rank, its call durations.
+    type StageCalls<'a> = (&'a str, &'a [(u32, &'a [f64])]);
+
+    fn times(stages: &[StageCalls<'_>]) -> StageTimes {
+        let mut by_name = BTreeMap::new();
+        for (name, ranks) in stages {
+            let ranks: BTreeMap<u32, Vec<f64>> = ranks
+                .iter()
+                .map(|(r, calls)| (*r, calls.to_vec()))
+                .collect();
+            by_name.insert(name.to_string(), ranks);
+        }
+        StageTimes { by_name }
+    }
+
+    #[test]
+    fn statistics_by_hand() {
+        // decode: rank totals 1.0, 1.0, 1.0, 2.0 → avg 1.25, max 2.0 on rank 3,
+        // imbalance 2.0 / 1.25 − 1 = 60 %, std sqrt((3·0.0625 + 0.5625)/4) = sqrt(0.1875).
+        // Session 5 s on average: share 1.25 / 5 = 25 %.
+        let t = times(&[
+            (
+                "decode",
+                &[
+                    (0, &[0.5, 0.5]),
+                    (1, &[1.0]),
+                    (2, &[0.25, 0.75]),
+                    (3, &[2.0]),
+                ],
+            ),
+            ("encode", &[(0, &[0.1]), (1, &[0.1])]),
+        ]);
+        let stats = stage_stats(&t, 5.0);
+        assert_eq!(stats[0].name, "decode", "largest total first");
+        let decode = &stats[0];
+        assert_eq!(decode.count, 6);
+        assert_eq!(decode.ranks, 4);
+        assert_eq!(decode.total_s.avg, 1.25);
+        assert_eq!((decode.total_s.max, decode.total_s.max_rank), (2.0, 3));
+        assert_eq!((decode.total_s.min, decode.total_s.min_rank), (1.0, 0));
+        assert!((decode.total_s.std - 0.1875f64.sqrt()).abs() < 1e-12);
+        assert!((decode.imbalance_pct - 60.0).abs() < 1e-9);
+        assert!((decode.share_pct - 25.0).abs() < 1e-9);
+        // Calls in ms, sorted: 250 500 500 750 1000 2000 → p50 at 2.5 → 625.
+        assert!((decode.per_call_ms.p50 - 625.0).abs() < 1e-9);
+        assert_eq!(decode.per_call_ms.max, 2000.0);
+        assert_eq!(stats[1].imbalance_pct, 0.0);
+    }
+}

@@ -1,0 +1,102 @@
+//! Descriptive statistics: spread across ranks, percentiles, median.
+
+use crate::model::{Percentiles, Spread};
+
+/// Min / max / avg / population std of `(rank, value)` pairs, with the rank
+/// of each extreme (the lowest rank on ties). `None` when empty.
+pub fn spread(values: &[(u32, f64)]) -> Option<Spread> {
+    let &(first_rank, first) = values.first()?;
+    let n = values.len() as f64;
+    let avg = values.iter().map(|&(_, v)| v).sum::<f64>() / n;
+    let variance = values.iter().map(|&(_, v)| (v - avg).powi(2)).sum::<f64>() / n;
+    let mut spread = Spread {
+        min: first,
+        max: first,
+        avg,
+        std: variance.sqrt(),
+        min_rank: first_rank,
+        max_rank: first_rank,
+    };
+    for &(rank, value) in &values[1..] {
+        if value < spread.min || (value == spread.min && rank < spread.min_rank) {
+            (spread.min, spread.min_rank) = (value, rank);
+        }
+        if value > spread.max || (value == spread.max && rank < spread.max_rank) {
+            (spread.max, spread.max_rank) = (value, rank);
+        }
+    }
+    Some(spread)
+}
+
+/// The `q` quantile (0..=1) of sorted values, interpolating linearly between
+/// the two nearest (numpy's default).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        1 => sorted[0],
+        n => {
+            let position = q.clamp(0.0, 1.0) * (n - 1) as f64;
+            let below = position.floor() as usize;
+            let above = (below + 1).min(n - 1);
+            let fraction = position - below as f64;
+            sorted[below] + (sorted[above] - sorted[below]) * fraction
+        }
+    }
+}
+
+/// p50 / p95 / p99, min, mean and max of `values` (sorted in place). `None` when empty.
+pub fn percentiles(values: &mut [f64]) -> Option<Percentiles> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(Percentiles {
+        p50: quantile(values, 0.50),
+        p95: quantile(values, 0.95),
+        p99: quantile(values, 0.99),
+        min: values[0],
+        mean: values.iter().sum::<f64>() / values.len() as f64,
+        max: values[values.len() - 1],
+    })
+}
+
+/// The median of `values` (sorted in place).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    quantile(values, 0.5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_by_hand() {
+        // Mean 5, squared deviations 9 + 1 + 1 + 9 = 20, variance 5.
+        let s = spread(&[(0, 2.0), (1, 4.0), (2, 6.0), (3, 8.0)]).unwrap();
+        assert_eq!((s.min, s.min_rank, s.max, s.max_rank), (2.0, 0, 8.0, 3));
+        assert_eq!(s.avg, 5.0);
+        assert!((s.std - 5f64.sqrt()).abs() < 1e-12);
+        assert!(spread(&[]).is_none());
+    }
+
+    #[test]
+    fn spread_ties_go_to_the_lowest_rank() {
+        let s = spread(&[(3, 1.0), (1, 1.0), (2, 1.0)]).unwrap();
+        assert_eq!((s.min_rank, s.max_rank, s.std), (1, 1, 0.0));
+    }
+
+    #[test]
+    fn percentiles_by_hand() {
+        // 1..=10: p50 at position 4.5 → 5.5; p95 at 8.55 → 9.55; p99 at 8.91 → 9.91.
+        let mut values: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        let p = percentiles(&mut values).unwrap();
+        assert!((p.p50 - 5.5).abs() < 1e-12);
+        assert!((p.p95 - 9.55).abs() < 1e-12);
+        assert!((p.p99 - 9.91).abs() < 1e-12);
+        assert_eq!((p.min, p.mean, p.max), (1.0, 5.5, 10.0));
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(percentiles(&mut []).is_none());
+    }
+}

@@ -1,0 +1,161 @@
+//! Stragglers: ranks slower than the median rank in a stage, and, call by
+//! call, which rank the others waited for.
+
+use std::collections::BTreeMap;
+
+use super::stats::median;
+use super::times::StageTimes;
+use crate::model::{LockstepRank, LockstepStage, Straggler};
+
+/// When a rank counts as a straggler in a stage.
+#[derive(Debug, Clone, Copy)]
+pub struct StragglerRule {
+    /// Its total must exceed the median rank's by more than this, percent...
+    pub threshold_pct: f64,
+    /// ... and by more than this many seconds.
+    pub min_excess_s: f64,
+}
+
+/// Ranks whose total in a stage exceeds the median rank's by the rule's
+/// margins, slowest first. Needs at least two ranks in the stage.
+pub fn stragglers(
+    times: &StageTimes,
+    lockstep: &[LockstepStage],
+    rule: StragglerRule,
+) -> Vec<Straggler> {
+    let mut found = Vec::new();
+    for (stage, by_rank) in &times.by_name {
+        if by_rank.len() < 2 {
+            continue;
+        }
+        let totals = StageTimes::totals(by_rank);
+        let mut values: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
+        let median = median(&mut values);
+        if median <= 0.0 {
+            continue;
+        }
+        for (rank, total) in totals {
+            let excess_s = total - median;
+            if total > median * (1.0 + rule.threshold_pct / 100.0) && excess_s > rule.min_excess_s {
+                let wait_s = lockstep
+                    .iter()
+                    .find(|l| &l.stage == stage)
+                    .and_then(|l| l.ranks.iter().find(|r| r.rank == rank))
+                    .map_or(0.0, |r| r.wait_imposed_s);
+                found.push(Straggler {
+                    rank,
+                    stage: stage.clone(),
+                    slowdown: total / median,
+                    excess_s,
+                    wait_s,
+                });
+            }
+        }
+    }
+    found.sort_by(|a, b| b.excess_s.total_cmp(&a.excess_s));
+    found
+}
+
+/// For each stage run by two or more ranks: for call k (the k-th call on
+/// every rank, as in a lockstep tensor-parallel job), the slowest rank and
+/// the wait it imposed, Σ over the other ranks of (max − own).
+pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
+    let mut out = Vec::new();
+    for (stage, by_rank) in &times.by_name {
+        if by_rank.len() < 2 {
+            continue;
+        }
+        let calls = by_rank.values().map(Vec::len).min().unwrap_or(0);
+        let mut per_rank: BTreeMap<u32, LockstepRank> = by_rank
+            .keys()
+            .map(|&rank| {
+                let entry = LockstepRank {
+                    rank,
+                    slowest_calls: 0,
+                    wait_imposed_s: 0.0,
+                };
+                (rank, entry)
+            })
+            .collect();
+        for k in 0..calls {
+            let (slowest, max) = by_rank.iter().map(|(&rank, calls)| (rank, calls[k])).fold(
+                (u32::MAX, f64::NEG_INFINITY),
+                |best, (rank, t)| {
+                    if t > best.1 {
+                        (rank, t)
+                    } else {
+                        best
+                    }
+                },
+            );
+            let wait: f64 = by_rank.values().map(|calls| max - calls[k]).sum();
+            let entry = per_rank
+                .get_mut(&slowest)
+                .expect("slowest is a rank of the stage");
+            entry.slowest_calls += 1;
+            entry.wait_imposed_s += wait;
+        }
+        out.push(LockstepStage {
+            stage: stage.clone(),
+            calls: calls as u64,
+            ranks: per_rank.into_values().collect(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_times() -> StageTimes {
+        // Two calls per rank. Call 0: rank 2 slowest at 1.4 s, others 1.0 →
+        // wait 0.4 · 3 = 1.2. Call 1: rank 0 slowest at 1.1 s, others 1.0
+        // except rank 2 at 1.05 → wait 0.1 + 0.1 + 0.05 = 0.25.
+        let mut by_rank = BTreeMap::new();
+        by_rank.insert(0, vec![1.0, 1.1]);
+        by_rank.insert(1, vec![1.0, 1.0]);
+        by_rank.insert(2, vec![1.4, 1.05]);
+        by_rank.insert(3, vec![1.0, 1.0]);
+        let mut by_name = BTreeMap::new();
+        by_name.insert("decode".to_string(), by_rank);
+        StageTimes { by_name }
+    }
+
+    #[test]
+    fn lockstep_wait_by_hand() {
+        let l = lockstep(&decode_times());
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].calls, 2);
+        let rank2 = &l[0].ranks[2];
+        assert_eq!(rank2.slowest_calls, 1);
+        assert!((rank2.wait_imposed_s - 1.2).abs() < 1e-9);
+        let rank0 = &l[0].ranks[0];
+        assert_eq!(rank0.slowest_calls, 1);
+        assert!((rank0.wait_imposed_s - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_slow_rank_is_named_and_the_margins_hold() {
+        // Totals 2.1, 2.0, 2.45, 2.0 → median 2.05. Rank 2: 2.45 / 2.05 ≈ 1.195.
+        // Rank 0: 2.1 is 2.4 % over the median, under the 10 % threshold.
+        let times = decode_times();
+        let l = lockstep(&times);
+        let rule = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.01,
+        };
+        let found = stragglers(&times, &l, rule);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].rank, found[0].stage.as_str()), (2, "decode"));
+        assert!((found[0].slowdown - 2.45 / 2.05).abs() < 1e-9);
+        assert!((found[0].excess_s - 0.4).abs() < 1e-9);
+        assert!((found[0].wait_s - 1.2).abs() < 1e-9);
+
+        let strict_floor = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.5,
+        };
+        assert!(stragglers(&times, &l, strict_floor).is_empty());
+    }
+}

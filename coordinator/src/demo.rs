@@ -1,0 +1,286 @@
+//! `rankscope demo`: a simulated tensor-parallel text-to-video job. The
+//! parent starts N real rank processes (this program again, `demo-rank`),
+//! shows their progress, and prints the report rank 0 wrote. The ranks sleep
+//! instead of computing: every number in the demo is simulated.
+
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use rankscope::{BlockComputation, DiffusionStep, Profiler};
+use rankscope_coordinator::report::{ReportWriter, REPORT_JSON, SUMMARY_TXT};
+
+/// Blocks of frames each rank generates.
+const BLOCKS: u64 = 3;
+/// Denoising steps per block.
+const STEPS: u64 = 4;
+/// Frames per block.
+const FRAMES_PER_BLOCK: u64 = 16;
+/// How much slower the straggler's VAE decode is.
+const STRAGGLER_FACTOR: f64 = 1.4;
+/// Gather deadline for the demo's ranks unless RANKSCOPE_GATHER_TIMEOUT_S says otherwise.
+const DEMO_GATHER_TIMEOUT_S: &str = "10";
+
+/// What the demo runs.
+pub struct DemoOptions {
+    /// Ranks to start.
+    pub ranks: u32,
+    /// The rank whose VAE decode is slow.
+    pub straggler: Option<u32>,
+    /// A rank that crashes halfway.
+    pub kill_rank: Option<u32>,
+    /// Output directory.
+    pub out: PathBuf,
+}
+
+/// Runs the demo; returns whether every rank reported.
+pub fn run(options: &DemoOptions) -> Result<bool> {
+    if options.ranks == 0 {
+        bail!("--ranks must be at least 1");
+    }
+    for (flag, rank) in [
+        ("--straggler", options.straggler),
+        ("--kill-rank", options.kill_rank),
+    ] {
+        if let Some(rank) = rank.filter(|&r| r >= options.ranks) {
+            bail!(
+                "{flag} {rank} is not a rank of a {}-rank job",
+                options.ranks
+            );
+        }
+    }
+    if options.kill_rank == Some(0) {
+        bail!("--kill-rank 0 would kill the rank that writes the report; pick another rank");
+    }
+    let started = Instant::now();
+    let exe = std::env::current_exe().context("locating the rankscope executable")?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let session_id = format!("{}-{}", now.as_secs(), std::process::id());
+    eprintln!(
+        "rankscope demo: {} simulated ranks (simulated GPUs, no real hardware), straggler {}, session {session_id}",
+        options.ranks,
+        options.straggler.map_or("none".into(), |r| format!("rank {r}"))
+    );
+
+    let mut children: Vec<Child> = Vec::new();
+    for rank in 0..options.ranks {
+        let mut command = Command::new(&exe);
+        command
+            .arg("demo-rank")
+            .env("RANKSCOPE_RANK", rank.to_string())
+            .env("RANKSCOPE_WORLD_SIZE", options.ranks.to_string())
+            .env("RANKSCOPE_LOCAL_RANK", rank.to_string())
+            .env("RANKSCOPE_LOCAL_WORLD_SIZE", options.ranks.to_string())
+            .env("RANKSCOPE_SESSION_ID", &session_id)
+            .env("RANKSCOPE_OUTPUT_DIR", &options.out)
+            .env("RANKSCOPE_TRANSPORT", "dir")
+            .stdout(Stdio::piped());
+        if std::env::var_os("RANKSCOPE_GATHER_TIMEOUT_S").is_none() {
+            command.env("RANKSCOPE_GATHER_TIMEOUT_S", DEMO_GATHER_TIMEOUT_S);
+        }
+        if let Some(straggler) = options.straggler {
+            command.arg("--straggler").arg(straggler.to_string());
+        }
+        if let Some(kill) = options.kill_rank {
+            command.arg("--kill-rank").arg(kill.to_string());
+        }
+        children.push(
+            command
+                .spawn()
+                .with_context(|| format!("starting rank {rank}"))?,
+        );
+    }
+
+    let blocks_done = Arc::new(AtomicU32::new(0));
+    let session_dir: Arc<Mutex<Option<PathBuf>>> = Arc::default();
+    let readers: Vec<_> = children
+        .iter_mut()
+        .map(|child| {
+            let stdout = child.stdout.take().expect("stdout is piped");
+            let (blocks_done, session_dir) = (Arc::clone(&blocks_done), Arc::clone(&session_dir));
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if line == "block-done" {
+                        blocks_done.fetch_add(1, Ordering::Relaxed);
+                    } else if let Some(dir) = line.strip_prefix("session-dir ") {
+                        *session_dir.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.into());
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let total = options.ranks * BLOCKS as u32;
+    let mut statuses = vec![None; children.len()];
+    let mut shown = None;
+    let tty = std::io::stderr().is_terminal();
+    while statuses.iter().any(Option::is_none) {
+        for (status, child) in statuses.iter_mut().zip(&mut children) {
+            if status.is_none() {
+                *status = child.try_wait().context("waiting for a rank")?;
+            }
+        }
+        let done = blocks_done.load(Ordering::Relaxed);
+        let finished = statuses.iter().filter(|s| s.is_some()).count();
+        if shown != Some((done, finished)) {
+            shown = Some((done, finished));
+            let line = format!(
+                "rankscope demo: {done}/{total} blocks generated, {finished}/{} ranks finished",
+                options.ranks
+            );
+            if tty {
+                eprint!("\r{line}");
+                let _ = std::io::stderr().flush();
+            } else {
+                eprintln!("{line}");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if tty {
+        eprintln!();
+    }
+    for reader in readers {
+        let _ = reader.join();
+    }
+
+    for (rank, status) in statuses.iter().enumerate() {
+        let status = status.expect("every rank has exited");
+        if !status.success() {
+            if options.kill_rank == Some(rank as u32) {
+                eprintln!("rankscope demo: rank {rank} crashed, as asked (--kill-rank)");
+            } else {
+                eprintln!("rankscope demo: rank {rank} failed: {status}");
+            }
+        }
+    }
+    let session_dir = session_dir
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .context("rank 0 did not start its session")?;
+    if !statuses[0].expect("rank 0 has exited").success() {
+        bail!(
+            "rank 0 failed; its session directory is {}",
+            session_dir.display()
+        );
+    }
+    let summary_path = session_dir.join(SUMMARY_TXT);
+    let summary = std::fs::read_to_string(&summary_path)
+        .with_context(|| format!("reading {}", summary_path.display()))?;
+    println!("{summary}");
+    println!("report:   {}", session_dir.join(REPORT_JSON).display());
+    println!("summary:  {}", summary_path.display());
+    println!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
+    Ok(statuses.iter().all(|s| s.is_some_and(|s| s.success())))
+}
+
+/// One rank of the demo job: a simulated text-to-video pipeline.
+pub fn run_rank(straggler: Option<u32>, kill_rank: Option<u32>) -> Result<()> {
+    let profiler = Profiler::from_env().context("setting up the profiler")?;
+    profiler.set_reporter(Arc::new(ReportWriter));
+    let env = profiler
+        .rank_env()
+        .context("the demo needs an enabled profiler (RANKSCOPE_ENABLED=1)")?
+        .clone();
+    let rank = env.rank;
+    let session = profiler.session(
+        "t2v-demo",
+        &[
+            ("pipeline", "text-to-video"),
+            ("parallelism", "tensor"),
+            ("data", "simulated"),
+        ],
+    )?;
+    if rank == 0 {
+        let dir = session.dir().context("the session has a directory")?;
+        println!("session-dir {}", dir.display());
+    }
+    let world = u64::from(env.world_size);
+    let work = |stage: &str, call: u64, ms: f64| {
+        let _stage = profiler.stage(stage);
+        simulate(ms * jitter(rank, stage, call));
+    };
+
+    work("model_load", 0, 40.0);
+    profiler.record_model_parameters("text_encoder", 4_762_000_000);
+    profiler.record_model_parameters("transformer_shard", 13_000_000_000 / world);
+    profiler.record_model_parameters("vae", 86_000_000);
+    work("text_encoding", 0, 60.0);
+
+    for block in 0..BLOCKS {
+        let block_started = Instant::now();
+        {
+            let _block =
+                profiler.stage_with("diffusion_block", &serde_json::json!({ "block": block }));
+            for step in 0..STEPS {
+                let step_started = Instant::now();
+                work("denoise_step", block * STEPS + step, 30.0);
+                profiler.record_diffusion_step(DiffusionStep {
+                    step,
+                    timestep: 1000.0 * (1.0 - step as f64 / STEPS as f64),
+                    block_size: FRAMES_PER_BLOCK,
+                    computation_ms: step_started.elapsed().as_secs_f64() * 1e3,
+                    guidance_scale: Some(5.0),
+                });
+            }
+        }
+        profiler.record_block_computation(BlockComputation {
+            block_index: block,
+            block_size: FRAMES_PER_BLOCK,
+            computation_ms: block_started.elapsed().as_secs_f64() * 1e3,
+            memory_mb: None,
+        });
+        println!("block-done");
+        if kill_rank == Some(rank) && block == 1 {
+            eprintln!("rankscope demo: rank {rank} crashes now (simulated, --kill-rank)");
+            std::process::abort();
+        }
+    }
+
+    let slow = if straggler == Some(rank) {
+        STRAGGLER_FACTOR
+    } else {
+        1.0
+    };
+    work("vae_decode", 0, 100.0 * slow);
+    profiler.record_throughput((BLOCKS * FRAMES_PER_BLOCK) as f64, None);
+    profiler.add_event(
+        "video_done",
+        &serde_json::json!({ "frames": BLOCKS * FRAMES_PER_BLOCK }),
+    );
+    let outcome = session.finish()?;
+    if let Some(gathered) = outcome.gathered {
+        if !gathered.missing.is_empty() {
+            eprintln!(
+                "rankscope demo: rank 0 wrote the report without ranks {:?}",
+                gathered.missing
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Stands in for GPU work.
+fn simulate(ms: f64) {
+    std::thread::sleep(Duration::from_secs_f64(ms / 1e3));
+}
+
+/// A repeatable factor in [0.97, 1.03) for one rank, stage and call.
+fn jitter(rank: u32, stage: &str, call: u64) -> f64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in stage
+        .bytes()
+        .chain(rank.to_le_bytes())
+        .chain(call.to_le_bytes())
+    {
+        h = (h ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    0.97 + (h % 600) as f64 / 10_000.0
+}

@@ -1,0 +1,140 @@
+//! The `rankscope` command: argument parsing, then library calls.
+
+mod demo;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use rankscope_common::Config;
+use rankscope_coordinator::{aggregate, inspect};
+
+/// Exit status when a report was written but some ranks or files are missing.
+const EXIT_PARTIAL: u8 = 2;
+
+/// rankscope: a profiler for multi-rank GPU inference jobs.
+///
+/// Exit status: 0 success; 1 error; 2 a report was written but it is
+/// partial (ranks missing or input files skipped).
+#[derive(Parser)]
+#[command(name = "rankscope", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Run a simulated tensor-parallel text-to-video job (real rank
+    /// processes, simulated GPUs, one slow rank) and print its report.
+    ///
+    /// Needs no GPU and no MPI. The ranks hand their data to rank 0 through
+    /// the session directory; rank 0 writes report.json, summary.txt and
+    /// stages.csv there.
+    Demo {
+        /// Number of rank processes.
+        #[arg(long, default_value_t = 4)]
+        ranks: u32,
+        /// Rank made ~40% slower in vae_decode (default: 2 when there are 3+ ranks).
+        #[arg(long)]
+        straggler: Option<u32>,
+        /// Rank that crashes halfway, to show a report with a missing rank.
+        #[arg(long)]
+        kill_rank: Option<u32>,
+        /// Output directory; the session gets its own directory inside.
+        #[arg(long, default_value = "profiling_reports")]
+        out: PathBuf,
+    },
+    /// Merge the rank spill files (rank-NNNNN.rsp) of a session directory
+    /// into one report, as rank 0 does at the end of a job.
+    ///
+    /// Files that cannot be used (truncated, corrupt, of another format or
+    /// version, a second file for one rank) are named with the reason and
+    /// left out; the rest are merged. Exit status 2 says the report is partial.
+    Aggregate {
+        /// The session directory holding the spill files.
+        #[arg(long)]
+        reports_dir: PathBuf,
+        /// Where to write the report (default: the reports directory).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Show what a payload (spill) file holds: its header and the rows in
+    /// each table.
+    Inspect {
+        /// The file.
+        file: PathBuf,
+    },
+    /// One rank of the demo job (started by `rankscope demo`).
+    #[command(hide = true)]
+    DemoRank {
+        #[arg(long)]
+        straggler: Option<u32>,
+        #[arg(long)]
+        kill_rank: Option<u32>,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("rankscope: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let complete = match cli.command {
+        Commands::Demo {
+            ranks,
+            straggler,
+            kill_rank,
+            out,
+        } => demo::run(&demo::DemoOptions {
+            ranks,
+            straggler: straggler.or((ranks >= 3).then_some(2)),
+            kill_rank,
+            out,
+        })?,
+        Commands::Aggregate {
+            reports_dir,
+            output,
+        } => {
+            let config = Config::from_env().context("loading the configuration")?;
+            let aggregated = aggregate::aggregate(&reports_dir, output.as_deref(), &config)?;
+            print!("{}", aggregated.files.summary);
+            for file in &aggregated.files.files {
+                println!("wrote {}", file.display());
+            }
+            for skipped in &aggregated.report.session.skipped {
+                eprintln!("rankscope: skipped {}: {}", skipped.source, skipped.reason);
+            }
+            if !aggregated.report.session.ranks_missing.is_empty() {
+                eprintln!(
+                    "rankscope: ranks missing from the report: {:?}",
+                    aggregated.report.session.ranks_missing
+                );
+            }
+            aggregated.is_complete()
+        }
+        Commands::Inspect { file } => {
+            print!("{}", inspect::inspect(&file)?);
+            true
+        }
+        Commands::DemoRank {
+            straggler,
+            kill_rank,
+        } => {
+            demo::run_rank(straggler, kill_rank)?;
+            true
+        }
+    };
+    Ok(if complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_PARTIAL)
+    })
+}

@@ -1,0 +1,297 @@
+//! The report model: what the analysis finds, as the data of `report.json`
+//! (schema_version 1, the contract in DESIGN.md). The report writers render
+//! it; `rankscope report` reads it back.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The `schema_version` this build writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The whole report of one session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Version of this schema.
+    pub schema_version: u32,
+    /// The session.
+    pub session: SessionSummary,
+    /// One entry per reporting rank.
+    pub ranks: Vec<RankSummary>,
+    /// One entry per stage name, by total time.
+    pub stages: Vec<StageStats>,
+    /// Ranks slower than their peers in a stage.
+    pub stragglers: Vec<Straggler>,
+    /// Per stage, call by call: which rank was slowest and the wait it imposed.
+    pub lockstep: Vec<LockstepStage>,
+    /// One entry per physical GPU.
+    pub gpus: Vec<GpuSummary>,
+    /// Diffusion steps, blocks and parameter counts.
+    pub diffusion: DiffusionSummary,
+    /// What to look at, with the evidence.
+    pub recommendations: Vec<Recommendation>,
+}
+
+/// The session as a whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSummary {
+    /// Id shared by every rank.
+    pub id: String,
+    /// Session name.
+    pub name: String,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// Ranks whose data is in the report.
+    pub ranks_reporting: Vec<u32>,
+    /// Ranks with no data.
+    pub ranks_missing: Vec<u32>,
+    /// Launcher detected on the ranks.
+    pub launcher: String,
+    /// Longest rank session, seconds.
+    pub duration_s: f64,
+    /// `nvml`, `simulated` or `none`.
+    pub gpu_source: String,
+    /// Session start (rank 0's, else the earliest), seconds since the Unix epoch.
+    pub started_unix_s: f64,
+    /// Inputs refused while gathering.
+    pub skipped: Vec<SkippedInput>,
+    /// Rows ranks recorded but could not keep.
+    pub dropped_rows: Vec<DroppedRows>,
+}
+
+/// An input refused while gathering.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkippedInput {
+    /// File or peer.
+    pub source: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Rows one rank dropped from one table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DroppedRows {
+    /// The rank.
+    pub rank: u32,
+    /// The table.
+    pub table: String,
+    /// Rows dropped.
+    pub rows: u64,
+}
+
+/// One rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankSummary {
+    /// Global rank.
+    pub rank: u32,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Rank within the node.
+    pub local_rank: u32,
+    /// Clock offset to rank 0, nanoseconds.
+    pub clock_offset_ns: i64,
+    /// Session length on this rank, seconds.
+    pub duration_s: f64,
+    /// GPUs the rank sampled.
+    pub gpus: Vec<RankGpu>,
+}
+
+/// A GPU as one rank saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankGpu {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Name.
+    pub name: String,
+}
+
+/// One stage name across ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageStats {
+    /// Stage name.
+    pub name: String,
+    /// Calls, all ranks together.
+    pub count: u64,
+    /// Ranks that ran the stage.
+    pub ranks: u32,
+    /// Spread of the per-rank total time, seconds.
+    pub total_s: Spread,
+    /// Per-call time over every call of every rank, milliseconds.
+    pub per_call_ms: Percentiles,
+    /// max / avg − 1 of the per-rank totals, percent.
+    pub imbalance_pct: f64,
+    /// Average per-rank total over the average session length, percent.
+    pub share_pct: f64,
+}
+
+/// Min / max / avg / std of one value across ranks, with the extreme ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Mean.
+    pub avg: f64,
+    /// Population standard deviation.
+    pub std: f64,
+    /// Rank of the smallest value.
+    pub min_rank: u32,
+    /// Rank of the largest value.
+    pub max_rank: u32,
+}
+
+/// Percentiles of a distribution (linear interpolation), with min, mean and max.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Mean.
+    pub mean: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+/// A rank slower than the median rank in a stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Straggler {
+    /// The slow rank.
+    pub rank: u32,
+    /// The stage.
+    pub stage: String,
+    /// Its total over the median rank's total.
+    pub slowdown: f64,
+    /// Its total minus the median rank's, seconds.
+    pub excess_s: f64,
+    /// Time the other ranks spent waiting on it in this stage, seconds
+    /// (lockstep: Σ over the calls where it was slowest of Σ (max − own)).
+    pub wait_s: f64,
+}
+
+/// One stage, call by call across ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockstepStage {
+    /// Stage name.
+    pub stage: String,
+    /// Calls compared (the fewest any rank made).
+    pub calls: u64,
+    /// Per rank: how often it was slowest and the wait it imposed.
+    pub ranks: Vec<LockstepRank>,
+}
+
+/// One rank in a lockstep comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockstepRank {
+    /// The rank.
+    pub rank: u32,
+    /// Calls in which it was the slowest.
+    pub slowest_calls: u64,
+    /// Σ (its time − each other rank's time) over those calls, seconds.
+    pub wait_imposed_s: f64,
+}
+
+/// One physical GPU over the session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSummary {
+    /// The rank that sampled it (the lowest, when several did).
+    pub rank: u32,
+    /// Host.
+    pub host: String,
+    /// NVML index.
+    pub index: u32,
+    /// Name.
+    pub name: String,
+    /// Memory in all, MB.
+    pub memory_total_mb: Option<f64>,
+    /// Peak memory used, MB.
+    pub memory_peak_mb: Option<f64>,
+    /// Mean GPU utilisation, percent.
+    pub util_avg: Option<f64>,
+    /// Highest temperature, °C.
+    pub temp_max_c: Option<f64>,
+    /// Mean power, W.
+    pub power_avg_w: Option<f64>,
+    /// Bottlenecks found.
+    pub bottlenecks: Vec<Bottleneck>,
+}
+
+/// A GPU bottleneck and what showed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bottleneck {
+    /// memory_pressure | thermal_throttling | power_capped | clock_throttled |
+    /// underutilized | outlier
+    pub kind: String,
+    /// The readings that showed it.
+    pub evidence: String,
+}
+
+/// Diffusion steps, blocks and model size.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DiffusionSummary {
+    /// Step times.
+    pub steps: Option<StepSummary>,
+    /// Block throughput.
+    pub blocks: Option<BlockSummary>,
+    /// Parameter counts by name (the largest a rank reported).
+    pub model_parameters: BTreeMap<String, u64>,
+}
+
+/// Denoising steps across ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepSummary {
+    /// Steps, all ranks together.
+    pub count: u64,
+    /// Step time over every step of every rank, milliseconds.
+    pub step_ms: Percentiles,
+    /// Per rank: mean step time, milliseconds.
+    pub per_rank_mean_ms: Vec<RankValue>,
+}
+
+/// Blocks across ranks. Each frame counts once per block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockSummary {
+    /// Blocks per rank (the most any rank computed).
+    pub count: u64,
+    /// Frames per rank (the most any rank computed).
+    pub frames: u64,
+    /// Frames per second of block computation, slowest rank.
+    pub fps: f64,
+    /// Blocks per second of block computation, slowest rank.
+    pub bps: f64,
+    /// Per rank: frames per second.
+    pub per_rank_fps: Vec<RankValue>,
+}
+
+/// One rank's value of a per-rank quantity.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RankValue {
+    /// The rank.
+    pub rank: u32,
+    /// The value.
+    pub value: f64,
+}
+
+/// A finding worth acting on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recommendation {
+    /// `info`, `warning` or `critical`.
+    pub severity: String,
+    /// `stage`, `straggler`, `data`, ...
+    pub category: String,
+    /// What to do.
+    pub message: String,
+    /// What fired the rule.
+    pub evidence: String,
+}

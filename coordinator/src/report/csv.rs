@@ -1,0 +1,69 @@
+//! `stages.csv`: one row per stage with the cross-rank statistics.
+
+use std::fmt::Write;
+
+use crate::model::Report;
+
+const HEADER: &str = "name,count,ranks,total_avg_s,total_min_s,total_min_rank,total_max_s,\
+total_max_rank,total_std_s,call_p50_ms,call_p95_ms,call_p99_ms,call_min_ms,call_mean_ms,\
+call_max_ms,imbalance_pct,share_pct";
+
+/// The stage table as CSV (RFC 4180 quoting).
+pub fn stages_csv(report: &Report) -> String {
+    let mut out = String::from(HEADER);
+    out.push('\n');
+    for s in &report.stages {
+        let (t, c) = (&s.total_s, &s.per_call_ms);
+        writeln!(
+            out,
+            "{},{},{},{:.6},{:.6},{},{:.6},{},{:.6},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.2}",
+            field(&s.name),
+            s.count,
+            s.ranks,
+            t.avg,
+            t.min,
+            t.min_rank,
+            t.max,
+            t.max_rank,
+            t.std,
+            c.p50,
+            c.p95,
+            c.p99,
+            c.min,
+            c.mean,
+            c.max,
+            s.imbalance_pct,
+            s.share_pct
+        )
+        .expect("writing to a String cannot fail");
+    }
+    out
+}
+
+/// A text field: quoted when it holds a comma, quote or line break, and
+/// prefixed with `'` when a spreadsheet would read it as a formula.
+fn field(text: &str) -> String {
+    let text = if text.starts_with(['=', '+', '-', '@']) {
+        format!("'{text}")
+    } else {
+        text.to_string()
+    };
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_names_are_quoted_and_defused() {
+        assert_eq!(field("vae_decode"), "vae_decode");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\"\n"), "\"say \"\"hi\"\"\n\"");
+        assert_eq!(field("=cmd()"), "'=cmd()");
+    }
+}

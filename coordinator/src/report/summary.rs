@@ -1,0 +1,141 @@
+//! `summary.txt`: the terminal table of the top stages across ranks, then
+//! stragglers, missing ranks, skipped inputs and recommendations.
+
+use std::fmt::Write;
+
+use super::text::cell;
+use crate::model::Report;
+
+/// Stages shown in the table; the rest are counted.
+const TOP_STAGES: usize = 20;
+const NAME_WIDTH: usize = 28;
+
+/// The summary as text.
+pub fn summary(report: &Report) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_summary(&mut out, report);
+    out
+}
+
+fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
+    let s = &report.session;
+    let rule = "=".repeat(128);
+    writeln!(out, "{rule}")?;
+    writeln!(
+        out,
+        "rankscope PROFILING SUMMARY  session {} ({})  ranks {}/{}  {:.3} s  launcher {}  GPU data: {}",
+        cell(&s.name, 40),
+        cell(&s.id, 40),
+        s.ranks_reporting.len(),
+        s.world_size,
+        s.duration_s,
+        s.launcher,
+        if s.gpu_source == "simulated" {
+            "SIMULATED (not real hardware)"
+        } else {
+            &s.gpu_source
+        }
+    )?;
+    writeln!(out, "{rule}")?;
+    writeln!(
+        out,
+        "{:<NAME_WIDTH$} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>15} {:>15} {:>7} {:>7}",
+        "Stage",
+        "Calls",
+        "Total/rank",
+        "Mean ms",
+        "Min ms",
+        "Max ms",
+        "p95 ms",
+        "Fastest rank",
+        "Slowest rank",
+        "Imbal%",
+        "Share%"
+    )?;
+    writeln!(out, "{}", "-".repeat(128))?;
+    for stage in report.stages.iter().take(TOP_STAGES) {
+        let (t, c) = (&stage.total_s, &stage.per_call_ms);
+        writeln!(
+            out,
+            "{:<NAME_WIDTH$} {:>6} {:>9.3} s {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>15} {:>15} {:>7.1} {:>7.1}",
+            cell(&stage.name, NAME_WIDTH),
+            stage.count,
+            t.avg,
+            c.mean,
+            c.min,
+            c.max,
+            c.p95,
+            format!("r{} {:.3} s", t.min_rank, t.min),
+            format!("r{} {:.3} s", t.max_rank, t.max),
+            stage.imbalance_pct,
+            stage.share_pct
+        )?;
+    }
+    if report.stages.len() > TOP_STAGES {
+        writeln!(
+            out,
+            "... and {} more stages (stages.csv has them all)",
+            report.stages.len() - TOP_STAGES
+        )?;
+    }
+    if report.stages.is_empty() {
+        writeln!(out, "(no stages recorded)")?;
+    }
+    writeln!(out)?;
+
+    if report.stragglers.is_empty() {
+        writeln!(out, "Stragglers: none")?;
+    } else {
+        writeln!(out, "Stragglers:")?;
+        for st in &report.stragglers {
+            writeln!(
+                out,
+                "  rank {} in {}: {:.2}x the median rank (+{:.3} s); the others waited {:.3} s",
+                st.rank,
+                cell(&st.stage, NAME_WIDTH),
+                st.slowdown,
+                st.excess_s,
+                st.wait_s
+            )?;
+        }
+    }
+    if !s.ranks_missing.is_empty() {
+        writeln!(out, "Missing ranks (no data): {:?}", s.ranks_missing)?;
+    }
+    for skipped in &s.skipped {
+        writeln!(
+            out,
+            "Skipped {}: {}",
+            cell(&skipped.source, 200),
+            cell(&skipped.reason, 200)
+        )?;
+    }
+    if let Some(blocks) = &report.diffusion.blocks {
+        writeln!(
+            out,
+            "Blocks: {} of {} frames; {:.2} frames/s, {:.3} blocks/s (slowest rank)",
+            blocks.count, blocks.frames, blocks.fps, blocks.bps
+        )?;
+    }
+    if let Some(steps) = &report.diffusion.steps {
+        writeln!(
+            out,
+            "Diffusion steps: {} in all; {:.2} ms median, {:.2} ms p95",
+            steps.count, steps.step_ms.p50, steps.step_ms.p95
+        )?;
+    }
+    if !report.recommendations.is_empty() {
+        writeln!(out, "\nRecommendations:")?;
+        for r in &report.recommendations {
+            writeln!(
+                out,
+                "  [{}] {} ({})",
+                r.severity,
+                cell(&r.message, 200),
+                cell(&r.evidence, 200)
+            )?;
+        }
+    }
+    Ok(())
+}

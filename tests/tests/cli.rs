@@ -1,0 +1,168 @@
+//! The command line over real files: `aggregate` with bad input, `inspect`, `--help`.
+
+use std::path::Path;
+
+use rankscope_tests::{rankscope, read_json, session_dir};
+
+/// Runs a 3-rank demo and returns the session directory with its spill files.
+fn demo_session(out: &Path) -> std::path::PathBuf {
+    let run = rankscope(
+        &["demo", "--ranks", "3", "--out", out.to_str().unwrap()],
+        &[],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    session_dir(out)
+}
+
+#[test]
+fn aggregate_names_every_bad_file_and_merges_the_rest() {
+    let out = tempfile::tempdir().unwrap();
+    let session = demo_session(out.path());
+    let bad = tempfile::tempdir().unwrap();
+    let copy =
+        |from: &str, to: &str| std::fs::copy(session.join(from), bad.path().join(to)).unwrap();
+    copy("rank-00000.rsp", "rank-00000.rsp");
+    copy("rank-00001.rsp", "rank-00001.rsp");
+    // Two files claim rank 1.
+    copy("rank-00001.rsp", "rank-00001-copy.rsp");
+    // Rank 2's file cut short.
+    let full = std::fs::read(session.join("rank-00002.rsp")).unwrap();
+    std::fs::write(bad.path().join("rank-00002.rsp"), &full[..full.len() / 2]).unwrap();
+    // A file of another format.
+    std::fs::write(bad.path().join("notes.rsp"), "not a payload\n").unwrap();
+    // A payload from a future format version.
+    let mut future = std::fs::read(session.join("rank-00000.rsp")).unwrap();
+    future[4..6].copy_from_slice(&99u16.to_le_bytes());
+    std::fs::write(bad.path().join("rank-00007.rsp"), future).unwrap();
+
+    let run = rankscope(
+        &["aggregate", "--reports-dir", bad.path().to_str().unwrap()],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "partial result: {stderr}");
+    for (file, problem) in [
+        ("rank-00001-copy.rsp", "already provided by"),
+        ("rank-00002.rsp", "truncated payload"),
+        ("notes.rsp", "not a rankscope payload"),
+        ("rank-00007.rsp", "format version 99 is not supported"),
+    ] {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(file))
+            .unwrap_or_else(|| panic!("{file} is named: {stderr}"));
+        assert!(
+            line.contains(problem),
+            "{file}: expected `{problem}` in `{line}`"
+        );
+    }
+
+    let report = read_json(&bad.path().join("report.json"));
+    let s = &report["session"];
+    assert_eq!(s["world_size"], 3);
+    assert_eq!(s["ranks_reporting"], serde_json::json!([0, 1]));
+    assert_eq!(s["ranks_missing"], serde_json::json!([2]));
+    assert_eq!(s["skipped"].as_array().unwrap().len(), 4);
+    assert!(!report["stages"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn aggregate_rebuilds_the_report_rank_zero_wrote() {
+    let out = tempfile::tempdir().unwrap();
+    let session = demo_session(out.path());
+    let again = tempfile::tempdir().unwrap();
+    let run = rankscope(
+        &[
+            "aggregate",
+            "--reports-dir",
+            session.to_str().unwrap(),
+            "--output",
+            again.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let original = read_json(&session.join("report.json"));
+    let rebuilt = read_json(&again.path().join("report.json"));
+    assert_eq!(original, rebuilt, "the offline path and rank 0 agree");
+}
+
+#[test]
+fn aggregate_of_nothing_usable_fails_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rank-00000.rsp"), b"RSPL").unwrap();
+    let run = rankscope(
+        &["aggregate", "--reports-dir", dir.path().to_str().unwrap()],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no usable rank payload") && stderr.contains("truncated"),
+        "{stderr}"
+    );
+
+    let missing = dir.path().join("nope");
+    let run = rankscope(
+        &["aggregate", "--reports-dir", missing.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("nope"));
+}
+
+#[test]
+fn inspect_shows_the_header_and_rows_per_table() {
+    let out = tempfile::tempdir().unwrap();
+    let session = demo_session(out.path());
+    let run = rankscope(
+        &["inspect", session.join("rank-00001.rsp").to_str().unwrap()],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("rank      1 of 3"), "{stdout}");
+    assert!(stdout.contains("session   t2v-demo"), "{stdout}");
+    // model_load + text_encoding + 3 blocks + 12 steps + vae_decode = 18 stages.
+    let stages = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("stages "))
+        .unwrap();
+    assert!(stages.contains(" 18 rows"), "{stages}");
+
+    let run = rankscope(&["inspect", "Cargo.toml"], &[]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("not a rankscope payload"));
+}
+
+#[test]
+fn help_explains_each_subcommand() {
+    let run = rankscope(&["--help"], &[]);
+    let help = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success());
+    for command in ["demo", "aggregate", "inspect"] {
+        assert!(help.contains(command), "{help}");
+    }
+    assert!(
+        !help.contains("demo-rank"),
+        "the rank subcommand is internal"
+    );
+    let run = rankscope(&["aggregate", "--help"], &[]);
+    let help = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        help.contains("--reports-dir") && help.contains("partial"),
+        "{help}"
+    );
+}

@@ -1,0 +1,131 @@
+//! The demo as a user runs it: real rank processes, a real session
+//! directory, rank 0's report.
+
+use std::time::{Duration, Instant};
+
+use rankscope_tests::{rankscope, read_json, session_dir};
+
+#[test]
+fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
+    let out = tempfile::tempdir().unwrap();
+    let out_arg = out.path().to_str().unwrap();
+    let run = rankscope(
+        &["demo", "--ranks", "4", "--straggler", "1", "--out", out_arg],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("PROFILING SUMMARY"), "{stdout}");
+
+    let dir = session_dir(out.path());
+    let report = read_json(&dir.join("report.json"));
+    assert_eq!(report["schema_version"], 1);
+    let session = &report["session"];
+    assert_eq!(session["world_size"], 4);
+    assert_eq!(session["ranks_reporting"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(session["ranks_missing"], serde_json::json!([]));
+    assert_eq!(session["name"], "t2v-demo");
+
+    let stages = report["stages"].as_array().unwrap();
+    let names: Vec<&str> = stages.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    for expected in [
+        "text_encoding",
+        "diffusion_block",
+        "denoise_step",
+        "vae_decode",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    for stage in stages {
+        let total = &stage["total_s"];
+        for key in ["min", "max", "avg", "std"] {
+            assert!(
+                total[key].as_f64().is_some(),
+                "{} total_s.{key}",
+                stage["name"]
+            );
+        }
+        let (min, avg, max) = (
+            total["min"].as_f64().unwrap(),
+            total["avg"].as_f64().unwrap(),
+            total["max"].as_f64().unwrap(),
+        );
+        assert!(min <= avg && avg <= max, "{stage}");
+        assert!(total["min_rank"].as_u64().unwrap() < 4);
+        assert!(total["max_rank"].as_u64().unwrap() < 4);
+        assert_eq!(stage["ranks"], 4);
+    }
+    let vae = stages.iter().find(|s| s["name"] == "vae_decode").unwrap();
+    assert_eq!(vae["total_s"]["max_rank"], 1);
+
+    let stragglers = report["stragglers"].as_array().unwrap();
+    let vae_stragglers: Vec<_> = stragglers
+        .iter()
+        .filter(|s| s["stage"] == "vae_decode")
+        .map(|s| s["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(vae_stragglers, vec![1], "{stragglers:?}");
+    let planted = stragglers
+        .iter()
+        .find(|s| s["stage"] == "vae_decode")
+        .unwrap();
+    let slowdown = planted["slowdown"].as_f64().unwrap();
+    assert!(
+        (1.2..1.7).contains(&slowdown),
+        "planted 1.4x, found {slowdown}"
+    );
+
+    let steps = &report["diffusion"]["steps"];
+    assert_eq!(steps["count"], 4 * 12);
+    assert_eq!(report["diffusion"]["blocks"]["frames"], 48);
+
+    let csv = std::fs::read_to_string(dir.join("stages.csv")).unwrap();
+    assert!(csv.starts_with("name,count,ranks,"));
+    assert_eq!(csv.lines().count(), stages.len() + 1);
+    let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
+    assert!(summary.contains("rank 1 in vae_decode"), "{summary}");
+    for rank in 0..4 {
+        assert!(dir.join(format!("rank-{rank:05}.rsp")).is_file());
+    }
+}
+
+#[test]
+fn a_rank_that_never_writes_is_named_missing_within_the_deadline() {
+    let out = tempfile::tempdir().unwrap();
+    let out_arg = out.path().to_str().unwrap();
+    let started = Instant::now();
+    let run = rankscope(
+        &["demo", "--ranks", "3", "--kill-rank", "2", "--out", out_arg],
+        &[("RANKSCOPE_GATHER_TIMEOUT_S", "2")],
+    );
+    let elapsed = started.elapsed();
+    assert_eq!(
+        run.status.code(),
+        Some(2),
+        "a partial job exits 2: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // The pipeline takes under a second and the deadline is 2 s; 20 s is a
+    // generous bound that still proves rank 0 did not wait forever.
+    assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}");
+
+    let dir = session_dir(out.path());
+    let report = read_json(&dir.join("report.json"));
+    assert_eq!(report["session"]["world_size"], 3);
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1])
+    );
+    assert_eq!(report["session"]["ranks_missing"], serde_json::json!([2]));
+    let critical = report["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["severity"] == "critical" && r["message"].as_str().unwrap().contains("[2]"));
+    assert!(critical, "the missing rank is a critical finding");
+    assert!(!dir.join("rank-00002.rsp").exists());
+}
