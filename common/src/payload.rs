@@ -12,24 +12,31 @@
 //! ..      2     number of tables T
 //! T times:
 //!         1     table id (see Table::id)
-//!         8     length L of the table's Arrow IPC stream
-//!         L     the Arrow IPC stream: one schema, one record batch, compressed
+//!         1     codec: 0 none, 1 LZ4 frame, 2 Zstandard
+//!         8     length R of the table's Arrow IPC stream
+//!         8     length L of the compressed stream
+//!         L     the compressed Arrow IPC stream: one schema, one record batch
 //! ..      4     CRC-32 of every byte before it
 //! ```
 //!
+//! The IPC stream itself is written uncompressed and compressed whole: the
+//! Arrow reader trusts the uncompressed sizes inside a compressed IPC body
+//! and allocates them up front, so a hostile length could abort the process.
+//! Compressing outside lets [`decode`] bound every allocation.
+//!
 //! [`decode`] treats its input as untrusted: every length is checked against
 //! what is left, the checksum is verified before anything is parsed, sizes are
-//! capped, the Arrow reader runs with validation on and behind a panic guard,
-//! and each table must match its schema.
+//! capped, decompression stops at the announced size, the Arrow reader runs
+//! with validation on and behind a panic guard, and each table must match its
+//! schema.
 
 use std::collections::BTreeMap;
-use std::io::Cursor;
+use std::io::{Cursor, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
-use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
-use arrow_ipc::CompressionType;
+use arrow_ipc::writer::StreamWriter;
 use serde::{Deserialize, Serialize};
 
 use crate::table::Table;
@@ -42,6 +49,8 @@ pub const FORMAT_VERSION: u16 = 1;
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// Largest payload accepted: 4 GiB.
 pub const MAX_PAYLOAD_BYTES: u64 = 1 << 32;
+/// Largest uncompressed table stream accepted: 1 GiB.
+pub const MAX_TABLE_BYTES: u64 = 1 << 30;
 
 const PREAMBLE_BYTES: usize = 20;
 const CHECKSUM_BYTES: usize = 4;
@@ -50,7 +59,9 @@ const CHECKSUM_BYTES: usize = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
-    /// LZ4 frame: fastest.
+    /// No compression.
+    None,
+    /// LZ4 frame: fast.
     Lz4,
     /// Zstandard: smallest.
     #[default]
@@ -291,10 +302,16 @@ pub fn encode(payload: &Payload, compression: Compression) -> Result<Vec<u8>, Pa
         .collect();
     out.extend_from_slice(&(tables.len() as u16).to_le_bytes());
     for (&table, batch) in tables {
-        let stream = write_stream(table, batch, compression)?;
+        let stream = write_stream(table, batch)?;
+        let compressed = compress(&stream, compression).map_err(|e| PayloadError::Table {
+            table: table.name(),
+            reason: format!("compressing: {e}"),
+        })?;
         out.push(table.id());
+        out.push(codec_id(compression));
         out.extend_from_slice(&(stream.len() as u64).to_le_bytes());
-        out.extend_from_slice(&stream);
+        out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
+        out.extend_from_slice(&compressed);
     }
 
     let total = (out.len() + CHECKSUM_BYTES) as u64;
@@ -307,27 +324,63 @@ pub fn encode(payload: &Payload, compression: Compression) -> Result<Vec<u8>, Pa
     Ok(out)
 }
 
-fn write_stream(
-    table: Table,
-    batch: &RecordBatch,
-    compression: Compression,
-) -> Result<Vec<u8>, PayloadError> {
+fn write_stream(table: Table, batch: &RecordBatch) -> Result<Vec<u8>, PayloadError> {
     let fail = |e: arrow_schema::ArrowError| PayloadError::Table {
         table: table.name(),
         reason: e.to_string(),
     };
-    let codec = match compression {
-        Compression::Lz4 => CompressionType::LZ4_FRAME,
-        Compression::Zstd => CompressionType::ZSTD,
-    };
-    let options = IpcWriteOptions::default()
-        .try_with_compression(Some(codec))
-        .map_err(fail)?;
-    let mut writer =
-        StreamWriter::try_new_with_options(Vec::new(), &batch.schema(), options).map_err(fail)?;
+    let mut writer = StreamWriter::try_new(Vec::new(), &batch.schema()).map_err(fail)?;
     writer.write(batch).map_err(fail)?;
     writer.finish().map_err(fail)?;
     writer.into_inner().map_err(fail)
+}
+
+fn codec_id(compression: Compression) -> u8 {
+    match compression {
+        Compression::None => 0,
+        Compression::Lz4 => 1,
+        Compression::Zstd => 2,
+    }
+}
+
+fn compress(stream: &[u8], compression: Compression) -> std::io::Result<Vec<u8>> {
+    match compression {
+        Compression::None => Ok(stream.to_vec()),
+        Compression::Lz4 => {
+            let mut encoder = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            encoder.write_all(stream)?;
+            encoder.finish().map_err(std::io::Error::other)
+        }
+        Compression::Zstd => zstd::bulk::compress(stream, 3),
+    }
+}
+
+/// Decompresses `compressed` with codec `codec`, refusing to produce more
+/// (or less) than the announced `raw_len` bytes.
+fn decompress(codec: u8, compressed: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
+    if raw_len > MAX_TABLE_BYTES {
+        return Err(format!(
+            "announced size {raw_len} bytes exceeds the {MAX_TABLE_BYTES}-byte limit"
+        ));
+    }
+    let reader: Box<dyn Read + '_> = match codec {
+        0 => Box::new(compressed),
+        1 => Box::new(lz4_flex::frame::FrameDecoder::new(compressed)),
+        2 => Box::new(zstd::stream::read::Decoder::new(compressed).map_err(|e| e.to_string())?),
+        other => return Err(format!("unknown codec {other}")),
+    };
+    let mut out = Vec::new();
+    reader
+        .take(raw_len + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("decompressing: {e}"))?;
+    if out.len() as u64 != raw_len {
+        return Err(format!(
+            "decompressed to {} bytes, {raw_len} announced",
+            out.len()
+        ));
+    }
+    Ok(out)
 }
 
 /// Decodes a payload from untrusted bytes.
@@ -364,12 +417,19 @@ pub fn decode(bytes: &[u8]) -> Result<Payload, PayloadError> {
         let id = reader.u8("table id")?;
         let table = Table::from_id(id)
             .ok_or_else(|| PayloadError::Layout(format!("unknown table id {id}")))?;
-        let len = reader.u64("table length")?;
-        let stream = reader.take(
+        let codec = reader.u8("codec")?;
+        let raw_len = reader.u64("table length")?;
+        let len = reader.u64("compressed table length")?;
+        let compressed = reader.take(
             usize::try_from(len).map_err(|_| PayloadError::BadLength(len))?,
             table.name(),
         )?;
-        let batch = read_stream(table, stream)?;
+        let stream =
+            decompress(codec, compressed, raw_len).map_err(|reason| PayloadError::Table {
+                table: table.name(),
+                reason,
+            })?;
+        let batch = read_stream(table, &stream)?;
         if tables.insert(table, batch).is_some() {
             return Err(PayloadError::Layout(format!(
                 "table `{}` appears twice",
@@ -435,6 +495,8 @@ fn read_stream(table: Table, stream: &[u8]) -> Result<RecordBatch, PayloadError>
         table: table.name(),
         reason,
     };
+    check_stream_framing(stream)
+        .map_err(|reason| fail(format!("malformed Arrow IPC stream: {reason}")))?;
     // The Arrow IPC reader validates what it reads, but is not promised to be
     // panic-free on hostile input: a panic becomes this table's error.
     let read = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<RecordBatch>, String> {
@@ -464,6 +526,52 @@ fn read_stream(table: Table, stream: &[u8]) -> Result<RecordBatch, PayloadError>
         )));
     }
     Ok(batch)
+}
+
+/// Walks the messages of an Arrow IPC stream and checks that each one's
+/// metadata and body lie inside the stream. The Arrow reader allocates a
+/// message's announced body length before reading it; this check keeps a
+/// hostile length from becoming a huge allocation.
+fn check_stream_framing(stream: &[u8]) -> Result<(), String> {
+    const CONTINUATION: [u8; 4] = [0xff; 4];
+    let mut pos = 0usize;
+    loop {
+        let word = |at: usize| -> Result<[u8; 4], String> {
+            stream
+                .get(at..at + 4)
+                .map(|w| w.try_into().expect("4 bytes"))
+                .ok_or_else(|| format!("message header at byte {at} runs past the end"))
+        };
+        let mut first = word(pos)?;
+        if first == CONTINUATION {
+            pos += 4;
+            first = word(pos)?;
+        }
+        pos += 4;
+        let meta_len = i32::from_le_bytes(first);
+        if meta_len == 0 {
+            return Ok(()); // end of stream
+        }
+        let meta_len = usize::try_from(meta_len)
+            .map_err(|_| format!("negative metadata length {meta_len}"))?;
+        let meta = stream
+            .get(pos..pos.saturating_add(meta_len))
+            .ok_or_else(|| {
+                format!("metadata of {meta_len} bytes at byte {pos} runs past the end")
+            })?;
+        let message =
+            arrow_ipc::root_as_message(meta).map_err(|e| format!("message at byte {pos}: {e}"))?;
+        let body_len = usize::try_from(message.bodyLength())
+            .map_err(|_| format!("negative body length at byte {pos}"))?;
+        pos += meta_len;
+        if body_len > stream.len() - pos {
+            return Err(format!(
+                "message body of {body_len} bytes at byte {pos}, {} left",
+                stream.len() - pos
+            ));
+        }
+        pos += body_len;
+    }
 }
 
 /// Reads little-endian fields with bounds checks.

@@ -149,7 +149,7 @@ fn reseal(bytes: &mut [u8]) {
 #[test]
 fn round_trip_every_table_with_both_codecs() {
     let original = sample();
-    for codec in [Compression::Lz4, Compression::Zstd] {
+    for codec in [Compression::None, Compression::Lz4, Compression::Zstd] {
         let decoded = decode(&encode(&original, codec).unwrap()).unwrap();
         assert_eq!(decoded.header, original.header);
         assert_eq!(
@@ -253,6 +253,29 @@ fn trailing_bytes_after_the_checksum_are_ignored() {
     assert!(decode(&bytes).is_ok());
 }
 
+#[test]
+fn an_announced_table_size_past_the_limit_is_refused_before_allocating() {
+    let mut payload = sample();
+    payload.tables.retain(|&t, _| t == Table::ModelParameters);
+    let mut bytes = encode(&payload, Compression::Zstd).unwrap();
+    // The table entry follows the header: id, codec, then the raw length.
+    let header_len = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    let raw_len_at = PREAMBLE_BYTES + header_len + 2 + 2;
+    bytes[raw_len_at..raw_len_at + 8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+    reseal(&mut bytes);
+    let err = decode(&bytes).unwrap_err().to_string();
+    assert!(
+        err.contains("model_parameters") && err.contains("exceeds"),
+        "{err}"
+    );
+
+    // A size a little off is caught after decompression, not trusted.
+    bytes[raw_len_at..raw_len_at + 8].copy_from_slice(&7u64.to_le_bytes());
+    reseal(&mut bytes);
+    let err = decode(&bytes).unwrap_err().to_string();
+    assert!(err.contains("7 announced"), "{err}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -286,6 +309,20 @@ proptest! {
         let body_len = bytes.len() - 4 - body_start;
         let at = body_start + pos % body_len;
         bytes[at] = value;
+        reseal(&mut bytes);
+        let _ = decode(&bytes);
+    }
+
+    #[test]
+    fn hostile_arrow_streams_never_panic_or_abort(
+        edits in proptest::collection::vec((0usize..1 << 16, any::<u8>()), 1..8)
+    ) {
+        // Uncompressed tables: the edits land in the Arrow IPC bytes themselves.
+        let mut bytes = encode(&sample(), Compression::None).unwrap();
+        let body_len = bytes.len() - 4 - PREAMBLE_BYTES;
+        for (pos, value) in edits {
+            bytes[PREAMBLE_BYTES + pos % body_len] = value;
+        }
         reseal(&mut bytes);
         let _ = decode(&bytes);
     }
