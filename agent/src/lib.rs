@@ -30,6 +30,7 @@ mod profiler;
 mod recorder;
 mod records;
 mod reporter;
+mod sampler;
 mod session;
 pub mod spill;
 mod stage;
@@ -40,5 +41,10 @@ pub use rankscope_common::env::RankEnv;
 pub use rankscope_common::Config;
 pub use records::{BlockComputation, DiffusionStep, MemoryReading};
 pub use reporter::{ReportFiles, Reporter};
+
+/// Whether NVML loads on this machine (with `library`, else the system's).
+pub fn nvml_available(library: Option<&std::path::Path>) -> bool {
+    sampler::nvml::available(library)
+}
 pub use session::{session_dir, GatherSummary, Outcome, Session, SessionError};
 pub use stage::StageGuard;

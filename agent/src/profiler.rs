@@ -12,6 +12,7 @@ use rankscope_common::Config;
 use crate::recorder::{
     EventRecord, MetricRecord, OpenStage, Recorder, SnapshotRecord, StageRecord,
 };
+use crate::sampler::{gpu, SharedGpuReader};
 use crate::session::{Session, SessionError, SessionState};
 use crate::stage::StageGuard;
 use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
@@ -46,6 +47,8 @@ pub(crate) struct Inner {
     generation: AtomicU64,
     last_generation: AtomicU64,
     pub(crate) session: Mutex<Option<SessionState>>,
+    /// The GPU reader, opened at the first session (`None`: no GPU telemetry).
+    gpu: OnceLock<Option<SharedGpuReader>>,
 }
 
 impl Profiler {
@@ -77,6 +80,7 @@ impl Profiler {
                 generation: AtomicU64::new(0),
                 last_generation: AtomicU64::new(0),
                 session: Mutex::new(None),
+                gpu: OnceLock::new(),
             })),
         }
     }
@@ -247,17 +251,30 @@ impl Profiler {
         }
     }
 
-    /// Records a labelled memory snapshot with the numbers the caller has.
+    /// Records a labelled memory snapshot. With no numbers given
+    /// (`MemoryReading::default()`), the rank's first GPU is read: from NVML,
+    /// allocated is this process's device memory and reserved the device's
+    /// memory in use.
     pub fn memory_snapshot(&self, label: &str, reading: MemoryReading) {
         if let Some((inner, _)) = self.recording() {
             let ts_ns = inner.now_ns();
+            let (source, reading) = match inner.gpu_reader() {
+                Some(gpu) if reading == MemoryReading::default() => {
+                    let mut gpu = gpu.lock().unwrap_or_else(|e| e.into_inner());
+                    match gpu.memory(0) {
+                        Some(read) => (gpu.source().as_str(), read),
+                        None => ("caller", reading),
+                    }
+                }
+                _ => ("caller", reading),
+            };
             if inner.recorder.admit(Table::MemorySnapshots) {
                 inner.recorder.with_thread(|t| {
                     let label = t.names.intern(label);
                     t.snapshots.push(SnapshotRecord {
                         ts_ns,
                         label,
-                        source: "caller",
+                        source,
                         reading,
                     });
                 });
@@ -289,6 +306,22 @@ impl Inner {
             .as_ref()
             .map_or(0, |s| s.origin_ns);
         (self.now_ns().saturating_sub(origin)) as f64 / 1e9
+    }
+
+    /// The GPU reader, opened on first use; says once why GPU telemetry is off.
+    pub(crate) fn gpu_reader(&self) -> Option<&SharedGpuReader> {
+        self.gpu
+            .get_or_init(|| match gpu::open(&self.config, &self.env) {
+                Ok(reader) => reader.map(|r| Arc::new(Mutex::new(r))),
+                Err(reason) => {
+                    eprintln!(
+                        "rankscope: rank {}: GPU telemetry off: {reason}",
+                        self.env.rank
+                    );
+                    None
+                }
+            })
+            .as_ref()
     }
 
     /// Marks a session as recording; returns its generation.

@@ -4,6 +4,7 @@
 //! the session's finish once, so it is never contended while a job runs.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -97,8 +98,8 @@ pub(crate) struct ThreadData {
     pub(crate) calls: Vec<u32>,
     pub(crate) next_stage: u64,
     pub(crate) stages: Vec<StageRecord>,
-    pub(crate) gpu_samples: Vec<GpuSampleRow>,
-    pub(crate) host_samples: Vec<HostSampleRow>,
+    pub(crate) gpu_samples: VecDeque<GpuSampleRow>,
+    pub(crate) host_samples: VecDeque<HostSampleRow>,
     pub(crate) diffusion_steps: Vec<DiffusionStepRow>,
     pub(crate) blocks: Vec<BlockRow>,
     pub(crate) metrics: Vec<MetricRecord>,
@@ -235,6 +236,27 @@ impl Recorder {
             self.dropped[slot].fetch_add(1, Ordering::Relaxed);
             false
         }
+    }
+
+    /// Counts `rows` dropped from `table` by a ring buffer.
+    pub(crate) fn count_dropped(&self, table: Table, rows: u64) {
+        if rows > 0 {
+            self.dropped[slot(table)].fetch_add(rows, Ordering::Relaxed);
+        }
+    }
+
+    /// The names of the stages open on every thread, innermost last.
+    pub(crate) fn open_stage_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for thread in self.threads() {
+            let data = thread.lock();
+            names.extend(
+                data.open
+                    .iter()
+                    .map(|s| data.names.name(s.name).to_string()),
+            );
+        }
+        names
     }
 
     /// Every thread's buffer.

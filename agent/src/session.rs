@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rankscope_common::config::DisplayRanks;
 use rankscope_common::env::{Launcher, RankEnv};
 use rankscope_common::payload::{
     self, ClockMeta, DroppedRows, GpuSource, Payload, PayloadError, PayloadHeader, RankMeta,
@@ -15,6 +16,7 @@ use rankscope_common::{ArrowError, Config};
 
 use crate::batch::TableBuilders;
 use crate::profiler::Inner;
+use crate::sampler::{HostReader, Sampler, Schedule};
 use crate::transport::{self, GatherContext, Gathered, Skipped, TransportError};
 use crate::{spill, ReportFiles};
 
@@ -72,6 +74,8 @@ pub(crate) struct SessionState {
     /// Session start on the profiler's clock.
     pub(crate) origin_ns: u64,
     start_unix_ns: i64,
+    /// The session's telemetry thread.
+    sampler: Option<Sampler>,
 }
 
 /// What finishing a session produced.
@@ -154,9 +158,19 @@ impl Session {
             dir,
             origin_ns: inner.now_ns(),
             start_unix_ns: unix_now_ns(),
+            sampler: None,
         });
         inner.open_generation();
         drop(slot);
+        let sampler = start_sampler(&inner);
+        if let Some(state) = inner
+            .session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            state.sampler = sampler;
+        }
         Ok(Session { inner: Some(inner) })
     }
 
@@ -188,14 +202,45 @@ impl Drop for Session {
     }
 }
 
+/// Starts the telemetry sampler of a session, if there is anything to sample.
+fn start_sampler(inner: &Arc<Inner>) -> Option<Sampler> {
+    let config = &inner.config;
+    let gpu = inner.gpu_reader().cloned();
+    let host = config.collect_host.then(HostReader::new);
+    if gpu.is_none() && host.is_none() {
+        return None;
+    }
+    let displays = config.display_ranks == DisplayRanks::All || inner.env.rank == 0;
+    let schedule = Schedule {
+        gpu: Duration::from_secs_f64(config.gpu_interval_s),
+        host: Duration::from_secs_f64(config.host_interval_s),
+        pcie: config.pcie_interval_s.map(Duration::from_secs_f64),
+        display: (config.live_display && displays)
+            .then(|| Duration::from_secs_f64(config.display_interval_s)),
+    };
+    match Sampler::start(Arc::clone(inner), gpu, host, schedule) {
+        Ok(sampler) => Some(sampler),
+        Err(e) => {
+            eprintln!(
+                "rankscope: rank {}: telemetry off: cannot start its thread: {e}",
+                inner.env.rank
+            );
+            None
+        }
+    }
+}
+
 fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
     inner.close_generation();
-    let state = inner
+    let mut state = inner
         .session
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .expect("a session that has not finished holds its state");
+    if let Some(sampler) = state.sampler.take() {
+        sampler.stop();
+    }
     let end_ns = inner.now_ns();
 
     let mut builders = TableBuilders::default();
@@ -261,6 +306,9 @@ fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
 
 fn header(inner: &Inner, state: &SessionState, end_ns: u64) -> PayloadHeader {
     let env = &inner.env;
+    let gpu = inner
+        .gpu_reader()
+        .map(|g| g.lock().unwrap_or_else(|e| e.into_inner()));
     PayloadHeader {
         session: SessionMeta {
             id: state.id.clone(),
@@ -280,9 +328,11 @@ fn header(inner: &Inner, state: &SessionState, end_ns: u64) -> PayloadHeader {
             duration_ns: end_ns.saturating_sub(state.origin_ns),
             offset_to_rank0_ns: 0,
         },
-        gpu_source: GpuSource::None,
-        gpus: Vec::new(),
-        gpu_selection: String::new(),
+        gpu_source: gpu.as_ref().map_or(GpuSource::None, |g| g.source()),
+        gpus: gpu.as_ref().map_or_else(Vec::new, |g| g.devices().to_vec()),
+        gpu_selection: gpu
+            .as_ref()
+            .map_or_else(String::new, |g| g.selection().to_string()),
         dropped: inner
             .recorder
             .take_dropped()

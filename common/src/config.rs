@@ -37,6 +37,21 @@ pub enum TransportKind {
     Dir,
 }
 
+/// Where GPU readings come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuSourceKind {
+    /// NVML when its library loads; otherwise no GPU telemetry.
+    #[default]
+    Auto,
+    /// NVML; if it cannot load, GPU telemetry is off and the reason is said once.
+    Nvml,
+    /// Synthetic GPUs (demos, tests of the analysis): never real hardware.
+    Simulated,
+    /// No GPU telemetry.
+    None,
+}
+
 /// Which ranks print the live display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -71,14 +86,21 @@ pub struct Config {
     pub max_data_points: usize,
     /// Compression of the payload's Arrow streams.
     pub payload_compression: Compression,
-    /// Sample GPUs.
-    pub collect_gpu: bool,
+    /// Where GPU readings come from.
+    pub gpu_source: GpuSourceKind,
+    /// Path of the NVML library (default: the system's libnvidia-ml.so.1).
+    pub nvml_library: Option<PathBuf>,
+    /// With simulated GPUs: the rank whose GPU runs hot and throttles.
+    pub simulated_hot_rank: Option<u32>,
     /// Sample the host.
     pub collect_host: bool,
     /// GPU sampling interval, seconds.
     pub gpu_interval_s: f64,
     /// Host sampling interval, seconds.
     pub host_interval_s: f64,
+    /// PCIe throughput sampling interval, seconds; off when unset (each
+    /// reading blocks about 20 ms per GPU).
+    pub pcie_interval_s: Option<f64>,
     /// GPUs this rank samples: indices, UUIDs or `all`; default from
     /// CUDA_VISIBLE_DEVICES and LOCAL_RANK.
     pub gpu_devices: Option<String>,
@@ -160,10 +182,13 @@ impl Config {
             gather_timeout_s: 60.0,
             max_data_points: 100_000,
             payload_compression: Compression::Zstd,
-            collect_gpu: true,
+            gpu_source: GpuSourceKind::Auto,
+            nvml_library: None,
+            simulated_hot_rank: None,
             collect_host: true,
             gpu_interval_s: 0.5,
             host_interval_s: 1.0,
+            pcie_interval_s: None,
             gpu_devices: None,
             live_display: false,
             display_interval_s: 5.0,
@@ -287,6 +312,9 @@ impl Config {
         positive("gpu_interval_s", self.gpu_interval_s)?;
         positive("host_interval_s", self.host_interval_s)?;
         positive("display_interval_s", self.display_interval_s)?;
+        if let Some(pcie) = self.pcie_interval_s {
+            positive("pcie_interval_s", pcie)?;
+        }
         if self.max_data_points == 0 {
             return Err(ConfigError::Invalid {
                 key: "max_data_points",

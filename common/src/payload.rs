@@ -144,6 +144,10 @@ pub struct GpuMeta {
     pub pci_bus_id: String,
     /// Device memory in all, bytes.
     pub memory_total_bytes: Option<u64>,
+    /// Highest SM clock, MHz (read once).
+    pub max_sm_clock_mhz: Option<u32>,
+    /// Highest memory clock, MHz (read once).
+    pub max_mem_clock_mhz: Option<u32>,
 }
 
 /// Rows a rank recorded but did not keep, because a table was full.

@@ -14,6 +14,8 @@ fn sample() -> Payload {
         name: "Simulated GPU".into(),
         pci_bus_id: "00000000:01:00.0".into(),
         memory_total_bytes: Some(80 << 30),
+        max_sm_clock_mhz: Some(1980),
+        max_mem_clock_mhz: None,
     });
     header.dropped.push(DroppedRows {
         table: "events".into(),
