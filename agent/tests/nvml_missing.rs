@@ -24,6 +24,7 @@ fn without_the_library_telemetry_is_off_and_the_job_goes_on() {
     );
     let session = profiler.session("no-gpu", &[]).unwrap();
     drop(profiler.stage("work"));
+    std::thread::sleep(std::time::Duration::from_millis(50));
     let outcome = session.finish().unwrap();
     let payload = payload::decode(&std::fs::read(outcome.spill_file).unwrap()).unwrap();
     assert_eq!(payload.header.gpu_source, GpuSource::None);
