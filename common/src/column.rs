@@ -36,8 +36,16 @@ pub trait ColumnKind {
 }
 
 /// A column of optional primitive values.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct OptColumn<'a, T: ArrowPrimitiveType>(&'a PrimitiveArray<T>);
+
+impl<T: ArrowPrimitiveType> Clone for OptColumn<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: ArrowPrimitiveType> Copy for OptColumn<'_, T> {}
 
 impl<T: ArrowPrimitiveType> OptColumn<'_, T> {
     /// The value of row `i`, `None` where it is missing.

@@ -22,8 +22,13 @@ const STEPS: u64 = 4;
 const FRAMES_PER_BLOCK: u64 = 16;
 /// How much slower the straggler's VAE decode is.
 const STRAGGLER_FACTOR: f64 = 1.4;
-/// Gather deadline for the demo's ranks unless RANKSCOPE_GATHER_TIMEOUT_S says otherwise.
-const DEMO_GATHER_TIMEOUT_S: &str = "10";
+/// Settings the demo's ranks get unless the environment says otherwise: a
+/// short gather deadline and sampling fast enough for a job under a second.
+const DEMO_DEFAULTS: &[(&str, &str)] = &[
+    ("RANKSCOPE_GATHER_TIMEOUT_S", "10"),
+    ("RANKSCOPE_GPU_INTERVAL_S", "0.02"),
+    ("RANKSCOPE_HOST_INTERVAL_S", "0.1"),
+];
 
 /// What the demo runs.
 pub struct DemoOptions {
@@ -62,9 +67,16 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let session_id = format!("{}-{}", now.as_secs(), std::process::id());
+    // Real GPUs when NVML is here (and the user did not choose); else simulated ones.
+    let gpu_source = match std::env::var("RANKSCOPE_GPU_SOURCE") {
+        Ok(chosen) => chosen,
+        Err(_) if rankscope::nvml_available(None) => "nvml".to_string(),
+        Err(_) => "simulated".to_string(),
+    };
     eprintln!(
-        "rankscope demo: {} simulated ranks (simulated GPUs, no real hardware), straggler {}, session {session_id}",
+        "rankscope demo: {} rank processes of a simulated pipeline, GPU data {}, straggler {}, session {session_id}",
         options.ranks,
+        if gpu_source == "simulated" { "SIMULATED (no real hardware)" } else { &gpu_source },
         options.straggler.map_or("none".into(), |r| format!("rank {r}"))
     );
 
@@ -81,11 +93,18 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
             .env("RANKSCOPE_OUTPUT_DIR", &options.out)
             .env("RANKSCOPE_TRANSPORT", "dir")
             .stdout(Stdio::piped());
-        if std::env::var_os("RANKSCOPE_GATHER_TIMEOUT_S").is_none() {
-            command.env("RANKSCOPE_GATHER_TIMEOUT_S", DEMO_GATHER_TIMEOUT_S);
+        for (key, value) in DEMO_DEFAULTS {
+            if std::env::var_os(key).is_none() {
+                command.env(key, value);
+            }
+        }
+        if gpu_source == "simulated" {
+            command.env("RANKSCOPE_GPU_SOURCE", "simulated");
         }
         if let Some(straggler) = options.straggler {
             command.arg("--straggler").arg(straggler.to_string());
+            // The slow rank's simulated GPU runs hot and throttles.
+            command.env("RANKSCOPE_SIMULATED_HOT_RANK", straggler.to_string());
         }
         if let Some(kill) = options.kill_rank {
             command.arg("--kill-rank").arg(kill.to_string());

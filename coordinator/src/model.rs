@@ -98,6 +98,29 @@ pub struct RankSummary {
     pub duration_s: f64,
     /// GPUs the rank sampled.
     pub gpus: Vec<RankGpu>,
+    /// How the rank's GPUs were chosen.
+    pub gpu_selection: String,
+    /// The host over the session, from the rank's host readings.
+    pub host_telemetry: Option<HostSummary>,
+}
+
+/// One rank's host over the session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostSummary {
+    /// Readings taken.
+    pub samples: u64,
+    /// Mean CPU use, percent of all cores.
+    pub cpu_avg_pct: Option<f64>,
+    /// Highest CPU use, percent of all cores.
+    pub cpu_peak_pct: Option<f64>,
+    /// Highest host memory in use, MB.
+    pub memory_peak_mb: f64,
+    /// Host memory in all, MB.
+    pub memory_total_mb: f64,
+    /// Highest 1-minute load average.
+    pub load_1_max: Option<f64>,
+    /// Highest resident memory of the rank's process, MB.
+    pub process_rss_peak_mb: Option<f64>,
 }
 
 /// A GPU as one rank saw it.
@@ -202,17 +225,26 @@ pub struct LockstepRank {
     pub wait_imposed_s: f64,
 }
 
-/// One physical GPU over the session.
+/// One physical GPU over the session, counted once however many ranks
+/// sampled it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuSummary {
-    /// The rank that sampled it (the lowest, when several did).
+    /// The rank whose readings are used (the lowest, when several sampled it).
     pub rank: u32,
+    /// Every rank that sampled it.
+    pub sampled_by: Vec<u32>,
     /// Host.
     pub host: String,
     /// NVML index.
     pub index: u32,
+    /// UUID.
+    pub uuid: String,
     /// Name.
     pub name: String,
+    /// `nvml`, or `simulated` for synthetic readings.
+    pub source: String,
+    /// Readings used.
+    pub samples: u64,
     /// Memory in all, MB.
     pub memory_total_mb: Option<f64>,
     /// Peak memory used, MB.
@@ -223,6 +255,14 @@ pub struct GpuSummary {
     pub temp_max_c: Option<f64>,
     /// Mean power, W.
     pub power_avg_w: Option<f64>,
+    /// Energy, joules: Σ power · Δt over the intervals between readings.
+    pub energy_j: Option<f64>,
+    /// Mean SM clock, MHz.
+    pub sm_clock_avg_mhz: Option<f64>,
+    /// Highest SM clock the GPU supports, MHz.
+    pub sm_clock_max_mhz: Option<u32>,
+    /// Readings with a throttle reason other than idle, percent.
+    pub throttled_pct: Option<f64>,
     /// Bottlenecks found.
     pub bottlenecks: Vec<Bottleneck>,
 }

@@ -11,7 +11,8 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
     let out_arg = out.path().to_str().unwrap();
     let run = rankscope(
         &["demo", "--ranks", "4", "--straggler", "1", "--out", out_arg],
-        &[],
+        // Simulated GPUs even where NVML is present, so the test is the same everywhere.
+        &[("RANKSCOPE_GPU_SOURCE", "simulated")],
     );
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
@@ -79,6 +80,39 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
         "planted 1.4x, found {slowdown}"
     );
 
+    // The demo's GPUs are simulated, and say so everywhere.
+    assert_eq!(session["gpu_source"], "simulated");
+    let gpus = report["gpus"].as_array().unwrap();
+    assert_eq!(
+        gpus.len(),
+        4,
+        "one simulated GPU per rank, each counted once"
+    );
+    for gpu in gpus {
+        assert_eq!(gpu["source"], "simulated");
+        assert!(gpu["name"].as_str().unwrap().contains("Simulated"));
+        assert!(gpu["uuid"].as_str().unwrap().starts_with("SIMULATED-"));
+        assert!(gpu["samples"].as_u64().unwrap() >= 5, "{gpu}");
+        assert!(gpu["energy_j"].as_f64().unwrap() > 0.0);
+        assert!(gpu["util_avg"].as_f64().unwrap() > 0.0);
+        assert_eq!(gpu["bottlenecks"], serde_json::json!([]));
+    }
+    let throttled = |rank: u64| {
+        let gpu = gpus.iter().find(|g| g["rank"] == rank).unwrap();
+        gpu["throttled_pct"].as_f64().unwrap()
+    };
+    assert!(
+        throttled(1) > 50.0,
+        "the straggler's GPU runs hot and throttles"
+    );
+    assert_eq!(throttled(0), 0.0);
+    for rank in report["ranks"].as_array().unwrap() {
+        let host = &rank["host_telemetry"];
+        assert!(host["samples"].as_u64().unwrap() >= 2, "{rank}");
+        assert!(host["memory_total_mb"].as_f64().unwrap() > 0.0);
+        assert_eq!(rank["gpus"].as_array().unwrap().len(), 1);
+    }
+
     let steps = &report["diffusion"]["steps"];
     assert_eq!(steps["count"], 4 * 12);
     assert_eq!(report["diffusion"]["blocks"]["frames"], 48);
@@ -88,6 +122,11 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
     assert_eq!(csv.lines().count(), stages.len() + 1);
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(summary.contains("rank 1 in vae_decode"), "{summary}");
+    assert!(summary.contains("GPU data: SIMULATED"), "{summary}");
+    assert!(
+        summary.contains("GPUs (SIMULATED readings, not real hardware)"),
+        "{summary}"
+    );
     for rank in 0..4 {
         assert!(dir.join(format!("rank-{rank:05}.rsp")).is_file());
     }

@@ -88,7 +88,7 @@ mod tests {
             process_rss_bytes: None,
         };
         assert_eq!(
-            line(0, GpuSource::Nvml, &[], &[gpu.clone()], Some(&host)),
+            line(0, GpuSource::Nvml, &[], std::slice::from_ref(&gpu), Some(&host)),
             "rank 0 GPU0: mem 8420/24564 MB (34%) util 85% 72°C 210/300 W | CPU 45% mem 12840/32768 MB"
         );
         let missing = GpuSampleRow {

@@ -1,6 +1,7 @@
 //! The analysis: gathered payloads in, the [`Report`] model out.
 
 mod diffusion;
+pub mod gpus;
 mod recommend;
 mod stages;
 pub mod stats;
@@ -58,7 +59,7 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
         stages: stages::stage_stats(&times, session_avg_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
-        gpus: Vec::new(),
+        gpus: gpus::gpu_summaries(payloads),
         diffusion: diffusion::diffusion(payloads),
         recommendations: Vec::new(),
     };
@@ -122,5 +123,7 @@ fn rank_summary(payload: &rankscope_common::Payload) -> RankSummary {
                 name: g.name.clone(),
             })
             .collect(),
+        gpu_selection: h.gpu_selection.clone(),
+        host_telemetry: gpus::host_summary(payload),
     }
 }

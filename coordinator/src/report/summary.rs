@@ -111,6 +111,8 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             cell(&skipped.reason, 200)
         )?;
     }
+    write_gpus(out, report)?;
+    write_hosts(out, report)?;
     if let Some(blocks) = &report.diffusion.blocks {
         writeln!(
             out,
@@ -138,4 +140,88 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         }
     }
     Ok(())
+}
+
+/// A number with `digits` decimals, or `-` where it is missing.
+fn opt(value: Option<f64>, digits: usize) -> String {
+    value.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+}
+
+fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
+    if report.gpus.is_empty() {
+        return writeln!(
+            out,
+            "GPUs: no GPU telemetry ({})",
+            report.session.gpu_source
+        );
+    }
+    let simulated = report.gpus.iter().any(|g| g.source == "simulated");
+    writeln!(
+        out,
+        "\nGPUs{}:",
+        if simulated {
+            " (SIMULATED readings, not real hardware)"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(
+        out,
+        "{:<5} {:>4} {:<34} {:>17} {:>6} {:>7} {:>8} {:>9} {:>10}",
+        "Rank",
+        "GPU",
+        "Name",
+        "Mem peak/total MB",
+        "Util%",
+        "Temp°C",
+        "Power W",
+        "Energy J",
+        "Throttled%"
+    )?;
+    for g in &report.gpus {
+        writeln!(
+            out,
+            "{:<5} {:>4} {:<34} {:>17} {:>6} {:>7} {:>8} {:>9} {:>10}",
+            format!("r{}", g.rank),
+            g.index,
+            cell(&g.name, 34),
+            format!("{}/{}", opt(g.memory_peak_mb, 0), opt(g.memory_total_mb, 0)),
+            opt(g.util_avg, 1),
+            opt(g.temp_max_c, 0),
+            opt(g.power_avg_w, 0),
+            opt(g.energy_j, 1),
+            opt(g.throttled_pct, 0),
+        )?;
+    }
+    Ok(())
+}
+
+fn write_hosts(out: &mut String, report: &Report) -> std::fmt::Result {
+    let hosts: Vec<_> = report
+        .ranks
+        .iter()
+        .filter_map(|r| r.host_telemetry.as_ref().map(|h| (r, h)))
+        .collect();
+    if hosts.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "Hosts:")?;
+    writeln!(
+        out,
+        "{:<5} {:<20} {:>13} {:>17} {:>9} {:>11}",
+        "Rank", "Host", "CPU% avg/max", "Mem peak/total MB", "Load1 max", "RSS peak MB"
+    )?;
+    for (rank, h) in hosts {
+        writeln!(
+            out,
+            "{:<5} {:<20} {:>13} {:>17} {:>9} {:>11}",
+            format!("r{}", rank.rank),
+            cell(&rank.host, 20),
+            format!("{}/{}", opt(h.cpu_avg_pct, 0), opt(h.cpu_peak_pct, 0)),
+            format!("{:.0}/{:.0}", h.memory_peak_mb, h.memory_total_mb),
+            opt(h.load_1_max, 2),
+            opt(h.process_rss_peak_mb, 0),
+        )?;
+    }
+    writeln!(out)
 }

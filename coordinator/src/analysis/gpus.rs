@@ -1,0 +1,168 @@
+//! GPUs and hosts over the session: per physical GPU (counted once even
+//! when several ranks sample it) memory peak, utilisation, temperature,
+//! power, energy, clocks and throttling; per rank the host's load.
+
+use std::collections::BTreeMap;
+
+use rankscope_common::column::OptColumn;
+use rankscope_common::table::{GpuSamplesView, HostSamplesView, Table};
+use rankscope_common::Payload;
+
+use crate::model::{GpuSummary, HostSummary};
+
+const MB: f64 = (1u64 << 20) as f64;
+/// NVML's "GPU idle" throttle reason: not a slowdown.
+const IDLE_REASON: u64 = 0x1;
+
+/// Energy in joules from power readings at `ts_ns`: Σ over consecutive
+/// readings of the mean of their powers times the real time between them
+/// (the trapezoid rule). Intervals with a missing reading at either end are
+/// left out; `None` when no interval has both.
+pub fn energy_joules(ts_ns: &[u64], power_w: &[Option<f64>]) -> Option<f64> {
+    let mut energy = None;
+    for i in 1..ts_ns.len().min(power_w.len()) {
+        if let (Some(a), Some(b)) = (power_w[i - 1], power_w[i]) {
+            let dt = ts_ns[i].saturating_sub(ts_ns[i - 1]) as f64 / 1e9;
+            *energy.get_or_insert(0.0) += (a + b) / 2.0 * dt;
+        }
+    }
+    energy
+}
+
+/// One summary per physical GPU, by host and UUID.
+pub fn gpu_summaries(payloads: &[Payload]) -> Vec<GpuSummary> {
+    let mut by_device: BTreeMap<(String, String), GpuSummary> = BTreeMap::new();
+    // Payloads come by rank, so the first to claim a GPU is the lowest rank.
+    for payload in payloads {
+        let header = &payload.header;
+        let view = payload
+            .table(Table::GpuSamples)
+            .and_then(|b| GpuSamplesView::new(b).ok());
+        for (position, meta) in header.gpus.iter().enumerate() {
+            let key = (header.rank.host.clone(), meta.uuid.clone());
+            if let Some(existing) = by_device.get_mut(&key) {
+                existing.sampled_by.push(header.rank.rank);
+                continue;
+            }
+            let rows: Vec<usize> = view.as_ref().map_or_else(Vec::new, |v| {
+                (0..v.len)
+                    .filter(|&i| v.gpu[i] as usize == position)
+                    .collect()
+            });
+            let mut summary = GpuSummary {
+                rank: header.rank.rank,
+                sampled_by: vec![header.rank.rank],
+                host: header.rank.host.clone(),
+                index: meta.index,
+                uuid: meta.uuid.clone(),
+                name: meta.name.clone(),
+                source: header.gpu_source.as_str().to_string(),
+                samples: rows.len() as u64,
+                memory_total_mb: meta.memory_total_bytes.map(|b| b as f64 / MB),
+                memory_peak_mb: None,
+                util_avg: None,
+                temp_max_c: None,
+                power_avg_w: None,
+                energy_j: None,
+                sm_clock_avg_mhz: None,
+                sm_clock_max_mhz: meta.max_sm_clock_mhz,
+                throttled_pct: None,
+                bottlenecks: Vec::new(),
+            };
+            if let Some(v) = &view {
+                let values = |column: OptColumn<'_, _>| -> Vec<Option<f64>> {
+                    rows.iter().map(|&i| column.get(i)).collect()
+                };
+                summary.memory_peak_mb = max(rows
+                    .iter()
+                    .filter_map(|&i| v.memory_used_bytes.get(i))
+                    .map(|b| b as f64 / MB));
+                summary.memory_total_mb = summary.memory_total_mb.or_else(|| {
+                    max(rows
+                        .iter()
+                        .filter_map(|&i| v.memory_total_bytes.get(i))
+                        .map(|b| b as f64 / MB))
+                });
+                summary.util_avg = mean(values(v.util_gpu_pct).into_iter().flatten());
+                summary.temp_max_c = max(values(v.temperature_c).into_iter().flatten());
+                let power = values(v.power_w);
+                summary.power_avg_w = mean(power.iter().flatten().copied());
+                let ts: Vec<u64> = rows.iter().map(|&i| v.ts_ns[i]).collect();
+                summary.energy_j = energy_joules(&ts, &power);
+                summary.sm_clock_avg_mhz = mean(
+                    rows.iter()
+                        .filter_map(|&i| v.sm_clock_mhz.get(i))
+                        .map(f64::from),
+                );
+                let reasons: Vec<u64> = rows
+                    .iter()
+                    .filter_map(|&i| v.throttle_reasons.get(i))
+                    .collect();
+                if !reasons.is_empty() {
+                    let throttled = reasons.iter().filter(|&&r| r & !IDLE_REASON != 0).count();
+                    summary.throttled_pct = Some(throttled as f64 / reasons.len() as f64 * 100.0);
+                }
+            }
+            by_device.insert(key, summary);
+        }
+    }
+    let mut gpus: Vec<GpuSummary> = by_device.into_values().collect();
+    gpus.sort_by_key(|g| (g.rank, g.index));
+    gpus
+}
+
+/// The host summary of one rank, from its host readings.
+pub fn host_summary(payload: &Payload) -> Option<HostSummary> {
+    let view = HostSamplesView::new(payload.table(Table::HostSamples)?).ok()?;
+    let cpu = || (0..view.len).filter_map(|i| view.cpu_pct.get(i));
+    Some(HostSummary {
+        samples: view.len as u64,
+        cpu_avg_pct: mean(cpu()),
+        cpu_peak_pct: max(cpu()),
+        memory_peak_mb: view.memory_used_bytes.iter().copied().max().unwrap_or(0) as f64 / MB,
+        memory_total_mb: view.memory_total_bytes.iter().copied().max().unwrap_or(0) as f64 / MB,
+        load_1_max: max((0..view.len).filter_map(|i| view.load_1.get(i))),
+        process_rss_peak_mb: max((0..view.len)
+            .filter_map(|i| view.process_rss_bytes.get(i))
+            .map(|b| b as f64 / MB)),
+    })
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+fn max(values: impl Iterator<Item = f64>) -> Option<f64> {
+    values.reduce(f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn energy_over_uneven_intervals_by_hand() {
+        // 0 → 1 s at 100 → 200 W: 150 J; 1 → 1.5 s at 200 → 300 W: 125 J;
+        // 1.5 → 4 s with a missing reading: left out; 4 → 6 s at 100 W: 200 J.
+        let ts = [
+            0,
+            1_000_000_000,
+            1_500_000_000,
+            2_500_000_000,
+            4_000_000_000,
+            6_000_000_000,
+        ];
+        let power = [
+            Some(100.0),
+            Some(200.0),
+            Some(300.0),
+            None,
+            Some(100.0),
+            Some(100.0),
+        ];
+        assert_eq!(energy_joules(&ts, &power), Some(475.0));
+        assert_eq!(energy_joules(&ts[..1], &power[..1]), None);
+        assert_eq!(energy_joules(&ts[..2], &[None, Some(1.0)]), None);
+    }
+}
