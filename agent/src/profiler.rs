@@ -401,7 +401,7 @@ impl Inner {
         });
     }
 
-    fn record_metric(&self, section: &str, name: &str, value: f64) {
+    pub(crate) fn record_metric(&self, section: &str, name: &str, value: f64) {
         let ts_ns = self.now_ns();
         if self.recorder.admit(Table::Metrics) {
             self.recorder.with_thread(|t| {

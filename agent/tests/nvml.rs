@@ -9,7 +9,7 @@ use std::time::Duration;
 use rankscope::{Config, MemoryReading, Profiler, RankEnv};
 use rankscope_common::config::GpuSourceKind;
 use rankscope_common::payload::{self, GpuSource};
-use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView, Table};
+use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView, MetricsView, Table};
 use rankscope_common::Payload;
 
 /// Four fake GPUs, device 2 hot. Set once, before NVML starts in this process.
@@ -86,6 +86,17 @@ fn every_field_is_read_from_the_chosen_devices() {
     let hot = rows_of(2).next().unwrap();
     assert_eq!(view.throttle_reasons.get(hot), Some(0x60));
     assert_eq!(view.sm_clock_mhz.get(hot), Some(1410));
+    // The sampler reports its own cost.
+    let metrics = MetricsView::new(payload.table(Table::Metrics).unwrap()).unwrap();
+    let own: Vec<&str> = (0..metrics.len)
+        .filter(|&i| metrics.section.get(i) == "rankscope")
+        .map(|i| metrics.name.get(i))
+        .collect();
+    assert_eq!(
+        own,
+        ["gpu_samples", "gpu_sample_ms_mean", "gpu_sample_ms_max"]
+    );
+
     // Timestamps rise per device.
     let ts: Vec<u64> = rows_of(3).map(|i| view.ts_ns[i]).collect();
     assert!(ts.windows(2).all(|w| w[0] < w[1]), "{ts:?}");

@@ -134,6 +134,8 @@ fn run(
     let mut gpu_rows = Vec::new();
     let mut events = Vec::new();
     let mut last_host: Option<HostSampleRow> = None;
+    let mut gpu_cost = Cost::default();
+    let mut host_cost = Cost::default();
     loop {
         let stopping = *signal.stopped.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
@@ -153,6 +155,7 @@ fn run(
                 };
                 let mut reader = reader.lock().unwrap_or_else(|e| e.into_inner());
                 gpu_rows.clear();
+                let started = Instant::now();
                 reader.sample(
                     inner.now_ns(),
                     &open_stages,
@@ -160,13 +163,16 @@ fn run(
                     &mut gpu_rows,
                     &mut events,
                 );
+                gpu_cost.add(started.elapsed());
                 drop(reader);
                 record_gpu(inner, &gpu_rows, &mut events);
             }
         }
         if let Some(reader) = host.as_mut() {
             if host_timer.due(now) || stopping {
+                let started = Instant::now();
                 let row = reader.sample(inner.now_ns());
+                host_cost.add(started.elapsed());
                 record_host(inner, &row);
                 last_host = Some(row);
             }
@@ -188,22 +194,57 @@ fn run(
             }
         }
         if stopping {
+            gpu_cost.record(inner, "gpu_sample");
+            host_cost.record(inner, "host_sample");
             return;
         }
-        let next = [Some(gpu_timer.next), Some(host_timer.next)]
-            .into_iter()
-            .chain([
-                pcie_timer.as_ref().map(|t| t.next),
-                display_timer.as_ref().map(|t| t.next),
-            ])
-            .flatten()
-            .min()
-            .expect("two timers at least");
+        // Only the timers of what is sampled: an idle timer would be always
+        // due. PCIe readings ride on GPU readings, so their timer waits for those.
+        let next = [
+            gpu.as_ref().map(|_| gpu_timer.next),
+            host.as_ref().map(|_| host_timer.next),
+            display_timer.as_ref().map(|t| t.next),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("the sampler runs only with something to sample");
         let stopped = signal.stopped.lock().unwrap_or_else(|e| e.into_inner());
         let wait = next.saturating_duration_since(Instant::now());
         let _ = signal
             .wake
             .wait_timeout_while(stopped, wait, |stopped| !*stopped);
+    }
+}
+
+/// The sampler's own cost: wall time per reading, recorded at the end of the
+/// session as `rankscope` metrics so the report shows the profiler's overhead.
+#[derive(Default)]
+struct Cost {
+    count: u64,
+    total: Duration,
+    max: Duration,
+}
+
+impl Cost {
+    fn add(&mut self, took: Duration) {
+        self.count += 1;
+        self.total += took;
+        self.max = self.max.max(took);
+    }
+
+    fn record(&self, inner: &Inner, what: &str) {
+        if self.count == 0 {
+            return;
+        }
+        let mean_ms = self.total.as_secs_f64() * 1e3 / self.count as f64;
+        for (name, value) in [
+            (format!("{what}s"), self.count as f64),
+            (format!("{what}_ms_mean"), mean_ms),
+            (format!("{what}_ms_max"), self.max.as_secs_f64() * 1e3),
+        ] {
+            inner.record_metric("rankscope", &name, value);
+        }
     }
 }
 
