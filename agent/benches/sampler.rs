@@ -19,7 +19,6 @@ use nvml_wrapper::Nvml;
 use rankscope::{Config, Profiler, RankEnv};
 use rankscope_common::config::GpuSourceKind;
 use rankscope_common::payload;
-use rankscope_common::table::{MetricsView, Table};
 
 const GPUS: u32 = 8;
 const RUN: Duration = Duration::from_secs(8);
@@ -66,18 +65,13 @@ fn rankscope_sampler(library: &Path, interval_s: f64) -> Measured {
     let (cpu, wall) = (process_cpu_ns() - cpu0, wall0.elapsed());
     let outcome = session.finish().unwrap();
     let payload = payload::decode(&std::fs::read(outcome.spill_file).unwrap()).unwrap();
-    let metrics = MetricsView::new(payload.table(Table::Metrics).unwrap()).unwrap();
-    let metric = |name: &str| {
-        (0..metrics.len)
-            .find(|&i| metrics.name.get(i) == name)
-            .map(|i| metrics.value[i])
-    };
-    let samples = metric("gpu_samples").unwrap_or(0.0);
+    let cost = payload.header.sampler;
+    let samples = cost.gpu_readings as f64;
     Measured {
         cpu_pct_of_core: cpu as f64 / wall.as_nanos() as f64 * 100.0,
         samples,
         cpu_us_per_sample: cpu as f64 / 1e3 / samples,
-        wall_us_per_sample: metric("gpu_sample_ms_mean").map(|ms| ms * 1e3),
+        wall_us_per_sample: Some(cost.gpu_read_ns_mean as f64 / 1e3),
     }
 }
 

@@ -10,7 +10,7 @@ use rankscope_common::table::{BlockRow, DiffusionStepRow, Table};
 use rankscope_common::Config;
 
 use crate::recorder::{
-    EventRecord, MetricRecord, OpenStage, Recorder, SnapshotRecord, StageRecord,
+    EventRecord, MetricRecord, OpenStage, Recorder, SnapshotRecord, StageRecord, ThreadData,
 };
 use crate::sampler::{gpu, SharedGpuReader};
 use crate::session::{Session, SessionError, SessionState};
@@ -257,7 +257,6 @@ impl Profiler {
     /// memory in use.
     pub fn memory_snapshot(&self, label: &str, reading: MemoryReading) {
         if let Some((inner, _)) = self.recording() {
-            let ts_ns = inner.now_ns();
             let (source, reading) = match inner.gpu_reader() {
                 Some(gpu) if reading == MemoryReading::default() => {
                     let mut gpu = gpu.lock().unwrap_or_else(|e| e.into_inner());
@@ -268,17 +267,15 @@ impl Profiler {
                 }
                 _ => ("caller", reading),
             };
-            if inner.recorder.admit(Table::MemorySnapshots) {
-                inner.recorder.with_thread(|t| {
-                    let label = t.names.intern(label);
-                    t.snapshots.push(SnapshotRecord {
-                        ts_ns,
-                        label,
-                        source,
-                        reading,
-                    });
+            inner.record_row(Table::MemorySnapshots, |t, ts_ns| {
+                let label = t.names.intern(label);
+                t.snapshots.push(SnapshotRecord {
+                    ts_ns,
+                    label,
+                    source,
+                    reading,
                 });
-            }
+            });
         }
     }
 
@@ -381,7 +378,7 @@ impl Inner {
 
     /// Removes open stage `pos` from the thread's stack and keeps it as a
     /// completed stage, if it belongs to the running session and fits.
-    fn close_open_stage(&self, t: &mut crate::recorder::ThreadData, pos: usize, end_ns: u64) {
+    fn close_open_stage(&self, t: &mut ThreadData, pos: usize, end_ns: u64) {
         let open = t.open.remove(pos);
         if open.generation != self.generation.load(Ordering::Relaxed)
             || !self.recorder.admit(Table::Stages)
@@ -401,19 +398,25 @@ impl Inner {
         });
     }
 
-    pub(crate) fn record_metric(&self, section: &str, name: &str, value: f64) {
+    /// Records one row of `table`, stamped now, if the table has room.
+    #[inline]
+    pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
         let ts_ns = self.now_ns();
-        if self.recorder.admit(Table::Metrics) {
-            self.recorder.with_thread(|t| {
-                let section = t.names.intern(section);
-                let name = t.names.intern(name);
-                t.metrics.push(MetricRecord {
-                    ts_ns,
-                    section,
-                    name,
-                    value,
-                });
-            });
+        if self.recorder.admit(table) {
+            self.recorder.with_thread(|t| push(t, ts_ns));
         }
+    }
+
+    fn record_metric(&self, section: &str, name: &str, value: f64) {
+        self.record_row(Table::Metrics, |t, ts_ns| {
+            let section = t.names.intern(section);
+            let name = t.names.intern(name);
+            t.metrics.push(MetricRecord {
+                ts_ns,
+                section,
+                name,
+                value,
+            });
+        });
     }
 }

@@ -10,7 +10,7 @@ use rankscope_common::config::DisplayRanks;
 use rankscope_common::env::{Launcher, RankEnv};
 use rankscope_common::payload::{
     self, ClockMeta, DroppedRows, GpuSource, Payload, PayloadError, PayloadHeader, RankMeta,
-    SessionMeta,
+    SamplerStats, SessionMeta,
 };
 use rankscope_common::{ArrowError, Config};
 
@@ -238,9 +238,7 @@ fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .expect("a session that has not finished holds its state");
-    if let Some(sampler) = state.sampler.take() {
-        sampler.stop();
-    }
+    let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
     let end_ns = inner.now_ns();
 
     let mut builders = TableBuilders::default();
@@ -250,7 +248,7 @@ fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
         data.clear_rows();
     }
     let payload = Payload {
-        header: header(inner, &state, end_ns),
+        header: header(inner, &state, end_ns, sampler),
         tables: builders.finish()?,
     };
     for dropped in &payload.header.dropped {
@@ -304,7 +302,12 @@ fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
     Ok(outcome)
 }
 
-fn header(inner: &Inner, state: &SessionState, end_ns: u64) -> PayloadHeader {
+fn header(
+    inner: &Inner,
+    state: &SessionState,
+    end_ns: u64,
+    sampler: SamplerStats,
+) -> PayloadHeader {
     let env = &inner.env;
     let gpu = inner
         .gpu_reader()
@@ -333,6 +336,7 @@ fn header(inner: &Inner, state: &SessionState, end_ns: u64) -> PayloadHeader {
         gpu_selection: gpu
             .as_ref()
             .map_or_else(String::new, |g| g.selection().to_string()),
+        sampler,
         dropped: inner
             .recorder
             .take_dropped()

@@ -7,9 +7,8 @@ use std::sync::Once;
 use std::time::Duration;
 
 use rankscope::{Config, MemoryReading, Profiler, RankEnv};
-use rankscope_common::config::GpuSourceKind;
 use rankscope_common::payload::{self, GpuSource};
-use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView, MetricsView, Table};
+use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView, Table};
 use rankscope_common::Payload;
 
 /// Four fake GPUs, device 2 hot. Set once, before NVML starts in this process.
@@ -19,15 +18,7 @@ fn profiler(out: &std::path::Path, tweak: impl FnOnce(&mut Config)) -> Profiler 
         std::env::set_var("FAKE_NVML_DEVICES", "4");
         std::env::set_var("FAKE_NVML_HOT_DEVICE", "2");
     });
-    let mut config = Config {
-        output_dir: out.to_path_buf(),
-        gpu_source: GpuSourceKind::Nvml,
-        nvml_library: Some(fake_nvml::library()),
-        gpu_devices: Some("all".into()),
-        gpu_interval_s: 0.01,
-        collect_host: false,
-        ..Config::default()
-    };
+    let mut config = fake_nvml::config(out);
     tweak(&mut config);
     Profiler::with_rank_env(config, RankEnv::single())
 }
@@ -86,16 +77,11 @@ fn every_field_is_read_from_the_chosen_devices() {
     let hot = rows_of(2).next().unwrap();
     assert_eq!(view.throttle_reasons.get(hot), Some(0x60));
     assert_eq!(view.sm_clock_mhz.get(hot), Some(1410));
-    // The sampler reports its own cost.
-    let metrics = MetricsView::new(payload.table(Table::Metrics).unwrap()).unwrap();
-    let own: Vec<&str> = (0..metrics.len)
-        .filter(|&i| metrics.section.get(i) == "rankscope")
-        .map(|i| metrics.name.get(i))
-        .collect();
-    assert_eq!(
-        own,
-        ["gpu_samples", "gpu_sample_ms_mean", "gpu_sample_ms_max"]
-    );
+    // The sampler reports its own cost: one reading covers all four GPUs.
+    let cost = &header.sampler;
+    assert_eq!(cost.gpu_readings as usize, rows_of(0).count());
+    assert!(cost.gpu_read_ns_mean > 0 && cost.gpu_read_ns_mean <= cost.gpu_read_ns_max);
+    assert_eq!(cost.host_readings, 0, "host sampling is off");
 
     // Timestamps rise per device.
     let ts: Vec<u64> = rows_of(3).map(|i| view.ts_ns[i]).collect();

@@ -5,18 +5,15 @@
 mod fake_nvml;
 
 use rankscope::{Config, Profiler, RankEnv};
-use rankscope_common::config::GpuSourceKind;
 use rankscope_common::payload::{self, GpuSource, PayloadHeader};
 
 fn header(out: &std::path::Path, local_rank: u32) -> PayloadHeader {
+    let config = Config {
+        gpu_devices: None,
+        ..fake_nvml::config(out)
+    };
     let profiler = Profiler::with_rank_env(
-        Config {
-            output_dir: out.into(),
-            gpu_source: GpuSourceKind::Nvml,
-            nvml_library: Some(fake_nvml::library()),
-            collect_host: false,
-            ..Config::default()
-        },
+        config,
         RankEnv {
             local_rank,
             ..RankEnv::single()

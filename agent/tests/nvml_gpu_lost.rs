@@ -6,8 +6,7 @@ mod fake_nvml;
 
 use std::time::Duration;
 
-use rankscope::{Config, Profiler, RankEnv};
-use rankscope_common::config::GpuSourceKind;
+use rankscope::{Profiler, RankEnv};
 use rankscope_common::payload;
 use rankscope_common::table::{EventsView, GpuSamplesView, Table};
 
@@ -17,18 +16,7 @@ fn a_lost_gpu_ends_with_an_event_not_a_crash() {
     std::env::set_var("FAKE_NVML_LOST_DEVICE", "0");
     std::env::set_var("FAKE_NVML_LOST_AFTER", "3");
     let out = tempfile::tempdir().unwrap();
-    let profiler = Profiler::with_rank_env(
-        Config {
-            output_dir: out.path().into(),
-            gpu_source: GpuSourceKind::Nvml,
-            nvml_library: Some(fake_nvml::library()),
-            gpu_devices: Some("all".into()),
-            gpu_interval_s: 0.01,
-            collect_host: false,
-            ..Config::default()
-        },
-        RankEnv::single(),
-    );
+    let profiler = Profiler::with_rank_env(fake_nvml::config(out.path()), RankEnv::single());
     let session = profiler.session("lost", &[]).unwrap();
     std::thread::sleep(Duration::from_millis(150));
     let outcome = session.finish().unwrap();

@@ -159,6 +159,24 @@ pub struct DroppedRows {
     pub rows: u64,
 }
 
+/// What the telemetry sampler cost the rank: readings taken and the wall
+/// time of each (all GPUs at once, or the host).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplerStats {
+    /// GPU readings taken.
+    pub gpu_readings: u64,
+    /// Mean wall time of a GPU reading, nanoseconds.
+    pub gpu_read_ns_mean: u64,
+    /// Longest GPU reading, nanoseconds.
+    pub gpu_read_ns_max: u64,
+    /// Host readings taken.
+    pub host_readings: u64,
+    /// Mean wall time of a host reading, nanoseconds.
+    pub host_read_ns_mean: u64,
+    /// Longest host reading, nanoseconds.
+    pub host_read_ns_max: u64,
+}
+
 /// Everything about a payload that is not table data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PayloadHeader {
@@ -174,6 +192,8 @@ pub struct PayloadHeader {
     pub gpus: Vec<GpuMeta>,
     /// How those GPUs were chosen (configuration, CUDA_VISIBLE_DEVICES, ...).
     pub gpu_selection: String,
+    /// The telemetry sampler's own cost.
+    pub sampler: SamplerStats,
     /// Rows dropped per table.
     pub dropped: Vec<DroppedRows>,
     /// Version of the agent that wrote the payload.
@@ -206,6 +226,7 @@ impl PayloadHeader {
             gpu_source: GpuSource::None,
             gpus: Vec::new(),
             gpu_selection: String::new(),
+            sampler: SamplerStats::default(),
             dropped: Vec::new(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
         }

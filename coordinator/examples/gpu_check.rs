@@ -12,7 +12,7 @@ use rankscope::transport::Gathered;
 use rankscope::{Config, MemoryReading, Profiler, RankEnv};
 use rankscope_common::config::GpuSourceKind;
 use rankscope_common::payload;
-use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView, MetricsView, Table};
+use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView, Table};
 use rankscope_coordinator::{analysis, report};
 
 fn main() -> Result<()> {
@@ -136,13 +136,14 @@ fn main() -> Result<()> {
             );
         }
     }
-    if let Some(batch) = payload.table(Table::Metrics) {
-        let metrics = MetricsView::new(batch)?;
-        println!("\nsampler cost:");
-        for i in (0..metrics.len).filter(|&i| metrics.section.get(i) == "rankscope") {
-            println!("  {:<22} {:.4}", metrics.name.get(i), metrics.value[i]);
-        }
-    }
+    let cost = &header.sampler;
+    println!(
+        "\none NVML reading of {} GPU(s): {:.3} ms on average, {:.3} ms at most, over {} readings",
+        header.gpus.len(),
+        cost.gpu_read_ns_mean as f64 / 1e6,
+        cost.gpu_read_ns_max as f64 / 1e6,
+        cost.gpu_readings
+    );
     let gathered = Gathered {
         world_size: 1,
         payloads: vec![payload],

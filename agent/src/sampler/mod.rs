@@ -15,6 +15,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rankscope_common::payload::SamplerStats;
 use rankscope_common::table::{GpuSampleRow, HostSampleRow, Table};
 
 use crate::profiler::Inner;
@@ -41,7 +42,7 @@ struct StopSignal {
 /// The running sampler thread of one session.
 pub(crate) struct Sampler {
     signal: Arc<StopSignal>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<SamplerStats>>,
 }
 
 impl Sampler {
@@ -63,31 +64,32 @@ impl Sampler {
         })
     }
 
-    /// Takes a last reading of each kind and stops the thread.
-    pub(crate) fn stop(mut self) {
-        self.halt();
+    /// Takes a last reading of each kind, stops the thread and says what
+    /// the sampling cost.
+    pub(crate) fn stop(mut self) -> SamplerStats {
+        self.halt()
     }
 
-    fn halt(&mut self) {
+    fn halt(&mut self) -> SamplerStats {
         *self
             .signal
             .stopped
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = true;
         self.signal.wake.notify_all();
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                eprintln!(
-                    "rankscope: the telemetry sampler panicked; its readings so far are kept"
-                );
-            }
-        }
+        let Some(thread) = self.thread.take() else {
+            return SamplerStats::default();
+        };
+        thread.join().unwrap_or_else(|_| {
+            eprintln!("rankscope: the telemetry sampler panicked; its readings so far are kept");
+            SamplerStats::default()
+        })
     }
 }
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        self.halt();
+        let _ = self.halt();
     }
 }
 
@@ -125,7 +127,7 @@ fn run(
     mut host: Option<HostReader>,
     schedule: Schedule,
     signal: &StopSignal,
-) {
+) -> SamplerStats {
     let start = Instant::now();
     let mut gpu_timer = Every::new(schedule.gpu, start);
     let mut host_timer = Every::new(schedule.host, start);
@@ -194,9 +196,16 @@ fn run(
             }
         }
         if stopping {
-            gpu_cost.record(inner, "gpu_sample");
-            host_cost.record(inner, "host_sample");
-            return;
+            let (gpu_readings, gpu_read_ns_mean, gpu_read_ns_max) = gpu_cost.summary();
+            let (host_readings, host_read_ns_mean, host_read_ns_max) = host_cost.summary();
+            return SamplerStats {
+                gpu_readings,
+                gpu_read_ns_mean,
+                gpu_read_ns_max,
+                host_readings,
+                host_read_ns_mean,
+                host_read_ns_max,
+            };
         }
         // Only the timers of what is sampled: an idle timer would be always
         // due. PCIe readings ride on GPU readings, so their timer waits for those.
@@ -217,8 +226,7 @@ fn run(
     }
 }
 
-/// The sampler's own cost: wall time per reading, recorded at the end of the
-/// session as `rankscope` metrics so the report shows the profiler's overhead.
+/// The sampler's own cost: wall time per reading, for the payload header.
 #[derive(Default)]
 struct Cost {
     count: u64,
@@ -233,18 +241,10 @@ impl Cost {
         self.max = self.max.max(took);
     }
 
-    fn record(&self, inner: &Inner, what: &str) {
-        if self.count == 0 {
-            return;
-        }
-        let mean_ms = self.total.as_secs_f64() * 1e3 / self.count as f64;
-        for (name, value) in [
-            (format!("{what}s"), self.count as f64),
-            (format!("{what}_ms_mean"), mean_ms),
-            (format!("{what}_ms_max"), self.max.as_secs_f64() * 1e3),
-        ] {
-            inner.record_metric("rankscope", &name, value);
-        }
+    /// Readings, mean and longest wall time in nanoseconds.
+    fn summary(&self) -> (u64, u64, u64) {
+        let mean = self.total.as_nanos() as u64 / self.count.max(1);
+        (self.count, mean, self.max.as_nanos() as u64)
     }
 }
 
@@ -261,27 +261,26 @@ fn push_ring<T>(ring: &mut VecDeque<T>, row: T, max: usize) -> bool {
 
 fn record_gpu(inner: &Inner, rows: &[GpuSampleRow], events: &mut Vec<gpu::GpuEvent>) {
     let max = inner.config.max_data_points;
-    let mut dropped = 0;
-    inner.recorder.with_thread(|t| {
-        for row in rows {
-            dropped += u64::from(push_ring(&mut t.gpu_samples, row.clone(), max));
-        }
-        for event in events.drain(..) {
-            eprintln!(
-                "rankscope: rank {}: {} {}",
-                inner.env.rank, event.name, event.payload
-            );
-            if inner.recorder.admit(Table::Events) {
-                let name = t.names.intern(event.name);
-                t.events.push(EventRecord {
-                    ts_ns: inner.now_ns(),
-                    name,
-                    payload: Some(event.payload.to_string()),
-                });
-            }
-        }
+    let dropped = inner.recorder.with_thread(|t| {
+        rows.iter()
+            .map(|row| u64::from(push_ring(&mut t.gpu_samples, row.clone(), max)))
+            .sum()
     });
     inner.recorder.count_dropped(Table::GpuSamples, dropped);
+    for event in events.drain(..) {
+        eprintln!(
+            "rankscope: rank {}: {} {}",
+            inner.env.rank, event.name, event.payload
+        );
+        inner.record_row(Table::Events, |t, ts_ns| {
+            let name = t.names.intern(event.name);
+            t.events.push(EventRecord {
+                ts_ns,
+                name,
+                payload: Some(event.payload.to_string()),
+            });
+        });
+    }
 }
 
 fn record_host(inner: &Inner, row: &HostSampleRow) {

@@ -1,7 +1,25 @@
 //! Builds the fake NVML library (`fake_nvml.c` beside this file) once per
 //! test process, with the system C compiler.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use rankscope::Config;
+use rankscope_common::config::GpuSourceKind;
+
+/// A configuration that samples every fake GPU every 10 ms, host off,
+/// writing under `out`.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn config(out: &Path) -> Config {
+    Config {
+        output_dir: out.to_path_buf(),
+        gpu_source: GpuSourceKind::Nvml,
+        nvml_library: Some(library()),
+        gpu_devices: Some("all".into()),
+        gpu_interval_s: 0.01,
+        collect_host: false,
+        ..Config::default()
+    }
+}
 use std::process::Command;
 use std::sync::OnceLock;
 
