@@ -153,12 +153,13 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
                 "rankscope demo: {done}/{total} blocks generated, {finished}/{} ranks finished",
                 options.ranks
             );
-            if tty {
-                eprint!("\r{line}");
-                let _ = std::io::stderr().flush();
+            // One write per line: the ranks' live display shares stderr.
+            let text = if tty {
+                format!("\r{line}")
             } else {
-                eprintln!("{line}");
-            }
+                format!("{line}\n")
+            };
+            let _ = std::io::stderr().write_all(text.as_bytes());
         }
         std::thread::sleep(Duration::from_millis(50));
     }

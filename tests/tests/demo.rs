@@ -168,3 +168,35 @@ fn a_rank_that_never_writes_is_named_missing_within_the_deadline() {
     assert!(critical, "the missing rank is a critical finding");
     assert!(!dir.join("rank-00002.rsp").exists());
 }
+
+#[test]
+fn the_live_display_shows_each_rank_labelled_simulated() {
+    let out = tempfile::tempdir().unwrap();
+    let run = rankscope(
+        &[
+            "demo",
+            "--ranks",
+            "2",
+            "--out",
+            out.path().to_str().unwrap(),
+        ],
+        &[
+            ("RANKSCOPE_GPU_SOURCE", "simulated"),
+            ("RANKSCOPE_LIVE_DISPLAY", "1"),
+            ("RANKSCOPE_DISPLAY_RANKS", "all"),
+            ("RANKSCOPE_DISPLAY_INTERVAL_S", "0.2"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    for rank in 0..2 {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(&format!("rank {rank} [simulated] GPU{rank}: mem ")))
+            .unwrap_or_else(|| panic!("a live line for rank {rank}: {stderr}"));
+        assert!(
+            line.contains(" W | CPU ") && line.ends_with(" MB"),
+            "{line}"
+        );
+    }
+}

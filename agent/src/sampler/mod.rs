@@ -189,10 +189,10 @@ fn run(
                     &gpu_rows,
                     last_host.as_ref(),
                 );
-                eprintln!("{text}");
+                show(&text);
             } else if let Some(host) = &last_host {
                 let text = display::line(inner.env.rank, Default::default(), &[], &[], Some(host));
-                eprintln!("{text}");
+                show(&text);
             }
         }
         if stopping {
@@ -246,6 +246,13 @@ impl Cost {
         let mean = self.total.as_nanos() as u64 / self.count.max(1);
         (self.count, mean, self.max.as_nanos() as u64)
     }
+}
+
+/// Prints a live display line with one write, so that the lines of ranks
+/// sharing a terminal or pipe do not interleave.
+fn show(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
 }
 
 /// Appends `row` to a ring of at most `max` rows; returns whether the oldest

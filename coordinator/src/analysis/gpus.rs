@@ -140,6 +140,74 @@ fn max(values: impl Iterator<Item = f64>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rankscope_common::payload::{GpuMeta, GpuSource, PayloadHeader};
+    use rankscope_common::table::{GpuSampleRow, GpuSamplesBuilder};
+
+    /// A rank on `host` that sampled one GPU, `uuid`, twice: 100 W then 300 W, 2 s apart.
+    fn rank_with_gpu(rank: u32, host: &str, uuid: &str) -> Payload {
+        let mut header = PayloadHeader::new("s", "n", rank, 3);
+        header.rank.host = host.into();
+        header.gpu_source = GpuSource::Nvml;
+        header.gpus.push(GpuMeta {
+            index: 0,
+            uuid: uuid.into(),
+            name: "GPU".into(),
+            pci_bus_id: "00000000:10:00.0".into(),
+            memory_total_bytes: Some(1 << 30),
+            max_sm_clock_mhz: Some(1980),
+            max_mem_clock_mhz: None,
+        });
+        let mut rows = GpuSamplesBuilder::default();
+        for (ts_ns, power, reasons) in [(0, 100.0, 0x1), (2_000_000_000, 300.0, 0x40)] {
+            rows.append(&GpuSampleRow {
+                ts_ns,
+                gpu: 0,
+                memory_used_bytes: Some(256 << 20),
+                memory_total_bytes: Some(1 << 30),
+                memory_reserved_bytes: None,
+                util_gpu_pct: Some(50.0),
+                util_mem_pct: None,
+                temperature_c: Some(70.0),
+                power_w: Some(power),
+                power_limit_w: Some(400.0),
+                sm_clock_mhz: Some(1500),
+                mem_clock_mhz: None,
+                throttle_reasons: Some(reasons),
+                pcie_tx_kbps: None,
+                pcie_rx_kbps: None,
+            });
+        }
+        let mut payload = Payload {
+            header,
+            tables: Default::default(),
+        };
+        payload
+            .tables
+            .insert(Table::GpuSamples, rows.finish().unwrap());
+        payload
+    }
+
+    #[test]
+    fn a_gpu_sampled_by_several_ranks_counts_once() {
+        let payloads = [
+            rank_with_gpu(0, "node-a", "GPU-1"),
+            rank_with_gpu(1, "node-a", "GPU-1"),
+            rank_with_gpu(2, "node-b", "GPU-1"),
+        ];
+        let gpus = gpu_summaries(&payloads);
+        assert_eq!(gpus.len(), 2, "same UUID on another host is another GPU");
+        assert_eq!((gpus[0].rank, gpus[0].sampled_by.clone()), (0, vec![0, 1]));
+        let g = &gpus[0];
+        assert_eq!(g.samples, 2, "one rank's readings, not both");
+        assert_eq!(g.energy_j, Some(400.0), "(100 + 300) / 2 W over 2 s");
+        assert_eq!(g.power_avg_w, Some(200.0));
+        assert_eq!(
+            (g.memory_peak_mb, g.memory_total_mb),
+            (Some(256.0), Some(1024.0))
+        );
+        assert_eq!(g.throttled_pct, Some(50.0), "idle is not throttling");
+        assert_eq!(g.source, "nvml");
+    }
 
     #[test]
     fn energy_over_uneven_intervals_by_hand() {
