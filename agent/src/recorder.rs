@@ -186,17 +186,11 @@ impl Recorder {
     #[inline]
     pub(crate) fn with_thread<R>(&self, f: impl FnOnce(&mut ThreadData) -> R) -> R {
         BUFFERS.with(|buffers| {
-            let buffer = {
-                let buffers = buffers.borrow();
-                buffers
-                    .iter()
-                    .find(|(id, _)| *id == self.id)
-                    .map(|(_, buffer)| Arc::clone(buffer))
-            };
-            let buffer = match buffer {
-                Some(buffer) => buffer,
-                None => self.register_thread(&mut buffers.borrow_mut()),
-            };
+            // `f` never records, so the borrow is never taken twice.
+            if let Some((_, buffer)) = buffers.borrow().iter().find(|(id, _)| *id == self.id) {
+                return f(&mut buffer.lock());
+            }
+            let buffer = self.register_thread(&mut buffers.borrow_mut());
             let mut data = buffer.lock();
             f(&mut data)
         })
