@@ -46,5 +46,5 @@ pub use reporter::{ReportFiles, Reporter};
 pub fn nvml_available(library: Option<&std::path::Path>) -> bool {
     sampler::nvml::available(library)
 }
-pub use session::{session_dir, GatherSummary, Outcome, Session, SessionError};
+pub use session::{GatherSummary, Outcome, Session, SessionError};
 pub use stage::StageGuard;

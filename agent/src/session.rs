@@ -131,6 +131,8 @@ impl Session {
         name: &str,
         tags: &[(&str, &str)],
     ) -> Result<Self, SessionError> {
+        // Opening the GPUs (NVML's start) can take a while: before the clock starts.
+        inner.gpu_reader();
         let mut slot = inner.session.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(running) = slot.as_ref() {
             return Err(SessionError::AlreadyRunning(running.name.clone()));
@@ -394,8 +396,8 @@ fn unix_now_ns() -> i64 {
         .map_or(0, |d| d.as_nanos() as i64)
 }
 
-/// The session directory a rank with `config` would use for `name` and `id`.
-pub fn session_dir(config: &Config, name: &str, id: &str) -> PathBuf {
+/// The session directory a rank with `config` uses for `name` and `id`.
+pub(crate) fn session_dir(config: &Config, name: &str, id: &str) -> PathBuf {
     config
         .output_dir
         .join(format!("{}-{}", path_safe(name), path_safe(id)))

@@ -39,11 +39,6 @@ impl Launcher {
             Launcher::Slurm => "slurm",
         }
     }
-
-    /// Whether the launcher's processes can talk MPI.
-    pub fn is_mpi(self) -> bool {
-        matches!(self, Launcher::OpenMpi | Launcher::Pmix | Launcher::Mpich)
-    }
 }
 
 impl fmt::Display for Launcher {

@@ -47,13 +47,6 @@ pub struct Gathered {
     pub skipped: Vec<Skipped>,
 }
 
-impl Gathered {
-    /// Whether every rank reported and nothing was refused.
-    pub fn is_complete(&self) -> bool {
-        self.missing.is_empty() && self.skipped.is_empty()
-    }
-}
-
 /// Why a gather failed as a whole (a single bad rank is a [`Skipped`] instead).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
