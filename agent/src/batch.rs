@@ -108,42 +108,43 @@ impl TableBuilders {
 
     /// The non-empty tables as batches.
     pub(crate) fn finish(self) -> Result<BTreeMap<Table, RecordBatch>, ArrowError> {
+        let built = [
+            (Table::Stages, self.stages.len(), self.stages.finish()),
+            (
+                Table::GpuSamples,
+                self.gpu_samples.len(),
+                self.gpu_samples.finish(),
+            ),
+            (
+                Table::HostSamples,
+                self.host_samples.len(),
+                self.host_samples.finish(),
+            ),
+            (
+                Table::DiffusionSteps,
+                self.diffusion_steps.len(),
+                self.diffusion_steps.finish(),
+            ),
+            (Table::Blocks, self.blocks.len(), self.blocks.finish()),
+            (Table::Metrics, self.metrics.len(), self.metrics.finish()),
+            (Table::Events, self.events.len(), self.events.finish()),
+            (
+                Table::MemorySnapshots,
+                self.snapshots.len(),
+                self.snapshots.finish(),
+            ),
+            (
+                Table::ModelParameters,
+                self.parameters.len(),
+                self.parameters.finish(),
+            ),
+        ];
         let mut tables = BTreeMap::new();
-        let mut put = |table: Table, rows: usize, batch: Result<RecordBatch, ArrowError>| {
+        for (table, rows, batch) in built {
             if rows > 0 {
                 tables.insert(table, batch?);
             }
-            Ok::<(), ArrowError>(())
-        };
-        put(Table::Stages, self.stages.len(), self.stages.finish())?;
-        put(
-            Table::GpuSamples,
-            self.gpu_samples.len(),
-            self.gpu_samples.finish(),
-        )?;
-        put(
-            Table::HostSamples,
-            self.host_samples.len(),
-            self.host_samples.finish(),
-        )?;
-        put(
-            Table::DiffusionSteps,
-            self.diffusion_steps.len(),
-            self.diffusion_steps.finish(),
-        )?;
-        put(Table::Blocks, self.blocks.len(), self.blocks.finish())?;
-        put(Table::Metrics, self.metrics.len(), self.metrics.finish())?;
-        put(Table::Events, self.events.len(), self.events.finish())?;
-        put(
-            Table::MemorySnapshots,
-            self.snapshots.len(),
-            self.snapshots.finish(),
-        )?;
-        put(
-            Table::ModelParameters,
-            self.parameters.len(),
-            self.parameters.finish(),
-        )?;
+        }
         Ok(tables)
     }
 }

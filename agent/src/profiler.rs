@@ -185,18 +185,15 @@ impl Profiler {
     /// Records an event with a JSON payload.
     pub fn add_event(&self, name: &str, payload: &serde_json::Value) {
         if let Some((inner, _)) = self.recording() {
-            let ts_ns = inner.now_ns();
             let payload = (!payload.is_null()).then(|| payload.to_string());
-            if inner.recorder.admit(Table::Events) {
-                inner.recorder.with_thread(|t| {
-                    let name = t.names.intern(name);
-                    t.events.push(EventRecord {
-                        ts_ns,
-                        name,
-                        payload,
-                    });
+            inner.record_row(Table::Events, |t, ts_ns| {
+                let name = t.names.intern(name);
+                t.events.push(EventRecord {
+                    ts_ns,
+                    name,
+                    payload,
                 });
-            }
+            });
         }
     }
 
@@ -204,19 +201,16 @@ impl Profiler {
     #[inline]
     pub fn record_diffusion_step(&self, step: DiffusionStep) {
         if let Some((inner, _)) = self.recording() {
-            let ts_ns = inner.now_ns();
-            if inner.recorder.admit(Table::DiffusionSteps) {
-                inner.recorder.with_thread(|t| {
-                    t.diffusion_steps.push(DiffusionStepRow {
-                        ts_ns,
-                        step: step.step,
-                        timestep: step.timestep,
-                        block_size: step.block_size,
-                        computation_ms: step.computation_ms,
-                        guidance_scale: step.guidance_scale,
-                    })
-                });
-            }
+            inner.record_row(Table::DiffusionSteps, |t, ts_ns| {
+                t.diffusion_steps.push(DiffusionStepRow {
+                    ts_ns,
+                    step: step.step,
+                    timestep: step.timestep,
+                    block_size: step.block_size,
+                    computation_ms: step.computation_ms,
+                    guidance_scale: step.guidance_scale,
+                })
+            });
         }
     }
 
@@ -224,30 +218,25 @@ impl Profiler {
     #[inline]
     pub fn record_block_computation(&self, block: BlockComputation) {
         if let Some((inner, _)) = self.recording() {
-            let ts_ns = inner.now_ns();
-            if inner.recorder.admit(Table::Blocks) {
-                inner.recorder.with_thread(|t| {
-                    t.blocks.push(BlockRow {
-                        ts_ns,
-                        block_index: block.block_index,
-                        block_size: block.block_size,
-                        computation_ms: block.computation_ms,
-                        memory_mb: block.memory_mb,
-                    })
-                });
-            }
+            inner.record_row(Table::Blocks, |t, ts_ns| {
+                t.blocks.push(BlockRow {
+                    ts_ns,
+                    block_index: block.block_index,
+                    block_size: block.block_size,
+                    computation_ms: block.computation_ms,
+                    memory_mb: block.memory_mb,
+                })
+            });
         }
     }
 
     /// Records the parameter count of a model or component.
     pub fn record_model_parameters(&self, name: &str, count: u64) {
         if let Some((inner, _)) = self.recording() {
-            if inner.recorder.admit(Table::ModelParameters) {
-                inner.recorder.with_thread(|t| {
-                    let name = t.names.intern(name);
-                    t.parameters.push((name, count));
-                });
-            }
+            inner.record_row(Table::ModelParameters, |t, _| {
+                let name = t.names.intern(name);
+                t.parameters.push((name, count));
+            });
         }
     }
 
