@@ -23,17 +23,9 @@ pub(crate) struct TableBuilders {
 }
 
 impl TableBuilders {
-    /// Appends everything one thread recorded, with timestamps made relative
-    /// to the session start `origin_ns`.
-    pub(crate) fn append_thread(
-        &mut self,
-        track: u32,
-        thread_name: &str,
-        data: &ThreadData,
-        origin_ns: u64,
-    ) {
+    /// Appends everything one thread recorded.
+    pub(crate) fn append_thread(&mut self, track: u32, thread_name: &str, data: &ThreadData) {
         let names = &data.names;
-        let at = |ts_ns: u64| ts_ns.saturating_sub(origin_ns);
         for s in &data.stages {
             self.stages.append(&StageRow {
                 name: names.name(s.name).to_string(),
@@ -42,39 +34,25 @@ impl TableBuilders {
                 stage_id: s.stage_id,
                 parent_id: s.parent_id,
                 depth: s.depth,
-                start_ns: at(s.start_ns),
-                end_ns: at(s.end_ns),
+                start_ns: s.start_ns,
+                end_ns: s.end_ns,
                 call_index: s.call_index,
                 metadata: s.metadata.clone(),
             });
         }
-        for row in &data.gpu_samples {
-            self.gpu_samples.append(&GpuSampleRow {
-                ts_ns: at(row.ts_ns),
-                ..row.clone()
-            });
-        }
-        for row in &data.host_samples {
-            self.host_samples.append(&HostSampleRow {
-                ts_ns: at(row.ts_ns),
-                ..row.clone()
-            });
-        }
-        for row in &data.diffusion_steps {
-            self.diffusion_steps.append(&DiffusionStepRow {
-                ts_ns: at(row.ts_ns),
-                ..row.clone()
-            });
-        }
-        for row in &data.blocks {
-            self.blocks.append(&BlockRow {
-                ts_ns: at(row.ts_ns),
-                ..row.clone()
-            });
-        }
+        data.gpu_samples
+            .iter()
+            .for_each(|row| self.gpu_samples.append(row));
+        data.host_samples
+            .iter()
+            .for_each(|row| self.host_samples.append(row));
+        data.diffusion_steps
+            .iter()
+            .for_each(|row| self.diffusion_steps.append(row));
+        data.blocks.iter().for_each(|row| self.blocks.append(row));
         for m in &data.metrics {
             self.metrics.append(&MetricRow {
-                ts_ns: at(m.ts_ns),
+                ts_ns: m.ts_ns,
                 section: names.name(m.section).to_string(),
                 name: names.name(m.name).to_string(),
                 value: m.value,
@@ -82,14 +60,14 @@ impl TableBuilders {
         }
         for e in &data.events {
             self.events.append(&EventRow {
-                ts_ns: at(e.ts_ns),
+                ts_ns: e.ts_ns,
                 name: names.name(e.name).to_string(),
                 payload: e.payload.clone(),
             });
         }
         for s in &data.snapshots {
             self.snapshots.append(&MemorySnapshotRow {
-                ts_ns: at(s.ts_ns),
+                ts_ns: s.ts_ns,
                 label: names.name(s.label).to_string(),
                 source: s.source.to_string(),
                 gpu: s.reading.gpu,

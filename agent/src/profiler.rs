@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) recorder: Recorder,
     pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
     epoch: Instant,
+    /// Start of the running session, nanoseconds after `epoch`.
+    origin_ns: AtomicU64,
     /// Generation of the running session; 0 when none runs.
     generation: AtomicU64,
     last_generation: AtomicU64,
@@ -77,6 +79,7 @@ impl Profiler {
                 recorder,
                 reporter: OnceLock::new(),
                 epoch: Instant::now(),
+                origin_ns: AtomicU64::new(0),
                 generation: AtomicU64::new(0),
                 last_generation: AtomicU64::new(0),
                 session: Mutex::new(None),
@@ -278,20 +281,19 @@ impl Profiler {
 }
 
 impl Inner {
-    /// Nanoseconds on the profiler's monotonic clock.
+    /// Nanoseconds since the session started, on the monotonic clock.
     #[inline(always)]
     pub(crate) fn now_ns(&self) -> u64 {
+        self.epoch_ns()
+            .saturating_sub(self.origin_ns.load(Ordering::Relaxed))
+    }
+
+    fn epoch_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
     fn session_elapsed_s(&self) -> f64 {
-        let origin = self
-            .session
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(0, |s| s.origin_ns);
-        (self.now_ns().saturating_sub(origin)) as f64 / 1e9
+        self.now_ns() as f64 / 1e9
     }
 
     /// The GPU reader, opened on first use; says once why GPU telemetry is off.
@@ -310,8 +312,10 @@ impl Inner {
             .as_ref()
     }
 
-    /// Marks a session as recording; returns its generation.
+    /// Starts the session clock and marks a session as recording; returns
+    /// its generation.
     pub(crate) fn open_generation(&self) -> u64 {
+        self.origin_ns.store(self.epoch_ns(), Ordering::Relaxed);
         let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
         self.generation.store(generation, Ordering::Release);
         generation

@@ -71,8 +71,6 @@ pub(crate) struct SessionState {
     name: String,
     tags: Vec<(String, String)>,
     dir: PathBuf,
-    /// Session start on the profiler's clock.
-    pub(crate) origin_ns: u64,
     start_unix_ns: i64,
     /// The session's telemetry thread.
     sampler: Option<Sampler>,
@@ -158,7 +156,6 @@ impl Session {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             dir,
-            origin_ns: inner.now_ns(),
             start_unix_ns: unix_now_ns(),
             sampler: None,
         });
@@ -246,7 +243,7 @@ fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
     let mut builders = TableBuilders::default();
     for thread in inner.recorder.threads() {
         let mut data = thread.lock();
-        builders.append_thread(thread.track, &thread.thread_name, &data, state.origin_ns);
+        builders.append_thread(thread.track, &thread.thread_name, &data);
         data.clear_rows();
     }
     let payload = Payload {
@@ -330,7 +327,7 @@ fn header(
         },
         clock: ClockMeta {
             start_unix_ns: state.start_unix_ns,
-            duration_ns: end_ns.saturating_sub(state.origin_ns),
+            duration_ns: end_ns,
             offset_to_rank0_ns: 0,
         },
         gpu_source: gpu.as_ref().map_or(GpuSource::None, |g| g.source()),
