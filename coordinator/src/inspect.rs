@@ -46,7 +46,7 @@ pub fn inspect(path: &Path) -> Result<String, InspectError> {
         writeln!(
             w,
             "{name}: rankscope payload, format version {}, {} bytes",
-            payload::FORMAT_VERSION,
+            u16::from_le_bytes([bytes[4], bytes[5]]),
             bytes.len()
         )?;
         writeln!(w, "session   {} (id {})", h.session.name, h.session.id)?;
