@@ -10,4 +10,15 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --locked
+mkdir -p target
+log=target/test-output.log
+set +e
+cargo test --workspace --locked 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run: cargo's last line is whichever test
+# binary happened to run last.
+passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
+failed=$(grep -Eo '^test result: .* ([0-9]+) failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
+echo "tests: ${passed} passed, ${failed} failed"
+exit "$status"
