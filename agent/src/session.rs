@@ -273,6 +273,7 @@ fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
         world_size: inner.env.world_size,
         session_id: &state.id,
         session_dir: &state.dir,
+        started_unix_ns: state.start_unix_ns,
         deadline: Instant::now() + Duration::from_secs_f64(inner.config.gather_timeout_s),
     };
     let mut transport = transport::for_rank(&inner.config, &inner.env)?;

@@ -297,3 +297,54 @@ fn rank_zero_names_the_ranks_that_never_wrote() {
     assert_eq!(again.world_size, 3);
     assert_eq!(again.missing, vec![2]);
 }
+
+#[test]
+fn a_file_left_over_from_an_earlier_run_is_not_taken_for_a_rank() {
+    let out = tempfile::tempdir().unwrap();
+    let config = Config {
+        output_dir: out.path().into(),
+        gather_timeout_s: 0.3,
+        ..Config::default()
+    };
+    let env = |rank| RankEnv {
+        launcher: Launcher::Rankscope,
+        rank,
+        world_size: 2,
+        job_id: Some("same-id".into()),
+        ..RankEnv::single()
+    };
+    let rank0 = Profiler::with_rank_env(config, env(0));
+    let session = rank0.session("job", &[]).unwrap();
+    // Rank 1's file from a run an hour ago, under the same session id.
+    let mut stale = Payload {
+        header: rankscope_common::PayloadHeader::new("same-id", "job", 1, 2),
+        tables: Default::default(),
+    };
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    stale.header.clock.start_unix_ns = now_ns - 3_600_000_000_000;
+    stale.header.clock.duration_ns = 60_000_000_000;
+    let bytes = payload::encode(&stale, payload::Compression::Zstd).unwrap();
+    let dir = session.dir().unwrap();
+    let file = std::fs::File::create(dir.join("rank-00001.rsp")).unwrap();
+    std::io::Write::write_all(&mut &file, &bytes).unwrap();
+    file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3000))
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    let gathered = session.finish().unwrap().gathered.unwrap();
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "rank 0 waited for a fresh file from rank 1 until the deadline"
+    );
+    assert_eq!(gathered.reporting, vec![0]);
+    assert_eq!(gathered.missing, vec![1]);
+    assert_eq!(gathered.skipped.len(), 1);
+    assert!(
+        gathered.skipped[0].reason.contains("earlier run"),
+        "{:?}",
+        gathered.skipped
+    );
+}

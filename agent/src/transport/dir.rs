@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rankscope_common::payload::{self, MAX_PAYLOAD_BYTES};
 use rankscope_common::Payload;
@@ -14,6 +14,8 @@ use crate::spill;
 
 /// How often rank 0 looks for the other ranks' files.
 const POLL: Duration = Duration::from_millis(50);
+/// Wall clocks of the ranks may disagree by this much.
+const CLOCK_SKEW_NS: i64 = 5_000_000_000;
 
 /// Gathers through spill files in the session directory.
 pub struct DirTransport;
@@ -28,21 +30,40 @@ impl Transport for DirTransport {
         if context.rank != 0 {
             return Ok(None);
         }
-        wait_for_files(context.session_dir, context.world_size, context.deadline);
+        let fresh_after = UNIX_EPOCH
+            + Duration::from_nanos((context.started_unix_ns - CLOCK_SKEW_NS).max(0) as u64);
+        wait_for_files(
+            context.session_dir,
+            context.world_size,
+            fresh_after,
+            context.deadline,
+        );
         let expect = Expect {
             session_id: Some(context.session_id),
             world_size: Some(context.world_size),
+            ended_after_unix_ns: Some(context.started_unix_ns - CLOCK_SKEW_NS),
         };
         collect(context.session_dir, &expect).map(Some)
     }
 }
 
 /// Waits until `rank-00000.rsp` .. for every rank of `world_size` exist in
-/// `dir`, or `deadline` passes; returns whether all arrived.
-pub fn wait_for_files(dir: &Path, world_size: u32, deadline: Instant) -> bool {
+/// `dir`, written after `fresh_after` (an older file is left from an earlier
+/// run), or `deadline` passes; returns whether all arrived.
+pub fn wait_for_files(
+    dir: &Path,
+    world_size: u32,
+    fresh_after: SystemTime,
+    deadline: Instant,
+) -> bool {
+    let arrived = |rank: u32| {
+        std::fs::metadata(dir.join(spill::file_name(rank)))
+            .and_then(|m| m.modified())
+            .is_ok_and(|written| written >= fresh_after)
+    };
     let mut waiting: Vec<u32> = (0..world_size).collect();
     loop {
-        waiting.retain(|&rank| !dir.join(spill::file_name(rank)).exists());
+        waiting.retain(|&rank| !arrived(rank));
         if waiting.is_empty() {
             return true;
         }
@@ -62,6 +83,9 @@ pub struct Expect<'a> {
     pub session_id: Option<&'a str>,
     /// The world size.
     pub world_size: Option<u32>,
+    /// A payload whose session ended before this (Unix nanoseconds) is left
+    /// over from an earlier run that used the same session id.
+    pub ended_after_unix_ns: Option<i64>,
 }
 
 /// Reads every spill file in `dir`. A file that cannot be used is skipped
@@ -115,6 +139,15 @@ pub fn collect(dir: &Path, expect: &Expect<'_>) -> Result<Gathered, TransportErr
             ))
         } else if rank >= world_size {
             Some(format!("rank {rank} is outside the world of {world_size}"))
+        } else if expect
+            .ended_after_unix_ns
+            .is_some_and(|after| session_end_unix_ns(header) < after)
+        {
+            Some(
+                "ended before this session began: a file left over from an earlier run \
+                 with the same session id"
+                    .to_string(),
+            )
         } else {
             by_rank.get(&rank).map(|(first, _)| {
                 format!(
@@ -142,6 +175,11 @@ pub fn collect(dir: &Path, expect: &Expect<'_>) -> Result<Gathered, TransportErr
         payloads: by_rank.into_values().map(|(_, payload)| payload).collect(),
         skipped,
     })
+}
+
+fn session_end_unix_ns(header: &rankscope_common::PayloadHeader) -> i64 {
+    let duration = i64::try_from(header.clock.duration_ns).unwrap_or(i64::MAX);
+    header.clock.start_unix_ns.saturating_add(duration)
 }
 
 /// The spill files in `dir`, by name; temporary files are left out.

@@ -21,6 +21,8 @@ pub struct GatherContext<'a> {
     pub session_id: &'a str,
     /// The session directory (where spill files are).
     pub session_dir: &'a Path,
+    /// When this rank's session started, nanoseconds since the Unix epoch.
+    pub started_unix_ns: i64,
     /// When rank 0 stops waiting.
     pub deadline: Instant,
 }
