@@ -80,7 +80,7 @@ impl<'a> DictStrColumn<'a> {
     }
     /// The dictionary key of row `i`: equal keys mean equal strings.
     pub fn key(&self, i: usize) -> usize {
-        // Keys are validated against the dictionary length by the IPC reader.
+        // Checked against the dictionary's length when the view was made.
         self.keys[i] as usize
     }
     /// The distinct strings, indexed by key.
@@ -230,12 +230,12 @@ impl ColumnKind for DictStr {
             .as_any()
             .downcast_ref::<DictionaryArray<Int32Type>>()?;
         let values = dict.values().as_any().downcast_ref::<StringArray>()?;
-        if values.null_count() != 0 {
+        let keys = dict.keys().values();
+        // Untrusted input: every key must name a string of the dictionary.
+        let in_range = keys.iter().all(|&k| k >= 0 && (k as usize) < values.len());
+        if values.null_count() != 0 || !in_range {
             return None;
         }
-        Some(DictStrColumn {
-            keys: dict.keys().values(),
-            values,
-        })
+        Some(DictStrColumn { keys, values })
     }
 }

@@ -310,4 +310,29 @@ mod tests {
         assert_eq!(view.name.value(0), "unet");
         assert_eq!(view.count, &[3]);
     }
+
+    #[test]
+    fn a_dictionary_key_out_of_range_is_refused_by_the_view() {
+        use arrow_array::{DictionaryArray, Int32Array, StringArray};
+        // Built unchecked, as a hostile payload could deliver it.
+        let keys = Int32Array::from(vec![0, 5]);
+        let values = Arc::new(StringArray::from(vec!["decode"]));
+        // SAFETY: the array is only viewed, never read through its key 5.
+        let dict = unsafe { DictionaryArray::new_unchecked(keys, values) };
+        let mut builder = MetricsBuilder::default();
+        for _ in 0..2 {
+            builder.append(&MetricRow {
+                ts_ns: 0,
+                section: "custom".into(),
+                name: "x".into(),
+                value: 1.0,
+            });
+        }
+        let good = builder.finish().unwrap();
+        let mut columns = good.columns().to_vec();
+        columns[2] = Arc::new(dict);
+        let hostile = RecordBatch::try_new(good.schema(), columns).unwrap();
+        let err = MetricsView::new(&hostile).err().unwrap();
+        assert_eq!((err.table, err.column), ("metrics", "name"));
+    }
 }

@@ -149,7 +149,7 @@ fn reseal(bytes: &mut [u8]) {
 }
 
 #[test]
-fn round_trip_every_table_with_both_codecs() {
+fn round_trip_every_table_with_every_codec() {
     let original = sample();
     for codec in [Compression::None, Compression::Lz4, Compression::Zstd] {
         let decoded = decode(&encode(&original, codec).unwrap()).unwrap();

@@ -89,11 +89,10 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
                 },
             );
             let wait: f64 = by_rank.values().map(|calls| max - calls[k]).sum();
-            let entry = per_rank
-                .get_mut(&slowest)
-                .expect("slowest is a rank of the stage");
-            entry.slowest_calls += 1;
-            entry.wait_imposed_s += wait;
+            if let Some(entry) = per_rank.get_mut(&slowest) {
+                entry.slowest_calls += 1;
+                entry.wait_imposed_s += wait;
+            }
         }
         out.push(LockstepStage {
             stage: stage.clone(),
