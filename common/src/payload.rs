@@ -39,7 +39,7 @@ use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
 use serde::{Deserialize, Serialize};
 
-use crate::table::Table;
+use crate::table::{SchemaMismatch, Table, TableView};
 
 /// The four bytes every payload starts with.
 pub const MAGIC: [u8; 4] = *b"RSPL";
@@ -246,6 +246,12 @@ impl Payload {
     /// The batch of `table`, if the rank recorded any rows in it.
     pub fn table(&self, table: Table) -> Option<&RecordBatch> {
         self.tables.get(&table)
+    }
+
+    /// A typed view of the table `V` views: `Ok(None)` when the rank
+    /// recorded no rows in it.
+    pub fn view<'a, V: TableView<'a>>(&'a self) -> Result<Option<V>, SchemaMismatch> {
+        self.table(V::TABLE).map(V::view).transpose()
     }
 
     /// Rows in `table` (0 when absent).

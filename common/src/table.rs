@@ -12,6 +12,15 @@ use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
 use crate::column::{ColumnKind, DictStr, OptF64, OptStr, OptU32, OptU64, Str, F64, U32, U64};
 
+/// A typed view of one table's batch; lets [`crate::Payload::view`] find
+/// the batch of the view's table.
+pub trait TableView<'a>: Sized {
+    /// The table viewed.
+    const TABLE: Table;
+    /// Views `batch`, checking each column's type and nulls.
+    fn view(batch: &'a RecordBatch) -> Result<Self, SchemaMismatch>;
+}
+
 /// A decoded batch whose columns do not match the table's schema.
 #[derive(Debug, thiserror::Error)]
 #[error("table `{table}`: column `{column}` is missing or has the wrong type or nulls")]
@@ -112,6 +121,13 @@ macro_rules! tables {
                 /// Number of rows.
                 pub len: usize,
                 $( $(#[doc = $fdoc])* pub $field: <$kind as ColumnKind>::View<'a>, )*
+            }
+
+            impl<'a> TableView<'a> for $view<'a> {
+                const TABLE: Table = Table::$variant;
+                fn view(batch: &'a RecordBatch) -> Result<Self, SchemaMismatch> {
+                    Self::new(batch)
+                }
             }
 
             impl<'a> $view<'a> {

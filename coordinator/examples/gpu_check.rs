@@ -12,7 +12,7 @@ use rankscope::transport::Gathered;
 use rankscope::{Config, MemoryReading, Profiler, RankEnv};
 use rankscope_common::config::GpuSourceKind;
 use rankscope_common::payload;
-use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView, Table};
+use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView};
 use rankscope_coordinator::{analysis, report};
 
 fn main() -> Result<()> {
@@ -55,11 +55,7 @@ fn main() -> Result<()> {
     for gpu in &header.gpus {
         println!("device {gpu:?}");
     }
-    let samples = GpuSamplesView::new(
-        payload
-            .table(Table::GpuSamples)
-            .context("no GPU readings")?,
-    )?;
+    let samples: GpuSamplesView = payload.view()?.context("no GPU readings")?;
     let shown = |v: Option<String>| v.unwrap_or_else(|| "missing (not supported)".into());
     for position in 0..header.gpus.len() as u32 {
         let rows: Vec<usize> = (0..samples.len)
@@ -124,8 +120,7 @@ fn main() -> Result<()> {
             }
         }
     }
-    if let Some(batch) = payload.table(Table::MemorySnapshots) {
-        let snaps = MemorySnapshotsView::new(batch)?;
+    if let Some(snaps) = payload.view::<MemorySnapshotsView>()? {
         for i in 0..snaps.len {
             println!(
                 "\nmemory snapshot `{}` from {}: allocated {:?} reserved {:?}",

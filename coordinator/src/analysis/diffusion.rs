@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rankscope_common::table::{BlocksView, DiffusionStepsView, ModelParametersView, Table};
+use rankscope_common::table::{BlocksView, DiffusionStepsView, ModelParametersView};
 use rankscope_common::Payload;
 
 use super::stats::percentiles;
@@ -22,10 +22,7 @@ fn steps(payloads: &[Payload]) -> Option<StepSummary> {
     let mut all_ms = Vec::new();
     let mut per_rank_mean_ms = Vec::new();
     for payload in payloads {
-        let Some(view) = payload
-            .table(Table::DiffusionSteps)
-            .and_then(|b| DiffusionStepsView::new(b).ok())
-        else {
+        let Ok(Some(view)) = payload.view::<DiffusionStepsView>() else {
             continue;
         };
         let ms = view.computation_ms;
@@ -45,10 +42,7 @@ fn steps(payloads: &[Payload]) -> Option<StepSummary> {
 fn blocks(payloads: &[Payload]) -> Option<BlockSummary> {
     let mut summary: Option<BlockSummary> = None;
     for payload in payloads {
-        let Some(view) = payload
-            .table(Table::Blocks)
-            .and_then(|b| BlocksView::new(b).ok())
-        else {
+        let Ok(Some(view)) = payload.view::<BlocksView>() else {
             continue;
         };
         let frames: u64 = view.block_size.iter().sum();
@@ -81,10 +75,7 @@ fn blocks(payloads: &[Payload]) -> Option<BlockSummary> {
 fn model_parameters(payloads: &[Payload]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for payload in payloads {
-        let Some(view) = payload
-            .table(Table::ModelParameters)
-            .and_then(|b| ModelParametersView::new(b).ok())
-        else {
+        let Ok(Some(view)) = payload.view::<ModelParametersView>() else {
             continue;
         };
         for i in 0..view.len {
@@ -98,7 +89,7 @@ fn model_parameters(payloads: &[Payload]) -> BTreeMap<String, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rankscope_common::table::{BlockRow, BlocksBuilder};
+    use rankscope_common::table::{BlockRow, BlocksBuilder, Table};
     use rankscope_common::PayloadHeader;
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use rankscope_common::column::OptColumn;
-use rankscope_common::table::{GpuSamplesView, HostSamplesView, Table};
+use rankscope_common::table::{GpuSamplesView, HostSamplesView};
 use rankscope_common::Payload;
 
 use crate::model::{GpuSummary, HostSummary};
@@ -35,9 +35,7 @@ pub fn gpu_summaries(payloads: &[Payload]) -> Vec<GpuSummary> {
     // Payloads come by rank, so the first to claim a GPU is the lowest rank.
     for payload in payloads {
         let header = &payload.header;
-        let view = payload
-            .table(Table::GpuSamples)
-            .and_then(|b| GpuSamplesView::new(b).ok());
+        let view = payload.view::<GpuSamplesView>().ok().flatten();
         for (position, meta) in header.gpus.iter().enumerate() {
             let key = (header.rank.host.clone(), meta.uuid.clone());
             if let Some(existing) = by_device.get_mut(&key) {
@@ -113,7 +111,7 @@ pub fn gpu_summaries(payloads: &[Payload]) -> Vec<GpuSummary> {
 
 /// The host summary of one rank, from its host readings.
 pub fn host_summary(payload: &Payload) -> Option<HostSummary> {
-    let view = HostSamplesView::new(payload.table(Table::HostSamples)?).ok()?;
+    let view: HostSamplesView = payload.view().ok().flatten()?;
     let cpu = || (0..view.len).filter_map(|i| view.cpu_pct.get(i));
     Some(HostSummary {
         samples: view.len as u64,
@@ -141,7 +139,7 @@ fn max(values: impl Iterator<Item = f64>) -> Option<f64> {
 mod tests {
     use super::*;
     use rankscope_common::payload::{GpuMeta, GpuSource, PayloadHeader};
-    use rankscope_common::table::{GpuSampleRow, GpuSamplesBuilder};
+    use rankscope_common::table::{GpuSampleRow, GpuSamplesBuilder, Table};
 
     /// A rank on `host` that sampled one GPU, `uuid`, twice: 100 W then 300 W, 2 s apart.
     fn rank_with_gpu(rank: u32, host: &str, uuid: &str) -> Payload {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use rankscope_common::table::{StagesView, Table};
+use rankscope_common::table::StagesView;
 use rankscope_common::Payload;
 
 /// Every call of every stage, by name, then rank.
@@ -21,11 +21,9 @@ impl StageTimes {
         let mut by_name: BTreeMap<String, BTreeMap<u32, Vec<(u64, f64)>>> = BTreeMap::new();
         for payload in payloads {
             let rank = payload.header.rank.rank;
-            let Some(batch) = payload.table(Table::Stages) else {
-                continue;
-            };
-            let stages = match StagesView::new(batch) {
-                Ok(stages) => stages,
+            let stages = match payload.view::<StagesView>() {
+                Ok(Some(stages)) => stages,
+                Ok(None) => continue,
                 Err(e) => {
                     refuse(rank, e.to_string());
                     continue;
