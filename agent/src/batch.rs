@@ -87,40 +87,21 @@ impl TableBuilders {
     /// The non-empty tables as batches.
     pub(crate) fn finish(self) -> Result<BTreeMap<Table, RecordBatch>, ArrowError> {
         let built = [
-            (Table::Stages, self.stages.len(), self.stages.finish()),
-            (
-                Table::GpuSamples,
-                self.gpu_samples.len(),
-                self.gpu_samples.finish(),
-            ),
-            (
-                Table::HostSamples,
-                self.host_samples.len(),
-                self.host_samples.finish(),
-            ),
-            (
-                Table::DiffusionSteps,
-                self.diffusion_steps.len(),
-                self.diffusion_steps.finish(),
-            ),
-            (Table::Blocks, self.blocks.len(), self.blocks.finish()),
-            (Table::Metrics, self.metrics.len(), self.metrics.finish()),
-            (Table::Events, self.events.len(), self.events.finish()),
-            (
-                Table::MemorySnapshots,
-                self.snapshots.len(),
-                self.snapshots.finish(),
-            ),
-            (
-                Table::ModelParameters,
-                self.parameters.len(),
-                self.parameters.finish(),
-            ),
+            (Table::Stages, self.stages.finish()),
+            (Table::GpuSamples, self.gpu_samples.finish()),
+            (Table::HostSamples, self.host_samples.finish()),
+            (Table::DiffusionSteps, self.diffusion_steps.finish()),
+            (Table::Blocks, self.blocks.finish()),
+            (Table::Metrics, self.metrics.finish()),
+            (Table::Events, self.events.finish()),
+            (Table::MemorySnapshots, self.snapshots.finish()),
+            (Table::ModelParameters, self.parameters.finish()),
         ];
         let mut tables = BTreeMap::new();
-        for (table, rows, batch) in built {
-            if rows > 0 {
-                tables.insert(table, batch?);
+        for (table, batch) in built {
+            let batch = batch?;
+            if batch.num_rows() > 0 {
+                tables.insert(table, batch);
             }
         }
         Ok(tables)
