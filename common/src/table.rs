@@ -79,7 +79,6 @@ macro_rules! tables {
             #[doc = concat!("Collects `", $name, "` rows column by column.")]
             #[derive(Default)]
             pub struct $builder {
-                rows: usize,
                 $( $field: <$kind as ColumnKind>::Builder, )*
             }
 
@@ -94,17 +93,6 @@ macro_rules! tables {
                 /// Appends one row.
                 pub fn append(&mut self, row: &$row) {
                     $( <$kind as ColumnKind>::append(&mut self.$field, &row.$field); )*
-                    self.rows += 1;
-                }
-
-                /// Rows appended so far.
-                pub fn len(&self) -> usize {
-                    self.rows
-                }
-
-                /// Whether no row was appended.
-                pub fn is_empty(&self) -> bool {
-                    self.rows == 0
                 }
 
                 /// Finishes the rows into one batch.
