@@ -1,6 +1,10 @@
 //! How a Rust value maps onto one Arrow column: its type, its builder and its
 //! read-only view. The table definitions in [`crate::table`] are lists of
 //! named columns of these kinds.
+//!
+//! A value has two owned forms: the *value* a row holds (strings as
+//! `String`), and the *record* the agent keeps while recording (strings that
+//! repeat as interned [`NameId`]s, so that recording a row allocates nothing).
 
 use std::sync::Arc;
 
@@ -14,11 +18,15 @@ use arrow_array::{
 };
 use arrow_schema::DataType;
 
+use crate::names::{NameId, Names};
+
 /// One kind of column: the owned value a row holds, the builder that collects
 /// it and the typed view a reader gets back.
 pub trait ColumnKind {
     /// The value one row holds in this column.
     type Value;
+    /// The value as the agent records it (interned strings are [`NameId`]s).
+    type Record;
     /// The Arrow builder that collects the column.
     type Builder: ArrayBuilder + Default;
     /// Typed, zero-copy access to a decoded column.
@@ -29,6 +37,8 @@ pub trait ColumnKind {
     fn data_type() -> DataType;
     /// Appends one row's value.
     fn append(builder: &mut Self::Builder, value: &Self::Value);
+    /// Appends one recorded value, looking interned names up in `names`.
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, names: &Names);
     /// Finishes the builder into an array.
     fn finish(builder: &mut Self::Builder) -> ArrayRef;
     /// Views a decoded array; `None` when its type or nulls do not match.
@@ -101,6 +111,7 @@ macro_rules! primitive_kind {
 
         impl ColumnKind for $kind {
             type Value = $native;
+            type Record = $native;
             type Builder = $builder;
             type View<'a> = &'a [$native];
             const NULLABLE: bool = false;
@@ -109,6 +120,9 @@ macro_rules! primitive_kind {
             }
             fn append(builder: &mut Self::Builder, value: &Self::Value) {
                 builder.append_value(*value);
+            }
+            fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Names) {
+                Self::append(builder, record);
             }
             fn finish(builder: &mut Self::Builder) -> ArrayRef {
                 Arc::new(builder.finish())
@@ -126,6 +140,7 @@ macro_rules! primitive_kind {
 
         impl ColumnKind for $opt_kind {
             type Value = Option<$native>;
+            type Record = Option<$native>;
             type Builder = $builder;
             type View<'a> = OptColumn<'a, $arrow>;
             const NULLABLE: bool = true;
@@ -134,6 +149,9 @@ macro_rules! primitive_kind {
             }
             fn append(builder: &mut Self::Builder, value: &Self::Value) {
                 builder.append_option(*value);
+            }
+            fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Names) {
+                Self::append(builder, record);
             }
             fn finish(builder: &mut Self::Builder) -> ArrayRef {
                 Arc::new(builder.finish())
@@ -164,6 +182,7 @@ pub struct Str;
 
 impl ColumnKind for Str {
     type Value = String;
+    type Record = NameId;
     type Builder = StringBuilder;
     type View<'a> = &'a StringArray;
     const NULLABLE: bool = false;
@@ -172,6 +191,9 @@ impl ColumnKind for Str {
     }
     fn append(builder: &mut Self::Builder, value: &Self::Value) {
         builder.append_value(value);
+    }
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, names: &Names) {
+        builder.append_value(names.name(*record));
     }
     fn finish(builder: &mut Self::Builder) -> ArrayRef {
         Arc::new(builder.finish())
@@ -187,6 +209,7 @@ pub struct OptStr;
 
 impl ColumnKind for OptStr {
     type Value = Option<String>;
+    type Record = Option<String>;
     type Builder = StringBuilder;
     type View<'a> = OptStrColumn<'a>;
     const NULLABLE: bool = true;
@@ -195,6 +218,9 @@ impl ColumnKind for OptStr {
     }
     fn append(builder: &mut Self::Builder, value: &Self::Value) {
         builder.append_option(value.as_deref());
+    }
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Names) {
+        Self::append(builder, record);
     }
     fn finish(builder: &mut Self::Builder) -> ArrayRef {
         Arc::new(builder.finish())
@@ -213,6 +239,7 @@ pub struct DictStr;
 
 impl ColumnKind for DictStr {
     type Value = String;
+    type Record = NameId;
     type Builder = StringDictionaryBuilder<Int32Type>;
     type View<'a> = DictStrColumn<'a>;
     const NULLABLE: bool = false;
@@ -221,6 +248,9 @@ impl ColumnKind for DictStr {
     }
     fn append(builder: &mut Self::Builder, value: &Self::Value) {
         builder.append_value(value);
+    }
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, names: &Names) {
+        builder.append_value(names.name(*record));
     }
     fn finish(builder: &mut Self::Builder) -> ArrayRef {
         Arc::new(builder.finish())

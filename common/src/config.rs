@@ -115,12 +115,6 @@ pub struct Config {
     pub straggler_threshold_pct: f64,
     /// ... and by more than this many seconds.
     pub straggler_min_s: f64,
-    /// Rank 0's TCP listener address (default MASTER_ADDR).
-    pub addr: Option<String>,
-    /// Rank 0's TCP listener port (default MASTER_PORT + 1).
-    pub port: Option<u16>,
-    /// Job token for the TCP transport.
-    pub token: Option<String>,
 }
 
 impl Default for Config {
@@ -195,9 +189,6 @@ impl Config {
             display_ranks: DisplayRanks::Rank0,
             straggler_threshold_pct: 10.0,
             straggler_min_s: 0.01,
-            addr: None,
-            port: None,
-            token: None,
         };
         match preset {
             Preset::Development => base,
@@ -220,14 +211,30 @@ impl Config {
     }
 
     /// Loads the configuration of this process: the file named by
-    /// `RANKSCOPE_CONFIG` (if set), then `RANKSCOPE_*` variables.
+    /// `RANKSCOPE_CONFIG` (if set), then `RANKSCOPE_*` variables. A
+    /// `RANKSCOPE_*` variable that is no key (a misspelling) gets one
+    /// warning per process, naming the closest key.
     pub fn from_env() -> Result<Self, ConfigError> {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            for unknown in unknown_variables(std::env::vars_os().map(|(name, _)| name)) {
+                eprintln!("rankscope: warning: {unknown}");
+            }
+        });
         Self::load(
             std::env::var_os("RANKSCOPE_CONFIG")
                 .map(PathBuf::from)
                 .as_deref(),
             |name| std::env::var(name).ok(),
         )
+    }
+
+    /// The names of every configuration key.
+    pub fn keys() -> Vec<String> {
+        match serde_json::to_value(Config::default()) {
+            Ok(Value::Object(map)) => map.keys().cloned().collect(),
+            _ => unreachable!("Config serializes to a map"),
+        }
     }
 
     /// Loads from an optional file and environment variables given by `var`.
@@ -331,6 +338,81 @@ impl Config {
     }
 }
 
+/// `RANKSCOPE_*` variables that are neither a configuration key nor one of
+/// the launcher variables `rankscope demo` and `rankscope launch` set.
+const NON_KEY_VARIABLES: &[&str] = &[
+    "RANKSCOPE_CONFIG",
+    "RANKSCOPE_RANK",
+    "RANKSCOPE_WORLD_SIZE",
+    "RANKSCOPE_LOCAL_RANK",
+    "RANKSCOPE_LOCAL_WORLD_SIZE",
+    "RANKSCOPE_JOB_ID",
+    "RANKSCOPE_RUN_ID",
+];
+
+/// A `RANKSCOPE_*` variable that no code reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariable {
+    /// The variable.
+    pub name: String,
+    /// The closest known variable, when one is close.
+    pub closest: Option<String>,
+}
+
+impl std::fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is not a rankscope setting; it is ignored", self.name)?;
+        match &self.closest {
+            Some(closest) => write!(f, " (did you mean {closest}?)"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The `RANKSCOPE_*` names among `names` that are no setting, each with the
+/// closest known name (within an edit distance of a third of its length).
+pub fn unknown_variables(
+    names: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<UnknownVariable> {
+    let known: Vec<String> = Config::keys()
+        .iter()
+        .map(|key| format!("RANKSCOPE_{}", key.to_uppercase()))
+        .chain(NON_KEY_VARIABLES.iter().map(|v| v.to_string()))
+        .collect();
+    let mut unknown: Vec<UnknownVariable> = names
+        .into_iter()
+        .map(|name| name.to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("RANKSCOPE_") && !known.contains(name))
+        .map(|name| {
+            let closest = known
+                .iter()
+                .map(|k| (edit_distance(&name, k), k))
+                .min()
+                .filter(|(distance, _)| *distance <= name.len().div_ceil(3))
+                .map(|(_, k)| k.clone());
+            UnknownVariable { name, closest }
+        })
+        .collect();
+    unknown.sort_by(|a, b| a.name.cmp(&b.name));
+    unknown
+}
+
+/// Levenshtein distance between two strings, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
 fn from_keys(keys: Map<String, Value>) -> Result<Config, String> {
     serde_json::from_value(Value::Object(keys)).map_err(|e| e.to_string())
 }
@@ -422,8 +504,7 @@ mod tests {
                 ("RANKSCOPE_TRANSPORT", "dir"),
                 ("RANKSCOPE_GATHER_TIMEOUT_S", "2.5"),
                 ("RANKSCOPE_MAX_DATA_POINTS", "10"),
-                ("RANKSCOPE_PORT", "29501"),
-                ("RANKSCOPE_TOKEN", "1"),
+                ("RANKSCOPE_SIMULATED_HOT_RANK", "2"),
             ]),
         )
         .unwrap();
@@ -433,8 +514,7 @@ mod tests {
         assert_eq!(config.transport, TransportKind::Dir);
         assert_eq!(config.gather_timeout_s, 2.5);
         assert_eq!(config.max_data_points, 10);
-        assert_eq!(config.port, Some(29501));
-        assert_eq!(config.token.as_deref(), Some("1"));
+        assert_eq!(config.simulated_hot_rank, Some(2));
     }
 
     #[test]
@@ -454,6 +534,35 @@ mod tests {
         assert_eq!(config.preset, Preset::Production);
         assert_eq!(config.max_data_points, 7);
         assert_eq!(config.gpu_interval_s, 2.0);
+    }
+
+    #[test]
+    fn a_misspelt_variable_is_named_with_the_closest_key() {
+        let names = [
+            "RANKSCOPE_GATHER_TIMEOUT",
+            "RANKSCOPE_OUTPUT_DIR",
+            "RANKSCOPE_RANK",
+            "RANKSCOPE_ZZZZZZZZZZZZZZZZZZZZ",
+            "PATH",
+        ]
+        .map(std::ffi::OsString::from);
+        let unknown = unknown_variables(names);
+        assert_eq!(
+            unknown,
+            [
+                UnknownVariable {
+                    name: "RANKSCOPE_GATHER_TIMEOUT".into(),
+                    closest: Some("RANKSCOPE_GATHER_TIMEOUT_S".into()),
+                },
+                UnknownVariable {
+                    name: "RANKSCOPE_ZZZZZZZZZZZZZZZZZZZZ".into(),
+                    closest: None,
+                },
+            ]
+        );
+        assert!(unknown[0]
+            .to_string()
+            .contains("did you mean RANKSCOPE_GATHER_TIMEOUT_S?"));
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //!   wire and on disk ([`payload::encode`], [`payload::decode`]);
 //! - [`config`]: the configuration ([`Config`]) from presets, files and
 //!   `RANKSCOPE_*` variables;
-//! - [`env`]: which launcher started this process and where it sits in the job.
+//! - [`env`]: which launcher started this process and where it sits in the job;
+//! - [`gather`]: what rank 0 accepts into a report, whatever the transport
+//!   ([`gather::accept`], [`gather::Gathered`], [`gather::Rejection`]);
+//! - [`spill`]: payloads on disk, written atomically and read back safely.
 //!
 //! ```
 //! use rankscope_common::table::{ModelParameterRow, ModelParametersBuilder, Table};
@@ -25,11 +28,16 @@
 pub mod column;
 pub mod config;
 pub mod env;
+pub mod error;
+pub mod gather;
+pub mod names;
 pub mod payload;
+pub mod spill;
 pub mod table;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::ArrowError;
 pub use config::Config;
+pub use gather::{Gathered, Rejection, Skipped};
 pub use payload::{Payload, PayloadError, PayloadHeader};
 pub use table::Table;

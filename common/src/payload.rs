@@ -41,10 +41,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::table::{SchemaMismatch, Table, TableView};
 
+mod header;
+
+pub use header::{
+    ClockMeta, ClockOffset, ClockSync, DroppedRows, GpuMeta, GpuSource, PayloadHeader, RankMeta,
+    SamplerStats, SessionMeta, TransportName,
+};
+
 /// The four bytes every payload starts with.
 pub const MAGIC: [u8; 4] = *b"RSPL";
-/// The format version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 1;
+/// The format version this build writes (and the newest it reads). Version
+/// 1 (no run identity, no measured clock offset) is still read.
+pub const FORMAT_VERSION: u16 = 2;
 /// Largest header accepted.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// Largest payload accepted: 4 GiB.
@@ -66,171 +74,6 @@ pub enum Compression {
     /// Zstandard: smallest.
     #[default]
     Zstd,
-}
-
-/// Where a rank's GPU readings came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GpuSource {
-    /// No GPU telemetry (no NVML, or turned off).
-    #[default]
-    None,
-    /// Real devices read through NVML.
-    Nvml,
-    /// Synthetic readings (the demo): never real hardware.
-    Simulated,
-}
-
-impl GpuSource {
-    /// The name used in reports: `none`, `nvml` or `simulated`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GpuSource::None => "none",
-            GpuSource::Nvml => "nvml",
-            GpuSource::Simulated => "simulated",
-        }
-    }
-}
-
-/// The session a payload belongs to.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionMeta {
-    /// Id shared by every rank of one job.
-    pub id: String,
-    /// Session name.
-    pub name: String,
-    /// Free-form tags.
-    pub tags: Vec<(String, String)>,
-}
-
-/// The rank that wrote a payload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankMeta {
-    /// Global rank.
-    pub rank: u32,
-    /// Number of ranks in the job.
-    pub world_size: u32,
-    /// Rank within its node.
-    pub local_rank: u32,
-    /// Host name.
-    pub host: String,
-    /// Process id.
-    pub pid: u32,
-    /// Launcher detected: `single`, `openmpi`, `torchrun`, ...
-    pub launcher: String,
-}
-
-/// The rank's clock: what its timestamps are relative to.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClockMeta {
-    /// Wall-clock time of the session start, nanoseconds since the Unix epoch.
-    pub start_unix_ns: i64,
-    /// Session length on this rank's monotonic clock, nanoseconds.
-    pub duration_ns: u64,
-    /// This rank's clock minus rank 0's, nanoseconds (0 until estimated).
-    pub offset_to_rank0_ns: i64,
-}
-
-/// One GPU a rank sampled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuMeta {
-    /// NVML device index.
-    pub index: u32,
-    /// Device UUID.
-    pub uuid: String,
-    /// Device name.
-    pub name: String,
-    /// PCI bus id.
-    pub pci_bus_id: String,
-    /// Device memory in all, bytes.
-    pub memory_total_bytes: Option<u64>,
-    /// Highest SM clock, MHz (read once).
-    pub max_sm_clock_mhz: Option<u32>,
-    /// Highest memory clock, MHz (read once).
-    pub max_mem_clock_mhz: Option<u32>,
-}
-
-/// Rows a rank recorded but did not keep, because a table was full.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DroppedRows {
-    /// Table name.
-    pub table: String,
-    /// Rows dropped.
-    pub rows: u64,
-}
-
-/// What the telemetry sampler cost the rank: readings taken and the wall
-/// time of each (all GPUs at once, or the host).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SamplerStats {
-    /// GPU readings taken.
-    pub gpu_readings: u64,
-    /// Mean wall time of a GPU reading, nanoseconds.
-    pub gpu_read_ns_mean: u64,
-    /// Longest GPU reading, nanoseconds.
-    pub gpu_read_ns_max: u64,
-    /// Host readings taken.
-    pub host_readings: u64,
-    /// Mean wall time of a host reading, nanoseconds.
-    pub host_read_ns_mean: u64,
-    /// Longest host reading, nanoseconds.
-    pub host_read_ns_max: u64,
-}
-
-/// Everything about a payload that is not table data.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PayloadHeader {
-    /// The session.
-    pub session: SessionMeta,
-    /// The rank.
-    pub rank: RankMeta,
-    /// The rank's clock.
-    pub clock: ClockMeta,
-    /// Where GPU readings came from.
-    pub gpu_source: GpuSource,
-    /// The GPUs this rank sampled.
-    pub gpus: Vec<GpuMeta>,
-    /// How those GPUs were chosen (configuration, CUDA_VISIBLE_DEVICES, ...).
-    pub gpu_selection: String,
-    /// The telemetry sampler's own cost.
-    pub sampler: SamplerStats,
-    /// Rows dropped per table.
-    pub dropped: Vec<DroppedRows>,
-    /// Version of the agent that wrote the payload.
-    pub agent_version: String,
-}
-
-impl PayloadHeader {
-    /// A header for `rank` of `world_size` in session `id` / `name`, with no
-    /// tags, GPUs or drops, on this host and process; fill in the rest as needed.
-    pub fn new(id: &str, name: &str, rank: u32, world_size: u32) -> Self {
-        PayloadHeader {
-            session: SessionMeta {
-                id: id.to_string(),
-                name: name.to_string(),
-                tags: Vec::new(),
-            },
-            rank: RankMeta {
-                rank,
-                world_size,
-                local_rank: 0,
-                host: String::new(),
-                pid: std::process::id(),
-                launcher: "single".to_string(),
-            },
-            clock: ClockMeta {
-                start_unix_ns: 0,
-                duration_ns: 0,
-                offset_to_rank0_ns: 0,
-            },
-            gpu_source: GpuSource::None,
-            gpus: Vec::new(),
-            gpu_selection: String::new(),
-            sampler: SamplerStats::default(),
-            dropped: Vec::new(),
-            agent_version: env!("CARGO_PKG_VERSION").to_string(),
-        }
-    }
 }
 
 /// A rank's header and tables, decoded.
@@ -430,17 +273,10 @@ pub fn decode(bytes: &[u8]) -> Result<Payload, PayloadError> {
         )));
     }
     let header_bytes = reader.take(header_len, "header")?;
-    let (header, used): (PayloadHeader, usize) = bincode::serde::decode_from_slice(
-        header_bytes,
-        bincode::config::standard().with_limit::<MAX_HEADER_BYTES>(),
-    )
-    .map_err(|e| PayloadError::Header(e.to_string()))?;
-    if used != header_len {
-        return Err(PayloadError::Header(format!(
-            "{} trailing bytes after the header",
-            header_len - used
-        )));
-    }
+    let header = match format_version(bytes) {
+        1 => decode_header::<header::v1::PayloadHeader>(header_bytes)?.into(),
+        _ => decode_header::<PayloadHeader>(header_bytes)?,
+    };
 
     let table_count = reader.u16("table count")?;
     let mut tables = BTreeMap::new();
@@ -477,6 +313,27 @@ pub fn decode(bytes: &[u8]) -> Result<Payload, PayloadError> {
     Ok(Payload { header, tables })
 }
 
+/// The format version of a payload whose envelope was checked.
+fn format_version(bytes: &[u8]) -> u16 {
+    u16::from_le_bytes([bytes[4], bytes[5]])
+}
+
+/// Decodes a header that must fill `bytes` exactly.
+fn decode_header<H: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<H, PayloadError> {
+    let (header, used): (H, usize) = bincode::serde::decode_from_slice(
+        bytes,
+        bincode::config::standard().with_limit::<MAX_HEADER_BYTES>(),
+    )
+    .map_err(|e| PayloadError::Header(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(PayloadError::Header(format!(
+            "{} trailing bytes after the header",
+            bytes.len() - used
+        )));
+    }
+    Ok(header)
+}
+
 /// Checks magic, version, length and checksum; returns the payload length.
 fn check_envelope(bytes: &[u8]) -> Result<usize, PayloadError> {
     let found = bytes.len() as u64;
@@ -495,7 +352,7 @@ fn check_envelope(bytes: &[u8]) -> Result<usize, PayloadError> {
             found,
         });
     }
-    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    let version = format_version(bytes);
     if version == 0 || version > FORMAT_VERSION {
         return Err(PayloadError::UnsupportedVersion {
             found: version,

@@ -1,16 +1,22 @@
 //! The tables a rank records (DESIGN.md, "Data model"): for each one its Arrow
-//! schema, a row type, a builder that collects rows column by column into a
-//! [`RecordBatch`], and a typed view over a decoded batch.
+//! schema, a row type, the record type the agent keeps while recording, a
+//! builder that collects rows column by column into a [`RecordBatch`], and a
+//! typed view over a decoded batch.
 //!
 //! Every table is declared once, in the `tables!` invocation below; the
-//! schema, row, builder and view all come from that one declaration.
+//! schema, row, record, builder and view all come from that one declaration,
+//! and so do [`Records`] (the agent's per-thread storage, one queue per
+//! table) and [`Builders`] (records of every table into batches). A new
+//! table is one entry there.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
 use crate::column::{ColumnKind, DictStr, OptF64, OptStr, OptU32, OptU64, Str, F64, U32, U64};
+use crate::names::Names;
 
 /// A typed view of one table's batch; lets [`crate::Payload::view`] find
 /// the batch of the view's table.
@@ -34,7 +40,7 @@ pub struct SchemaMismatch {
 macro_rules! tables {
     ($(
         $(#[doc = $tdoc:literal])*
-        $variant:ident = $id:literal, $name:literal, $row:ident, $builder:ident, $view:ident {
+        $variant:ident = $id:literal, $name:ident, $row:ident, $record:ident, $builder:ident, $view:ident {
             $( $(#[doc = $fdoc:literal])* $field:ident : $kind:ident ),* $(,)?
         }
     )*) => {
@@ -50,7 +56,7 @@ macro_rules! tables {
 
             /// The table's name, as in DESIGN.md and the `raw/` file names.
             pub fn name(self) -> &'static str {
-                match self { $(Table::$variant => $name,)* }
+                match self { $(Table::$variant => stringify!($name),)* }
             }
 
             /// The table's one-byte id in the payload.
@@ -69,6 +75,56 @@ macro_rules! tables {
             }
         }
 
+        /// The agent's storage of one recording thread: one queue of records
+        /// per table.
+        #[derive(Debug, Default)]
+        pub struct Records {
+            $( #[doc = concat!("`", stringify!($name), "` records.")] pub $name: VecDeque<$record>, )*
+        }
+
+        impl Records {
+            /// Forgets every record.
+            pub fn clear(&mut self) {
+                $( self.$name.clear(); )*
+            }
+
+            /// Records held in `table`.
+            pub fn len(&self, table: Table) -> usize {
+                match table { $(Table::$variant => self.$name.len(),)* }
+            }
+
+            /// Whether no table holds a record.
+            pub fn is_empty(&self) -> bool {
+                true $( && self.$name.is_empty() )*
+            }
+        }
+
+        /// One builder per table: records of any number of threads in,
+        /// one batch per non-empty table out.
+        #[derive(Default)]
+        pub struct Builders {
+            $( $name: $builder, )*
+        }
+
+        impl Builders {
+            /// Appends every record of `records`, whose names are in `names`.
+            pub fn append(&mut self, records: &Records, names: &Names) {
+                $( for record in &records.$name { self.$name.append_record(record, names); } )*
+            }
+
+            /// The non-empty tables as batches.
+            pub fn finish(self) -> Result<BTreeMap<Table, RecordBatch>, ArrowError> {
+                let mut tables = BTreeMap::new();
+                $(
+                    let batch = self.$name.finish()?;
+                    if batch.num_rows() > 0 {
+                        tables.insert(Table::$variant, batch);
+                    }
+                )*
+                Ok(tables)
+            }
+        }
+
         $(
             $(#[doc = $tdoc])*
             #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +132,14 @@ macro_rules! tables {
                 $( $(#[doc = $fdoc])* pub $field: <$kind as ColumnKind>::Value, )*
             }
 
-            #[doc = concat!("Collects `", $name, "` rows column by column.")]
+            $(#[doc = $tdoc])*
+            /// As the agent records it: repeated strings are interned ids.
+            #[derive(Debug, Clone, PartialEq)]
+            pub struct $record {
+                $( $(#[doc = $fdoc])* pub $field: <$kind as ColumnKind>::Record, )*
+            }
+
+            #[doc = concat!("Collects `", stringify!($name), "` rows column by column.")]
             #[derive(Default)]
             pub struct $builder {
                 $( $field: <$kind as ColumnKind>::Builder, )*
@@ -95,6 +158,11 @@ macro_rules! tables {
                     $( <$kind as ColumnKind>::append(&mut self.$field, &row.$field); )*
                 }
 
+                /// Appends one record, looking its interned names up in `names`.
+                pub fn append_record(&mut self, record: &$record, names: &Names) {
+                    $( <$kind as ColumnKind>::append_record(&mut self.$field, &record.$field, names); )*
+                }
+
                 /// Finishes the rows into one batch.
                 pub fn finish(mut self) -> Result<RecordBatch, ArrowError> {
                     RecordBatch::try_new(
@@ -104,7 +172,7 @@ macro_rules! tables {
                 }
             }
 
-            #[doc = concat!("Typed, zero-copy columns of a decoded `", $name, "` batch.")]
+            #[doc = concat!("Typed, zero-copy columns of a decoded `", stringify!($name), "` batch.")]
             pub struct $view<'a> {
                 /// Number of rows.
                 pub len: usize,
@@ -126,7 +194,7 @@ macro_rules! tables {
                         $( $field: batch
                             .column_by_name(stringify!($field))
                             .and_then(|column| <$kind as ColumnKind>::view(column))
-                            .ok_or(SchemaMismatch { table: $name, column: stringify!($field) })?, )*
+                            .ok_or(SchemaMismatch { table: stringify!($name), column: stringify!($field) })?, )*
                     })
                 }
             }
@@ -136,7 +204,7 @@ macro_rules! tables {
 
 tables! {
     /// One completed stage (a timed region); stages nest per thread.
-    Stages = 1, "stages", StageRow, StagesBuilder, StagesView {
+    Stages = 1, stages, StageRow, StageRecord, StagesBuilder, StagesView {
         /// Stage name.
         name: DictStr,
         /// Track: the recording thread's number within the rank.
@@ -159,7 +227,7 @@ tables! {
         metadata: OptStr,
     }
     /// One NVML reading of one GPU.
-    GpuSamples = 2, "gpu_samples", GpuSampleRow, GpuSamplesBuilder, GpuSamplesView {
+    GpuSamples = 2, gpu_samples, GpuSampleRow, GpuSampleRecord, GpuSamplesBuilder, GpuSamplesView {
         /// Time of the reading, nanoseconds since the session started.
         ts_ns: U64,
         /// Index of the GPU in the payload header's GPU list.
@@ -192,7 +260,7 @@ tables! {
         pcie_rx_kbps: OptU32,
     }
     /// One reading of the host.
-    HostSamples = 3, "host_samples", HostSampleRow, HostSamplesBuilder, HostSamplesView {
+    HostSamples = 3, host_samples, HostSampleRow, HostSampleRecord, HostSamplesBuilder, HostSamplesView {
         /// Time of the reading, nanoseconds since the session started.
         ts_ns: U64,
         /// CPU use over all cores, percent.
@@ -211,7 +279,7 @@ tables! {
         process_rss_bytes: OptU64,
     }
     /// One denoising step of a diffusion model.
-    DiffusionSteps = 4, "diffusion_steps", DiffusionStepRow, DiffusionStepsBuilder, DiffusionStepsView {
+    DiffusionSteps = 4, diffusion_steps, DiffusionStepRow, DiffusionStepRecord, DiffusionStepsBuilder, DiffusionStepsView {
         /// When the step was recorded, nanoseconds since the session started.
         ts_ns: U64,
         /// Step number.
@@ -226,7 +294,7 @@ tables! {
         guidance_scale: OptF64,
     }
     /// One block computation (a group of frames generated together).
-    Blocks = 5, "blocks", BlockRow, BlocksBuilder, BlocksView {
+    Blocks = 5, blocks, BlockRow, BlockRecord, BlocksBuilder, BlocksView {
         /// When the block was recorded, nanoseconds since the session started.
         ts_ns: U64,
         /// Block number.
@@ -239,7 +307,7 @@ tables! {
         memory_mb: OptF64,
     }
     /// One custom metric or throughput reading.
-    Metrics = 6, "metrics", MetricRow, MetricsBuilder, MetricsView {
+    Metrics = 6, metrics, MetricRow, MetricRecord, MetricsBuilder, MetricsView {
         /// When it was recorded, nanoseconds since the session started.
         ts_ns: U64,
         /// Group: `custom`, `throughput`, ...
@@ -250,7 +318,7 @@ tables! {
         value: F64,
     }
     /// One custom event.
-    Events = 7, "events", EventRow, EventsBuilder, EventsView {
+    Events = 7, events, EventRow, EventRecord, EventsBuilder, EventsView {
         /// When it happened, nanoseconds since the session started.
         ts_ns: U64,
         /// Event name.
@@ -259,7 +327,7 @@ tables! {
         payload: OptStr,
     }
     /// One labelled memory snapshot.
-    MemorySnapshots = 8, "memory_snapshots", MemorySnapshotRow, MemorySnapshotsBuilder, MemorySnapshotsView {
+    MemorySnapshots = 8, memory_snapshots, MemorySnapshotRow, MemorySnapshotRecord, MemorySnapshotsBuilder, MemorySnapshotsView {
         /// When it was taken, nanoseconds since the session started.
         ts_ns: U64,
         /// Caller's label.
@@ -276,7 +344,7 @@ tables! {
         max_allocated_bytes: OptU64,
     }
     /// One named parameter count.
-    ModelParameters = 9, "model_parameters", ModelParameterRow, ModelParametersBuilder, ModelParametersView {
+    ModelParameters = 9, model_parameters, ModelParameterRow, ModelParameterRecord, ModelParametersBuilder, ModelParametersView {
         /// Model or component name.
         name: Str,
         /// Number of parameters.
