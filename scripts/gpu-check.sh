@@ -14,4 +14,4 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L
-cargo run --release --quiet -p rankscope-coordinator --example gpu_check -- "${1:-10}"
+cargo run --release --quiet -p rankscope --example gpu_check -- "${1:-10}"

@@ -2,11 +2,13 @@
 //!
 //! A [`Profiler`] records pipeline stages, diffusion steps and blocks,
 //! custom metrics, events and memory snapshots into bounded per-thread
-//! buffers. A [`Session`] frames one job run: when it finishes, every rank
-//! writes its payload (the format of [`rankscope_common::payload`]) to the
-//! session directory and hands it to rank 0 through a [`transport`]; rank 0
-//! gathers the ranks and, with a [`Reporter`] set (rankscope-coordinator's),
-//! writes one report for the whole job.
+//! buffers, and samples the rank's GPUs and host on a thread of its own. A
+//! [`Session`] frames one job run: it opens the [`transport`] when it
+//! starts; when it finishes, every rank spills its payload (the format of
+//! [`rankscope_common::payload`]) to the session directory and hands it to
+//! rank 0, which writes one report for the whole job (the default `report`
+//! feature links `rankscope-coordinator` for that; a [`Reporter`] of the
+//! program's own can replace it).
 //!
 //! ```
 //! use rankscope::{Config, DiffusionStep, Profiler};
@@ -22,29 +24,31 @@
 //! let outcome = session.finish().unwrap();
 //! assert!(outcome.spill_file.exists());
 //! assert_eq!(outcome.gathered.unwrap().reporting, vec![0]);
+//! assert!(outcome.report.unwrap().summary.contains("text_encoding"));
 //! ```
 #![deny(missing_docs)]
 
-mod batch;
 mod profiler;
 mod recorder;
 mod records;
 mod reporter;
 mod sampler;
 mod session;
-pub mod spill;
 mod stage;
 pub mod transport;
 
-pub use profiler::{Profiler, ProfilerError};
+pub use profiler::{Profiler, ProfilerBuilder, ProfilerError};
 pub use rankscope_common::env::RankEnv;
+pub use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
 pub use rankscope_common::Config;
 pub use records::{BlockComputation, DiffusionStep, MemoryReading};
-pub use reporter::{ReportFiles, Reporter};
+#[cfg(feature = "report")]
+pub use reporter::CoordinatorReporter;
+pub use reporter::Reporter;
+pub use session::{GatherSummary, Outcome, Session, SessionError};
+pub use stage::StageGuard;
 
 /// Whether NVML loads on this machine (with `library`, else the system's).
 pub fn nvml_available(library: Option<&std::path::Path>) -> bool {
     sampler::nvml::available(library)
 }
-pub use session::{GatherSummary, Outcome, Session, SessionError};
-pub use stage::StageGuard;

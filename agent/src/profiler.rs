@@ -1,20 +1,20 @@
-//! The profiler: the handle a rank records through.
+//! The profiler: the handle a rank records through, and its builder.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
 
 use rankscope_common::config::ConfigError;
 use rankscope_common::env::{self, EnvError, RankEnv};
-use rankscope_common::table::{BlockRow, DiffusionStepRow, Table};
+use rankscope_common::table::{
+    BlockRecord, DiffusionStepRecord, EventRecord, MemorySnapshotRecord, MetricRecord,
+    ModelParameterRecord, Table,
+};
 use rankscope_common::Config;
 
-use crate::recorder::{
-    EventRecord, MetricRecord, OpenStage, Recorder, SnapshotRecord, StageRecord, ThreadData,
-};
-use crate::sampler::{gpu, SharedGpuReader};
+use crate::recorder::Recorder;
+use crate::sampler::Telemetry;
 use crate::session::{Session, SessionError, SessionState};
 use crate::stage::StageGuard;
+use crate::transport::Transport;
 use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
 
 /// Why a profiler could not be made.
@@ -25,7 +25,7 @@ pub enum ProfilerError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// A launcher variable is invalid.
-    #[error("rank environment: {0}")]
+    #[error("rank environment")]
     Env(#[from] EnvError),
 }
 
@@ -33,24 +33,99 @@ pub enum ProfilerError {
 /// recording. A disabled profiler makes every call a no-op.
 #[derive(Clone)]
 pub struct Profiler {
-    inner: Option<Arc<Inner>>,
+    enabled: Option<Arc<Shared>>,
 }
 
-/// The state behind an enabled profiler.
-pub(crate) struct Inner {
+/// The state behind an enabled profiler, each part owned by the module
+/// that uses it.
+pub(crate) struct Shared {
+    /// What the hot path and the sampler write into.
+    pub(crate) recorder: Arc<Recorder>,
     pub(crate) config: Config,
     pub(crate) env: RankEnv,
-    pub(crate) recorder: Recorder,
-    pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
-    epoch: Instant,
-    /// Start of the running session, nanoseconds after `epoch`.
-    origin_ns: AtomicU64,
-    /// Generation of the running session; 0 when none runs.
-    generation: AtomicU64,
-    last_generation: AtomicU64,
+    /// GPU and host sampling.
+    pub(crate) telemetry: Telemetry,
+    /// The running session.
     pub(crate) session: Mutex<Option<SessionState>>,
-    /// The GPU reader, opened at the first session (`None`: no GPU telemetry).
-    gpu: OnceLock<Option<SharedGpuReader>>,
+    /// The transport, made at the first session unless one was handed in;
+    /// each session takes it while it runs.
+    pub(crate) transport: Mutex<Option<Box<dyn Transport>>>,
+    pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
+}
+
+/// Makes a [`Profiler`] with a rank environment, transport or reporter of
+/// the program's choosing.
+///
+/// ```
+/// let out = tempfile::tempdir().unwrap();
+/// let config = rankscope::Config { output_dir: out.path().into(), ..Default::default() };
+/// let profiler = rankscope::Profiler::builder(config)
+///     .rank_env(rankscope::RankEnv::single())
+///     .transport(rankscope::transport::dir::DirTransport)
+///     .build()
+///     .unwrap();
+/// assert!(profiler.is_enabled());
+/// ```
+#[must_use]
+pub struct ProfilerBuilder {
+    config: Config,
+    env: Option<RankEnv>,
+    transport: Option<Box<dyn Transport>>,
+    reporter: Option<Arc<dyn Reporter>>,
+}
+
+impl ProfilerBuilder {
+    /// Where this process sits in the job (default: detected from the
+    /// launcher's variables).
+    pub fn rank_env(mut self, env: RankEnv) -> Self {
+        self.env = Some(env);
+        self
+    }
+
+    /// The transport every session of the profiler uses (default: the one
+    /// configuration and launcher call for), e.g. one over a communicator
+    /// the program owns.
+    pub fn transport(mut self, transport: impl Transport + 'static) -> Self {
+        self.transport = Some(Box::new(transport));
+        self
+    }
+
+    /// What rank 0 does with the gathered payloads (default: write the
+    /// report, with the `report` feature).
+    pub fn reporter(mut self, reporter: Arc<dyn Reporter>) -> Self {
+        self.reporter = Some(reporter);
+        self
+    }
+
+    /// The profiler; detects the rank environment if none was given.
+    pub fn build(mut self) -> Result<Profiler, ProfilerError> {
+        let env = match self.env.take() {
+            Some(env) => env,
+            None => env::detect()?,
+        };
+        Ok(self.build_with(env))
+    }
+
+    fn build_with(self, env: RankEnv) -> Profiler {
+        if !self.config.enabled {
+            return Profiler::disabled();
+        }
+        let reporter = OnceLock::new();
+        if let Some(chosen) = self.reporter {
+            let _ = reporter.set(chosen);
+        }
+        Profiler {
+            enabled: Some(Arc::new(Shared {
+                recorder: Arc::new(Recorder::new(self.config.max_data_points)),
+                telemetry: Telemetry::new(&self.config, &env),
+                config: self.config,
+                env,
+                session: Mutex::new(None),
+                transport: Mutex::new(self.transport),
+                reporter,
+            })),
+        }
+    }
 }
 
 impl Profiler {
@@ -62,69 +137,60 @@ impl Profiler {
 
     /// A profiler with `config`, for the rank the launcher's variables describe.
     pub fn new(config: Config) -> Result<Self, ProfilerError> {
-        let env = env::detect()?;
-        Ok(Self::with_rank_env(config, env))
+        Self::builder(config).build()
     }
 
     /// A profiler with `config` for the rank `env` describes.
     pub fn with_rank_env(config: Config, env: RankEnv) -> Self {
-        if !config.enabled {
-            return Self::disabled();
-        }
-        let recorder = Recorder::new(config.max_data_points);
-        Profiler {
-            inner: Some(Arc::new(Inner {
-                config,
-                env,
-                recorder,
-                reporter: OnceLock::new(),
-                epoch: Instant::now(),
-                origin_ns: AtomicU64::new(0),
-                generation: AtomicU64::new(0),
-                last_generation: AtomicU64::new(0),
-                session: Mutex::new(None),
-                gpu: OnceLock::new(),
-            })),
+        Self::builder(config).build_with(env)
+    }
+
+    /// A builder, for a transport or reporter of the program's own.
+    pub fn builder(config: Config) -> ProfilerBuilder {
+        ProfilerBuilder {
+            config,
+            env: None,
+            transport: None,
+            reporter: None,
         }
     }
 
     /// A profiler that records nothing.
     pub fn disabled() -> Self {
-        Profiler { inner: None }
+        Profiler { enabled: None }
     }
 
-    /// Sets what rank 0 does with the gathered payloads at session end
-    /// (`rankscope-coordinator` writes the report). Without one, rank 0
-    /// gathers and keeps the spill files for `rankscope aggregate`. Returns
-    /// `false` if a reporter was already set.
+    /// Replaces what rank 0 does with the gathered payloads (by default,
+    /// with the `report` feature, it writes the report). Returns `false` if
+    /// a reporter was already set.
     pub fn set_reporter(&self, reporter: Arc<dyn Reporter>) -> bool {
-        match &self.inner {
-            Some(inner) => inner.reporter.set(reporter).is_ok(),
+        match &self.enabled {
+            Some(shared) => shared.reporter.set(reporter).is_ok(),
             None => false,
         }
     }
 
     /// Whether the profiler records.
     pub fn is_enabled(&self) -> bool {
-        self.inner.is_some()
+        self.enabled.is_some()
     }
 
     /// The configuration (`None` when disabled).
     pub fn config(&self) -> Option<&Config> {
-        self.inner.as_deref().map(|inner| &inner.config)
+        self.enabled.as_deref().map(|shared| &shared.config)
     }
 
     /// Where this process sits in the job (`None` when disabled).
     pub fn rank_env(&self) -> Option<&RankEnv> {
-        self.inner.as_deref().map(|inner| &inner.env)
+        self.enabled.as_deref().map(|shared| &shared.env)
     }
 
     /// Starts the job's session; every rank calls this with the same name.
     /// Tags are free-form `(key, value)` pairs shown in the report.
     pub fn session(&self, name: &str, tags: &[(&str, &str)]) -> Result<Session, SessionError> {
-        match &self.inner {
+        match &self.enabled {
             None => Ok(Session::inert()),
-            Some(inner) => Session::start(Arc::clone(inner), name, tags),
+            Some(shared) => Session::start(Arc::clone(shared), name, tags),
         }
     }
 
@@ -133,25 +199,23 @@ impl Profiler {
     pub fn stage(&self, name: &str) -> StageGuard<'_> {
         StageGuard::new(
             self.recording()
-                .map(|(inner, g)| (inner, inner.begin_stage(g, name, None))),
+                .map(|(rec, g)| (rec, rec.begin_stage(g, name, None))),
         )
     }
 
     /// Like [`Profiler::stage`], with metadata kept as JSON text on the stage.
     pub fn stage_with(&self, name: &str, metadata: &serde_json::Value) -> StageGuard<'_> {
-        StageGuard::new(self.recording().map(|(inner, g)| {
-            (
-                inner,
-                inner.begin_stage(g, name, Some(metadata.to_string())),
-            )
-        }))
+        StageGuard::new(
+            self.recording()
+                .map(|(rec, g)| (rec, rec.begin_stage(g, name, Some(metadata.to_string())))),
+        )
     }
 
     /// Begins a stage without a guard; [`Profiler::stop`] ends it on the same thread.
     #[inline]
     pub fn start(&self, name: &str) {
-        if let Some((inner, g)) = self.recording() {
-            inner.begin_stage(g, name, None);
+        if let Some((rec, g)) = self.recording() {
+            rec.begin_stage(g, name, None);
         }
     }
 
@@ -160,7 +224,7 @@ impl Profiler {
     #[inline]
     pub fn stop(&self, name: &str) -> bool {
         match self.recording() {
-            Some((inner, _)) => inner.stop_stage(name),
+            Some((rec, _)) => rec.stop_stage(name),
             None => false,
         }
     }
@@ -168,30 +232,30 @@ impl Profiler {
     /// Records a custom metric.
     #[inline]
     pub fn record_metric(&self, name: &str, value: f64) {
-        if let Some((inner, _)) = self.recording() {
-            inner.record_metric("custom", name, value);
+        if let Some((rec, _)) = self.recording() {
+            record_metric(rec, "custom", name, value);
         }
     }
 
     /// Records `items` processed in `seconds` (default: since the session
     /// started) as two `throughput` metrics: `items` and `items_per_s`.
     pub fn record_throughput(&self, items: f64, seconds: Option<f64>) {
-        if let Some((inner, _)) = self.recording() {
-            let seconds = seconds.unwrap_or_else(|| inner.session_elapsed_s());
-            inner.record_metric("throughput", "items", items);
+        if let Some((rec, _)) = self.recording() {
+            let seconds = seconds.unwrap_or_else(|| rec.now_ns() as f64 / 1e9);
+            record_metric(rec, "throughput", "items", items);
             if seconds > 0.0 {
-                inner.record_metric("throughput", "items_per_s", items / seconds);
+                record_metric(rec, "throughput", "items_per_s", items / seconds);
             }
         }
     }
 
     /// Records an event with a JSON payload.
     pub fn add_event(&self, name: &str, payload: &serde_json::Value) {
-        if let Some((inner, _)) = self.recording() {
+        if let Some((rec, _)) = self.recording() {
             let payload = (!payload.is_null()).then(|| payload.to_string());
-            inner.record_row(Table::Events, |t, ts_ns| {
+            rec.record_row(Table::Events, |t, ts_ns| {
                 let name = t.names.intern(name);
-                t.events.push(EventRecord {
+                t.records.events.push_back(EventRecord {
                     ts_ns,
                     name,
                     payload,
@@ -203,9 +267,9 @@ impl Profiler {
     /// Records one denoising step.
     #[inline]
     pub fn record_diffusion_step(&self, step: DiffusionStep) {
-        if let Some((inner, _)) = self.recording() {
-            inner.record_row(Table::DiffusionSteps, |t, ts_ns| {
-                t.diffusion_steps.push(DiffusionStepRow {
+        if let Some((rec, _)) = self.recording() {
+            rec.record_row(Table::DiffusionSteps, |t, ts_ns| {
+                t.records.diffusion_steps.push_back(DiffusionStepRecord {
                     ts_ns,
                     step: step.step,
                     timestep: step.timestep,
@@ -220,9 +284,9 @@ impl Profiler {
     /// Records one block computation.
     #[inline]
     pub fn record_block_computation(&self, block: BlockComputation) {
-        if let Some((inner, _)) = self.recording() {
-            inner.record_row(Table::Blocks, |t, ts_ns| {
-                t.blocks.push(BlockRow {
+        if let Some((rec, _)) = self.recording() {
+            rec.record_row(Table::Blocks, |t, ts_ns| {
+                t.records.blocks.push_back(BlockRecord {
                     ts_ns,
                     block_index: block.block_index,
                     block_size: block.block_size,
@@ -235,10 +299,12 @@ impl Profiler {
 
     /// Records the parameter count of a model or component.
     pub fn record_model_parameters(&self, name: &str, count: u64) {
-        if let Some((inner, _)) = self.recording() {
-            inner.record_row(Table::ModelParameters, |t, _| {
+        if let Some((rec, _)) = self.recording() {
+            rec.record_row(Table::ModelParameters, |t, _| {
                 let name = t.names.intern(name);
-                t.parameters.push((name, count));
+                t.records
+                    .model_parameters
+                    .push_back(ModelParameterRecord { name, count });
             });
         }
     }
@@ -248,168 +314,55 @@ impl Profiler {
     /// allocated is this process's device memory and reserved the device's
     /// memory in use.
     pub fn memory_snapshot(&self, label: &str, reading: MemoryReading) {
-        if let Some((inner, _)) = self.recording() {
-            let (source, reading) = match inner.gpu_reader() {
-                Some(gpu) if reading == MemoryReading::default() => {
-                    let mut gpu = gpu.lock().unwrap_or_else(|e| e.into_inner());
-                    match gpu.memory(0) {
-                        Some(read) => (gpu.source().as_str(), read),
-                        None => ("caller", reading),
-                    }
-                }
-                _ => ("caller", reading),
-            };
-            inner.record_row(Table::MemorySnapshots, |t, ts_ns| {
-                let label = t.names.intern(label);
-                t.snapshots.push(SnapshotRecord {
-                    ts_ns,
-                    label,
-                    source,
-                    reading,
-                });
+        let Some(shared) = self.enabled.as_deref() else {
+            return;
+        };
+        let Some((rec, _)) = self.recording() else {
+            return;
+        };
+        let read = if reading == MemoryReading::default() {
+            shared
+                .telemetry
+                .lock_gpu()
+                .and_then(|mut gpu| Some((gpu.source().as_str(), gpu.memory(0)?)))
+        } else {
+            None
+        };
+        let (source, reading) = read.unwrap_or(("caller", reading));
+        rec.record_row(Table::MemorySnapshots, |t, ts_ns| {
+            let label = t.names.intern(label);
+            let source = t.names.intern(source);
+            t.records.memory_snapshots.push_back(MemorySnapshotRecord {
+                ts_ns,
+                label,
+                source,
+                gpu: reading.gpu,
+                allocated_bytes: reading.allocated_bytes,
+                reserved_bytes: reading.reserved_bytes,
+                max_allocated_bytes: reading.max_allocated_bytes,
             });
-        }
+        });
     }
 
-    /// The inner state and session generation, when a session is recording.
+    /// The recorder and session generation, when a session is recording.
     #[inline(always)]
-    fn recording(&self) -> Option<(&Inner, u64)> {
-        let inner = self.inner.as_deref()?;
-        let generation = inner.generation.load(Ordering::Relaxed);
-        (generation != 0).then_some((inner, generation))
+    fn recording(&self) -> Option<(&Recorder, u64)> {
+        let recorder = &*self.enabled.as_deref()?.recorder;
+        recorder
+            .recording()
+            .map(|generation| (recorder, generation))
     }
 }
 
-impl Inner {
-    /// Nanoseconds since the session started, on the monotonic clock.
-    #[inline(always)]
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.epoch_ns()
-            .saturating_sub(self.origin_ns.load(Ordering::Relaxed))
-    }
-
-    fn epoch_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
-
-    fn session_elapsed_s(&self) -> f64 {
-        self.now_ns() as f64 / 1e9
-    }
-
-    /// The GPU reader, opened on first use; says once why GPU telemetry is off.
-    pub(crate) fn gpu_reader(&self) -> Option<&SharedGpuReader> {
-        self.gpu
-            .get_or_init(|| match gpu::open(&self.config, &self.env) {
-                Ok(reader) => reader.map(|r| Arc::new(Mutex::new(r))),
-                Err(reason) => {
-                    eprintln!(
-                        "rankscope: rank {}: GPU telemetry off: {reason}",
-                        self.env.rank
-                    );
-                    None
-                }
-            })
-            .as_ref()
-    }
-
-    /// Starts the session clock and marks a session as recording; returns
-    /// its generation.
-    pub(crate) fn open_generation(&self) -> u64 {
-        self.origin_ns.store(self.epoch_ns(), Ordering::Relaxed);
-        let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
-        self.generation.store(generation, Ordering::Release);
-        generation
-    }
-
-    /// Stops recording.
-    pub(crate) fn close_generation(&self) {
-        self.generation.store(0, Ordering::Release);
-    }
-
-    #[inline]
-    pub(crate) fn begin_stage(&self, generation: u64, name: &str, metadata: Option<String>) -> u64 {
-        self.recorder.with_thread(|t| {
-            let name = t.names.intern(name);
-            let stage_id = t.next_stage;
-            t.next_stage += 1;
-            let call_index = t.next_call(name);
-            t.open.push(OpenStage {
-                stage_id,
-                name,
-                call_index,
-                metadata,
-                generation,
-                start_ns: self.now_ns(),
-            });
-            stage_id
-        })
-    }
-
-    #[inline]
-    pub(crate) fn end_stage(&self, stage_id: u64) {
-        let end_ns = self.now_ns();
-        self.recorder.with_thread(|t| {
-            if let Some(pos) = t.open.iter().rposition(|s| s.stage_id == stage_id) {
-                self.close_open_stage(t, pos, end_ns);
-            }
+fn record_metric(recorder: &Recorder, section: &str, name: &str, value: f64) {
+    recorder.record_row(Table::Metrics, |t, ts_ns| {
+        let section = t.names.intern(section);
+        let name = t.names.intern(name);
+        t.records.metrics.push_back(MetricRecord {
+            ts_ns,
+            section,
+            name,
+            value,
         });
-    }
-
-    fn stop_stage(&self, name: &str) -> bool {
-        let end_ns = self.now_ns();
-        self.recorder.with_thread(|t| {
-            let name = t.names.intern(name);
-            match t.open.iter().rposition(|s| s.name == name) {
-                Some(pos) => {
-                    self.close_open_stage(t, pos, end_ns);
-                    true
-                }
-                None => false,
-            }
-        })
-    }
-
-    /// Removes open stage `pos` from the thread's stack and keeps it as a
-    /// completed stage, if it belongs to the running session and fits.
-    fn close_open_stage(&self, t: &mut ThreadData, pos: usize, end_ns: u64) {
-        let open = t.open.remove(pos);
-        if open.generation != self.generation.load(Ordering::Relaxed)
-            || !self.recorder.admit(Table::Stages)
-        {
-            return;
-        }
-        let parent_id = pos.checked_sub(1).map(|p| t.open[p].stage_id);
-        t.stages.push(StageRecord {
-            name: open.name,
-            stage_id: open.stage_id,
-            parent_id,
-            depth: pos as u32,
-            start_ns: open.start_ns,
-            end_ns,
-            call_index: open.call_index,
-            metadata: open.metadata,
-        });
-    }
-
-    /// Records one row of `table`, stamped now, if the table has room.
-    #[inline]
-    pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
-        let ts_ns = self.now_ns();
-        if self.recorder.admit(table) {
-            self.recorder.with_thread(|t| push(t, ts_ns));
-        }
-    }
-
-    fn record_metric(&self, section: &str, name: &str, value: f64) {
-        self.record_row(Table::Metrics, |t, ts_ns| {
-            let section = t.names.intern(section);
-            let name = t.names.intern(name);
-            t.metrics.push(MetricRecord {
-                ts_ns,
-                section,
-                name,
-                value,
-            });
-        });
-    }
+    });
 }

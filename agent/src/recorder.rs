@@ -1,116 +1,59 @@
-//! Per-thread recording: each thread that records gets its own buffer, found
-//! through a thread-local, so the hot path touches only memory its thread
-//! owns. The buffer's mutex is taken by its own thread on every call and by
-//! the session's finish once, so it is never contended while a job runs.
+//! The recording of one rank: per-thread buffers, the session clock, the row
+//! budget and whether a session is recording. The hot path (stage begin and
+//! end, record calls) and the sampler thread write here; the session reads
+//! it out at finish.
+//!
+//! Each thread that records gets its own buffer, found through a
+//! thread-local, so the hot path touches only memory its thread owns. The
+//! buffer's mutex is taken by its own thread on every call and by the
+//! session's finish once, so it is never contended while a job runs.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
-use rankscope_common::table::{BlockRow, DiffusionStepRow, GpuSampleRow, HostSampleRow, Table};
-use rustc_hash::FxHashMap;
+use rankscope_common::names::{NameId, Names};
+use rankscope_common::table::{Records, StageRecord, Table};
 
-/// Source of profiler ids: thread-local buffers are keyed by them.
-static NEXT_PROFILER_ID: AtomicU64 = AtomicU64::new(1);
+/// Source of recorder ids: thread-local buffers are keyed by them.
+static NEXT_RECORDER_ID: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    /// This thread's buffers, one per live profiler it has recorded into.
+    /// This thread's buffers, one per live recorder it has recorded into.
     static BUFFERS: RefCell<Vec<(u64, Arc<ThreadBuffer>)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Interns strings (stage, metric, event names) into small ids, per thread.
-#[derive(Default)]
-pub(crate) struct Interner {
-    ids: FxHashMap<Box<str>, u32>,
-    names: Vec<Box<str>>,
-}
-
-impl Interner {
-    /// The id of `name`; allocates only the first time a name is seen.
-    pub(crate) fn intern(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.ids.get(name) {
-            return id;
-        }
-        let id = self.names.len() as u32;
-        self.names.push(name.into());
-        self.ids.insert(name.into(), id);
-        id
-    }
-
-    /// The name of `id`.
-    pub(crate) fn name(&self, id: u32) -> &str {
-        &self.names[id as usize]
-    }
 }
 
 /// A stage that began and has not ended yet.
 pub(crate) struct OpenStage {
-    pub(crate) stage_id: u64,
-    pub(crate) name: u32,
-    pub(crate) call_index: u32,
-    pub(crate) start_ns: u64,
-    pub(crate) metadata: Option<String>,
-    pub(crate) generation: u64,
+    stage_id: u64,
+    name: NameId,
+    call_index: u32,
+    start_ns: u64,
+    metadata: Option<String>,
+    generation: u64,
 }
 
-/// A completed stage, compact: names are interned ids.
-pub(crate) struct StageRecord {
-    pub(crate) name: u32,
-    pub(crate) stage_id: u64,
-    pub(crate) parent_id: Option<u64>,
-    pub(crate) depth: u32,
-    pub(crate) start_ns: u64,
-    pub(crate) end_ns: u64,
-    pub(crate) call_index: u32,
-    pub(crate) metadata: Option<String>,
-}
-
-/// A metric reading.
-pub(crate) struct MetricRecord {
-    pub(crate) ts_ns: u64,
-    pub(crate) section: u32,
-    pub(crate) name: u32,
-    pub(crate) value: f64,
-}
-
-/// An event.
-pub(crate) struct EventRecord {
-    pub(crate) ts_ns: u64,
-    pub(crate) name: u32,
-    pub(crate) payload: Option<String>,
-}
-
-/// A memory snapshot.
-pub(crate) struct SnapshotRecord {
-    pub(crate) ts_ns: u64,
-    pub(crate) label: u32,
-    pub(crate) source: &'static str,
-    pub(crate) reading: crate::MemoryReading,
-}
-
-/// What one thread recorded in the current session.
-#[derive(Default)]
+/// What one thread recorded.
 pub(crate) struct ThreadData {
-    pub(crate) names: Interner,
-    pub(crate) open: Vec<OpenStage>,
+    /// Names interned by this thread (stage, metric, event names).
+    pub(crate) names: Names,
+    /// The thread's track number within the rank.
+    track: u32,
+    /// The thread's name, interned.
+    thread_name: NameId,
+    /// Stages begun and not ended, innermost last.
+    open: Vec<OpenStage>,
     /// Calls so far per stage name id, for `call_index`.
-    pub(crate) calls: Vec<u32>,
-    pub(crate) next_stage: u64,
-    pub(crate) stages: Vec<StageRecord>,
-    pub(crate) gpu_samples: VecDeque<GpuSampleRow>,
-    pub(crate) host_samples: VecDeque<HostSampleRow>,
-    pub(crate) diffusion_steps: Vec<DiffusionStepRow>,
-    pub(crate) blocks: Vec<BlockRow>,
-    pub(crate) metrics: Vec<MetricRecord>,
-    pub(crate) events: Vec<EventRecord>,
-    pub(crate) snapshots: Vec<SnapshotRecord>,
-    pub(crate) parameters: Vec<(u32, u64)>,
+    calls: Vec<u32>,
+    next_stage: u64,
+    /// The session's rows, one queue per table.
+    pub(crate) records: Records,
 }
 
 impl ThreadData {
     /// The next call index of stage name `name`.
-    pub(crate) fn next_call(&mut self, name: u32) -> u32 {
+    fn next_call(&mut self, name: NameId) -> u32 {
         let slot = name as usize;
         if self.calls.len() <= slot {
             self.calls.resize(slot + 1, 0);
@@ -121,27 +64,15 @@ impl ThreadData {
     }
 
     /// Forgets the session's rows and call counts; names stay interned.
-    pub(crate) fn clear_rows(&mut self) {
+    fn clear_rows(&mut self) {
         self.calls.clear();
-        self.stages.clear();
-        self.gpu_samples.clear();
-        self.host_samples.clear();
-        self.diffusion_steps.clear();
-        self.blocks.clear();
-        self.metrics.clear();
-        self.events.clear();
-        self.snapshots.clear();
-        self.parameters.clear();
+        self.records.clear();
     }
 }
 
-/// One thread's buffer, shared by the thread and its profiler.
+/// One thread's buffer, shared by the thread and its recorder.
 pub(crate) struct ThreadBuffer {
-    /// The thread's track number within the rank.
-    pub(crate) track: u32,
-    /// The thread's name.
-    pub(crate) thread_name: String,
-    pub(crate) data: Mutex<ThreadData>,
+    data: Mutex<ThreadData>,
 }
 
 impl ThreadBuffer {
@@ -151,33 +82,164 @@ impl ThreadBuffer {
     }
 }
 
-/// Every thread buffer of one profiler, and the row budget per table.
+/// The recording of one rank.
 pub(crate) struct Recorder {
-    pub(crate) id: u64,
+    id: u64,
     threads: Mutex<Vec<Arc<ThreadBuffer>>>,
     next_track: AtomicU32,
-    max_rows: u64,
+    /// Rows kept per table.
+    pub(crate) max_rows: usize,
     kept: [AtomicU64; TABLES],
     dropped: [AtomicU64; TABLES],
+    /// The monotonic clock's zero.
+    epoch: Instant,
+    /// Start of the running session, nanoseconds after `epoch`.
+    origin_ns: AtomicU64,
+    /// Generation of the running session; 0 when none records.
+    generation: AtomicU64,
+    last_generation: AtomicU64,
 }
 
 const TABLES: usize = Table::ALL.len();
 
-/// The table's counter: `Table::ALL` lists the variants in declaration order.
-#[inline(always)]
-fn slot(table: Table) -> usize {
-    table as usize
-}
-
 impl Recorder {
     pub(crate) fn new(max_rows: usize) -> Self {
         Recorder {
-            id: NEXT_PROFILER_ID.fetch_add(1, Ordering::Relaxed),
+            id: NEXT_RECORDER_ID.fetch_add(1, Ordering::Relaxed),
             threads: Mutex::new(Vec::new()),
             next_track: AtomicU32::new(0),
-            max_rows: max_rows as u64,
+            max_rows,
             kept: Default::default(),
             dropped: Default::default(),
+            epoch: Instant::now(),
+            origin_ns: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            last_generation: AtomicU64::new(0),
+        }
+    }
+
+    /// The generation of the session recording now, if one is.
+    #[inline(always)]
+    pub(crate) fn recording(&self) -> Option<u64> {
+        let generation = self.generation.load(Ordering::Relaxed);
+        (generation != 0).then_some(generation)
+    }
+
+    /// Nanoseconds since the session started, on the monotonic clock.
+    #[inline(always)]
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.epoch_ns()
+            .saturating_sub(self.origin_ns.load(Ordering::Relaxed))
+    }
+
+    fn epoch_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Forgets rows recorded outside a session, starts the session clock and
+    /// starts recording.
+    pub(crate) fn begin_session(&self) {
+        for thread in self.threads() {
+            thread.lock().clear_rows();
+        }
+        self.take_dropped();
+        self.origin_ns.store(self.epoch_ns(), Ordering::Relaxed);
+        let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
+        self.generation.store(generation, Ordering::Release);
+    }
+
+    /// Stops recording; returns the session's length in nanoseconds.
+    pub(crate) fn end_session(&self) -> u64 {
+        self.generation.store(0, Ordering::Release);
+        self.now_ns()
+    }
+
+    /// Hands every thread's records to `take` (with the names they use) and
+    /// forgets them.
+    pub(crate) fn drain(&self, mut take: impl FnMut(&Records, &Names)) {
+        for thread in self.threads() {
+            let mut data = thread.lock();
+            take(&data.records, &data.names);
+            data.clear_rows();
+        }
+    }
+
+    /// Begins a stage on this thread; returns its id.
+    #[inline]
+    pub(crate) fn begin_stage(&self, generation: u64, name: &str, metadata: Option<String>) -> u64 {
+        self.with_thread(|t| {
+            let name = t.names.intern(name);
+            let stage_id = t.next_stage;
+            t.next_stage += 1;
+            let call_index = t.next_call(name);
+            t.open.push(OpenStage {
+                stage_id,
+                name,
+                call_index,
+                metadata,
+                generation,
+                start_ns: self.now_ns(),
+            });
+            stage_id
+        })
+    }
+
+    /// Ends the stage `stage_id` of this thread.
+    #[inline]
+    pub(crate) fn end_stage(&self, stage_id: u64) {
+        let end_ns = self.now_ns();
+        self.with_thread(|t| {
+            if let Some(pos) = t.open.iter().rposition(|s| s.stage_id == stage_id) {
+                self.close_open_stage(t, pos, end_ns);
+            }
+        });
+    }
+
+    /// Ends the innermost open stage called `name` on this thread; `false`
+    /// if there is none.
+    pub(crate) fn stop_stage(&self, name: &str) -> bool {
+        let end_ns = self.now_ns();
+        self.with_thread(|t| {
+            let name = t.names.intern(name);
+            match t.open.iter().rposition(|s| s.name == name) {
+                Some(pos) => {
+                    self.close_open_stage(t, pos, end_ns);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    /// Removes open stage `pos` from the thread's stack and keeps it as a
+    /// completed stage, if it belongs to the running session and fits.
+    fn close_open_stage(&self, t: &mut ThreadData, pos: usize, end_ns: u64) {
+        let open = t.open.remove(pos);
+        if open.generation != self.generation.load(Ordering::Relaxed) || !self.admit(Table::Stages)
+        {
+            return;
+        }
+        let parent_id = pos.checked_sub(1).map(|p| t.open[p].stage_id);
+        t.records.stages.push_back(StageRecord {
+            name: open.name,
+            thread: t.track,
+            thread_name: t.thread_name,
+            stage_id: open.stage_id,
+            parent_id,
+            depth: pos as u32,
+            start_ns: open.start_ns,
+            end_ns,
+            call_index: open.call_index,
+            metadata: open.metadata,
+        });
+    }
+
+    /// Records one row of `table`, stamped now, if the table has room.
+    #[inline]
+    pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
+        let ts_ns = self.now_ns();
+        if self.admit(table) {
+            self.with_thread(|t| push(t, ts_ns));
         }
     }
 
@@ -200,15 +262,22 @@ impl Recorder {
     fn register_thread(&self, buffers: &mut Vec<(u64, Arc<ThreadBuffer>)>) -> Arc<ThreadBuffer> {
         let track = self.next_track.fetch_add(1, Ordering::Relaxed);
         let current = std::thread::current();
-        let buffer = Arc::new(ThreadBuffer {
-            track,
-            thread_name: current
+        let mut names = Names::default();
+        let thread_name = names.intern(
+            &current
                 .name()
                 .map_or_else(|| format!("thread-{track}"), str::to_string),
+        );
+        let buffer = Arc::new(ThreadBuffer {
             data: Mutex::new(ThreadData {
+                names,
+                track,
+                thread_name,
+                open: Vec::new(),
+                calls: Vec::new(),
                 // Stage ids are unique within the rank: the track in the high bits.
                 next_stage: u64::from(track) << 40,
-                ..ThreadData::default()
+                records: Records::default(),
             }),
         });
         self.threads
@@ -221,9 +290,9 @@ impl Recorder {
 
     /// Takes one row of `table`'s budget: `false` (and the drop counted) when full.
     #[inline]
-    pub(crate) fn admit(&self, table: Table) -> bool {
-        let slot = slot(table);
-        if self.kept[slot].fetch_add(1, Ordering::Relaxed) < self.max_rows {
+    fn admit(&self, table: Table) -> bool {
+        let slot = table as usize;
+        if self.kept[slot].fetch_add(1, Ordering::Relaxed) < self.max_rows as u64 {
             true
         } else {
             self.dropped[slot].fetch_add(1, Ordering::Relaxed);
@@ -234,7 +303,7 @@ impl Recorder {
     /// Counts `rows` dropped from `table` by a ring buffer.
     pub(crate) fn count_dropped(&self, table: Table, rows: u64) {
         if rows > 0 {
-            self.dropped[slot(table)].fetch_add(rows, Ordering::Relaxed);
+            self.dropped[table as usize].fetch_add(rows, Ordering::Relaxed);
         }
     }
 
@@ -253,7 +322,7 @@ impl Recorder {
     }
 
     /// Every thread's buffer.
-    pub(crate) fn threads(&self) -> Vec<Arc<ThreadBuffer>> {
+    fn threads(&self) -> Vec<Arc<ThreadBuffer>> {
         self.threads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -264,7 +333,12 @@ impl Recorder {
     pub(crate) fn take_dropped(&self) -> Vec<(Table, u64)> {
         let out = Table::ALL
             .iter()
-            .map(|&table| (table, self.dropped[slot(table)].swap(0, Ordering::Relaxed)))
+            .map(|&table| {
+                (
+                    table,
+                    self.dropped[table as usize].swap(0, Ordering::Relaxed),
+                )
+            })
             .filter(|&(_, rows)| rows > 0)
             .collect();
         for kept in &self.kept {

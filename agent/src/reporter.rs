@@ -1,21 +1,12 @@
-//! What rank 0 does with the gathered payloads: the reporter. The agent
-//! only gathers; `rankscope-coordinator` provides the reporter that analyses
-//! and writes the report, so the agent does not depend on it.
+//! What rank 0 does with the gathered payloads: the reporter. With the
+//! default `report` feature, rank 0 analyses them and writes the report
+//! through `rankscope-coordinator`; a program can set its own reporter.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
+use rankscope_common::gather::{Gathered, ReportFiles};
 use rankscope_common::Config;
-
-use crate::transport::Gathered;
-
-/// The report files written for a session.
-#[derive(Debug, Clone, Default)]
-pub struct ReportFiles {
-    /// Every file written.
-    pub files: Vec<PathBuf>,
-    /// The terminal summary table.
-    pub summary: String,
-}
 
 /// Writes the report of a session from the gathered payloads.
 pub trait Reporter: Send + Sync {
@@ -26,4 +17,36 @@ pub trait Reporter: Send + Sync {
         session_dir: &Path,
         config: &Config,
     ) -> Result<ReportFiles, Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// The reporter of `rankscope-coordinator`: report.json, summary.txt and
+/// stages.csv in the session directory.
+#[cfg(feature = "report")]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CoordinatorReporter;
+
+#[cfg(feature = "report")]
+impl Reporter for CoordinatorReporter {
+    fn report(
+        &self,
+        gathered: &Gathered,
+        session_dir: &Path,
+        config: &Config,
+    ) -> Result<ReportFiles, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(rankscope_coordinator::report::report(
+            gathered,
+            session_dir,
+            config,
+        )?)
+    }
+}
+
+/// The reporter rank 0 uses when the program set none: the coordinator's
+/// with the `report` feature, else none (the spill files stay for
+/// `rankscope aggregate`).
+pub(crate) fn default_reporter() -> Option<Arc<dyn Reporter>> {
+    #[cfg(feature = "report")]
+    return Some(Arc::new(CoordinatorReporter));
+    #[cfg(not(feature = "report"))]
+    return None;
 }

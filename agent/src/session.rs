@@ -1,24 +1,26 @@
-//! Sessions: one per job run. Finishing a session builds this rank's
-//! payload, spills it to the session directory, hands it to rank 0 through
-//! the transport and, on rank 0, has the reporter write the report.
+//! Sessions: one per job run. Starting a session opens the transport (the
+//! rendezvous) and the sampler; finishing it builds this rank's payload,
+//! spills it to the session directory, gathers on rank 0 through the
+//! transport and, on rank 0, has the reporter write the report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rankscope_common::config::DisplayRanks;
 use rankscope_common::env::{Launcher, RankEnv};
+use rankscope_common::error::Chain;
+use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
 use rankscope_common::payload::{
-    self, ClockMeta, DroppedRows, GpuSource, Payload, PayloadError, PayloadHeader, RankMeta,
-    SamplerStats, SessionMeta,
+    self, ClockMeta, DroppedRows, Payload, PayloadError, PayloadHeader, RankMeta, SamplerStats,
+    SessionMeta,
 };
-use rankscope_common::{ArrowError, Config};
+use rankscope_common::table::Builders;
+use rankscope_common::{spill, ArrowError, Config};
 
-use crate::batch::TableBuilders;
-use crate::profiler::Inner;
-use crate::sampler::{HostReader, Sampler, Schedule};
-use crate::transport::{self, GatherContext, Gathered, Skipped, TransportError};
-use crate::{spill, ReportFiles};
+use crate::profiler::Shared;
+use crate::reporter::default_reporter;
+use crate::sampler::Sampler;
+use crate::transport::{self, Rendezvous, SessionInfo, Transport, TransportError};
 
 /// Why a session could not start or finish.
 #[derive(Debug, thiserror::Error)]
@@ -38,30 +40,49 @@ pub enum SessionError {
         /// Ranks in the job.
         world_size: u32,
     },
-    /// A file or directory could not be written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The path.
+    /// The session directory could not be made.
+    #[error("creating the session directory {path}")]
+    SessionDir {
+        /// The directory.
         path: PathBuf,
         /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// This rank's spill file could not be written.
+    #[error("writing the spill file of rank {rank} in {dir}")]
+    Spill {
+        /// The rank.
+        rank: u32,
+        /// The session directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
         source: std::io::Error,
     },
     /// The recorded rows could not be turned into batches.
-    #[error("building the payload: {0}")]
-    Batch(#[from] ArrowError),
+    #[error("building the payload")]
+    Batch(#[source] ArrowError),
     /// The payload could not be encoded.
-    #[error(transparent)]
-    Payload(#[from] PayloadError),
-    /// The payloads could not be gathered.
-    #[error(transparent)]
-    Transport(#[from] TransportError),
+    #[error("encoding the payload")]
+    Payload(#[source] PayloadError),
+    /// The transport failed to open or to gather.
+    #[error("the {stage} of the session's transport")]
+    Transport {
+        /// `rendezvous` or `gather`.
+        stage: &'static str,
+        /// Why.
+        #[source]
+        source: TransportError,
+    },
     /// Rank 0's reporter failed; the spill files are still in the session directory.
-    #[error("writing the report in {dir}: {reason}")]
+    #[error("writing the report in {dir} (the rank spill files are kept there)")]
     Report {
         /// The session directory.
         dir: PathBuf,
-        /// What went wrong.
-        reason: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -72,12 +93,34 @@ pub(crate) struct SessionState {
     tags: Vec<(String, String)>,
     dir: PathBuf,
     start_unix_ns: i64,
+    /// What the transport's rendezvous established.
+    rendezvous: Rendezvous,
+    /// The transport, taken from the profiler for the session's length.
+    transport: Box<dyn Transport>,
     /// The session's telemetry thread.
     sampler: Option<Sampler>,
 }
 
+/// What the transport is told of a session.
+fn session_info<'a>(
+    env: &RankEnv,
+    id: &'a str,
+    run_id: Option<&'a str>,
+    dir: &'a Path,
+    started_unix_ns: i64,
+) -> SessionInfo<'a> {
+    SessionInfo {
+        rank: env.rank,
+        world_size: env.world_size,
+        session_id: id,
+        run_id,
+        session_dir: dir,
+        started_unix_ns,
+    }
+}
+
 /// What finishing a session produced.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Outcome {
     /// The session directory (empty for a disabled profiler).
     pub session_dir: PathBuf,
@@ -92,7 +135,7 @@ pub struct Outcome {
 }
 
 /// Which ranks rank 0 gathered.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct GatherSummary {
     /// Ranks whose payloads arrived.
     pub reporting: Vec<u32>,
@@ -102,12 +145,12 @@ pub struct GatherSummary {
     pub skipped: Vec<Skipped>,
 }
 
-impl From<&Gathered> for GatherSummary {
-    fn from(g: &Gathered) -> Self {
+impl From<Gathered> for GatherSummary {
+    fn from(g: Gathered) -> Self {
         GatherSummary {
             reporting: g.payloads.iter().map(|p| p.header.rank.rank).collect(),
-            missing: g.missing.clone(),
-            skipped: g.skipped.clone(),
+            missing: g.missing,
+            skipped: g.skipped,
         }
     }
 }
@@ -115,39 +158,47 @@ impl From<&Gathered> for GatherSummary {
 /// A running session. Finish it with [`Session::finish`]; dropping it
 /// unfinished still spills this rank's payload, without waiting for others.
 pub struct Session {
-    inner: Option<Arc<Inner>>,
+    shared: Option<Arc<Shared>>,
 }
 
 impl Session {
     /// A session of a disabled profiler.
     pub(crate) fn inert() -> Self {
-        Session { inner: None }
+        Session { shared: None }
     }
 
     pub(crate) fn start(
-        inner: Arc<Inner>,
+        shared: Arc<Shared>,
         name: &str,
         tags: &[(&str, &str)],
     ) -> Result<Self, SessionError> {
-        // Opening the GPUs (NVML's start) can take a while: before the clock starts.
-        inner.gpu_reader();
-        let mut slot = inner.session.lock().unwrap_or_else(|e| e.into_inner());
+        shared.telemetry.prepare();
+        let mut slot = shared.session.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(running) = slot.as_ref() {
             return Err(SessionError::AlreadyRunning(running.name.clone()));
         }
-        let config = &inner.config;
+        let (config, env) = (&shared.config, &shared.env);
         let name = config.session.clone().unwrap_or_else(|| name.to_string());
-        let id = session_id(config, &inner.env)?;
+        let id = session_id(config, env)?;
         let dir = session_dir(config, &name, &id);
-        std::fs::create_dir_all(&dir).map_err(|source| SessionError::Io {
+        std::fs::create_dir_all(&dir).map_err(|source| SessionError::SessionDir {
             path: dir.clone(),
             source,
         })?;
-        // Rows recorded between sessions are not part of this one.
-        for thread in inner.recorder.threads() {
-            thread.lock().clear_rows();
-        }
-        inner.recorder.take_dropped();
+        let mut transport = take_transport(&shared)?;
+        let start_unix_ns = unix_now_ns();
+        let proposal = session_info(env, &id, env.run_id.as_deref(), &dir, start_unix_ns);
+        let rendezvous = match transport.open(&proposal) {
+            Ok(rendezvous) => rendezvous,
+            Err(source) => {
+                put_back(&shared, transport);
+                return Err(SessionError::Transport {
+                    stage: "rendezvous",
+                    source,
+                });
+            }
+        };
+        shared.recorder.begin_session();
         *slot = Some(SessionState {
             id,
             name,
@@ -156,36 +207,30 @@ impl Session {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             dir,
-            start_unix_ns: unix_now_ns(),
-            sampler: None,
+            start_unix_ns,
+            rendezvous,
+            transport,
+            sampler: shared.telemetry.start(&shared.recorder),
         });
-        inner.open_generation();
         drop(slot);
-        let sampler = start_sampler(&inner);
-        if let Some(state) = inner
-            .session
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            state.sampler = sampler;
-        }
-        Ok(Session { inner: Some(inner) })
+        Ok(Session {
+            shared: Some(shared),
+        })
     }
 
     /// The session directory (`None` for a disabled profiler).
     pub fn dir(&self) -> Option<PathBuf> {
-        let inner = self.inner.as_ref()?;
-        let slot = inner.session.lock().unwrap_or_else(|e| e.into_inner());
+        let shared = self.shared.as_ref()?;
+        let slot = shared.session.lock().unwrap_or_else(|e| e.into_inner());
         slot.as_ref().map(|s| s.dir.clone())
     }
 
     /// Ends the session: spills this rank's payload, gathers on rank 0 (which
-    /// waits at most `gather_timeout_s` for the others) and, on rank 0 with a
-    /// reporter, writes the report.
+    /// waits at most `gather_timeout_s` for the others) and, on rank 0,
+    /// writes the report.
     pub fn finish(mut self) -> Result<Outcome, SessionError> {
-        match self.inner.take() {
-            Some(inner) => finish(&inner, true),
+        match self.shared.take() {
+            Some(shared) => finish(&shared, true),
             None => Ok(Outcome::default()),
         }
     }
@@ -193,71 +238,73 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if let Some(inner) = self.inner.take() {
-            if let Err(e) = finish(&inner, false) {
-                eprintln!("rankscope: session dropped unfinished; spilling its data failed: {e}");
+        if let Some(shared) = self.shared.take() {
+            if let Err(e) = finish(&shared, false) {
+                eprintln!(
+                    "rankscope: session dropped unfinished; spilling its data failed: {}",
+                    Chain(&e)
+                );
             }
         }
     }
 }
 
-/// Starts the telemetry sampler of a session, if there is anything to sample.
-fn start_sampler(inner: &Arc<Inner>) -> Option<Sampler> {
-    let config = &inner.config;
-    let gpu = inner.gpu_reader().cloned();
-    let host = config.collect_host.then(HostReader::new);
-    if gpu.is_none() && host.is_none() {
-        return None;
-    }
-    let displays = config.display_ranks == DisplayRanks::All || inner.env.rank == 0;
-    let schedule = Schedule {
-        gpu: Duration::from_secs_f64(config.gpu_interval_s),
-        host: Duration::from_secs_f64(config.host_interval_s),
-        pcie: config.pcie_interval_s.map(Duration::from_secs_f64),
-        display: (config.live_display && displays)
-            .then(|| Duration::from_secs_f64(config.display_interval_s)),
-    };
-    match Sampler::start(Arc::clone(inner), gpu, host, schedule) {
-        Ok(sampler) => Some(sampler),
-        Err(e) => {
-            eprintln!(
-                "rankscope: rank {}: telemetry off: cannot start its thread: {e}",
-                inner.env.rank
-            );
-            None
-        }
+/// The profiler's transport: the one handed in, else the one configuration
+/// and launcher call for.
+fn take_transport(shared: &Shared) -> Result<Box<dyn Transport>, SessionError> {
+    let given = shared
+        .transport
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    match given {
+        Some(transport) => Ok(transport),
+        None => transport::for_rank(&shared.config, &shared.env).map_err(|source| {
+            SessionError::Transport {
+                stage: "rendezvous",
+                source,
+            }
+        }),
     }
 }
 
-fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
-    inner.close_generation();
-    let mut state = inner
+fn put_back(shared: &Shared, transport: Box<dyn Transport>) {
+    *shared.transport.lock().unwrap_or_else(|e| e.into_inner()) = Some(transport);
+}
+
+/// Ends recording and hands the rank's data on; with `gather`, also the
+/// gather and, on rank 0, the report.
+fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
+    let duration_ns = shared.recorder.end_session();
+    let mut state = shared
         .session
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .expect("a session that has not finished holds its state");
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
-    let end_ns = inner.now_ns();
+    let result = build_payload(shared, &state, duration_ns, sampler)
+        .and_then(|payload| hand_on(shared, &mut state, &payload, gather));
+    put_back(shared, state.transport);
+    result
+}
 
-    let mut builders = TableBuilders::default();
-    for thread in inner.recorder.threads() {
-        let mut data = thread.lock();
-        builders.append_thread(thread.track, &thread.thread_name, &data);
-        data.clear_rows();
-    }
-    let payload = Payload {
-        header: header(inner, &state, end_ns, sampler),
-        tables: builders.finish()?,
-    };
-    for dropped in &payload.header.dropped {
-        eprintln!(
-            "rankscope: rank {}: {} rows of `{}` dropped (max_data_points = {})",
-            inner.env.rank, dropped.rows, dropped.table, inner.config.max_data_points
-        );
-    }
-    let bytes = payload::encode(&payload, inner.config.payload_compression)?;
-    let spill_file = spill::write(&state.dir, inner.env.rank, &bytes)?;
+/// Spills the payload and, with `gather`, gathers and reports.
+fn hand_on(
+    shared: &Shared,
+    state: &mut SessionState,
+    payload: &Payload,
+    gather: bool,
+) -> Result<Outcome, SessionError> {
+    let (config, env) = (&shared.config, &shared.env);
+    let bytes =
+        payload::encode(payload, config.payload_compression).map_err(SessionError::Payload)?;
+    let spill_file =
+        spill::write(&state.dir, env.rank, &bytes).map_err(|source| SessionError::Spill {
+            rank: env.rank,
+            dir: state.dir.clone(),
+            source,
+        })?;
     let mut outcome = Outcome {
         session_dir: state.dir.clone(),
         spill_file,
@@ -267,56 +314,92 @@ fn finish(inner: &Inner, gather: bool) -> Result<Outcome, SessionError> {
     if !gather {
         return Ok(outcome);
     }
-
-    let context = GatherContext {
-        rank: inner.env.rank,
-        world_size: inner.env.world_size,
-        session_id: &state.id,
-        session_dir: &state.dir,
-        started_unix_ns: state.start_unix_ns,
-        deadline: Instant::now() + Duration::from_secs_f64(inner.config.gather_timeout_s),
-    };
-    let mut transport = transport::for_rank(&inner.config, &inner.env)?;
-    let Some(gathered) = transport.gather(&bytes, &context)? else {
-        return Ok(outcome);
-    };
-    outcome.gathered = Some(GatherSummary::from(&gathered));
-    match inner.reporter.get() {
-        Some(reporter) => {
-            let files = reporter
-                .report(&gathered, &state.dir, &inner.config)
-                .map_err(|e| SessionError::Report {
-                    dir: state.dir.clone(),
-                    reason: e.to_string(),
-                })?;
-            outcome.report = Some(files);
-        }
-        None => eprintln!(
-            "rankscope: {} rank payloads are in {}; no reporter is linked: run \
-             `rankscope aggregate --reports-dir {}` for the report",
-            gathered.payloads.len(),
-            state.dir.display(),
-            state.dir.display()
-        ),
+    let deadline = Instant::now() + Duration::from_secs_f64(config.gather_timeout_s);
+    let info = session_info(
+        env,
+        &state.id,
+        state.rendezvous.run_id.as_deref(),
+        &state.dir,
+        state.start_unix_ns,
+    );
+    let gathered = state
+        .transport
+        .gather(&bytes, &info, deadline)
+        .map_err(|source| SessionError::Transport {
+            stage: "gather",
+            source,
+        })?;
+    if let Some(gathered) = gathered {
+        outcome.report = report(shared, &gathered, state)?;
+        outcome.gathered = Some(gathered.into());
     }
     Ok(outcome)
 }
 
-fn header(
-    inner: &Inner,
+/// Rank 0's report of what it gathered, by the reporter set or the default.
+fn report(
+    shared: &Shared,
+    gathered: &Gathered,
     state: &SessionState,
-    end_ns: u64,
+) -> Result<Option<ReportFiles>, SessionError> {
+    let reporter = shared.reporter.get().cloned().or_else(default_reporter);
+    let Some(reporter) = reporter else {
+        eprintln!(
+            "rankscope: {} rank payloads are in {}; this build writes no report: run \
+             `rankscope aggregate --reports-dir {}` for it",
+            gathered.payloads.len(),
+            state.dir.display(),
+            state.dir.display()
+        );
+        return Ok(None);
+    };
+    reporter
+        .report(gathered, &state.dir, &shared.config)
+        .map(Some)
+        .map_err(|source| SessionError::Report {
+            dir: state.dir.clone(),
+            source,
+        })
+}
+
+/// This rank's payload: the header and every thread's records as batches.
+fn build_payload(
+    shared: &Shared,
+    state: &SessionState,
+    duration_ns: u64,
+    sampler: SamplerStats,
+) -> Result<Payload, SessionError> {
+    let mut builders = Builders::default();
+    shared
+        .recorder
+        .drain(|records, names| builders.append(records, names));
+    let payload = Payload {
+        header: header(shared, state, duration_ns, sampler),
+        tables: builders.finish().map_err(SessionError::Batch)?,
+    };
+    for dropped in &payload.header.dropped {
+        eprintln!(
+            "rankscope: rank {}: {} rows of `{}` dropped (max_data_points = {})",
+            shared.env.rank, dropped.rows, dropped.table, shared.config.max_data_points
+        );
+    }
+    Ok(payload)
+}
+
+fn header(
+    shared: &Shared,
+    state: &SessionState,
+    duration_ns: u64,
     sampler: SamplerStats,
 ) -> PayloadHeader {
-    let env = &inner.env;
-    let gpu = inner
-        .gpu_reader()
-        .map(|g| g.lock().unwrap_or_else(|e| e.into_inner()));
+    let env = &shared.env;
+    let gpus = shared.telemetry.describe_gpus();
     PayloadHeader {
         session: SessionMeta {
             id: state.id.clone(),
             name: state.name.clone(),
             tags: state.tags.clone(),
+            run_id: state.rendezvous.run_id.clone(),
         },
         rank: RankMeta {
             rank: env.rank,
@@ -328,16 +411,16 @@ fn header(
         },
         clock: ClockMeta {
             start_unix_ns: state.start_unix_ns,
-            duration_ns: end_ns,
-            offset_to_rank0_ns: 0,
+            duration_ns,
+            offset_to_rank0: state.rendezvous.offset,
         },
-        gpu_source: gpu.as_ref().map_or(GpuSource::None, |g| g.source()),
-        gpus: gpu.as_ref().map_or_else(Vec::new, |g| g.devices().to_vec()),
-        gpu_selection: gpu
-            .as_ref()
-            .map_or_else(String::new, |g| g.selection().to_string()),
+        transport: state.transport.name(),
+        clock_sync: state.rendezvous.clock_sync,
+        gpu_source: gpus.source,
+        gpus: gpus.devices,
+        gpu_selection: gpus.selection,
         sampler,
-        dropped: inner
+        dropped: shared
             .recorder
             .take_dropped()
             .into_iter()

@@ -3,27 +3,37 @@
 
 use std::marker::PhantomData;
 
-use crate::profiler::Inner;
+use crate::recorder::Recorder;
 
 /// An open stage; the stage ends when this guard is dropped.
 ///
 /// A guard from a disabled profiler (or outside a session) is inert. Guards
-/// are not `Send`: a stage begins and ends on one thread.
+/// are not `Send`: a stage begins and ends on one thread. The guard below
+/// borrows a `'static` profiler, so the one reason it cannot move to
+/// another thread is that it is not `Send`:
 ///
 /// ```compile_fail
-/// let profiler = rankscope::Profiler::disabled();
+/// let profiler: &'static rankscope::Profiler = Box::leak(Box::new(rankscope::Profiler::disabled()));
 /// let guard = profiler.stage("decode");
 /// std::thread::spawn(move || drop(guard));
 /// ```
+///
+/// The same program moving something that is `Send` compiles:
+///
+/// ```
+/// let profiler: &'static rankscope::Profiler = Box::leak(Box::new(rankscope::Profiler::disabled()));
+/// let recording = profiler.stage("decode").is_recording();
+/// std::thread::spawn(move || drop(recording)).join().unwrap();
+/// ```
 #[must_use = "a stage ends when its guard is dropped"]
 pub struct StageGuard<'p> {
-    open: Option<(&'p Inner, u64)>,
+    open: Option<(&'p Recorder, u64)>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl<'p> StageGuard<'p> {
     #[inline(always)]
-    pub(crate) fn new(open: Option<(&'p Inner, u64)>) -> Self {
+    pub(crate) fn new(open: Option<(&'p Recorder, u64)>) -> Self {
         StageGuard {
             open,
             _not_send: PhantomData,
@@ -39,8 +49,8 @@ impl<'p> StageGuard<'p> {
 impl Drop for StageGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if let Some((inner, stage_id)) = self.open.take() {
-            inner.end_stage(stage_id);
+        if let Some((recorder, stage_id)) = self.open.take() {
+            recorder.end_stage(stage_id);
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The agent's recording, end to end through a real session and real files.
 
-use rankscope::transport::dir::{collect, Expect};
 use rankscope::{BlockComputation, Config, DiffusionStep, MemoryReading, Profiler, RankEnv};
 use rankscope_common::env::Launcher;
+use rankscope_common::gather::{accept, Expect, Rejection};
 use rankscope_common::payload;
+use rankscope_common::spill;
 use rankscope_common::table::*;
 use rankscope_common::Payload;
 
@@ -293,7 +294,10 @@ fn rank_zero_names_the_ranks_that_never_wrote() {
     assert_eq!(gathered.reporting, vec![0, 1]);
     assert_eq!(gathered.missing, vec![2]);
 
-    let again = collect(&outcome.session_dir, &Expect::default()).unwrap();
+    let again = accept(
+        spill::read_dir(&outcome.session_dir).unwrap(),
+        &Expect::default(),
+    );
     assert_eq!(again.world_size, 3);
     assert_eq!(again.missing, vec![2]);
 }
@@ -343,8 +347,12 @@ fn a_file_left_over_from_an_earlier_run_is_not_taken_for_a_rank() {
     assert_eq!(gathered.missing, vec![1]);
     assert_eq!(gathered.skipped.len(), 1);
     assert!(
-        gathered.skipped[0].reason.contains("earlier run"),
+        matches!(gathered.skipped[0].reason, Rejection::Stale),
         "{:?}",
         gathered.skipped
     );
+    assert!(gathered.skipped[0]
+        .reason
+        .to_string()
+        .contains("earlier run"));
 }

@@ -62,6 +62,11 @@ pub struct RankEnv {
     pub local_world_size: Option<u32>,
     /// Id the launcher gives the whole job, shared by every rank.
     pub job_id: Option<String>,
+    /// Identity of this run of the job, where the launcher tells one run
+    /// from another that reuses the job id: `RANKSCOPE_RUN_ID` (set by
+    /// `rankscope demo` and `launch`), torchrun's run id with its restart
+    /// count, else the job id of launchers whose ids are never reused.
+    pub run_id: Option<String>,
     /// Rank 0's rendezvous address and port (torchrun's MASTER_ADDR / MASTER_PORT).
     pub master: Option<(String, u16)>,
 }
@@ -76,6 +81,7 @@ impl RankEnv {
             local_rank: 0,
             local_world_size: Some(1),
             job_id: None,
+            run_id: None,
             master: None,
         }
     }
@@ -231,6 +237,7 @@ pub fn detect_with(var: impl Fn(&str) -> Option<String>) -> Result<RankEnv, EnvE
         local_rank: first_number(vars.local_rank)?.unwrap_or(0),
         local_world_size: first_number(vars.local_size)?,
         job_id: job_id(vars.launcher, &var),
+        run_id: run_id(vars.launcher, &var),
         master,
     })
 }
@@ -253,6 +260,24 @@ fn job_id(launcher: Launcher, var: &impl Fn(&str) -> Option<String>) -> Option<S
         Launcher::Slurm => None,
     };
     from_launcher.or_else(slurm)
+}
+
+/// The identity of this run, the same on every rank of it.
+fn run_id(launcher: Launcher, var: &impl Fn(&str) -> Option<String>) -> Option<String> {
+    if let Some(run) = var("RANKSCOPE_RUN_ID") {
+        return Some(run);
+    }
+    match launcher {
+        // A torchrun job id is often reused (`none` without --standalone),
+        // and an elastic restart keeps it: the restart count tells runs apart.
+        Launcher::Torchrun => var("TORCHELASTIC_RUN_ID").map(|id| {
+            let restart = var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|| "0".into());
+            format!("{id}.{restart}")
+        }),
+        Launcher::Single | Launcher::Rankscope => None,
+        // Open MPI, PMIx, MPICH and Slurm give each launch a fresh job id.
+        _ => job_id(launcher, var),
+    }
 }
 
 #[cfg(test)]
@@ -334,6 +359,20 @@ mod tests {
         assert_eq!((env.rank, env.world_size, env.local_rank), (2, 4, 0));
         assert_eq!(env.master, Some(("10.1.2.3".to_string(), 29500)));
         assert_eq!(env.job_id.as_deref(), Some("abc"));
+        assert_eq!(env.run_id.as_deref(), Some("abc.0"));
+        let restarted = detect_from(&[
+            ("RANK", "2"),
+            ("WORLD_SIZE", "4"),
+            ("TORCHELASTIC_RUN_ID", "abc"),
+            ("TORCHELASTIC_RESTART_COUNT", "1"),
+        ])
+        .unwrap();
+        assert_eq!(restarted.job_id.as_deref(), Some("abc"));
+        assert_eq!(
+            restarted.run_id.as_deref(),
+            Some("abc.1"),
+            "a restart is another run"
+        );
     }
 
     #[test]

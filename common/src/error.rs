@@ -36,6 +36,9 @@ mod tests {
             path: "/nonexistent",
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
         };
-        assert_eq!(Chain(&error).to_string(), "reading /nonexistent: entity not found");
+        assert_eq!(
+            Chain(&error).to_string(),
+            "reading /nonexistent: entity not found"
+        );
     }
 }

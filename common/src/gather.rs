@@ -253,7 +253,13 @@ fn most_common<'a, T: Ord + 'a>(items: impl Iterator<Item = &'a T>) -> Option<&'
 mod tests {
     use super::*;
 
-    fn candidate(source: &str, session: &str, run: Option<&str>, rank: u32, world: u32) -> Candidate {
+    fn candidate(
+        source: &str,
+        session: &str,
+        run: Option<&str>,
+        rank: u32,
+        world: u32,
+    ) -> Candidate {
         let mut header = PayloadHeader::new(session, "t", rank, world);
         header.session.run_id = run.map(str::to_string);
         Candidate {
@@ -282,7 +288,11 @@ mod tests {
             },
         );
         assert_eq!(gathered.world_size, 3);
-        let ranks: Vec<u32> = gathered.payloads.iter().map(|p| p.header.rank.rank).collect();
+        let ranks: Vec<u32> = gathered
+            .payloads
+            .iter()
+            .map(|p| p.header.rank.rank)
+            .collect();
         assert_eq!(ranks, [0]);
         assert_eq!(gathered.missing, [1, 2]);
         let reasons: Vec<(&str, String)> = gathered
@@ -290,7 +300,10 @@ mod tests {
             .iter()
             .map(|s| (s.source.as_str(), s.reason.to_string()))
             .collect();
-        assert!(matches!(gathered.skipped[0].reason, Rejection::OtherRun { .. }));
+        assert!(matches!(
+            gathered.skipped[0].reason,
+            Rejection::OtherRun { .. }
+        ));
         assert_eq!(
             reasons[1..],
             [

@@ -29,6 +29,7 @@ pub mod column;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod file;
 pub mod gather;
 pub mod names;
 pub mod payload;

@@ -1,10 +1,9 @@
 //! Spill files: a rank's payload on disk, `rank-NNNNN.rsp` in the session
-//! directory. Written atomically (a fresh temporary file in the same
-//! directory, fsync, rename), read back as untrusted input: regular files
-//! only, never past the payload size limit.
+//! directory. Written with [`crate::file::write_atomic`], read back as
+//! untrusted input: regular files only, never past the payload size limit.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::gather::{Candidate, Rejection};
@@ -18,27 +17,22 @@ pub fn file_name(rank: u32) -> String {
     format!("rank-{rank:05}.{EXTENSION}")
 }
 
-/// Writes `bytes` to `path` so that a reader sees the old file or the whole
-/// new one, never half of it: through a temporary file of a fresh name in
-/// the same directory (created exclusively, so a planted symbolic link is
-/// never followed), synced, then renamed. On failure nothing is left behind.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    let mut file = tempfile::Builder::new()
-        .prefix(".rankscope-")
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
-    file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+/// Writes `bytes` as `rank`'s spill file in `dir`; returns its path.
+pub fn write(dir: &Path, rank: u32, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let path = dir.join(file_name(rank));
+    crate::file::write_atomic(&path, bytes)?;
+    Ok(path)
 }
 
 /// Reads and decodes the payload in `path`.
 pub fn read_payload(path: &Path) -> Result<Payload, Rejection> {
+    let bytes = read_bytes(path)?;
+    payload::decode(&bytes).map_err(Rejection::Payload)
+}
+
+/// Reads the bytes of the payload file `path`, refusing anything but a
+/// regular file of at most [`MAX_PAYLOAD_BYTES`].
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
     // The entry itself, not what a link points to: a FIFO would block the
     // open, a device or /proc file would never end.
     let entry = std::fs::symlink_metadata(path).map_err(Rejection::Io)?;
@@ -64,7 +58,7 @@ pub fn read_payload(path: &Path) -> Result<Payload, Rejection> {
             bytes: bytes.len() as u64,
         });
     }
-    payload::decode(&bytes).map_err(Rejection::Payload)
+    Ok(bytes)
 }
 
 /// Every spill file in `dir`, decoded (or with the reason it cannot be).
@@ -87,9 +81,9 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Candidate>> {
         .into_iter()
         .map(|path| {
             let payload = read_payload(&path);
-            let named_for_rank = payload.as_ref().is_ok_and(|p| {
-                path.file_name() == Some(file_name(p.header.rank.rank).as_ref())
-            });
+            let named_for_rank = payload
+                .as_ref()
+                .is_ok_and(|p| path.file_name() == Some(file_name(p.header.rank.rank).as_ref()));
             (!named_for_rank, path, payload)
         })
         .collect();
@@ -106,17 +100,6 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Candidate>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_atomic_write_replaces_the_file_and_leaves_no_temporary() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("report.json");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(names.len(), 1);
-    }
 
     #[cfg(unix)]
     #[test]

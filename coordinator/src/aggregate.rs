@@ -1,12 +1,10 @@
 //! Offline aggregation: the spill files of a session directory into one
-//! report, with the same gather and analysis rank 0 runs in-process.
+//! report, with the same acceptance and analysis rank 0 runs in-process.
 
 use std::path::{Path, PathBuf};
 
-use rankscope::transport::dir::{collect, Expect};
-use rankscope::transport::{Skipped, TransportError};
-use rankscope::ReportFiles;
-use rankscope_common::Config;
+use rankscope_common::gather::{self, Expect, ReportFiles, Skipped};
+use rankscope_common::{spill, Config};
 
 use crate::analysis::analyze;
 use crate::model::Report;
@@ -17,8 +15,14 @@ use crate::report::{write_reports, WriteError};
 #[non_exhaustive]
 pub enum AggregateError {
     /// The directory could not be read.
-    #[error(transparent)]
-    Read(#[from] TransportError),
+    #[error("reading {dir}")]
+    Read {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Not one file could be used.
     #[error("no usable rank payload in {dir}{}", describe(.skipped))]
     NothingUsable {
@@ -28,11 +32,12 @@ pub enum AggregateError {
         skipped: Vec<Skipped>,
     },
     /// The output directory could not be made.
-    #[error("creating {path}: {source}")]
+    #[error("creating {path}")]
     Output {
         /// The directory.
         path: PathBuf,
         /// Why.
+        #[source]
         source: std::io::Error,
     },
     /// A report file could not be written.
@@ -43,7 +48,13 @@ pub enum AggregateError {
 fn describe(skipped: &[Skipped]) -> String {
     skipped
         .iter()
-        .map(|s| format!("\n  {}: {}", s.source, s.reason))
+        .map(|s| {
+            format!(
+                "\n  {}: {}",
+                s.source,
+                rankscope_common::error::Chain(&s.reason)
+            )
+        })
         .collect()
 }
 
@@ -70,7 +81,11 @@ pub fn aggregate(
     output: Option<&Path>,
     config: &Config,
 ) -> Result<Aggregated, AggregateError> {
-    let gathered = collect(reports_dir, &Expect::default())?;
+    let candidates = spill::read_dir(reports_dir).map_err(|source| AggregateError::Read {
+        dir: reports_dir.to_path_buf(),
+        source,
+    })?;
+    let gathered = gather::accept(candidates, &Expect::default());
     if gathered.payloads.is_empty() {
         return Err(AggregateError::NothingUsable {
             dir: reports_dir.to_path_buf(),

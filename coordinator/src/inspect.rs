@@ -3,41 +3,30 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use rankscope_common::{payload, Table};
+use rankscope_common::{payload, spill, Rejection, Table};
 
 /// Why a file could not be inspected.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum InspectError {
-    /// The file could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is not a usable payload.
-    #[error("{path}: {source}")]
-    Payload {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        source: payload::PayloadError,
-    },
+#[error("{path}")]
+pub struct InspectError {
+    /// The file.
+    pub path: String,
+    /// What is wrong with it.
+    #[source]
+    pub reason: Rejection,
 }
 
 /// A description of the payload in `path`: header, then rows per table.
 pub fn inspect(path: &Path) -> Result<String, InspectError> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| InspectError::Read {
+    let fail = |reason| InspectError {
         path: name.clone(),
-        source,
-    })?;
-    let payload = payload::decode(&bytes).map_err(|source| InspectError::Payload {
-        path: name.clone(),
-        source,
-    })?;
+        reason,
+    };
+    let bytes = spill::read_bytes(path).map_err(fail)?;
+    let payload = payload::decode(&bytes)
+        .map_err(Rejection::Payload)
+        .map_err(fail)?;
     let h = &payload.header;
     let mut out = String::new();
     let w = &mut out;
@@ -65,10 +54,20 @@ pub fn inspect(path: &Path) -> Result<String, InspectError> {
         )?;
         writeln!(
             w,
-            "clock     started {} ns after the epoch, lasted {:.3} s, offset to rank 0 {} ns",
+            "clock     started {} ns after the epoch, lasted {:.3} s, offset to rank 0 {}",
             h.clock.start_unix_ns,
             h.clock.duration_ns as f64 / 1e9,
-            h.clock.offset_to_rank0_ns
+            h.clock.offset_to_rank0.map_or_else(
+                || "not measured".to_string(),
+                |o| format!("{} ns (round trip {} ns)", o.offset_ns, o.round_trip_ns)
+            )
+        )?;
+        writeln!(
+            w,
+            "run       {}, gathered by {:?}, clock sync {:?}",
+            h.session.run_id.as_deref().unwrap_or("(no run id)"),
+            h.transport,
+            h.clock_sync
         )?;
         writeln!(
             w,

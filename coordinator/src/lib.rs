@@ -1,26 +1,30 @@
-//! rankscope-coordinator: the receive side of rankscope. It turns the
-//! payloads rank 0 gathered into one analysed [`model::Report`] and writes
-//! `report.json`, `summary.txt` and `stages.csv`.
+//! rankscope-coordinator: what rank 0 does with the gathered payloads. It
+//! turns them into one analysed [`model::Report`] and writes `report.json`,
+//! `summary.txt` and `stages.csv`. It depends on `rankscope-common` only: no
+//! NVML, no agent, no command line.
 //!
 //! - [`analysis::analyze`]: gathered payloads → [`model::Report`];
-//! - [`report::write_reports`]: the report files; [`report::ReportWriter`]
-//!   is the [`rankscope::Reporter`] rank 0 runs in-process;
-//! - [`aggregate::aggregate`]: the offline path over a directory of spill files.
+//! - [`report::report`]: analyse and write every report file, as rank 0 does
+//!   in-process (the agent calls it); [`report::write_reports`] renders a
+//!   report already analysed;
+//! - [`aggregate::aggregate`]: the offline path over a directory of spill files;
+//! - [`inspect::inspect`]: what one payload file holds.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use rankscope::{Config, Profiler, RankEnv};
+//! use rankscope_common::gather::{accept, Candidate, Expect};
+//! use rankscope_common::payload::{Payload, PayloadHeader};
+//! use rankscope_common::Config;
 //!
-//! let out = tempfile::tempdir().unwrap();
-//! let config = Config { output_dir: out.path().into(), ..Config::default() };
-//! let profiler = Profiler::with_rank_env(config, RankEnv::single());
-//! profiler.set_reporter(Arc::new(rankscope_coordinator::report::ReportWriter));
-//! let session = profiler.session("t2v", &[]).unwrap();
-//! drop(profiler.stage("vae_decode"));
-//! let outcome = session.finish().unwrap();
-//! let report = outcome.report.unwrap();
-//! assert!(report.summary.contains("vae_decode"));
-//! assert!(outcome.session_dir.join("report.json").exists());
+//! let header = PayloadHeader::new("job-1", "t2v", 0, 2);
+//! let candidate = Candidate {
+//!     source: "rank 0".into(),
+//!     payload: Ok(Payload { header, tables: Default::default() }),
+//! };
+//! let gathered = accept(vec![candidate], &Expect::default());
+//! let dir = tempfile::tempdir().unwrap();
+//! let files = rankscope_coordinator::report::report(&gathered, dir.path(), &Config::default()).unwrap();
+//! assert!(dir.path().join("report.json").exists());
+//! assert!(files.summary.contains("ranks 1/2"));
 //! ```
 #![deny(missing_docs)]
 

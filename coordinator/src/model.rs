@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use rankscope_common::payload::{ClockSync, GpuSource, TransportName};
 use serde::{Deserialize, Serialize};
 
 /// The `schema_version` this build writes.
@@ -49,10 +50,16 @@ pub struct SessionSummary {
     pub ranks_missing: Vec<u32>,
     /// Launcher detected on the ranks.
     pub launcher: String,
+    /// The transport that gathered the payloads: `dir`, `mpi` or `tcp`.
+    pub transport: TransportName,
+    /// How clock offsets were obtained: `none`, `mpi-pingpong` or `tcp-pingpong`.
+    pub clock_sync: ClockSync,
     /// Longest rank session, seconds.
     pub duration_s: f64,
     /// `nvml`, `simulated` or `none`.
-    pub gpu_source: String,
+    pub gpu_source: GpuSource,
+    /// Identity of the run the report covers, when one was established.
+    pub run_id: Option<String>,
     /// Session start (rank 0's, else the earliest), seconds since the Unix epoch.
     pub started_unix_s: f64,
     /// Inputs refused while gathering.
@@ -92,8 +99,12 @@ pub struct RankSummary {
     pub pid: u32,
     /// Rank within the node.
     pub local_rank: u32,
-    /// Clock offset to rank 0, nanoseconds.
-    pub clock_offset_ns: i64,
+    /// This rank's clock minus rank 0's, nanoseconds; `null` where the
+    /// transport measured no offset.
+    pub clock_offset_ns: Option<i64>,
+    /// Round trip of the exchange the offset came from, nanoseconds: the
+    /// offset is known to within half of it.
+    pub clock_round_trip_ns: Option<u64>,
     /// Session length on this rank, seconds.
     pub duration_s: f64,
     /// GPUs the rank sampled.
@@ -242,7 +253,7 @@ pub struct GpuSummary {
     /// Name.
     pub name: String,
     /// `nvml`, or `simulated` for synthetic readings.
-    pub source: String,
+    pub source: GpuSource,
     /// Readings used.
     pub samples: u64,
     /// Memory in all, MB.
@@ -267,12 +278,29 @@ pub struct GpuSummary {
     pub bottlenecks: Vec<Bottleneck>,
 }
 
+/// What holds a GPU back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BottleneckKind {
+    /// Peak memory near the total.
+    MemoryPressure,
+    /// Thermal throttling.
+    ThermalThrottling,
+    /// Power capping.
+    PowerCapped,
+    /// SM clock well below the maximum under load.
+    ClockThrottled,
+    /// Low utilisation inside compute stages.
+    Underutilized,
+    /// Out of line with its peers.
+    Outlier,
+}
+
 /// A GPU bottleneck and what showed it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bottleneck {
-    /// memory_pressure | thermal_throttling | power_capped | clock_throttled |
-    /// underutilized | outlier
-    pub kind: String,
+    /// What kind of bottleneck.
+    pub kind: BottleneckKind,
     /// The readings that showed it.
     pub evidence: String,
 }
@@ -323,11 +351,34 @@ pub struct RankValue {
     pub value: f64,
 }
 
+/// How urgent a recommendation is; orders most severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Data is missing or wrong: read the report with care.
+    Critical,
+    /// Something slows the job down.
+    Warning,
+    /// Worth knowing.
+    Info,
+}
+
+impl Severity {
+    /// The name in reports: `critical`, `warning` or `info`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
 /// A finding worth acting on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recommendation {
-    /// `info`, `warning` or `critical`.
-    pub severity: String,
+    /// How urgent.
+    pub severity: Severity,
     /// `stage`, `straggler`, `data`, ...
     pub category: String,
     /// What to do.

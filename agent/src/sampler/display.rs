@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use rankscope_common::payload::{GpuMeta, GpuSource};
-use rankscope_common::table::{GpuSampleRow, HostSampleRow};
+use rankscope_common::table::{GpuSampleRecord, HostSampleRecord};
 
 const MB: f64 = (1u64 << 20) as f64;
 
@@ -13,8 +13,8 @@ pub(crate) fn line(
     rank: u32,
     source: GpuSource,
     devices: &[GpuMeta],
-    gpus: &[GpuSampleRow],
-    host: Option<&HostSampleRow>,
+    gpus: &[GpuSampleRecord],
+    host: Option<&HostSampleRecord>,
 ) -> String {
     let mut out = format!("rank {rank}");
     if source == GpuSource::Simulated {
@@ -60,7 +60,7 @@ mod tests {
 
     #[test]
     fn the_line_reads_like_the_issue_says() {
-        let gpu = GpuSampleRow {
+        let gpu = GpuSampleRecord {
             ts_ns: 0,
             gpu: 0,
             memory_used_bytes: Some(8420 << 20),
@@ -77,7 +77,7 @@ mod tests {
             pcie_tx_kbps: None,
             pcie_rx_kbps: None,
         };
-        let host = HostSampleRow {
+        let host = HostSampleRecord {
             ts_ns: 0,
             cpu_pct: Some(45.0),
             memory_used_bytes: 12840 << 20,
@@ -91,7 +91,7 @@ mod tests {
             line(0, GpuSource::Nvml, &[], std::slice::from_ref(&gpu), Some(&host)),
             "rank 0 GPU0: mem 8420/24564 MB (34%) util 85% 72°C 210/300 W | CPU 45% mem 12840/32768 MB"
         );
-        let missing = GpuSampleRow {
+        let missing = GpuSampleRecord {
             power_w: None,
             ..gpu
         };

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use rankscope_common::config::GpuSourceKind;
 use rankscope_common::env::RankEnv;
 use rankscope_common::payload::{GpuMeta, GpuSource};
-use rankscope_common::table::GpuSampleRow;
+use rankscope_common::table::GpuSampleRecord;
 use rankscope_common::Config;
 
 use super::nvml::NvmlReader;
@@ -42,7 +42,7 @@ pub(crate) trait GpuReader: Send {
         ts_ns: u64,
         open_stages: &[String],
         pcie: bool,
-        out: &mut Vec<GpuSampleRow>,
+        out: &mut Vec<GpuSampleRecord>,
         events: &mut Vec<GpuEvent>,
     );
     /// Memory numbers of device `gpu` for a snapshot.

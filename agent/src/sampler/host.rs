@@ -3,7 +3,7 @@
 
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
-use rankscope_common::table::HostSampleRow;
+use rankscope_common::table::HostSampleRecord;
 
 /// Reads the host this rank runs on.
 pub(crate) struct HostReader {
@@ -23,7 +23,7 @@ impl HostReader {
     }
 
     /// One reading.
-    pub(crate) fn sample(&mut self, ts_ns: u64) -> HostSampleRow {
+    pub(crate) fn sample(&mut self, ts_ns: u64) -> HostSampleRecord {
         self.system.refresh_cpu_usage();
         self.system.refresh_memory();
         self.system.refresh_processes_specifics(
@@ -40,7 +40,7 @@ impl HostReader {
         } else {
             None
         };
-        HostSampleRow {
+        HostSampleRecord {
             ts_ns,
             cpu_pct,
             memory_used_bytes: self.system.used_memory(),

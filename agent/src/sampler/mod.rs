@@ -1,7 +1,8 @@
 //! Telemetry sampling on a thread of its own, never on the caller's: GPU
 //! readings (NVML or simulated) and host readings at their own intervals,
 //! into ring buffers bounded by `max_data_points`, plus the optional live
-//! display.
+//! display. [`Telemetry`] owns what outlives a session (the opened GPU
+//! reader) and starts a [`Sampler`] per session.
 
 mod display;
 pub(crate) mod gpu;
@@ -11,25 +12,135 @@ pub(crate) mod select;
 mod simulated;
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rankscope_common::payload::SamplerStats;
-use rankscope_common::table::{GpuSampleRow, HostSampleRow, Table};
+use rankscope_common::config::DisplayRanks;
+use rankscope_common::env::RankEnv;
+use rankscope_common::payload::{GpuMeta, GpuSource, SamplerStats};
+use rankscope_common::table::{EventRecord, GpuSampleRecord, HostSampleRecord, Table};
+use rankscope_common::Config;
 
-use crate::profiler::Inner;
-use crate::recorder::EventRecord;
-pub(crate) use gpu::SharedGpuReader;
-pub(crate) use host::HostReader;
+use crate::recorder::Recorder;
+use gpu::{GpuReader, SharedGpuReader};
+use host::HostReader;
+
+/// A rank's telemetry: the GPU reader (opened once, at the first session)
+/// and the settings of its sampler.
+pub(crate) struct Telemetry {
+    config: Config,
+    env: RankEnv,
+    gpu: OnceLock<Option<SharedGpuReader>>,
+}
+
+/// What the payload header says of a rank's GPUs.
+pub(crate) struct GpuDescription {
+    pub(crate) source: GpuSource,
+    pub(crate) devices: Vec<GpuMeta>,
+    pub(crate) selection: String,
+}
+
+impl Telemetry {
+    pub(crate) fn new(config: &Config, env: &RankEnv) -> Self {
+        Telemetry {
+            config: config.clone(),
+            env: env.clone(),
+            gpu: OnceLock::new(),
+        }
+    }
+
+    /// The GPU reader, opened on first use; says once why GPU telemetry is off.
+    fn gpu(&self) -> Option<&SharedGpuReader> {
+        self.gpu
+            .get_or_init(|| match gpu::open(&self.config, &self.env) {
+                Ok(reader) => reader.map(|r| Arc::new(Mutex::new(r))),
+                Err(reason) => {
+                    eprintln!(
+                        "rankscope: rank {}: GPU telemetry off: {reason}",
+                        self.env.rank
+                    );
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// Opens the GPUs now (NVML's start can take a while: before a session's
+    /// clock starts).
+    pub(crate) fn prepare(&self) {
+        self.gpu();
+    }
+
+    /// The locked GPU reader, when there is one.
+    pub(crate) fn lock_gpu(&self) -> Option<MutexGuard<'_, Box<dyn GpuReader>>> {
+        self.gpu()
+            .map(|g| g.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The rank's GPUs, for the payload header.
+    pub(crate) fn describe_gpus(&self) -> GpuDescription {
+        match self.lock_gpu() {
+            Some(gpu) => GpuDescription {
+                source: gpu.source(),
+                devices: gpu.devices().to_vec(),
+                selection: gpu.selection().to_string(),
+            },
+            None => GpuDescription {
+                source: GpuSource::None,
+                devices: Vec::new(),
+                selection: String::new(),
+            },
+        }
+    }
+
+    /// Starts a session's sampler, if there is anything to sample.
+    pub(crate) fn start(&self, recorder: &Arc<Recorder>) -> Option<Sampler> {
+        let config = &self.config;
+        let gpu = self.gpu().cloned();
+        let host = config.collect_host.then(HostReader::new);
+        if gpu.is_none() && host.is_none() {
+            return None;
+        }
+        let displays = config.display_ranks == DisplayRanks::All || self.env.rank == 0;
+        let schedule = Schedule {
+            gpu: Duration::from_secs_f64(config.gpu_interval_s),
+            host: Duration::from_secs_f64(config.host_interval_s),
+            pcie: config.pcie_interval_s.map(Duration::from_secs_f64),
+            display: (config.live_display && displays)
+                .then(|| Duration::from_secs_f64(config.display_interval_s)),
+        };
+        let sampled = Sampled {
+            recorder: Arc::clone(recorder),
+            rank: self.env.rank,
+        };
+        match Sampler::start(sampled, gpu, host, schedule) {
+            Ok(sampler) => Some(sampler),
+            Err(e) => {
+                eprintln!(
+                    "rankscope: rank {}: telemetry off: cannot start its thread: {e}",
+                    self.env.rank
+                );
+                None
+            }
+        }
+    }
+}
+
+/// What the sampler thread writes into: the rank's recording, and the rank
+/// number for its notices and display.
+struct Sampled {
+    recorder: Arc<Recorder>,
+    rank: u32,
+}
 
 /// When each reading is due.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Schedule {
-    pub(crate) gpu: Duration,
-    pub(crate) host: Duration,
-    pub(crate) pcie: Option<Duration>,
-    pub(crate) display: Option<Duration>,
+struct Schedule {
+    gpu: Duration,
+    host: Duration,
+    pcie: Option<Duration>,
+    display: Option<Duration>,
 }
 
 /// Asks the sampler thread to stop.
@@ -47,8 +158,8 @@ pub(crate) struct Sampler {
 
 impl Sampler {
     /// Starts sampling; the thread takes one reading of each kind at once.
-    pub(crate) fn start(
-        inner: Arc<Inner>,
+    fn start(
+        sampled: Sampled,
         gpu: Option<SharedGpuReader>,
         host: Option<HostReader>,
         schedule: Schedule,
@@ -57,7 +168,7 @@ impl Sampler {
         let thread_signal = Arc::clone(&signal);
         let thread = std::thread::Builder::new()
             .name("rankscope-sampler".into())
-            .spawn(move || run(&inner, gpu, host, schedule, &thread_signal))?;
+            .spawn(move || run(&sampled, gpu, host, schedule, &thread_signal))?;
         Ok(Sampler {
             signal,
             thread: Some(thread),
@@ -122,7 +233,7 @@ impl Every {
 }
 
 fn run(
-    inner: &Inner,
+    sampled: &Sampled,
     gpu: Option<SharedGpuReader>,
     mut host: Option<HostReader>,
     schedule: Schedule,
@@ -135,7 +246,7 @@ fn run(
     let mut display_timer = schedule.display.map(|d| Every::new(d, start + d));
     let mut gpu_rows = Vec::new();
     let mut events = Vec::new();
-    let mut last_host: Option<HostSampleRow> = None;
+    let mut last_host: Option<HostSampleRecord> = None;
     let mut gpu_cost = Cost::default();
     let mut host_cost = Cost::default();
     loop {
@@ -151,7 +262,7 @@ fn run(
                     .unwrap_or_else(|e| e.into_inner())
                     .follows_stages();
                 let open_stages = if follows {
-                    inner.recorder.open_stage_names()
+                    sampled.recorder.open_stage_names()
                 } else {
                     Vec::new()
                 };
@@ -159,7 +270,7 @@ fn run(
                 gpu_rows.clear();
                 let started = Instant::now();
                 reader.sample(
-                    inner.now_ns(),
+                    sampled.recorder.now_ns(),
                     &open_stages,
                     pcie,
                     &mut gpu_rows,
@@ -167,15 +278,15 @@ fn run(
                 );
                 gpu_cost.add(started.elapsed());
                 drop(reader);
-                record_gpu(inner, &gpu_rows, &mut events);
+                record_gpu(sampled, &gpu_rows, &mut events);
             }
         }
         if let Some(reader) = host.as_mut() {
             if host_timer.due(now) || stopping {
                 let started = Instant::now();
-                let row = reader.sample(inner.now_ns());
+                let row = reader.sample(sampled.recorder.now_ns());
                 host_cost.add(started.elapsed());
-                record_host(inner, &row);
+                record_host(&sampled.recorder, &row);
                 last_host = Some(row);
             }
         }
@@ -183,7 +294,7 @@ fn run(
             if let Some(reader) = &gpu {
                 let reader = reader.lock().unwrap_or_else(|e| e.into_inner());
                 let text = display::line(
-                    inner.env.rank,
+                    sampled.rank,
                     reader.source(),
                     reader.devices(),
                     &gpu_rows,
@@ -191,7 +302,7 @@ fn run(
                 );
                 show(&text);
             } else if let Some(host) = &last_host {
-                let text = display::line(inner.env.rank, Default::default(), &[], &[], Some(host));
+                let text = display::line(sampled.rank, Default::default(), &[], &[], Some(host));
                 show(&text);
             }
         }
@@ -266,22 +377,23 @@ fn push_ring<T>(ring: &mut VecDeque<T>, row: T, max: usize) -> bool {
     full
 }
 
-fn record_gpu(inner: &Inner, rows: &[GpuSampleRow], events: &mut Vec<gpu::GpuEvent>) {
-    let max = inner.config.max_data_points;
-    let dropped = inner.recorder.with_thread(|t| {
+fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu::GpuEvent>) {
+    let recorder = &sampled.recorder;
+    let max = recorder.max_rows;
+    let dropped = recorder.with_thread(|t| {
         rows.iter()
-            .map(|row| u64::from(push_ring(&mut t.gpu_samples, row.clone(), max)))
+            .map(|row| u64::from(push_ring(&mut t.records.gpu_samples, row.clone(), max)))
             .sum()
     });
-    inner.recorder.count_dropped(Table::GpuSamples, dropped);
+    recorder.count_dropped(Table::GpuSamples, dropped);
     for event in events.drain(..) {
         eprintln!(
             "rankscope: rank {}: {} {}",
-            inner.env.rank, event.name, event.payload
+            sampled.rank, event.name, event.payload
         );
-        inner.record_row(Table::Events, |t, ts_ns| {
+        recorder.record_row(Table::Events, |t, ts_ns| {
             let name = t.names.intern(event.name);
-            t.events.push(EventRecord {
+            t.records.events.push_back(EventRecord {
                 ts_ns,
                 name,
                 payload: Some(event.payload.to_string()),
@@ -290,14 +402,11 @@ fn record_gpu(inner: &Inner, rows: &[GpuSampleRow], events: &mut Vec<gpu::GpuEve
     }
 }
 
-fn record_host(inner: &Inner, row: &HostSampleRow) {
-    let max = inner.config.max_data_points;
-    let dropped = inner
-        .recorder
-        .with_thread(|t| push_ring(&mut t.host_samples, row.clone(), max));
-    inner
-        .recorder
-        .count_dropped(Table::HostSamples, u64::from(dropped));
+fn record_host(recorder: &Recorder, row: &HostSampleRecord) {
+    let max = recorder.max_rows;
+    let dropped =
+        recorder.with_thread(|t| push_ring(&mut t.records.host_samples, row.clone(), max));
+    recorder.count_dropped(Table::HostSamples, u64::from(dropped));
 }
 
 #[cfg(test)]

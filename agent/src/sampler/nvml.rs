@@ -9,7 +9,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use rankscope_common::payload::{GpuMeta, GpuSource};
-use rankscope_common::table::GpuSampleRow;
+use rankscope_common::table::GpuSampleRecord;
 
 use super::gpu::{GpuEvent, GpuReader};
 use super::select::{select, DeviceId};
@@ -143,7 +143,7 @@ impl GpuReader for NvmlReader {
         ts_ns: u64,
         _open_stages: &[String],
         pcie: bool,
-        out: &mut Vec<GpuSampleRow>,
+        out: &mut Vec<GpuSampleRecord>,
         events: &mut Vec<GpuEvent>,
     ) {
         for (gpu, open) in self.devices.iter_mut().enumerate() {
@@ -162,7 +162,7 @@ impl GpuReader for NvmlReader {
             } else {
                 (None, None)
             };
-            let row = GpuSampleRow {
+            let row = GpuSampleRecord {
                 ts_ns,
                 gpu: gpu as u32,
                 memory_used_bytes: memory.as_ref().map(|m| m.used),

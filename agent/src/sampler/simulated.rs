@@ -6,7 +6,7 @@
 
 use rankscope_common::env::RankEnv;
 use rankscope_common::payload::{GpuMeta, GpuSource};
-use rankscope_common::table::GpuSampleRow;
+use rankscope_common::table::GpuSampleRecord;
 
 use super::gpu::{GpuEvent, GpuReader};
 use crate::MemoryReading;
@@ -108,7 +108,7 @@ impl GpuReader for SimulatedReader {
         ts_ns: u64,
         open_stages: &[String],
         _pcie: bool,
-        out: &mut Vec<GpuSampleRow>,
+        out: &mut Vec<GpuSampleRecord>,
         _events: &mut Vec<GpuEvent>,
     ) {
         self.samples += 1;
@@ -129,7 +129,7 @@ impl GpuReader for SimulatedReader {
         } else {
             (if busy { 68.0 } else { 45.0 } + wobble, 0, MAX_SM_CLOCK_MHZ)
         };
-        out.push(GpuSampleRow {
+        out.push(GpuSampleRecord {
             ts_ns,
             gpu: 0,
             memory_used_bytes: Some(self.memory_used),
@@ -162,7 +162,7 @@ impl GpuReader for SimulatedReader {
 mod tests {
     use super::*;
 
-    fn sample(reader: &mut SimulatedReader, stages: &[&str]) -> GpuSampleRow {
+    fn sample(reader: &mut SimulatedReader, stages: &[&str]) -> GpuSampleRecord {
         let stages: Vec<String> = stages.iter().map(|s| s.to_string()).collect();
         let mut out = Vec::new();
         reader.sample(0, &stages, false, &mut out, &mut Vec::new());

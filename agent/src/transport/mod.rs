@@ -1,6 +1,16 @@
-//! Transports: how a rank's payload reaches rank 0. Every transport has the
-//! same shape: each rank hands over its encoded payload; rank 0 gets back
-//! everything that arrived before the deadline.
+//! Transports: how the ranks of a session meet and how their payloads reach
+//! rank 0. A transport lives as long as the profiler and serves each of its
+//! sessions in two steps:
+//!
+//! - [`Transport::open`] when the session starts: the rendezvous, where the
+//!   transport can have one — every rank agrees on the run's identity and
+//!   rank 0 measures each rank's clock offset;
+//! - [`Transport::gather`] when it finishes: each rank hands over its
+//!   encoded payload; rank 0 gets back what arrived before the deadline,
+//!   checked by [`rankscope_common::gather::accept`].
+//!
+//! [`for_rank`] picks the transport the configuration and launcher call for;
+//! a program can hand its own to [`crate::ProfilerBuilder::transport`].
 
 pub mod dir;
 
@@ -9,47 +19,40 @@ use std::time::Instant;
 
 use rankscope_common::config::TransportKind;
 use rankscope_common::env::RankEnv;
-use rankscope_common::{Config, Payload};
+use rankscope_common::payload::{ClockOffset, ClockSync, TransportName};
+use rankscope_common::{Config, Gathered};
 
-/// What a gather needs to know about the session.
-pub struct GatherContext<'a> {
+/// What a transport knows of the session it serves.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionInfo<'a> {
     /// This rank.
     pub rank: u32,
     /// Ranks in the job.
     pub world_size: u32,
     /// The session id every payload must carry.
     pub session_id: &'a str,
+    /// The run: at `open`, the launcher's proposal; at `gather`, what the
+    /// ranks agreed on.
+    pub run_id: Option<&'a str>,
     /// The session directory (where spill files are).
     pub session_dir: &'a Path,
     /// When this rank's session started, nanoseconds since the Unix epoch.
     pub started_unix_ns: i64,
-    /// When rank 0 stops waiting.
-    pub deadline: Instant,
 }
 
-/// An input that rank 0 (or `rankscope aggregate`) refused, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    /// The file (or peer) it came from.
-    pub source: String,
-    /// What is wrong with it.
-    pub reason: String,
+/// What the ranks agreed on when the transport opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rendezvous {
+    /// The run's identity, the same on every rank of this run.
+    pub run_id: Option<String>,
+    /// How the clock offset was measured.
+    pub clock_sync: ClockSync,
+    /// This rank's clock offset to rank 0, where it was measured.
+    pub offset: Option<ClockOffset>,
 }
 
-/// Everything rank 0 gathered.
-#[derive(Debug, Clone, Default)]
-pub struct Gathered {
-    /// Ranks in the job.
-    pub world_size: u32,
-    /// One payload per reporting rank, by rank.
-    pub payloads: Vec<Payload>,
-    /// Ranks below `world_size` with no payload.
-    pub missing: Vec<u32>,
-    /// Inputs refused.
-    pub skipped: Vec<Skipped>,
-}
-
-/// Why a gather failed as a whole (a single bad rank is a [`Skipped`] instead).
+/// Why a transport failed as a whole (one bad rank is a
+/// [`rankscope_common::Skipped`] instead).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransportError {
@@ -57,23 +60,32 @@ pub enum TransportError {
     #[error("transport `{0}` is not available in this build; use `dir`")]
     Unavailable(&'static str),
     /// The session directory could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io {
         /// The directory.
         path: std::path::PathBuf,
         /// Why.
+        #[source]
         source: std::io::Error,
     },
 }
 
-/// One way of moving payloads to rank 0.
-pub trait Transport {
-    /// Hands this rank's encoded payload to rank 0. On rank 0, returns what
+/// One way for the ranks of a session to meet and to move payloads to rank 0.
+pub trait Transport: Send {
+    /// Which transport this is, for the report.
+    fn name(&self) -> TransportName;
+
+    /// The rendezvous at session start.
+    fn open(&mut self, session: &SessionInfo<'_>) -> Result<Rendezvous, TransportError>;
+
+    /// Hands this rank's encoded payload to rank 0. On rank 0, waits until
+    /// every rank's payload arrived or `deadline` passed and returns what
     /// was gathered (its own payload included); elsewhere `None`.
     fn gather(
         &mut self,
         payload: &[u8],
-        context: &GatherContext<'_>,
+        session: &SessionInfo<'_>,
+        deadline: Instant,
     ) -> Result<Option<Gathered>, TransportError>;
 }
 

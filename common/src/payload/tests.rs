@@ -193,7 +193,11 @@ fn a_future_version_is_named() {
         matches!(err, PayloadError::UnsupportedVersion { found, supported: FORMAT_VERSION } if found == FORMAT_VERSION + 1),
         "{err}"
     );
-    assert!(err.to_string().contains(&format!("version {}", FORMAT_VERSION + 1)), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("version {}", FORMAT_VERSION + 1)),
+        "{err}"
+    );
 }
 
 #[test]

@@ -54,7 +54,7 @@ pub fn gpu_summaries(payloads: &[Payload]) -> Vec<GpuSummary> {
                 index: meta.index,
                 uuid: meta.uuid.clone(),
                 name: meta.name.clone(),
-                source: header.gpu_source.as_str().to_string(),
+                source: header.gpu_source,
                 samples: rows.len() as u64,
                 memory_total_mb: meta.memory_total_bytes.map(|b| b as f64 / MB),
                 memory_peak_mb: None,
@@ -204,7 +204,7 @@ mod tests {
             (Some(256.0), Some(1024.0))
         );
         assert_eq!(g.throttled_pct, Some(50.0), "idle is not throttling");
-        assert_eq!(g.source, "nvml");
+        assert_eq!(g.source, GpuSource::Nvml);
     }
 
     #[test]

@@ -10,9 +10,9 @@ mod times;
 
 pub use stragglers::StragglerRule;
 
-use rankscope::transport::Gathered;
+use rankscope_common::error::Chain;
 use rankscope_common::payload::GpuSource;
-use rankscope_common::Config;
+use rankscope_common::{Config, Gathered};
 
 use crate::model::{
     DroppedRows, RankGpu, RankSummary, Report, SessionSummary, SkippedInput, SCHEMA_VERSION,
@@ -27,7 +27,7 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
         .iter()
         .map(|s| SkippedInput {
             source: s.source.clone(),
-            reason: s.reason.clone(),
+            reason: Chain(&s.reason).to_string(),
         })
         .collect();
     let times = StageTimes::from_payloads(payloads, |rank, reason| {
@@ -88,8 +88,11 @@ fn session_summary(
         ranks_reporting: payloads.iter().map(|p| p.header.rank.rank).collect(),
         ranks_missing: gathered.missing.clone(),
         launcher: first.map(|h| h.rank.launcher.clone()).unwrap_or_default(),
+        transport: first.map(|h| h.transport).unwrap_or_default(),
+        clock_sync: first.map(|h| h.clock_sync).unwrap_or_default(),
+        run_id: first.and_then(|h| h.session.run_id.clone()),
         duration_s: durations.iter().copied().fold(0.0, f64::max),
-        gpu_source: gpu_source.as_str().to_string(),
+        gpu_source,
         started_unix_s: first.map_or(0.0, |h| h.clock.start_unix_ns as f64 / 1e9),
         skipped,
         dropped_rows: payloads
@@ -112,7 +115,8 @@ fn rank_summary(payload: &rankscope_common::Payload) -> RankSummary {
         host: h.rank.host.clone(),
         pid: h.rank.pid,
         local_rank: h.rank.local_rank,
-        clock_offset_ns: h.clock.offset_to_rank0_ns,
+        clock_offset_ns: h.clock.offset_to_rank0.map(|o| o.offset_ns),
+        clock_round_trip_ns: h.clock.offset_to_rank0.map(|o| o.round_trip_ns),
         duration_s: h.clock.duration_ns as f64 / 1e9,
         gpus: h
             .gpus

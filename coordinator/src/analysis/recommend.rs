@@ -1,6 +1,6 @@
 //! Recommendations: rules with thresholds, each with the evidence that fired it.
 
-use crate::model::{Recommendation, Report};
+use crate::model::{Recommendation, Report, Severity};
 
 /// A stage taking more than this share of the session is worth a look.
 const HOT_STAGE_PCT: f64 = 30.0;
@@ -8,9 +8,9 @@ const HOT_STAGE_PCT: f64 = 30.0;
 /// The recommendations for an analysed report, most severe first.
 pub fn recommend(report: &Report) -> Vec<Recommendation> {
     let mut out = Vec::new();
-    let mut add = |severity: &str, category: &str, message: String, evidence: String| {
+    let mut add = |severity: Severity, category: &str, message: String, evidence: String| {
         out.push(Recommendation {
-            severity: severity.into(),
+            severity,
             category: category.into(),
             message,
             evidence,
@@ -19,7 +19,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
     let session = &report.session;
     if !session.ranks_missing.is_empty() {
         add(
-            "critical",
+            Severity::Critical,
             "data",
             format!(
                 "ranks {:?} sent no data: they crashed, hung or could not reach rank 0; \
@@ -35,7 +35,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
     }
     for skipped in &session.skipped {
         add(
-            "warning",
+            Severity::Warning,
             "data",
             format!("{} was not used", skipped.source),
             skipped.reason.clone(),
@@ -43,7 +43,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
     }
     for s in &report.stragglers {
         add(
-            "warning",
+            Severity::Warning,
             "straggler",
             format!(
                 "rank {} is {:.0}% slower than the median rank in `{}`: check its GPU, host and input",
@@ -59,7 +59,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
     }
     for stage in report.stages.iter().filter(|s| s.share_pct > HOT_STAGE_PCT) {
         add(
-            "info",
+            Severity::Info,
             "stage",
             format!(
                 "`{}` takes {:.0}% of the session: the first place to optimise",
@@ -73,7 +73,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
     }
     for dropped in &session.dropped_rows {
         add(
-            "warning",
+            Severity::Warning,
             "data",
             format!(
                 "rank {} dropped {} rows of `{}`: raise max_data_points to keep them",
@@ -82,11 +82,6 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             "the table reached max_data_points".into(),
         );
     }
-    let rank = |severity: &str| match severity {
-        "critical" => 0,
-        "warning" => 1,
-        _ => 2,
-    };
-    out.sort_by_key(|r| rank(&r.severity));
+    out.sort_by_key(|r| r.severity);
     out
 }

@@ -7,9 +7,8 @@ mod text;
 
 use std::path::{Path, PathBuf};
 
-use rankscope::transport::Gathered;
-use rankscope::{ReportFiles, Reporter};
-use rankscope_common::Config;
+use rankscope_common::gather::{Gathered, ReportFiles};
+use rankscope_common::{file, Config};
 
 use crate::analysis::analyze;
 use crate::model::Report;
@@ -25,12 +24,19 @@ pub const STAGES_CSV: &str = "stages.csv";
 
 /// A report file that could not be written.
 #[derive(Debug, thiserror::Error)]
-#[error("writing {path}: {source}")]
+#[error("writing {path}")]
 pub struct WriteError {
     /// The file.
     pub path: PathBuf,
     /// Why.
+    #[source]
     pub source: std::io::Error,
+}
+
+/// Analyses what rank 0 gathered and writes every report file into `dir`:
+/// what rank 0 does at the end of a session.
+pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<ReportFiles, WriteError> {
+    write_reports(&analyze(gathered, config), dir)
 }
 
 /// Writes `report.json`, `summary.txt` and `stages.csv` into `dir`.
@@ -38,36 +44,17 @@ pub fn write_reports(report: &Report, dir: &Path) -> Result<ReportFiles, WriteEr
     let summary = summary(report);
     let json = serde_json::to_vec_pretty(report).expect("the report model always serializes");
     let files = vec![
-        write_atomic(&dir.join(REPORT_JSON), &json)?,
-        write_atomic(&dir.join(SUMMARY_TXT), summary.as_bytes())?,
-        write_atomic(&dir.join(STAGES_CSV), csv::stages_csv(report).as_bytes())?,
+        write_file(&dir.join(REPORT_JSON), &json)?,
+        write_file(&dir.join(SUMMARY_TXT), summary.as_bytes())?,
+        write_file(&dir.join(STAGES_CSV), csv::stages_csv(report).as_bytes())?,
     ];
     Ok(ReportFiles { files, summary })
 }
 
-/// Writes a file through a temporary name, so readers never see half of it.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<PathBuf, WriteError> {
-    let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
-    let fail = |source| WriteError {
+fn write_file(path: &Path, bytes: &[u8]) -> Result<PathBuf, WriteError> {
+    file::write_atomic(path, bytes).map_err(|source| WriteError {
         path: path.to_path_buf(),
         source,
-    };
-    std::fs::write(&temporary, bytes).map_err(fail)?;
-    std::fs::rename(&temporary, path).map_err(fail)?;
+    })?;
     Ok(path.to_path_buf())
-}
-
-/// The reporter rank 0 runs in-process: analyse, then write every report.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ReportWriter;
-
-impl Reporter for ReportWriter {
-    fn report(
-        &self,
-        gathered: &Gathered,
-        session_dir: &Path,
-        config: &Config,
-    ) -> Result<ReportFiles, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(write_reports(&analyze(gathered, config), session_dir)?)
-    }
 }

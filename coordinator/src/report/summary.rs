@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::text::cell;
 use crate::model::Report;
+use rankscope_common::payload::GpuSource;
 
 /// Stages shown in the table; the rest are counted.
 const TOP_STAGES: usize = 20;
@@ -31,10 +32,10 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         s.world_size,
         s.duration_s,
         s.launcher,
-        if s.gpu_source == "simulated" {
+        if s.gpu_source == GpuSource::Simulated {
             "SIMULATED (not real hardware)"
         } else {
-            &s.gpu_source
+            s.gpu_source.as_str()
         }
     )?;
     writeln!(out, "{rule}")?;
@@ -133,7 +134,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             writeln!(
                 out,
                 "  [{}] {} ({})",
-                r.severity,
+                r.severity.as_str(),
                 cell(&r.message, 200),
                 cell(&r.evidence, 200)
             )?;
@@ -152,10 +153,10 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
         return writeln!(
             out,
             "GPUs: no GPU telemetry ({})",
-            report.session.gpu_source
+            report.session.gpu_source.as_str()
         );
     }
-    let simulated = report.gpus.iter().any(|g| g.source == "simulated");
+    let simulated = report.gpus.iter().any(|g| g.source == GpuSource::Simulated);
     writeln!(
         out,
         "\nGPUs{}:",

@@ -3,17 +3,15 @@
 //! GPU table: the one-run check of the real-device path
 //! (`scripts/gpu-check.sh`).
 //!
-//! `cargo run --release -p rankscope-coordinator --example gpu_check -- [SECONDS]`
+//! `cargo run --release -p rankscope --example gpu_check -- [SECONDS]`
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use rankscope::transport::Gathered;
 use rankscope::{Config, MemoryReading, Profiler, RankEnv};
 use rankscope_common::config::GpuSourceKind;
 use rankscope_common::payload;
 use rankscope_common::table::{GpuSamplesView, MemorySnapshotsView};
-use rankscope_coordinator::{analysis, report};
 
 fn main() -> Result<()> {
     let seconds: f64 = std::env::args()
@@ -139,15 +137,8 @@ fn main() -> Result<()> {
         cost.gpu_read_ns_max as f64 / 1e6,
         cost.gpu_readings
     );
-    let gathered = Gathered {
-        world_size: 1,
-        payloads: vec![payload],
-        ..Gathered::default()
-    };
-    print!(
-        "\n{}",
-        report::summary(&analysis::analyze(&gathered, &config))
-    );
+    let report = outcome.report.context("rank 0 wrote no report")?;
+    print!("\n{}", report.summary);
     let _ = std::fs::remove_dir_all(out);
     Ok(())
 }

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use rankscope_tests::{rankscope, read_json, session_dir};
+mod support;
+
+use support::{rankscope, read_json, session_dir};
 
 /// Runs a 3-rank demo and returns the session directory with its spill files.
 fn demo_session(out: &Path) -> std::path::PathBuf {
@@ -44,7 +46,7 @@ fn aggregate_names_every_bad_file_and_merges_the_rest() {
         &[],
     );
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(2), "partial result: {stderr}");
+    assert_eq!(run.status.code(), Some(3), "partial result: {stderr}");
     for (file, problem) in [
         ("rank-00001-copy.rsp", "already provided by"),
         ("rank-00002.rsp", "truncated payload"),

@@ -1,18 +1,20 @@
 //! `rankscope demo`: a simulated tensor-parallel text-to-video job. The
-//! parent starts N real rank processes (this program again, `demo-rank`),
+//! parent starts N real rank processes (this program again, `demo-rank`,
+//! through [`crate::launcher`]),
 //! shows their progress, and prints the report rank 0 wrote. The ranks sleep
 //! instead of computing: every number in the demo is simulated.
 
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rankscope::{BlockComputation, DiffusionStep, Profiler};
-use rankscope_coordinator::report::{ReportWriter, REPORT_JSON, SUMMARY_TXT};
+use rankscope_coordinator::report::{REPORT_JSON, STAGES_CSV, SUMMARY_TXT};
+
+use crate::launcher;
 
 /// Blocks of frames each rank generates.
 const BLOCKS: u64 = 3;
@@ -63,10 +65,7 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
     }
     let started = Instant::now();
     let exe = std::env::current_exe().context("locating the rankscope executable")?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let session_id = format!("{}-{}", now.as_secs(), std::process::id());
+    let job_id = launcher::fresh_job_id();
     // Real GPUs when NVML is here (and the user did not choose); else simulated ones.
     let gpu_source = match std::env::var("RANKSCOPE_GPU_SOURCE") {
         Ok(chosen) => chosen,
@@ -74,79 +73,63 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
         Err(_) => "simulated".to_string(),
     };
     eprintln!(
-        "rankscope demo: {} rank processes of a simulated pipeline, GPU data {}, straggler {}, session {session_id}",
+        "rankscope demo: {} rank processes of a simulated pipeline, GPU data {}, straggler {}, session {job_id}",
         options.ranks,
         if gpu_source == "simulated" { "SIMULATED (no real hardware)" } else { &gpu_source },
         options.straggler.map_or("none".into(), |r| format!("rank {r}"))
     );
 
-    let mut children: Vec<Child> = Vec::new();
-    for rank in 0..options.ranks {
-        let mut command = Command::new(&exe);
-        command
-            .arg("demo-rank")
-            .env("RANKSCOPE_RANK", rank.to_string())
-            .env("RANKSCOPE_WORLD_SIZE", options.ranks.to_string())
-            .env("RANKSCOPE_LOCAL_RANK", rank.to_string())
-            .env("RANKSCOPE_LOCAL_WORLD_SIZE", options.ranks.to_string())
-            .env("RANKSCOPE_SESSION_ID", &session_id)
-            .env("RANKSCOPE_OUTPUT_DIR", &options.out)
-            .env("RANKSCOPE_TRANSPORT", "dir")
-            .stdout(Stdio::piped());
-        for (key, value) in DEMO_DEFAULTS {
-            if std::env::var_os(key).is_none() {
-                command.env(key, value);
-            }
-        }
-        if gpu_source == "simulated" {
-            command.env("RANKSCOPE_GPU_SOURCE", "simulated");
-        }
-        if let Some(straggler) = options.straggler {
-            command.arg("--straggler").arg(straggler.to_string());
-            // The slow rank's simulated GPU runs hot and throttles.
-            command.env("RANKSCOPE_SIMULATED_HOT_RANK", straggler.to_string());
-        }
-        if let Some(kill) = options.kill_rank {
-            command.arg("--kill-rank").arg(kill.to_string());
-        }
-        children.push(
-            command
-                .spawn()
-                .with_context(|| format!("starting rank {rank}"))?,
-        );
+    let mut env: Vec<(String, String)> = vec![
+        (
+            "RANKSCOPE_OUTPUT_DIR".into(),
+            options.out.display().to_string(),
+        ),
+        ("RANKSCOPE_TRANSPORT".into(), "dir".into()),
+    ];
+    env.extend(
+        DEMO_DEFAULTS
+            .iter()
+            .filter(|(key, _)| std::env::var_os(key).is_none())
+            .map(|(key, value)| (key.to_string(), value.to_string())),
+    );
+    if gpu_source == "simulated" {
+        env.push(("RANKSCOPE_GPU_SOURCE".into(), "simulated".into()));
+    }
+    let mut args = vec!["demo-rank".to_string()];
+    if let Some(straggler) = options.straggler {
+        args.extend(["--straggler".into(), straggler.to_string()]);
+        // The slow rank's simulated GPU runs hot and throttles.
+        env.push(("RANKSCOPE_SIMULATED_HOT_RANK".into(), straggler.to_string()));
+    }
+    if let Some(kill) = options.kill_rank {
+        args.extend(["--kill-rank".into(), kill.to_string()]);
     }
 
     let blocks_done = Arc::new(AtomicU32::new(0));
     let session_dir: Arc<Mutex<Option<PathBuf>>> = Arc::default();
-    let readers: Vec<_> = children
-        .iter_mut()
-        .map(|child| {
-            let stdout = child.stdout.take().expect("stdout is piped");
-            let (blocks_done, session_dir) = (Arc::clone(&blocks_done), Arc::clone(&session_dir));
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if line == "block-done" {
-                        blocks_done.fetch_add(1, Ordering::Relaxed);
-                    } else if let Some(dir) = line.strip_prefix("session-dir ") {
-                        *session_dir.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.into());
-                    }
-                }
-            })
+    let on_line: launcher::LineHandler = {
+        let (blocks_done, session_dir) = (Arc::clone(&blocks_done), Arc::clone(&session_dir));
+        Arc::new(move |_rank, line| {
+            if line == "block-done" {
+                blocks_done.fetch_add(1, Ordering::Relaxed);
+            } else if let Some(dir) = line.strip_prefix("session-dir ") {
+                *session_dir.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.into());
+            }
         })
-        .collect();
+    };
+    let job = launcher::Job {
+        program: &exe,
+        args: &args,
+        ranks: options.ranks,
+        env: &env,
+    };
+    let ranks = launcher::start(&job, &job_id, on_line)?;
 
     let total = options.ranks * BLOCKS as u32;
-    let mut statuses = vec![None; children.len()];
     let mut shown = None;
     let tty = std::io::stderr().is_terminal();
-    while statuses.iter().any(Option::is_none) {
-        for (status, child) in statuses.iter_mut().zip(&mut children) {
-            if status.is_none() {
-                *status = child.try_wait().context("waiting for a rank")?;
-            }
-        }
+    let statuses = ranks.wait(|finished| {
         let done = blocks_done.load(Ordering::Relaxed);
-        let finished = statuses.iter().filter(|s| s.is_some()).count();
         if shown != Some((done, finished)) {
             shown = Some((done, finished));
             let line = format!(
@@ -161,17 +144,12 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
             };
             let _ = std::io::stderr().write_all(text.as_bytes());
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })?;
     if tty {
         eprintln!();
     }
-    for reader in readers {
-        let _ = reader.join();
-    }
 
     for (rank, status) in statuses.iter().enumerate() {
-        let status = status.expect("every rank has exited");
         if !status.success() {
             if options.kill_rank == Some(rank as u32) {
                 eprintln!("rankscope demo: rank {rank} crashed, as asked (--kill-rank)");
@@ -185,7 +163,7 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
         .unwrap_or_else(|e| e.into_inner())
         .clone()
         .context("rank 0 did not start its session")?;
-    if !statuses[0].expect("rank 0 has exited").success() {
+    if !statuses[0].success() {
         bail!(
             "rank 0 failed; its session directory is {}",
             session_dir.display()
@@ -197,14 +175,14 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
     println!("{summary}");
     println!("report:   {}", session_dir.join(REPORT_JSON).display());
     println!("summary:  {}", summary_path.display());
+    println!("stages:   {}", session_dir.join(STAGES_CSV).display());
     println!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
-    Ok(statuses.iter().all(|s| s.is_some_and(|s| s.success())))
+    Ok(statuses.iter().all(|s| s.success()))
 }
 
 /// One rank of the demo job: a simulated text-to-video pipeline.
 pub fn run_rank(straggler: Option<u32>, kill_rank: Option<u32>) -> Result<()> {
     let profiler = Profiler::from_env().context("setting up the profiler")?;
-    profiler.set_reporter(Arc::new(ReportWriter));
     let env = profiler
         .rank_env()
         .context("the demo needs an enabled profiler (RANKSCOPE_ENABLED=1)")?

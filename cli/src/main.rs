@@ -1,22 +1,30 @@
-//! The `rankscope` command: argument parsing, then library calls.
+//! The `rankscope` command: argument parsing, then library calls. The exit
+//! status is chosen in one place, [`main`].
 
 mod demo;
+mod launcher;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use rankscope_common::error::Chain;
 use rankscope_common::Config;
 use rankscope_coordinator::{aggregate, inspect};
 
-/// Exit status when a report was written but some ranks or files are missing.
-const EXIT_PARTIAL: u8 = 2;
+/// Exit status of an error.
+const EXIT_ERROR: u8 = 1;
+/// Exit status when a report was written but some ranks or inputs are
+/// missing from it. (2 is clap's, for usage errors.)
+const EXIT_PARTIAL: u8 = 3;
+/// The most ranks `rankscope demo` starts on one machine.
+const DEMO_MAX_RANKS: u32 = 256;
 
 /// rankscope: a profiler for multi-rank GPU inference jobs.
 ///
-/// Exit status: 0 success; 1 error; 2 a report was written but it is
-/// partial (ranks missing or input files skipped).
+/// Exit status: 0 complete; 1 error; 2 usage error; 3 a report was written
+/// but it is partial (ranks missing or inputs skipped).
 #[derive(Parser)]
 #[command(name = "rankscope", version, about, long_about)]
 struct Cli {
@@ -33,8 +41,9 @@ enum Commands {
     /// the session directory; rank 0 writes report.json, summary.txt and
     /// stages.csv there.
     Demo {
-        /// Number of rank processes.
-        #[arg(long, default_value_t = 4)]
+        /// Number of rank processes (1 to 256).
+        #[arg(long, default_value_t = 4,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(DEMO_MAX_RANKS)))]
         ranks: u32,
         /// Rank made ~40% slower in vae_decode (default: 2 when there are 3+ ranks).
         #[arg(long)]
@@ -51,7 +60,7 @@ enum Commands {
     ///
     /// Files that cannot be used (truncated, corrupt, of another format or
     /// version, a second file for one rank) are named with the reason and
-    /// left out; the rest are merged. Exit status 2 says the report is partial.
+    /// left out; the rest are merged. Exit status 3 says the report is partial.
     Aggregate {
         /// The session directory holding the spill files.
         #[arg(long)]
@@ -77,16 +86,20 @@ enum Commands {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
-        Ok(code) => code,
+    // Usage errors exit here, with clap's status 2.
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(EXIT_PARTIAL),
         Err(error) => {
-            eprintln!("rankscope: error: {error:#}");
-            ExitCode::FAILURE
+            eprintln!("rankscope: error: {}", Chain(error.as_ref()));
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
+/// Runs one command; `Ok(false)` when the report it wrote is partial.
+fn run(cli: Cli) -> Result<bool> {
     let complete = match cli.command {
         Commands::Demo {
             ranks,
@@ -132,9 +145,5 @@ fn run(cli: Cli) -> Result<ExitCode> {
             true
         }
     };
-    Ok(if complete {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_PARTIAL)
-    })
+    Ok(complete)
 }

@@ -1,38 +1,14 @@
-//! Helpers for the workspace-level tests: the `rankscope` binary, built once
-//! per test process, and a way to run it.
+//! Helpers for the command-line tests: run the `rankscope` binary cargo
+//! built for this package, read what it wrote.
+
+#![allow(dead_code)] // each test file uses its own share
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
-/// The path of the `rankscope` binary, built (dev profile) on first use.
+/// The `rankscope` binary under test.
 pub fn rankscope_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let output = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--quiet",
-                "--message-format=json",
-                "-p",
-                "rankscope-coordinator",
-                "--bin",
-                "rankscope",
-            ])
-            .output()
-            .expect("running cargo build for the rankscope binary");
-        assert!(
-            output.status.success(),
-            "cargo build failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|message| message["target"]["name"] == "rankscope")
-            .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported the rankscope executable")
-    })
+    Path::new(env!("CARGO_BIN_EXE_rankscope"))
 }
 
 /// Runs `rankscope` with `args` and extra environment variables; launcher

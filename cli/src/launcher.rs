@@ -1,0 +1,114 @@
+//! Starts the rank processes of a local job: N copies of one program, each
+//! told its rank, the world size and the job's session and run ids, with
+//! their standard output read line by line. `rankscope demo` uses it; a
+//! later `rankscope launch` will too.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+
+/// How often a waiting launcher looks at its ranks.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A local job to start.
+pub struct Job<'a> {
+    /// The program every rank runs.
+    pub program: &'a Path,
+    /// Its arguments.
+    pub args: &'a [String],
+    /// Number of ranks.
+    pub ranks: u32,
+    /// Variables every rank gets, beside the rank variables.
+    pub env: &'a [(String, String)],
+}
+
+/// Called with each line a rank writes to standard output.
+pub type LineHandler = Arc<dyn Fn(u32, &str) + Send + Sync>;
+
+/// The running ranks of a job. Dropping it before [`Ranks::wait`] returned
+/// kills and reaps every rank still running, so a failed start leaves none
+/// behind.
+pub struct Ranks {
+    children: Vec<Child>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+/// A fresh id for one launch: the session and run id of its ranks.
+pub fn fresh_job_id() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}-{}", now.as_secs(), std::process::id())
+}
+
+/// Starts every rank of `job`; `on_line` sees their output lines.
+pub fn start(job: &Job<'_>, job_id: &str, on_line: LineHandler) -> Result<Ranks> {
+    let mut ranks = Ranks {
+        children: Vec::new(),
+        readers: Vec::new(),
+    };
+    for rank in 0..job.ranks {
+        let mut command = Command::new(job.program);
+        command
+            .args(job.args)
+            .env("RANKSCOPE_RANK", rank.to_string())
+            .env("RANKSCOPE_WORLD_SIZE", job.ranks.to_string())
+            .env("RANKSCOPE_LOCAL_RANK", rank.to_string())
+            .env("RANKSCOPE_LOCAL_WORLD_SIZE", job.ranks.to_string())
+            .env("RANKSCOPE_SESSION_ID", job_id)
+            .env("RANKSCOPE_RUN_ID", job_id)
+            .envs(job.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::piped());
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting rank {rank} ({})", job.program.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        ranks.children.push(child);
+        let on_line = Arc::clone(&on_line);
+        ranks.readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                on_line(rank, &line);
+            }
+        }));
+    }
+    Ok(ranks)
+}
+
+impl Ranks {
+    /// Waits for every rank to exit; `progress` is called with the number
+    /// of ranks finished each time the launcher looks. Returns the exit
+    /// status of each rank, by rank.
+    pub fn wait(mut self, mut progress: impl FnMut(usize)) -> Result<Vec<ExitStatus>> {
+        let mut statuses: Vec<Option<ExitStatus>> = vec![None; self.children.len()];
+        while statuses.iter().any(Option::is_none) {
+            for (status, child) in statuses.iter_mut().zip(&mut self.children) {
+                if status.is_none() {
+                    *status = child.try_wait().context("waiting for a rank")?;
+                }
+            }
+            progress(statuses.iter().filter(|s| s.is_some()).count());
+            std::thread::sleep(POLL);
+        }
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        self.children.clear();
+        Ok(statuses.into_iter().flatten().collect())
+    }
+}
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            if child.try_wait().ok().flatten().is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}

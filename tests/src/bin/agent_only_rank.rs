@@ -1,0 +1,24 @@
+//! A rank program that links the agent and nothing else, as the README tells
+//! a user to: it records a few stages and finishes its session. Rank 0
+//! writes the report. Run it under any launcher; the tests run it with
+//! torchrun's variables.
+
+use rankscope::Profiler;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let profiler = Profiler::from_env()?;
+    let rank = profiler.rank_env().map_or(0, |env| env.rank);
+    let session = profiler.session("agent-only", &[("linked", "agent")])?;
+    for step in 0..3 {
+        let _step = profiler.stage("denoise_step");
+        std::thread::sleep(std::time::Duration::from_millis(5 + 5 * u64::from(rank)));
+        profiler.record_metric("step", f64::from(step));
+    }
+    let outcome = session.finish()?;
+    if let Some(report) = outcome.report {
+        for file in report.files {
+            println!("wrote {}", file.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! A program that depends on the agent alone, run as 4 real processes with
+//! the variables torchrun sets, leaves one report, written by rank 0.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn rank_command(rank: u32, out: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent_only_rank"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", "4")
+        .env("LOCAL_WORLD_SIZE", "4")
+        .env("GROUP_RANK", "0")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .env("TORCHELASTIC_RUN_ID", "agent-only-test")
+        .env("TORCHELASTIC_RESTART_COUNT", "0")
+        .env("RANKSCOPE_OUTPUT_DIR", out)
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .env("RANKSCOPE_GATHER_TIMEOUT_S", "30")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+#[test]
+fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
+    let out = tempfile::tempdir().unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|rank| rank_command(rank, out.path()).spawn().unwrap())
+        .collect();
+    let outputs: Vec<_> = children
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    for (rank, output) in outputs.iter().enumerate() {
+        assert!(
+            output.status.success(),
+            "rank {rank}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let rank0 = String::from_utf8_lossy(&outputs[0].stdout);
+    assert!(
+        rank0.contains("report.json"),
+        "rank 0 wrote the report: {rank0}"
+    );
+    for output in &outputs[1..] {
+        assert!(output.stdout.is_empty(), "only rank 0 reports");
+    }
+
+    let sessions: Vec<PathBuf> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let dir = &sessions[0];
+    assert!(
+        dir.ends_with("agent-only-agent-only-test"),
+        "{}",
+        dir.display()
+    );
+    let reports: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("report"))
+        .collect();
+    assert_eq!(reports, ["report.json"]);
+
+    let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let session = &report["session"];
+    assert_eq!(session["world_size"], 4);
+    assert_eq!(session["ranks_reporting"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(session["launcher"], "torchrun");
+    assert_eq!(session["run_id"], "agent-only-test.0");
+    assert_eq!(session["transport"], "dir");
+    assert_eq!(session["clock_sync"], "none");
+    for rank in report["ranks"].as_array().unwrap() {
+        assert!(
+            rank["clock_offset_ns"].is_null(),
+            "the directory measures no offset, and says so: {rank}"
+        );
+    }
+    let stage = &report["stages"][0];
+    assert_eq!(stage["name"], "denoise_step");
+    assert_eq!(stage["count"], 12);
+}
