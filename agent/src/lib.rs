@@ -28,6 +28,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod notice;
 mod profiler;
 mod recorder;
 mod records;

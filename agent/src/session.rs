@@ -17,6 +17,7 @@ use rankscope_common::payload::{
 use rankscope_common::table::Builders;
 use rankscope_common::{spill, ArrowError, Config};
 
+use crate::notice::notice;
 use crate::profiler::Shared;
 use crate::reporter::default_reporter;
 use crate::sampler::Sampler;
@@ -240,8 +241,8 @@ impl Drop for Session {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
             if let Err(e) = finish(&shared, false) {
-                eprintln!(
-                    "rankscope: session dropped unfinished; spilling its data failed: {}",
+                notice!(
+                    "session dropped unfinished; spilling its data failed: {}",
                     Chain(&e)
                 );
             }
@@ -344,8 +345,8 @@ fn report(
 ) -> Result<Option<ReportFiles>, SessionError> {
     let reporter = shared.reporter.get().cloned().or_else(default_reporter);
     let Some(reporter) = reporter else {
-        eprintln!(
-            "rankscope: {} rank payloads are in {}; this build writes no report: run \
+        notice!(
+            "{} rank payloads are in {}; this build writes no report: run \
              `rankscope aggregate --reports-dir {}` for it",
             gathered.payloads.len(),
             state.dir.display(),
@@ -378,9 +379,12 @@ fn build_payload(
         tables: builders.finish().map_err(SessionError::Batch)?,
     };
     for dropped in &payload.header.dropped {
-        eprintln!(
-            "rankscope: rank {}: {} rows of `{}` dropped (max_data_points = {})",
-            shared.env.rank, dropped.rows, dropped.table, shared.config.max_data_points
+        notice!(
+            "rank {}: {} rows of `{}` dropped (max_data_points = {})",
+            shared.env.rank,
+            dropped.rows,
+            dropped.table,
+            shared.config.max_data_points
         );
     }
     Ok(payload)

@@ -168,3 +168,47 @@ fn help_explains_each_subcommand() {
         "{help}"
     );
 }
+
+#[test]
+fn exit_codes_tell_usage_errors_from_errors() {
+    // 2: a usage error, from argument parsing.
+    for args in [
+        &["demo", "--ranks", "0"][..],
+        &["demo", "--ranks", "100000"],
+        &["aggregate"],
+        &["no-such-command"],
+    ] {
+        let run = rankscope(args, &[]);
+        assert_eq!(run.status.code(), Some(2), "{args:?}");
+    }
+    // 1: an error, its causes printed once each.
+    let run = rankscope(&["inspect", "/nonexistent/rank-00000.rsp"], &[]);
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_misspelt_variable_is_named_with_the_closest_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = rankscope(
+        &["aggregate", "--reports-dir", dir.path().to_str().unwrap()],
+        &[("RANKSCOPE_GATHER_TIMEOUT", "5")],
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(
+        stderr
+            .matches("RANKSCOPE_GATHER_TIMEOUT is not a rankscope setting")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("did you mean RANKSCOPE_GATHER_TIMEOUT_S?"),
+        "{stderr}"
+    );
+}

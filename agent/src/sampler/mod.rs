@@ -22,6 +22,7 @@ use rankscope_common::payload::{GpuMeta, GpuSource, SamplerStats};
 use rankscope_common::table::{EventRecord, GpuSampleRecord, HostSampleRecord, Table};
 use rankscope_common::Config;
 
+use crate::notice::notice;
 use crate::recorder::Recorder;
 use gpu::{GpuReader, SharedGpuReader};
 use host::HostReader;
@@ -56,10 +57,7 @@ impl Telemetry {
             .get_or_init(|| match gpu::open(&self.config, &self.env) {
                 Ok(reader) => reader.map(|r| Arc::new(Mutex::new(r))),
                 Err(reason) => {
-                    eprintln!(
-                        "rankscope: rank {}: GPU telemetry off: {reason}",
-                        self.env.rank
-                    );
+                    notice!("rank {}: GPU telemetry off: {reason}", self.env.rank);
                     None
                 }
             })
@@ -117,8 +115,8 @@ impl Telemetry {
         match Sampler::start(sampled, gpu, host, schedule) {
             Ok(sampler) => Some(sampler),
             Err(e) => {
-                eprintln!(
-                    "rankscope: rank {}: telemetry off: cannot start its thread: {e}",
+                notice!(
+                    "rank {}: telemetry off: cannot start its thread: {e}",
                     self.env.rank
                 );
                 None
@@ -192,7 +190,7 @@ impl Sampler {
             return SamplerStats::default();
         };
         thread.join().unwrap_or_else(|_| {
-            eprintln!("rankscope: the telemetry sampler panicked; its readings so far are kept");
+            notice!("the telemetry sampler panicked; its readings so far are kept");
             SamplerStats::default()
         })
     }
@@ -387,10 +385,7 @@ fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu:
     });
     recorder.count_dropped(Table::GpuSamples, dropped);
     for event in events.drain(..) {
-        eprintln!(
-            "rankscope: rank {}: {} {}",
-            sampled.rank, event.name, event.payload
-        );
+        notice!("rank {}: {} {}", sampled.rank, event.name, event.payload);
         recorder.record_row(Table::Events, |t, ts_ns| {
             let name = t.names.intern(event.name);
             t.records.events.push_back(EventRecord {
