@@ -9,7 +9,7 @@ use rankscope_common::payload::{GpuMeta, GpuSource};
 use rankscope_common::table::GpuSampleRecord;
 use rankscope_common::Config;
 
-use super::nvml::NvmlReader;
+use super::nvml::{NvmlOpenError, NvmlReader};
 use super::simulated::SimulatedReader;
 use crate::MemoryReading;
 
@@ -54,7 +54,10 @@ pub(crate) type SharedGpuReader = Arc<Mutex<Box<dyn GpuReader>>>;
 
 /// Opens the GPU reader the configuration asks for. `Ok(None)` means no GPU
 /// telemetry by choice; `Err` says why telemetry is off against the wish.
-pub(crate) fn open(config: &Config, env: &RankEnv) -> Result<Option<Box<dyn GpuReader>>, String> {
+pub(crate) fn open(
+    config: &Config,
+    env: &RankEnv,
+) -> Result<Option<Box<dyn GpuReader>>, NvmlOpenError> {
     let cuda_visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let nvml = || {
         NvmlReader::open(

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use rankscope_common::config::DisplayRanks;
 use rankscope_common::env::RankEnv;
+use rankscope_common::error::Chain;
 use rankscope_common::payload::{GpuMeta, GpuSource, SamplerStats};
 use rankscope_common::table::{EventRecord, GpuSampleRecord, HostSampleRecord, Table};
 use rankscope_common::Config;
@@ -57,7 +58,11 @@ impl Telemetry {
             .get_or_init(|| match gpu::open(&self.config, &self.env) {
                 Ok(reader) => reader.map(|r| Arc::new(Mutex::new(r))),
                 Err(reason) => {
-                    notice!("rank {}: GPU telemetry off: {reason}", self.env.rank);
+                    notice!(
+                        "rank {}: GPU telemetry off: {}",
+                        self.env.rank,
+                        Chain(&reason)
+                    );
                     None
                 }
             })

@@ -2,7 +2,7 @@
 //! process; each rank reads only the devices it uses.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -12,26 +12,61 @@ use rankscope_common::payload::{GpuMeta, GpuSource};
 use rankscope_common::table::GpuSampleRecord;
 
 use super::gpu::{GpuEvent, GpuReader};
-use super::select::{select, DeviceId};
+use super::select::{select, DeviceId, SelectError};
 use crate::MemoryReading;
 
+/// Why NVML readings cannot be had.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum NvmlOpenError {
+    /// The library did not load.
+    #[error("the NVML library could not be loaded (no NVIDIA driver here?)")]
+    Load(#[source] Arc<NvmlError>),
+    /// The library loaded, but NVML did not start.
+    #[error("NVML could not start")]
+    Start(#[source] Arc<NvmlError>),
+    /// A device could not be listed or opened.
+    #[error("NVML {what} of device {index}")]
+    Device {
+        /// NVML index.
+        index: u32,
+        /// What was asked.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: Arc<NvmlError>,
+    },
+    /// NVML could not count the devices.
+    #[error("NVML device count")]
+    Count(#[source] Arc<NvmlError>),
+    /// The devices asked for are not there.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+}
+
 /// The process's NVML handle: the first initialisation's outcome, kept.
-fn nvml(library: Option<&Path>) -> Result<&'static Nvml, String> {
-    static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
+fn nvml(library: Option<&Path>) -> Result<&'static Nvml, NvmlOpenError> {
+    static NVML: OnceLock<Result<Nvml, NvmlOpenError>> = OnceLock::new();
     NVML.get_or_init(|| {
         let mut builder = Nvml::builder();
         if let Some(path) = library {
             builder.lib_path(path.as_os_str());
         }
         builder.init().map_err(|e| match e {
-            NvmlError::LibloadingError(e) => {
-                format!("the NVML library could not be loaded (no NVIDIA driver here?): {e}")
-            }
-            other => format!("NVML could not start: {other}"),
+            NvmlError::LibloadingError(_) => NvmlOpenError::Load(Arc::new(e)),
+            other => NvmlOpenError::Start(Arc::new(other)),
         })
     })
     .as_ref()
     .map_err(Clone::clone)
+}
+
+/// A failed NVML call about device `index`.
+fn device_error(index: u32, what: &'static str) -> impl FnOnce(NvmlError) -> NvmlOpenError {
+    move |source| NvmlOpenError::Device {
+        index,
+        what,
+        source: Arc::new(source),
+    }
 }
 
 /// Whether NVML loads on this machine (with the given library path).
@@ -59,35 +94,32 @@ impl NvmlReader {
         configured: Option<&str>,
         cuda_visible: Option<&str>,
         local_rank: u32,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NvmlOpenError> {
         let nvml = nvml(library)?;
         let count = nvml
             .device_count()
-            .map_err(|e| format!("NVML device count: {e}"))?;
+            .map_err(|e| NvmlOpenError::Count(Arc::new(e)))?;
         let mut ids = Vec::new();
         for index in 0..count {
             let device = nvml
                 .device_by_index(index)
-                .map_err(|e| format!("NVML device {index}: {e}"))?;
+                .map_err(device_error(index, "handle"))?;
             ids.push(DeviceId {
                 index,
-                uuid: device
-                    .uuid()
-                    .map_err(|e| format!("NVML device {index} UUID: {e}"))?,
+                uuid: device.uuid().map_err(device_error(index, "UUID"))?,
                 pci_bus_id: device
                     .pci_info()
-                    .map_err(|e| format!("NVML device {index} PCI info: {e}"))?
+                    .map_err(device_error(index, "PCI info"))?
                     .bus_id,
             });
         }
-        let selection =
-            select(&ids, configured, cuda_visible, local_rank).map_err(|e| e.to_string())?;
+        let selection = select(&ids, configured, cuda_visible, local_rank)?;
         let mut devices = Vec::new();
         let mut meta = Vec::new();
         for &index in &selection.indices {
             let device = nvml
                 .device_by_index(index)
-                .map_err(|e| format!("NVML device {index}: {e}"))?;
+                .map_err(device_error(index, "handle"))?;
             let id = &ids[index as usize];
             meta.push(GpuMeta {
                 index,
