@@ -84,6 +84,14 @@ pub struct Config {
     pub gather_timeout_s: f64,
     /// Rows kept per table per rank; rows past it are dropped and counted.
     pub max_data_points: usize,
+    /// Distinct names (stages, metrics, events, labels) kept per thread;
+    /// names past it are recorded as `(other)` and counted.
+    pub max_names: usize,
+    /// Stages open at once per thread; a stage begun past it is not
+    /// recorded, and counted.
+    pub max_open_stages: usize,
+    /// The largest world size a payload may claim; larger ones are refused.
+    pub max_world_size: u32,
     /// Compression of the payload's Arrow streams.
     pub payload_compression: Compression,
     /// Where GPU readings come from.
@@ -154,7 +162,7 @@ pub enum ConfigError {
         reason: String,
     },
     /// A value is out of its range.
-    #[error("configuration key `{key}`: {reason}")]
+    #[error("invalid configuration: {reason}")]
     Invalid {
         /// The key.
         key: &'static str,
@@ -175,6 +183,9 @@ impl Config {
             transport: TransportKind::Auto,
             gather_timeout_s: 60.0,
             max_data_points: 100_000,
+            max_names: 10_000,
+            max_open_stages: 1_024,
+            max_world_size: 65_536,
             payload_compression: Compression::Zstd,
             gpu_source: GpuSourceKind::Auto,
             nvml_library: None,
@@ -221,6 +232,7 @@ impl Config {
                 eprintln!("rankscope: warning: {unknown}");
             }
         });
+        check_utf8(std::env::vars_os())?;
         Self::load(
             std::env::var_os("RANKSCOPE_CONFIG")
                 .map(PathBuf::from)
@@ -246,6 +258,7 @@ impl Config {
             Some(path) => read_file(path)?,
             None => Map::new(),
         };
+        let file_set: Vec<String> = file_keys.keys().cloned().collect();
         let preset = match var("RANKSCOPE_PRESET") {
             Some(value) => parse_env_value::<Preset>("RANKSCOPE_PRESET", &value)?,
             None => match file_keys.get("preset") {
@@ -299,43 +312,95 @@ impl Config {
         } else {
             from_keys(keys).expect("every key was checked")
         };
-        config.validate()?;
+        config.validate().map_err(|error| match error {
+            ConfigError::Invalid { key, reason } => {
+                let name = format!("RANKSCOPE_{}", key.to_uppercase());
+                match (var(&name), file) {
+                    (Some(value), _) => ConfigError::Env {
+                        var: name,
+                        value,
+                        reason,
+                    },
+                    (None, Some(path)) if file_set.iter().any(|k| k == key) => ConfigError::File {
+                        path: path.to_path_buf(),
+                        reason,
+                    },
+                    _ => ConfigError::Invalid { key, reason },
+                }
+            }
+            other => other,
+        })?;
         Ok(config)
     }
 
-    /// Checks ranges a type cannot express.
+    /// Checks every numeric key against its range ([`RANGES`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive = |key: &'static str, value: f64| {
-            if value.is_finite() && value > 0.0 {
-                Ok(())
-            } else {
-                Err(ConfigError::Invalid {
+        let values = [
+            ("gather_timeout_s", Some(self.gather_timeout_s)),
+            ("max_data_points", Some(self.max_data_points as f64)),
+            ("max_names", Some(self.max_names as f64)),
+            ("max_open_stages", Some(self.max_open_stages as f64)),
+            ("max_world_size", Some(f64::from(self.max_world_size))),
+            ("gpu_interval_s", Some(self.gpu_interval_s)),
+            ("host_interval_s", Some(self.host_interval_s)),
+            ("pcie_interval_s", self.pcie_interval_s),
+            ("display_interval_s", Some(self.display_interval_s)),
+            (
+                "straggler_threshold_pct",
+                Some(self.straggler_threshold_pct),
+            ),
+            ("straggler_min_s", Some(self.straggler_min_s)),
+        ];
+        for (key, value) in values {
+            let Some(value) = value else { continue };
+            let &(_, min, max) = RANGES
+                .iter()
+                .find(|(name, _, _)| *name == key)
+                .expect("every numeric key has a range");
+            if !(min..=max).contains(&value) {
+                return Err(ConfigError::Invalid {
                     key,
-                    reason: format!("{value} is not a positive number"),
-                })
+                    reason: format!("`{key}` = {value} is outside {min} ..= {max}"),
+                });
             }
-        };
-        positive("gather_timeout_s", self.gather_timeout_s)?;
-        positive("gpu_interval_s", self.gpu_interval_s)?;
-        positive("host_interval_s", self.host_interval_s)?;
-        positive("display_interval_s", self.display_interval_s)?;
-        if let Some(pcie) = self.pcie_interval_s {
-            positive("pcie_interval_s", pcie)?;
-        }
-        if self.max_data_points == 0 {
-            return Err(ConfigError::Invalid {
-                key: "max_data_points",
-                reason: "must be at least 1".into(),
-            });
-        }
-        if !(self.straggler_threshold_pct >= 0.0 && self.straggler_min_s >= 0.0) {
-            return Err(ConfigError::Invalid {
-                key: "straggler_threshold_pct",
-                reason: "straggler thresholds must not be negative".into(),
-            });
         }
         Ok(())
     }
+}
+
+/// The range of each numeric key, inclusive: what the code that reads it
+/// can take (a timeout of 1e20 s does not fit a `Duration`; a sampling
+/// interval of a nanosecond would spin).
+pub const RANGES: &[(&str, f64, f64)] = &[
+    ("gather_timeout_s", 0.001, 604_800.0),
+    ("max_data_points", 1.0, 50_000_000.0),
+    ("max_names", 16.0, 1_000_000.0),
+    ("max_open_stages", 1.0, 100_000.0),
+    ("max_world_size", 1.0, 16_777_216.0),
+    ("gpu_interval_s", 0.001, 3_600.0),
+    ("host_interval_s", 0.001, 3_600.0),
+    ("pcie_interval_s", 0.02, 3_600.0),
+    ("display_interval_s", 0.01, 3_600.0),
+    ("straggler_threshold_pct", 0.0, 1_000_000.0),
+    ("straggler_min_s", 0.0, 1_000_000.0),
+];
+
+/// Refuses a `RANKSCOPE_*` variable whose value is not UTF-8, which would
+/// otherwise read as unset.
+fn check_utf8(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<(), ConfigError> {
+    for (name, value) in vars {
+        let name = name.to_string_lossy();
+        if name.starts_with("RANKSCOPE_") && value.to_str().is_none() {
+            return Err(ConfigError::Env {
+                var: name.into_owned(),
+                value: value.to_string_lossy().into_owned(),
+                reason: "the value is not valid UTF-8".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `RANKSCOPE_*` variables that are neither a configuration key nor one of
@@ -534,6 +599,55 @@ mod tests {
         assert_eq!(config.preset, Preset::Production);
         assert_eq!(config.max_data_points, 7);
         assert_eq!(config.gpu_interval_s, 2.0);
+    }
+
+    #[test]
+    fn values_outside_their_range_are_refused_naming_the_variable() {
+        for (var, key) in [
+            ("RANKSCOPE_GATHER_TIMEOUT_S", "gather_timeout_s"),
+            ("RANKSCOPE_GPU_INTERVAL_S", "gpu_interval_s"),
+            ("RANKSCOPE_HOST_INTERVAL_S", "host_interval_s"),
+        ] {
+            let err = Config::load(None, env(&[(var, "1e20")])).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Env { var: v, .. } if v == var),
+                "{key}: {err}"
+            );
+            assert!(err.to_string().contains("outside"), "{err}");
+        }
+        let err = Config::load(None, env(&[("RANKSCOPE_MAX_WORLD_SIZE", "0")])).unwrap_err();
+        assert!(
+            err.to_string().contains("RANKSCOPE_MAX_WORLD_SIZE"),
+            "{err}"
+        );
+        // Every numeric key the validation reads has a range, and the
+        // defaults of every preset lie inside them.
+        for preset in [Preset::Development, Preset::Production, Preset::Debugging] {
+            Config::preset(preset).validate().unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("c.yaml");
+        std::fs::write(&yaml, "display_interval_s: 0\n").unwrap();
+        let err = Config::load(Some(&yaml), env(&[])).unwrap_err().to_string();
+        assert!(
+            err.contains("c.yaml") && err.contains("display_interval_s"),
+            "{err}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_value_that_is_not_utf8_is_refused() {
+        use std::os::unix::ffi::OsStringExt;
+        let vars = [(
+            std::ffi::OsString::from("RANKSCOPE_OUTPUT_DIR"),
+            std::ffi::OsString::from_vec(vec![b'/', 0xff]),
+        )];
+        let err = check_utf8(vars).unwrap_err().to_string();
+        assert!(
+            err.contains("RANKSCOPE_OUTPUT_DIR") && err.contains("UTF-8"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Printing errors: each error says what went wrong at its level and leaves
 //! the cause to `source()`, so a chain is printed once, outermost first.
 
+use std::cell::Cell;
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
 
 /// Displays an error and its chain of sources: `outer: cause: root cause`.
 pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
@@ -16,6 +19,32 @@ impl fmt::Display for Chain<'_> {
         }
         Ok(())
     }
+}
+
+thread_local! {
+    /// Whether a panic on this thread is expected and caught: no message.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic into `Err` without the panic message and
+/// backtrace the panic hook would print: the last fence around code that
+/// reads untrusted input (a hostile payload that made the Arrow reader panic
+/// is refused with a clear error, not a trace). The hook installed on first
+/// use wraps the one before it, which still sees every other panic.
+pub fn catch_quietly<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = QUIET.with(|quiet| quiet.replace(true));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    QUIET.with(|quiet| quiet.set(was));
+    result
 }
 
 #[cfg(test)]

@@ -32,7 +32,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read, Write};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
@@ -131,6 +130,13 @@ pub enum PayloadError {
     /// The length field is out of bounds.
     #[error("payload length {0} bytes is out of bounds")]
     BadLength(u64),
+    /// Bytes follow the checksum: the file holds more than one payload, or
+    /// was appended to.
+    #[error("{0} unexpected bytes after the payload's checksum")]
+    TrailingBytes(u64),
+    /// The reserved field is not zero: written by something else.
+    #[error("reserved header field is {0:#06x}, not zero")]
+    Reserved(u16),
     /// The checksum does not match the content.
     #[error("payload checksum mismatch (corrupt data)")]
     ChecksumMismatch,
@@ -369,6 +375,13 @@ fn check_envelope(bytes: &[u8]) -> Result<usize, PayloadError> {
             found,
         });
     }
+    if found > total {
+        return Err(PayloadError::TrailingBytes(found - total));
+    }
+    let reserved = u16::from_le_bytes([bytes[6], bytes[7]]);
+    if reserved != 0 {
+        return Err(PayloadError::Reserved(reserved));
+    }
     let total = total as usize;
     let (body, rest) = bytes[..total].split_at(total - CHECKSUM_BYTES);
     let stored = u32::from_le_bytes(rest.try_into().expect("4 bytes"));
@@ -387,12 +400,12 @@ fn read_stream(table: Table, stream: &[u8]) -> Result<RecordBatch, PayloadError>
         .map_err(|reason| fail(format!("malformed Arrow IPC stream: {reason}")))?;
     // The Arrow IPC reader validates what it reads, but is not promised to be
     // panic-free on hostile input: a panic becomes this table's error.
-    let read = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<RecordBatch>, String> {
+    let read = crate::error::catch_quietly(|| -> Result<Vec<RecordBatch>, String> {
         let reader = StreamReader::try_new(Cursor::new(stream), None).map_err(|e| e.to_string())?;
         reader
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())
-    }))
+    })
     .map_err(|_| fail("malformed Arrow IPC stream (reader panicked)".into()))?;
     let mut batches = read.map_err(|e| fail(format!("malformed Arrow IPC stream: {e}")))?;
     if batches.len() != 1 {

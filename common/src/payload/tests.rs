@@ -252,11 +252,18 @@ fn a_table_of_the_wrong_schema_is_refused() {
 }
 
 #[test]
-fn trailing_bytes_after_the_checksum_are_ignored() {
-    // Length-prefixed: a payload can be followed by other data on a stream.
+fn trailing_bytes_and_a_reserved_field_are_refused() {
+    // Transports frame payloads themselves: extra bytes mean a damaged or
+    // doctored file, not a second payload.
     let mut bytes = sample_bytes();
     bytes.extend_from_slice(b"next");
-    assert!(decode(&bytes).is_ok());
+    let err = decode(&bytes).unwrap_err();
+    assert!(matches!(err, PayloadError::TrailingBytes(4)), "{err}");
+
+    let mut bytes = sample_bytes();
+    bytes[6] = 1;
+    let err = decode(&bytes).unwrap_err();
+    assert!(matches!(err, PayloadError::Reserved(1)), "{err}");
 }
 
 #[test]
