@@ -116,7 +116,7 @@ impl ProfilerBuilder {
         }
         Profiler {
             enabled: Some(Arc::new(Shared {
-                recorder: Arc::new(Recorder::new(self.config.max_data_points)),
+                recorder: Arc::new(Recorder::new(&self.config)),
                 telemetry: Telemetry::new(&self.config, &env),
                 config: self.config,
                 env,

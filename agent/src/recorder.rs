@@ -6,22 +6,43 @@
 //! Each thread that records gets its own buffer, found through a
 //! thread-local, so the hot path touches only memory its thread owns. The
 //! buffer's mutex is taken by its own thread on every call and by the
-//! session's finish once, so it is never contended while a job runs.
+//! session's finish once, so it is never contended while a job runs. When a
+//! thread exits, its records move into the recorder's batch builders and its
+//! buffer is freed, so short-lived threads cost no memory once gone.
+//!
+//! Memory is bounded by configuration: rows by `max_data_points` per table,
+//! distinct names by `max_names` per thread (more fold into `(other)`), open
+//! stages by `max_open_stages` per thread.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use rankscope_common::names::{NameId, Names};
-use rankscope_common::table::{Records, StageRecord, Table};
+use rankscope_common::payload::Overflow;
+use rankscope_common::table::{Builders, Records, StageRecord, Table};
+use rankscope_common::Config;
 
 /// Source of recorder ids: thread-local buffers are keyed by them.
 static NEXT_RECORDER_ID: AtomicU64 = AtomicU64::new(1);
 
+/// This thread's buffers, one per live recorder it has recorded into; when
+/// the thread exits, each buffer is retired into its recorder.
+struct ThreadBuffers(RefCell<Vec<(u64, Arc<ThreadBuffer>)>>);
+
+impl Drop for ThreadBuffers {
+    fn drop(&mut self) {
+        for (_, buffer) in self.0.get_mut().drain(..) {
+            if let Some(registry) = buffer.registry.upgrade() {
+                registry.retire(&buffer);
+            }
+        }
+    }
+}
+
 thread_local! {
-    /// This thread's buffers, one per live recorder it has recorded into.
-    static BUFFERS: RefCell<Vec<(u64, Arc<ThreadBuffer>)>> = const { RefCell::new(Vec::new()) };
+    static BUFFERS: ThreadBuffers = const { ThreadBuffers(RefCell::new(Vec::new())) };
 }
 
 /// A stage that began and has not ended yet.
@@ -47,6 +68,8 @@ pub(crate) struct ThreadData {
     /// Calls so far per stage name id, for `call_index`.
     calls: Vec<u32>,
     next_stage: u64,
+    /// Stages begun while the open stack was full.
+    too_deep: u64,
     /// The session's rows, one queue per table.
     pub(crate) records: Records,
 }
@@ -63,16 +86,66 @@ impl ThreadData {
         call
     }
 
-    /// Forgets the session's rows and call counts; names stay interned.
+    /// Forgets the session's rows and call counts, and frees their memory;
+    /// names stay interned.
     fn clear_rows(&mut self) {
-        self.calls.clear();
-        self.records.clear();
+        self.calls = Vec::new();
+        self.records = Records::default();
+        self.too_deep = 0;
+        self.names.take_folded();
     }
 }
 
 /// One thread's buffer, shared by the thread and its recorder.
 pub(crate) struct ThreadBuffer {
     data: Mutex<ThreadData>,
+    /// Where the buffer goes when its thread exits.
+    registry: Weak<Registry>,
+}
+
+/// Every live thread's buffer of one recorder, and what exited threads
+/// recorded in the running session.
+#[derive(Default)]
+struct Registry {
+    threads: Mutex<Vec<Arc<ThreadBuffer>>>,
+    retired: Mutex<Retired>,
+}
+
+/// The records of threads that exited during the session, already in
+/// batch builders (their names resolved), and what they overflowed.
+#[derive(Default)]
+struct Retired {
+    builders: Builders,
+    overflow: Overflow,
+}
+
+impl Registry {
+    fn threads(&self) -> Vec<Arc<ThreadBuffer>> {
+        lock(&self.threads).clone()
+    }
+
+    /// Moves an exited thread's records into the builders and forgets its buffer.
+    fn retire(&self, buffer: &Arc<ThreadBuffer>) {
+        {
+            // The retired records first, then the buffer: the order `drain` takes.
+            let mut retired = lock(&self.retired);
+            let mut data = buffer.lock();
+            retired.builders.append(&data.records, &data.names);
+            add_overflow(&mut retired.overflow, &mut data);
+            data.clear_rows();
+        }
+        lock(&self.threads).retain(|b| !Arc::ptr_eq(b, buffer));
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Adds what `data` overflowed to `total`, and resets its counts.
+fn add_overflow(total: &mut Overflow, data: &mut ThreadData) {
+    total.names_folded += data.names.take_folded();
+    total.stages_too_deep += std::mem::take(&mut data.too_deep);
 }
 
 impl ThreadBuffer {
@@ -85,10 +158,12 @@ impl ThreadBuffer {
 /// The recording of one rank.
 pub(crate) struct Recorder {
     id: u64,
-    threads: Mutex<Vec<Arc<ThreadBuffer>>>,
+    registry: Arc<Registry>,
     next_track: AtomicU32,
     /// Rows kept per table.
     pub(crate) max_rows: usize,
+    max_names: usize,
+    max_open_stages: usize,
     kept: [AtomicU64; TABLES],
     dropped: [AtomicU64; TABLES],
     /// The monotonic clock's zero.
@@ -102,13 +177,19 @@ pub(crate) struct Recorder {
 
 const TABLES: usize = Table::ALL.len();
 
+/// The id of a stage begun past the open-stage limit: no stage has it.
+const NOT_OPENED: u64 = u64::MAX;
+
 impl Recorder {
-    pub(crate) fn new(max_rows: usize) -> Self {
+    /// A recorder with the limits of `config`.
+    pub(crate) fn new(config: &Config) -> Self {
         Recorder {
             id: NEXT_RECORDER_ID.fetch_add(1, Ordering::Relaxed),
-            threads: Mutex::new(Vec::new()),
+            registry: Arc::default(),
             next_track: AtomicU32::new(0),
-            max_rows,
+            max_rows: config.max_data_points,
+            max_names: config.max_names,
+            max_open_stages: config.max_open_stages,
             kept: Default::default(),
             dropped: Default::default(),
             epoch: Instant::now(),
@@ -139,9 +220,10 @@ impl Recorder {
     /// Forgets rows recorded outside a session, starts the session clock and
     /// starts recording.
     pub(crate) fn begin_session(&self) {
-        for thread in self.threads() {
+        for thread in self.registry.threads() {
             thread.lock().clear_rows();
         }
+        *lock(&self.registry.retired) = Retired::default();
         self.take_dropped();
         self.origin_ns.store(self.epoch_ns(), Ordering::Relaxed);
         let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
@@ -154,20 +236,31 @@ impl Recorder {
         self.now_ns()
     }
 
-    /// Hands every thread's records to `take` (with the names they use) and
-    /// forgets them.
-    pub(crate) fn drain(&self, mut take: impl FnMut(&Records, &Names)) {
-        for thread in self.threads() {
+    /// Every thread's records in batch builders, and what the threads
+    /// overflowed; the records are forgotten.
+    pub(crate) fn drain(&self) -> (Builders, Overflow) {
+        // Held throughout (before any buffer, as `retire` takes them), so a
+        // thread exiting meanwhile retires its records before or after, never
+        // in between.
+        let mut retired = lock(&self.registry.retired);
+        for thread in self.registry.threads() {
             let mut data = thread.lock();
-            take(&data.records, &data.names);
+            retired.builders.append(&data.records, &data.names);
+            add_overflow(&mut retired.overflow, &mut data);
             data.clear_rows();
         }
+        let Retired { builders, overflow } = std::mem::take(&mut *retired);
+        (builders, overflow)
     }
 
     /// Begins a stage on this thread; returns its id.
     #[inline]
     pub(crate) fn begin_stage(&self, generation: u64, name: &str, metadata: Option<String>) -> u64 {
         self.with_thread(|t| {
+            if t.open.len() >= self.max_open_stages {
+                t.too_deep += 1;
+                return NOT_OPENED;
+            }
             let name = t.names.intern(name);
             let stage_id = t.next_stage;
             t.next_stage += 1;
@@ -248,10 +341,10 @@ impl Recorder {
     pub(crate) fn with_thread<R>(&self, f: impl FnOnce(&mut ThreadData) -> R) -> R {
         BUFFERS.with(|buffers| {
             // `f` never records, so the borrow is never taken twice.
-            if let Some((_, buffer)) = buffers.borrow().iter().find(|(id, _)| *id == self.id) {
+            if let Some((_, buffer)) = buffers.0.borrow().iter().find(|(id, _)| *id == self.id) {
                 return f(&mut buffer.lock());
             }
-            let buffer = self.register_thread(&mut buffers.borrow_mut());
+            let buffer = self.register_thread(&mut buffers.0.borrow_mut());
             let mut data = buffer.lock();
             f(&mut data)
         })
@@ -262,7 +355,7 @@ impl Recorder {
     fn register_thread(&self, buffers: &mut Vec<(u64, Arc<ThreadBuffer>)>) -> Arc<ThreadBuffer> {
         let track = self.next_track.fetch_add(1, Ordering::Relaxed);
         let current = std::thread::current();
-        let mut names = Names::default();
+        let mut names = Names::with_limit(self.max_names);
         let thread_name = names.intern(
             &current
                 .name()
@@ -277,13 +370,12 @@ impl Recorder {
                 calls: Vec::new(),
                 // Stage ids are unique within the rank: the track in the high bits.
                 next_stage: u64::from(track) << 40,
+                too_deep: 0,
                 records: Records::default(),
             }),
+            registry: Arc::downgrade(&self.registry),
         });
-        self.threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::clone(&buffer));
+        lock(&self.registry.threads).push(Arc::clone(&buffer));
         buffers.push((self.id, Arc::clone(&buffer)));
         buffer
     }
@@ -310,7 +402,7 @@ impl Recorder {
     /// The names of the stages open on every thread, innermost last.
     pub(crate) fn open_stage_names(&self) -> Vec<String> {
         let mut names = Vec::new();
-        for thread in self.threads() {
+        for thread in self.registry.threads() {
             let data = thread.lock();
             names.extend(
                 data.open
@@ -319,14 +411,6 @@ impl Recorder {
             );
         }
         names
-    }
-
-    /// Every thread's buffer.
-    fn threads(&self) -> Vec<Arc<ThreadBuffer>> {
-        self.threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 
     /// Rows dropped per table since the last reset, and resets the budget.
@@ -353,9 +437,41 @@ impl Drop for Recorder {
         // Forget this thread's entry; other threads' entries go when they exit.
         let id = self.id;
         let _ = BUFFERS.try_with(|buffers| {
-            if let Ok(mut buffers) = buffers.try_borrow_mut() {
+            if let Ok(mut buffers) = buffers.0.try_borrow_mut() {
                 buffers.retain(|(owner, _)| *owner != id);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_that_exits_leaves_its_records_and_takes_its_buffer() {
+        let recorder = Arc::new(Recorder::new(&Config::default()));
+        recorder.begin_session();
+        for _ in 0..200 {
+            let recorder = Arc::clone(&recorder);
+            std::thread::spawn(move || {
+                let generation = recorder.recording().unwrap();
+                let id = recorder.begin_stage(generation, "work", None);
+                recorder.end_stage(id);
+            })
+            .join()
+            .unwrap();
+        }
+        assert!(
+            recorder.registry.threads().is_empty(),
+            "every exited thread's buffer is freed"
+        );
+        let (builders, _) = recorder.drain();
+        let tables = builders.finish().unwrap();
+        assert_eq!(
+            tables[&Table::Stages].num_rows(),
+            200,
+            "and its records kept"
+        );
     }
 }

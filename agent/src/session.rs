@@ -11,10 +11,9 @@ use rankscope_common::env::{Launcher, RankEnv};
 use rankscope_common::error::Chain;
 use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
 use rankscope_common::payload::{
-    self, ClockMeta, DroppedRows, Payload, PayloadError, PayloadHeader, RankMeta, SamplerStats,
-    SessionMeta,
+    self, ClockMeta, DroppedRows, Overflow, Payload, PayloadError, PayloadHeader, RankMeta,
+    SamplerStats, SessionMeta,
 };
-use rankscope_common::table::Builders;
 use rankscope_common::{spill, ArrowError, Config};
 
 use crate::notice::notice;
@@ -370,12 +369,11 @@ fn build_payload(
     duration_ns: u64,
     sampler: SamplerStats,
 ) -> Result<Payload, SessionError> {
-    let mut builders = Builders::default();
-    shared
-        .recorder
-        .drain(|records, names| builders.append(records, names));
+    let (builders, overflow) = shared.recorder.drain();
+    let mut header = header(shared, state, duration_ns, sampler);
+    header.overflow = overflow;
     let payload = Payload {
-        header: header(shared, state, duration_ns, sampler),
+        header,
         tables: builders.finish().map_err(SessionError::Batch)?,
     };
     for dropped in &payload.header.dropped {
@@ -433,6 +431,7 @@ fn header(
                 rows,
             })
             .collect(),
+        overflow: Overflow::default(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
     }
 }

@@ -6,14 +6,38 @@ use rustc_hash::FxHashMap;
 /// The id of an interned name.
 pub type NameId = u32;
 
-/// Interns strings into [`NameId`]s; one per recording thread.
-#[derive(Debug, Default)]
+/// The name every name past a [`Names`] limit is recorded as.
+pub const OTHER: &str = "(other)";
+
+/// Interns strings into [`NameId`]s; one per recording thread. Holds at most
+/// `limit` distinct names: past it, a new name is folded into [`OTHER`] and
+/// counted, so that a program inventing names cannot grow it without bound.
+#[derive(Debug)]
 pub struct Names {
     ids: FxHashMap<Box<str>, NameId>,
     names: Vec<Box<str>>,
+    limit: usize,
+    folded: u64,
+}
+
+impl Default for Names {
+    /// A set with no practical limit.
+    fn default() -> Self {
+        Self::with_limit(usize::MAX)
+    }
 }
 
 impl Names {
+    /// A set of at most `limit` distinct names (and [`OTHER`]).
+    pub fn with_limit(limit: usize) -> Self {
+        Names {
+            ids: FxHashMap::default(),
+            names: Vec::new(),
+            limit,
+            folded: 0,
+        }
+    }
+
     /// The id of `name`; allocates only the first time a name is seen.
     #[inline]
     pub fn intern(&mut self, name: &str) -> NameId {
@@ -26,10 +50,25 @@ impl Names {
     #[cold]
     #[inline(never)]
     fn insert(&mut self, name: &str) -> NameId {
+        let name = if self.names.len() < self.limit {
+            name
+        } else {
+            self.folded += 1;
+            if let Some(&other) = self.ids.get(OTHER) {
+                return other;
+            }
+            OTHER
+        };
         let id = self.names.len() as NameId;
         self.names.push(name.into());
         self.ids.insert(name.into(), id);
         id
+    }
+
+    /// How many times a name past the limit was folded into [`OTHER`];
+    /// resets the count.
+    pub fn take_folded(&mut self) -> u64 {
+        std::mem::take(&mut self.folded)
     }
 
     /// The name of `id`. Ids come from [`Names::intern`] of the same set.
@@ -60,5 +99,20 @@ mod tests {
         assert_eq!(names.intern("decode"), decode);
         assert_eq!(names.name(decode), "decode");
         assert_eq!(names.len(), 2);
+    }
+
+    #[test]
+    fn names_past_the_limit_fold_into_other_and_are_counted() {
+        let mut names = Names::with_limit(2);
+        let a = names.intern("a");
+        names.intern("b");
+        let c = names.intern("c");
+        let d = names.intern("d");
+        assert_eq!(c, d);
+        assert_eq!(names.name(c), OTHER);
+        assert_eq!(names.intern("a"), a, "known names keep their id");
+        assert_eq!(names.len(), 3);
+        assert_eq!(names.take_folded(), 2);
+        assert_eq!(names.take_folded(), 0);
     }
 }

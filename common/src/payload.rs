@@ -43,8 +43,8 @@ use crate::table::{SchemaMismatch, Table, TableView};
 mod header;
 
 pub use header::{
-    ClockMeta, ClockOffset, ClockSync, DroppedRows, GpuMeta, GpuSource, PayloadHeader, RankMeta,
-    SamplerStats, SessionMeta, TransportName,
+    ClockMeta, ClockOffset, ClockSync, DroppedRows, GpuMeta, GpuSource, Overflow, PayloadHeader,
+    RankMeta, SamplerStats, SessionMeta, TransportName,
 };
 
 /// The four bytes every payload starts with.

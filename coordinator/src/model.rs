@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use rankscope_common::payload::{ClockSync, GpuSource, TransportName};
+use rankscope_common::payload::{ClockSync, GpuSource, Overflow, TransportName};
 use serde::{Deserialize, Serialize};
 
 /// The `schema_version` this build writes.
@@ -113,6 +113,8 @@ pub struct RankSummary {
     pub gpu_selection: String,
     /// The host over the session, from the rank's host readings.
     pub host_telemetry: Option<HostSummary>,
+    /// Recording limits the rank reached, beside the rows it dropped.
+    pub overflow: Overflow,
 }
 
 /// One rank's host over the session.

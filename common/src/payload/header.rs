@@ -137,6 +137,15 @@ pub struct DroppedRows {
     pub rows: u64,
 }
 
+/// Limits a rank reached while recording, beside the rows it dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overflow {
+    /// Names seen past `max_names` per thread, recorded as `(other)`.
+    pub names_folded: u64,
+    /// Stages begun while `max_open_stages` were open on the thread: not recorded.
+    pub stages_too_deep: u64,
+}
+
 /// What the telemetry sampler cost the rank: readings taken and the wall
 /// time of each (all GPUs at once, or the host).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -178,6 +187,8 @@ pub struct PayloadHeader {
     pub sampler: SamplerStats,
     /// Rows dropped per table.
     pub dropped: Vec<DroppedRows>,
+    /// Other limits reached.
+    pub overflow: Overflow,
     /// Version of the agent that wrote the payload.
     pub agent_version: String,
 }
@@ -214,6 +225,7 @@ impl PayloadHeader {
             gpu_selection: String::new(),
             sampler: SamplerStats::default(),
             dropped: Vec::new(),
+            overflow: Overflow::default(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -281,6 +293,7 @@ pub(super) mod v1 {
                 gpu_selection: v1.gpu_selection,
                 sampler: v1.sampler,
                 dropped: v1.dropped,
+                overflow: super::Overflow::default(),
                 agent_version: v1.agent_version,
             }
         }

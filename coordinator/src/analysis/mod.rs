@@ -129,5 +129,6 @@ fn rank_summary(payload: &rankscope_common::Payload) -> RankSummary {
             .collect(),
         gpu_selection: h.gpu_selection.clone(),
         host_telemetry: gpus::host_summary(payload),
+        overflow: h.overflow.clone(),
     }
 }

@@ -82,6 +82,33 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             "the table reached max_data_points".into(),
         );
     }
+    for rank in &report.ranks {
+        let overflow = &rank.overflow;
+        if overflow.names_folded > 0 {
+            add(
+                Severity::Warning,
+                "data",
+                format!(
+                    "rank {} used more distinct names than max_names: {} were recorded as `(other)`; \
+                     raise max_names, or keep ids out of stage names",
+                    rank.rank, overflow.names_folded
+                ),
+                "a thread reached max_names".into(),
+            );
+        }
+        if overflow.stages_too_deep > 0 {
+            add(
+                Severity::Warning,
+                "data",
+                format!(
+                    "rank {} began {} stages while max_open_stages were open on a thread: they \
+                     were not recorded; look for start() calls without stop()",
+                    rank.rank, overflow.stages_too_deep
+                ),
+                "a thread reached max_open_stages".into(),
+            );
+        }
+    }
     out.sort_by_key(|r| r.severity);
     out
 }
