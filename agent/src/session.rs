@@ -14,7 +14,8 @@ use rankscope_common::payload::{
     self, ClockMeta, DroppedRows, Overflow, Payload, PayloadError, PayloadHeader, RankMeta,
     SamplerStats, SessionMeta,
 };
-use rankscope_common::{spill, ArrowError, Config};
+use rankscope_common::spill::{self, SpillName};
+use rankscope_common::{ArrowError, Config};
 
 use crate::notice::notice;
 use crate::profiler::Shared;
@@ -39,6 +40,17 @@ pub enum SessionError {
         launcher: Launcher,
         /// Ranks in the job.
         world_size: u32,
+    },
+    /// The launcher says the world is larger than `max_world_size` allows.
+    #[error(
+        "a world of {world_size} ranks is larger than max_world_size {max}: raise \
+         RANKSCOPE_MAX_WORLD_SIZE if the job is really that large"
+    )]
+    WorldTooLarge {
+        /// Ranks in the job.
+        world_size: u32,
+        /// The configured maximum.
+        max: u32,
     },
     /// The session directory could not be made.
     #[error("creating the session directory {path}")]
@@ -93,6 +105,8 @@ pub(crate) struct SessionState {
     tags: Vec<(String, String)>,
     dir: PathBuf,
     start_unix_ns: i64,
+    /// Tells this process's spill files from any other's.
+    process: u64,
     /// What the transport's rendezvous established.
     rendezvous: Rendezvous,
     /// The transport, taken from the profiler for the session's length.
@@ -115,8 +129,23 @@ fn session_info<'a>(
         session_id: id,
         run_id,
         session_dir: dir,
+        spill_file: None,
         started_unix_ns,
     }
+}
+
+/// A number for this process's files: its host, pid and session start.
+fn process_tag(start_unix_ns: i64) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(
+        &(
+            gethostname::gethostname(),
+            std::process::id(),
+            start_unix_ns,
+        ),
+        &mut hasher,
+    );
+    std::hash::Hasher::finish(&hasher)
 }
 
 /// What finishing a session produced.
@@ -178,6 +207,12 @@ impl Session {
             return Err(SessionError::AlreadyRunning(running.name.clone()));
         }
         let (config, env) = (&shared.config, &shared.env);
+        if env.world_size > config.max_world_size {
+            return Err(SessionError::WorldTooLarge {
+                world_size: env.world_size,
+                max: config.max_world_size,
+            });
+        }
         let name = config.session.clone().unwrap_or_else(|| name.to_string());
         let id = session_id(config, env)?;
         let dir = session_dir(config, &name, &id);
@@ -208,6 +243,7 @@ impl Session {
                 .collect(),
             dir,
             start_unix_ns,
+            process: process_tag(start_unix_ns),
             rendezvous,
             transport,
             sampler: shared.telemetry.start(&shared.recorder),
@@ -299,8 +335,13 @@ fn hand_on(
     let (config, env) = (&shared.config, &shared.env);
     let bytes =
         payload::encode(payload, config.payload_compression).map_err(SessionError::Payload)?;
+    let name = SpillName {
+        rank: env.rank,
+        run_id: state.rendezvous.run_id.as_deref(),
+        process: state.process,
+    };
     let spill_file =
-        spill::write(&state.dir, env.rank, &bytes).map_err(|source| SessionError::Spill {
+        spill::write(&state.dir, &name, &bytes).map_err(|source| SessionError::Spill {
             rank: env.rank,
             dir: state.dir.clone(),
             source,
@@ -315,13 +356,16 @@ fn hand_on(
         return Ok(outcome);
     }
     let deadline = Instant::now() + Duration::from_secs_f64(config.gather_timeout_s);
-    let info = session_info(
-        env,
-        &state.id,
-        state.rendezvous.run_id.as_deref(),
-        &state.dir,
-        state.start_unix_ns,
-    );
+    let info = SessionInfo {
+        spill_file: Some(&outcome.spill_file),
+        ..session_info(
+            env,
+            &state.id,
+            state.rendezvous.run_id.as_deref(),
+            &state.dir,
+            state.start_unix_ns,
+        )
+    };
     let gathered = state
         .transport
         .gather(&bytes, &info, deadline)

@@ -246,7 +246,9 @@ fn a_dropped_session_still_spills_its_payload() {
     profiler.record_metric("m", 1.0);
     let dir = session.dir().unwrap();
     drop(session);
-    let payload = payload::decode(&std::fs::read(dir.join("rank-00000.rsp")).unwrap()).unwrap();
+    let files = spill::find(&dir, Some(0), None, std::time::UNIX_EPOCH).unwrap();
+    assert_eq!(files.len(), 1);
+    let payload = payload::decode(&std::fs::read(&files[0]).unwrap()).unwrap();
     assert_eq!(payload.rows(Table::Metrics), 1);
 }
 
@@ -344,15 +346,120 @@ fn a_file_left_over_from_an_earlier_run_is_not_taken_for_a_rank() {
         "rank 0 waited for a fresh file from rank 1 until the deadline"
     );
     assert_eq!(gathered.reporting, vec![0]);
-    assert_eq!(gathered.missing, vec![1]);
+    assert_eq!(
+        gathered.missing,
+        vec![1],
+        "the old file is not rank 1 of this run"
+    );
+}
+
+#[test]
+fn a_reused_session_id_never_mixes_two_runs() {
+    let out = tempfile::tempdir().unwrap();
+    let config = Config {
+        output_dir: out.path().into(),
+        gather_timeout_s: 0.5,
+        gpu_source: rankscope_common::config::GpuSourceKind::None,
+        ..Config::default()
+    };
+    let env = |rank, run: &str| RankEnv {
+        launcher: Launcher::Torchrun,
+        rank,
+        world_size: 2,
+        job_id: Some("none".into()),
+        run_id: Some(run.into()),
+        ..RankEnv::single()
+    };
+    // Run 1: both ranks finish; their files stay in the session directory.
+    let run1_rank1 = Profiler::with_rank_env(config.clone(), env(1, "none.0"));
+    let s = run1_rank1.session("job", &[]).unwrap();
+    drop(run1_rank1.stage("run-1-work"));
+    let run1_file = s.finish().unwrap().spill_file;
+    let run1_rank0 = Profiler::with_rank_env(config.clone(), env(0, "none.0"));
+    run1_rank0.session("job", &[]).unwrap().finish().unwrap();
+
+    // Run 2 (the restart: same session id, restart count 1): rank 1 is late.
+    let run2_rank0 = Profiler::with_rank_env(config.clone(), env(0, "none.1"));
+    let session = run2_rank0.session("job", &[]).unwrap();
+    let outcome = session.finish().unwrap();
+    let gathered = outcome.gathered.unwrap();
+    assert_eq!(gathered.reporting, vec![0]);
+    assert_eq!(
+        gathered.missing,
+        vec![1],
+        "run 1's fresh rank-1 file is not run 2's"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(outcome.session_dir.join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["session"]["run_id"], "none.1");
+    assert!(!report.to_string().contains("run-1-work"));
+
+    // Run 2's rank 1 arrives later: its file does not replace run 1's.
+    let run2_rank1 = Profiler::with_rank_env(config, env(1, "none.1"));
+    let run2_file = run2_rank1
+        .session("job", &[])
+        .unwrap()
+        .finish()
+        .unwrap()
+        .spill_file;
+    assert_ne!(run1_file, run2_file);
+    assert!(run1_file.is_file() && run2_file.is_file());
+}
+
+#[test]
+fn two_processes_claiming_one_rank_are_both_kept_and_named() {
+    let out = tempfile::tempdir().unwrap();
+    let config = Config {
+        output_dir: out.path().into(),
+        gather_timeout_s: 5.0,
+        gpu_source: rankscope_common::config::GpuSourceKind::None,
+        ..Config::default()
+    };
+    let env = |rank| RankEnv {
+        launcher: Launcher::Rankscope,
+        rank,
+        world_size: 2,
+        job_id: Some("dup".into()),
+        run_id: Some("dup-run".into()),
+        ..RankEnv::single()
+    };
+    let first = Profiler::with_rank_env(config.clone(), env(1));
+    let first_file = first
+        .session("job", &[])
+        .unwrap()
+        .finish()
+        .unwrap()
+        .spill_file;
+    let second = Profiler::with_rank_env(config.clone(), env(1));
+    let second_file = second
+        .session("job", &[])
+        .unwrap()
+        .finish()
+        .unwrap()
+        .spill_file;
+    assert_ne!(first_file, second_file, "neither replaces the other");
+
+    let rank0 = Profiler::with_rank_env(config, env(0));
+    let gathered = rank0
+        .session("job", &[])
+        .unwrap()
+        .finish()
+        .unwrap()
+        .gathered
+        .unwrap();
+    assert_eq!(gathered.reporting, vec![0, 1]);
     assert_eq!(gathered.skipped.len(), 1);
     assert!(
-        matches!(gathered.skipped[0].reason, Rejection::Stale),
+        matches!(
+            gathered.skipped[0].reason,
+            Rejection::DuplicateRank { rank: 1, .. }
+        ),
         "{:?}",
         gathered.skipped
     );
-    assert!(gathered.skipped[0]
-        .reason
-        .to_string()
-        .contains("earlier run"));
+    assert!(
+        first_file.is_file() && second_file.is_file(),
+        "both inputs stay on disk"
+    );
 }

@@ -68,6 +68,10 @@ enum Commands {
         /// Where to write the report (default: the reports directory).
         #[arg(long)]
         output: Option<PathBuf>,
+        /// The run to report, when the directory holds several runs that
+        /// shared a session id (default: the newest; the others are named).
+        #[arg(long)]
+        run: Option<String>,
     },
     /// Show what a payload (spill) file holds: its header and the rows in
     /// each table.
@@ -115,20 +119,35 @@ fn run(cli: Cli) -> Result<bool> {
         Commands::Aggregate {
             reports_dir,
             output,
+            run,
         } => {
             let config = Config::from_env().context("loading the configuration")?;
-            let aggregated = aggregate::aggregate(&reports_dir, output.as_deref(), &config)?;
+            let aggregated =
+                aggregate::aggregate(&reports_dir, output.as_deref(), run.as_deref(), &config)?;
             print!("{}", aggregated.files.summary);
             for file in &aggregated.files.files {
                 println!("wrote {}", file.display());
             }
-            for skipped in &aggregated.report.session.skipped {
+            let session = &aggregated.report.session;
+            for skipped in &session.skipped {
                 eprintln!("rankscope: skipped {}: {}", skipped.source, skipped.reason);
+            }
+            for other in &session.other_runs {
+                eprintln!(
+                    "rankscope: not in this report: {}: {}",
+                    other.source, other.reason
+                );
+            }
+            if !session.other_runs.is_empty() {
+                eprintln!(
+                    "rankscope: the report covers run `{}`; choose another with --run",
+                    session.run_id.as_deref().unwrap_or("(no run id)")
+                );
             }
             if !aggregated.report.session.ranks_missing.is_empty() {
                 eprintln!(
-                    "rankscope: ranks missing from the report: {:?}",
-                    aggregated.report.session.ranks_missing
+                    "rankscope: ranks missing from the report: {}",
+                    aggregated.report.session.missing_text()
                 );
             }
             aggregated.is_complete()

@@ -4,7 +4,7 @@ use std::path::Path;
 
 mod support;
 
-use support::{rankscope, read_json, session_dir};
+use support::{rankscope, read_json, session_dir, spill_file};
 
 /// Runs a 3-rank demo and returns the session directory with its spill files.
 fn demo_session(out: &Path) -> std::path::PathBuf {
@@ -25,19 +25,20 @@ fn aggregate_names_every_bad_file_and_merges_the_rest() {
     let out = tempfile::tempdir().unwrap();
     let session = demo_session(out.path());
     let bad = tempfile::tempdir().unwrap();
-    let copy =
-        |from: &str, to: &str| std::fs::copy(session.join(from), bad.path().join(to)).unwrap();
-    copy("rank-00000.rsp", "rank-00000.rsp");
-    copy("rank-00001.rsp", "rank-00001.rsp");
+    let copy = |rank: u32, to: &str| {
+        std::fs::copy(spill_file(&session, rank), bad.path().join(to)).unwrap()
+    };
+    copy(0, "rank-00000.rsp");
+    copy(1, "rank-00001.rsp");
     // Two files claim rank 1.
-    copy("rank-00001.rsp", "rank-00001-copy.rsp");
+    copy(1, "rank-00001-copy.rsp");
     // Rank 2's file cut short.
-    let full = std::fs::read(session.join("rank-00002.rsp")).unwrap();
+    let full = std::fs::read(spill_file(&session, 2)).unwrap();
     std::fs::write(bad.path().join("rank-00002.rsp"), &full[..full.len() / 2]).unwrap();
     // A file of another format.
     std::fs::write(bad.path().join("notes.rsp"), "not a payload\n").unwrap();
     // A payload from a future format version.
-    let mut future = std::fs::read(session.join("rank-00000.rsp")).unwrap();
+    let mut future = std::fs::read(spill_file(&session, 0)).unwrap();
     future[4..6].copy_from_slice(&99u16.to_le_bytes());
     std::fs::write(bad.path().join("rank-00007.rsp"), future).unwrap();
 
@@ -125,10 +126,7 @@ fn aggregate_of_nothing_usable_fails_and_says_why() {
 fn inspect_shows_the_header_and_rows_per_table() {
     let out = tempfile::tempdir().unwrap();
     let session = demo_session(out.path());
-    let run = rankscope(
-        &["inspect", session.join("rank-00001.rsp").to_str().unwrap()],
-        &[],
-    );
+    let run = rankscope(&["inspect", spill_file(&session, 1).to_str().unwrap()], &[]);
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{rankscope, read_json, session_dir};
+use support::{has_spill_file, rankscope, read_json, session_dir, spill_file};
 
 #[test]
 fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
@@ -126,7 +126,7 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
         "{summary}"
     );
     for rank in 0..4 {
-        assert!(dir.join(format!("rank-{rank:05}.rsp")).is_file());
+        assert!(spill_file(&dir, rank).is_file());
     }
 }
 
@@ -164,7 +164,7 @@ fn a_rank_that_never_writes_is_named_missing_within_the_deadline() {
         .iter()
         .any(|r| r["severity"] == "critical" && r["message"].as_str().unwrap().contains("[2]"));
     assert!(critical, "the missing rank is a critical finding");
-    assert!(!dir.join("rank-00002.rsp").exists());
+    assert!(!has_spill_file(&dir, 2));
 }
 
 #[test]

@@ -38,12 +38,16 @@ pub enum Rejection {
         expected: String,
     },
     /// Another run of the same session (a reused session id).
-    #[error("belongs to run `{}` of this session, not `{expected}`", .found.as_deref().unwrap_or("(none)"))]
+    #[error(
+        "belongs to run `{}`, not to run `{}` that the report covers",
+        .found.as_deref().unwrap_or("(no run id)"),
+        .expected.as_deref().unwrap_or("(no run id)")
+    )]
     OtherRun {
         /// The payload's run id.
         found: Option<String>,
         /// The run gathered.
-        expected: String,
+        expected: Option<String>,
     },
     /// The payload disagrees with the others about the world size.
     #[error("rank {rank} says the world size is {found}, not {expected}")]
@@ -54,6 +58,16 @@ pub enum Rejection {
         found: u32,
         /// The world size gathered.
         expected: u32,
+    },
+    /// The payload claims a world larger than the configured maximum.
+    #[error("rank {rank} claims a world of {found} ranks, more than max_world_size {max}")]
+    WorldTooLarge {
+        /// The payload's rank.
+        rank: u32,
+        /// Its world size.
+        found: u32,
+        /// The configured maximum.
+        max: u32,
     },
     /// The rank is not below the world size.
     #[error("rank {rank} is outside the world of {world_size}")]
@@ -110,17 +124,30 @@ pub struct Gathered {
     pub skipped: Vec<Skipped>,
 }
 
-/// What the payloads of one report must agree on; `None` takes the session
-/// and world size from the inputs themselves (the most common session id)
-/// and leaves the run and the end time unchecked.
+/// Which run of a session a report covers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RunFilter {
+    /// Whatever run a payload says it belongs to.
+    #[default]
+    Any,
+    /// Only payloads of this run; `None`: payloads that carry no run id.
+    Only(Option<String>),
+}
+
+/// What the payloads of one report must agree on. Without a session id, the
+/// report covers one run of what the inputs hold: the run `run` names, else
+/// the newest (by session start); payloads of every other run are refused,
+/// naming their run. Without a world size, the inputs' is taken.
 #[derive(Debug, Clone, Default)]
 pub struct Expect {
     /// The session id.
     pub session_id: Option<String>,
     /// The run of that session.
-    pub run_id: Option<String>,
+    pub run: RunFilter,
     /// The world size.
     pub world_size: Option<u32>,
+    /// The largest world size a payload may claim.
+    pub max_world_size: Option<u32>,
     /// A payload whose session ended before this (Unix nanoseconds) is left
     /// over from an earlier run that used the same session id.
     pub ended_after_unix_ns: Option<i64>,
@@ -143,18 +170,22 @@ pub fn accept(candidates: Vec<Candidate>, expect: &Expect) -> Gathered {
     let mut decoded = Vec::new();
     for candidate in candidates {
         match candidate.payload {
-            Ok(payload) => decoded.push((candidate.source, payload)),
+            Ok(payload) => match too_large(&payload.header, expect.max_world_size) {
+                Some(reason) => skipped.push(Skipped {
+                    source: candidate.source,
+                    reason,
+                }),
+                None => decoded.push((candidate.source, payload)),
+            },
             Err(reason) => skipped.push(Skipped {
                 source: candidate.source,
                 reason,
             }),
         }
     }
-    let session_id = match &expect.session_id {
-        Some(id) => id.clone(),
-        None => most_common(decoded.iter().map(|(_, p)| &p.header.session.id))
-            .cloned()
-            .unwrap_or_default(),
+    let (session_id, run) = match &expect.session_id {
+        Some(id) => (id.clone(), expect.run.clone()),
+        None => newest_run(&decoded, &expect.run),
     };
     let world_size = expect.world_size.unwrap_or_else(|| {
         decoded
@@ -168,7 +199,7 @@ pub fn accept(candidates: Vec<Candidate>, expect: &Expect) -> Gathered {
     let mut by_rank: BTreeMap<u32, (String, Payload)> = BTreeMap::new();
     for (source, payload) in decoded {
         let header = &payload.header;
-        let refusal = check(header, &session_id, world_size, expect).or_else(|| {
+        let refusal = check(header, &session_id, &run, world_size, expect).or_else(|| {
             by_rank
                 .get(&header.rank.rank)
                 .map(|(first, _)| Rejection::DuplicateRank {
@@ -193,10 +224,21 @@ pub fn accept(candidates: Vec<Candidate>, expect: &Expect) -> Gathered {
     }
 }
 
+/// The refusal of a payload claiming a world past `max`.
+fn too_large(header: &PayloadHeader, max: Option<u32>) -> Option<Rejection> {
+    let max = max?;
+    (header.rank.world_size > max).then(|| Rejection::WorldTooLarge {
+        rank: header.rank.rank,
+        found: header.rank.world_size,
+        max,
+    })
+}
+
 /// Why `header` does not belong to the report, if it does not.
 fn check(
     header: &PayloadHeader,
     session_id: &str,
+    run: &RunFilter,
     world_size: u32,
     expect: &Expect,
 ) -> Option<Rejection> {
@@ -207,8 +249,8 @@ fn check(
             expected: session_id.to_string(),
         });
     }
-    if let Some(run) = &expect.run_id {
-        if header.session.run_id.as_ref() != Some(run) {
+    if let RunFilter::Only(run) = run {
+        if &header.session.run_id != run {
             return Some(Rejection::OtherRun {
                 found: header.session.run_id.clone(),
                 expected: run.clone(),
@@ -239,14 +281,29 @@ fn session_end_unix_ns(header: &PayloadHeader) -> i64 {
     header.clock.start_unix_ns.saturating_add(duration)
 }
 
-/// The most frequent item; ties go to the smallest, so the choice is stable.
-fn most_common<'a, T: Ord + 'a>(items: impl Iterator<Item = &'a T>) -> Option<&'a T> {
-    let mut counts: BTreeMap<&T, usize> = BTreeMap::new();
-    for item in items {
-        *counts.entry(item).or_default() += 1;
+/// The session and run a report of `decoded` covers: the run `wanted` names
+/// (in whichever session has it), else the one whose latest session start is
+/// the newest.
+fn newest_run(decoded: &[(String, Payload)], wanted: &RunFilter) -> (String, RunFilter) {
+    let mut runs: BTreeMap<(&str, &Option<String>), i64> = BTreeMap::new();
+    for (_, payload) in decoded {
+        let session = &payload.header.session;
+        let start = payload.header.clock.start_unix_ns;
+        let latest = runs.entry((&session.id, &session.run_id)).or_insert(start);
+        *latest = (*latest).max(start);
     }
-    let best = counts.values().copied().max()?;
-    counts.into_iter().find(|&(_, n)| n == best).map(|(t, _)| t)
+    let chosen = match wanted {
+        RunFilter::Only(run) => runs.keys().find(|(_, r)| *r == run).copied(),
+        RunFilter::Any => runs
+            .iter()
+            .max_by_key(|&(key, start)| (*start, *key))
+            .map(|(key, _)| *key),
+    };
+    match chosen {
+        Some((session, run)) => (session.to_string(), RunFilter::Only(run.clone())),
+        // Nothing matches: every payload is refused as another run's.
+        None => (String::new(), wanted.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -283,7 +340,7 @@ mod tests {
             ],
             &Expect {
                 session_id: Some("job".into()),
-                run_id: Some("r2".into()),
+                run: RunFilter::Only(Some("r2".into())),
                 ..Expect::default()
             },
         );
@@ -314,18 +371,46 @@ mod tests {
         );
     }
 
+    fn started(mut candidate: Candidate, start_unix_ns: i64) -> Candidate {
+        if let Ok(payload) = &mut candidate.payload {
+            payload.header.clock.start_unix_ns = start_unix_ns;
+        }
+        candidate
+    }
+
     #[test]
-    fn without_expectations_the_most_common_session_wins() {
-        let gathered = accept(
+    fn without_expectations_the_newest_run_wins_and_the_others_are_named() {
+        let inputs = || {
             vec![
-                candidate("a", "x", None, 0, 2),
-                candidate("b", "y", None, 0, 2),
-                candidate("c", "y", None, 1, 2),
-            ],
-            &Expect::default(),
+                started(candidate("a", "job", Some("r1"), 0, 2), 100),
+                started(candidate("b", "job", Some("r1"), 1, 2), 101),
+                started(candidate("c", "job", Some("r2"), 0, 2), 200),
+            ]
+        };
+        let gathered = accept(inputs(), &Expect::default());
+        assert_eq!(gathered.payloads.len(), 1);
+        assert_eq!(
+            gathered.payloads[0].header.session.run_id.as_deref(),
+            Some("r2")
         );
-        assert_eq!(gathered.payloads.len(), 2);
-        assert_eq!(gathered.payloads[0].header.session.id, "y");
-        assert!(gathered.missing.is_empty());
+        assert_eq!(gathered.missing, [1], "rank 1 of run r2 never reported");
+        assert_eq!(gathered.skipped.len(), 2);
+        for skipped in &gathered.skipped {
+            assert!(
+                skipped.reason.to_string().contains("belongs to run `r1`"),
+                "{}",
+                skipped.reason
+            );
+        }
+
+        let older = accept(
+            inputs(),
+            &Expect {
+                run: RunFilter::Only(Some("r1".into())),
+                ..Expect::default()
+            },
+        );
+        assert_eq!(older.payloads.len(), 2, "`--run r1` picks the older run");
+        assert!(older.missing.is_empty());
     }
 }

@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use crate::gather::{Candidate, Rejection};
 use crate::payload::{self, Payload, MAX_PAYLOAD_BYTES};
@@ -12,16 +13,88 @@ use crate::payload::{self, Payload, MAX_PAYLOAD_BYTES};
 /// Extension of spill files.
 pub const EXTENSION: &str = "rsp";
 
-/// The spill file name of `rank`: `rank-00003.rsp`.
-pub fn file_name(rank: u32) -> String {
-    format!("rank-{rank:05}.{EXTENSION}")
+/// Who wrote a spill file: the name of `rank`'s file in one run, by one
+/// process. `rank-00003.r1a2b3c4d.p5e6f7a8b.rsp`: the rank, a tag of the run
+/// (so that rank 0 finds its own run's files without reading any) and a tag
+/// of the process (so that no two processes ever write the same file: two
+/// runs sharing a session id, or two processes claiming one rank, leave
+/// their files side by side for the gather to sort out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpillName<'a> {
+    /// The rank.
+    pub rank: u32,
+    /// The run's identity, where there is one.
+    pub run_id: Option<&'a str>,
+    /// A number unique to the writing process (host, pid and start time
+    /// hashed, say).
+    pub process: u64,
 }
 
-/// Writes `bytes` as `rank`'s spill file in `dir`; returns its path.
-pub fn write(dir: &Path, rank: u32, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    let path = dir.join(file_name(rank));
+impl SpillName<'_> {
+    /// The file name.
+    pub fn file_name(&self) -> String {
+        let run = self.run_id.map(run_part).unwrap_or_default();
+        let process = self.process as u32 ^ (self.process >> 32) as u32;
+        format!("rank-{:05}.{run}p{process:08x}.{EXTENSION}", self.rank)
+    }
+}
+
+/// The part of a spill file name that names the run: `r1a2b3c4d.`.
+fn run_part(run_id: &str) -> String {
+    format!("r{:08x}.", tag(run_id.as_bytes()))
+}
+
+/// Whether `file_name` is a spill file name of `rank` (any rank when
+/// `None`) in run `run_id` (any run when `None`).
+pub fn is_spill_of(file_name: &str, rank: Option<u32>, run_id: Option<&str>) -> bool {
+    let Some(rest) = file_name.strip_prefix("rank-") else {
+        return false;
+    };
+    let rank_ok = rank.is_none_or(|r| rest.starts_with(&format!("{r:05}.")));
+    let run_ok = run_id.is_none_or(|run| rest.contains(&format!(".{}", run_part(run))));
+    rank_ok && run_ok && file_name.ends_with(&format!(".{EXTENSION}"))
+}
+
+/// A short, stable tag of `bytes` (FNV-1a, 32 bits): names, not security.
+fn tag(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5, |hash: u32, &byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Writes `bytes` as the spill file `name` in `dir`; returns its path.
+pub fn write(dir: &Path, name: &SpillName<'_>, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let path = dir.join(name.file_name());
     crate::file::write_atomic(&path, bytes)?;
     Ok(path)
+}
+
+/// The spill files in `dir` of `rank` (any when `None`) in run `run_id`
+/// (any when `None`), modified at or after `since`, by name. Only regular
+/// files count.
+pub fn find(
+    dir: &Path,
+    rank: Option<u32>,
+    run_id: Option<&str>,
+    since: SystemTime,
+) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if !is_spill_of(&entry.file_name().to_string_lossy(), rank, run_id) {
+            continue;
+        }
+        // The entry's own metadata: a link does not count as a file.
+        let fresh = entry
+            .metadata()
+            .and_then(|m| Ok(m.file_type().is_file() && m.modified()? >= since))
+            .unwrap_or(false);
+        if fresh {
+            found.push(entry.path());
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// Reads and decodes the payload in `path`.
@@ -61,10 +134,8 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
     Ok(bytes)
 }
 
-/// Every spill file in `dir`, decoded (or with the reason it cannot be).
-/// Hidden and temporary files are left out. A file named for the rank it
-/// holds comes before a copy of it under another name, so
-/// [`crate::gather::accept`] keeps the one named for its rank.
+/// Every file in `dir` with the spill extension, decoded (or with the
+/// reason it cannot be), by name. Hidden and temporary files are left out.
 pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Candidate>> {
     let mut paths: Vec<PathBuf> = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -77,35 +148,51 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Candidate>> {
         }
     }
     paths.sort();
-    let mut read: Vec<(bool, PathBuf, Result<Payload, Rejection>)> = paths
+    Ok(read_files(paths))
+}
+
+/// The payloads in `paths`, decoded (or with the reason they cannot be).
+pub fn read_files(paths: impl IntoIterator<Item = PathBuf>) -> Vec<Candidate> {
+    paths
         .into_iter()
-        .map(|path| {
-            let payload = read_payload(&path);
-            let named_for_rank = payload
-                .as_ref()
-                .is_ok_and(|p| path.file_name() == Some(file_name(p.header.rank.rank).as_ref()));
-            (!named_for_rank, path, payload)
-        })
-        .collect();
-    read.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    Ok(read
-        .into_iter()
-        .map(|(_, path, payload)| Candidate {
+        .map(|path| Candidate {
+            payload: read_payload(&path),
             source: path.display().to_string(),
-            payload,
         })
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[test]
+    fn names_tell_runs_and_processes_apart() {
+        let name = |run, process| {
+            SpillName {
+                rank: 3,
+                run_id: run,
+                process,
+            }
+            .file_name()
+        };
+        let a = name(Some("run-1"), 7);
+        assert!(a.starts_with("rank-00003.r") && a.ends_with(".rsp"), "{a}");
+        assert!(is_spill_of(&a, Some(3), Some("run-1")));
+        assert!(is_spill_of(&a, None, None));
+        assert!(!is_spill_of(&a, Some(3), Some("run-2")));
+        assert!(!is_spill_of(&a, Some(30), None));
+        assert_ne!(a, name(Some("run-2"), 7), "another run, another file");
+        assert_ne!(a, name(Some("run-1"), 8), "another process, another file");
+        assert!(is_spill_of(&name(None, 7), Some(3), None));
+        assert!(!is_spill_of(&name(None, 7), Some(3), Some("run-1")));
+    }
+
     #[cfg(unix)]
     #[test]
     fn special_files_are_refused_without_being_opened() {
         let dir = tempfile::tempdir().unwrap();
-        let link = dir.path().join(file_name(3));
+        let link = dir.path().join("rank-00003.rsp");
         std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
         assert!(matches!(read_payload(&link), Err(Rejection::NotAFile)));
         let sub = dir.path().join("rank-00004.rsp");

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rankscope_common::gather::{self, Expect, ReportFiles, Skipped};
+use rankscope_common::gather::{self, Expect, ReportFiles, RunFilter, Skipped};
 use rankscope_common::{spill, Config};
 
 use crate::analysis::analyze;
@@ -74,18 +74,25 @@ impl Aggregated {
     }
 }
 
-/// Merges the spill files in `reports_dir` and writes the report into
-/// `output` (default: `reports_dir`).
+/// Merges the spill files of one run in `reports_dir` — `run`, else the
+/// newest — and writes the report into `output` (default: `reports_dir`).
+/// Files of other runs are named as skipped.
 pub fn aggregate(
     reports_dir: &Path,
     output: Option<&Path>,
+    run: Option<&str>,
     config: &Config,
 ) -> Result<Aggregated, AggregateError> {
     let candidates = spill::read_dir(reports_dir).map_err(|source| AggregateError::Read {
         dir: reports_dir.to_path_buf(),
         source,
     })?;
-    let gathered = gather::accept(candidates, &Expect::default());
+    let expect = Expect {
+        run: run.map_or(RunFilter::Any, |run| RunFilter::Only(Some(run.to_string()))),
+        max_world_size: Some(config.max_world_size),
+        ..Expect::default()
+    };
+    let gathered = gather::accept(candidates, &expect);
     if gathered.payloads.is_empty() {
         return Err(AggregateError::NothingUsable {
             dir: reports_dir.to_path_buf(),

@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use rankscope_common::payload::{ClockSync, GpuSource, Overflow, TransportName};
 use serde::{Deserialize, Serialize};
 
+/// At most this many missing ranks are listed by number.
+pub const MISSING_LISTED: usize = 1_000;
+
 /// The `schema_version` this build writes.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -46,8 +49,10 @@ pub struct SessionSummary {
     pub world_size: u32,
     /// Ranks whose data is in the report.
     pub ranks_reporting: Vec<u32>,
-    /// Ranks with no data.
+    /// Ranks with no data: the first [`MISSING_LISTED`] of them.
     pub ranks_missing: Vec<u32>,
+    /// How many ranks have no data.
+    pub ranks_missing_count: u32,
     /// Launcher detected on the ranks.
     pub launcher: String,
     /// The transport that gathered the payloads: `dir`, `mpi` or `tcp`.
@@ -64,8 +69,43 @@ pub struct SessionSummary {
     pub started_unix_s: f64,
     /// Inputs refused while gathering.
     pub skipped: Vec<SkippedInput>,
+    /// Files of other runs that used the same session id, left out.
+    pub other_runs: Vec<SkippedInput>,
     /// Rows ranks recorded but could not keep.
     pub dropped_rows: Vec<DroppedRows>,
+}
+
+impl SessionSummary {
+    /// The missing ranks in a few words: `[2, 5-9]`, with how many more
+    /// there are when the list is cut.
+    pub fn missing_text(&self) -> String {
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        for &rank in &self.ranks_missing {
+            match runs.last_mut() {
+                Some((_, end)) if end.checked_add(1) == Some(rank) => *end = rank,
+                _ => runs.push((rank, rank)),
+            }
+        }
+        let listed: Vec<String> = runs
+            .iter()
+            .map(|&(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        let more = self.ranks_missing_count as usize
+            - self
+                .ranks_missing
+                .len()
+                .min(self.ranks_missing_count as usize);
+        match more {
+            0 => format!("[{}]", listed.join(", ")),
+            more => format!("[{}] and {more} more", listed.join(", ")),
+        }
+    }
 }
 
 /// An input refused while gathering.

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rankscope_common::gather::{self, Expect};
-use rankscope_common::payload::{ClockSync, TransportName};
+use rankscope_common::gather::{self, Candidate, Expect, Rejection, RunFilter};
+use rankscope_common::payload::{self, ClockSync, TransportName};
 use rankscope_common::{spill, Gathered};
 
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
@@ -36,7 +36,7 @@ impl Transport for DirTransport {
 
     fn gather(
         &mut self,
-        _payload: &[u8],
+        payload: &[u8],
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Option<Gathered>, TransportError> {
@@ -44,47 +44,65 @@ impl Transport for DirTransport {
         if session.rank != 0 {
             return Ok(None);
         }
+        let io = |source| TransportError::Io {
+            path: session.session_dir.to_path_buf(),
+            source,
+        };
+        // A file older than this run (less the clocks' disagreement) is
+        // left from an earlier one.
         let fresh_after_ns = session.started_unix_ns - CLOCK_SKEW_NS;
         let fresh_after = UNIX_EPOCH + Duration::from_nanos(fresh_after_ns.max(0) as u64);
-        wait_for_files(
-            session.session_dir,
-            session.world_size,
-            fresh_after,
-            deadline,
-        );
-        let candidates =
-            spill::read_dir(session.session_dir).map_err(|source| TransportError::Io {
-                path: session.session_dir.to_path_buf(),
-                source,
-            })?;
+        let (dir, run) = (session.session_dir, session.run_id);
+        wait_for_files(dir, session.world_size, run, fresh_after, deadline).map_err(io)?;
+
+        // Rank 0's own payload first: it wins over any other claiming rank 0.
+        let own = session.spill_file.map(Path::to_path_buf);
+        let mut candidates = vec![Candidate {
+            source: own
+                .as_ref()
+                .map_or_else(|| "rank 0".to_string(), |p| p.display().to_string()),
+            payload: payload::decode(payload).map_err(Rejection::Payload),
+        }];
+        let others = spill::find(dir, None, run, fresh_after)
+            .map_err(io)?
+            .into_iter()
+            .filter(|path| Some(path) != own.as_ref());
+        candidates.extend(spill::read_files(others));
         let expect = Expect {
             session_id: Some(session.session_id.to_string()),
-            run_id: session.run_id.map(str::to_string),
+            run: match run {
+                Some(run) => RunFilter::Only(Some(run.to_string())),
+                None => RunFilter::Any,
+            },
             world_size: Some(session.world_size),
+            max_world_size: None,
             ended_after_unix_ns: Some(fresh_after_ns),
         };
         Ok(Some(gather::accept(candidates, &expect)))
     }
 }
 
-/// Waits until `rank-00000.rsp` .. for every rank of `world_size` exist in
-/// `dir`, written after `fresh_after` (an older file is left from an earlier
-/// run), or `deadline` passes; returns whether all arrived.
-fn wait_for_files(dir: &Path, world_size: u32, fresh_after: SystemTime, deadline: Instant) -> bool {
-    let arrived = |rank: u32| {
-        std::fs::metadata(dir.join(spill::file_name(rank)))
-            .and_then(|m| m.modified())
-            .is_ok_and(|written| written >= fresh_after)
-    };
+/// Waits until a spill file of every rank of `world_size` in run `run_id`
+/// is in `dir`, written after `fresh_after`, or `deadline` passes.
+fn wait_for_files(
+    dir: &Path,
+    world_size: u32,
+    run_id: Option<&str>,
+    fresh_after: SystemTime,
+    deadline: Instant,
+) -> std::io::Result<()> {
     let mut waiting: Vec<u32> = (0..world_size).collect();
     loop {
-        waiting.retain(|&rank| !arrived(rank));
-        if waiting.is_empty() {
-            return true;
-        }
+        let present = spill::find(dir, None, run_id, fresh_after)?;
+        waiting.retain(|&rank| {
+            !present.iter().any(|path| {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                spill::is_spill_of(&name, Some(rank), run_id)
+            })
+        });
         let now = Instant::now();
-        if now >= deadline {
-            return false;
+        if waiting.is_empty() || now >= deadline {
+            return Ok(());
         }
         std::thread::sleep(POLL.min(deadline - now));
     }

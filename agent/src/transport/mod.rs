@@ -36,6 +36,8 @@ pub struct SessionInfo<'a> {
     pub run_id: Option<&'a str>,
     /// The session directory (where spill files are).
     pub session_dir: &'a Path,
+    /// This rank's spill file, once written (at `gather`).
+    pub spill_file: Option<&'a Path>,
     /// When this rank's session started, nanoseconds since the Unix epoch.
     pub started_unix_ns: i64,
 }

@@ -49,3 +49,29 @@ pub fn session_dir(out: &Path) -> PathBuf {
     );
     dirs.into_iter().next().unwrap()
 }
+
+/// The one spill file of `rank` in the session directory `dir`.
+pub fn spill_file(dir: &Path, rank: u32) -> PathBuf {
+    let prefix = format!("rank-{rank:05}.");
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(&prefix) && name.ends_with(".rsp")
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "one spill file of rank {rank}: {files:?}");
+    files.into_iter().next().unwrap()
+}
+
+/// Whether `dir` holds any spill file of `rank`.
+pub fn has_spill_file(dir: &Path, rank: u32) -> bool {
+    let prefix = format!("rank-{rank:05}.");
+    std::fs::read_dir(dir).unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&prefix)
+    })
+}

@@ -12,24 +12,29 @@ pub use stragglers::StragglerRule;
 
 use rankscope_common::error::Chain;
 use rankscope_common::payload::GpuSource;
-use rankscope_common::{Config, Gathered};
+use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
 use crate::model::{
-    DroppedRows, RankGpu, RankSummary, Report, SessionSummary, SkippedInput, SCHEMA_VERSION,
+    DroppedRows, RankGpu, RankSummary, Report, SessionSummary, SkippedInput, MISSING_LISTED,
+    SCHEMA_VERSION,
 };
 use times::StageTimes;
 
 /// Analyses everything rank 0 gathered.
 pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
     let payloads = &gathered.payloads;
-    let mut skipped: Vec<SkippedInput> = gathered
+    // Files of other runs that shared the session id are no fault of this
+    // one: named apart from the inputs that were refused.
+    let (other_runs, refused): (Vec<&Skipped>, Vec<&Skipped>) = gathered
         .skipped
         .iter()
-        .map(|s| SkippedInput {
-            source: s.source.clone(),
-            reason: Chain(&s.reason).to_string(),
-        })
-        .collect();
+        .partition(|s| matches!(s.reason, Rejection::OtherRun { .. }));
+    let input = |s: &&Skipped| SkippedInput {
+        source: s.source.clone(),
+        reason: Chain(&s.reason).to_string(),
+    };
+    let other_runs: Vec<SkippedInput> = other_runs.iter().map(input).collect();
+    let mut skipped: Vec<SkippedInput> = refused.iter().map(input).collect();
     let times = StageTimes::from_payloads(payloads, |rank, reason| {
         skipped.push(SkippedInput {
             source: format!("rank {rank} stages"),
@@ -54,7 +59,10 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
 
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
-        session: session_summary(gathered, skipped, &durations),
+        session: SessionSummary {
+            other_runs,
+            ..session_summary(gathered, skipped, &durations)
+        },
         ranks: payloads.iter().map(rank_summary).collect(),
         stages: stages::stage_stats(&times, session_avg_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
@@ -86,7 +94,13 @@ fn session_summary(
             .unwrap_or_default(),
         world_size: gathered.world_size,
         ranks_reporting: payloads.iter().map(|p| p.header.rank.rank).collect(),
-        ranks_missing: gathered.missing.clone(),
+        ranks_missing: gathered
+            .missing
+            .iter()
+            .take(MISSING_LISTED)
+            .copied()
+            .collect(),
+        ranks_missing_count: gathered.missing.len() as u32,
         launcher: first.map(|h| h.rank.launcher.clone()).unwrap_or_default(),
         transport: first.map(|h| h.transport).unwrap_or_default(),
         clock_sync: first.map(|h| h.clock_sync).unwrap_or_default(),
@@ -95,6 +109,7 @@ fn session_summary(
         gpu_source,
         started_unix_s: first.map_or(0.0, |h| h.clock.start_unix_ns as f64 / 1e9),
         skipped,
+        other_runs: Vec::new(),
         dropped_rows: payloads
             .iter()
             .flat_map(|p| {

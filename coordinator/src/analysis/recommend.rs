@@ -22,9 +22,9 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             Severity::Critical,
             "data",
             format!(
-                "ranks {:?} sent no data: they crashed, hung or could not reach rank 0; \
+                "ranks {} sent no data: they crashed, hung or could not reach rank 0; \
                  statistics cover the other ranks only",
-                session.ranks_missing
+                session.missing_text()
             ),
             format!(
                 "{} of {} ranks reported",

@@ -102,7 +102,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         }
     }
     if !s.ranks_missing.is_empty() {
-        writeln!(out, "Missing ranks (no data): {:?}", s.ranks_missing)?;
+        writeln!(out, "Missing ranks (no data): {}", s.missing_text())?;
     }
     for skipped in &s.skipped {
         writeln!(
