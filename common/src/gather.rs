@@ -227,7 +227,7 @@ pub fn accept(candidates: Vec<Candidate>, expect: &Expect) -> Gathered {
 /// The refusal of a payload claiming a world past `max`.
 fn too_large(header: &PayloadHeader, max: Option<u32>) -> Option<Rejection> {
     let max = max?;
-    (header.rank.world_size > max).then(|| Rejection::WorldTooLarge {
+    (header.rank.world_size > max).then_some(Rejection::WorldTooLarge {
         rank: header.rank.rank,
         found: header.rank.world_size,
         max,
