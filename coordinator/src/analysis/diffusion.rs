@@ -45,7 +45,11 @@ fn blocks(payloads: &[Payload]) -> Option<BlockSummary> {
         let Ok(Some(view)) = payload.view::<BlocksView>() else {
             continue;
         };
-        let frames: u64 = view.block_size.iter().sum();
+        // Input-derived: a sum that cannot wrap.
+        let frames = view
+            .block_size
+            .iter()
+            .fold(0u64, |sum, &frames| sum.saturating_add(frames));
         let seconds = view.computation_ms.iter().sum::<f64>() / 1e3;
         if seconds <= 0.0 {
             continue;
@@ -117,5 +121,25 @@ mod tests {
         assert_eq!((s.count, s.frames), (2, 32));
         assert_eq!((s.fps, s.bps), (32.0, 2.0));
         assert_eq!(s.per_rank_fps[0].value, 64.0);
+    }
+
+    #[test]
+    fn a_hostile_frame_count_saturates_instead_of_wrapping() {
+        let mut rows = BlocksBuilder::default();
+        for block_size in [u64::MAX - 5, 10] {
+            rows.append(&BlockRow {
+                ts_ns: 0,
+                block_index: 0,
+                block_size,
+                computation_ms: 1.0,
+                memory_mb: None,
+            });
+        }
+        let mut p = Payload {
+            header: PayloadHeader::new("s", "n", 0, 1),
+            tables: Default::default(),
+        };
+        p.tables.insert(Table::Blocks, rows.finish().unwrap());
+        assert_eq!(blocks(&[p]).unwrap().frames, u64::MAX);
     }
 }

@@ -36,17 +36,21 @@ pub fn gpu_summaries(payloads: &[Payload]) -> Vec<GpuSummary> {
     for payload in payloads {
         let header = &payload.header;
         let view = payload.view::<GpuSamplesView>().ok().flatten();
-        for (position, meta) in header.gpus.iter().enumerate() {
+        // The rows of each GPU, in one pass over the readings.
+        let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); header.gpus.len()];
+        if let Some(v) = &view {
+            for i in 0..v.len {
+                if let Some(rows) = rows_of.get_mut(v.gpu[i] as usize) {
+                    rows.push(i);
+                }
+            }
+        }
+        for (meta, rows) in header.gpus.iter().zip(rows_of) {
             let key = (header.rank.host.clone(), meta.uuid.clone());
             if let Some(existing) = by_device.get_mut(&key) {
                 existing.sampled_by.push(header.rank.rank);
                 continue;
             }
-            let rows: Vec<usize> = view.as_ref().map_or_else(Vec::new, |v| {
-                (0..v.len)
-                    .filter(|&i| v.gpu[i] as usize == position)
-                    .collect()
-            });
             let mut summary = GpuSummary {
                 rank: header.rank.rank,
                 sampled_by: vec![header.rank.rank],
@@ -205,6 +209,51 @@ mod tests {
         );
         assert_eq!(g.throttled_pct, Some(50.0), "idle is not throttling");
         assert_eq!(g.source, GpuSource::Nvml);
+    }
+
+    #[test]
+    fn many_gpus_and_readings_are_grouped_in_one_pass() {
+        // A crafted payload: thousands of GPUs, many readings, and readings
+        // of GPUs the header does not list. Each GPU gets exactly its rows.
+        const GPUS: u32 = 4_000;
+        let mut payload = rank_with_gpu(0, "node", "GPU-0");
+        payload.header.gpus = (0..GPUS)
+            .map(|i| GpuMeta {
+                uuid: format!("GPU-{i}"),
+                ..payload.header.gpus[0].clone()
+            })
+            .collect();
+        let template = GpuSamplesView::new(&payload.tables[&Table::GpuSamples]).unwrap();
+        let mut rows = GpuSamplesBuilder::default();
+        for i in 0..100_000u32 {
+            rows.append(&GpuSampleRow {
+                ts_ns: u64::from(i),
+                gpu: i % (GPUS + 10),
+                memory_used_bytes: None,
+                memory_total_bytes: None,
+                memory_reserved_bytes: None,
+                util_gpu_pct: template.util_gpu_pct.get(0),
+                util_mem_pct: None,
+                temperature_c: None,
+                power_w: None,
+                power_limit_w: None,
+                sm_clock_mhz: None,
+                mem_clock_mhz: None,
+                throttle_reasons: None,
+                pcie_tx_kbps: None,
+                pcie_rx_kbps: None,
+            });
+        }
+        payload
+            .tables
+            .insert(Table::GpuSamples, rows.finish().unwrap());
+        let gpus = gpu_summaries(&[payload]);
+        assert_eq!(gpus.len(), GPUS as usize);
+        let samples: u64 = gpus.iter().map(|g| g.samples).sum();
+        // Readings of the 10 GPUs not listed are left out.
+        let listed = (0..100_000u32).filter(|i| i % (GPUS + 10) < GPUS).count();
+        assert_eq!(samples, listed as u64);
+        assert!(gpus.iter().all(|g| g.util_avg == Some(50.0)));
     }
 
     #[test]
