@@ -11,7 +11,7 @@ use rankscope_common::env::{Launcher, RankEnv};
 use rankscope_common::error::Chain;
 use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
 use rankscope_common::payload::{
-    self, ClockMeta, DroppedRows, Overflow, Payload, PayloadError, PayloadHeader, RankMeta,
+    self, ClockMeta, DroppedRows, Limits, Overflow, Payload, PayloadError, PayloadHeader, RankMeta,
     SamplerStats, SessionMeta,
 };
 use rankscope_common::spill::{self, SpillName};
@@ -115,6 +115,46 @@ pub(crate) struct SessionState {
     sampler: Option<Sampler>,
 }
 
+/// The longest session name, session id and tag key kept, bytes.
+const MAX_NAME_BYTES: usize = 256;
+/// The longest tag value kept, bytes.
+const MAX_TAG_VALUE_BYTES: usize = 1024;
+/// The most tags kept.
+const MAX_TAGS: usize = 64;
+
+/// `text` cut to at most `max` bytes (at a character boundary), saying so
+/// when it was longer: what describes a session must fit its payload header.
+fn capped(what: &str, text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let end = (0..=max)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    notice!("{what} of {} bytes cut to its first {end}", text.len());
+    text[..end].to_string()
+}
+
+/// The session's tags, capped in number and length.
+fn capped_tags(tags: &[(&str, &str)]) -> Vec<(String, String)> {
+    if tags.len() > MAX_TAGS {
+        notice!(
+            "{} session tags given; the first {MAX_TAGS} are kept",
+            tags.len()
+        );
+    }
+    tags.iter()
+        .take(MAX_TAGS)
+        .map(|(k, v)| {
+            (
+                capped("tag key", k, MAX_NAME_BYTES),
+                capped("tag value", v, MAX_TAG_VALUE_BYTES),
+            )
+        })
+        .collect()
+}
+
 /// What the transport is told of a session.
 fn session_info<'a>(
     env: &RankEnv,
@@ -213,8 +253,12 @@ impl Session {
                 max: config.max_world_size,
             });
         }
-        let name = config.session.clone().unwrap_or_else(|| name.to_string());
-        let id = session_id(config, env)?;
+        let name = capped(
+            "session name",
+            config.session.as_deref().unwrap_or(name),
+            MAX_NAME_BYTES,
+        );
+        let id = capped("session id", &session_id(config, env)?, MAX_NAME_BYTES);
         let dir = session_dir(config, &name, &id);
         std::fs::create_dir_all(&dir).map_err(|source| SessionError::SessionDir {
             path: dir.clone(),
@@ -237,10 +281,7 @@ impl Session {
         *slot = Some(SessionState {
             id,
             name,
-            tags: tags
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            tags: capped_tags(tags),
             dir,
             start_unix_ns,
             process: process_tag(start_unix_ns),
@@ -320,7 +361,7 @@ fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
         .expect("a session that has not finished holds its state");
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
     let result = build_payload(shared, &state, duration_ns, sampler)
-        .and_then(|payload| hand_on(shared, &mut state, &payload, gather));
+        .and_then(|payload| hand_on(shared, &mut state, payload, gather));
     put_back(shared, state.transport);
     result
 }
@@ -329,12 +370,21 @@ fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
 fn hand_on(
     shared: &Shared,
     state: &mut SessionState,
-    payload: &Payload,
+    mut payload: Payload,
     gather: bool,
 ) -> Result<Outcome, SessionError> {
     let (config, env) = (&shared.config, &shared.env);
-    let bytes =
-        payload::encode(payload, config.payload_compression).map_err(SessionError::Payload)?;
+    let bytes = payload::encode_capped(&mut payload, config.payload_compression, &Limits::DEFAULT)
+        .map_err(SessionError::Payload)?;
+    for dropped in &payload.header.dropped {
+        notice!(
+            "rank {}: {} rows of `{}` dropped (past max_data_points = {} or the payload's size limit)",
+            env.rank,
+            dropped.rows,
+            dropped.table,
+            config.max_data_points
+        );
+    }
     let name = SpillName {
         rank: env.rank,
         run_id: state.rendezvous.run_id.as_deref(),
@@ -416,20 +466,10 @@ fn build_payload(
     let (builders, overflow) = shared.recorder.drain();
     let mut header = header(shared, state, duration_ns, sampler);
     header.overflow = overflow;
-    let payload = Payload {
+    Ok(Payload {
         header,
         tables: builders.finish().map_err(SessionError::Batch)?,
-    };
-    for dropped in &payload.header.dropped {
-        notice!(
-            "rank {}: {} rows of `{}` dropped (max_data_points = {})",
-            shared.env.rank,
-            dropped.rows,
-            dropped.table,
-            shared.config.max_data_points
-        );
-    }
-    Ok(payload)
+    })
 }
 
 fn header(

@@ -75,3 +75,21 @@ fn stages_never_ended_stop_at_max_open_stages() {
     assert_eq!(stages.len, 1);
     assert_eq!(stages.depth[0], 15);
 }
+
+#[test]
+fn a_huge_session_name_or_tag_is_cut_and_the_payload_still_spilled() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| c.session_id = Some("job".into()));
+    let huge = "n".repeat(2 << 20);
+    let tags: Vec<(String, String)> = (0..100).map(|i| (format!("k{i}"), huge.clone())).collect();
+    let tags: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let session = profiler.session(&huge, &tags).unwrap();
+    drop(profiler.stage("work"));
+    let outcome = session.finish().unwrap();
+    let payload = payload::decode(&std::fs::read(&outcome.spill_file).unwrap()).unwrap();
+    let meta = &payload.header.session;
+    assert_eq!(meta.name.len(), 256);
+    assert_eq!(meta.tags.len(), 64);
+    assert!(meta.tags.iter().all(|(_, v)| v.len() == 1024));
+    assert_eq!(payload.rows(rankscope_common::Table::Stages), 1);
+}

@@ -59,6 +59,24 @@ pub const MAX_PAYLOAD_BYTES: u64 = 1 << 32;
 /// Largest uncompressed table stream accepted: 1 GiB.
 pub const MAX_TABLE_BYTES: u64 = 1 << 30;
 
+/// The bounds of a payload, one set for both sides: [`encode_within`] never
+/// writes what [`decode_within`] with the same limits would refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest uncompressed Arrow IPC stream of one table, bytes.
+    pub table_bytes: u64,
+    /// Largest payload, bytes.
+    pub payload_bytes: u64,
+}
+
+impl Limits {
+    /// The limits of [`encode`] and [`decode`].
+    pub const DEFAULT: Limits = Limits {
+        table_bytes: MAX_TABLE_BYTES,
+        payload_bytes: MAX_PAYLOAD_BYTES,
+    };
+}
+
 const PREAMBLE_BYTES: usize = 20;
 const CHECKSUM_BYTES: usize = 4;
 
@@ -130,6 +148,24 @@ pub enum PayloadError {
     /// The length field is out of bounds.
     #[error("payload length {0} bytes is out of bounds")]
     BadLength(u64),
+    /// A table too large to encode within the limits.
+    #[error("table `{}`: {bytes} bytes uncompressed, more than the {limit}-byte limit", .table.name())]
+    TableTooLarge {
+        /// The table.
+        table: Table,
+        /// Its uncompressed stream, bytes.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The whole payload too large to encode within the limits.
+    #[error("payload of {bytes} bytes, more than the {limit}-byte limit")]
+    TooLarge {
+        /// The payload's size, bytes.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// Bytes follow the checksum: the file holds more than one payload, or
     /// was appended to.
     #[error("{0} unexpected bytes after the payload's checksum")]
@@ -156,9 +192,20 @@ pub enum PayloadError {
     },
 }
 
-/// Encodes a payload: header, then one compressed Arrow IPC stream per
-/// non-empty table, then the checksum.
+/// Encodes a payload within the default [`Limits`].
 pub fn encode(payload: &Payload, compression: Compression) -> Result<Vec<u8>, PayloadError> {
+    encode_within(payload, compression, &Limits::DEFAULT)
+}
+
+/// Encodes a payload: header, then one compressed Arrow IPC stream per
+/// non-empty table, then the checksum. Refuses (with
+/// [`PayloadError::TableTooLarge`], [`PayloadError::TooLarge`] or a header
+/// error) to write what [`decode_within`] would refuse to read.
+pub fn encode_within(
+    payload: &Payload,
+    compression: Compression,
+    limits: &Limits,
+) -> Result<Vec<u8>, PayloadError> {
     let header = bincode::serde::encode_to_vec(&payload.header, bincode::config::standard())
         .map_err(|e| PayloadError::Header(e.to_string()))?;
     if header.len() > MAX_HEADER_BYTES {
@@ -167,6 +214,10 @@ pub fn encode(payload: &Payload, compression: Compression) -> Result<Vec<u8>, Pa
             header.len()
         )));
     }
+    // The decoder's own bounds (bincode's allocation limit among them) are
+    // the judge: a header it would refuse is never written.
+    decode_header::<PayloadHeader>(&header)
+        .map_err(|e| PayloadError::Header(format!("would not decode: {e}")))?;
     let mut out = Vec::with_capacity(PREAMBLE_BYTES + header.len() + 1024);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -183,6 +234,13 @@ pub fn encode(payload: &Payload, compression: Compression) -> Result<Vec<u8>, Pa
     out.extend_from_slice(&(tables.len() as u16).to_le_bytes());
     for (&table, batch) in tables {
         let stream = write_stream(table, batch)?;
+        if stream.len() as u64 > limits.table_bytes {
+            return Err(PayloadError::TableTooLarge {
+                table,
+                bytes: stream.len() as u64,
+                limit: limits.table_bytes,
+            });
+        }
         let compressed = compress(&stream, compression).map_err(|e| PayloadError::Table {
             table: table.name(),
             reason: format!("compressing: {e}"),
@@ -195,13 +253,70 @@ pub fn encode(payload: &Payload, compression: Compression) -> Result<Vec<u8>, Pa
     }
 
     let total = (out.len() + CHECKSUM_BYTES) as u64;
-    if total > MAX_PAYLOAD_BYTES {
-        return Err(PayloadError::BadLength(total));
+    if total > limits.payload_bytes {
+        return Err(PayloadError::TooLarge {
+            bytes: total,
+            limit: limits.payload_bytes,
+        });
     }
     out[8..16].copy_from_slice(&total.to_le_bytes());
     let checksum = crc32fast::hash(&out);
     out.extend_from_slice(&checksum.to_le_bytes());
     Ok(out)
+}
+
+/// Encodes `payload` within `limits`, making it fit if it does not: the
+/// largest offending table keeps the rows that fit (its first ones) and the
+/// rows cut are counted in the header's `dropped`, as rows past
+/// `max_data_points` are.
+pub fn encode_capped(
+    payload: &mut Payload,
+    compression: Compression,
+    limits: &Limits,
+) -> Result<Vec<u8>, PayloadError> {
+    loop {
+        let (table, keep) = match encode_within(payload, compression, limits) {
+            Err(PayloadError::TableTooLarge {
+                table,
+                bytes,
+                limit,
+            }) => {
+                let rows = payload.rows(table);
+                // Rows shrink the stream about in proportion; a margin for
+                // the schema and the framing.
+                let fit = (rows as f64 * limit as f64 / bytes as f64 * 0.9) as usize;
+                (table, fit)
+            }
+            Err(PayloadError::TooLarge { .. }) => {
+                let largest = payload
+                    .tables
+                    .iter()
+                    .max_by_key(|(_, batch)| batch.get_array_memory_size())
+                    .map(|(&table, _)| table);
+                match largest {
+                    Some(table) => (table, payload.rows(table) / 2),
+                    None => return encode_within(payload, compression, limits),
+                }
+            }
+            done => return done,
+        };
+        let batch = &payload.tables[&table];
+        let cut = (batch.num_rows() - keep) as u64;
+        let kept = batch.slice(0, keep);
+        payload.tables.insert(table, kept);
+        match payload
+            .header
+            .dropped
+            .iter_mut()
+            .find(|d| d.table == table.name())
+        {
+            Some(dropped) => dropped.rows += cut,
+            None => payload.header.dropped.push(DroppedRows {
+                table: table.name().to_string(),
+                rows: cut,
+            }),
+        }
+    }
 }
 
 fn write_stream(table: Table, batch: &RecordBatch) -> Result<Vec<u8>, PayloadError> {
@@ -237,10 +352,10 @@ fn compress(stream: &[u8], compression: Compression) -> std::io::Result<Vec<u8>>
 
 /// Decompresses `compressed` with codec `codec`, refusing to produce more
 /// (or less) than the announced `raw_len` bytes.
-fn decompress(codec: u8, compressed: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
-    if raw_len > MAX_TABLE_BYTES {
+fn decompress(codec: u8, compressed: &[u8], raw_len: u64, limit: u64) -> Result<Vec<u8>, String> {
+    if raw_len > limit {
         return Err(format!(
-            "announced size {raw_len} bytes exceeds the {MAX_TABLE_BYTES}-byte limit"
+            "announced size {raw_len} bytes exceeds the {limit}-byte limit"
         ));
     }
     let reader: Box<dyn Read + '_> = match codec {
@@ -263,9 +378,14 @@ fn decompress(codec: u8, compressed: &[u8], raw_len: u64) -> Result<Vec<u8>, Str
     Ok(out)
 }
 
-/// Decodes a payload from untrusted bytes.
+/// Decodes a payload from untrusted bytes, within the default [`Limits`].
 pub fn decode(bytes: &[u8]) -> Result<Payload, PayloadError> {
-    let total = check_envelope(bytes)?;
+    decode_within(bytes, &Limits::DEFAULT)
+}
+
+/// Decodes a payload from untrusted bytes, refusing anything past `limits`.
+pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadError> {
+    let total = check_envelope(bytes, limits.payload_bytes)?;
     let body = &bytes[..total - CHECKSUM_BYTES];
     let mut reader = ByteReader {
         bytes: body,
@@ -298,9 +418,11 @@ pub fn decode(bytes: &[u8]) -> Result<Payload, PayloadError> {
             table.name(),
         )?;
         let stream =
-            decompress(codec, compressed, raw_len).map_err(|reason| PayloadError::Table {
-                table: table.name(),
-                reason,
+            decompress(codec, compressed, raw_len, limits.table_bytes).map_err(|reason| {
+                PayloadError::Table {
+                    table: table.name(),
+                    reason,
+                }
             })?;
         let batch = read_stream(table, &stream)?;
         if tables.insert(table, batch).is_some() {
@@ -341,7 +463,7 @@ fn decode_header<H: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<H, Payl
 }
 
 /// Checks magic, version, length and checksum; returns the payload length.
-fn check_envelope(bytes: &[u8]) -> Result<usize, PayloadError> {
+fn check_envelope(bytes: &[u8], limit: u64) -> Result<usize, PayloadError> {
     let found = bytes.len() as u64;
     if bytes.len() < MAGIC.len() {
         return Err(PayloadError::Truncated {
@@ -366,7 +488,7 @@ fn check_envelope(bytes: &[u8]) -> Result<usize, PayloadError> {
         });
     }
     let total = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-    if total < (PREAMBLE_BYTES + CHECKSUM_BYTES) as u64 || total > MAX_PAYLOAD_BYTES {
+    if total < (PREAMBLE_BYTES + CHECKSUM_BYTES) as u64 || total > limit {
         return Err(PayloadError::BadLength(total));
     }
     if found < total {

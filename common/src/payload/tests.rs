@@ -340,3 +340,104 @@ proptest! {
         let _ = decode(&bytes);
     }
 }
+
+/// `rows` stages, each with `metadata_len` bytes of metadata.
+fn stages_payload(rows: usize, metadata_len: usize) -> Payload {
+    let mut stages = StagesBuilder::default();
+    for i in 0..rows {
+        stages.append(&StageRow {
+            name: format!("stage-{}", i % 7),
+            thread: 0,
+            thread_name: "main".into(),
+            stage_id: i as u64,
+            parent_id: None,
+            depth: 0,
+            start_ns: i as u64,
+            end_ns: i as u64 + 1,
+            call_index: i as u32,
+            metadata: Some("x".repeat(metadata_len)),
+        });
+    }
+    let mut payload = Payload {
+        header: PayloadHeader::new("job", "t", 0, 1),
+        tables: BTreeMap::new(),
+    };
+    payload
+        .tables
+        .insert(Table::Stages, stages.finish().unwrap());
+    payload
+}
+
+const SMALL: Limits = Limits {
+    table_bytes: 64 << 10,
+    payload_bytes: 1 << 20,
+};
+
+#[test]
+fn the_encoder_refuses_what_the_decoder_would() {
+    let payload = stages_payload(2_000, 100);
+    let err = encode_within(&payload, Compression::Zstd, &SMALL).unwrap_err();
+    assert!(
+        matches!(err, PayloadError::TableTooLarge { table: Table::Stages, limit, .. } if limit == 64 << 10),
+        "{err}"
+    );
+    // Written without the limit, the same payload is what the decoder refuses.
+    let bytes = encode(&payload, Compression::Zstd).unwrap();
+    assert!(decode_within(&bytes, &SMALL).is_err());
+}
+
+#[test]
+fn a_payload_too_large_is_capped_with_the_cut_rows_counted() {
+    let mut payload = stages_payload(2_000, 100);
+    let bytes = encode_capped(&mut payload, Compression::Zstd, &SMALL).unwrap();
+    let decoded = decode_within(&bytes, &SMALL).unwrap();
+    let kept = decoded.rows(Table::Stages);
+    assert!(kept > 0 && kept < 2_000, "{kept}");
+    let dropped = &decoded.header.dropped;
+    assert_eq!(dropped.len(), 1);
+    assert_eq!(
+        (dropped[0].table.as_str(), dropped[0].rows),
+        ("stages", 2_000 - kept as u64)
+    );
+    let stages = StagesView::new(decoded.table(Table::Stages).unwrap()).unwrap();
+    assert_eq!(stages.stage_id[0], 0, "the first rows are the ones kept");
+}
+
+#[test]
+fn a_header_the_decoder_would_refuse_is_never_written() {
+    let mut payload = stages_payload(1, 0);
+    let gpu = GpuMeta {
+        index: 0,
+        uuid: "GPU-0000".into(),
+        name: "GPU".into(),
+        pci_bus_id: "00000000:01:00.0".into(),
+        memory_total_bytes: None,
+        max_sm_clock_mhz: None,
+        max_mem_clock_mhz: None,
+    };
+    for gpus in [8_000, 20_000, 40_000] {
+        payload.header.gpus = vec![gpu.clone(); gpus];
+        match encode(&payload, Compression::Zstd) {
+            Ok(bytes) => assert!(decode(&bytes).is_ok(), "{gpus} GPUs written unreadable"),
+            Err(err) => assert!(matches!(err, PayloadError::Header(_)), "{gpus}: {err}"),
+        }
+    }
+    assert!(
+        encode(&payload, Compression::Zstd).is_err(),
+        "40 000 GPUs do not fit a header"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn capped_payloads_round_trip_at_the_limits(rows in 0usize..3_000, metadata_len in 0usize..200) {
+        let mut payload = stages_payload(rows, metadata_len);
+        let bytes = encode_capped(&mut payload, Compression::Lz4, &SMALL).unwrap();
+        let decoded = decode_within(&bytes, &SMALL).unwrap();
+        let kept = decoded.rows(Table::Stages) as u64;
+        let dropped: u64 = decoded.header.dropped.iter().map(|d| d.rows).sum();
+        prop_assert_eq!(kept + dropped, rows as u64);
+    }
+}
