@@ -5,9 +5,13 @@
 use std::fmt;
 use std::io::Write;
 
-/// Writes `rankscope: <message>` and a newline to standard error in one piece.
+use rankscope_common::text::terminal;
+
+/// Writes `rankscope: <message>` and a newline to standard error in one
+/// piece, with anything that could drive the terminal made harmless (a
+/// notice can quote a session id, a tag or a device name).
 pub(crate) fn write(message: fmt::Arguments<'_>) {
-    let line = format!("rankscope: {message}\n");
+    let line = format!("rankscope: {}\n", terminal(&message.to_string()));
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
 

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use rankscope_common::error::Chain;
+use rankscope_common::text::terminal;
 use rankscope_common::Config;
 use rankscope_coordinator::{aggregate, inspect};
 
@@ -96,7 +97,8 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_PARTIAL),
         Err(error) => {
-            eprintln!("rankscope: error: {}", Chain(error.as_ref()));
+            let chain = Chain(error.as_ref()).to_string();
+            eprintln!("rankscope: error: {}", terminal(&chain));
             ExitCode::from(EXIT_ERROR)
         }
     }
@@ -130,18 +132,23 @@ fn run(cli: Cli) -> Result<bool> {
             }
             let session = &aggregated.report.session;
             for skipped in &session.skipped {
-                eprintln!("rankscope: skipped {}: {}", skipped.source, skipped.reason);
+                eprintln!(
+                    "rankscope: skipped {}: {}",
+                    terminal(&skipped.source),
+                    terminal(&skipped.reason)
+                );
             }
             for other in &session.other_runs {
                 eprintln!(
                     "rankscope: not in this report: {}: {}",
-                    other.source, other.reason
+                    terminal(&other.source),
+                    terminal(&other.reason)
                 );
             }
             if !session.other_runs.is_empty() {
                 eprintln!(
                     "rankscope: the report covers run `{}`; choose another with --run",
-                    session.run_id.as_deref().unwrap_or("(no run id)")
+                    terminal(session.run_id.as_deref().unwrap_or("(no run id)"))
                 );
             }
             if !aggregated.report.session.ranks_missing.is_empty() {

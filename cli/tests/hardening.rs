@@ -204,3 +204,78 @@ fn a_report_that_cannot_be_written_leaves_no_partial_file() {
         .collect();
     assert!(left.is_empty(), "partial files left: {left:?}");
 }
+
+#[test]
+fn escape_sequences_never_reach_the_terminal_or_the_csv() {
+    const ESC: &str = "\x1b]0;pwned\x07\x1b[2J";
+    let dir = tempfile::tempdir().unwrap();
+    let mut header = PayloadHeader::new(&format!("job{ESC}"), &format!("t2v{ESC}"), 0, 2);
+    header.session.tags = vec![(format!("k{ESC}"), format!("v{ESC}"))];
+    header.rank.host = format!("node{ESC}");
+    header.rank.launcher = format!("torchrun{ESC}");
+    let mut stages = StagesBuilder::default();
+    for name in [format!("decode{ESC}"), "\t=HYPERLINK(\"x\")".to_string()] {
+        stages.append(&StageRow {
+            name,
+            thread: 0,
+            thread_name: format!("main{ESC}"),
+            stage_id: 0,
+            parent_id: None,
+            depth: 0,
+            start_ns: 0,
+            end_ns: 1_000_000,
+            call_index: 0,
+            metadata: None,
+        });
+    }
+    let mut payload = Payload {
+        header,
+        tables: Default::default(),
+    };
+    payload
+        .tables
+        .insert(Table::Stages, stages.finish().unwrap());
+    let file = dir.path().join("rank-00000.rsp");
+    std::fs::write(&file, payload::encode(&payload, Compression::Zstd).unwrap()).unwrap();
+    // A file of another session, whose id the refusal quotes.
+    let mut other = payload.clone();
+    other.header.session.id = format!("other{ESC}");
+    other.header.rank.rank = 1;
+    std::fs::write(
+        dir.path().join("rank-00001.rsp"),
+        payload::encode(&other, Compression::Zstd).unwrap(),
+    )
+    .unwrap();
+
+    let inspect = rankscope(&["inspect", file.to_str().unwrap()], &[]);
+    assert!(inspect.status.success(), "{}", text(&inspect.stderr));
+    let aggregate = rankscope(
+        &["aggregate", "--reports-dir", dir.path().to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(
+        aggregate.status.code(),
+        Some(3),
+        "{}",
+        text(&aggregate.stderr)
+    );
+    let summary = std::fs::read_to_string(dir.path().join("summary.txt")).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("stages.csv")).unwrap();
+    for (what, shown) in [
+        ("inspect", text(&inspect.stdout)),
+        ("aggregate stdout", text(&aggregate.stdout)),
+        ("aggregate stderr", text(&aggregate.stderr)),
+        ("summary.txt", summary),
+        ("stages.csv", csv.clone()),
+    ] {
+        assert!(
+            !shown.contains('\x1b') && !shown.contains('\x07'),
+            "{what}: {shown:?}"
+        );
+    }
+    assert!(
+        text(&aggregate.stderr).contains("other?]0;pwned"),
+        "the foreign id is shown, tamed"
+    );
+    assert!(csv.contains("\"'?=HYPERLINK(\"\"x\"\")\""), "{csv}");
+}

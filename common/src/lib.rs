@@ -35,6 +35,7 @@ pub mod names;
 pub mod payload;
 pub mod spill;
 pub mod table;
+pub mod text;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::ArrowError;

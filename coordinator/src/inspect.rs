@@ -3,6 +3,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
+use rankscope_common::text::terminal;
 use rankscope_common::{payload, spill, Rejection, Table};
 
 /// Why a file could not be inspected.
@@ -34,13 +35,19 @@ pub fn inspect(path: &Path) -> Result<String, InspectError> {
     let _ = (|| -> std::fmt::Result {
         writeln!(
             w,
-            "{name}: rankscope payload, format version {}, {} bytes",
+            "{}: rankscope payload, format version {}, {} bytes",
+            terminal(&name),
             u16::from_le_bytes([bytes[4], bytes[5]]),
             bytes.len()
         )?;
-        writeln!(w, "session   {} (id {})", h.session.name, h.session.id)?;
+        writeln!(
+            w,
+            "session   {} (id {})",
+            terminal(&h.session.name),
+            terminal(&h.session.id)
+        )?;
         for (key, value) in &h.session.tags {
-            writeln!(w, "tag       {key}={value}")?;
+            writeln!(w, "tag       {}={}", terminal(key), terminal(value))?;
         }
         writeln!(
             w,
@@ -48,9 +55,9 @@ pub fn inspect(path: &Path) -> Result<String, InspectError> {
             h.rank.rank,
             h.rank.world_size,
             h.rank.local_rank,
-            h.rank.host,
+            terminal(&h.rank.host),
             h.rank.pid,
-            h.rank.launcher
+            terminal(&h.rank.launcher)
         )?;
         writeln!(
             w,
@@ -65,7 +72,7 @@ pub fn inspect(path: &Path) -> Result<String, InspectError> {
         writeln!(
             w,
             "run       {}, gathered by {:?}, clock sync {:?}",
-            h.session.run_id.as_deref().unwrap_or("(no run id)"),
+            terminal(h.session.run_id.as_deref().unwrap_or("(no run id)")),
             h.transport,
             h.clock_sync
         )?;
@@ -74,16 +81,19 @@ pub fn inspect(path: &Path) -> Result<String, InspectError> {
             "gpus      source {}, {} device(s) {}",
             h.gpu_source.as_str(),
             h.gpus.len(),
-            h.gpu_selection
+            terminal(&h.gpu_selection)
         )?;
         for gpu in &h.gpus {
             writeln!(
                 w,
                 "  gpu {} {} {} {}",
-                gpu.index, gpu.name, gpu.uuid, gpu.pci_bus_id
+                gpu.index,
+                terminal(&gpu.name),
+                terminal(&gpu.uuid),
+                terminal(&gpu.pci_bus_id)
             )?;
         }
-        writeln!(w, "agent     {}", h.agent_version)?;
+        writeln!(w, "agent     {}", terminal(&h.agent_version))?;
         writeln!(w, "tables:")?;
         for table in Table::ALL {
             let dropped = h

@@ -2,6 +2,8 @@
 
 use std::fmt::Write;
 
+use rankscope_common::text::csv_field;
+
 use crate::model::Report;
 
 const HEADER: &str = "name,count,ranks,total_avg_s,total_min_s,total_min_rank,total_max_s,\
@@ -17,7 +19,7 @@ pub fn stages_csv(report: &Report) -> String {
         writeln!(
             out,
             "{},{},{},{:.6},{:.6},{},{:.6},{},{:.6},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.2}",
-            field(&s.name),
+            csv_field(&s.name),
             s.count,
             s.ranks,
             t.avg,
@@ -38,32 +40,4 @@ pub fn stages_csv(report: &Report) -> String {
         .expect("writing to a String cannot fail");
     }
     out
-}
-
-/// A text field: quoted when it holds a comma, quote or line break, and
-/// prefixed with `'` when a spreadsheet would read it as a formula.
-fn field(text: &str) -> String {
-    let text = if text.starts_with(['=', '+', '-', '@']) {
-        format!("'{text}")
-    } else {
-        text.to_string()
-    };
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hostile_names_are_quoted_and_defused() {
-        assert_eq!(field("vae_decode"), "vae_decode");
-        assert_eq!(field("a,b"), "\"a,b\"");
-        assert_eq!(field("say \"hi\"\n"), "\"say \"\"hi\"\"\n\"");
-        assert_eq!(field("=cmd()"), "'=cmd()");
-    }
 }

@@ -3,7 +3,6 @@
 
 mod csv;
 mod summary;
-mod text;
 
 use std::path::{Path, PathBuf};
 

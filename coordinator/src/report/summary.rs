@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use super::text::cell;
 use crate::model::Report;
 use rankscope_common::payload::GpuSource;
+use rankscope_common::text::cell;
 
 /// Stages shown in the table; the rest are counted.
 const TOP_STAGES: usize = 20;
@@ -31,7 +31,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         s.ranks_reporting.len(),
         s.world_size,
         s.duration_s,
-        s.launcher,
+        cell(&s.launcher, 20),
         if s.gpu_source == GpuSource::Simulated {
             "SIMULATED (not real hardware)"
         } else {

@@ -1,0 +1,84 @@
+//! Making untrusted text safe to show. Stage names, tags, host names, session
+//! ids and event payloads come from ranks (or from files anyone could have
+//! written): one function makes them safe for a terminal, one for a CSV cell.
+
+use std::borrow::Cow;
+
+/// Whether `c` could move the cursor, recolour or reorder what a terminal
+/// shows: C0 and C1 control characters (escape sequences begin with one)
+/// and the Unicode bidirectional overrides.
+fn is_unsafe(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with every character that could drive a terminal replaced by `?`.
+pub fn terminal(text: &str) -> Cow<'_, str> {
+    if text.chars().any(is_unsafe) {
+        Cow::Owned(
+            text.chars()
+                .map(|c| if is_unsafe(c) { '?' } else { c })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// [`terminal`] text cut to `width` characters (ending in `…` when cut),
+/// for an aligned table.
+pub fn cell(text: &str, width: usize) -> String {
+    let clean = terminal(text);
+    if clean.chars().count() <= width {
+        clean.into_owned()
+    } else {
+        let mut cut: String = clean.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// A CSV field (RFC 4180): control characters replaced by `?`, prefixed
+/// with `'` when a spreadsheet would read it as a formula (a leading `=`,
+/// `+`, `-`, `@`, tab or carriage return), quoted when it holds a comma,
+/// quote or line break.
+pub fn csv_field(text: &str) -> String {
+    let formula = text.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    let clean: String = text
+        .chars()
+        .map(|c| if is_unsafe(c) && c != '\n' { '?' } else { c })
+        .collect();
+    let text = if formula { format!("'{clean}") } else { clean };
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_and_bidi_overrides_never_reach_a_terminal() {
+        assert_eq!(terminal("a\x1b[31mb\n"), "a?[31mb?");
+        assert_eq!(terminal("\u{9b}2J"), "?2J", "the C1 form of an escape");
+        assert_eq!(terminal("evil\u{202e}txt.exe"), "evil?txt.exe");
+        assert!(matches!(terminal("vae_decode"), Cow::Borrowed(_)));
+        assert_eq!(cell("abcdefgh", 5), "abcd…");
+        assert_eq!(cell("short", 5), "short");
+    }
+
+    #[test]
+    fn hostile_csv_fields_are_quoted_and_defused() {
+        assert_eq!(csv_field("vae_decode"), "vae_decode");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\"\n"), "\"say \"\"hi\"\"\n\"");
+        for formula in ["=cmd()", "+1", "-1", "@SUM(A1)"] {
+            assert_eq!(csv_field(formula), format!("'{formula}"));
+        }
+        assert_eq!(csv_field("\t=cmd()"), "'?=cmd()");
+        assert_eq!(csv_field("\r=cmd()"), "'?=cmd()");
+        assert_eq!(csv_field("a\x1b[2Jb"), "a?[2Jb");
+    }
+}
