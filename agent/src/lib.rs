@@ -35,6 +35,7 @@ mod records;
 mod reporter;
 mod sampler;
 mod session;
+mod signals;
 mod stage;
 pub mod transport;
 

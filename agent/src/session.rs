@@ -27,6 +27,9 @@ use crate::transport::{self, Rendezvous, SessionInfo, Transport, TransportError}
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
+    /// The session was finished already, by a stop signal that spilled it.
+    #[error("the session was already finished: a stop signal spilled its data")]
+    Stopped,
     /// A session is already running on this profiler.
     #[error("session `{0}` is already running; finish it first")]
     AlreadyRunning(String),
@@ -290,6 +293,9 @@ impl Session {
             sampler: shared.telemetry.start(&shared.recorder),
         });
         drop(slot);
+        if shared.config.spill_on_signal {
+            crate::signals::watch(&shared);
+        }
         Ok(Session {
             shared: Some(shared),
         })
@@ -326,6 +332,16 @@ impl Drop for Session {
     }
 }
 
+/// Spills the running session, if there is one, without gathering: what a
+/// stop signal does. Returns the spill file.
+pub(crate) fn spill_running(shared: &Shared) -> Result<Option<PathBuf>, SessionError> {
+    match finish(shared, false) {
+        Ok(outcome) => Ok(Some(outcome.spill_file)),
+        Err(SessionError::Stopped) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The profiler's transport: the one handed in, else the one configuration
 /// and launcher call for.
 fn take_transport(shared: &Shared) -> Result<Box<dyn Transport>, SessionError> {
@@ -352,13 +368,15 @@ fn put_back(shared: &Shared, transport: Box<dyn Transport>) {
 /// Ends recording and hands the rank's data on; with `gather`, also the
 /// gather and, on rank 0, the report.
 fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
-    let duration_ns = shared.recorder.end_session();
-    let mut state = shared
+    let Some(mut state) = shared
         .session
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
-        .expect("a session that has not finished holds its state");
+    else {
+        return Err(SessionError::Stopped);
+    };
+    let duration_ns = shared.recorder.end_session();
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
     let result = build_payload(shared, &state, duration_ns, sampler)
         .and_then(|payload| hand_on(shared, &mut state, payload, gather));

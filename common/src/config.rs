@@ -112,6 +112,10 @@ pub struct Config {
     /// GPUs this rank samples: indices, UUIDs or `all`; default from
     /// CUDA_VISIBLE_DEVICES and LOCAL_RANK.
     pub gpu_devices: Option<String>,
+    /// On SIGTERM or SIGINT (how schedulers and torchrun stop ranks), spill
+    /// what the running session recorded, then let the signal end the
+    /// process. Only where the program left the signal's default action.
+    pub spill_on_signal: bool,
     /// Print a live telemetry line to stderr.
     pub live_display: bool,
     /// Seconds between live display lines.
@@ -195,6 +199,7 @@ impl Config {
             host_interval_s: 1.0,
             pcie_interval_s: None,
             gpu_devices: None,
+            spill_on_signal: true,
             live_display: false,
             display_interval_s: 5.0,
             display_ranks: DisplayRanks::Rank0,

@@ -2,10 +2,16 @@
 //! a user to: it records a few stages and finishes its session. Rank 0
 //! writes the report. Run it under any launcher; the tests run it with
 //! torchrun's variables.
+//!
+//! With `--wait-for-signal` it stops after recording, says `ready` and
+//! waits to be stopped, as a rank a scheduler cancels mid-job.
+
+use std::io::Write;
 
 use rankscope::Profiler;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let wait_for_signal = std::env::args().any(|a| a == "--wait-for-signal");
     let profiler = Profiler::from_env()?;
     let rank = profiler.rank_env().map_or(0, |env| env.rank);
     let session = profiler.session("agent-only", &[("linked", "agent")])?;
@@ -13,6 +19,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _step = profiler.stage("denoise_step");
         std::thread::sleep(std::time::Duration::from_millis(5 + 5 * u64::from(rank)));
         profiler.record_metric("step", f64::from(step));
+    }
+    if wait_for_signal {
+        let _open = profiler.stage("waiting");
+        println!("ready {}", session.dir().unwrap_or_default().display());
+        std::io::stdout().flush()?;
+        std::thread::sleep(std::time::Duration::from_secs(120));
     }
     let outcome = session.finish()?;
     if let Some(report) = outcome.report {

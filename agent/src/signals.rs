@@ -1,0 +1,105 @@
+//! Stop signals: when a scheduler or torchrun stops a rank with SIGTERM (or
+//! a user presses Ctrl-C), the running session spills what it recorded
+//! before the signal takes its course, so a stopped rank's data is not lost.
+//!
+//! A watcher thread receives the signals (signal-hook's self-pipe: nothing
+//! runs in the signal handler itself), spills every running session, then
+//! lets the signal do what it would have done: end the process. A signal
+//! whose action the program set itself (Python's SIGINT, a server's
+//! graceful shutdown) is left alone: that program finishes its session.
+
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::notice::notice;
+use crate::profiler::Shared;
+use crate::session;
+
+/// Profilers whose sessions are spilled when a stop signal comes.
+static WATCHED: OnceLock<Mutex<Vec<Weak<Shared>>>> = OnceLock::new();
+
+/// Spills `shared`'s running session on SIGTERM or SIGINT, starting the
+/// watcher on first use.
+pub(crate) fn watch(shared: &Arc<Shared>) {
+    let watched = WATCHED.get_or_init(|| {
+        start_watcher();
+        Mutex::default()
+    });
+    let mut watched = watched.lock().unwrap_or_else(|e| e.into_inner());
+    watched.retain(|w| w.strong_count() > 0);
+    if !watched.iter().any(|w| w.as_ptr() == Arc::as_ptr(shared)) {
+        watched.push(Arc::downgrade(shared));
+    }
+}
+
+/// The stop signals whose action is still the default one.
+fn default_signals() -> Vec<i32> {
+    [SIGTERM, SIGINT]
+        .into_iter()
+        .filter(|&signal| has_default_action(signal))
+        .collect()
+}
+
+fn has_default_action(signal: i32) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one
+    // into `old`, which is a valid, zeroed sigaction.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_DFL
+    }
+}
+
+fn start_watcher() {
+    let wanted = default_signals();
+    if wanted.is_empty() {
+        return;
+    }
+    let mut signals = match Signals::new(&wanted) {
+        Ok(signals) => signals,
+        Err(e) => {
+            notice!("stop signals will not spill the session's data: {e}");
+            return;
+        }
+    };
+    let started = std::thread::Builder::new()
+        .name("rankscope-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                spill_all(signal);
+                // The signal's own course: the default action ends the process.
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+            }
+        });
+    if let Err(e) = started {
+        notice!("stop signals will not spill the session's data: {e}");
+    }
+}
+
+/// Spills every watched profiler's running session.
+fn spill_all(signal: i32) {
+    let watched: Vec<Arc<Shared>> = WATCHED
+        .get()
+        .map(|w| w.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for shared in watched {
+        match session::spill_running(&shared) {
+            Ok(Some(path)) => notice!(
+                "rank {}: stopped by signal {signal}; what it recorded is in {}",
+                shared.env.rank,
+                path.display()
+            ),
+            Ok(None) => {}
+            Err(e) => notice!(
+                "rank {}: stopped by signal {signal}; spilling its data failed: {}",
+                shared.env.rank,
+                rankscope_common::error::Chain(&e)
+            ),
+        }
+    }
+}

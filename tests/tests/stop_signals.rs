@@ -1,0 +1,73 @@
+//! A rank stopped by SIGTERM or SIGINT (how schedulers and torchrun stop
+//! ranks) spills what it recorded, then ends as the signal says.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn stopped_by(signal: &str, number: i32) {
+    let out = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent_only_rank"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
+            command.env_remove(key);
+        }
+    }
+    for var in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"] {
+        command.env_remove(var);
+    }
+    let mut child = command
+        .arg("--wait-for-signal")
+        .env("RANKSCOPE_OUTPUT_DIR", out.path())
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let dir = PathBuf::from(
+        line.trim()
+            .strip_prefix("ready ")
+            .expect("the rank is ready"),
+    );
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.signal(),
+        Some(number),
+        "the signal ends the process: {:?} {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let spilled: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rsp"))
+        .collect();
+    assert_eq!(spilled.len(), 1, "{spilled:?}");
+    let payload = rankscope_common::payload::decode(&std::fs::read(&spilled[0]).unwrap()).unwrap();
+    assert_eq!(
+        payload.rows(rankscope_common::Table::Stages),
+        3,
+        "the three finished stages are kept"
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("stopped by signal"));
+}
+
+#[test]
+fn sigterm_spills_the_session_then_ends_the_rank() {
+    stopped_by("TERM", 15);
+}
+
+#[test]
+fn sigint_spills_the_session_then_ends_the_rank() {
+    stopped_by("INT", 2);
+}
