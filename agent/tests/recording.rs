@@ -463,3 +463,35 @@ fn two_processes_claiming_one_rank_are_both_kept_and_named() {
         "both inputs stay on disk"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn planted_links_at_temporary_names_are_never_followed() {
+    // The names the writers once used for their temporary files, each a
+    // link to a file an attacker wants overwritten.
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| c.session_id = Some("links".into()));
+    let session = profiler.session("job", &[]).unwrap();
+    let dir = session.dir().unwrap();
+    let victim = out.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let pid = std::process::id();
+    for name in [
+        format!(".rank-00000.rsp.{pid}.tmp"),
+        format!("report.tmp.{pid}"),
+        format!("summary.tmp.{pid}"),
+        format!("stages.tmp.{pid}"),
+    ] {
+        std::os::unix::fs::symlink(&victim, dir.join(name)).unwrap();
+    }
+    drop(profiler.stage("work"));
+    let outcome = session.finish().unwrap();
+    assert!(outcome.report.is_some());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let temporary = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") && !std::fs::symlink_metadata(dir.join(n)).unwrap().is_symlink())
+        .count();
+    assert_eq!(temporary, 0, "no temporary file is left behind");
+}
