@@ -491,7 +491,9 @@ fn planted_links_at_temporary_names_are_never_followed() {
     let temporary = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".tmp") && !std::fs::symlink_metadata(dir.join(n)).unwrap().is_symlink())
+        .filter(|n| {
+            n.ends_with(".tmp") && !std::fs::symlink_metadata(dir.join(n)).unwrap().is_symlink()
+        })
         .count();
     assert_eq!(temporary, 0, "no temporary file is left behind");
 }
