@@ -110,6 +110,7 @@ impl ProfilerBuilder {
         if !self.config.enabled {
             return Profiler::disabled();
         }
+        crate::notice::set_rank(env.rank, self.config.quiet_ranks && env.world_size > 1);
         let reporter = OnceLock::new();
         if let Some(chosen) = self.reporter {
             let _ = reporter.set(chosen);

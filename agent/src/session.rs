@@ -9,19 +9,20 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rankscope_common::env::{Launcher, RankEnv};
 use rankscope_common::error::Chain;
-use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
+use rankscope_common::gather::{self, Gathered, ReportFiles, Skipped};
 use rankscope_common::payload::{
-    self, ClockMeta, DroppedRows, Limits, Overflow, Payload, PayloadError, PayloadHeader, RankMeta,
-    SamplerStats, SessionMeta,
+    self, ClockMeta, ClockOffset, DroppedRows, Limits, Overflow, Payload, PayloadError,
+    PayloadHeader, RankMeta, SamplerStats, SessionMeta,
 };
 use rankscope_common::spill::{self, SpillName};
+use rankscope_common::text::rank_ranges;
 use rankscope_common::{ArrowError, Config};
 
-use crate::notice::notice;
+use crate::notice::{self, notice, say};
 use crate::profiler::Shared;
 use crate::reporter::default_reporter;
 use crate::sampler::Sampler;
-use crate::transport::{self, Rendezvous, SessionInfo, Transport, TransportError};
+use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport, TransportError};
 
 /// Why a session could not start or finish.
 #[derive(Debug, thiserror::Error)]
@@ -112,10 +113,18 @@ pub(crate) struct SessionState {
     process: u64,
     /// What the transport's rendezvous established.
     rendezvous: Rendezvous,
+    /// The clock offset measured again at finish.
+    offset_at_finish: Option<ClockOffset>,
     /// The transport, taken from the profiler for the session's length.
     transport: Box<dyn Transport>,
     /// The session's telemetry thread.
     sampler: Option<Sampler>,
+}
+
+/// `rank 3` or `ranks 1-3, 7`.
+fn rank_list(ranks: &[u32]) -> String {
+    let plural = if ranks.len() == 1 { "" } else { "s" };
+    format!("rank{plural} {}", rank_ranges(ranks))
 }
 
 /// The longest session name, session id and tag key kept, bytes.
@@ -268,9 +277,10 @@ impl Session {
             source,
         })?;
         let mut transport = take_transport(&shared)?;
-        let start_unix_ns = unix_now_ns();
+        let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
         let proposal = session_info(env, &id, env.run_id.as_deref(), &dir, start_unix_ns);
-        let rendezvous = match transport.open(&proposal) {
+        let deadline = Instant::now() + Duration::from_secs_f64(config.gather_timeout_s);
+        let rendezvous = match transport.open(&proposal, deadline) {
             Ok(rendezvous) => rendezvous,
             Err(source) => {
                 put_back(&shared, transport);
@@ -289,6 +299,7 @@ impl Session {
             start_unix_ns,
             process: process_tag(start_unix_ns),
             rendezvous,
+            offset_at_finish: None,
             transport,
             sampler: shared.telemetry.start(&shared.recorder),
         });
@@ -323,7 +334,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
             if let Err(e) = finish(&shared, false) {
-                notice!(
+                say!(
                     "session dropped unfinished; spilling its data failed: {}",
                     Chain(&e)
                 );
@@ -378,6 +389,18 @@ fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
     };
     let duration_ns = shared.recorder.end_session();
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
+    if gather {
+        // Every rank comes here; the clocks are compared again.
+        let deadline = Instant::now() + Duration::from_secs_f64(shared.config.gather_timeout_s);
+        let info = session_info(
+            &shared.env,
+            &state.id,
+            state.rendezvous.run_id.as_deref(),
+            &state.dir,
+            state.start_unix_ns,
+        );
+        state.offset_at_finish = state.transport.resync(&info, deadline);
+    }
     let result = build_payload(shared, &state, duration_ns, sampler)
         .and_then(|payload| hand_on(shared, &mut state, payload, gather));
     put_back(shared, state.transport);
@@ -394,14 +417,16 @@ fn hand_on(
     let (config, env) = (&shared.config, &shared.env);
     let bytes = payload::encode_capped(&mut payload, config.payload_compression, &Limits::DEFAULT)
         .map_err(SessionError::Payload)?;
-    for dropped in &payload.header.dropped {
-        notice!(
-            "rank {}: {} rows of `{}` dropped (past max_data_points = {} or the payload's size limit)",
-            env.rank,
-            dropped.rows,
-            dropped.table,
-            config.max_data_points
-        );
+    // In the payload (and so the report) already; said here where the rank is heard.
+    if !notice::is_quiet() {
+        for dropped in &payload.header.dropped {
+            say!(
+                "{} rows of `{}` dropped (past max_data_points = {} or the payload's size limit)",
+                dropped.rows,
+                dropped.table,
+                config.max_data_points
+            );
+        }
     }
     let name = SpillName {
         rank: env.rank,
@@ -454,9 +479,16 @@ fn report(
     gathered: &Gathered,
     state: &SessionState,
 ) -> Result<Option<ReportFiles>, SessionError> {
+    // The other ranks' notices, each once (rank 0 said its own already).
+    for (text, mut ranks) in gather::notices(gathered) {
+        ranks.retain(|&rank| rank != 0);
+        if !ranks.is_empty() {
+            notice::print_line(format!("{}: ", rank_list(&ranks)), &text);
+        }
+    }
     let reporter = shared.reporter.get().cloned().or_else(default_reporter);
     let Some(reporter) = reporter else {
-        notice!(
+        say!(
             "{} rank payloads are in {}; this build writes no report: run \
              `rankscope aggregate --reports-dir {}` for it",
             gathered.payloads.len(),
@@ -517,6 +549,7 @@ fn header(
             start_unix_ns: state.start_unix_ns,
             duration_ns,
             offset_to_rank0: state.rendezvous.offset,
+            offset_at_finish: state.offset_at_finish,
         },
         transport: state.transport.name(),
         clock_sync: state.rendezvous.clock_sync,
@@ -534,6 +567,7 @@ fn header(
             })
             .collect(),
         overflow: Overflow::default(),
+        notices: notice::take_kept(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
     }
 }
@@ -574,12 +608,6 @@ pub(crate) fn path_safe(text: &str) -> String {
         "" => "session".to_string(),
         rest => rest.to_string(),
     }
-}
-
-fn unix_now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// The session directory a rank with `config` uses for `name` and `id`.

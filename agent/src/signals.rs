@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::notice::notice;
+use crate::notice::say;
 use crate::profiler::Shared;
 use crate::session;
 
@@ -60,7 +60,7 @@ fn start_watcher() {
     let mut signals = match Signals::new(&wanted) {
         Ok(signals) => signals,
         Err(e) => {
-            notice!("stop signals will not spill the session's data: {e}");
+            say!("stop signals will not spill the session's data: {e}");
             return;
         }
     };
@@ -74,7 +74,7 @@ fn start_watcher() {
             }
         });
     if let Err(e) = started {
-        notice!("stop signals will not spill the session's data: {e}");
+        say!("stop signals will not spill the session's data: {e}");
     }
 }
 
@@ -89,15 +89,13 @@ fn spill_all(signal: i32) {
         .collect();
     for shared in watched {
         match session::spill_running(&shared) {
-            Ok(Some(path)) => notice!(
-                "rank {}: stopped by signal {signal}; what it recorded is in {}",
-                shared.env.rank,
+            Ok(Some(path)) => say!(
+                "stopped by signal {signal}; what it recorded is in {}",
                 path.display()
             ),
             Ok(None) => {}
-            Err(e) => notice!(
-                "rank {}: stopped by signal {signal}; spilling its data failed: {}",
-                shared.env.rank,
+            Err(e) => say!(
+                "stopped by signal {signal}; spilling its data failed: {}",
                 rankscope_common::error::Chain(&e)
             ),
         }

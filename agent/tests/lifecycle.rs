@@ -31,7 +31,11 @@ impl Transport for Recording {
         TransportName::Dir
     }
 
-    fn open(&mut self, session: &SessionInfo<'_>) -> Result<Rendezvous, TransportError> {
+    fn open(
+        &mut self,
+        session: &SessionInfo<'_>,
+        _deadline: Instant,
+    ) -> Result<Rendezvous, TransportError> {
         self.calls.lock().unwrap().push(format!(
             "open {} proposed {:?}",
             session.session_id, session.run_id

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use rankscope::{BlockComputation, DiffusionStep, Profiler};
 use rankscope_coordinator::report::{REPORT_JSON, STAGES_CSV, SUMMARY_TXT};
 
-use crate::launcher;
+use crate::launcher::{self, Launch};
 
 /// Blocks of frames each rank generates.
 const BLOCKS: u64 = 3;
@@ -42,6 +42,8 @@ pub struct DemoOptions {
     pub kill_rank: Option<u32>,
     /// Output directory.
     pub out: PathBuf,
+    /// Who starts the ranks.
+    pub launch: Launch,
 }
 
 /// Runs the demo; returns whether every rank reported.
@@ -62,6 +64,17 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
     }
     if options.kill_rank == Some(0) {
         bail!("--kill-rank 0 would kill the rank that writes the report; pick another rank");
+    }
+    if options.launch == Launch::Mpirun {
+        if !cfg!(feature = "mpi") {
+            bail!(
+                "this rankscope was built without MPI: build it with \
+                 `cargo build --release -p rankscope-cli --features mpi`"
+            );
+        }
+        if options.kill_rank.is_some() {
+            bail!("--kill-rank needs --launcher local: mpirun ends the whole job when a rank dies");
+        }
     }
     let started = Instant::now();
     let exe = std::env::current_exe().context("locating the rankscope executable")?;
@@ -84,7 +97,14 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
             "RANKSCOPE_OUTPUT_DIR".into(),
             options.out.display().to_string(),
         ),
-        ("RANKSCOPE_TRANSPORT".into(), "dir".into()),
+        (
+            "RANKSCOPE_TRANSPORT".into(),
+            match options.launch {
+                Launch::Local => "dir",
+                Launch::Mpirun => "mpi",
+            }
+            .into(),
+        ),
     ];
     env.extend(
         DEMO_DEFAULTS
@@ -123,7 +143,7 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
         ranks: options.ranks,
         env: &env,
     };
-    let ranks = launcher::start(&job, &job_id, on_line)?;
+    let ranks = launcher::start(options.launch, &job, &job_id, on_line)?;
 
     let total = options.ranks * BLOCKS as u32;
     let mut shown = None;
@@ -151,7 +171,9 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
 
     for (rank, status) in statuses.iter().enumerate() {
         if !status.success() {
-            if options.kill_rank == Some(rank as u32) {
+            if options.launch == Launch::Mpirun {
+                eprintln!("rankscope demo: mpirun failed: {status}");
+            } else if options.kill_rank == Some(rank as u32) {
                 eprintln!("rankscope demo: rank {rank} crashed, as asked (--kill-rank)");
             } else {
                 eprintln!("rankscope demo: rank {rank} failed: {status}");

@@ -1,7 +1,9 @@
 //! Starts the rank processes of a local job: N copies of one program, each
 //! told its rank, the world size and the job's session and run ids, with
-//! their standard output read line by line. `rankscope demo` uses it; a
-//! later `rankscope launch` will too.
+//! their standard output read line by line — as processes of this launcher
+//! ([`Launch::Local`]) or under a real `mpirun` ([`Launch::Mpirun`]), which
+//! gives the ranks their places and the job its id. `rankscope demo` uses
+//! it; a later `rankscope launch` will too.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -14,6 +16,15 @@ use anyhow::{Context, Result};
 
 /// How often a waiting launcher looks at its ranks.
 const POLL: Duration = Duration::from_millis(50);
+
+/// Who starts the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Launch {
+    /// This launcher, one process per rank.
+    Local,
+    /// Open MPI's `mpirun` (ranks gather over MPI).
+    Mpirun,
+}
 
 /// A local job to start.
 pub struct Job<'a> {
@@ -46,40 +57,82 @@ pub fn fresh_job_id() -> String {
     format!("{}-{}", now.as_secs(), std::process::id())
 }
 
-/// Starts every rank of `job`; `on_line` sees their output lines.
-pub fn start(job: &Job<'_>, job_id: &str, on_line: LineHandler) -> Result<Ranks> {
+/// Starts every rank of `job`; `on_line` sees their output lines (with the
+/// rank under [`Launch::Local`]; under `mpirun`, whose one output carries
+/// every rank's, with 0).
+pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) -> Result<Ranks> {
     let mut ranks = Ranks {
         children: Vec::new(),
         readers: Vec::new(),
     };
-    for rank in 0..job.ranks {
-        let mut command = Command::new(job.program);
+    match launch {
+        Launch::Local => {
+            for rank in 0..job.ranks {
+                let mut command = Command::new(job.program);
+                command
+                    .args(job.args)
+                    .env("RANKSCOPE_RANK", rank.to_string())
+                    .env("RANKSCOPE_WORLD_SIZE", job.ranks.to_string())
+                    .env("RANKSCOPE_LOCAL_RANK", rank.to_string())
+                    .env("RANKSCOPE_LOCAL_WORLD_SIZE", job.ranks.to_string())
+                    .env("RANKSCOPE_SESSION_ID", job_id)
+                    .env("RANKSCOPE_RUN_ID", job_id);
+                ranks.spawn(command, job, rank, &on_line)?;
+            }
+        }
+        Launch::Mpirun => {
+            // mpirun gives the ranks their places and the job its id; the
+            // ranks inherit this environment on this machine.
+            let mut command = Command::new("mpirun");
+            command
+                .args(["-n", &job.ranks.to_string(), "--oversubscribe"])
+                .arg(job.program)
+                .args(job.args);
+            if is_root() {
+                // Open MPI refuses to run as root unless told it is meant.
+                command
+                    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            }
+            ranks
+                .spawn(command, job, 0, &on_line)
+                .context("starting mpirun (is Open MPI installed? apt-get install openmpi-bin)")?;
+        }
+    }
+    Ok(ranks)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl Ranks {
+    /// Starts `command` with the job's variables, its output read as `rank`'s.
+    fn spawn(
+        &mut self,
+        mut command: Command,
+        job: &Job<'_>,
+        rank: u32,
+        on_line: &LineHandler,
+    ) -> Result<()> {
         command
-            .args(job.args)
-            .env("RANKSCOPE_RANK", rank.to_string())
-            .env("RANKSCOPE_WORLD_SIZE", job.ranks.to_string())
-            .env("RANKSCOPE_LOCAL_RANK", rank.to_string())
-            .env("RANKSCOPE_LOCAL_WORLD_SIZE", job.ranks.to_string())
-            .env("RANKSCOPE_SESSION_ID", job_id)
-            .env("RANKSCOPE_RUN_ID", job_id)
             .envs(job.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped());
         let mut child = command
             .spawn()
             .with_context(|| format!("starting rank {rank} ({})", job.program.display()))?;
         let stdout = child.stdout.take().expect("stdout is piped");
-        ranks.children.push(child);
-        let on_line = Arc::clone(&on_line);
-        ranks.readers.push(std::thread::spawn(move || {
+        self.children.push(child);
+        let on_line = Arc::clone(on_line);
+        self.readers.push(std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 on_line(rank, &line);
             }
         }));
+        Ok(())
     }
-    Ok(ranks)
-}
 
-impl Ranks {
     /// Waits for every rank to exit; `progress` is called with the number
     /// of ranks finished each time the launcher looks. Returns the exit
     /// status of each rank, by rank.

@@ -55,6 +55,11 @@ enum Commands {
         /// Output directory; the session gets its own directory inside.
         #[arg(long, default_value = "profiling_reports")]
         out: PathBuf,
+        /// Who starts the ranks: this program (the ranks gather through the
+        /// session directory), or a real `mpirun` (they gather over MPI;
+        /// needs Open MPI and a build with `--features mpi`).
+        #[arg(long, value_enum, default_value = "local")]
+        launcher: launcher::Launch,
     },
     /// Merge the rank spill files (rank-NNNNN.rsp) of a session directory
     /// into one report, as rank 0 does at the end of a job.
@@ -112,11 +117,13 @@ fn run(cli: Cli) -> Result<bool> {
             straggler,
             kill_rank,
             out,
+            launcher,
         } => demo::run(&demo::DemoOptions {
             ranks,
             straggler: straggler.or((ranks >= 3).then_some(2)),
             kill_rank,
             out,
+            launch: launcher,
         })?,
         Commands::Aggregate {
             reports_dir,

@@ -112,10 +112,18 @@ pub struct Config {
     /// GPUs this rank samples: indices, UUIDs or `all`; default from
     /// CUDA_VISIBLE_DEVICES and LOCAL_RANK.
     pub gpu_devices: Option<String>,
+    /// Moves this rank's wall clock by this many nanoseconds: a testing aid
+    /// that skews a rank on purpose, to check that clock alignment undoes
+    /// it. 0 in real jobs.
+    pub clock_shift_ns: i64,
     /// On SIGTERM or SIGINT (how schedulers and torchrun stop ranks), spill
     /// what the running session recorded, then let the signal end the
     /// process. Only where the program left the signal's default action.
     pub spill_on_signal: bool,
+    /// Ranks other than 0 keep their notices (GPU telemetry off, ...) for
+    /// rank 0, which prints each distinct one once with the ranks it applies
+    /// to, instead of a line per rank.
+    pub quiet_ranks: bool,
     /// Print a live telemetry line to stderr.
     pub live_display: bool,
     /// Seconds between live display lines.
@@ -199,7 +207,9 @@ impl Config {
             host_interval_s: 1.0,
             pcie_interval_s: None,
             gpu_devices: None,
+            clock_shift_ns: 0,
             spill_on_signal: true,
+            quiet_ranks: true,
             live_display: false,
             display_interval_s: 5.0,
             display_ranks: DisplayRanks::Rank0,
@@ -355,6 +365,7 @@ impl Config {
                 Some(self.straggler_threshold_pct),
             ),
             ("straggler_min_s", Some(self.straggler_min_s)),
+            ("clock_shift_ns", Some(self.clock_shift_ns as f64)),
         ];
         for (key, value) in values {
             let Some(value) = value else { continue };
@@ -388,6 +399,7 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("display_interval_s", 0.01, 3_600.0),
     ("straggler_threshold_pct", 0.0, 1_000_000.0),
     ("straggler_min_s", 0.0, 1_000_000.0),
+    ("clock_shift_ns", -86_400e9, 86_400e9),
 ];
 
 /// Refuses a `RANKSCOPE_*` variable whose value is not UTF-8, which would

@@ -41,6 +41,13 @@ impl Launcher {
     }
 }
 
+impl Launcher {
+    /// Whether the launcher starts MPI processes (Open MPI, PMIx, MPICH/PMI).
+    pub fn is_mpi(self) -> bool {
+        matches!(self, Launcher::OpenMpi | Launcher::Pmix | Launcher::Mpich)
+    }
+}
+
 impl fmt::Display for Launcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -10,11 +10,18 @@ use std::sync::Once;
 pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
 
 impl fmt::Display for Chain<'_> {
+    /// A cause that an error of another crate already put in its own
+    /// message (some do both) is not repeated.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut previous = self.0.to_string();
+        f.write_str(&previous)?;
         let mut source = self.0.source();
         while let Some(cause) = source {
-            write!(f, ": {cause}")?;
+            let text = cause.to_string();
+            if !previous.ends_with(&text) {
+                write!(f, ": {text}")?;
+            }
+            previous = text;
             source = cause.source();
         }
         Ok(())
@@ -68,6 +75,19 @@ mod tests {
         assert_eq!(
             Chain(&error).to_string(),
             "reading /nonexistent: entity not found"
+        );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("loading failed: {0}")]
+    struct Both(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let error = Both(std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert_eq!(
+            Chain(&error).to_string(),
+            "loading failed: entity not found"
         );
     }
 }

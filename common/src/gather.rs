@@ -162,6 +162,22 @@ pub struct ReportFiles {
     pub summary: String,
 }
 
+/// Each distinct notice of the gathered ranks, with the ranks that gave it,
+/// in the order first seen.
+pub fn notices(gathered: &Gathered) -> Vec<(String, Vec<u32>)> {
+    let mut out: Vec<(String, Vec<u32>)> = Vec::new();
+    for payload in &gathered.payloads {
+        for notice in &payload.header.notices {
+            let rank = payload.header.rank.rank;
+            match out.iter_mut().find(|(text, _)| text == notice) {
+                Some((_, ranks)) => ranks.push(rank),
+                None => out.push((notice.clone(), vec![rank])),
+            }
+        }
+    }
+    out
+}
+
 /// Checks every candidate against `expect` and keeps one payload per rank:
 /// the first one, in the order given. The others are skipped with the reason;
 /// ranks with no payload are missing.

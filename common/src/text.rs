@@ -55,9 +55,37 @@ pub fn csv_field(text: &str) -> String {
     }
 }
 
+/// Ranks in a few characters: `[0, 1, 2, 5]` as `0-2, 5`.
+pub fn rank_ranges(ranks: &[u32]) -> String {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &rank in ranks {
+        match runs.last_mut() {
+            Some((_, end)) if end.checked_add(1) == Some(rank) => *end = rank,
+            _ => runs.push((rank, rank)),
+        }
+    }
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    parts.join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_in_ranges() {
+        assert_eq!(rank_ranges(&[0, 1, 2, 5, 7, 8]), "0-2, 5, 7-8");
+        assert_eq!(rank_ranges(&[]), "");
+    }
 
     #[test]
     fn escape_sequences_and_bidi_overrides_never_reach_a_terminal() {

@@ -71,6 +71,9 @@ pub struct SessionSummary {
     pub skipped: Vec<SkippedInput>,
     /// Files of other runs that used the same session id, left out.
     pub other_runs: Vec<SkippedInput>,
+    /// What the agents told (or, on quiet ranks, kept from) the user, each
+    /// distinct message once.
+    pub notices: Vec<Notice>,
     /// Rows ranks recorded but could not keep.
     pub dropped_rows: Vec<DroppedRows>,
 }
@@ -79,33 +82,22 @@ impl SessionSummary {
     /// The missing ranks in a few words: `[2, 5-9]`, with how many more
     /// there are when the list is cut.
     pub fn missing_text(&self) -> String {
-        let mut runs: Vec<(u32, u32)> = Vec::new();
-        for &rank in &self.ranks_missing {
-            match runs.last_mut() {
-                Some((_, end)) if end.checked_add(1) == Some(rank) => *end = rank,
-                _ => runs.push((rank, rank)),
-            }
-        }
-        let listed: Vec<String> = runs
-            .iter()
-            .map(|&(a, b)| {
-                if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a}-{b}")
-                }
-            })
-            .collect();
-        let more = self.ranks_missing_count as usize
-            - self
-                .ranks_missing
-                .len()
-                .min(self.ranks_missing_count as usize);
+        let listed = rankscope_common::text::rank_ranges(&self.ranks_missing);
+        let more = (self.ranks_missing_count as usize).saturating_sub(self.ranks_missing.len());
         match more {
-            0 => format!("[{}]", listed.join(", ")),
-            more => format!("[{}] and {more} more", listed.join(", ")),
+            0 => format!("[{listed}]"),
+            more => format!("[{listed}] and {more} more"),
         }
     }
+}
+
+/// A message of the agents and the ranks that gave it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Notice {
+    /// The message.
+    pub message: String,
+    /// The ranks that gave it.
+    pub ranks: Vec<u32>,
 }
 
 /// An input refused while gathering.
@@ -145,6 +137,12 @@ pub struct RankSummary {
     /// Round trip of the exchange the offset came from, nanoseconds: the
     /// offset is known to within half of it.
     pub clock_round_trip_ns: Option<u64>,
+    /// Session start on the shared timeline (clock offsets applied),
+    /// seconds after rank 0's (after the earliest rank's without rank 0).
+    pub started_s: f64,
+    /// How far the rank's clock drifted against rank 0's over the session,
+    /// nanoseconds; `null` unless the offset was measured at start and finish.
+    pub clock_drift_ns: Option<i64>,
     /// Session length on this rank, seconds.
     pub duration_s: f64,
     /// GPUs the rank sampled.

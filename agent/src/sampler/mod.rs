@@ -58,11 +58,7 @@ impl Telemetry {
             .get_or_init(|| match gpu::open(&self.config, &self.env) {
                 Ok(reader) => reader.map(|r| Arc::new(Mutex::new(r))),
                 Err(reason) => {
-                    notice!(
-                        "rank {}: GPU telemetry off: {}",
-                        self.env.rank,
-                        Chain(&reason)
-                    );
+                    notice!("GPU telemetry off: {}", Chain(&reason));
                     None
                 }
             })
@@ -120,10 +116,7 @@ impl Telemetry {
         match Sampler::start(sampled, gpu, host, schedule) {
             Ok(sampler) => Some(sampler),
             Err(e) => {
-                notice!(
-                    "rank {}: telemetry off: cannot start its thread: {e}",
-                    self.env.rank
-                );
+                notice!("telemetry off: cannot start its thread: {e}");
                 None
             }
         }
@@ -390,7 +383,7 @@ fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu:
     });
     recorder.count_dropped(Table::GpuSamples, dropped);
     for event in events.drain(..) {
-        notice!("rank {}: {} {}", sampled.rank, event.name, event.payload);
+        notice!("{} {}", event.name, event.payload);
         recorder.record_row(Table::Events, |t, ts_ns| {
             let name = t.names.intern(event.name);
             t.records.events.push_back(EventRecord {

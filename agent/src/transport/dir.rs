@@ -26,7 +26,11 @@ impl Transport for DirTransport {
         TransportName::Dir
     }
 
-    fn open(&mut self, session: &SessionInfo<'_>) -> Result<Rendezvous, TransportError> {
+    fn open(
+        &mut self,
+        session: &SessionInfo<'_>,
+        _deadline: Instant,
+    ) -> Result<Rendezvous, TransportError> {
         Ok(Rendezvous {
             run_id: session.run_id.map(str::to_string),
             clock_sync: ClockSync::None,

@@ -5,6 +5,8 @@
 //! - [`Transport::open`] when the session starts: the rendezvous, where the
 //!   transport can have one — every rank agrees on the run's identity and
 //!   rank 0 measures each rank's clock offset;
+//! - [`Transport::resync`] when it finishes, before the payload is built:
+//!   the offsets measured again, so drift is known;
 //! - [`Transport::gather`] when it finishes: each rank hands over its
 //!   encoded payload; rank 0 gets back what arrived before the deadline,
 //!   checked by [`rankscope_common::gather::accept`].
@@ -12,7 +14,10 @@
 //! [`for_rank`] picks the transport the configuration and launcher call for;
 //! a program can hand its own to [`crate::ProfilerBuilder::transport`].
 
+pub mod clock;
 pub mod dir;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 
 use std::path::Path;
 use std::time::Instant;
@@ -61,6 +66,9 @@ pub enum TransportError {
     /// The transport is not built into this binary.
     #[error("transport `{0}` is not available in this build; use `dir`")]
     Unavailable(&'static str),
+    /// MPI could not be used.
+    #[error("MPI: {0}")]
+    Mpi(&'static str),
     /// The session directory could not be read.
     #[error("reading {path}")]
     Io {
@@ -77,8 +85,18 @@ pub trait Transport: Send {
     /// Which transport this is, for the report.
     fn name(&self) -> TransportName;
 
-    /// The rendezvous at session start.
-    fn open(&mut self, session: &SessionInfo<'_>) -> Result<Rendezvous, TransportError>;
+    /// The rendezvous at session start, bounded by `deadline`.
+    fn open(
+        &mut self,
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) -> Result<Rendezvous, TransportError>;
+
+    /// At finish, before the payload is built: this rank's clock offset to
+    /// rank 0 measured again, where the transport can (every rank calls it).
+    fn resync(&mut self, _session: &SessionInfo<'_>, _deadline: Instant) -> Option<ClockOffset> {
+        None
+    }
 
     /// Hands this rank's encoded payload to rank 0. On rank 0, waits until
     /// every rank's payload arrived or `deadline` passed and returns what
@@ -91,12 +109,27 @@ pub trait Transport: Send {
     ) -> Result<Option<Gathered>, TransportError>;
 }
 
-/// The transport for this rank: from configuration, else from the launcher.
-/// MPI and TCP are later work: until then `auto` uses the shared directory.
-pub fn for_rank(config: &Config, _env: &RankEnv) -> Result<Box<dyn Transport>, TransportError> {
+/// The transport for this rank: from configuration, else from the
+/// launcher — MPI under an MPI launcher when this build has the `mpi`
+/// feature, else the shared directory. (TCP is later work.)
+pub fn for_rank(config: &Config, env: &RankEnv) -> Result<Box<dyn Transport>, TransportError> {
     match config.transport {
-        TransportKind::Auto | TransportKind::Dir => Ok(Box::new(dir::DirTransport)),
-        TransportKind::Mpi => Err(TransportError::Unavailable("mpi")),
+        TransportKind::Dir => Ok(Box::new(dir::DirTransport)),
+        TransportKind::Mpi => mpi_transport(config),
         TransportKind::Tcp => Err(TransportError::Unavailable("tcp")),
+        TransportKind::Auto if cfg!(feature = "mpi") && env.launcher.is_mpi() => {
+            mpi_transport(config)
+        }
+        TransportKind::Auto => Ok(Box::new(dir::DirTransport)),
     }
+}
+
+#[cfg(feature = "mpi")]
+fn mpi_transport(config: &Config) -> Result<Box<dyn Transport>, TransportError> {
+    Ok(Box::new(mpi::MpiTransport::from_launcher(config)?))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi_transport(_config: &Config) -> Result<Box<dyn Transport>, TransportError> {
+    Err(TransportError::Unavailable("mpi"))
 }

@@ -105,8 +105,12 @@ pub struct ClockMeta {
     pub start_unix_ns: i64,
     /// Session length on this rank's monotonic clock, nanoseconds.
     pub duration_ns: u64,
-    /// This rank's offset to rank 0, where the transport measured one.
+    /// This rank's offset to rank 0 when the session started, where the
+    /// transport measured one.
     pub offset_to_rank0: Option<ClockOffset>,
+    /// The same, measured again when the session finished: the difference
+    /// is the clocks' drift over the session.
+    pub offset_at_finish: Option<ClockOffset>,
 }
 
 /// One GPU a rank sampled.
@@ -189,6 +193,9 @@ pub struct PayloadHeader {
     pub dropped: Vec<DroppedRows>,
     /// Other limits reached.
     pub overflow: Overflow,
+    /// What the agent told (or, on a quiet rank, kept from) the user:
+    /// GPU telemetry off, a value cut to fit, ...
+    pub notices: Vec<String>,
     /// Version of the agent that wrote the payload.
     pub agent_version: String,
 }
@@ -217,6 +224,7 @@ impl PayloadHeader {
                 start_unix_ns: 0,
                 duration_ns: 0,
                 offset_to_rank0: None,
+                offset_at_finish: None,
             },
             transport: TransportName::Dir,
             clock_sync: ClockSync::None,
@@ -226,6 +234,7 @@ impl PayloadHeader {
             sampler: SamplerStats::default(),
             dropped: Vec::new(),
             overflow: Overflow::default(),
+            notices: Vec::new(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -285,6 +294,7 @@ pub(super) mod v1 {
                     start_unix_ns: v1.clock.start_unix_ns,
                     duration_ns: v1.clock.duration_ns,
                     offset_to_rank0: None,
+                    offset_at_finish: None,
                 },
                 transport: TransportName::Dir,
                 clock_sync: ClockSync::None,
@@ -294,6 +304,7 @@ pub(super) mod v1 {
                 sampler: v1.sampler,
                 dropped: v1.dropped,
                 overflow: super::Overflow::default(),
+                notices: Vec::new(),
                 agent_version: v1.agent_version,
             }
         }

@@ -6,6 +6,7 @@ mod recommend;
 mod stages;
 pub mod stats;
 mod stragglers;
+pub mod timeline;
 mod times;
 
 pub use stragglers::StragglerRule;
@@ -15,8 +16,8 @@ use rankscope_common::payload::GpuSource;
 use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
 use crate::model::{
-    DroppedRows, RankGpu, RankSummary, Report, SessionSummary, SkippedInput, MISSING_LISTED,
-    SCHEMA_VERSION,
+    DroppedRows, Notice, RankGpu, RankSummary, Report, SessionSummary, SkippedInput,
+    MISSING_LISTED, SCHEMA_VERSION,
 };
 use times::StageTimes;
 
@@ -56,6 +57,16 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
         min_excess_s: config.straggler_min_s,
     };
     let lockstep = stragglers::lockstep(&times);
+    // The timeline's zero: rank 0's session start, else the earliest rank's.
+    let reference_start_ns = payloads
+        .iter()
+        .find(|p| p.header.rank.rank == 0)
+        .or_else(|| {
+            payloads
+                .iter()
+                .min_by_key(|p| timeline::aligned_start_ns(&p.header))
+        })
+        .map_or(0, |p| timeline::aligned_start_ns(&p.header));
 
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
@@ -63,7 +74,10 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
             other_runs,
             ..session_summary(gathered, skipped, &durations)
         },
-        ranks: payloads.iter().map(rank_summary).collect(),
+        ranks: payloads
+            .iter()
+            .map(|p| rank_summary(p, reference_start_ns))
+            .collect(),
         stages: stages::stage_stats(&times, session_avg_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
@@ -110,6 +124,10 @@ fn session_summary(
         started_unix_s: first.map_or(0.0, |h| h.clock.start_unix_ns as f64 / 1e9),
         skipped,
         other_runs: Vec::new(),
+        notices: rankscope_common::gather::notices(gathered)
+            .into_iter()
+            .map(|(message, ranks)| Notice { message, ranks })
+            .collect(),
         dropped_rows: payloads
             .iter()
             .flat_map(|p| {
@@ -123,9 +141,11 @@ fn session_summary(
     }
 }
 
-fn rank_summary(payload: &rankscope_common::Payload) -> RankSummary {
+fn rank_summary(payload: &rankscope_common::Payload, reference_start_ns: i64) -> RankSummary {
     let h = &payload.header;
     RankSummary {
+        started_s: (timeline::aligned_start_ns(h).saturating_sub(reference_start_ns)) as f64 / 1e9,
+        clock_drift_ns: timeline::drift_ns(h),
         rank: h.rank.rank,
         host: h.rank.host.clone(),
         pid: h.rank.pid,

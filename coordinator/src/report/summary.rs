@@ -104,6 +104,14 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     if !s.ranks_missing.is_empty() {
         writeln!(out, "Missing ranks (no data): {}", s.missing_text())?;
     }
+    for notice in &s.notices {
+        writeln!(
+            out,
+            "Notice from ranks {}: {}",
+            cell(&rankscope_common::text::rank_ranges(&notice.ranks), 40),
+            cell(&notice.message, 200)
+        )?;
+    }
     for skipped in &s.skipped {
         writeln!(
             out,

@@ -1,0 +1,76 @@
+//! Clock offsets between ranks, estimated by ping-pong as NTP does: rank 0
+//! notes when it sends, the peer answers with its own clock, rank 0 notes
+//! when the answer arrives. Assuming the two legs take equally long, the
+//! peer's clock minus rank 0's is `peer − (sent + received) / 2`, known to
+//! within half the round trip; of a few rounds, the one with the shortest
+//! round trip is kept. The MPI and TCP transports share this code.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rankscope_common::payload::ClockOffset;
+
+/// Ping-pong rounds per rank.
+pub const ROUNDS: usize = 8;
+
+/// One ping-pong round, in nanoseconds of the Unix epoch: when rank 0 sent
+/// the ping, the peer's clock when it answered, when rank 0 got the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Round {
+    /// Rank 0's clock when it sent.
+    pub sent_ns: i64,
+    /// The peer's clock when it answered.
+    pub peer_ns: i64,
+    /// Rank 0's clock when the answer arrived.
+    pub received_ns: i64,
+}
+
+/// The offset from the round with the shortest round trip; `None` without
+/// a usable round.
+pub fn estimate(rounds: &[Round]) -> Option<ClockOffset> {
+    rounds
+        .iter()
+        .filter(|r| r.received_ns >= r.sent_ns)
+        .min_by_key(|r| r.received_ns - r.sent_ns)
+        .map(|r| {
+            let midpoint = r.sent_ns + (r.received_ns - r.sent_ns) / 2;
+            ClockOffset {
+                offset_ns: r.peer_ns.saturating_sub(midpoint),
+                round_trip_ns: (r.received_ns - r.sent_ns) as u64,
+            }
+        })
+}
+
+/// This rank's wall clock, nanoseconds since the Unix epoch, moved by
+/// `shift_ns` (the `clock_shift_ns` setting: tests skew a rank on purpose).
+pub fn wall_now_ns(shift_ns: i64) -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    now.saturating_add(shift_ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shortest_round_trip_wins() {
+        // The peer's clock runs 1 000 ns ahead; the slow round's legs are uneven.
+        let rounds = [
+            Round {
+                sent_ns: 0,
+                peer_ns: 9_000,
+                received_ns: 10_000,
+            },
+            Round {
+                sent_ns: 20_000,
+                peer_ns: 21_100,
+                received_ns: 20_200,
+            },
+        ];
+        let offset = estimate(&rounds).unwrap();
+        assert_eq!(offset.round_trip_ns, 200);
+        assert_eq!(offset.offset_ns, 1_000);
+        assert_eq!(estimate(&[]), None);
+    }
+}

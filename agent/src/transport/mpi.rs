@@ -1,0 +1,375 @@
+//! The MPI transport (cargo feature `mpi`): under `mpirun` or `srun` with
+//! MPI, the payloads reach rank 0 over MPI, with no shared file system.
+//!
+//! Everything goes over a duplicate of the world communicator (or of the
+//! program's own), so rankscope's messages never meet the application's.
+//! Every wait is a poll against a deadline, never a blocking call: a rank
+//! that never reaches finish cannot hang the others. For that reason the
+//! gather is point-to-point rather than one `MPI_Gatherv`: a collective
+//! completes for nobody until every rank joined, while rank 0 can take each
+//! payload as it arrives and stop at the deadline with what it has (plus
+//! any spill files of the missing ranks).
+//!
+//! - `open`: rank 0 sends the run's identity to every rank, then measures
+//!   each rank's clock offset by ping-pong ([`super::clock`]);
+//! - `resync`: the ping-pong again at finish, so drift is known;
+//! - `gather`: each rank sends its payload's size, then the payload in
+//!   chunks of at most 1 GiB (MPI counts are 32-bit).
+//!
+//! MPI is initialised here only when the program has not done it (then
+//! rankscope finalises it when the profiler is dropped, after every
+//! gather); a program that initialised MPI itself keeps it, and can hand
+//! its own communicator to [`MpiTransport::with_communicator`]. MPI is
+//! called only from the threads that start and finish sessions, never from
+//! the sampler.
+
+use std::time::{Duration, Instant};
+
+use mpi::environment::Universe;
+use mpi::point_to_point::{Destination, Source};
+use mpi::request::StaticScope;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::Equivalence;
+use mpi::Threading;
+use rankscope_common::gather::{self, Candidate, Expect, Rejection, RunFilter};
+use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName, MAX_PAYLOAD_BYTES};
+use rankscope_common::{spill, Config, Gathered};
+
+use super::clock::{self, Round, ROUNDS};
+use super::{Rendezvous, SessionInfo, Transport, TransportError};
+use crate::notice::{notice, say};
+
+const TAG_RUN: i32 = 0x5253;
+const TAG_PING: i32 = TAG_RUN + 1;
+const TAG_PONG: i32 = TAG_RUN + 2;
+const TAG_OFFSET: i32 = TAG_RUN + 3;
+const TAG_SIZE: i32 = TAG_RUN + 4;
+const TAG_CHUNK: i32 = TAG_RUN + 5;
+/// Largest message: MPI counts are `int`.
+const CHUNK_BYTES: usize = 1 << 30;
+/// Longest run id accepted from rank 0.
+const MAX_RUN_ID_BYTES: usize = 1024;
+
+/// Gathers over MPI.
+pub struct MpiTransport {
+    comm: SimpleCommunicator,
+    /// Set when rankscope initialised MPI: dropping it finalises.
+    _universe: Option<Universe>,
+    clock_shift_ns: i64,
+}
+
+impl MpiTransport {
+    /// MPI as the launcher started it: initialised here unless the program
+    /// already did. Call only under an MPI launcher (a singleton
+    /// `MPI_Init` without one can hang).
+    pub fn from_launcher(config: &Config) -> Result<Self, TransportError> {
+        let universe =
+            mpi::initialize_with_threading(Threading::Serialized).map(|(universe, _)| universe);
+        let world = match &universe {
+            Some(universe) => universe.world(),
+            // Already initialised by the program: its world is there too.
+            None => SimpleCommunicator::world(),
+        };
+        let mut transport = Self::with_communicator(&world, config);
+        transport._universe = universe;
+        Ok(transport)
+    }
+
+    /// Over a communicator the program owns (duplicated: rankscope's
+    /// messages never mix with the program's). The program initialised MPI
+    /// and finalises it, after the session finished.
+    pub fn with_communicator(comm: &SimpleCommunicator, config: &Config) -> Self {
+        MpiTransport {
+            comm: comm.duplicate(),
+            _universe: None,
+            clock_shift_ns: config.clock_shift_ns,
+        }
+    }
+
+    fn now(&self) -> i64 {
+        clock::wall_now_ns(self.clock_shift_ns)
+    }
+
+    /// Rank 0: ping-pong with every other rank, then tells each its offset.
+    /// Elsewhere: answers rank 0's pings; returns this rank's offset.
+    fn sync_clocks(&self, deadline: Instant) -> Option<ClockOffset> {
+        let rank = self.comm.rank();
+        if rank != 0 {
+            for _ in 0..ROUNDS {
+                receive(&self.comm, 0, TAG_PING, 8, deadline)?;
+                let now = self.now();
+                self.comm.process_at_rank(0).send_with_tag(&now, TAG_PONG);
+            }
+            let offset = receive(&self.comm, 0, TAG_OFFSET, 16, deadline)?;
+            return decode_offset(&offset);
+        }
+        for peer in 1..self.comm.size() {
+            let mut rounds = Vec::with_capacity(ROUNDS);
+            for _ in 0..ROUNDS {
+                let sent_ns = self.now();
+                self.comm
+                    .process_at_rank(peer)
+                    .send_with_tag(&sent_ns, TAG_PING);
+                let Some(answer) = receive(&self.comm, peer, TAG_PONG, 8, deadline) else {
+                    break;
+                };
+                let received_ns = self.now();
+                let peer_ns = i64::from_le_bytes(answer.try_into().unwrap_or_default());
+                rounds.push(Round {
+                    sent_ns,
+                    peer_ns,
+                    received_ns,
+                });
+            }
+            if rounds.len() < ROUNDS {
+                notice!("rank {peer} did not answer the clock exchange; its offset is unknown");
+                continue;
+            }
+            if let Some(offset) = clock::estimate(&rounds) {
+                let mut message = [0u8; 16];
+                message[..8].copy_from_slice(&offset.offset_ns.to_le_bytes());
+                message[8..].copy_from_slice(&offset.round_trip_ns.to_le_bytes());
+                self.comm
+                    .process_at_rank(peer)
+                    .send_with_tag(&message[..], TAG_OFFSET);
+            }
+        }
+        // Rank 0's offset to itself is measured as exactly nothing.
+        Some(ClockOffset {
+            offset_ns: 0,
+            round_trip_ns: 0,
+        })
+    }
+}
+
+// SAFETY: MPI handles are plain integers or pointers into the MPI library,
+// which rankscope initialises with MPI_THREAD_SERIALIZED: any thread may
+// call it, one at a time. The transport is used by one thread at a time (a
+// session takes it from the profiler for its length), never by the sampler
+// or the signal watcher. A program that initialised MPI itself at a lower
+// level must start and finish its sessions on the thread that may call MPI.
+unsafe impl Send for MpiTransport {}
+
+impl Transport for MpiTransport {
+    fn name(&self) -> TransportName {
+        TransportName::Mpi
+    }
+
+    fn open(
+        &mut self,
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) -> Result<Rendezvous, TransportError> {
+        if self.comm.size() as u32 != session.world_size || self.comm.rank() as u32 != session.rank
+        {
+            return Err(TransportError::Mpi(
+                "the communicator's rank or size differs from the launcher's",
+            ));
+        }
+        // Rank 0's run identity (the launcher's, else a fresh one) is everyone's.
+        let run_id = if session.rank == 0 {
+            let run = session
+                .run_id
+                .map_or_else(|| format!("mpi-{:x}", self.now()), str::to_string);
+            for peer in 1..self.comm.size() {
+                self.comm
+                    .process_at_rank(peer)
+                    .send_with_tag(run.as_bytes(), TAG_RUN);
+            }
+            Some(run)
+        } else {
+            receive(&self.comm, 0, TAG_RUN, MAX_RUN_ID_BYTES, deadline)
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                .or_else(|| {
+                    notice!("rank 0 sent no run identity in time; the launcher's is used");
+                    session.run_id.map(str::to_string)
+                })
+        };
+        Ok(Rendezvous {
+            run_id,
+            clock_sync: ClockSync::MpiPingpong,
+            offset: self.sync_clocks(deadline),
+        })
+    }
+
+    fn resync(&mut self, _session: &SessionInfo<'_>, deadline: Instant) -> Option<ClockOffset> {
+        self.sync_clocks(deadline)
+    }
+
+    fn gather(
+        &mut self,
+        payload: &[u8],
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) -> Result<Option<Gathered>, TransportError> {
+        if session.rank != 0 {
+            send_payload(&self.comm, payload, deadline);
+            return Ok(None);
+        }
+        let mut candidates = vec![Candidate {
+            source: "rank 0".into(),
+            payload: payload::decode(payload).map_err(Rejection::Payload),
+        }];
+        let mut pending: Vec<i32> = (1..self.comm.size()).collect();
+        while !pending.is_empty() && Instant::now() < deadline {
+            let before = pending.len();
+            pending.retain(|&peer| match probe_size(&self.comm, peer) {
+                None => true,
+                Some(size) => {
+                    candidates.push(receive_payload(&self.comm, peer, size, deadline));
+                    false
+                }
+            });
+            if pending.len() == before {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // The ranks that sent nothing may still have spilled their payload
+        // (in this run: every rank knows the run's identity).
+        for peer in pending {
+            let files = spill::find(
+                session.session_dir,
+                Some(peer as u32),
+                session.run_id,
+                std::time::UNIX_EPOCH,
+            )
+            .unwrap_or_default();
+            candidates.extend(spill::read_files(files));
+        }
+        let expect = Expect {
+            session_id: Some(session.session_id.to_string()),
+            run: RunFilter::Only(session.run_id.map(str::to_string)),
+            world_size: Some(session.world_size),
+            max_world_size: None,
+            ended_after_unix_ns: None,
+        };
+        Ok(Some(gather::accept(candidates, &expect)))
+    }
+}
+
+/// Waits until `deadline` for a message of `source` with `tag` of at most
+/// `max` bytes, and receives it. A message past `max` is left unreceived.
+fn receive(
+    comm: &SimpleCommunicator,
+    source: i32,
+    tag: i32,
+    max: usize,
+    deadline: Instant,
+) -> Option<Vec<u8>> {
+    let process = comm.process_at_rank(source);
+    let mut polls = 0u32;
+    loop {
+        if let Some(status) = process.immediate_probe_with_tag(tag) {
+            let count = usize::try_from(status.count(u8::equivalent_datatype())).ok()?;
+            if count > max {
+                return None;
+            }
+            let mut buffer = vec![0u8; count];
+            process.receive_into_with_tag(&mut buffer[..], tag);
+            return Some(buffer);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        // Spin briefly (a ping-pong answer is microseconds away), then back
+        // off to sleeps of up to 2 ms (a payload may be seconds away).
+        polls += 1;
+        match polls {
+            0..=2_000 => std::thread::yield_now(),
+            _ => std::thread::sleep(Duration::from_micros(u64::from(polls.min(4_000) - 2_000))),
+        }
+    }
+}
+
+/// The size `peer` announced for its payload, if it has sent it.
+fn probe_size(comm: &SimpleCommunicator, peer: i32) -> Option<u64> {
+    let process = comm.process_at_rank(peer);
+    process.immediate_probe_with_tag(TAG_SIZE)?;
+    let mut size = 0u64;
+    process.receive_into_with_tag(&mut size, TAG_SIZE);
+    Some(size)
+}
+
+/// Receives the chunks of `peer`'s payload of `size` bytes.
+fn receive_payload(
+    comm: &SimpleCommunicator,
+    peer: i32,
+    size: u64,
+    deadline: Instant,
+) -> Candidate {
+    let source = format!("rank {peer} over MPI");
+    if size > MAX_PAYLOAD_BYTES {
+        return Candidate {
+            source,
+            payload: Err(Rejection::TooLarge { bytes: size }),
+        };
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    while (bytes.len() as u64) < size {
+        let left = size as usize - bytes.len();
+        match receive(comm, peer, TAG_CHUNK, left.min(CHUNK_BYTES), deadline) {
+            Some(chunk) if !chunk.is_empty() => bytes.extend_from_slice(&chunk),
+            _ => {
+                return Candidate {
+                    source,
+                    payload: Err(Rejection::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "{} of {size} bytes arrived before the deadline",
+                            bytes.len()
+                        ),
+                    ))),
+                }
+            }
+        }
+    }
+    Candidate {
+        source,
+        payload: payload::decode(&bytes).map_err(Rejection::Payload),
+    }
+}
+
+/// Sends this rank's payload to rank 0: its size, then its chunks, each a
+/// non-blocking send polled until `deadline`. Past it, the send is left to
+/// MPI and the rank goes on: its spill file holds the same payload.
+fn send_payload(comm: &SimpleCommunicator, payload: &[u8], deadline: Instant) {
+    let root = comm.process_at_rank(0);
+    root.send_with_tag(&(payload.len() as u64), TAG_SIZE);
+    for chunk in payload.chunks(CHUNK_BYTES) {
+        // A buffer that outlives this call: if the send does not complete
+        // in time, MPI may still read it.
+        let buffer: &'static [u8] = Box::leak(chunk.to_vec().into_boxed_slice());
+        let mut request = root.immediate_send_with_tag(StaticScope, buffer, TAG_CHUNK);
+        loop {
+            match request.test() {
+                Ok(_) => {
+                    // SAFETY: the send completed; nothing refers to the buffer.
+                    drop(unsafe { Box::from_raw(buffer as *const [u8] as *mut [u8]) });
+                    break;
+                }
+                Err(pending) if Instant::now() >= deadline => {
+                    // SAFETY: the request is abandoned, never waited on; its
+                    // buffer is leaked, so MPI may still read it.
+                    let _ = unsafe { pending.into_raw() };
+                    say!(
+                        "rank 0 did not take this rank's payload in time; it is in the spill file"
+                    );
+                    return;
+                }
+                Err(pending) => {
+                    request = pending;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+    }
+}
+
+fn decode_offset(bytes: &[u8]) -> Option<ClockOffset> {
+    let offset = i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let round_trip = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+    Some(ClockOffset {
+        offset_ns: offset,
+        round_trip_ns: round_trip,
+    })
+}
