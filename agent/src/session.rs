@@ -11,8 +11,8 @@ use rankscope_common::env::{Launcher, RankEnv};
 use rankscope_common::error::Chain;
 use rankscope_common::gather::{self, Gathered, ReportFiles, Skipped};
 use rankscope_common::payload::{
-    self, ClockMeta, ClockOffset, DroppedRows, Limits, Overflow, Payload, PayloadError,
-    PayloadHeader, RankMeta, SamplerStats, SessionMeta,
+    self, ClockMeta, DroppedRows, Limits, Overflow, Payload, PayloadError, PayloadHeader, RankMeta,
+    SamplerStats, SessionMeta,
 };
 use rankscope_common::spill::{self, SpillName};
 use rankscope_common::text::rank_ranges;
@@ -113,8 +113,6 @@ pub(crate) struct SessionState {
     process: u64,
     /// What the transport's rendezvous established.
     rendezvous: Rendezvous,
-    /// The clock offset measured again at finish.
-    offset_at_finish: Option<ClockOffset>,
     /// The transport, taken from the profiler for the session's length.
     transport: Box<dyn Transport>,
     /// The session's telemetry thread.
@@ -299,7 +297,6 @@ impl Session {
             start_unix_ns,
             process: process_tag(start_unix_ns),
             rendezvous,
-            offset_at_finish: None,
             transport,
             sampler: shared.telemetry.start(&shared.recorder),
         });
@@ -389,18 +386,6 @@ fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
     };
     let duration_ns = shared.recorder.end_session();
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
-    if gather {
-        // Every rank comes here; the clocks are compared again.
-        let deadline = Instant::now() + Duration::from_secs_f64(shared.config.gather_timeout_s);
-        let info = session_info(
-            &shared.env,
-            &state.id,
-            state.rendezvous.run_id.as_deref(),
-            &state.dir,
-            state.start_unix_ns,
-        );
-        state.offset_at_finish = state.transport.resync(&info, deadline);
-    }
     let result = build_payload(shared, &state, duration_ns, sampler)
         .and_then(|payload| hand_on(shared, &mut state, payload, gather));
     put_back(shared, state.transport);
@@ -448,7 +433,24 @@ fn hand_on(
     if !gather {
         return Ok(outcome);
     }
+    // Only now, with this rank's data safe on disk, anything that waits for
+    // the others: the clocks compared again, then the gather.
     let deadline = Instant::now() + Duration::from_secs_f64(config.gather_timeout_s);
+    let info = session_info(
+        env,
+        &state.id,
+        state.rendezvous.run_id.as_deref(),
+        &state.dir,
+        state.start_unix_ns,
+    );
+    let bytes = match state.transport.resync(&info, deadline) {
+        Some(offset) => {
+            payload.header.clock.offset_at_finish = Some(offset);
+            payload::encode_capped(&mut payload, config.payload_compression, &Limits::DEFAULT)
+                .map_err(SessionError::Payload)?
+        }
+        None => bytes,
+    };
     let info = SessionInfo {
         spill_file: Some(&outcome.spill_file),
         ..session_info(
@@ -549,7 +551,7 @@ fn header(
             start_unix_ns: state.start_unix_ns,
             duration_ns,
             offset_to_rank0: state.rendezvous.offset,
-            offset_at_finish: state.offset_at_finish,
+            offset_at_finish: None,
         },
         transport: state.transport.name(),
         clock_sync: state.rendezvous.clock_sync,

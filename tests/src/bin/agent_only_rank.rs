@@ -4,14 +4,21 @@
 //! torchrun's variables.
 //!
 //! With `--wait-for-signal` it stops after recording, says `ready` and
-//! waits to be stopped, as a rank a scheduler cancels mid-job.
+//! waits to be stopped, as a rank a scheduler cancels mid-job. With
+//! `--exit-rank R`, rank R leaves without finishing its session, as a
+//! crashed rank does.
 
 use std::io::Write;
 
 use rankscope::Profiler;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let wait_for_signal = std::env::args().any(|a| a == "--wait-for-signal");
+    let args: Vec<String> = std::env::args().collect();
+    let wait_for_signal = args.iter().any(|a| a == "--wait-for-signal");
+    let exit_rank: Option<u32> = args
+        .iter()
+        .position(|a| a == "--exit-rank")
+        .and_then(|i| args.get(i + 1)?.parse().ok());
     let profiler = Profiler::from_env()?;
     let rank = profiler.rank_env().map_or(0, |env| env.rank);
     let session = profiler.session("agent-only", &[("linked", "agent")])?;
@@ -19,6 +26,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _step = profiler.stage("denoise_step");
         std::thread::sleep(std::time::Duration::from_millis(5 + 5 * u64::from(rank)));
         profiler.record_metric("step", f64::from(step));
+    }
+    if exit_rank == Some(rank) {
+        // The others are in their gather by now.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        std::process::exit(3);
     }
     if wait_for_signal {
         let _open = profiler.stage("waiting");

@@ -1,0 +1,170 @@
+//! The MPI transport under real `mpirun` (Open MPI, installed by
+//! scripts/test.sh): ranks oversubscribed on this machine gather their
+//! payloads to rank 0 over MPI.
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs `mpirun` with `args` (program and its arguments included), writing
+/// into `out`.
+fn mpirun(args: &[&str], out: &Path, env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new("mpirun");
+    for (key, _) in std::env::vars() {
+        if key.starts_with("RANKSCOPE_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RANKSCOPE_OUTPUT_DIR", out)
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .env("RANKSCOPE_GATHER_TIMEOUT_S", "20")
+        .envs(env.iter().copied())
+        .arg("--oversubscribe")
+        .args(args);
+    command
+        .output()
+        .expect("running mpirun (scripts/test.sh installs Open MPI)")
+}
+
+fn session_dir(out: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.into_iter().next().unwrap()
+}
+
+fn report(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const RANK: &str = env!("CARGO_BIN_EXE_agent_only_rank");
+
+#[test]
+fn two_four_and_eight_ranks_gather_over_mpi_with_measured_offsets() {
+    for ranks in [2u64, 4, 8] {
+        let out = tempfile::tempdir().unwrap();
+        let run = mpirun(&["-n", &ranks.to_string(), RANK], out.path(), &[]);
+        assert!(run.status.success(), "{ranks} ranks: {}", text(&run.stderr));
+        let report = report(&session_dir(out.path()));
+        let session = &report["session"];
+        assert_eq!(session["world_size"], ranks);
+        assert_eq!(session["transport"], "mpi");
+        assert_eq!(session["clock_sync"], "mpi-pingpong");
+        let expected: Vec<u64> = (0..ranks).collect();
+        assert_eq!(session["ranks_reporting"], serde_json::json!(expected));
+        for rank in report["ranks"].as_array().unwrap() {
+            assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
+            assert!(rank["clock_round_trip_ns"].is_u64(), "{rank}");
+            assert!(
+                rank["clock_drift_ns"].is_i64(),
+                "measured at finish too: {rank}"
+            );
+        }
+        assert_eq!(report["ranks"][0]["clock_offset_ns"], 0);
+        assert_eq!(
+            report["stages"][0]["count"],
+            3 * ranks,
+            "every rank's stages"
+        );
+    }
+}
+
+#[test]
+fn a_program_that_initialised_mpi_keeps_it() {
+    for handed in [false, true] {
+        let out = tempfile::tempdir().unwrap();
+        let program = env!("CARGO_BIN_EXE_mpi_owned_rank");
+        let mut args = vec!["-n", "3", program];
+        if handed {
+            args.push("--hand-communicator");
+        }
+        let run = mpirun(&args, out.path(), &[]);
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        // MPI still worked after the session: the program's own reduction.
+        assert!(
+            text(&run.stdout).contains("ranks 3; report true"),
+            "{}",
+            text(&run.stdout)
+        );
+        let report = report(&session_dir(out.path()));
+        assert_eq!(report["session"]["transport"], "mpi");
+        assert_eq!(
+            report["session"]["ranks_reporting"],
+            serde_json::json!([0, 1, 2])
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_leaves_without_finishing_is_named_missing() {
+    let out = tempfile::tempdir().unwrap();
+    let run = mpirun(
+        &["-n", "4", RANK, "--exit-rank", "2"],
+        out.path(),
+        &[("RANKSCOPE_GATHER_TIMEOUT_S", "5")],
+    );
+    assert!(!run.status.success(), "mpirun reports the rank that left");
+    let dir = session_dir(out.path());
+    // Rank 0 wrote the report by the deadline, or Open MPI ended the job
+    // first: then the spill files rebuild it.
+    if !dir.join("report.json").exists() {
+        let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        let rankscope = [cli.join("debug/rankscope"), cli.join("release/rankscope")]
+            .into_iter()
+            .find(|p| p.exists());
+        let Some(rankscope) = rankscope else {
+            panic!("rank 0 wrote no report and no rankscope binary is built to aggregate");
+        };
+        let aggregate = Command::new(rankscope)
+            .args(["aggregate", "--reports-dir", dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(
+            aggregate.status.code(),
+            Some(3),
+            "{}",
+            text(&aggregate.stderr)
+        );
+    }
+    let report = report(&dir);
+    assert_eq!(report["session"]["world_size"], 4);
+    assert_eq!(report["session"]["ranks_missing"], serde_json::json!([2]));
+}
+
+#[test]
+fn a_rank_with_a_shifted_clock_is_realigned_within_the_measured_bound() {
+    let out = tempfile::tempdir().unwrap();
+    const SHIFT_NS: i64 = 5_000_000_000;
+    let shift = format!("RANKSCOPE_CLOCK_SHIFT_NS={SHIFT_NS}");
+    // Rank 1 runs with its wall clock 5 s ahead.
+    let run = mpirun(
+        &["-n", "1", RANK, ":", "-n", "1", "env", &shift, RANK],
+        out.path(),
+        &[],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let report = report(&session_dir(out.path()));
+    let rank1 = &report["ranks"][1];
+    let offset = rank1["clock_offset_ns"].as_i64().unwrap();
+    let bound = rank1["clock_round_trip_ns"].as_i64().unwrap() / 2;
+    assert!(
+        (offset - SHIFT_NS).abs() <= bound + 1_000_000,
+        "offset {offset} ns, shift {SHIFT_NS} ns, bound {bound} ns"
+    );
+    // On the shared timeline the two ranks started together, not 5 s apart.
+    let started = rank1["started_s"].as_f64().unwrap();
+    assert!(
+        started.abs() < 2.0,
+        "rank 1 placed {started} s after rank 0"
+    );
+}
