@@ -97,8 +97,10 @@ impl ProfilerBuilder {
         self
     }
 
-    /// The profiler; detects the rank environment if none was given.
+    /// The profiler; checks the configuration's ranges, and detects the
+    /// rank environment if none was given.
     pub fn build(mut self) -> Result<Profiler, ProfilerError> {
+        self.config.validate()?;
         let env = match self.env.take() {
             Some(env) => env,
             None => env::detect()?,
@@ -141,8 +143,14 @@ impl Profiler {
         Self::builder(config).build()
     }
 
-    /// A profiler with `config` for the rank `env` describes.
+    /// A profiler with `config` for the rank `env` describes. A
+    /// configuration outside its ranges gives a disabled profiler, and says
+    /// why ([`Profiler::builder`] returns the error instead).
     pub fn with_rank_env(config: Config, env: RankEnv) -> Self {
+        if let Err(e) = config.validate() {
+            crate::notice::say_now(format_args!("profiling off: {e}"));
+            return Self::disabled();
+        }
         Self::builder(config).build_with(env)
     }
 

@@ -293,7 +293,10 @@ impl Recorder {
     pub(crate) fn stop_stage(&self, name: &str) -> bool {
         let end_ns = self.now_ns();
         self.with_thread(|t| {
-            let name = t.names.intern(name);
+            // A lookup, not interning: a name never started costs nothing.
+            let Some(name) = t.names.get(name) else {
+                return false;
+            };
             match t.open.iter().rposition(|s| s.name == name) {
                 Some(pos) => {
                     self.close_open_stage(t, pos, end_ns);

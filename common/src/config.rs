@@ -148,7 +148,7 @@ impl Default for Config {
 #[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read configuration file {path}: {source}")]
+    #[error("cannot read configuration file {path}")]
     Read {
         /// The file.
         path: PathBuf,

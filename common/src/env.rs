@@ -275,12 +275,15 @@ fn run_id(launcher: Launcher, var: &impl Fn(&str) -> Option<String>) -> Option<S
         return Some(run);
     }
     match launcher {
-        // A torchrun job id is often reused (`none` without --standalone),
-        // and an elastic restart keeps it: the restart count tells runs apart.
-        Launcher::Torchrun => var("TORCHELASTIC_RUN_ID").map(|id| {
-            let restart = var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|| "0".into());
-            format!("{id}.{restart}")
-        }),
+        // An elastic restart keeps torchrun's run id: the restart count
+        // tells runs apart. Without --standalone or --rdzv-id the id is
+        // `none` on every launch: that identifies no run at all.
+        Launcher::Torchrun => var("TORCHELASTIC_RUN_ID")
+            .filter(|id| id != "none")
+            .map(|id| {
+                let restart = var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|| "0".into());
+                format!("{id}.{restart}")
+            }),
         Launcher::Single | Launcher::Rankscope => None,
         // Open MPI, PMIx, MPICH and Slurm give each launch a fresh job id.
         _ => job_id(launcher, var),
@@ -380,6 +383,13 @@ mod tests {
             Some("abc.1"),
             "a restart is another run"
         );
+        let unnamed = detect_from(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("TORCHELASTIC_RUN_ID", "none"),
+        ])
+        .unwrap();
+        assert_eq!(unnamed.run_id, None, "`none` names no run");
     }
 
     #[test]

@@ -134,6 +134,16 @@ pub enum RunFilter {
     Only(Option<String>),
 }
 
+impl RunFilter {
+    /// Whether a payload with `header` belongs to the run.
+    pub fn admits(&self, header: &PayloadHeader) -> bool {
+        match self {
+            RunFilter::Any => true,
+            RunFilter::Only(run) => &header.session.run_id == run,
+        }
+    }
+}
+
 /// What the payloads of one report must agree on. Without a session id, the
 /// report covers one run of what the inputs hold: the run `run` names, else
 /// the newest (by session start); payloads of every other run are refused,
@@ -203,10 +213,11 @@ pub fn accept(candidates: Vec<Candidate>, expect: &Expect) -> Gathered {
         Some(id) => (id.clone(), expect.run.clone()),
         None => newest_run(&decoded, &expect.run),
     };
+    // The world size of the run reported on, not of any other.
     let world_size = expect.world_size.unwrap_or_else(|| {
         decoded
             .iter()
-            .filter(|(_, p)| p.header.session.id == session_id)
+            .filter(|(_, p)| p.header.session.id == session_id && run.admits(&p.header))
             .map(|(_, p)| p.header.rank.world_size)
             .max()
             .unwrap_or(0)
@@ -265,11 +276,11 @@ fn check(
             expected: session_id.to_string(),
         });
     }
-    if let RunFilter::Only(run) = run {
-        if &header.session.run_id != run {
+    if let RunFilter::Only(expected) = run {
+        if !run.admits(header) {
             return Some(Rejection::OtherRun {
                 found: header.session.run_id.clone(),
-                expected: run.clone(),
+                expected: expected.clone(),
             });
         }
     }
@@ -418,6 +429,14 @@ mod tests {
                 skipped.reason
             );
         }
+
+        // A newer run of another world size is not judged by the older one's.
+        let mut resized = inputs();
+        resized.push(started(candidate("d", "job", Some("r3"), 0, 1), 300));
+        let newest = accept(resized, &Expect::default());
+        assert_eq!(newest.world_size, 1);
+        assert_eq!(newest.payloads.len(), 1);
+        assert!(newest.missing.is_empty());
 
         let older = accept(
             inputs(),

@@ -9,6 +9,10 @@ pub type NameId = u32;
 /// The name every name past a [`Names`] limit is recorded as.
 pub const OTHER: &str = "(other)";
 
+/// The longest name kept, bytes; a longer one is cut (at a character
+/// boundary), so that names cost bounded memory whatever their length.
+pub const MAX_NAME_BYTES: usize = 1024;
+
 /// Interns strings into [`NameId`]s; one per recording thread. Holds at most
 /// `limit` distinct names: past it, a new name is folded into [`OTHER`] and
 /// counted, so that a program inventing names cannot grow it without bound.
@@ -47,9 +51,25 @@ impl Names {
         self.insert(name)
     }
 
+    /// The id of `name` if it was interned (as itself, cut to
+    /// [`MAX_NAME_BYTES`], or — once the set is full — as [`OTHER`]);
+    /// interns nothing.
+    pub fn get(&self, name: &str) -> Option<NameId> {
+        let found = self.ids.get(name).or_else(|| self.ids.get(cut(name)));
+        match found {
+            Some(&id) => Some(id),
+            None if self.names.len() >= self.limit => self.ids.get(OTHER).copied(),
+            None => None,
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn insert(&mut self, name: &str) -> NameId {
+        let name = cut(name);
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
         let name = if self.names.len() < self.limit {
             name
         } else {
@@ -87,6 +107,18 @@ impl Names {
     }
 }
 
+/// `name` cut to at most [`MAX_NAME_BYTES`] at a character boundary.
+fn cut(name: &str) -> &str {
+    if name.len() <= MAX_NAME_BYTES {
+        return name;
+    }
+    let end = (0..=MAX_NAME_BYTES)
+        .rev()
+        .find(|&i| name.is_char_boundary(i))
+        .unwrap_or(0);
+    &name[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +146,19 @@ mod tests {
         assert_eq!(names.len(), 3);
         assert_eq!(names.take_folded(), 2);
         assert_eq!(names.take_folded(), 0);
+        assert_eq!(names.get("a"), Some(a));
+        assert_eq!(names.get("never"), Some(c), "a full set's unknown names are (other)");
+    }
+
+    #[test]
+    fn a_lookup_interns_nothing_and_long_names_are_cut() {
+        let mut names = Names::with_limit(10);
+        assert_eq!(names.get("x"), None);
+        assert!(names.is_empty());
+        let long = "é".repeat(MAX_NAME_BYTES);
+        let id = names.intern(&long);
+        assert_eq!(names.name(id).len(), MAX_NAME_BYTES);
+        assert_eq!(names.intern(&long), id);
+        assert_eq!(names.get(&long), Some(id));
     }
 }

@@ -165,6 +165,8 @@ pub enum PayloadError {
         bytes: u64,
         /// The limit.
         limit: u64,
+        /// The table whose compressed stream is the largest.
+        largest: Option<Table>,
     },
     /// Bytes follow the checksum: the file holds more than one payload, or
     /// was appended to.
@@ -232,6 +234,7 @@ pub fn encode_within(
         .filter(|(_, batch)| batch.num_rows() > 0)
         .collect();
     out.extend_from_slice(&(tables.len() as u16).to_le_bytes());
+    let mut largest: Option<(usize, Table)> = None;
     for (&table, batch) in tables {
         let stream = write_stream(table, batch)?;
         if stream.len() as u64 > limits.table_bytes {
@@ -245,6 +248,9 @@ pub fn encode_within(
             table: table.name(),
             reason: format!("compressing: {e}"),
         })?;
+        if largest.is_none_or(|(size, _)| compressed.len() > size) {
+            largest = Some((compressed.len(), table));
+        }
         out.push(table.id());
         out.push(codec_id(compression));
         out.extend_from_slice(&(stream.len() as u64).to_le_bytes());
@@ -257,6 +263,7 @@ pub fn encode_within(
         return Err(PayloadError::TooLarge {
             bytes: total,
             limit: limits.payload_bytes,
+            largest: largest.map(|(_, table)| table),
         });
     }
     out[8..16].copy_from_slice(&total.to_le_bytes());
@@ -275,31 +282,29 @@ pub fn encode_capped(
     limits: &Limits,
 ) -> Result<Vec<u8>, PayloadError> {
     loop {
-        let (table, keep) = match encode_within(payload, compression, limits) {
+        let result = encode_within(payload, compression, limits);
+        let (table, keep) = match &result {
             Err(PayloadError::TableTooLarge {
                 table,
                 bytes,
                 limit,
             }) => {
-                let rows = payload.rows(table);
+                let rows = payload.rows(*table);
                 // Rows shrink the stream about in proportion; a margin for
                 // the schema and the framing.
-                let fit = (rows as f64 * limit as f64 / bytes as f64 * 0.9) as usize;
-                (table, fit)
+                let fit = (rows as f64 * *limit as f64 / *bytes as f64 * 0.9) as usize;
+                (*table, fit)
             }
-            Err(PayloadError::TooLarge { .. }) => {
-                let largest = payload
-                    .tables
-                    .iter()
-                    .max_by_key(|(_, batch)| batch.get_array_memory_size())
-                    .map(|(&table, _)| table);
-                match largest {
-                    Some(table) => (table, payload.rows(table) / 2),
-                    None => return encode_within(payload, compression, limits),
-                }
-            }
-            done => return done,
+            Err(PayloadError::TooLarge {
+                largest: Some(table),
+                ..
+            }) => (*table, payload.rows(*table) / 2),
+            _ => return result,
         };
+        if keep >= payload.rows(table) {
+            // Nothing left to cut: the error stands.
+            return result;
+        }
         let batch = &payload.tables[&table];
         let cut = (batch.num_rows() - keep) as u64;
         let kept = batch.slice(0, keep);

@@ -11,6 +11,7 @@ use rankscope_common::payload::{self, ClockSync, TransportName};
 use rankscope_common::{spill, Gathered};
 
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
+use crate::notice::notice;
 
 /// How often rank 0 looks for the other ranks' files.
 const POLL: Duration = Duration::from_millis(50);
@@ -31,6 +32,13 @@ impl Transport for DirTransport {
         session: &SessionInfo<'_>,
         _deadline: Instant,
     ) -> Result<Rendezvous, TransportError> {
+        if session.run_id.is_none() && session.world_size > 1 && session.rank == 0 {
+            notice!(
+                "no run identity: a run started within seconds of an earlier one under the \
+                 same session id could be mixed into its report; set RANKSCOPE_RUN_ID to a \
+                 fresh value per launch (or torchrun's --rdzv-id)"
+            );
+        }
         Ok(Rendezvous {
             run_id: session.run_id.map(str::to_string),
             clock_sync: ClockSync::None,

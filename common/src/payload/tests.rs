@@ -441,3 +441,26 @@ proptest! {
         prop_assert_eq!(kept + dropped, rows as u64);
     }
 }
+
+#[test]
+fn a_payload_over_its_total_limit_is_cut_down_to_fit() {
+    // Each table under the table limit, together over the payload limit.
+    let mut payload = stages_payload(4_000, 200);
+    let limits = Limits {
+        table_bytes: 64 << 20,
+        payload_bytes: 4 << 10,
+    };
+    let bytes = encode_capped(&mut payload, Compression::None, &limits).unwrap();
+    assert!(bytes.len() as u64 <= limits.payload_bytes);
+    let decoded = decode_within(&bytes, &limits).unwrap();
+    let dropped: u64 = decoded.header.dropped.iter().map(|d| d.rows).sum();
+    assert_eq!(decoded.rows(Table::Stages) as u64 + dropped, 4_000);
+
+    // A limit nothing fits under is an error, not an endless loop.
+    let tiny = Limits {
+        table_bytes: 64 << 20,
+        payload_bytes: 16,
+    };
+    let err = encode_capped(&mut stages_payload(10, 0), Compression::None, &tiny).unwrap_err();
+    assert!(matches!(err, PayloadError::TooLarge { .. }), "{err}");
+}
