@@ -13,9 +13,14 @@ for component in rustfmt clippy; do
     fi
 done
 
-# System packages: a C compiler (zstd-sys, the fake NVML library of the tests).
+# System packages: a C compiler (zstd-sys, the fake NVML library of the
+# tests); Open MPI and libclang (bindgen) for the MPI transport and its tests.
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+for package in libopenmpi-dev libclang-dev; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq

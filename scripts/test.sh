@@ -11,12 +11,23 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The agent without the coordinator (a rank that only gathers) still builds.
 cargo clippy -p rankscope --no-default-features --locked -- -D warnings
+# With the MPI transport (real Open MPI, installed by setup.sh).
+MPI_FEATURES=rankscope/mpi,rankscope-tests/mpi,rankscope-cli/mpi
+cargo clippy -p rankscope -p rankscope-tests -p rankscope-cli --features "$MPI_FEATURES" \
+    --all-targets --locked -- -D warnings
 echo "== cargo test"
 mkdir -p target
 log=target/test-output.log
 set +e
 cargo test --workspace --locked 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+echo "== cargo test, MPI transport under real mpirun"
+# Open MPI refuses root unless told; CI runs as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cargo test -p rankscope-tests -p rankscope-cli --features "$MPI_FEATURES" --locked \
+    --test mpi --test mpi_demo 2>&1 | tee -a "$log"
+mpi_status=${PIPESTATUS[0]}
+[ "$status" -ne 0 ] || status=$mpi_status
 set -e
 # One closing line for the whole run: cargo's last line is whichever test
 # binary happened to run last.

@@ -36,7 +36,9 @@ mod reporter;
 mod sampler;
 mod session;
 mod signals;
+mod slot;
 mod stage;
+mod sync;
 pub mod transport;
 
 pub use profiler::{Profiler, ProfilerBuilder, ProfilerError};

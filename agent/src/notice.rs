@@ -16,6 +16,7 @@ use std::fmt;
 use std::io::Write;
 use std::sync::Mutex;
 
+use crate::sync::lock;
 use rankscope_common::text::terminal;
 
 /// Distinct notices kept per payload.
@@ -34,7 +35,7 @@ static STATE: Mutex<State> = Mutex::new(State {
 });
 
 fn state() -> std::sync::MutexGuard<'static, State> {
-    STATE.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&STATE)
 }
 
 /// Which rank this process is, and whether it keeps its notices to itself.

@@ -13,6 +13,7 @@ use rankscope_common::Config;
 use crate::recorder::Recorder;
 use crate::sampler::Telemetry;
 use crate::session::{Session, SessionError, SessionState};
+use crate::slot::Slot;
 use crate::stage::StageGuard;
 use crate::transport::Transport;
 use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
@@ -45,8 +46,8 @@ pub(crate) struct Shared {
     pub(crate) env: RankEnv,
     /// GPU and host sampling.
     pub(crate) telemetry: Telemetry,
-    /// The running session.
-    pub(crate) session: Mutex<Option<SessionState>>,
+    /// The session, in whichever phase it is.
+    pub(crate) session: Slot<SessionState>,
     /// The transport, made at the first session unless one was handed in;
     /// each session takes it while it runs.
     pub(crate) transport: Mutex<Option<Box<dyn Transport>>>,
@@ -123,7 +124,7 @@ impl ProfilerBuilder {
                 telemetry: Telemetry::new(&self.config, &env),
                 config: self.config,
                 env,
-                session: Mutex::new(None),
+                session: Slot::default(),
                 transport: Mutex::new(self.transport),
                 reporter,
             })),

@@ -5,8 +5,10 @@
 //!
 //! Each thread that records gets its own buffer, found through a
 //! thread-local, so the hot path touches only memory its thread owns. The
-//! buffer's mutex is taken by its own thread on every call and by the
-//! session's finish once, so it is never contended while a job runs. When a
+//! buffer's mutex is taken by its own thread on every call; other threads
+//! take it only at session boundaries (start, finish, a thread's exit) and
+//! when the simulated GPUs read which stages are open, so it is not
+//! contended while a job runs. When a
 //! thread exits, its records move into the recorder's batch builders and its
 //! buffer is freed, so short-lived threads cost no memory once gone.
 //!
@@ -23,6 +25,8 @@ use rankscope_common::names::{NameId, Names};
 use rankscope_common::payload::Overflow;
 use rankscope_common::table::{Builders, Records, StageRecord, Table};
 use rankscope_common::Config;
+
+use crate::sync::lock;
 
 /// Source of recorder ids: thread-local buffers are keyed by them.
 static NEXT_RECORDER_ID: AtomicU64 = AtomicU64::new(1);
@@ -138,10 +142,6 @@ impl Registry {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Adds what `data` overflowed to `total`, and resets its counts.
 fn add_overflow(total: &mut Overflow, data: &mut ThreadData) {
     total.names_folded += data.names.take_folded();
@@ -151,7 +151,7 @@ fn add_overflow(total: &mut Overflow, data: &mut ThreadData) {
 impl ThreadBuffer {
     /// Locks the data; a panic on another holder does not poison recording.
     pub(crate) fn lock(&self) -> MutexGuard<'_, ThreadData> {
-        self.data.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.data)
     }
 }
 
@@ -379,6 +379,8 @@ impl Recorder {
             registry: Arc::downgrade(&self.registry),
         });
         lock(&self.registry.threads).push(Arc::clone(&buffer));
+        // Entries of profilers dropped since are of no use to this thread.
+        buffers.retain(|(_, b)| b.registry.strong_count() > 0);
         buffers.push((self.id, Arc::clone(&buffer)));
         buffer
     }

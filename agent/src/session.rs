@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use rankscope_common::env::{Launcher, RankEnv};
 use rankscope_common::error::Chain;
@@ -22,6 +22,8 @@ use crate::notice::{self, notice, say};
 use crate::profiler::Shared;
 use crate::reporter::default_reporter;
 use crate::sampler::Sampler;
+use crate::slot::{BackToIdle, Phase};
+use crate::sync::lock;
 use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport, TransportError};
 
 /// Why a session could not start or finish.
@@ -252,10 +254,10 @@ impl Session {
         tags: &[(&str, &str)],
     ) -> Result<Self, SessionError> {
         shared.telemetry.prepare();
-        let mut slot = shared.session.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(running) = slot.as_ref() {
-            return Err(SessionError::AlreadyRunning(running.name.clone()));
-        }
+        let starting = shared.session.start(|phase| match phase {
+            Phase::Running(running) => SessionError::AlreadyRunning(running.name.clone()),
+            _ => SessionError::AlreadyRunning("(another, starting or finishing)".into()),
+        })?;
         let (config, env) = (&shared.config, &shared.env);
         if env.world_size > config.max_world_size {
             return Err(SessionError::WorldTooLarge {
@@ -289,7 +291,7 @@ impl Session {
             }
         };
         shared.recorder.begin_session();
-        *slot = Some(SessionState {
+        starting.running(SessionState {
             id,
             name,
             tags: capped_tags(tags),
@@ -300,7 +302,6 @@ impl Session {
             transport,
             sampler: shared.telemetry.start(&shared.recorder),
         });
-        drop(slot);
         if shared.config.spill_on_signal {
             crate::signals::watch(&shared);
         }
@@ -312,8 +313,7 @@ impl Session {
     /// The session directory (`None` for a disabled profiler).
     pub fn dir(&self) -> Option<PathBuf> {
         let shared = self.shared.as_ref()?;
-        let slot = shared.session.lock().unwrap_or_else(|e| e.into_inner());
-        slot.as_ref().map(|s| s.dir.clone())
+        shared.session.with_running(|s| s.dir.clone())
     }
 
     /// Ends the session: spills this rank's payload, gathers on rank 0 (which
@@ -343,21 +343,18 @@ impl Drop for Session {
 /// Spills the running session, if there is one, without gathering: what a
 /// stop signal does. Returns the spill file.
 pub(crate) fn spill_running(shared: &Shared) -> Result<Option<PathBuf>, SessionError> {
-    match finish(shared, false) {
-        Ok(outcome) => Ok(Some(outcome.spill_file)),
-        Err(SessionError::Stopped) => Ok(None),
-        Err(e) => Err(e),
+    match shared.session.finish_after_spill() {
+        Some((state, finishing)) => {
+            finish_state(shared, *state, &finishing, false).map(|o| Some(o.spill_file))
+        }
+        None => Ok(None),
     }
 }
 
 /// The profiler's transport: the one handed in, else the one configuration
 /// and launcher call for.
 fn take_transport(shared: &Shared) -> Result<Box<dyn Transport>, SessionError> {
-    let given = shared
-        .transport
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
+    let given = lock(&shared.transport).take();
     match given {
         Some(transport) => Ok(transport),
         None => transport::for_rank(&shared.config, &shared.env).map_err(|source| {
@@ -370,24 +367,30 @@ fn take_transport(shared: &Shared) -> Result<Box<dyn Transport>, SessionError> {
 }
 
 fn put_back(shared: &Shared, transport: Box<dyn Transport>) {
-    *shared.transport.lock().unwrap_or_else(|e| e.into_inner()) = Some(transport);
+    *lock(&shared.transport) = Some(transport);
 }
 
 /// Ends recording and hands the rank's data on; with `gather`, also the
 /// gather and, on rank 0, the report.
 fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
-    let Some(mut state) = shared
-        .session
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-    else {
+    let Some((state, finishing)) = shared.session.finish() else {
         return Err(SessionError::Stopped);
     };
+    finish_state(shared, *state, &finishing, gather)
+}
+
+/// [`finish`] of a session taken from the slot; `finishing` hears when the
+/// spill file is written.
+fn finish_state(
+    shared: &Shared,
+    mut state: SessionState,
+    finishing: &BackToIdle<'_, SessionState>,
+    gather: bool,
+) -> Result<Outcome, SessionError> {
     let duration_ns = shared.recorder.end_session();
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
     let result = build_payload(shared, &state, duration_ns, sampler)
-        .and_then(|payload| hand_on(shared, &mut state, payload, gather));
+        .and_then(|payload| hand_on(shared, &mut state, payload, finishing, gather));
     put_back(shared, state.transport);
     result
 }
@@ -397,6 +400,7 @@ fn hand_on(
     shared: &Shared,
     state: &mut SessionState,
     mut payload: Payload,
+    finishing: &BackToIdle<'_, SessionState>,
     gather: bool,
 ) -> Result<Outcome, SessionError> {
     let (config, env) = (&shared.config, &shared.env);
@@ -424,6 +428,7 @@ fn hand_on(
             dir: state.dir.clone(),
             source,
         })?;
+    finishing.spilled();
     let mut outcome = Outcome {
         session_dir: state.dir.clone(),
         spill_file,
@@ -581,10 +586,7 @@ fn session_id(config: &Config, env: &RankEnv) -> Result<String, SessionError> {
         return Ok(id);
     }
     if env.world_size == 1 {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        return Ok(format!("{}-{}", now.as_secs(), std::process::id()));
+        return Ok(rankscope_common::env::fresh_job_id());
     }
     Err(SessionError::NoSessionId {
         launcher: env.launcher,

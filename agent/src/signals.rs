@@ -8,6 +8,7 @@
 //! whose action the program set itself (Python's SIGINT, a server's
 //! graceful shutdown) is left alone: that program finishes its session.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -16,6 +17,7 @@ use signal_hook::iterator::Signals;
 use crate::notice::say;
 use crate::profiler::Shared;
 use crate::session;
+use crate::sync::lock;
 
 /// Profilers whose sessions are spilled when a stop signal comes.
 static WATCHED: OnceLock<Mutex<Vec<Weak<Shared>>>> = OnceLock::new();
@@ -27,7 +29,7 @@ pub(crate) fn watch(shared: &Arc<Shared>) {
         start_watcher();
         Mutex::default()
     });
-    let mut watched = watched.lock().unwrap_or_else(|e| e.into_inner());
+    let mut watched = lock(watched);
     watched.retain(|w| w.strong_count() > 0);
     if !watched.iter().any(|w| w.as_ptr() == Arc::as_ptr(shared)) {
         watched.push(Arc::downgrade(shared));
@@ -57,6 +59,16 @@ fn start_watcher() {
     if wanted.is_empty() {
         return;
     }
+    // A second stop signal while the first one's spill runs ends the
+    // process at once, as it would without rankscope.
+    let stopping = Arc::new(AtomicBool::new(false));
+    for &signal in &wanted {
+        if let Err(e) =
+            signal_hook::flag::register_conditional_default(signal, Arc::clone(&stopping))
+        {
+            say!("a second stop signal will wait for the spill: {e}");
+        }
+    }
     let mut signals = match Signals::new(&wanted) {
         Ok(signals) => signals,
         Err(e) => {
@@ -68,6 +80,7 @@ fn start_watcher() {
         .name("rankscope-signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
+                stopping.store(true, Ordering::SeqCst);
                 spill_all(signal);
                 // The signal's own course: the default action ends the process.
                 let _ = signal_hook::low_level::emulate_default_handler(signal);
@@ -82,7 +95,7 @@ fn start_watcher() {
 fn spill_all(signal: i32) {
     let watched: Vec<Arc<Shared>> = WATCHED
         .get()
-        .map(|w| w.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        .map(|w| lock(w).clone())
         .unwrap_or_default()
         .iter()
         .filter_map(Weak::upgrade)

@@ -246,7 +246,9 @@ fn a_dropped_session_still_spills_its_payload() {
     profiler.record_metric("m", 1.0);
     let dir = session.dir().unwrap();
     drop(session);
-    let files = spill::find(&dir, Some(0), None, std::time::UNIX_EPOCH).unwrap();
+    let files = spill::find(&dir, Some(0), None, std::time::UNIX_EPOCH)
+        .unwrap()
+        .files;
     assert_eq!(files.len(), 1);
     let payload = payload::decode(&std::fs::read(&files[0]).unwrap()).unwrap();
     assert_eq!(payload.rows(Table::Metrics), 1);
@@ -496,4 +498,44 @@ fn planted_links_at_temporary_names_are_never_followed() {
         })
         .count();
     assert_eq!(temporary, 0, "no temporary file is left behind");
+}
+
+#[cfg(unix)]
+#[test]
+fn rank_zero_names_a_special_file_in_its_gather_and_never_reads_it() {
+    let out = tempfile::tempdir().unwrap();
+    let config = Config {
+        output_dir: out.path().into(),
+        gather_timeout_s: 0.3,
+        gpu_source: rankscope_common::config::GpuSourceKind::None,
+        ..Config::default()
+    };
+    let env = RankEnv {
+        launcher: Launcher::Rankscope,
+        rank: 0,
+        world_size: 2,
+        job_id: Some("special".into()),
+        run_id: Some("special-run".into()),
+        ..RankEnv::single()
+    };
+    let rank0 = Profiler::with_rank_env(config, env);
+    let session = rank0.session("job", &[]).unwrap();
+    let dir = session.dir().unwrap();
+    let name = spill::SpillName {
+        rank: 1,
+        run_id: Some("special-run"),
+        process: 9,
+    }
+    .file_name();
+    std::os::unix::fs::symlink("/dev/zero", dir.join(name)).unwrap();
+    let gathered = session.finish().unwrap().gathered.unwrap();
+    assert_eq!(gathered.missing, vec![1], "a link is not rank 1's file");
+    assert!(
+        gathered
+            .skipped
+            .iter()
+            .any(|s| matches!(s.reason, Rejection::NotAFile)),
+        "{:?}",
+        gathered.skipped
+    );
 }

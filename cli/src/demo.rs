@@ -78,7 +78,7 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
     }
     let started = Instant::now();
     let exe = std::env::current_exe().context("locating the rankscope executable")?;
-    let job_id = launcher::fresh_job_id();
+    let job_id = rankscope_common::env::fresh_job_id();
     // Real GPUs when NVML is here (and the user did not choose); else simulated ones.
     let gpu_source = match std::env::var("RANKSCOPE_GPU_SOURCE") {
         Ok(chosen) => chosen,

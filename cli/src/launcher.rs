@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -47,14 +47,6 @@ pub type LineHandler = Arc<dyn Fn(u32, &str) + Send + Sync>;
 pub struct Ranks {
     children: Vec<Child>,
     readers: Vec<JoinHandle<()>>,
-}
-
-/// A fresh id for one launch: the session and run id of its ranks.
-pub fn fresh_job_id() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    format!("{}-{}", now.as_secs(), std::process::id())
 }
 
 /// Starts every rank of `job`; `on_line` sees their output lines (with the

@@ -72,7 +72,11 @@ fn aggregate_keeps_the_newest_run_and_names_the_others() {
         &[],
     );
     let stderr = text(&run.stderr);
-    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        run.status.code(),
+        Some(3),
+        "other runs' files were left out: {stderr}"
+    );
     let report = read_json(&dir.path().join("report.json"));
     assert_eq!(report["session"]["run_id"], "r2");
     assert_eq!(
@@ -101,7 +105,7 @@ fn aggregate_keeps_the_newest_run_and_names_the_others() {
         ],
         &[],
     );
-    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
     let report = read_json(&dir.path().join("report.json"));
     assert_eq!(report["session"]["run_id"], "r1");
     assert_eq!(report["stages"][0]["name"], "stage-of-r1");

@@ -182,6 +182,15 @@ const LAUNCHERS: &[LauncherVars] = &[
     },
 ];
 
+/// A fresh job id for a launch that has none: the time and this process's
+/// id (`1764121234-4242`), unique on the machine.
+pub fn fresh_job_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}-{}", now.as_secs(), std::process::id())
+}
+
 /// Detects the rank environment from the process environment.
 pub fn detect() -> Result<RankEnv, EnvError> {
     detect_with(|name| std::env::var(name).ok())

@@ -147,7 +147,11 @@ mod tests {
         assert_eq!(names.take_folded(), 2);
         assert_eq!(names.take_folded(), 0);
         assert_eq!(names.get("a"), Some(a));
-        assert_eq!(names.get("never"), Some(c), "a full set's unknown names are (other)");
+        assert_eq!(
+            names.get("never"),
+            Some(c),
+            "a full set's unknown names are (other)"
+        );
     }
 
     #[test]

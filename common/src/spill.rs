@@ -1,5 +1,5 @@
-//! Spill files: a rank's payload on disk, `rank-NNNNN.rsp` in the session
-//! directory. Written with [`crate::file::write_atomic`], read back as
+//! Spill files: a rank's payload on disk, `rank-NNNNN.r<run>.p<process>.rsp`
+//! in the session directory ([`SpillName`]). Written with [`crate::file::write_atomic`], read back as
 //! untrusted input: regular files only, never past the payload size limit.
 
 use std::fs::File;
@@ -69,31 +69,46 @@ pub fn write(dir: &Path, name: &SpillName<'_>, bytes: &[u8]) -> std::io::Result<
     Ok(path)
 }
 
+/// The rank a spill file name is of: `rank-00003.….rsp` → 3.
+pub fn rank_of(file_name: &str) -> Option<u32> {
+    let rest = file_name.strip_prefix("rank-")?;
+    rest[..rest.find('.')?].parse().ok()
+}
+
+/// What [`find`] found.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Regular files modified at or after the time asked, by name.
+    pub files: Vec<PathBuf>,
+    /// Entries with a spill file's name that are not regular files (links,
+    /// FIFOs, devices): to be named as refused, never read.
+    pub special: Vec<PathBuf>,
+}
+
 /// The spill files in `dir` of `rank` (any when `None`) in run `run_id`
-/// (any when `None`), modified at or after `since`, by name. Only regular
-/// files count.
+/// (any when `None`), modified at or after `since`.
 pub fn find(
     dir: &Path,
     rank: Option<u32>,
     run_id: Option<&str>,
     since: SystemTime,
-) -> std::io::Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
+) -> std::io::Result<Found> {
+    let mut found = Found::default();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         if !is_spill_of(&entry.file_name().to_string_lossy(), rank, run_id) {
             continue;
         }
-        // The entry's own metadata: a link does not count as a file.
-        let fresh = entry
-            .metadata()
-            .and_then(|m| Ok(m.file_type().is_file() && m.modified()? >= since))
-            .unwrap_or(false);
-        if fresh {
-            found.push(entry.path());
+        // The entry's own metadata: a link is not taken for a file.
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.file_type().is_file() {
+            found.special.push(entry.path());
+        } else if meta.modified().is_ok_and(|modified| modified >= since) {
+            found.files.push(entry.path());
         }
     }
-    found.sort();
+    found.files.sort();
+    found.special.sort();
     Ok(found)
 }
 
@@ -112,7 +127,7 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
     if !entry.file_type().is_file() {
         return Err(Rejection::NotAFile);
     }
-    let file = File::open(path).map_err(Rejection::Io)?;
+    let file = open_regular(path)?;
     let opened = file.metadata().map_err(Rejection::Io)?;
     if !opened.is_file() {
         return Err(Rejection::NotAFile);
@@ -132,6 +147,25 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
         });
     }
     Ok(bytes)
+}
+
+/// Opens `path` for reading without following a link or blocking on a FIFO
+/// (the entry could have been swapped since it was looked at).
+fn open_regular(path: &Path) -> Result<File, Rejection> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    options.open(path).map_err(|e| {
+        #[cfg(unix)]
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            return Rejection::NotAFile;
+        }
+        Rejection::Io(e)
+    })
 }
 
 /// Every file in `dir` with the spill extension, decoded (or with the
@@ -165,6 +199,14 @@ pub fn read_files(paths: impl IntoIterator<Item = PathBuf>) -> Vec<Candidate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rank_of_a_name() {
+        assert_eq!(rank_of("rank-00003.r1a2b3c4d.p00000001.rsp"), Some(3));
+        assert_eq!(rank_of("rank-123456.p1.rsp"), Some(123_456));
+        assert_eq!(rank_of("notes.rsp"), None);
+        assert_eq!(rank_of("rank-x.rsp"), None);
+    }
 
     #[test]
     fn names_tell_runs_and_processes_apart() {

@@ -82,23 +82,6 @@ macro_rules! tables {
             $( #[doc = concat!("`", stringify!($name), "` records.")] pub $name: VecDeque<$record>, )*
         }
 
-        impl Records {
-            /// Forgets every record.
-            pub fn clear(&mut self) {
-                $( self.$name.clear(); )*
-            }
-
-            /// Records held in `table`.
-            pub fn len(&self, table: Table) -> usize {
-                match table { $(Table::$variant => self.$name.len(),)* }
-            }
-
-            /// Whether no table holds a record.
-            pub fn is_empty(&self) -> bool {
-                true $( && self.$name.is_empty() )*
-            }
-        }
-
         /// One builder per table: records of any number of threads in,
         /// one batch per non-empty table out.
         #[derive(Default)]

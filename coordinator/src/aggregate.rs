@@ -68,9 +68,13 @@ pub struct Aggregated {
 }
 
 impl Aggregated {
-    /// Whether every rank is in the report and no input was refused.
+    /// Whether every rank is in the report and every input in the
+    /// directory was used (none refused, none of another run).
     pub fn is_complete(&self) -> bool {
-        self.report.session.ranks_missing.is_empty() && self.report.session.skipped.is_empty()
+        let session = &self.report.session;
+        session.ranks_missing.is_empty()
+            && session.skipped.is_empty()
+            && session.other_runs.is_empty()
     }
 }
 

@@ -2,7 +2,7 @@
 //! ranks) spills what it recorded, then ends as the signal says.
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -16,6 +16,16 @@ fn stopped_by(signal: &str, number: i32) {
     }
     for var in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"] {
         command.env_remove(var);
+    }
+    // The rank must start with the signals' default actions, whatever this
+    // test runner inherited (a shell in the background ignores SIGINT).
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
     }
     let mut child = command
         .arg("--wait-for-signal")

@@ -25,6 +25,7 @@ use rankscope_common::Config;
 
 use crate::notice::notice;
 use crate::recorder::Recorder;
+use crate::sync::lock;
 use gpu::{GpuReader, SharedGpuReader};
 use host::HostReader;
 
@@ -73,8 +74,7 @@ impl Telemetry {
 
     /// The locked GPU reader, when there is one.
     pub(crate) fn lock_gpu(&self) -> Option<MutexGuard<'_, Box<dyn GpuReader>>> {
-        self.gpu()
-            .map(|g| g.lock().unwrap_or_else(|e| e.into_inner()))
+        self.gpu().map(|g| lock(g))
     }
 
     /// The rank's GPUs, for the payload header.
@@ -178,11 +178,7 @@ impl Sampler {
     }
 
     fn halt(&mut self) -> SamplerStats {
-        *self
-            .signal
-            .stopped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = true;
+        *lock(&self.signal.stopped) = true;
         self.signal.wake.notify_all();
         let Some(thread) = self.thread.take() else {
             return SamplerStats::default();
@@ -246,23 +242,20 @@ fn run(
     let mut gpu_cost = Cost::default();
     let mut host_cost = Cost::default();
     loop {
-        let stopping = *signal.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        let stopping = *lock(&signal.stopped);
         let now = Instant::now();
         if let Some(reader) = &gpu {
             if gpu_timer.due(now) || stopping {
                 let pcie = pcie_timer.as_mut().is_some_and(|t| t.due(now));
                 // The stages are read before the reader is locked: never hold
                 // the reader while waiting for a thread buffer.
-                let follows = reader
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .follows_stages();
+                let follows = lock(reader).follows_stages();
                 let open_stages = if follows {
                     sampled.recorder.open_stage_names()
                 } else {
                     Vec::new()
                 };
-                let mut reader = reader.lock().unwrap_or_else(|e| e.into_inner());
+                let mut reader = lock(reader);
                 gpu_rows.clear();
                 let started = Instant::now();
                 reader.sample(
@@ -288,7 +281,7 @@ fn run(
         }
         if display_timer.as_mut().is_some_and(|t| t.due(now)) {
             if let Some(reader) = &gpu {
-                let reader = reader.lock().unwrap_or_else(|e| e.into_inner());
+                let reader = lock(reader);
                 let text = display::line(
                     sampled.rank,
                     reader.source(),
@@ -325,7 +318,7 @@ fn run(
         .flatten()
         .min()
         .expect("the sampler runs only with something to sample");
-        let stopped = signal.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        let stopped = lock(&signal.stopped);
         let wait = next.saturating_duration_since(Instant::now());
         let _ = signal
             .wake

@@ -3,6 +3,7 @@
 //! reads them all. It has no rendezvous: the run's identity is the one the
 //! launcher gives, and clock offsets are not measured.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -75,10 +76,12 @@ impl Transport for DirTransport {
                 .map_or_else(|| "rank 0".to_string(), |p| p.display().to_string()),
             payload: payload::decode(payload).map_err(Rejection::Payload),
         }];
-        let others = spill::find(dir, None, run, fresh_after)
-            .map_err(io)?
+        let found = spill::find(dir, None, run, fresh_after).map_err(io)?;
+        let others = found
+            .files
             .into_iter()
-            .filter(|path| Some(path) != own.as_ref());
+            .filter(|path| Some(path) != own.as_ref())
+            .chain(found.special);
         candidates.extend(spill::read_files(others));
         let expect = Expect {
             session_id: Some(session.session_id.to_string()),
@@ -103,17 +106,15 @@ fn wait_for_files(
     fresh_after: SystemTime,
     deadline: Instant,
 ) -> std::io::Result<()> {
-    let mut waiting: Vec<u32> = (0..world_size).collect();
     loop {
-        let present = spill::find(dir, None, run_id, fresh_after)?;
-        waiting.retain(|&rank| {
-            !present.iter().any(|path| {
-                let name = path.file_name().unwrap_or_default().to_string_lossy();
-                spill::is_spill_of(&name, Some(rank), run_id)
-            })
-        });
+        let present: BTreeSet<u32> = spill::find(dir, None, run_id, fresh_after)?
+            .files
+            .iter()
+            .filter_map(|path| spill::rank_of(&path.file_name()?.to_string_lossy()))
+            .filter(|&rank| rank < world_size)
+            .collect();
         let now = Instant::now();
-        if waiting.is_empty() || now >= deadline {
+        if present.len() as u32 >= world_size || now >= deadline {
             return Ok(());
         }
         std::thread::sleep(POLL.min(deadline - now));

@@ -227,14 +227,16 @@ impl Transport for MpiTransport {
         // The ranks that sent nothing may still have spilled their payload
         // (in this run: every rank knows the run's identity).
         for peer in pending {
-            let files = spill::find(
+            let found = spill::find(
                 session.session_dir,
                 Some(peer as u32),
                 session.run_id,
                 std::time::UNIX_EPOCH,
             )
             .unwrap_or_default();
-            candidates.extend(spill::read_files(files));
+            candidates.extend(spill::read_files(
+                found.files.into_iter().chain(found.special),
+            ));
         }
         let expect = Expect {
             session_id: Some(session.session_id.to_string()),

@@ -79,7 +79,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                 "rank {} dropped {} rows of `{}`: raise max_data_points to keep them",
                 dropped.rank, dropped.rows, dropped.table
             ),
-            "the table reached max_data_points".into(),
+            "the table reached max_data_points, or the payload its size limit".into(),
         );
     }
     for rank in &report.ranks {
