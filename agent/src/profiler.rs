@@ -217,7 +217,7 @@ impl Profiler {
     pub fn stage_with(&self, name: &str, metadata: &serde_json::Value) -> StageGuard<'_> {
         StageGuard::new(
             self.recording()
-                .map(|(rec, g)| (rec, rec.begin_stage(g, name, Some(metadata.to_string())))),
+                .map(|(rec, g)| (rec, rec.begin_stage(g, name, Some(json_text(metadata))))),
         )
     }
 
@@ -262,7 +262,7 @@ impl Profiler {
     /// Records an event with a JSON payload.
     pub fn add_event(&self, name: &str, payload: &serde_json::Value) {
         if let Some((rec, _)) = self.recording() {
-            let payload = (!payload.is_null()).then(|| payload.to_string());
+            let payload = (!payload.is_null()).then(|| json_text(payload));
             rec.record_row(Table::Events, |t, ts_ns| {
                 let name = t.names.intern(name);
                 t.records.events.push_back(EventRecord {
@@ -362,6 +362,20 @@ impl Profiler {
             .recording()
             .map(|generation| (recorder, generation))
     }
+}
+
+/// The longest stage metadata or event payload kept, bytes of JSON text.
+const MAX_JSON_BYTES: usize = 64 << 10;
+
+/// `value` as JSON text; past [`MAX_JSON_BYTES`], a note of its size
+/// instead, so that a row costs bounded memory.
+fn json_text(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    if text.len() <= MAX_JSON_BYTES {
+        return text;
+    }
+    serde_json::json!({ "rankscope_cut": format!("{} bytes of JSON, past the {MAX_JSON_BYTES}-byte limit", text.len()) })
+        .to_string()
 }
 
 fn record_metric(recorder: &Recorder, section: &str, name: &str, value: f64) {

@@ -272,10 +272,19 @@ impl Session {
         );
         let id = capped("session id", &session_id(config, env)?, MAX_NAME_BYTES);
         let dir = session_dir(config, &name, &id);
-        std::fs::create_dir_all(&dir).map_err(|source| SessionError::SessionDir {
-            path: dir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                // A link planted in its place would send the files elsewhere.
+                let kind = std::fs::symlink_metadata(&dir)?.file_type();
+                match kind.is_dir() {
+                    true => Ok(()),
+                    false => Err(std::io::Error::other("a link or file stands in its place")),
+                }
+            })
+            .map_err(|source| SessionError::SessionDir {
+                path: dir.clone(),
+                source,
+            })?;
         let mut transport = take_transport(&shared)?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
         let proposal = session_info(env, &id, env.run_id.as_deref(), &dir, start_unix_ns);
@@ -615,10 +624,19 @@ pub(crate) fn path_safe(text: &str) -> String {
 }
 
 /// The session directory a rank with `config` uses for `name` and `id`.
+/// An id that `path_safe` had to change gets a tag of the whole id, so that
+/// two ids (`exp:7`, `exp/7`) never share a directory.
 pub(crate) fn session_dir(config: &Config, name: &str, id: &str) -> PathBuf {
-    config
-        .output_dir
-        .join(format!("{}-{}", path_safe(name), path_safe(id)))
+    let safe_id = path_safe(id);
+    let dir = if safe_id == id {
+        format!("{}-{safe_id}", path_safe(name))
+    } else {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(id, &mut hasher);
+        let tag = std::hash::Hasher::finish(&hasher) as u32;
+        format!("{}-{safe_id}-{tag:08x}", path_safe(name))
+    };
+    config.output_dir.join(dir)
 }
 
 #[cfg(test)]
@@ -635,5 +653,12 @@ mod tests {
         let dir = session_dir(&Config::default(), "/abs", "1");
         assert!(dir.starts_with("profiling_reports"), "{}", dir.display());
         assert!(Path::new(&path_safe("a/b")).components().count() == 1);
+        let config = Config::default();
+        assert_ne!(
+            session_dir(&config, "t", "exp:7"),
+            session_dir(&config, "t", "exp/7"),
+            "ids that read alike once made safe keep their own directories"
+        );
+        assert!(session_dir(&config, "t", "job-7").ends_with("t-job-7"));
     }
 }

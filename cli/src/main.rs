@@ -102,8 +102,17 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_PARTIAL),
         Err(error) => {
+            // Line by line: a multi-line error keeps its lines, each made
+            // safe for the terminal.
             let chain = Chain(error.as_ref()).to_string();
-            eprintln!("rankscope: error: {}", terminal(&chain));
+            let mut lines = chain.lines();
+            eprintln!(
+                "rankscope: error: {}",
+                terminal(lines.next().unwrap_or_default())
+            );
+            for line in lines {
+                eprintln!("{}", terminal(line));
+            }
             ExitCode::from(EXIT_ERROR)
         }
     }

@@ -112,6 +112,16 @@ pub struct Config {
     /// GPUs this rank samples: indices, UUIDs or `all`; default from
     /// CUDA_VISIBLE_DEVICES and LOCAL_RANK.
     pub gpu_devices: Option<String>,
+    /// Rank 0's TCP listener address (default: MASTER_ADDR).
+    pub addr: Option<String>,
+    /// Rank 0's TCP listener port (default: MASTER_PORT + 1).
+    pub port: Option<u16>,
+    /// The job token every TCP connection proves it knows (default: derived
+    /// from TORCHELASTIC_RUN_ID and the master address and port, which is
+    /// guessable where the run id is reused: set one per job).
+    pub token: Option<String>,
+    /// The largest payload frame rank 0 takes over TCP, bytes.
+    pub max_frame_bytes: u64,
     /// Moves this rank's wall clock by this many nanoseconds: a testing aid
     /// that skews a rank on purpose, to check that clock alignment undoes
     /// it. 0 in real jobs.
@@ -207,6 +217,10 @@ impl Config {
             host_interval_s: 1.0,
             pcie_interval_s: None,
             gpu_devices: None,
+            addr: None,
+            port: None,
+            token: None,
+            max_frame_bytes: 256 << 20,
             clock_shift_ns: 0,
             spill_on_signal: true,
             quiet_ranks: true,
@@ -244,7 +258,8 @@ impl Config {
         static WARNED: std::sync::Once = std::sync::Once::new();
         WARNED.call_once(|| {
             for unknown in unknown_variables(std::env::vars_os().map(|(name, _)| name)) {
-                eprintln!("rankscope: warning: {unknown}");
+                let text = unknown.to_string();
+                eprintln!("rankscope: warning: {}", crate::text::terminal(&text));
             }
         });
         check_utf8(std::env::vars_os())?;
@@ -366,6 +381,7 @@ impl Config {
             ),
             ("straggler_min_s", Some(self.straggler_min_s)),
             ("clock_shift_ns", Some(self.clock_shift_ns as f64)),
+            ("max_frame_bytes", Some(self.max_frame_bytes as f64)),
         ];
         for (key, value) in values {
             let Some(value) = value else { continue };
@@ -400,6 +416,7 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("straggler_threshold_pct", 0.0, 1_000_000.0),
     ("straggler_min_s", 0.0, 1_000_000.0),
     ("clock_shift_ns", -86_400e9, 86_400e9),
+    ("max_frame_bytes", 4096.0, 4_294_967_296.0),
 ];
 
 /// Refuses a `RANKSCOPE_*` variable whose value is not UTF-8, which would
@@ -529,8 +546,32 @@ fn env_candidates(value: &str) -> Vec<Value> {
     out
 }
 
+/// The largest configuration file read.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 fn read_file(path: &Path) -> Result<Map<String, Value>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let read = || -> std::io::Result<String> {
+        use std::io::Read;
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        {
+            // A FIFO must not block the open; it is refused just below.
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_NONBLOCK);
+        }
+        let file = options.open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        let mut text = String::new();
+        file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(std::io::Error::other("larger than 1 MiB"));
+        }
+        Ok(text)
+    };
+    let text = read().map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -665,6 +706,23 @@ mod tests {
             err.contains("RANKSCOPE_OUTPUT_DIR") && err.contains("UTF-8"),
             "{err}"
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_configuration_that_is_no_regular_file_is_refused_at_once() {
+        let err = Config::load(Some(Path::new("/dev/zero")), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/dev/zero"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("config.yaml");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        assert!(Config::load(Some(&fifo), env(&[])).is_err());
     }
 
     #[test]

@@ -77,7 +77,8 @@ impl Limits {
     };
 }
 
-const PREAMBLE_BYTES: usize = 20;
+/// Bytes at the start of every payload that announce its length.
+pub const PREAMBLE_BYTES: usize = 20;
 const CHECKSUM_BYTES: usize = 4;
 
 /// Compression of the Arrow IPC streams inside a payload.
@@ -244,15 +245,22 @@ pub fn encode_within(
                 limit: limits.table_bytes,
             });
         }
-        let compressed = compress(&stream, compression).map_err(|e| PayloadError::Table {
+        let mut codec = compression;
+        let mut compressed = compress(&stream, codec).map_err(|e| PayloadError::Table {
             table: table.name(),
             reason: format!("compressing: {e}"),
         })?;
+        if !expansion_allowed(compressed.len(), stream.len() as u64) {
+            // Data this repetitive would read as a decompression bomb:
+            // stored as it is instead.
+            codec = Compression::None;
+            compressed = stream.clone();
+        }
         if largest.is_none_or(|(size, _)| compressed.len() > size) {
             largest = Some((compressed.len(), table));
         }
         out.push(table.id());
-        out.push(codec_id(compression));
+        out.push(codec_id(codec));
         out.extend_from_slice(&(stream.len() as u64).to_le_bytes());
         out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
         out.extend_from_slice(&compressed);
@@ -355,12 +363,31 @@ fn compress(stream: &[u8], compression: Compression) -> std::io::Result<Vec<u8>>
     }
 }
 
+/// How many times its compressed size a table stream may be, past
+/// [`EXPANSION_FLOOR`] bytes: real tables compress 5 to 50 times; far more is
+/// a decompression bomb, a few kilobytes that would take gigabytes.
+pub const MAX_EXPANSION: u64 = 4096;
+/// Table streams up to this size may be compressed any amount.
+pub const EXPANSION_FLOOR: u64 = 16 << 20;
+
+/// Whether a stream of `raw` bytes may be compressed into `compressed`.
+fn expansion_allowed(compressed: usize, raw: u64) -> bool {
+    raw <= EXPANSION_FLOOR || raw <= (compressed as u64).saturating_mul(MAX_EXPANSION)
+}
+
 /// Decompresses `compressed` with codec `codec`, refusing to produce more
 /// (or less) than the announced `raw_len` bytes.
 fn decompress(codec: u8, compressed: &[u8], raw_len: u64, limit: u64) -> Result<Vec<u8>, String> {
     if raw_len > limit {
         return Err(format!(
             "announced size {raw_len} bytes exceeds the {limit}-byte limit"
+        ));
+    }
+    if !expansion_allowed(compressed.len(), raw_len) {
+        return Err(format!(
+            "{} compressed bytes announce {raw_len}: more than {MAX_EXPANSION} times as many \
+             (a decompression bomb)",
+            compressed.len()
         ));
     }
     let reader: Box<dyn Read + '_> = match codec {
@@ -470,6 +497,30 @@ fn decode_header<H: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<H, Payl
 /// Checks magic, version, length and checksum; returns the payload length.
 fn check_envelope(bytes: &[u8], limit: u64) -> Result<usize, PayloadError> {
     let found = bytes.len() as u64;
+    let total = announced_length(bytes, limit)?;
+    if found < total {
+        return Err(PayloadError::Truncated {
+            expected: total,
+            found,
+        });
+    }
+    if found > total {
+        return Err(PayloadError::TrailingBytes(found - total));
+    }
+    let total = total as usize;
+    let (body, rest) = bytes[..total].split_at(total - CHECKSUM_BYTES);
+    let stored = u32::from_le_bytes(rest.try_into().expect("4 bytes"));
+    if crc32fast::hash(body) != stored {
+        return Err(PayloadError::ChecksumMismatch);
+    }
+    Ok(total)
+}
+
+/// The length a payload announces in its first 20 bytes (its preamble): checks magic, version, reserved field and that the
+/// announced length lies within `limit`, and returns that length. A reader
+/// can refuse a file of another size before reading it.
+pub fn announced_length(bytes: &[u8], limit: u64) -> Result<u64, PayloadError> {
+    let found = bytes.len() as u64;
     if bytes.len() < MAGIC.len() {
         return Err(PayloadError::Truncated {
             expected: PREAMBLE_BYTES as u64,
@@ -496,24 +547,9 @@ fn check_envelope(bytes: &[u8], limit: u64) -> Result<usize, PayloadError> {
     if total < (PREAMBLE_BYTES + CHECKSUM_BYTES) as u64 || total > limit {
         return Err(PayloadError::BadLength(total));
     }
-    if found < total {
-        return Err(PayloadError::Truncated {
-            expected: total,
-            found,
-        });
-    }
-    if found > total {
-        return Err(PayloadError::TrailingBytes(found - total));
-    }
     let reserved = u16::from_le_bytes([bytes[6], bytes[7]]);
     if reserved != 0 {
         return Err(PayloadError::Reserved(reserved));
-    }
-    let total = total as usize;
-    let (body, rest) = bytes[..total].split_at(total - CHECKSUM_BYTES);
-    let stored = u32::from_le_bytes(rest.try_into().expect("4 bytes"));
-    if crc32fast::hash(body) != stored {
-        return Err(PayloadError::ChecksumMismatch);
     }
     Ok(total)
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::gather::{Candidate, Rejection};
-use crate::payload::{self, Payload, MAX_PAYLOAD_BYTES};
+use crate::payload::{self, Payload, PayloadError, MAX_PAYLOAD_BYTES, PREAMBLE_BYTES};
 
 /// Extension of spill files.
 pub const EXTENSION: &str = "rsp";
@@ -137,14 +137,30 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
             bytes: opened.len(),
         });
     }
-    let mut bytes = Vec::new();
-    file.take(MAX_PAYLOAD_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(Rejection::Io)?;
-    if bytes.len() as u64 > MAX_PAYLOAD_BYTES {
-        return Err(Rejection::TooLarge {
-            bytes: bytes.len() as u64,
-        });
+    // The preamble first: a file whose size is not the length it announces
+    // (or that is no payload) is refused before the rest is read.
+    let mut file = file.take(MAX_PAYLOAD_BYTES + 1);
+    let mut bytes = vec![0u8; PREAMBLE_BYTES.min(opened.len() as usize)];
+    file.read_exact(&mut bytes).map_err(Rejection::Io)?;
+    match payload::announced_length(&bytes, MAX_PAYLOAD_BYTES) {
+        Ok(total) if total != opened.len() => {
+            return Err(Rejection::Payload(if total > opened.len() {
+                PayloadError::Truncated {
+                    expected: total,
+                    found: opened.len(),
+                }
+            } else {
+                PayloadError::TrailingBytes(opened.len() - total)
+            }))
+        }
+        Ok(_) => {}
+        Err(e) => return Err(Rejection::Payload(e)),
+    }
+    file.read_to_end(&mut bytes).map_err(Rejection::Io)?;
+    if bytes.len() as u64 != opened.len() {
+        return Err(Rejection::Io(std::io::Error::other(
+            "the file changed while it was read",
+        )));
     }
     Ok(bytes)
 }

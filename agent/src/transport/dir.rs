@@ -64,8 +64,13 @@ impl Transport for DirTransport {
         // A file older than this run (less the clocks' disagreement) is
         // left from an earlier one.
         let fresh_after_ns = session.started_unix_ns - CLOCK_SKEW_NS;
-        let fresh_after = UNIX_EPOCH + Duration::from_nanos(fresh_after_ns.max(0) as u64);
         let (dir, run) = (session.session_dir, session.run_id);
+        // The run's tag in the file names is what tells runs apart; only
+        // without one does the files' age have to.
+        let fresh_after = match run {
+            Some(_) => UNIX_EPOCH,
+            None => UNIX_EPOCH + Duration::from_nanos(fresh_after_ns.max(0) as u64),
+        };
         wait_for_files(dir, session.world_size, run, fresh_after, deadline).map_err(io)?;
 
         // Rank 0's own payload first: it wins over any other claiming rank 0.
@@ -91,7 +96,9 @@ impl Transport for DirTransport {
             },
             world_size: Some(session.world_size),
             max_world_size: None,
-            ended_after_unix_ns: Some(fresh_after_ns),
+            // Within one identified run, a file is this run's whatever its
+            // clock says; without an identity, an old one is another run's.
+            ended_after_unix_ns: run.is_none().then_some(fresh_after_ns),
         };
         Ok(Some(gather::accept(candidates, &expect)))
     }

@@ -464,3 +464,16 @@ fn a_payload_over_its_total_limit_is_cut_down_to_fit() {
     let err = encode_capped(&mut stages_payload(10, 0), Compression::None, &tiny).unwrap_err();
     assert!(matches!(err, PayloadError::TooLarge { .. }), "{err}");
 }
+
+#[test]
+fn a_decompression_bomb_is_refused_before_it_expands() {
+    // 200 MB of zeros compress to a few kilobytes.
+    let zeros = vec![0u8; 200 << 20];
+    let bomb = zstd::bulk::compress(&zeros, 3).unwrap();
+    assert!(bomb.len() < 100_000);
+    let err = decompress(2, &bomb, zeros.len() as u64, MAX_TABLE_BYTES).unwrap_err();
+    assert!(err.contains("decompression bomb"), "{err}");
+    // The encoder never writes one: such a table is stored uncompressed.
+    assert!(!expansion_allowed(bomb.len(), zeros.len() as u64));
+    assert!(expansion_allowed(bomb.len(), EXPANSION_FLOOR));
+}

@@ -23,6 +23,9 @@ pub fn stragglers(
     lockstep: &[LockstepStage],
     rule: StragglerRule,
 ) -> Vec<Straggler> {
+    // Each stage's lockstep entry, found once (not a search per straggler).
+    let lockstep_of: std::collections::HashMap<&str, &LockstepStage> =
+        lockstep.iter().map(|l| (l.stage.as_str(), l)).collect();
     let mut found = Vec::new();
     for (stage, by_rank) in &times.by_name {
         if by_rank.len() < 2 {
@@ -37,9 +40,8 @@ pub fn stragglers(
         for (rank, total) in totals {
             let excess_s = total - median;
             if total > median * (1.0 + rule.threshold_pct / 100.0) && excess_s > rule.min_excess_s {
-                let wait_s = lockstep
-                    .iter()
-                    .find(|l| &l.stage == stage)
+                let wait_s = lockstep_of
+                    .get(stage.as_str())
                     .and_then(|l| l.ranks.iter().find(|r| r.rank == rank))
                     .map_or(0.0, |r| r.wait_imposed_s);
                 found.push(Straggler {
