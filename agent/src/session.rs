@@ -569,6 +569,7 @@ fn header(
         },
         transport: state.transport.name(),
         clock_sync: state.rendezvous.clock_sync,
+        endpoint: state.rendezvous.endpoint.clone(),
         gpu_source: gpus.source,
         gpus: gpus.devices,
         gpu_selection: gpus.selection,

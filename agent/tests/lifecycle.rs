@@ -44,6 +44,7 @@ impl Transport for Recording {
             run_id: Some("agreed-run".into()),
             clock_sync: ClockSync::TcpPingpong,
             offset: Some(OFFSET),
+            endpoint: None,
         })
     }
 

@@ -83,6 +83,9 @@ pub enum Rejection {
          session id"
     )]
     Stale,
+    /// A TCP connection to rank 0 that was cut off.
+    #[error("connection refused: {0}")]
+    Connection(#[source] ConnectionRefusal),
     /// A second payload for a rank already gathered.
     #[error("claims rank {rank}, already provided by {first}")]
     DuplicateRank {
@@ -91,6 +94,43 @@ pub enum Rejection {
         /// Where the accepted payload came from.
         first: String,
     },
+}
+
+/// Why rank 0 cut a TCP connection off before it reached the report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectionRefusal {
+    /// The peer did not prove it knows the job token.
+    #[error("wrong job token")]
+    BadToken,
+    /// The peer sent something that is not the protocol.
+    #[error("not the rankscope protocol ({0})")]
+    Malformed(&'static str),
+    /// The peer announced a frame past the limit.
+    #[error("a frame of {bytes} bytes announced, more than the {limit}-byte limit")]
+    FrameTooLarge {
+        /// Bytes announced.
+        bytes: u64,
+        /// The limit (`max_frame_bytes`).
+        limit: u64,
+    },
+    /// The peer stopped sending (or never started) before the deadline.
+    #[error("the peer went silent")]
+    Stalled,
+    /// The peer claimed a rank outside the world.
+    #[error("rank {rank} is outside the world of {world_size}")]
+    OutsideWorld {
+        /// The rank claimed.
+        rank: u32,
+        /// The world size.
+        world_size: u32,
+    },
+    /// The peer claimed a rank whose payload already arrived.
+    #[error("rank {0}'s payload already arrived")]
+    DuplicateRank(u32),
+    /// More connections at once than a job of this size makes.
+    #[error("too many connections at once")]
+    TooMany,
 }
 
 /// An input rank 0 (or `rankscope aggregate`) refused, and why.

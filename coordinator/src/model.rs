@@ -59,6 +59,8 @@ pub struct SessionSummary {
     pub transport: TransportName,
     /// How clock offsets were obtained: `none`, `mpi-pingpong` or `tcp-pingpong`.
     pub clock_sync: ClockSync,
+    /// Where rank 0 listened (TCP): `host:port`.
+    pub endpoint: Option<String>,
     /// Longest rank session, seconds.
     pub duration_s: f64,
     /// `nvml`, `simulated` or `none`.

@@ -44,6 +44,7 @@ impl Transport for DirTransport {
             run_id: session.run_id.map(str::to_string),
             clock_sync: ClockSync::None,
             offset: None,
+            endpoint: None,
         })
     }
 

@@ -56,6 +56,8 @@ pub struct Rendezvous {
     pub clock_sync: ClockSync,
     /// This rank's clock offset to rank 0, where it was measured.
     pub offset: Option<ClockOffset>,
+    /// Where rank 0 listens, for a transport that listens.
+    pub endpoint: Option<String>,
 }
 
 /// Why a transport failed as a whole (one bad rank is a

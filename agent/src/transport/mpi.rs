@@ -189,6 +189,7 @@ impl Transport for MpiTransport {
             run_id,
             clock_sync: ClockSync::MpiPingpong,
             offset: self.sync_clocks(deadline),
+            endpoint: None,
         })
     }
 

@@ -181,6 +181,8 @@ pub struct PayloadHeader {
     pub transport: TransportName,
     /// How the clock offset was obtained.
     pub clock_sync: ClockSync,
+    /// Where rank 0 listened, for a transport that listens (TCP): `host:port`.
+    pub endpoint: Option<String>,
     /// Where GPU readings came from.
     pub gpu_source: GpuSource,
     /// The GPUs this rank sampled.
@@ -228,6 +230,7 @@ impl PayloadHeader {
             },
             transport: TransportName::Dir,
             clock_sync: ClockSync::None,
+            endpoint: None,
             gpu_source: GpuSource::None,
             gpus: Vec::new(),
             gpu_selection: String::new(),
@@ -298,6 +301,7 @@ pub(super) mod v1 {
                 },
                 transport: TransportName::Dir,
                 clock_sync: ClockSync::None,
+                endpoint: None,
                 gpu_source: v1.gpu_source,
                 gpus: v1.gpus,
                 gpu_selection: v1.gpu_selection,

@@ -118,6 +118,7 @@ fn session_summary(
         launcher: first.map(|h| h.rank.launcher.clone()).unwrap_or_default(),
         transport: first.map(|h| h.transport).unwrap_or_default(),
         clock_sync: first.map(|h| h.clock_sync).unwrap_or_default(),
+        endpoint: first.and_then(|h| h.endpoint.clone()),
         run_id: first.and_then(|h| h.session.run_id.clone()),
         duration_s: durations.iter().copied().fold(0.0, f64::max),
         gpu_source,
