@@ -18,6 +18,7 @@ pub mod clock;
 pub mod dir;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+pub mod tcp;
 
 use std::path::Path;
 use std::time::Instant;
@@ -71,6 +72,9 @@ pub enum TransportError {
     /// MPI could not be used.
     #[error("MPI: {0}")]
     Mpi(&'static str),
+    /// The TCP transport could not be set up.
+    #[error("TCP: {0}")]
+    Tcp(&'static str),
     /// The session directory could not be read.
     #[error("reading {path}")]
     Io {
@@ -113,14 +117,18 @@ pub trait Transport: Send {
 
 /// The transport for this rank: from configuration, else from the
 /// launcher — MPI under an MPI launcher when this build has the `mpi`
-/// feature, else the shared directory. (TCP is later work.)
+/// feature; TCP to rank 0 where the launcher set MASTER_ADDR (torchrun) and
+/// no MPI launcher is there; else the shared directory.
 pub fn for_rank(config: &Config, env: &RankEnv) -> Result<Box<dyn Transport>, TransportError> {
     match config.transport {
         TransportKind::Dir => Ok(Box::new(dir::DirTransport)),
         TransportKind::Mpi => mpi_transport(config),
-        TransportKind::Tcp => Err(TransportError::Unavailable("tcp")),
+        TransportKind::Tcp => Ok(Box::new(tcp::TcpTransport::for_rank(config, env)?)),
         TransportKind::Auto if cfg!(feature = "mpi") && env.launcher.is_mpi() => {
             mpi_transport(config)
+        }
+        TransportKind::Auto if env.master.is_some() && !env.launcher.is_mpi() => {
+            Ok(Box::new(tcp::TcpTransport::for_rank(config, env)?))
         }
         TransportKind::Auto => Ok(Box::new(dir::DirTransport)),
     }

@@ -1,0 +1,622 @@
+//! The TCP transport, for torchrun and any launcher that sets RANK,
+//! WORLD_SIZE, MASTER_ADDR and MASTER_PORT: no shared file system and no
+//! MPI needed. Rank 0 listens on `RANKSCOPE_ADDR` (default MASTER_ADDR) at
+//! `RANKSCOPE_PORT` (default MASTER_PORT + 1) from session start to the end
+//! of its gather; the other ranks connect three times:
+//!
+//! - at session start, the rendezvous: rank 0 gives the run's identity and
+//!   measures the rank's clock offset by ping-pong ([`super::clock`]);
+//! - at finish, the same ping-pong again (drift), then the payload.
+//!
+//! Every connection opens with a fresh 32-byte challenge from rank 0 that
+//! the peer answers with an HMAC-SHA256 under the job token (compared in
+//! constant time); a peer that fails, sends anything but the protocol,
+//! announces a frame past `max_frame_bytes`, goes silent, or claims a rank
+//! already received is cut off and named in the report, and never reaches
+//! it. Every read and write has a timeout and every wait a deadline, and
+//! each connection has a thread of its own: one slow peer delays nobody.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use rankscope_common::env::RankEnv;
+use rankscope_common::gather::{
+    self, Candidate, ConnectionRefusal, Expect, Rejection, RunFilter, Skipped,
+};
+use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName};
+use rankscope_common::{spill, Config, Gathered};
+use sha2::{Digest, Sha256};
+
+use super::clock::{self, Round, ROUNDS};
+use super::{Rendezvous, SessionInfo, Transport, TransportError};
+use crate::notice::notice;
+use crate::sync::lock;
+
+/// Message kinds: one byte before each frame's length.
+mod kind {
+    pub const CHALLENGE: u8 = 1;
+    pub const HELLO: u8 = 2;
+    pub const REFUSED: u8 = 3;
+    pub const RUN: u8 = 4;
+    pub const PING: u8 = 5;
+    pub const PONG: u8 = 6;
+    pub const OFFSET: u8 = 7;
+    pub const PAYLOAD: u8 = 8;
+    pub const ACK: u8 = 9;
+}
+
+/// What a connection is for.
+mod purpose {
+    pub const RENDEZVOUS: u8 = 1;
+    pub const RESYNC: u8 = 2;
+    pub const PAYLOAD: u8 = 3;
+}
+
+/// Largest control frame (everything but a payload).
+const MAX_CONTROL_BYTES: u64 = 4096;
+/// Longest a single read or write may wait.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a rank tries to reach rank 0 at session start.
+const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Gathers over authenticated TCP connections to rank 0.
+pub struct TcpTransport {
+    /// Rank 0's listener: `host:port`.
+    endpoint: String,
+    token: Vec<u8>,
+    max_frame: u64,
+    clock_shift_ns: i64,
+    /// Rank 0's listener while a session runs.
+    server: Option<Server>,
+}
+
+/// Why the TCP transport could not be set up.
+fn unavailable(what: &'static str) -> TransportError {
+    TransportError::Tcp(what)
+}
+
+impl TcpTransport {
+    /// The transport for the rank `env` describes, with `config`'s address,
+    /// port and token (defaults from torchrun's variables).
+    pub fn for_rank(config: &Config, env: &RankEnv) -> Result<Self, TransportError> {
+        let (master_addr, master_port) = env.master.clone().unzip();
+        let host = config
+            .addr
+            .clone()
+            .or(master_addr)
+            .ok_or_else(|| unavailable("no address: set MASTER_ADDR or RANKSCOPE_ADDR"))?;
+        let port = match (config.port, master_port) {
+            (Some(port), _) => port,
+            (None, Some(master)) => master
+                .checked_add(1)
+                .ok_or_else(|| unavailable("MASTER_PORT + 1 is not a port: set RANKSCOPE_PORT"))?,
+            (None, None) => return Err(unavailable("no port: set MASTER_PORT or RANKSCOPE_PORT")),
+        };
+        let endpoint = format!("{host}:{port}");
+        let token = match &config.token {
+            Some(token) => token.as_bytes().to_vec(),
+            None => {
+                // Derived: anyone who knows the run id, address and port can
+                // derive it too. Documented; RANKSCOPE_TOKEN is better.
+                let mut hasher = Sha256::new();
+                hasher.update(b"rankscope job token\0");
+                hasher.update(env.job_id.as_deref().unwrap_or("").as_bytes());
+                hasher.update(b"\0");
+                hasher.update(endpoint.as_bytes());
+                hasher.finalize().to_vec()
+            }
+        };
+        Ok(TcpTransport {
+            endpoint,
+            token,
+            max_frame: config.max_frame_bytes,
+            clock_shift_ns: config.clock_shift_ns,
+            server: None,
+        })
+    }
+
+    fn now(&self) -> i64 {
+        clock::wall_now_ns(self.clock_shift_ns)
+    }
+
+    /// Connects to rank 0 for `what`, retrying with backoff until `deadline`.
+    fn connect(&self, rank: u32, what: u8, deadline: Instant) -> Option<TcpStream> {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            if let Some(stream) = self.try_connect(rank, what, deadline) {
+                return Some(stream);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    fn try_connect(&self, rank: u32, what: u8, deadline: Instant) -> Option<TcpStream> {
+        let address = self.endpoint.to_socket_addrs().ok()?.next()?;
+        let timeout = deadline
+            .saturating_duration_since(Instant::now())
+            .min(IO_TIMEOUT);
+        let mut stream =
+            TcpStream::connect_timeout(&address, timeout.max(Duration::from_millis(1))).ok()?;
+        stream.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
+        stream.set_write_timeout(Some(IO_TIMEOUT)).ok()?;
+        stream.set_nodelay(true).ok()?;
+        let challenge = read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES).ok()?;
+        let mut hello = Vec::with_capacity(37);
+        hello.extend_from_slice(&rank.to_le_bytes());
+        hello.push(what);
+        hello.extend_from_slice(&proof(&self.token, &challenge, rank, what));
+        write_frame(&mut stream, kind::HELLO, &hello).ok()?;
+        Some(stream)
+    }
+
+    /// The peer's side of a ping-pong: answers rank 0's pings with this
+    /// rank's clock, then reads the offset rank 0 worked out.
+    fn answer_clock(&self, stream: &mut TcpStream) -> Option<ClockOffset> {
+        for _ in 0..ROUNDS {
+            read_frame(stream, kind::PING, MAX_CONTROL_BYTES).ok()?;
+            write_frame(stream, kind::PONG, &self.now().to_le_bytes()).ok()?;
+        }
+        let offset = read_frame(stream, kind::OFFSET, MAX_CONTROL_BYTES).ok()?;
+        Some(ClockOffset {
+            offset_ns: i64::from_le_bytes(offset.get(..8)?.try_into().ok()?),
+            round_trip_ns: u64::from_le_bytes(offset.get(8..16)?.try_into().ok()?),
+        })
+    }
+}
+
+impl Transport for TcpTransport {
+    fn name(&self) -> TransportName {
+        TransportName::Tcp
+    }
+
+    fn open(
+        &mut self,
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) -> Result<Rendezvous, TransportError> {
+        let deadline = deadline.min(Instant::now() + RENDEZVOUS_TIMEOUT);
+        if session.rank == 0 {
+            // A fresh run identity unless the launcher gave one that tells runs apart.
+            let run_id = session
+                .run_id
+                .map_or_else(|| format!("tcp-{:x}", self.now()), str::to_string);
+            let listener =
+                TcpListener::bind(&self.endpoint).map_err(|source| TransportError::Io {
+                    path: self.endpoint.clone().into(),
+                    source,
+                })?;
+            self.server = Some(Server::start(
+                listener,
+                ServerSettings {
+                    token: self.token.clone(),
+                    run_id: run_id.clone(),
+                    world_size: session.world_size,
+                    max_frame: self.max_frame,
+                    clock_shift_ns: self.clock_shift_ns,
+                },
+            )?);
+            return Ok(Rendezvous {
+                run_id: Some(run_id),
+                clock_sync: ClockSync::TcpPingpong,
+                offset: Some(ClockOffset {
+                    offset_ns: 0,
+                    round_trip_ns: 0,
+                }),
+                endpoint: Some(self.endpoint.clone()),
+            });
+        }
+        let met = self
+            .connect(session.rank, purpose::RENDEZVOUS, deadline)
+            .and_then(|mut stream| {
+                let run = read_frame(&mut stream, kind::RUN, MAX_CONTROL_BYTES).ok()?;
+                let run = String::from_utf8(run).ok()?;
+                let offset = self.answer_clock(&mut stream);
+                Some((run, offset))
+            });
+        let (run_id, offset) = match met {
+            Some((run, offset)) => (Some(run), offset),
+            None => {
+                notice!(
+                    "rank 0 at {} did not answer the rendezvous in time; the launcher's run \\
+                     identity is used and the clock offset is unknown",
+                    self.endpoint
+                );
+                (session.run_id.map(str::to_string), None)
+            }
+        };
+        Ok(Rendezvous {
+            run_id,
+            clock_sync: ClockSync::TcpPingpong,
+            offset,
+            endpoint: Some(self.endpoint.clone()),
+        })
+    }
+
+    fn resync(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> Option<ClockOffset> {
+        if session.rank == 0 {
+            return Some(ClockOffset {
+                offset_ns: 0,
+                round_trip_ns: 0,
+            });
+        }
+        let mut stream = self.connect(session.rank, purpose::RESYNC, deadline)?;
+        self.answer_clock(&mut stream)
+    }
+
+    fn gather(
+        &mut self,
+        payload: &[u8],
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) -> Result<Option<Gathered>, TransportError> {
+        if session.rank != 0 {
+            let sent = self
+                .connect(session.rank, purpose::PAYLOAD, deadline)
+                .and_then(|mut stream| {
+                    write_frame(&mut stream, kind::PAYLOAD, payload).ok()?;
+                    // Rank 0 may take a while to decode: wait up to the deadline.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    stream.set_read_timeout(Some(left.max(IO_TIMEOUT))).ok()?;
+                    read_frame(&mut stream, kind::ACK, MAX_CONTROL_BYTES).ok()
+                });
+            if sent.is_none() {
+                notice!("rank 0 did not take this rank's payload in time; it is in the spill file");
+            }
+            return Ok(None);
+        }
+        let server = self.server.take().ok_or(unavailable(
+            "rank 0's listener is not running: the session did not open it",
+        ))?;
+        let collected = server.finish(deadline);
+        let mut candidates = vec![Candidate {
+            source: "rank 0".into(),
+            payload: payload::decode(payload).map_err(Rejection::Payload),
+        }];
+        let received: Vec<u32> = collected.payloads.keys().copied().collect();
+        candidates.extend(collected.payloads.into_values());
+        // The ranks that sent nothing may still have spilled their payload.
+        for rank in (1..session.world_size).filter(|r| !received.contains(r)) {
+            let found = spill::find(
+                session.session_dir,
+                Some(rank),
+                session.run_id,
+                std::time::UNIX_EPOCH,
+            )
+            .unwrap_or_default();
+            candidates.extend(spill::read_files(
+                found.files.into_iter().chain(found.special),
+            ));
+        }
+        let expect = Expect {
+            session_id: Some(session.session_id.to_string()),
+            run: RunFilter::Only(session.run_id.map(str::to_string)),
+            world_size: Some(session.world_size),
+            max_world_size: None,
+            ended_after_unix_ns: None,
+        };
+        let mut gathered = gather::accept(candidates, &expect);
+        gathered.skipped.extend(collected.refused);
+        Ok(Some(gathered))
+    }
+}
+
+/// What rank 0's listener needs to know.
+struct ServerSettings {
+    token: Vec<u8>,
+    run_id: String,
+    world_size: u32,
+    max_frame: u64,
+    clock_shift_ns: i64,
+}
+
+/// What the listener collected.
+#[derive(Default)]
+struct Collected {
+    payloads: BTreeMap<u32, Candidate>,
+    refused: Vec<Skipped>,
+}
+
+/// State shared by the listener and its connection threads.
+struct Shared {
+    settings: ServerSettings,
+    collected: Mutex<Collected>,
+    arrived: Condvar,
+    connections: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// Rank 0's listener: a thread accepting connections, a thread for each.
+struct Server {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    fn start(listener: TcpListener, settings: ServerSettings) -> Result<Self, TransportError> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| TransportError::Io {
+                path: "listener".into(),
+                source,
+            })?;
+        let shared = Arc::new(Shared {
+            settings,
+            collected: Mutex::default(),
+            arrived: Condvar::new(),
+            connections: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let accepting = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("rankscope-listener".into())
+            .spawn(move || accept_loop(&listener, &accepting))
+            .map_err(|source| TransportError::Io {
+                path: "listener thread".into(),
+                source,
+            })?;
+        Ok(Server {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits until every other rank's payload arrived or `deadline`, then
+    /// stops listening and hands over what was collected.
+    fn finish(mut self, deadline: Instant) -> Collected {
+        let expected = self.shared.settings.world_size.saturating_sub(1) as usize;
+        let mut collected = lock(&self.shared.collected);
+        while collected.payloads.len() < expected {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            collected = self
+                .shared
+                .arrived
+                .wait_timeout(collected, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let taken = std::mem::take(&mut *collected);
+        drop(collected);
+        self.stop();
+        // Refusals of connections that ended after the wait.
+        let mut taken = taken;
+        taken
+            .refused
+            .append(&mut lock(&self.shared.collected).refused);
+        taken
+    }
+
+    fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    let most = shared.settings.world_size as usize * 2 + 16;
+    while !shared.stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let source = format!("connection from {peer}");
+                if shared.connections.fetch_add(1, Ordering::SeqCst) >= most {
+                    shared.connections.fetch_sub(1, Ordering::SeqCst);
+                    refuse(shared, source, ConnectionRefusal::TooMany);
+                    let _ = stream.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let serving = Arc::clone(shared);
+                let spawned = std::thread::Builder::new()
+                    .name("rankscope-peer".into())
+                    .spawn(move || {
+                        if let Err(refusal) = serve(stream, &serving) {
+                            refuse(&serving, source, refusal);
+                        }
+                        serving.connections.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    shared.connections.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
+    lock(&shared.collected).refused.push(Skipped {
+        source,
+        reason: Rejection::Connection(refusal),
+    });
+}
+
+/// One connection, from the challenge to the end of what it came for.
+fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnectionRefusal> {
+    let settings = &shared.settings;
+    stream
+        .set_nonblocking(false)
+        .map_err(|_| ConnectionRefusal::Stalled)?;
+    stream
+        .set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|_| ConnectionRefusal::Stalled)?;
+    stream
+        .set_write_timeout(Some(IO_TIMEOUT))
+        .map_err(|_| ConnectionRefusal::Stalled)?;
+    let _ = stream.set_nodelay(true);
+    let mut challenge = [0u8; 32];
+    getrandom::fill(&mut challenge).map_err(|_| ConnectionRefusal::Malformed("no randomness"))?;
+    write_frame(&mut stream, kind::CHALLENGE, &challenge)
+        .map_err(|_| ConnectionRefusal::Stalled)?;
+    let hello = read_frame(&mut stream, kind::HELLO, MAX_CONTROL_BYTES)?;
+    if hello.len() != 4 + 1 + 32 {
+        return Err(ConnectionRefusal::Malformed(
+            "a greeting of the wrong length",
+        ));
+    }
+    let rank = u32::from_le_bytes(hello[..4].try_into().expect("4 bytes"));
+    let what = hello[4];
+    let mut mac = Hmac::<Sha256>::new_from_slice(&settings.token).expect("HMAC takes any key");
+    mac.update(&challenge);
+    mac.update(&rank.to_le_bytes());
+    mac.update(&[what]);
+    // verify_slice compares in constant time.
+    mac.verify_slice(&hello[5..])
+        .map_err(|_| ConnectionRefusal::BadToken)?;
+    if rank == 0 || rank >= settings.world_size {
+        return Err(ConnectionRefusal::OutsideWorld {
+            rank,
+            world_size: settings.world_size,
+        });
+    }
+    match what {
+        purpose::RENDEZVOUS => {
+            write_frame(&mut stream, kind::RUN, settings.run_id.as_bytes())
+                .map_err(|_| ConnectionRefusal::Stalled)?;
+            ping_pong(&mut stream, settings.clock_shift_ns)
+        }
+        purpose::RESYNC => ping_pong(&mut stream, settings.clock_shift_ns),
+        purpose::PAYLOAD => {
+            if lock(&shared.collected).payloads.contains_key(&rank) {
+                let _ = write_frame(&mut stream, kind::REFUSED, b"rank already received");
+                return Err(ConnectionRefusal::DuplicateRank(rank));
+            }
+            let bytes = read_frame(&mut stream, kind::PAYLOAD, settings.max_frame)?;
+            let candidate = Candidate {
+                source: format!("rank {rank} over TCP"),
+                payload: payload::decode(&bytes).map_err(Rejection::Payload),
+            };
+            {
+                let mut collected = lock(&shared.collected);
+                if collected.payloads.contains_key(&rank) {
+                    return Err(ConnectionRefusal::DuplicateRank(rank));
+                }
+                collected.payloads.insert(rank, candidate);
+            }
+            shared.arrived.notify_all();
+            let _ = write_frame(&mut stream, kind::ACK, &[]);
+            Ok(())
+        }
+        _ => Err(ConnectionRefusal::Malformed("an unknown purpose")),
+    }
+}
+
+/// Rank 0's side of a ping-pong: the peer's offset, sent back to it.
+fn ping_pong(stream: &mut TcpStream, clock_shift_ns: i64) -> Result<(), ConnectionRefusal> {
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let sent_ns = clock::wall_now_ns(clock_shift_ns);
+        write_frame(stream, kind::PING, &[]).map_err(|_| ConnectionRefusal::Stalled)?;
+        let answer = read_frame(stream, kind::PONG, MAX_CONTROL_BYTES)?;
+        let received_ns = clock::wall_now_ns(clock_shift_ns);
+        let peer_ns = answer
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(i64::from_le_bytes)
+            .ok_or(ConnectionRefusal::Malformed(
+                "a clock reading of the wrong length",
+            ))?;
+        rounds.push(Round {
+            sent_ns,
+            peer_ns,
+            received_ns,
+        });
+    }
+    let offset = clock::estimate(&rounds).ok_or(ConnectionRefusal::Malformed("no usable round"))?;
+    let mut message = [0u8; 16];
+    message[..8].copy_from_slice(&offset.offset_ns.to_le_bytes());
+    message[8..].copy_from_slice(&offset.round_trip_ns.to_le_bytes());
+    write_frame(stream, kind::OFFSET, &message).map_err(|_| ConnectionRefusal::Stalled)
+}
+
+/// The peer's proof that it knows `token`: HMAC-SHA256 of the challenge,
+/// its rank and the connection's purpose.
+fn proof(token: &[u8], challenge: &[u8], rank: u32, what: u8) -> [u8; 32] {
+    let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key");
+    mac.update(challenge);
+    mac.update(&rank.to_le_bytes());
+    mac.update(&[what]);
+    mac.finalize().into_bytes().into()
+}
+
+/// Writes one frame: its kind, its length (u64, little endian), its bytes.
+fn write_frame(stream: &mut TcpStream, kind: u8, body: &[u8]) -> std::io::Result<()> {
+    let mut head = [0u8; 9];
+    head[0] = kind;
+    head[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    stream.write_all(&head)?;
+    stream.write_all(body)?;
+    stream.flush()
+}
+
+/// Reads one frame of kind `expected` and at most `max` bytes. A length past
+/// `max` is refused before anything is allocated; a stall ends at the
+/// stream's read timeout.
+fn read_frame(
+    stream: &mut TcpStream,
+    expected: u8,
+    max: u64,
+) -> Result<Vec<u8>, ConnectionRefusal> {
+    let mut head = [0u8; 9];
+    stream
+        .read_exact(&mut head)
+        .map_err(|_| ConnectionRefusal::Stalled)?;
+    if head[0] != expected {
+        return Err(ConnectionRefusal::Malformed("an unexpected message"));
+    }
+    let len = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
+    if len > max {
+        return Err(ConnectionRefusal::FrameTooLarge {
+            bytes: len,
+            limit: max,
+        });
+    }
+    let mut body = Vec::new();
+    // Grows as bytes arrive: a peer that announces much and sends little
+    // costs what it sent.
+    (&mut *stream)
+        .take(len)
+        .read_to_end(&mut body)
+        .map_err(|_| ConnectionRefusal::Stalled)?;
+    if body.len() as u64 != len {
+        return Err(ConnectionRefusal::Stalled);
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_depends_on_the_token_the_challenge_the_rank_and_the_purpose() {
+        let base = proof(b"token", &[1; 32], 3, purpose::PAYLOAD);
+        assert_eq!(base, proof(b"token", &[1; 32], 3, purpose::PAYLOAD));
+        assert_ne!(base, proof(b"other", &[1; 32], 3, purpose::PAYLOAD));
+        assert_ne!(base, proof(b"token", &[2; 32], 3, purpose::PAYLOAD));
+        assert_ne!(base, proof(b"token", &[1; 32], 4, purpose::PAYLOAD));
+        assert_ne!(base, proof(b"token", &[1; 32], 3, purpose::RESYNC));
+    }
+}
