@@ -459,9 +459,17 @@ fn hand_on(
     );
     let bytes = match state.transport.resync(&info, deadline) {
         Some(offset) => {
+            // The spill file is rewritten too: it holds what rank 0 gets.
             payload.header.clock.offset_at_finish = Some(offset);
-            payload::encode_capped(&mut payload, config.payload_compression, &Limits::DEFAULT)
-                .map_err(SessionError::Payload)?
+            let bytes =
+                payload::encode_capped(&mut payload, config.payload_compression, &Limits::DEFAULT)
+                    .map_err(SessionError::Payload)?;
+            spill::write(&state.dir, &name, &bytes).map_err(|source| SessionError::Spill {
+                rank: env.rank,
+                dir: state.dir.clone(),
+                source,
+            })?;
+            bytes
         }
         None => bytes,
     };

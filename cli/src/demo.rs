@@ -100,7 +100,7 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
         (
             "RANKSCOPE_TRANSPORT".into(),
             match options.launch {
-                Launch::Local => "dir",
+                Launch::Local => "tcp",
                 Launch::Mpirun => "mpi",
             }
             .into(),
@@ -142,6 +142,7 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
         args: &args,
         ranks: options.ranks,
         env: &env,
+        master_port: None,
     };
     let ranks = launcher::start(options.launch, &job, &job_id, on_line)?;
 

@@ -20,7 +20,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// Who starts the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Launch {
-    /// This launcher, one process per rank.
+    /// This launcher, one process per rank, with the variables torchrun
+    /// sets (the ranks gather over TCP).
     Local,
     /// Open MPI's `mpirun` (ranks gather over MPI).
     Mpirun,
@@ -36,6 +37,9 @@ pub struct Job<'a> {
     pub ranks: u32,
     /// Variables every rank gets, beside the rank variables.
     pub env: &'a [(String, String)],
+    /// MASTER_PORT (rank 0 of the program's own rendezvous); a free one
+    /// when `None`, and then rankscope's listener gets a free one too.
+    pub master_port: Option<u16>,
 }
 
 /// Called with each line a rank writes to standard output.
@@ -59,16 +63,27 @@ pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) 
     };
     match launch {
         Launch::Local => {
+            let (master_port, listener_port) = match job.master_port {
+                Some(port) => (port, None),
+                None => (free_port()?, Some(free_port()?)),
+            };
             for rank in 0..job.ranks {
+                // What torchrun sets, for one node (a fresh run id per launch).
                 let mut command = Command::new(job.program);
                 command
                     .args(job.args)
-                    .env("RANKSCOPE_RANK", rank.to_string())
-                    .env("RANKSCOPE_WORLD_SIZE", job.ranks.to_string())
-                    .env("RANKSCOPE_LOCAL_RANK", rank.to_string())
-                    .env("RANKSCOPE_LOCAL_WORLD_SIZE", job.ranks.to_string())
-                    .env("RANKSCOPE_SESSION_ID", job_id)
-                    .env("RANKSCOPE_RUN_ID", job_id);
+                    .env("RANK", rank.to_string())
+                    .env("LOCAL_RANK", rank.to_string())
+                    .env("GROUP_RANK", "0")
+                    .env("WORLD_SIZE", job.ranks.to_string())
+                    .env("LOCAL_WORLD_SIZE", job.ranks.to_string())
+                    .env("MASTER_ADDR", "127.0.0.1")
+                    .env("MASTER_PORT", master_port.to_string())
+                    .env("TORCHELASTIC_RUN_ID", job_id)
+                    .env("TORCHELASTIC_RESTART_COUNT", "0");
+                if let Some(port) = listener_port {
+                    command.env("RANKSCOPE_PORT", port.to_string());
+                }
                 ranks.spawn(command, job, rank, &on_line)?;
             }
         }
@@ -92,6 +107,12 @@ pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) 
         }
     }
     Ok(ranks)
+}
+
+/// A TCP port nobody listens on now.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr().context("finding a free port")?.port())
 }
 
 fn is_root() -> bool {

@@ -4,7 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn rank_command(rank: u32, out: &Path) -> Command {
+/// A port nobody listens on now (the listener takes it again soon after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn rank_command(rank: u32, out: &Path, master_port: u16) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_agent_only_rank"));
     for (key, _) in std::env::vars() {
         if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
@@ -18,7 +27,7 @@ fn rank_command(rank: u32, out: &Path) -> Command {
         .env("LOCAL_WORLD_SIZE", "4")
         .env("GROUP_RANK", "0")
         .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", "29500")
+        .env("MASTER_PORT", master_port.to_string())
         .env("TORCHELASTIC_RUN_ID", "agent-only-test")
         .env("TORCHELASTIC_RESTART_COUNT", "0")
         .env("RANKSCOPE_OUTPUT_DIR", out)
@@ -32,8 +41,10 @@ fn rank_command(rank: u32, out: &Path) -> Command {
 #[test]
 fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
     let out = tempfile::tempdir().unwrap();
+    // Rank 0 listens at MASTER_PORT + 1.
+    let master_port = free_port() - 1;
     let children: Vec<_> = (0..4)
-        .map(|rank| rank_command(rank, out.path()).spawn().unwrap())
+        .map(|rank| rank_command(rank, out.path(), master_port).spawn().unwrap())
         .collect();
     let outputs: Vec<_> = children
         .into_iter()
@@ -80,13 +91,12 @@ fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
     assert_eq!(session["ranks_reporting"], serde_json::json!([0, 1, 2, 3]));
     assert_eq!(session["launcher"], "torchrun");
     assert_eq!(session["run_id"], "agent-only-test.0");
-    assert_eq!(session["transport"], "dir");
-    assert_eq!(session["clock_sync"], "none");
+    // torchrun's variables: the ranks gathered over TCP to rank 0.
+    assert_eq!(session["transport"], "tcp");
+    assert_eq!(session["clock_sync"], "tcp-pingpong");
+    assert_eq!(session["endpoint"], format!("127.0.0.1:{}", master_port + 1));
     for rank in report["ranks"].as_array().unwrap() {
-        assert!(
-            rank["clock_offset_ns"].is_null(),
-            "the directory measures no offset, and says so: {rank}"
-        );
+        assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
     }
     let stage = &report["stages"][0];
     assert_eq!(stage["name"], "denoise_step");
