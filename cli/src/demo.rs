@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use rankscope::{BlockComputation, DiffusionStep, Profiler};
 use rankscope_coordinator::report::{REPORT_JSON, STAGES_CSV, SUMMARY_TXT};
 
-use crate::launcher::{self, Launch};
+use crate::launcher::{self, Launch, Output};
 
 /// Blocks of frames each rank generates.
 const BLOCKS: u64 = 3;
@@ -129,8 +129,11 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
     let session_dir: Arc<Mutex<Option<PathBuf>>> = Arc::default();
     let on_line: launcher::LineHandler = {
         let (blocks_done, session_dir) = (Arc::clone(&blocks_done), Arc::clone(&session_dir));
-        Arc::new(move |_rank, line| {
-            if line == "block-done" {
+        Arc::new(move |_rank, output, line| {
+            if output == Output::Err {
+                // The ranks' notices and live display, as they are (one write).
+                let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+            } else if line == "block-done" {
                 blocks_done.fetch_add(1, Ordering::Relaxed);
             } else if let Some(dir) = line.strip_prefix("session-dir ") {
                 *session_dir.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.into());

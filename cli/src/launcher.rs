@@ -42,8 +42,17 @@ pub struct Job<'a> {
     pub master_port: Option<u16>,
 }
 
-/// Called with each line a rank writes to standard output.
-pub type LineHandler = Arc<dyn Fn(u32, &str) + Send + Sync>;
+/// Which of a rank's outputs a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Standard output.
+    Out,
+    /// Standard error.
+    Err,
+}
+
+/// Called with each line a rank writes.
+pub type LineHandler = Arc<dyn Fn(u32, Output, &str) + Send + Sync>;
 
 /// The running ranks of a job. Dropping it before [`Ranks::wait`] returned
 /// kills and reaps every rank still running, so a failed start leaves none
@@ -131,19 +140,34 @@ impl Ranks {
     ) -> Result<()> {
         command
             .envs(job.env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::piped());
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = command
             .spawn()
             .with_context(|| format!("starting rank {rank} ({})", job.program.display()))?;
         let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
         self.children.push(child);
-        let on_line = Arc::clone(on_line);
-        self.readers.push(std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                on_line(rank, &line);
-            }
-        }));
+        for (stream, output) in [
+            (
+                Box::new(stdout) as Box<dyn std::io::Read + Send>,
+                Output::Out,
+            ),
+            (Box::new(stderr), Output::Err),
+        ] {
+            let on_line = Arc::clone(on_line);
+            self.readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    on_line(rank, output, &line);
+                }
+            }));
+        }
         Ok(())
+    }
+
+    /// The process ids of the ranks (of mpirun, under mpirun).
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
     }
 
     /// Waits for every rank to exit; `progress` is called with the number

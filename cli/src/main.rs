@@ -2,6 +2,7 @@
 //! status is chosen in one place, [`main`].
 
 mod demo;
+mod launch;
 mod launcher;
 
 use std::path::PathBuf;
@@ -61,6 +62,26 @@ enum Commands {
         #[arg(long, value_enum, default_value = "local")]
         launcher: launcher::Launch,
     },
+    /// Start N ranks of a program on this machine with the variables
+    /// torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, a fresh
+    /// TORCHELASTIC_RUN_ID, ...), so that ranks linking the agent gather
+    /// over TCP.
+    ///
+    /// Each rank's output lines are prefixed with its rank; SIGINT and
+    /// SIGTERM are passed on to every rank; the exit status is the worst of
+    /// the ranks' (128 + the signal for a rank a signal ended).
+    Launch {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "nproc", value_parser = clap::value_parser!(u32).range(1..=i64::from(DEMO_MAX_RANKS)))]
+        ranks: u32,
+        /// MASTER_PORT for the program's own rendezvous (default: a free one;
+        /// rankscope listens at it + 1, or RANKSCOPE_PORT).
+        #[arg(long)]
+        master_port: Option<u16>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Merge the rank spill files (rank-NNNNN.rsp) of a session directory
     /// into one report, as rank 0 does at the end of a job.
     ///
@@ -99,8 +120,9 @@ fn main() -> ExitCode {
     // Usage errors exit here, with clap's status 2.
     let cli = Cli::parse();
     match run(cli) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(EXIT_PARTIAL),
+        Ok(Finished::Complete) => ExitCode::SUCCESS,
+        Ok(Finished::Partial) => ExitCode::from(EXIT_PARTIAL),
+        Ok(Finished::Launched(code)) => ExitCode::from(code),
         Err(error) => {
             // Line by line: a multi-line error keeps its lines, each made
             // safe for the terminal.
@@ -118,8 +140,28 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs one command; `Ok(false)` when the report it wrote is partial.
-fn run(cli: Cli) -> Result<bool> {
+/// How a command that did not fail ended.
+enum Finished {
+    /// Everything done.
+    Complete,
+    /// A report was written, but ranks or inputs are missing from it.
+    Partial,
+    /// `launch`: the worst exit status of the ranks.
+    Launched(u8),
+}
+
+impl From<bool> for Finished {
+    fn from(complete: bool) -> Self {
+        if complete {
+            Finished::Complete
+        } else {
+            Finished::Partial
+        }
+    }
+}
+
+/// Runs one command.
+fn run(cli: Cli) -> Result<Finished> {
     let complete = match cli.command {
         Commands::Demo {
             ranks,
@@ -179,6 +221,17 @@ fn run(cli: Cli) -> Result<bool> {
             print!("{}", inspect::inspect(&file)?);
             true
         }
+        Commands::Launch {
+            ranks,
+            master_port,
+            command,
+        } => {
+            return Ok(Finished::Launched(launch::run(&launch::LaunchOptions {
+                ranks,
+                master_port,
+                command,
+            })?))
+        }
         Commands::DemoRank {
             straggler,
             kill_rank,
@@ -187,5 +240,5 @@ fn run(cli: Cli) -> Result<bool> {
             true
         }
     };
-    Ok(complete)
+    Ok(complete.into())
 }

@@ -32,6 +32,13 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
     assert_eq!(session["ranks_reporting"], serde_json::json!([0, 1, 2, 3]));
     assert_eq!(session["ranks_missing"], serde_json::json!([]));
     assert_eq!(session["name"], "t2v-demo");
+    // The demo's ranks are started with torchrun's variables and gather over TCP.
+    assert_eq!(session["launcher"], "torchrun");
+    assert_eq!(session["transport"], "tcp");
+    assert_eq!(session["clock_sync"], "tcp-pingpong");
+    for rank in report["ranks"].as_array().unwrap() {
+        assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
+    }
 
     let stages = report["stages"].as_array().unwrap();
     let names: Vec<&str> = stages.iter().map(|s| s["name"].as_str().unwrap()).collect();

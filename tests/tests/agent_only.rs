@@ -94,7 +94,10 @@ fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
     // torchrun's variables: the ranks gathered over TCP to rank 0.
     assert_eq!(session["transport"], "tcp");
     assert_eq!(session["clock_sync"], "tcp-pingpong");
-    assert_eq!(session["endpoint"], format!("127.0.0.1:{}", master_port + 1));
+    assert_eq!(
+        session["endpoint"],
+        format!("127.0.0.1:{}", master_port + 1)
+    );
     for rank in report["ranks"].as_array().unwrap() {
         assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
     }

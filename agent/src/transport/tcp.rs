@@ -60,8 +60,9 @@ mod purpose {
 
 /// Largest control frame (everything but a payload).
 const MAX_CONTROL_BYTES: u64 = 4096;
-/// Longest a single read or write may wait.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a single read or write may wait: a peer silent for longer is
+/// cut off (a healthy one sends its next bytes in far less).
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a rank tries to reach rank 0 at session start.
 const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -1,0 +1,111 @@
+//! `rankscope launch`: N real processes with torchrun's variables, output
+//! prefixed with the rank, stop signals passed on, the worst exit status.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use support::rankscope;
+
+#[test]
+fn ranks_get_torchrun_variables_and_the_worst_exit_status_is_returned() {
+    let run = rankscope(
+        &[
+            "launch",
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE addr=$MASTER_ADDR \
+             port=$MASTER_PORT run=$TORCHELASTIC_RUN_ID restart=$TORCHELASTIC_RESTART_COUNT; \
+             echo complaint >&2; exit $RANK",
+        ],
+        &[],
+    );
+    assert_eq!(run.status.code(), Some(2), "the worst of 0, 1 and 2");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let mut runs = std::collections::BTreeSet::new();
+    for rank in 0..3 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("[rank {rank}] rank={rank} ")))
+            .unwrap_or_else(|| panic!("rank {rank}'s line, prefixed: {stdout}"));
+        assert!(line.contains(&format!("local={rank} world=3 addr=127.0.0.1 port=")));
+        assert!(line.ends_with("restart=0"), "{line}");
+        runs.insert(
+            line.split("run=")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .to_string(),
+        );
+        assert!(
+            stderr.contains(&format!("[rank {rank}] complaint")),
+            "{stderr}"
+        );
+    }
+    assert_eq!(runs.len(), 1, "one run id for every rank: {runs:?}");
+
+    let again = rankscope(
+        &[
+            "launch",
+            "-n",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "echo $TORCHELASTIC_RUN_ID",
+        ],
+        &[],
+    );
+    let second = String::from_utf8_lossy(&again.stdout).to_string();
+    assert!(
+        !second.contains(runs.iter().next().unwrap()),
+        "a fresh run id per launch"
+    );
+}
+
+#[test]
+fn a_stop_signal_is_passed_on_to_every_rank() {
+    let mut launch = Command::new(support::rankscope_bin())
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo stopped; exit 7' TERM; echo ready; while :; do sleep 0.1; done",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(launch.stdout.take().unwrap()).lines();
+    let mut ready = 0;
+    while ready < 2 {
+        let line = lines.next().expect("the ranks say ready").unwrap();
+        ready += usize::from(line.ends_with("ready"));
+    }
+    let sent = Command::new("kill")
+        .args(["-TERM", &launch.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = launch.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the ranks' own exit status: {rest:?}"
+    );
+    assert_eq!(
+        rest.iter().filter(|l| l.ends_with("stopped")).count(),
+        2,
+        "{rest:?}"
+    );
+}

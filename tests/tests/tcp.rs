@@ -1,0 +1,217 @@
+//! The TCP transport with real processes and sockets on 127.0.0.1: rank 0
+//! (a real rank program) gathers while strangers connect to it, and a
+//! torchrun restart under the same run id.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+const RANK: &str = env!("CARGO_BIN_EXE_agent_only_rank");
+
+/// A free port below the ephemeral range: a client that retries connecting
+/// to a port in that range can end up connected to itself (a TCP
+/// self-connect) and take the port from the listener to come.
+fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 5_000) as u16;
+    loop {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 5_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A rank of a torchrun-like job whose rank 0 listens at `port`.
+fn rank(rank: u32, world: u32, out: &Path, port: u16, extra: &[(&str, &str)]) -> Child {
+    let mut command = Command::new(RANK);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "1")
+        .env("RANKSCOPE_PORT", port.to_string())
+        .env("RANKSCOPE_TOKEN", "the-job-token")
+        .env("TORCHELASTIC_RUN_ID", "tcp-test")
+        .env("RANKSCOPE_OUTPUT_DIR", out)
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .envs(extra.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn report(out: &Path) -> serde_json::Value {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let text = std::fs::read_to_string(dirs[0].join("report.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Connects once rank 0 listens.
+fn connect(port: u16) -> TcpStream {
+    let started = Instant::now();
+    loop {
+        if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            return stream;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "rank 0 never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = vec![kind];
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Reads rank 0's challenge and greets it as `rank` with `token`, for a
+/// payload.
+fn greet(stream: &mut TcpStream, rank: u32, token: &[u8]) {
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head).unwrap();
+    assert_eq!(head[0], 1, "a challenge comes first");
+    let mut challenge = vec![0u8; u64::from_le_bytes(head[1..].try_into().unwrap()) as usize];
+    stream.read_exact(&mut challenge).unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(token).unwrap();
+    mac.update(&challenge);
+    mac.update(&rank.to_le_bytes());
+    mac.update(&[3]);
+    let mut hello = rank.to_le_bytes().to_vec();
+    hello.push(3);
+    hello.extend_from_slice(&mac.finalize().into_bytes());
+    stream.write_all(&frame(2, &hello)).unwrap();
+}
+
+#[test]
+fn strangers_are_cut_off_and_named_and_rank_zero_still_finishes() {
+    let out = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let started = Instant::now();
+    // A world of 3 whose ranks 1 and 2 never come: rank 0 listens until its deadline.
+    let rank0 = rank(
+        0,
+        3,
+        out.path(),
+        port,
+        &[("RANKSCOPE_GATHER_TIMEOUT_S", "6")],
+    );
+
+    // A peer with the wrong token.
+    let mut wrong = connect(port);
+    greet(&mut wrong, 1, b"a-guess");
+    // A peer that announces a 4 GiB frame, then stalls.
+    let mut huge = connect(port);
+    greet(&mut huge, 1, b"the-job-token");
+    huge.write_all(&[8]).unwrap();
+    huge.write_all(&(4u64 << 30).to_le_bytes()).unwrap();
+    // A peer that connects and never sends.
+    let _silent = connect(port);
+    // A peer that sends random bytes.
+    let mut noise = connect(port);
+    noise.write_all(&[0x5a; 200]).unwrap();
+    // Two peers claiming rank 1 with payloads: one is taken, one refused.
+    let payload = {
+        let mut header = rankscope_common::PayloadHeader::new("forged", "t", 1, 3);
+        header.session.run_id = Some("forged".into());
+        let forged = rankscope_common::Payload {
+            header,
+            tables: Default::default(),
+        };
+        rankscope_common::payload::encode(&forged, rankscope_common::payload::Compression::Zstd)
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let mut claim = connect(port);
+        greet(&mut claim, 1, b"the-job-token");
+        claim.write_all(&frame(8, &payload)).unwrap();
+        let mut answer = [0u8; 9];
+        let _ = claim.read_exact(&mut answer);
+    }
+
+    let output = rank0.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The deadline is 6 s; far less than this bound, rank 0 did not hang.
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let report = report(out.path());
+    let session = &report["session"];
+    assert_eq!(session["transport"], "tcp");
+    assert_eq!(
+        session["ranks_missing"],
+        serde_json::json!([1, 2]),
+        "no stranger became a rank"
+    );
+    let reasons: Vec<String> = session["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["reason"].as_str().unwrap().to_string())
+        .collect();
+    for expected in [
+        "wrong job token",
+        "more than the 268435456-byte limit",
+        "went silent",
+        "not the rankscope protocol",
+        "rank 1's payload already arrived",
+        "belongs to session `forged`",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r.contains(expected)),
+            "`{expected}` among {reasons:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_torchrun_restart_under_the_same_run_id_gives_a_new_report() {
+    let out = tempfile::tempdir().unwrap();
+    for restart in ["0", "1"] {
+        let port = free_port();
+        let env = [("TORCHELASTIC_RESTART_COUNT", restart)];
+        let ranks: Vec<Child> = (0..2).map(|r| rank(r, 2, out.path(), port, &env)).collect();
+        for child in ranks {
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let report = report(out.path());
+        assert_eq!(report["session"]["run_id"], format!("tcp-test.{restart}"));
+        assert_eq!(
+            report["session"]["ranks_reporting"],
+            serde_json::json!([0, 1])
+        );
+        // Each report holds its own run: 2 ranks × 3 stages, not 4 × 3.
+        assert_eq!(report["stages"][0]["count"], 6);
+    }
+}
