@@ -28,6 +28,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod flusher;
 mod notice;
 mod profiler;
 mod recorder;
@@ -38,6 +39,7 @@ mod session;
 mod signals;
 mod slot;
 mod stage;
+mod stop;
 mod sync;
 pub mod transport;
 

@@ -253,6 +253,19 @@ impl Recorder {
         (builders, overflow)
     }
 
+    /// The records since the last call (or the session's start), in batch
+    /// builders, for a periodic flush; the session goes on recording (call
+    /// counts, open stages and overflow counts stay).
+    pub(crate) fn flush(&self) -> Builders {
+        let mut retired = lock(&self.registry.retired);
+        for thread in self.registry.threads() {
+            let mut data = thread.lock();
+            retired.builders.append(&data.records, &data.names);
+            data.records = Records::default();
+        }
+        std::mem::take(&mut retired.builders)
+    }
+
     /// Begins a stage on this thread; returns its id.
     #[inline]
     pub(crate) fn begin_stage(&self, generation: u64, name: &str, metadata: Option<String>) -> u64 {

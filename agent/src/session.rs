@@ -15,9 +15,11 @@ use rankscope_common::payload::{
     SamplerStats, SessionMeta,
 };
 use rankscope_common::spill::{self, SpillName};
+use rankscope_common::table::Table;
 use rankscope_common::text::rank_ranges;
 use rankscope_common::{ArrowError, Config};
 
+use crate::flusher::Flusher;
 use crate::notice::{self, notice, say};
 use crate::profiler::Shared;
 use crate::reporter::default_reporter;
@@ -119,6 +121,19 @@ pub(crate) struct SessionState {
     transport: Box<dyn Transport>,
     /// The session's telemetry thread.
     sampler: Option<Sampler>,
+    /// The session's periodic flushes.
+    flusher: Option<Flusher>,
+}
+
+impl SessionState {
+    /// The name of this rank's spill file (and, with a number, its flushes).
+    fn spill_name<'a>(&'a self, env: &RankEnv) -> SpillName<'a> {
+        SpillName {
+            rank: env.rank,
+            run_id: self.rendezvous.run_id.as_deref(),
+            process: self.process,
+        }
+    }
 }
 
 /// `rank 3` or `ranks 1-3, 7`.
@@ -310,6 +325,14 @@ impl Session {
             rendezvous,
             transport,
             sampler: shared.telemetry.start(&shared.recorder),
+            flusher: (config.flush_interval_s > 0.0)
+                .then(|| {
+                    Flusher::start(
+                        Arc::clone(&shared),
+                        Duration::from_secs_f64(config.flush_interval_s),
+                    )
+                })
+                .flatten(),
         });
         if shared.config.spill_on_signal {
             crate::signals::watch(&shared);
@@ -396,6 +419,9 @@ fn finish_state(
     finishing: &BackToIdle<'_, SessionState>,
     gather: bool,
 ) -> Result<Outcome, SessionError> {
+    if let Some(flusher) = state.flusher.take() {
+        flusher.stop();
+    }
     let duration_ns = shared.recorder.end_session();
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
     let result = build_payload(shared, &state, duration_ns, sampler)
@@ -426,9 +452,11 @@ fn hand_on(
             );
         }
     }
+    // Owned: the transport is borrowed mutably below.
+    let run_id = state.rendezvous.run_id.clone();
     let name = SpillName {
         rank: env.rank,
-        run_id: state.rendezvous.run_id.as_deref(),
+        run_id: run_id.as_deref(),
         process: state.process,
     };
     let spill_file =
@@ -438,6 +466,10 @@ fn hand_on(
             source,
         })?;
     finishing.spilled();
+    // The final file holds what the flushes wrote: they go.
+    for part in spill::parts(&state.dir, &name).unwrap_or_default() {
+        let _ = std::fs::remove_file(part);
+    }
     let mut outcome = Outcome {
         session_dir: state.dir.clone(),
         spill_file,
@@ -540,9 +572,103 @@ fn build_payload(
     let (builders, overflow) = shared.recorder.drain();
     let mut header = header(shared, state, duration_ns, sampler);
     header.overflow = overflow;
-    Ok(Payload {
+    header.notices = notice::take_kept();
+    header.dropped = shared
+        .recorder
+        .take_dropped()
+        .into_iter()
+        .map(|(table, rows)| DroppedRows {
+            table: table.name().to_string(),
+            rows,
+        })
+        .collect();
+    let last = Payload {
         header,
         tables: builders.finish().map_err(SessionError::Batch)?,
+    };
+    // What periodic flushes wrote comes first; the final file replaces them.
+    let parts = spill::parts(&state.dir, &state.spill_name(&shared.env)).unwrap_or_default();
+    if parts.is_empty() {
+        return Ok(last);
+    }
+    let mut flushed = Vec::with_capacity(parts.len() + 1);
+    for part in &parts {
+        match spill::read_payload(part) {
+            Ok(payload) => flushed.push(payload),
+            Err(e) => notice!("a flushed part {} is lost: {}", part.display(), Chain(&e)),
+        }
+    }
+    flushed.push(last);
+    let mut payload = Payload::concat(flushed)
+        .map_err(SessionError::Batch)?
+        .expect("at least the last part");
+    trim_rings(&mut payload, shared.config.max_data_points);
+    Ok(payload)
+}
+
+/// Telemetry keeps its newest `max` rows, across flushes too.
+fn trim_rings(payload: &mut Payload, max: usize) {
+    for table in [Table::GpuSamples, Table::HostSamples] {
+        let Some(batch) = payload.tables.get(&table) else {
+            continue;
+        };
+        let rows = batch.num_rows();
+        if rows > max {
+            let newest = batch.slice(rows - max, max);
+            payload.tables.insert(table, newest);
+            let cut = (rows - max) as u64;
+            match payload
+                .header
+                .dropped
+                .iter_mut()
+                .find(|d| d.table == table.name())
+            {
+                Some(dropped) => dropped.rows += cut,
+                None => payload.header.dropped.push(DroppedRows {
+                    table: table.name().to_string(),
+                    rows: cut,
+                }),
+            }
+        }
+    }
+}
+
+/// Writes what the running session recorded since the last flush as its
+/// `seq`-th part. Nothing when no session runs.
+pub(crate) fn flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
+    let now = shared.recorder.now_ns();
+    let Some((dir, name, header)) = shared.session.with_running(|state| {
+        let mut header = header(shared, state, now, SamplerStats::default());
+        header.flushed_until_ns = Some(now);
+        (
+            state.dir.clone(),
+            state.spill_name(&shared.env).part_name(seq),
+            header,
+        )
+    }) else {
+        return Ok(());
+    };
+    let tables = shared
+        .recorder
+        .flush()
+        .finish()
+        .map_err(SessionError::Batch)?;
+    if tables.is_empty() {
+        return Ok(());
+    }
+    let mut payload = Payload { header, tables };
+    let bytes = payload::encode_capped(
+        &mut payload,
+        shared.config.payload_compression,
+        &Limits::DEFAULT,
+    )
+    .map_err(SessionError::Payload)?;
+    rankscope_common::file::write_atomic(&dir.join(&name), &bytes).map_err(|source| {
+        SessionError::Spill {
+            rank: shared.env.rank,
+            dir,
+            source,
+        }
     })
 }
 
@@ -582,17 +708,11 @@ fn header(
         gpus: gpus.devices,
         gpu_selection: gpus.selection,
         sampler,
-        dropped: shared
-            .recorder
-            .take_dropped()
-            .into_iter()
-            .map(|(table, rows)| DroppedRows {
-                table: table.name().to_string(),
-                rows,
-            })
-            .collect(),
+        // Counted once, in the final payload (see `build_payload`).
+        dropped: Vec::new(),
         overflow: Overflow::default(),
-        notices: notice::take_kept(),
+        flushed_until_ns: None,
+        notices: Vec::new(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
     }
 }

@@ -175,6 +175,67 @@ fn a_rank_that_never_writes_is_named_missing_within_the_deadline() {
 }
 
 #[test]
+fn a_killed_rank_is_recovered_up_to_its_last_flush() {
+    let out = tempfile::tempdir().unwrap();
+    let out_arg = out.path().to_str().unwrap();
+    let run = rankscope(
+        &["demo", "--ranks", "3", "--kill-rank", "2", "--out", out_arg],
+        &[
+            ("RANKSCOPE_GATHER_TIMEOUT_S", "2"),
+            ("RANKSCOPE_FLUSH_INTERVAL_S", "0.05"),
+        ],
+    );
+    assert_eq!(run.status.code(), Some(3));
+    let dir = session_dir(out.path());
+    let report = read_json(&dir.join("report.json"));
+    assert_eq!(
+        report["session"]["ranks_missing"],
+        serde_json::json!([2]),
+        "rank 0 did not wait for the dead rank's flushes"
+    );
+    // The finished ranks' flushes were merged into their spill files.
+    let parts = |rank: u32| {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("rank-{rank:05}.")) && n.ends_with(".part"))
+            .count()
+    };
+    assert_eq!(parts(0) + parts(1), 0);
+    assert!(parts(2) > 0, "the killed rank flushed before it died");
+
+    let again = tempfile::tempdir().unwrap();
+    let aggregate = rankscope(
+        &[
+            "aggregate",
+            "--reports-dir",
+            dir.to_str().unwrap(),
+            "--output",
+            again.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(
+        aggregate.status.code(),
+        Some(3),
+        "a partial rank: a partial report"
+    );
+    let recovered = read_json(&again.path().join("report.json"));
+    assert_eq!(recovered["session"]["ranks_missing"], serde_json::json!([]));
+    let rank2 = &recovered["ranks"][2];
+    assert_eq!(rank2["rank"], 2);
+    assert_eq!(rank2["partial"], true);
+    assert!(rank2["duration_s"].as_f64().unwrap() > 0.0);
+    let loaded = recovered["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "model_load")
+        .unwrap();
+    assert_eq!(loaded["ranks"], 3, "the dead rank's flushed stages are in");
+}
+
+#[test]
 fn the_live_display_shows_each_rank_labelled_simulated() {
     let out = tempfile::tempdir().unwrap();
     let run = rankscope(

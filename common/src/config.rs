@@ -122,6 +122,10 @@ pub struct Config {
     pub token: Option<String>,
     /// The largest payload frame rank 0 takes over TCP, bytes.
     pub max_frame_bytes: u64,
+    /// Every this many seconds a rank writes what it recorded since the last
+    /// time to a file of its own, so that a killed rank loses at most that
+    /// much (`rankscope aggregate` merges the flushes); 0 turns it off.
+    pub flush_interval_s: f64,
     /// Moves this rank's wall clock by this many nanoseconds: a testing aid
     /// that skews a rank on purpose, to check that clock alignment undoes
     /// it. 0 in real jobs.
@@ -221,6 +225,7 @@ impl Config {
             port: None,
             token: None,
             max_frame_bytes: 256 << 20,
+            flush_interval_s: 30.0,
             clock_shift_ns: 0,
             spill_on_signal: true,
             quiet_ranks: true,
@@ -382,6 +387,7 @@ impl Config {
             ("straggler_min_s", Some(self.straggler_min_s)),
             ("clock_shift_ns", Some(self.clock_shift_ns as f64)),
             ("max_frame_bytes", Some(self.max_frame_bytes as f64)),
+            ("flush_interval_s", Some(self.flush_interval_s)),
         ];
         for (key, value) in values {
             let Some(value) = value else { continue };
@@ -417,6 +423,7 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("straggler_min_s", 0.0, 1_000_000.0),
     ("clock_shift_ns", -86_400e9, 86_400e9),
     ("max_frame_bytes", 4096.0, 4_294_967_296.0),
+    ("flush_interval_s", 0.0, 86_400.0),
 ];
 
 /// Refuses a `RANKSCOPE_*` variable whose value is not UTF-8, which would

@@ -121,6 +121,29 @@ impl Payload {
     }
 }
 
+impl Payload {
+    /// One payload of the rows of every part, in order, under the last
+    /// part's header (the parts of one rank's session: its periodic
+    /// flushes, then its finish). `None` without parts.
+    pub fn concat(parts: Vec<Payload>) -> Result<Option<Payload>, arrow_schema::ArrowError> {
+        let Some(header) = parts.last().map(|p| p.header.clone()) else {
+            return Ok(None);
+        };
+        let mut by_table: BTreeMap<Table, Vec<RecordBatch>> = BTreeMap::new();
+        for part in parts {
+            for (table, batch) in part.tables {
+                by_table.entry(table).or_default().push(batch);
+            }
+        }
+        let mut tables = BTreeMap::new();
+        for (table, batches) in by_table {
+            let batch = arrow_select::concat::concat_batches(&table.schema(), &batches)?;
+            tables.insert(table, batch);
+        }
+        Ok(Some(Payload { header, tables }))
+    }
+}
+
 /// Why a payload could not be encoded or decoded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

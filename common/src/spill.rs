@@ -2,6 +2,7 @@
 //! in the session directory ([`SpillName`]). Written with [`crate::file::write_atomic`], read back as
 //! untrusted input: regular files only, never past the payload size limit.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -30,13 +31,41 @@ pub struct SpillName<'a> {
     pub process: u64,
 }
 
+/// Extension of the files a rank flushes during a long session.
+pub const PART_EXTENSION: &str = "part";
+
 impl SpillName<'_> {
     /// The file name.
     pub fn file_name(&self) -> String {
+        format!("{}.{EXTENSION}", self.stem())
+    }
+
+    /// The name of the rank's `seq`-th periodic flush: the rows recorded
+    /// since the one before. The final spill file replaces them all.
+    pub fn part_name(&self, seq: u32) -> String {
+        format!("{}.{seq:06}.{PART_EXTENSION}", self.stem())
+    }
+
+    fn stem(&self) -> String {
         let run = self.run_id.map(run_part).unwrap_or_default();
         let process = self.process as u32 ^ (self.process >> 32) as u32;
-        format!("rank-{:05}.{run}p{process:08x}.{EXTENSION}", self.rank)
+        format!("rank-{:05}.{run}p{process:08x}", self.rank)
     }
+}
+
+/// The flush files in `dir` of the rank whose final file would be `name`,
+/// in the order written.
+pub fn parts(dir: &Path, name: &SpillName<'_>) -> std::io::Result<Vec<PathBuf>> {
+    let stem = format!("{}.", name.stem());
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            let file = path.file_name().unwrap_or_default().to_string_lossy();
+            file.starts_with(&stem) && file.ends_with(&format!(".{PART_EXTENSION}"))
+        })
+        .collect();
+    found.sort();
+    Ok(found)
 }
 
 /// The part of a spill file name that names the run: `r1a2b3c4d.`.
@@ -185,20 +214,60 @@ fn open_regular(path: &Path) -> Result<File, Rejection> {
 }
 
 /// Every file in `dir` with the spill extension, decoded (or with the
-/// reason it cannot be), by name. Hidden and temporary files are left out.
+/// reason it cannot be), by name; and for a rank that flushed during its
+/// session but never finished (no final file), its flushes merged into one
+/// payload marked partial. Hidden and temporary files are left out.
 pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Candidate>> {
     let mut paths: Vec<PathBuf> = Vec::new();
+    let mut parts: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        let hidden = path
+        let name = path
             .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
-        if !hidden && path.extension().is_some_and(|e| e == EXTENSION) {
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        if path.extension().is_some_and(|e| e == EXTENSION) {
             paths.push(path);
+        } else if let Some(stem) = name
+            .strip_suffix(&format!(".{PART_EXTENSION}"))
+            .and_then(|rest| rest.rsplit_once('.'))
+            .map(|(stem, _seq)| stem.to_string())
+        {
+            parts.entry(stem).or_default().push(path);
         }
     }
     paths.sort();
-    Ok(read_files(paths))
+    let finished: Vec<String> = paths
+        .iter()
+        .filter_map(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
+        .collect();
+    let mut candidates = read_files(paths);
+    for (stem, mut files) in parts {
+        if finished.contains(&stem) {
+            continue;
+        }
+        files.sort();
+        candidates.push(Candidate {
+            source: format!("{} ({} flushes)", dir.join(&stem).display(), files.len()),
+            payload: merge_parts(&files),
+        });
+    }
+    Ok(candidates)
+}
+
+/// The flushes `files` of one rank as one payload.
+fn merge_parts(files: &[PathBuf]) -> Result<Payload, Rejection> {
+    let parts = files
+        .iter()
+        .map(|file| read_payload(file))
+        .collect::<Result<Vec<_>, _>>()?;
+    Payload::concat(parts)
+        .map_err(|e| Rejection::Payload(PayloadError::Layout(format!("merging flushes: {e}"))))?
+        .ok_or(Rejection::NotAFile)
 }
 
 /// The payloads in `paths`, decoded (or with the reason they cannot be).

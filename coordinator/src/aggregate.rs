@@ -68,13 +68,15 @@ pub struct Aggregated {
 }
 
 impl Aggregated {
-    /// Whether every rank is in the report and every input in the
-    /// directory was used (none refused, none of another run).
+    /// Whether every rank is in the report, whole (none recovered from its
+    /// flushes only), and every input in the directory was used (none
+    /// refused, none of another run).
     pub fn is_complete(&self) -> bool {
         let session = &self.report.session;
         session.ranks_missing.is_empty()
             && session.skipped.is_empty()
             && session.other_runs.is_empty()
+            && !self.report.ranks.iter().any(|rank| rank.partial)
     }
 }
 

@@ -12,7 +12,7 @@ pub(crate) mod select;
 mod simulated;
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ use rankscope_common::Config;
 
 use crate::notice::notice;
 use crate::recorder::Recorder;
+use crate::stop::StopSignal;
 use crate::sync::lock;
 use gpu::{GpuReader, SharedGpuReader};
 use host::HostReader;
@@ -139,13 +140,6 @@ struct Schedule {
     display: Option<Duration>,
 }
 
-/// Asks the sampler thread to stop.
-#[derive(Default)]
-struct StopSignal {
-    stopped: Mutex<bool>,
-    wake: Condvar,
-}
-
 /// The running sampler thread of one session.
 pub(crate) struct Sampler {
     signal: Arc<StopSignal>,
@@ -178,8 +172,7 @@ impl Sampler {
     }
 
     fn halt(&mut self) -> SamplerStats {
-        *lock(&self.signal.stopped) = true;
-        self.signal.wake.notify_all();
+        self.signal.stop();
         let Some(thread) = self.thread.take() else {
             return SamplerStats::default();
         };
@@ -242,7 +235,7 @@ fn run(
     let mut gpu_cost = Cost::default();
     let mut host_cost = Cost::default();
     loop {
-        let stopping = *lock(&signal.stopped);
+        let stopping = signal.is_stopped();
         let now = Instant::now();
         if let Some(reader) = &gpu {
             if gpu_timer.due(now) || stopping {
@@ -318,11 +311,7 @@ fn run(
         .flatten()
         .min()
         .expect("the sampler runs only with something to sample");
-        let stopped = lock(&signal.stopped);
-        let wait = next.saturating_duration_since(Instant::now());
-        let _ = signal
-            .wake
-            .wait_timeout_while(stopped, wait, |stopped| !*stopped);
+        signal.wait(next.saturating_duration_since(Instant::now()));
     }
 }
 

@@ -195,6 +195,9 @@ pub struct PayloadHeader {
     pub dropped: Vec<DroppedRows>,
     /// Other limits reached.
     pub overflow: Overflow,
+    /// For a payload merged from a rank's periodic flushes, the rank never
+    /// having finished: how far into the session it reaches, nanoseconds.
+    pub flushed_until_ns: Option<u64>,
     /// What the agent told (or, on a quiet rank, kept from) the user:
     /// GPU telemetry off, a value cut to fit, ...
     pub notices: Vec<String>,
@@ -237,6 +240,7 @@ impl PayloadHeader {
             sampler: SamplerStats::default(),
             dropped: Vec::new(),
             overflow: Overflow::default(),
+            flushed_until_ns: None,
             notices: Vec::new(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
         }
@@ -308,6 +312,7 @@ pub(super) mod v1 {
                 sampler: v1.sampler,
                 dropped: v1.dropped,
                 overflow: super::Overflow::default(),
+                flushed_until_ns: None,
                 notices: Vec::new(),
                 agent_version: v1.agent_version,
             }

@@ -153,7 +153,8 @@ fn rank_summary(payload: &rankscope_common::Payload, reference_start_ns: i64) ->
         local_rank: h.rank.local_rank,
         clock_offset_ns: h.clock.offset_to_rank0.map(|o| o.offset_ns),
         clock_round_trip_ns: h.clock.offset_to_rank0.map(|o| o.round_trip_ns),
-        duration_s: h.clock.duration_ns as f64 / 1e9,
+        duration_s: h.flushed_until_ns.unwrap_or(h.clock.duration_ns) as f64 / 1e9,
+        partial: h.flushed_until_ns.is_some(),
         gpus: h
             .gpus
             .iter()

@@ -1,0 +1,71 @@
+//! Periodic flushes: during a long session, every `flush_interval_s` the
+//! rank writes what it recorded since the last flush to a file of its own
+//! (a part, next to where its spill file will be). A rank killed mid-session
+//! loses at most one interval; `rankscope aggregate` merges its parts into a
+//! report marked partial. At finish the parts are merged into the final
+//! spill file and removed. Each flush writes only what is new.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::notice::notice;
+use crate::profiler::Shared;
+use crate::session;
+use crate::stop::StopSignal;
+
+/// The flushing thread of one session.
+pub(crate) struct Flusher {
+    signal: Arc<StopSignal>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Flusher {
+    /// Starts flushing `shared`'s running session every `interval`.
+    pub(crate) fn start(shared: Arc<Shared>, interval: Duration) -> Option<Flusher> {
+        let signal = Arc::new(StopSignal::default());
+        let thread_signal = Arc::clone(&signal);
+        let thread = std::thread::Builder::new()
+            .name("rankscope-flusher".into())
+            .spawn(move || {
+                let mut seq = 0;
+                while !thread_signal.wait(interval) {
+                    seq += 1;
+                    if let Err(e) = session::flush(&shared, seq) {
+                        notice!(
+                            "a periodic flush failed: {}",
+                            rankscope_common::error::Chain(&e)
+                        );
+                    }
+                }
+            });
+        match thread {
+            Ok(thread) => Some(Flusher {
+                signal,
+                thread: Some(thread),
+            }),
+            Err(e) => {
+                notice!("periodic flushes off: cannot start their thread: {e}");
+                None
+            }
+        }
+    }
+
+    /// Stops flushing; a flush under way completes first.
+    pub(crate) fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.signal.stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
