@@ -1,27 +1,41 @@
 #!/usr/bin/env bash
-# Finalize time (gather + analysis + report) under mpirun for 2, 4, 8 and 16
-# ranks with 10-minute-sized payloads, over MPI and through the shared
-# directory, in the same run; the median of $1 runs (default 3) each.
+# Finalize time (gather + analysis + report) with 10-minute-sized payloads:
+# under mpirun, MPI against the shared directory (2-16 ranks); under
+# `rankscope launch`, TCP against the directory (16 and 64 ranks). The
+# median of $1 runs (default 3) each, all in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
 cargo build --release --quiet -p rankscope --features mpi --example finalize_bench
+cargo build --release --quiet -p rankscope-cli
 bench=target/release/examples/finalize_bench
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-printf '%-6s %-10s %12s %14s\n' ranks transport finalize_ms payload_bytes
+
+# One measurement: the launcher's command line, then the transport.
+measure() {
+    local transport=$1; shift
+    local times=() bytes=0 line
+    for _ in $(seq "$runs"); do
+        line=$(RANKSCOPE_OUTPUT_DIR="$out" RANKSCOPE_TRANSPORT="$transport" \
+            RANKSCOPE_GATHER_TIMEOUT_S=300 "$@" | grep 'finalize_ms' | sed 's/^\[rank 0\] //')
+        times+=("$(echo "$line" | awk '{print $2}')")
+        bytes=$(echo "$line" | awk '{print $4}')
+    done
+    printf '%s\n' "${times[@]}" | sort -n | awk -v b="$bytes" '{a[NR]=$1} END {printf "%12s %14s\n", a[int((NR+1)/2)], b}'
+}
+
+printf '%-9s %-6s %-10s %12s %14s\n' launcher ranks transport finalize_ms payload_bytes
 for ranks in 2 4 8 16; do
     for transport in mpi dir; do
-        times=()
-        bytes=0
-        for _ in $(seq "$runs"); do
-            line=$(RANKSCOPE_OUTPUT_DIR="$out" RANKSCOPE_TRANSPORT="$transport" \
-                mpirun -n "$ranks" --oversubscribe "$bench" | grep '^finalize_ms')
-            times+=("$(echo "$line" | awk '{print $2}')")
-            bytes=$(echo "$line" | awk '{print $4}')
-        done
-        median=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-        printf '%-6s %-10s %12s %14s\n' "$ranks" "$transport" "$median" "$bytes"
+        printf '%-9s %-6s %-10s ' mpirun "$ranks" "$transport"
+        measure "$transport" mpirun -n "$ranks" --oversubscribe "$bench"
+    done
+done
+for ranks in 16 64; do
+    for transport in tcp dir; do
+        printf '%-9s %-6s %-10s ' launch "$ranks" "$transport"
+        measure "$transport" target/release/rankscope launch -n "$ranks" -- "$bench"
     done
 done

@@ -4,8 +4,8 @@
 //! made in about a second by sampling a simulated GPU every millisecond.
 //! Rank 0 prints `finalize_ms <ms> payload_bytes <bytes> transport <name>`.
 //!
-//! `scripts/bench-finalize.sh` runs it under mpirun for several rank counts,
-//! with the MPI transport and with the shared directory.
+//! `scripts/bench-finalize.sh` runs it under mpirun (MPI against the shared
+//! directory) and under `rankscope launch` (TCP against the directory).
 
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if outcome.gathered.is_some() {
         let transport = profiler.config().map_or("?", |c| match c.transport {
             rankscope_common::config::TransportKind::Dir => "dir",
+            rankscope_common::config::TransportKind::Tcp => "tcp",
             _ => "mpi",
         });
         println!(
