@@ -617,18 +617,7 @@ fn trim_rings(payload: &mut Payload, max: usize) {
             let newest = batch.slice(rows - max, max);
             payload.tables.insert(table, newest);
             let cut = (rows - max) as u64;
-            match payload
-                .header
-                .dropped
-                .iter_mut()
-                .find(|d| d.table == table.name())
-            {
-                Some(dropped) => dropped.rows += cut,
-                None => payload.header.dropped.push(DroppedRows {
-                    table: table.name().to_string(),
-                    rows: cut,
-                }),
-            }
+            payload.header.add_dropped(table.name(), cut);
         }
     }
 }

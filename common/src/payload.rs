@@ -340,18 +340,7 @@ pub fn encode_capped(
         let cut = (batch.num_rows() - keep) as u64;
         let kept = batch.slice(0, keep);
         payload.tables.insert(table, kept);
-        match payload
-            .header
-            .dropped
-            .iter_mut()
-            .find(|d| d.table == table.name())
-        {
-            Some(dropped) => dropped.rows += cut,
-            None => payload.header.dropped.push(DroppedRows {
-                table: table.name().to_string(),
-                rows: cut,
-            }),
-        }
+        payload.header.add_dropped(table.name(), cut);
     }
 }
 

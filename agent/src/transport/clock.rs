@@ -40,6 +40,25 @@ pub fn estimate(rounds: &[Round]) -> Option<ClockOffset> {
         })
 }
 
+/// An offset as it travels to its rank: 16 bytes, little endian.
+pub fn encode(offset: &ClockOffset) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&offset.offset_ns.to_le_bytes());
+    bytes[8..].copy_from_slice(&offset.round_trip_ns.to_le_bytes());
+    bytes
+}
+
+/// An offset from the 16 bytes [`encode`] makes; `None` for other bytes.
+pub fn decode(bytes: &[u8]) -> Option<ClockOffset> {
+    if bytes.len() != 16 {
+        return None;
+    }
+    Some(ClockOffset {
+        offset_ns: i64::from_le_bytes(bytes[..8].try_into().ok()?),
+        round_trip_ns: u64::from_le_bytes(bytes[8..].try_into().ok()?),
+    })
+}
+
 /// This rank's wall clock, nanoseconds since the Unix epoch, moved by
 /// `shift_ns` (the `clock_shift_ns` setting: tests skew a rank on purpose).
 pub fn wall_now_ns(shift_ns: i64) -> i64 {

@@ -21,12 +21,13 @@ pub mod mpi;
 pub mod tcp;
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Instant, UNIX_EPOCH};
 
 use rankscope_common::config::TransportKind;
 use rankscope_common::env::RankEnv;
-use rankscope_common::payload::{ClockOffset, ClockSync, TransportName};
-use rankscope_common::{Config, Gathered};
+use rankscope_common::gather::{self, Candidate, Expect, Rejection, RunFilter};
+use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName};
+use rankscope_common::{spill, Config, Gathered};
 
 /// What a transport knows of the session it serves.
 #[derive(Debug, Clone, Copy)]
@@ -132,6 +133,37 @@ pub fn for_rank(config: &Config, env: &RankEnv) -> Result<Box<dyn Transport>, Tr
         }
         TransportKind::Auto => Ok(Box::new(dir::DirTransport)),
     }
+}
+
+/// What rank 0 of a transport that carries payloads itself (MPI, TCP)
+/// gathered: its own payload first, then what arrived over the wire, then
+/// the spill files of the ranks that sent nothing (in this run: every rank
+/// knows the run's identity), checked by [`gather::accept`].
+fn gathered_by_rank0(own: &[u8], arrived: Vec<Candidate>, session: &SessionInfo<'_>) -> Gathered {
+    let arrived_ranks: Vec<u32> = arrived
+        .iter()
+        .filter_map(|c| c.payload.as_ref().ok().map(|p| p.header.rank.rank))
+        .collect();
+    let mut candidates = vec![Candidate {
+        source: "rank 0".into(),
+        payload: payload::decode(own).map_err(Rejection::Payload),
+    }];
+    candidates.extend(arrived);
+    for rank in (1..session.world_size).filter(|r| !arrived_ranks.contains(r)) {
+        let found = spill::find(session.session_dir, Some(rank), session.run_id, UNIX_EPOCH)
+            .unwrap_or_default();
+        candidates.extend(spill::read_files(
+            found.files.into_iter().chain(found.special),
+        ));
+    }
+    let expect = Expect {
+        session_id: Some(session.session_id.to_string()),
+        run: RunFilter::Only(session.run_id.map(str::to_string)),
+        world_size: Some(session.world_size),
+        max_world_size: None,
+        ended_after_unix_ns: None,
+    };
+    gather::accept(candidates, &expect)
 }
 
 #[cfg(feature = "mpi")]

@@ -31,9 +31,9 @@ use mpi::request::StaticScope;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::Equivalence;
 use mpi::Threading;
-use rankscope_common::gather::{self, Candidate, Expect, Rejection, RunFilter};
+use rankscope_common::gather::{Candidate, Rejection};
 use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName, MAX_PAYLOAD_BYTES};
-use rankscope_common::{spill, Config, Gathered};
+use rankscope_common::{Config, Gathered};
 
 use super::clock::{self, Round, ROUNDS};
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
@@ -101,7 +101,7 @@ impl MpiTransport {
                 self.comm.process_at_rank(0).send_with_tag(&now, TAG_PONG);
             }
             let offset = receive(&self.comm, 0, TAG_OFFSET, 16, deadline)?;
-            return decode_offset(&offset);
+            return clock::decode(&offset);
         }
         for peer in 1..self.comm.size() {
             let mut rounds = Vec::with_capacity(ROUNDS);
@@ -126,12 +126,9 @@ impl MpiTransport {
                 continue;
             }
             if let Some(offset) = clock::estimate(&rounds) {
-                let mut message = [0u8; 16];
-                message[..8].copy_from_slice(&offset.offset_ns.to_le_bytes());
-                message[8..].copy_from_slice(&offset.round_trip_ns.to_le_bytes());
                 self.comm
                     .process_at_rank(peer)
-                    .send_with_tag(&message[..], TAG_OFFSET);
+                    .send_with_tag(&clock::encode(&offset)[..], TAG_OFFSET);
             }
         }
         // Rank 0's offset to itself is measured as exactly nothing.
@@ -207,17 +204,14 @@ impl Transport for MpiTransport {
             send_payload(&self.comm, payload, deadline);
             return Ok(None);
         }
-        let mut candidates = vec![Candidate {
-            source: "rank 0".into(),
-            payload: payload::decode(payload).map_err(Rejection::Payload),
-        }];
+        let mut arrived = Vec::new();
         let mut pending: Vec<i32> = (1..self.comm.size()).collect();
         while !pending.is_empty() && Instant::now() < deadline {
             let before = pending.len();
             pending.retain(|&peer| match probe_size(&self.comm, peer) {
                 None => true,
                 Some(size) => {
-                    candidates.push(receive_payload(&self.comm, peer, size, deadline));
+                    arrived.push(receive_payload(&self.comm, peer, size, deadline));
                     false
                 }
             });
@@ -225,28 +219,7 @@ impl Transport for MpiTransport {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        // The ranks that sent nothing may still have spilled their payload
-        // (in this run: every rank knows the run's identity).
-        for peer in pending {
-            let found = spill::find(
-                session.session_dir,
-                Some(peer as u32),
-                session.run_id,
-                std::time::UNIX_EPOCH,
-            )
-            .unwrap_or_default();
-            candidates.extend(spill::read_files(
-                found.files.into_iter().chain(found.special),
-            ));
-        }
-        let expect = Expect {
-            session_id: Some(session.session_id.to_string()),
-            run: RunFilter::Only(session.run_id.map(str::to_string)),
-            world_size: Some(session.world_size),
-            max_world_size: None,
-            ended_after_unix_ns: None,
-        };
-        Ok(Some(gather::accept(candidates, &expect)))
+        Ok(Some(super::gathered_by_rank0(payload, arrived, session)))
     }
 }
 
@@ -366,13 +339,4 @@ fn send_payload(comm: &SimpleCommunicator, payload: &[u8], deadline: Instant) {
             }
         }
     }
-}
-
-fn decode_offset(bytes: &[u8]) -> Option<ClockOffset> {
-    let offset = i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    let round_trip = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
-    Some(ClockOffset {
-        offset_ns: offset,
-        round_trip_ns: round_trip,
-    })
 }

@@ -26,11 +26,9 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use rankscope_common::env::RankEnv;
-use rankscope_common::gather::{
-    self, Candidate, ConnectionRefusal, Expect, Rejection, RunFilter, Skipped,
-};
+use rankscope_common::gather::{Candidate, ConnectionRefusal, Rejection, Skipped};
 use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName};
-use rankscope_common::{spill, Config, Gathered};
+use rankscope_common::{Config, Gathered};
 use sha2::{Digest, Sha256};
 
 use super::clock::{self, Round, ROUNDS};
@@ -169,10 +167,7 @@ impl TcpTransport {
             write_frame(stream, kind::PONG, &self.now().to_le_bytes()).ok()?;
         }
         let offset = read_frame(stream, kind::OFFSET, MAX_CONTROL_BYTES).ok()?;
-        Some(ClockOffset {
-            offset_ns: i64::from_le_bytes(offset.get(..8)?.try_into().ok()?),
-            round_trip_ns: u64::from_le_bytes(offset.get(8..16)?.try_into().ok()?),
-        })
+        clock::decode(&offset)
     }
 }
 
@@ -280,33 +275,8 @@ impl Transport for TcpTransport {
             "rank 0's listener is not running: the session did not open it",
         ))?;
         let collected = server.finish(deadline);
-        let mut candidates = vec![Candidate {
-            source: "rank 0".into(),
-            payload: payload::decode(payload).map_err(Rejection::Payload),
-        }];
-        let received: Vec<u32> = collected.payloads.keys().copied().collect();
-        candidates.extend(collected.payloads.into_values());
-        // The ranks that sent nothing may still have spilled their payload.
-        for rank in (1..session.world_size).filter(|r| !received.contains(r)) {
-            let found = spill::find(
-                session.session_dir,
-                Some(rank),
-                session.run_id,
-                std::time::UNIX_EPOCH,
-            )
-            .unwrap_or_default();
-            candidates.extend(spill::read_files(
-                found.files.into_iter().chain(found.special),
-            ));
-        }
-        let expect = Expect {
-            session_id: Some(session.session_id.to_string()),
-            run: RunFilter::Only(session.run_id.map(str::to_string)),
-            world_size: Some(session.world_size),
-            max_world_size: None,
-            ended_after_unix_ns: None,
-        };
-        let mut gathered = gather::accept(candidates, &expect);
+        let mut gathered =
+            super::gathered_by_rank0(payload, collected.payloads.into_values().collect(), session);
         gathered.skipped.extend(collected.refused);
         Ok(Some(gathered))
     }
@@ -546,10 +516,8 @@ fn ping_pong(stream: &mut TcpStream, clock_shift_ns: i64) -> Result<(), Connecti
         });
     }
     let offset = clock::estimate(&rounds).ok_or(ConnectionRefusal::Malformed("no usable round"))?;
-    let mut message = [0u8; 16];
-    message[..8].copy_from_slice(&offset.offset_ns.to_le_bytes());
-    message[8..].copy_from_slice(&offset.round_trip_ns.to_le_bytes());
-    write_frame(stream, kind::OFFSET, &message).map_err(|_| ConnectionRefusal::Stalled)
+    write_frame(stream, kind::OFFSET, &clock::encode(&offset))
+        .map_err(|_| ConnectionRefusal::Stalled)
 }
 
 /// The peer's proof that it knows `token`: HMAC-SHA256 of the challenge,

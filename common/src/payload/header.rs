@@ -206,6 +206,17 @@ pub struct PayloadHeader {
 }
 
 impl PayloadHeader {
+    /// Counts `rows` more dropped from `table`.
+    pub fn add_dropped(&mut self, table: &str, rows: u64) {
+        match self.dropped.iter_mut().find(|d| d.table == table) {
+            Some(dropped) => dropped.rows += rows,
+            None => self.dropped.push(DroppedRows {
+                table: table.to_string(),
+                rows,
+            }),
+        }
+    }
+
     /// A header for `rank` of `world_size` in session `id` / `name`, with no
     /// tags, run id, GPUs or drops, on this host and process; fill in the
     /// rest as needed.
