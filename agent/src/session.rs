@@ -426,6 +426,7 @@ fn finish_state(
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
     let result = build_payload(shared, &state, duration_ns, sampler)
         .and_then(|payload| hand_on(shared, &mut state, payload, finishing, gather));
+    state.transport.close();
     put_back(shared, state.transport);
     result
 }

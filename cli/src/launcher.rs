@@ -93,6 +93,9 @@ pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) 
                 if let Some(port) = listener_port {
                     command.env("RANKSCOPE_PORT", port.to_string());
                 }
+                // A process group of its own: a terminal's Ctrl-C reaches the
+                // launcher alone, which passes it on once.
+                std::os::unix::process::CommandExt::process_group(&mut command, 0);
                 ranks.spawn(command, job, rank, &on_line)?;
             }
         }

@@ -128,6 +128,12 @@ pub enum ConnectionRefusal {
     /// The peer claimed a rank whose payload already arrived.
     #[error("rank {0}'s payload already arrived")]
     DuplicateRank(u32),
+    /// The peer's payload is not this rank's of this session and run.
+    #[error("a payload refused: {0}")]
+    WrongPayload(&'static str),
+    /// The payload came after rank 0 stopped gathering.
+    #[error("the payload came after the gather's deadline")]
+    Late,
     /// More connections at once than a job of this size makes.
     #[error("too many connections at once")]
     TooMany,

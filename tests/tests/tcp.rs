@@ -89,9 +89,36 @@ fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Reads a frame of `kind`.
+fn read_frame(stream: &mut TcpStream, kind: u8) -> Vec<u8> {
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head).unwrap();
+    assert_eq!(head[0], kind);
+    let mut body = vec![0u8; u64::from_le_bytes(head[1..].try_into().unwrap()) as usize];
+    stream.read_exact(&mut body).unwrap();
+    body
+}
+
+/// The run identity rank 0 gives rank 1 at its rendezvous.
+fn rendezvous(port: u16) -> String {
+    let mut stream = connect(port);
+    greet_for(&mut stream, 1, b"the-job-token", 1);
+    let run = String::from_utf8(read_frame(&mut stream, 4)).unwrap();
+    for _ in 0..8 {
+        read_frame(&mut stream, 5);
+        stream.write_all(&frame(6, &0i64.to_le_bytes())).unwrap();
+    }
+    read_frame(&mut stream, 7);
+    run
+}
+
 /// Reads rank 0's challenge and greets it as `rank` with `token`, for a
 /// payload.
 fn greet(stream: &mut TcpStream, rank: u32, token: &[u8]) {
+    greet_for(stream, rank, token, 3);
+}
+
+fn greet_for(stream: &mut TcpStream, rank: u32, token: &[u8], purpose: u8) {
     let mut head = [0u8; 9];
     stream.read_exact(&mut head).unwrap();
     assert_eq!(head[0], 1, "a challenge comes first");
@@ -100,9 +127,9 @@ fn greet(stream: &mut TcpStream, rank: u32, token: &[u8]) {
     let mut mac = Hmac::<Sha256>::new_from_slice(token).unwrap();
     mac.update(&challenge);
     mac.update(&rank.to_le_bytes());
-    mac.update(&[3]);
+    mac.update(&[purpose]);
     let mut hello = rank.to_le_bytes().to_vec();
-    hello.push(3);
+    hello.push(purpose);
     hello.extend_from_slice(&mac.finalize().into_bytes());
     stream.write_all(&frame(2, &hello)).unwrap();
 }
@@ -134,21 +161,23 @@ fn strangers_are_cut_off_and_named_and_rank_zero_still_finishes() {
     // A peer that sends random bytes.
     let mut noise = connect(port);
     noise.write_all(&[0x5a; 200]).unwrap();
-    // Two peers claiming rank 1 with payloads: one is taken, one refused.
-    let payload = {
-        let mut header = rankscope_common::PayloadHeader::new("forged", "t", 1, 3);
-        header.session.run_id = Some("forged".into());
-        let forged = rankscope_common::Payload {
+    // With the token: a payload of another session is refused; two
+    // payloads claiming rank 1 in this run: one is taken, one refused.
+    let run = rendezvous(port);
+    let payload = |session: &str| {
+        let mut header = rankscope_common::PayloadHeader::new(session, "t", 1, 3);
+        header.session.run_id = Some(run.clone());
+        let payload = rankscope_common::Payload {
             header,
             tables: Default::default(),
         };
-        rankscope_common::payload::encode(&forged, rankscope_common::payload::Compression::Zstd)
+        rankscope_common::payload::encode(&payload, rankscope_common::payload::Compression::Zstd)
             .unwrap()
     };
-    for _ in 0..2 {
+    for session in ["another-session", "tcp-test", "tcp-test"] {
         let mut claim = connect(port);
         greet(&mut claim, 1, b"the-job-token");
-        claim.write_all(&frame(8, &payload)).unwrap();
+        claim.write_all(&frame(8, &payload(session))).unwrap();
         let mut answer = [0u8; 9];
         let _ = claim.read_exact(&mut answer);
     }
@@ -166,8 +195,8 @@ fn strangers_are_cut_off_and_named_and_rank_zero_still_finishes() {
     assert_eq!(session["transport"], "tcp");
     assert_eq!(
         session["ranks_missing"],
-        serde_json::json!([1, 2]),
-        "no stranger became a rank"
+        serde_json::json!([2]),
+        "only the peer with the token and this run's payload became rank 1"
     );
     let reasons: Vec<String> = session["skipped"]
         .as_array()
@@ -181,7 +210,7 @@ fn strangers_are_cut_off_and_named_and_rank_zero_still_finishes() {
         "went silent",
         "not the rankscope protocol",
         "rank 1's payload already arrived",
-        "belongs to session `forged`",
+        "it is another session's",
     ] {
         assert!(
             reasons.iter().any(|r| r.contains(expected)),
@@ -206,7 +235,8 @@ fn a_torchrun_restart_under_the_same_run_id_gives_a_new_report() {
             );
         }
         let report = report(out.path());
-        assert_eq!(report["session"]["run_id"], format!("tcp-test.{restart}"));
+        let run = report["session"]["run_id"].as_str().unwrap();
+        assert!(run.starts_with(&format!("tcp-test.{restart}~")), "{run}");
         assert_eq!(
             report["session"]["ranks_reporting"],
             serde_json::json!([0, 1])

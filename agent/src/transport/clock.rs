@@ -59,6 +59,15 @@ pub fn decode(bytes: &[u8]) -> Option<ClockOffset> {
     })
 }
 
+/// The identity rank 0 gives a session of a run: the launcher's run id (or
+/// `transport` where there is none) and rank 0's clock, so that two
+/// sessions — two launches reusing a run id, or two sessions of one
+/// process — never share one, and a payload late for one cannot enter
+/// the next.
+pub fn session_run_id(launcher_run: Option<&str>, transport: &str, now_ns: i64) -> String {
+    format!("{}~{now_ns:x}", launcher_run.unwrap_or(transport))
+}
+
 /// This rank's wall clock, nanoseconds since the Unix epoch, moved by
 /// `shift_ns` (the `clock_shift_ns` setting: tests skew a rank on purpose).
 pub fn wall_now_ns(shift_ns: i64) -> i64 {

@@ -99,6 +99,10 @@ pub trait Transport: Send {
         deadline: Instant,
     ) -> Result<Rendezvous, TransportError>;
 
+    /// When the session is done with the transport (gathered or not):
+    /// anything it holds for the session (a listener) is let go.
+    fn close(&mut self) {}
+
     /// At finish, before the payload is built: this rank's clock offset to
     /// rank 0 measured again, where the transport can (every rank calls it).
     fn resync(&mut self, _session: &SessionInfo<'_>, _deadline: Instant) -> Option<ClockOffset> {
@@ -140,22 +144,6 @@ pub fn for_rank(config: &Config, env: &RankEnv) -> Result<Box<dyn Transport>, Tr
 /// the spill files of the ranks that sent nothing (in this run: every rank
 /// knows the run's identity), checked by [`gather::accept`].
 fn gathered_by_rank0(own: &[u8], arrived: Vec<Candidate>, session: &SessionInfo<'_>) -> Gathered {
-    let arrived_ranks: Vec<u32> = arrived
-        .iter()
-        .filter_map(|c| c.payload.as_ref().ok().map(|p| p.header.rank.rank))
-        .collect();
-    let mut candidates = vec![Candidate {
-        source: "rank 0".into(),
-        payload: payload::decode(own).map_err(Rejection::Payload),
-    }];
-    candidates.extend(arrived);
-    for rank in (1..session.world_size).filter(|r| !arrived_ranks.contains(r)) {
-        let found = spill::find(session.session_dir, Some(rank), session.run_id, UNIX_EPOCH)
-            .unwrap_or_default();
-        candidates.extend(spill::read_files(
-            found.files.into_iter().chain(found.special),
-        ));
-    }
     let expect = Expect {
         session_id: Some(session.session_id.to_string()),
         run: RunFilter::Only(session.run_id.map(str::to_string)),
@@ -163,7 +151,35 @@ fn gathered_by_rank0(own: &[u8], arrived: Vec<Candidate>, session: &SessionInfo<
         max_world_size: None,
         ended_after_unix_ns: None,
     };
-    gather::accept(candidates, &expect)
+    let mut candidates = vec![Candidate {
+        source: "rank 0".into(),
+        payload: payload::decode(own).map_err(Rejection::Payload),
+    }];
+    candidates.extend(arrived);
+    let first = gather::accept(candidates, &expect);
+    if first.missing.is_empty() {
+        return first;
+    }
+    // The ranks still missing once what arrived was checked (sent nothing,
+    // or nothing usable) may have spilled their payload.
+    let mut again: Vec<Candidate> = first
+        .payloads
+        .into_iter()
+        .map(|payload| Candidate {
+            source: format!("rank {}", payload.header.rank.rank),
+            payload: Ok(payload),
+        })
+        .collect();
+    for &rank in &first.missing {
+        let found = spill::find(session.session_dir, Some(rank), session.run_id, UNIX_EPOCH)
+            .unwrap_or_default();
+        again.extend(spill::read_files(
+            found.files.into_iter().chain(found.special),
+        ));
+    }
+    let mut second = gather::accept(again, &expect);
+    second.skipped.splice(0..0, first.skipped);
+    second
 }
 
 #[cfg(feature = "mpi")]

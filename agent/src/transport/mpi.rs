@@ -163,11 +163,9 @@ impl Transport for MpiTransport {
                 "the communicator's rank or size differs from the launcher's",
             ));
         }
-        // Rank 0's run identity (the launcher's, else a fresh one) is everyone's.
+        // Rank 0's run identity is everyone's.
         let run_id = if session.rank == 0 {
-            let run = session
-                .run_id
-                .map_or_else(|| format!("mpi-{:x}", self.now()), str::to_string);
+            let run = clock::session_run_id(session.run_id, "mpi", self.now());
             for peer in 1..self.comm.size() {
                 self.comm
                     .process_at_rank(peer)

@@ -33,7 +33,7 @@ use sha2::{Digest, Sha256};
 
 use super::clock::{self, Round, ROUNDS};
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
-use crate::notice::notice;
+use crate::notice::{notice, say};
 use crate::sync::lock;
 
 /// Message kinds: one byte before each frame's length.
@@ -176,6 +176,11 @@ impl Transport for TcpTransport {
         TransportName::Tcp
     }
 
+    fn close(&mut self) {
+        // Dropping the listener stops it.
+        self.server = None;
+    }
+
     fn open(
         &mut self,
         session: &SessionInfo<'_>,
@@ -183,10 +188,7 @@ impl Transport for TcpTransport {
     ) -> Result<Rendezvous, TransportError> {
         let deadline = deadline.min(Instant::now() + RENDEZVOUS_TIMEOUT);
         if session.rank == 0 {
-            // A fresh run identity unless the launcher gave one that tells runs apart.
-            let run_id = session
-                .run_id
-                .map_or_else(|| format!("tcp-{:x}", self.now()), str::to_string);
+            let run_id = clock::session_run_id(session.run_id, "tcp", self.now());
             let listener =
                 TcpListener::bind(&self.endpoint).map_err(|source| TransportError::Io {
                     path: self.endpoint.clone().into(),
@@ -196,6 +198,7 @@ impl Transport for TcpTransport {
                 listener,
                 ServerSettings {
                     token: self.token.clone(),
+                    session_id: session.session_id.to_string(),
                     run_id: run_id.clone(),
                     world_size: session.world_size,
                     max_frame: self.max_frame,
@@ -267,7 +270,7 @@ impl Transport for TcpTransport {
                     read_frame(&mut stream, kind::ACK, MAX_CONTROL_BYTES).ok()
                 });
             if sent.is_none() {
-                notice!("rank 0 did not take this rank's payload in time; it is in the spill file");
+                say!("rank 0 did not take this rank's payload in time; it is in the spill file");
             }
             return Ok(None);
         }
@@ -285,6 +288,7 @@ impl Transport for TcpTransport {
 /// What rank 0's listener needs to know.
 struct ServerSettings {
     token: Vec<u8>,
+    session_id: String,
     run_id: String,
     world_size: u32,
     max_frame: u64,
@@ -359,6 +363,9 @@ impl Server {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+        // Stopped under the lock: a payload arriving from now on is refused,
+        // not acknowledged and then lost.
+        self.shared.stop.store(true, Ordering::SeqCst);
         let taken = std::mem::take(&mut *collected);
         drop(collected);
         self.stop();
@@ -475,16 +482,34 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnectionRefusal
                 return Err(ConnectionRefusal::DuplicateRank(rank));
             }
             let bytes = read_frame(&mut stream, kind::PAYLOAD, settings.max_frame)?;
-            let candidate = Candidate {
-                source: format!("rank {rank} over TCP"),
-                payload: payload::decode(&bytes).map_err(Rejection::Payload),
-            };
+            // Only this rank's payload of this session and run takes its place.
+            let payload = payload::decode(&bytes)
+                .map_err(|_| ConnectionRefusal::WrongPayload("it does not decode"))?;
+            let header = &payload.header;
+            if header.rank.rank != rank {
+                return Err(ConnectionRefusal::WrongPayload("it is another rank's"));
+            }
+            if header.session.id != settings.session_id {
+                return Err(ConnectionRefusal::WrongPayload("it is another session's"));
+            }
+            if header.session.run_id.as_deref() != Some(settings.run_id.as_str()) {
+                return Err(ConnectionRefusal::WrongPayload("it is another run's"));
+            }
             {
                 let mut collected = lock(&shared.collected);
+                if shared.stop.load(Ordering::SeqCst) {
+                    return Err(ConnectionRefusal::Late);
+                }
                 if collected.payloads.contains_key(&rank) {
                     return Err(ConnectionRefusal::DuplicateRank(rank));
                 }
-                collected.payloads.insert(rank, candidate);
+                collected.payloads.insert(
+                    rank,
+                    Candidate {
+                        source: format!("rank {rank} over TCP"),
+                        payload: Ok(payload),
+                    },
+                );
             }
             shared.arrived.notify_all();
             let _ = write_frame(&mut stream, kind::ACK, &[]);
