@@ -47,6 +47,8 @@ const TAG_SIZE: i32 = TAG_RUN + 4;
 const TAG_CHUNK: i32 = TAG_RUN + 5;
 /// Largest message: MPI counts are `int`.
 const CHUNK_BYTES: usize = 1 << 30;
+/// How long rank 0 waits for one rank's clock answers.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest run id accepted from rank 0.
 const MAX_RUN_ID_BYTES: usize = 1024;
 
@@ -96,40 +98,54 @@ impl MpiTransport {
         let rank = self.comm.rank();
         if rank != 0 {
             for _ in 0..ROUNDS {
-                receive(&self.comm, 0, TAG_PING, 8, deadline)?;
-                let now = self.now();
-                self.comm.process_at_rank(0).send_with_tag(&now, TAG_PONG);
+                let ping = receive(&self.comm, 0, TAG_PING, 8, deadline)?;
+                // The answer echoes the ping, so that rank 0 never pairs a
+                // late answer with a later ping.
+                let mut pong = [0u8; 16];
+                pong[..8].copy_from_slice(&ping);
+                pong[8..].copy_from_slice(&self.now().to_le_bytes());
+                self.comm.process_at_rank(0).send_with_tag(&pong[..], TAG_PONG);
             }
+            // Empty when rank 0 could not tell the offset.
             let offset = receive(&self.comm, 0, TAG_OFFSET, 16, deadline)?;
             return clock::decode(&offset);
         }
         for peer in 1..self.comm.size() {
+            // Each rank its own wait: one absent rank costs the others nothing.
+            let until = deadline.min(Instant::now() + PEER_TIMEOUT);
             let mut rounds = Vec::with_capacity(ROUNDS);
             for _ in 0..ROUNDS {
                 let sent_ns = self.now();
                 self.comm
                     .process_at_rank(peer)
                     .send_with_tag(&sent_ns, TAG_PING);
-                let Some(answer) = receive(&self.comm, peer, TAG_PONG, 8, deadline) else {
-                    break;
+                let answer = loop {
+                    let Some(answer) = receive(&self.comm, peer, TAG_PONG, 16, until) else {
+                        break None;
+                    };
+                    if answer.get(..8) == Some(&sent_ns.to_le_bytes()[..]) {
+                        break Some(answer);
+                    }
                 };
+                let Some(answer) = answer else { break };
                 let received_ns = self.now();
-                let peer_ns = i64::from_le_bytes(answer.try_into().unwrap_or_default());
+                let peer_ns = i64::from_le_bytes(answer[8..16].try_into().unwrap_or_default());
                 rounds.push(Round {
                     sent_ns,
                     peer_ns,
                     received_ns,
                 });
             }
-            if rounds.len() < ROUNDS {
+            let offset = (rounds.len() == ROUNDS)
+                .then(|| clock::estimate(&rounds))
+                .flatten();
+            if offset.is_none() {
                 notice!("rank {peer} did not answer the clock exchange; its offset is unknown");
-                continue;
             }
-            if let Some(offset) = clock::estimate(&rounds) {
-                self.comm
-                    .process_at_rank(peer)
-                    .send_with_tag(&clock::encode(&offset)[..], TAG_OFFSET);
-            }
+            let message = offset.map(|o| clock::encode(&o).to_vec()).unwrap_or_default();
+            self.comm
+                .process_at_rank(peer)
+                .send_with_tag(&message[..], TAG_OFFSET);
         }
         // Rank 0's offset to itself is measured as exactly nothing.
         Some(ClockOffset {
