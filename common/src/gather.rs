@@ -134,6 +134,9 @@ pub enum ConnectionRefusal {
     /// The payload came after rank 0 stopped gathering.
     #[error("the payload came after the gather's deadline")]
     Late,
+    /// Connections refused past the number listed one by one.
+    #[error("{0} more connections refused (not listed one by one)")]
+    Unlisted(u64),
     /// More connections at once than a job of this size makes.
     #[error("too many connections at once")]
     TooMany,

@@ -103,7 +103,9 @@ fn read_frame(stream: &mut TcpStream, kind: u8) -> Vec<u8> {
 fn rendezvous(port: u16) -> String {
     let mut stream = connect(port);
     greet_for(&mut stream, 1, b"the-job-token", 1);
-    let run = String::from_utf8(read_frame(&mut stream, 4)).unwrap();
+    // The run identity, sealed by rank 0 (32 bytes of HMAC after it).
+    let sealed = read_frame(&mut stream, 4);
+    let run = String::from_utf8(sealed[..sealed.len() - 32].to_vec()).unwrap();
     for _ in 0..8 {
         read_frame(&mut stream, 5);
         stream.write_all(&frame(6, &0i64.to_le_bytes())).unwrap();
@@ -124,12 +126,15 @@ fn greet_for(stream: &mut TcpStream, rank: u32, token: &[u8], purpose: u8) {
     assert_eq!(head[0], 1, "a challenge comes first");
     let mut challenge = vec![0u8; u64::from_le_bytes(head[1..].try_into().unwrap()) as usize];
     stream.read_exact(&mut challenge).unwrap();
+    let nonce = [9u8; 16];
     let mut mac = Hmac::<Sha256>::new_from_slice(token).unwrap();
     mac.update(&challenge);
     mac.update(&rank.to_le_bytes());
     mac.update(&[purpose]);
+    mac.update(&nonce);
     let mut hello = rank.to_le_bytes().to_vec();
     hello.push(purpose);
+    hello.extend_from_slice(&nonce);
     hello.extend_from_slice(&mac.finalize().into_bytes());
     stream.write_all(&frame(2, &hello)).unwrap();
 }

@@ -104,7 +104,9 @@ impl MpiTransport {
                 let mut pong = [0u8; 16];
                 pong[..8].copy_from_slice(&ping);
                 pong[8..].copy_from_slice(&self.now().to_le_bytes());
-                self.comm.process_at_rank(0).send_with_tag(&pong[..], TAG_PONG);
+                self.comm
+                    .process_at_rank(0)
+                    .send_with_tag(&pong[..], TAG_PONG);
             }
             // Empty when rank 0 could not tell the offset.
             let offset = receive(&self.comm, 0, TAG_OFFSET, 16, deadline)?;
@@ -142,7 +144,9 @@ impl MpiTransport {
             if offset.is_none() {
                 notice!("rank {peer} did not answer the clock exchange; its offset is unknown");
             }
-            let message = offset.map(|o| clock::encode(&o).to_vec()).unwrap_or_default();
+            let message = offset
+                .map(|o| clock::encode(&o).to_vec())
+                .unwrap_or_default();
             self.comm
                 .process_at_rank(peer)
                 .send_with_tag(&message[..], TAG_OFFSET);

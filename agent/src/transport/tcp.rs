@@ -40,7 +40,6 @@ use crate::sync::lock;
 mod kind {
     pub const CHALLENGE: u8 = 1;
     pub const HELLO: u8 = 2;
-    pub const REFUSED: u8 = 3;
     pub const RUN: u8 = 4;
     pub const PING: u8 = 5;
     pub const PONG: u8 = 6;
@@ -58,9 +57,11 @@ mod purpose {
 
 /// Largest control frame (everything but a payload).
 const MAX_CONTROL_BYTES: u64 = 4096;
-/// Longest a single read or write may wait: a peer silent for longer is
-/// cut off (a healthy one sends its next bytes in far less).
-const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection's greeting (and a clock exchange) may take, all
+/// of it: a peer slower than that is cut off, however it drips its bytes.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A greeting: rank, purpose, the peer's nonce, its proof.
+const HELLO_BYTES: usize = 4 + 1 + 16 + 32;
 /// How long a rank tries to reach rank 0 at session start.
 const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -70,6 +71,7 @@ pub struct TcpTransport {
     endpoint: String,
     token: Vec<u8>,
     max_frame: u64,
+    payload_timeout: Duration,
     clock_shift_ns: i64,
     /// Rank 0's listener while a session runs.
     server: Option<Server>,
@@ -115,6 +117,7 @@ impl TcpTransport {
             endpoint,
             token,
             max_frame: config.max_frame_bytes,
+            payload_timeout: Duration::from_secs_f64(config.gather_timeout_s),
             clock_shift_ns: config.clock_shift_ns,
             server: None,
         })
@@ -125,7 +128,7 @@ impl TcpTransport {
     }
 
     /// Connects to rank 0 for `what`, retrying with backoff until `deadline`.
-    fn connect(&self, rank: u32, what: u8, deadline: Instant) -> Option<TcpStream> {
+    fn connect(&self, rank: u32, what: u8, deadline: Instant) -> Option<Link> {
         let mut pause = Duration::from_millis(10);
         loop {
             if let Some(stream) = self.try_connect(rank, what, deadline) {
@@ -140,35 +143,69 @@ impl TcpTransport {
         }
     }
 
-    fn try_connect(&self, rank: u32, what: u8, deadline: Instant) -> Option<TcpStream> {
+    fn try_connect(&self, rank: u32, what: u8, deadline: Instant) -> Option<Link> {
         let address = self.endpoint.to_socket_addrs().ok()?.next()?;
         let timeout = deadline
             .saturating_duration_since(Instant::now())
-            .min(IO_TIMEOUT);
+            .min(HANDSHAKE_TIMEOUT);
         let mut stream =
             TcpStream::connect_timeout(&address, timeout.max(Duration::from_millis(1))).ok()?;
-        stream.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
-        stream.set_write_timeout(Some(IO_TIMEOUT)).ok()?;
         stream.set_nodelay(true).ok()?;
-        let challenge = read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES).ok()?;
-        let mut hello = Vec::with_capacity(37);
+        let handshake = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+        let challenge =
+            read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES, handshake).ok()?;
+        let mut nonce = [0u8; 16];
+        getrandom::fill(&mut nonce).ok()?;
+        let mut hello = Vec::with_capacity(HELLO_BYTES);
         hello.extend_from_slice(&rank.to_le_bytes());
         hello.push(what);
-        hello.extend_from_slice(&proof(&self.token, &challenge, rank, what));
-        write_frame(&mut stream, kind::HELLO, &hello).ok()?;
-        Some(stream)
+        hello.extend_from_slice(&nonce);
+        hello.extend_from_slice(&proof(&self.token, &challenge, rank, what, &nonce));
+        write_frame(&mut stream, kind::HELLO, &hello, handshake).ok()?;
+        Some(Link {
+            stream,
+            challenge,
+            nonce,
+        })
+    }
+
+    /// A reply of rank 0's of `kind`, by `deadline`, if rank 0 sealed it
+    /// (proving it knows the token).
+    fn read_reply(&self, link: &mut Link, kind: u8, deadline: Instant) -> Option<Vec<u8>> {
+        let frame = read_frame(&mut link.stream, kind, MAX_CONTROL_BYTES, deadline).ok()?;
+        let body = unsealed(&self.token, &link.challenge, &link.nonce, kind, &frame);
+        if body.is_none() {
+            notice!(
+                "a reply claiming to be rank 0's at {} was not: ignored",
+                self.endpoint
+            );
+        }
+        body
     }
 
     /// The peer's side of a ping-pong: answers rank 0's pings with this
     /// rank's clock, then reads the offset rank 0 worked out.
-    fn answer_clock(&self, stream: &mut TcpStream) -> Option<ClockOffset> {
+    fn answer_clock(&self, link: &mut Link, deadline: Instant) -> Option<ClockOffset> {
         for _ in 0..ROUNDS {
-            read_frame(stream, kind::PING, MAX_CONTROL_BYTES).ok()?;
-            write_frame(stream, kind::PONG, &self.now().to_le_bytes()).ok()?;
+            read_frame(&mut link.stream, kind::PING, MAX_CONTROL_BYTES, deadline).ok()?;
+            write_frame(
+                &mut link.stream,
+                kind::PONG,
+                &self.now().to_le_bytes(),
+                deadline,
+            )
+            .ok()?;
         }
-        let offset = read_frame(stream, kind::OFFSET, MAX_CONTROL_BYTES).ok()?;
+        let offset = self.read_reply(link, kind::OFFSET, deadline)?;
         clock::decode(&offset)
     }
+}
+
+/// A rank's connection to rank 0, after its greeting.
+struct Link {
+    stream: TcpStream,
+    challenge: Vec<u8>,
+    nonce: [u8; 16],
 }
 
 impl Transport for TcpTransport {
@@ -198,6 +235,7 @@ impl Transport for TcpTransport {
                 listener,
                 ServerSettings {
                     token: self.token.clone(),
+                    payload_timeout: self.payload_timeout,
                     session_id: session.session_id.to_string(),
                     run_id: run_id.clone(),
                     world_size: session.world_size,
@@ -217,10 +255,10 @@ impl Transport for TcpTransport {
         }
         let met = self
             .connect(session.rank, purpose::RENDEZVOUS, deadline)
-            .and_then(|mut stream| {
-                let run = read_frame(&mut stream, kind::RUN, MAX_CONTROL_BYTES).ok()?;
+            .and_then(|mut link| {
+                let run = self.read_reply(&mut link, kind::RUN, deadline)?;
                 let run = String::from_utf8(run).ok()?;
-                let offset = self.answer_clock(&mut stream);
+                let offset = self.answer_clock(&mut link, deadline);
                 Some((run, offset))
             });
         let (run_id, offset) = match met {
@@ -249,8 +287,8 @@ impl Transport for TcpTransport {
                 round_trip_ns: 0,
             });
         }
-        let mut stream = self.connect(session.rank, purpose::RESYNC, deadline)?;
-        self.answer_clock(&mut stream)
+        let mut link = self.connect(session.rank, purpose::RESYNC, deadline)?;
+        self.answer_clock(&mut link, deadline)
     }
 
     fn gather(
@@ -262,12 +300,11 @@ impl Transport for TcpTransport {
         if session.rank != 0 {
             let sent = self
                 .connect(session.rank, purpose::PAYLOAD, deadline)
-                .and_then(|mut stream| {
-                    write_frame(&mut stream, kind::PAYLOAD, payload).ok()?;
-                    // Rank 0 may take a while to decode: wait up to the deadline.
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    stream.set_read_timeout(Some(left.max(IO_TIMEOUT))).ok()?;
-                    read_frame(&mut stream, kind::ACK, MAX_CONTROL_BYTES).ok()
+                .and_then(|mut link| {
+                    write_frame(&mut link.stream, kind::PAYLOAD, payload, deadline).ok()?;
+                    // Rank 0 may take a while to decode: the ACK by the deadline.
+                    let ack_by = deadline.max(Instant::now() + HANDSHAKE_TIMEOUT);
+                    self.read_reply(&mut link, kind::ACK, ack_by)
                 });
             if sent.is_none() {
                 say!("rank 0 did not take this rank's payload in time; it is in the spill file");
@@ -288,6 +325,8 @@ impl Transport for TcpTransport {
 /// What rank 0's listener needs to know.
 struct ServerSettings {
     token: Vec<u8>,
+    /// How long a payload's frame may take to arrive.
+    payload_timeout: Duration,
     session_id: String,
     run_id: String,
     world_size: u32,
@@ -299,8 +338,15 @@ struct ServerSettings {
 #[derive(Default)]
 struct Collected {
     payloads: BTreeMap<u32, Candidate>,
+    /// The first [`MAX_LISTED_REFUSALS`] connections refused, with why.
     refused: Vec<Skipped>,
+    /// How many more were refused.
+    unlisted: u64,
 }
+
+/// Refused connections named one by one; past this, only counted (a port
+/// scan must not grow rank 0's memory).
+const MAX_LISTED_REFUSALS: usize = 256;
 
 /// State shared by the listener and its connection threads.
 struct Shared {
@@ -371,9 +417,15 @@ impl Server {
         self.stop();
         // Refusals of connections that ended after the wait.
         let mut taken = taken;
-        taken
-            .refused
-            .append(&mut lock(&self.shared.collected).refused);
+        let mut late = std::mem::take(&mut *lock(&self.shared.collected));
+        taken.refused.append(&mut late.refused);
+        let unlisted = taken.unlisted + late.unlisted;
+        if unlisted > 0 {
+            taken.refused.push(Skipped {
+                source: "more connections".into(),
+                reason: Rejection::Connection(ConnectionRefusal::Unlisted(unlisted)),
+            });
+        }
         taken
     }
 
@@ -425,43 +477,45 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 }
 
 fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
-    lock(&shared.collected).refused.push(Skipped {
-        source,
-        reason: Rejection::Connection(refusal),
-    });
+    let mut collected = lock(&shared.collected);
+    if collected.refused.len() < MAX_LISTED_REFUSALS {
+        collected.refused.push(Skipped {
+            source,
+            reason: Rejection::Connection(refusal),
+        });
+    } else {
+        collected.unlisted += 1;
+    }
 }
 
 /// One connection, from the challenge to the end of what it came for.
 fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnectionRefusal> {
     let settings = &shared.settings;
+    // The handshake and a clock exchange are quick, whoever the peer is.
+    let handshake = Instant::now() + HANDSHAKE_TIMEOUT;
     stream
         .set_nonblocking(false)
-        .map_err(|_| ConnectionRefusal::Stalled)?;
-    stream
-        .set_read_timeout(Some(IO_TIMEOUT))
-        .map_err(|_| ConnectionRefusal::Stalled)?;
-    stream
-        .set_write_timeout(Some(IO_TIMEOUT))
         .map_err(|_| ConnectionRefusal::Stalled)?;
     let _ = stream.set_nodelay(true);
     let mut challenge = [0u8; 32];
     getrandom::fill(&mut challenge).map_err(|_| ConnectionRefusal::Malformed("no randomness"))?;
-    write_frame(&mut stream, kind::CHALLENGE, &challenge)
-        .map_err(|_| ConnectionRefusal::Stalled)?;
-    let hello = read_frame(&mut stream, kind::HELLO, MAX_CONTROL_BYTES)?;
-    if hello.len() != 4 + 1 + 32 {
+    write_frame(&mut stream, kind::CHALLENGE, &challenge, handshake)?;
+    let hello = read_frame(&mut stream, kind::HELLO, MAX_CONTROL_BYTES, handshake)?;
+    if hello.len() != HELLO_BYTES {
         return Err(ConnectionRefusal::Malformed(
             "a greeting of the wrong length",
         ));
     }
     let rank = u32::from_le_bytes(hello[..4].try_into().expect("4 bytes"));
     let what = hello[4];
+    let nonce = &hello[5..21];
     let mut mac = Hmac::<Sha256>::new_from_slice(&settings.token).expect("HMAC takes any key");
     mac.update(&challenge);
     mac.update(&rank.to_le_bytes());
     mac.update(&[what]);
+    mac.update(nonce);
     // verify_slice compares in constant time.
-    mac.verify_slice(&hello[5..])
+    mac.verify_slice(&hello[21..])
         .map_err(|_| ConnectionRefusal::BadToken)?;
     if rank == 0 || rank >= settings.world_size {
         return Err(ConnectionRefusal::OutsideWorld {
@@ -469,19 +523,38 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnectionRefusal
             world_size: settings.world_size,
         });
     }
+    let reply = |kind: u8, body: &[u8]| sealed(&settings.token, &challenge, nonce, kind, body);
     match what {
         purpose::RENDEZVOUS => {
-            write_frame(&mut stream, kind::RUN, settings.run_id.as_bytes())
-                .map_err(|_| ConnectionRefusal::Stalled)?;
-            ping_pong(&mut stream, settings.clock_shift_ns)
+            write_frame(
+                &mut stream,
+                kind::RUN,
+                &reply(kind::RUN, settings.run_id.as_bytes()),
+                handshake,
+            )?;
+            let offset = ping_pong(&mut stream, settings.clock_shift_ns, handshake)?;
+            write_frame(
+                &mut stream,
+                kind::OFFSET,
+                &reply(kind::OFFSET, &offset),
+                handshake,
+            )
         }
-        purpose::RESYNC => ping_pong(&mut stream, settings.clock_shift_ns),
+        purpose::RESYNC => {
+            let offset = ping_pong(&mut stream, settings.clock_shift_ns, handshake)?;
+            write_frame(
+                &mut stream,
+                kind::OFFSET,
+                &reply(kind::OFFSET, &offset),
+                handshake,
+            )
+        }
         purpose::PAYLOAD => {
             if lock(&shared.collected).payloads.contains_key(&rank) {
-                let _ = write_frame(&mut stream, kind::REFUSED, b"rank already received");
                 return Err(ConnectionRefusal::DuplicateRank(rank));
             }
-            let bytes = read_frame(&mut stream, kind::PAYLOAD, settings.max_frame)?;
+            let until = Instant::now() + settings.payload_timeout;
+            let bytes = read_frame(&mut stream, kind::PAYLOAD, settings.max_frame, until)?;
             // Only this rank's payload of this session and run takes its place.
             let payload = payload::decode(&bytes)
                 .map_err(|_| ConnectionRefusal::WrongPayload("it does not decode"))?;
@@ -512,20 +585,30 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnectionRefusal
                 );
             }
             shared.arrived.notify_all();
-            let _ = write_frame(&mut stream, kind::ACK, &[]);
+            let _ = write_frame(
+                &mut stream,
+                kind::ACK,
+                &reply(kind::ACK, &[]),
+                handshake.max(Instant::now() + HANDSHAKE_TIMEOUT),
+            );
             Ok(())
         }
         _ => Err(ConnectionRefusal::Malformed("an unknown purpose")),
     }
 }
 
-/// Rank 0's side of a ping-pong: the peer's offset, sent back to it.
-fn ping_pong(stream: &mut TcpStream, clock_shift_ns: i64) -> Result<(), ConnectionRefusal> {
+/// Rank 0's side of a ping-pong: the peer's offset, encoded for it (empty
+/// when no round could be used).
+fn ping_pong(
+    stream: &mut TcpStream,
+    clock_shift_ns: i64,
+    deadline: Instant,
+) -> Result<Vec<u8>, ConnectionRefusal> {
     let mut rounds = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
         let sent_ns = clock::wall_now_ns(clock_shift_ns);
-        write_frame(stream, kind::PING, &[]).map_err(|_| ConnectionRefusal::Stalled)?;
-        let answer = read_frame(stream, kind::PONG, MAX_CONTROL_BYTES)?;
+        write_frame(stream, kind::PING, &[], deadline)?;
+        let answer = read_frame(stream, kind::PONG, MAX_CONTROL_BYTES, deadline)?;
         let received_ns = clock::wall_now_ns(clock_shift_ns);
         let peer_ns = answer
             .get(..8)
@@ -540,43 +623,99 @@ fn ping_pong(stream: &mut TcpStream, clock_shift_ns: i64) -> Result<(), Connecti
             received_ns,
         });
     }
-    let offset = clock::estimate(&rounds).ok_or(ConnectionRefusal::Malformed("no usable round"))?;
-    write_frame(stream, kind::OFFSET, &clock::encode(&offset))
-        .map_err(|_| ConnectionRefusal::Stalled)
+    Ok(clock::estimate(&rounds)
+        .map(|o| clock::encode(&o).to_vec())
+        .unwrap_or_default())
 }
 
 /// The peer's proof that it knows `token`: HMAC-SHA256 of the challenge,
-/// its rank and the connection's purpose.
-fn proof(token: &[u8], challenge: &[u8], rank: u32, what: u8) -> [u8; 32] {
+/// its rank, the connection's purpose and its own nonce.
+fn proof(token: &[u8], challenge: &[u8], rank: u32, what: u8, nonce: &[u8]) -> [u8; 32] {
     let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key");
     mac.update(challenge);
     mac.update(&rank.to_le_bytes());
     mac.update(&[what]);
+    mac.update(nonce);
     mac.finalize().into_bytes().into()
 }
 
-/// Writes one frame: its kind, its length (u64, little endian), its bytes.
-fn write_frame(stream: &mut TcpStream, kind: u8, body: &[u8]) -> std::io::Result<()> {
+/// Rank 0's proof that a reply is its own: HMAC-SHA256, under the token, of
+/// the connection's challenge and the peer's nonce (so that it cannot be
+/// replayed on another connection), the reply's kind and its body.
+fn seal(token: &[u8], challenge: &[u8], nonce: &[u8], kind: u8, body: &[u8]) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key");
+    mac.update(b"rank 0");
+    mac.update(challenge);
+    mac.update(nonce);
+    mac.update(&[kind]);
+    mac.update(body);
+    mac
+}
+
+/// `body` followed by its seal.
+fn sealed(token: &[u8], challenge: &[u8], nonce: &[u8], kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = body.to_vec();
+    out.extend_from_slice(
+        &seal(token, challenge, nonce, kind, body)
+            .finalize()
+            .into_bytes(),
+    );
+    out
+}
+
+/// The body of a sealed reply, if its seal is rank 0's (compared in
+/// constant time).
+fn unsealed(
+    token: &[u8],
+    challenge: &[u8],
+    nonce: &[u8],
+    kind: u8,
+    frame: &[u8],
+) -> Option<Vec<u8>> {
+    let (body, mac) = frame.split_at(frame.len().checked_sub(32)?);
+    seal(token, challenge, nonce, kind, body)
+        .verify_slice(mac)
+        .ok()?;
+    Some(body.to_vec())
+}
+
+/// Writes one frame — its kind, its length (u64, little endian), its bytes —
+/// by `deadline`.
+fn write_frame(
+    stream: &mut TcpStream,
+    kind: u8,
+    body: &[u8],
+    deadline: Instant,
+) -> Result<(), ConnectionRefusal> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(ConnectionRefusal::Stalled);
+    }
+    stream
+        .set_write_timeout(Some(left))
+        .map_err(|_| ConnectionRefusal::Stalled)?;
     let mut head = [0u8; 9];
     head[0] = kind;
     head[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
-    stream.write_all(&head)?;
-    stream.write_all(body)?;
-    stream.flush()
+    stream
+        .write_all(&head)
+        .and_then(|()| stream.write_all(body))
+        .and_then(|()| stream.flush())
+        .map_err(|_| ConnectionRefusal::Stalled)
 }
 
-/// Reads one frame of kind `expected` and at most `max` bytes. A length past
-/// `max` is refused before anything is allocated; a stall ends at the
-/// stream's read timeout.
+/// Reads one frame of kind `expected` and at most `max` bytes, all of it by
+/// `deadline` (a peer that sends a byte now and then gets no longer). A
+/// length past `max` is refused before anything is allocated, and the body
+/// grows only as bytes arrive.
 fn read_frame(
     stream: &mut TcpStream,
     expected: u8,
     max: u64,
+    deadline: Instant,
 ) -> Result<Vec<u8>, ConnectionRefusal> {
     let mut head = [0u8; 9];
-    stream
-        .read_exact(&mut head)
-        .map_err(|_| ConnectionRefusal::Stalled)?;
+    read_exact_by(stream, &mut head, deadline)?;
     if head[0] != expected {
         return Err(ConnectionRefusal::Malformed("an unexpected message"));
     }
@@ -588,16 +727,38 @@ fn read_frame(
         });
     }
     let mut body = Vec::new();
-    // Grows as bytes arrive: a peer that announces much and sends little
-    // costs what it sent.
-    (&mut *stream)
-        .take(len)
-        .read_to_end(&mut body)
-        .map_err(|_| ConnectionRefusal::Stalled)?;
-    if body.len() as u64 != len {
-        return Err(ConnectionRefusal::Stalled);
+    while (body.len() as u64) < len {
+        let start = body.len();
+        let chunk = (len - start as u64).min(64 << 10) as usize;
+        body.resize(start + chunk, 0);
+        read_exact_by(stream, &mut body[start..], deadline)?;
     }
     Ok(body)
+}
+
+/// Fills `buf` from `stream` by `deadline`.
+fn read_exact_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), ConnectionRefusal> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnectionRefusal::Stalled);
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|_| ConnectionRefusal::Stalled)?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => return Err(ConnectionRefusal::Stalled),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(ConnectionRefusal::Stalled),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -606,11 +767,46 @@ mod tests {
 
     #[test]
     fn a_proof_depends_on_the_token_the_challenge_the_rank_and_the_purpose() {
-        let base = proof(b"token", &[1; 32], 3, purpose::PAYLOAD);
-        assert_eq!(base, proof(b"token", &[1; 32], 3, purpose::PAYLOAD));
-        assert_ne!(base, proof(b"other", &[1; 32], 3, purpose::PAYLOAD));
-        assert_ne!(base, proof(b"token", &[2; 32], 3, purpose::PAYLOAD));
-        assert_ne!(base, proof(b"token", &[1; 32], 4, purpose::PAYLOAD));
-        assert_ne!(base, proof(b"token", &[1; 32], 3, purpose::RESYNC));
+        let base = proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[7; 16]);
+        assert_eq!(
+            base,
+            proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"other", &[1; 32], 3, purpose::PAYLOAD, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"token", &[2; 32], 3, purpose::PAYLOAD, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"token", &[1; 32], 4, purpose::PAYLOAD, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"token", &[1; 32], 3, purpose::RESYNC, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[8; 16])
+        );
+    }
+
+    #[test]
+    fn a_reply_is_rank_zeros_only_under_its_seal() {
+        let reply = sealed(b"token", &[1; 32], &[2; 16], kind::RUN, b"run-7");
+        assert_eq!(
+            unsealed(b"token", &[1; 32], &[2; 16], kind::RUN, &reply).as_deref(),
+            Some(&b"run-7"[..])
+        );
+        assert!(unsealed(b"guess", &[1; 32], &[2; 16], kind::RUN, &reply).is_none());
+        assert!(
+            unsealed(b"token", &[1; 32], &[3; 16], kind::RUN, &reply).is_none(),
+            "no replay"
+        );
+        assert!(unsealed(b"token", &[1; 32], &[2; 16], kind::OFFSET, &reply).is_none());
+        assert!(unsealed(b"token", &[1; 32], &[2; 16], kind::RUN, b"short").is_none());
     }
 }
