@@ -52,6 +52,9 @@ pub(crate) struct Shared {
     /// each session takes it while it runs.
     pub(crate) transport: Mutex<Option<Box<dyn Transport>>>,
     pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
+    /// Flushes of the running session that could not be written: merged
+    /// into its final payload.
+    pub(crate) unflushed: Mutex<Vec<rankscope_common::Payload>>,
 }
 
 /// Makes a [`Profiler`] with a rank environment, transport or reporter of
@@ -127,6 +130,7 @@ impl ProfilerBuilder {
                 session: Slot::default(),
                 transport: Mutex::new(self.transport),
                 reporter,
+                unflushed: Mutex::default(),
             })),
         }
     }

@@ -15,7 +15,6 @@ use rankscope_common::payload::{
     SamplerStats, SessionMeta,
 };
 use rankscope_common::spill::{self, SpillName};
-use rankscope_common::table::Table;
 use rankscope_common::text::rank_ranges;
 use rankscope_common::{ArrowError, Config};
 
@@ -315,6 +314,7 @@ impl Session {
             }
         };
         shared.recorder.begin_session();
+        lock(&shared.unflushed).clear();
         starting.running(SessionState {
             id,
             name,
@@ -587,40 +587,28 @@ fn build_payload(
         header,
         tables: builders.finish().map_err(SessionError::Batch)?,
     };
-    // What periodic flushes wrote comes first; the final file replaces them.
+    // What periodic flushes wrote (or could not write) comes first; the
+    // final file replaces the parts.
     let parts = spill::parts(&state.dir, &state.spill_name(&shared.env)).unwrap_or_default();
-    if parts.is_empty() {
+    let unwritten = std::mem::take(&mut *lock(&shared.unflushed));
+    if parts.is_empty() && unwritten.is_empty() {
         return Ok(last);
     }
-    let mut flushed = Vec::with_capacity(parts.len() + 1);
+    let mut flushed = Vec::with_capacity(parts.len() + unwritten.len() + 1);
     for part in &parts {
         match spill::read_payload(part) {
             Ok(payload) => flushed.push(payload),
             Err(e) => notice!("a flushed part {} is lost: {}", part.display(), Chain(&e)),
         }
     }
+    flushed.extend(unwritten);
     flushed.push(last);
     let mut payload = Payload::concat(flushed)
         .map_err(SessionError::Batch)?
         .expect("at least the last part");
-    trim_rings(&mut payload, shared.config.max_data_points);
+    // Telemetry keeps its newest rows, across flushes too.
+    payload.keep_newest_telemetry(shared.config.max_data_points);
     Ok(payload)
-}
-
-/// Telemetry keeps its newest `max` rows, across flushes too.
-fn trim_rings(payload: &mut Payload, max: usize) {
-    for table in [Table::GpuSamples, Table::HostSamples] {
-        let Some(batch) = payload.tables.get(&table) else {
-            continue;
-        };
-        let rows = batch.num_rows();
-        if rows > max {
-            let newest = batch.slice(rows - max, max);
-            payload.tables.insert(table, newest);
-            let cut = (rows - max) as u64;
-            payload.header.add_dropped(table.name(), cut);
-        }
-    }
 }
 
 /// Writes what the running session recorded since the last flush as its
@@ -647,19 +635,26 @@ pub(crate) fn flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
         return Ok(());
     }
     let mut payload = Payload { header, tables };
-    let bytes = payload::encode_capped(
+    let written = payload::encode_capped(
         &mut payload,
         shared.config.payload_compression,
         &Limits::DEFAULT,
     )
-    .map_err(SessionError::Payload)?;
-    rankscope_common::file::write_atomic(&dir.join(&name), &bytes).map_err(|source| {
-        SessionError::Spill {
-            rank: shared.env.rank,
-            dir,
-            source,
-        }
-    })
+    .map_err(SessionError::Payload)
+    .and_then(|bytes| {
+        rankscope_common::file::write_atomic(&dir.join(&name), &bytes).map_err(|source| {
+            SessionError::Spill {
+                rank: shared.env.rank,
+                dir,
+                source,
+            }
+        })
+    });
+    if written.is_err() {
+        // Out of the recorder already: kept for the final payload instead.
+        lock(&shared.unflushed).push(payload);
+    }
+    written
 }
 
 fn header(

@@ -389,6 +389,15 @@ impl Config {
             ("max_frame_bytes", Some(self.max_frame_bytes as f64)),
             ("flush_interval_s", Some(self.flush_interval_s)),
         ];
+        if self.flush_interval_s > 0.0 && self.flush_interval_s < 0.05 {
+            return Err(ConfigError::Invalid {
+                key: "flush_interval_s",
+                reason: format!(
+                    "`flush_interval_s` = {} is below 0.05 s (0 turns flushing off)",
+                    self.flush_interval_s
+                ),
+            });
+        }
         for (key, value) in values {
             let Some(value) = value else { continue };
             let &(_, min, max) = RANGES

@@ -126,9 +126,15 @@ impl Payload {
     /// part's header (the parts of one rank's session: its periodic
     /// flushes, then its finish). `None` without parts.
     pub fn concat(parts: Vec<Payload>) -> Result<Option<Payload>, arrow_schema::ArrowError> {
-        let Some(header) = parts.last().map(|p| p.header.clone()) else {
+        let Some(mut header) = parts.last().map(|p| p.header.clone()) else {
             return Ok(None);
         };
+        // Rows each part dropped, added up.
+        for part in &parts[..parts.len() - 1] {
+            for dropped in &part.header.dropped {
+                header.add_dropped(&dropped.table, dropped.rows);
+            }
+        }
         let mut by_table: BTreeMap<Table, Vec<RecordBatch>> = BTreeMap::new();
         for part in parts {
             for (table, batch) in part.tables {
@@ -141,6 +147,24 @@ impl Payload {
             tables.insert(table, batch);
         }
         Ok(Some(Payload { header, tables }))
+    }
+}
+
+impl Payload {
+    /// Keeps the newest `max` rows of each telemetry table (GPU and host
+    /// readings are rings: the newest count), the cut counted as dropped.
+    pub fn keep_newest_telemetry(&mut self, max: usize) {
+        for table in [Table::GpuSamples, Table::HostSamples] {
+            let Some(batch) = self.tables.get(&table) else {
+                continue;
+            };
+            let rows = batch.num_rows();
+            if rows > max {
+                let newest = batch.slice(rows - max, max);
+                self.tables.insert(table, newest);
+                self.header.add_dropped(table.name(), (rows - max) as u64);
+            }
+        }
     }
 }
 

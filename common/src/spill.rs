@@ -216,8 +216,9 @@ fn open_regular(path: &Path) -> Result<File, Rejection> {
 /// Every file in `dir` with the spill extension, decoded (or with the
 /// reason it cannot be), by name; and for a rank that flushed during its
 /// session but never finished (no final file), its flushes merged into one
-/// payload marked partial. Hidden and temporary files are left out.
-pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Candidate>> {
+/// payload marked partial, its telemetry kept to the newest `max_rows`.
+/// Hidden and temporary files are left out.
+pub fn read_dir(dir: &Path, max_rows: usize) -> std::io::Result<Vec<Candidate>> {
     let mut paths: Vec<PathBuf> = Vec::new();
     let mut parts: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
@@ -253,21 +254,36 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Candidate>> {
         files.sort();
         candidates.push(Candidate {
             source: format!("{} ({} flushes)", dir.join(&stem).display(), files.len()),
-            payload: merge_parts(&files),
+            payload: merge_parts(&files, max_rows),
         });
     }
     Ok(candidates)
 }
 
-/// The flushes `files` of one rank as one payload.
-fn merge_parts(files: &[PathBuf]) -> Result<Payload, Rejection> {
-    let parts = files
-        .iter()
-        .map(|file| read_payload(file))
-        .collect::<Result<Vec<_>, _>>()?;
-    Payload::concat(parts)
-        .map_err(|e| Rejection::Payload(PayloadError::Layout(format!("merging flushes: {e}"))))?
-        .ok_or(Rejection::NotAFile)
+/// The flushes `files` of one rank as one payload: the readable ones (a
+/// flush cut short by the rank's death is left out), telemetry kept to the
+/// newest `max_rows` as the rank itself would have.
+fn merge_parts(files: &[PathBuf], max_rows: usize) -> Result<Payload, Rejection> {
+    let mut parts = Vec::with_capacity(files.len());
+    let mut first_error = None;
+    for file in files {
+        match read_payload(file) {
+            Ok(part) => parts.push(part),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let merged = Payload::concat(parts)
+        .map_err(|e| Rejection::Payload(PayloadError::Layout(format!("merging flushes: {e}"))))?;
+    match (merged, first_error) {
+        (Some(mut payload), _) => {
+            payload.keep_newest_telemetry(max_rows);
+            Ok(payload)
+        }
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(Rejection::NotAFile),
+    }
 }
 
 /// The payloads in `paths`, decoded (or with the reason they cannot be).

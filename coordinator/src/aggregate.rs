@@ -89,9 +89,11 @@ pub fn aggregate(
     run: Option<&str>,
     config: &Config,
 ) -> Result<Aggregated, AggregateError> {
-    let candidates = spill::read_dir(reports_dir).map_err(|source| AggregateError::Read {
-        dir: reports_dir.to_path_buf(),
-        source,
+    let candidates = spill::read_dir(reports_dir, config.max_data_points).map_err(|source| {
+        AggregateError::Read {
+            dir: reports_dir.to_path_buf(),
+            source,
+        }
     })?;
     let expect = Expect {
         run: run.map_or(RunFilter::Any, |run| RunFilter::Only(Some(run.to_string()))),

@@ -250,3 +250,42 @@ fn a_torchrun_restart_under_the_same_run_id_gives_a_new_report() {
         assert_eq!(report["stages"][0]["count"], 6);
     }
 }
+
+#[test]
+fn a_port_in_use_falls_back_to_the_session_directory() {
+    let out = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // Someone else listens where rank 0 would.
+    let _squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // Rank 1 gives up on the rendezvous soon; rank 0 waits longer for its file.
+    let ranks: Vec<Child> = [(0, "30"), (1, "2")]
+        .into_iter()
+        .map(|(r, timeout)| {
+            rank(
+                r,
+                2,
+                out.path(),
+                port,
+                &[("RANKSCOPE_GATHER_TIMEOUT_S", timeout)],
+            )
+        })
+        .collect();
+    let outputs: Vec<_> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for output in &outputs {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert!(String::from_utf8_lossy(&outputs[0].stderr).contains("cannot listen"));
+    let report = report(out.path());
+    assert_eq!(report["session"]["transport"], "dir");
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1])
+    );
+}

@@ -32,6 +32,7 @@ use rankscope_common::{Config, Gathered};
 use sha2::{Digest, Sha256};
 
 use super::clock::{self, Round, ROUNDS};
+use super::dir::DirTransport;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 use crate::sync::lock;
@@ -75,6 +76,10 @@ pub struct TcpTransport {
     clock_shift_ns: i64,
     /// Rank 0's listener while a session runs.
     server: Option<Server>,
+    /// Rank 0 could not listen: this session gathers through the directory.
+    fallback: Option<DirTransport>,
+    /// A rank other than 0 reached rank 0 at the session's start.
+    reached: bool,
 }
 
 /// Why the TCP transport could not be set up.
@@ -120,6 +125,8 @@ impl TcpTransport {
             payload_timeout: Duration::from_secs_f64(config.gather_timeout_s),
             clock_shift_ns: config.clock_shift_ns,
             server: None,
+            fallback: None,
+            reached: false,
         })
     }
 
@@ -210,12 +217,16 @@ struct Link {
 
 impl Transport for TcpTransport {
     fn name(&self) -> TransportName {
-        TransportName::Tcp
+        match self.fallback {
+            Some(_) => TransportName::Dir,
+            None => TransportName::Tcp,
+        }
     }
 
     fn close(&mut self) {
         // Dropping the listener stops it.
         self.server = None;
+        self.fallback = None;
     }
 
     fn open(
@@ -226,11 +237,22 @@ impl Transport for TcpTransport {
         let deadline = deadline.min(Instant::now() + RENDEZVOUS_TIMEOUT);
         if session.rank == 0 {
             let run_id = clock::session_run_id(session.run_id, "tcp", self.now());
-            let listener =
-                TcpListener::bind(&self.endpoint).map_err(|source| TransportError::Io {
-                    path: self.endpoint.clone().into(),
-                    source,
-                })?;
+            let listener = match TcpListener::bind(&self.endpoint) {
+                Ok(listener) => listener,
+                Err(e) => {
+                    // The job must not fail for its profiler: the session
+                    // directory (if shared) still gathers what it can.
+                    notice!(
+                        "cannot listen at {}: {e}; the ranks gather through the session \
+                         directory instead (set RANKSCOPE_PORT to a free port)",
+                        self.endpoint
+                    );
+                    let mut fallback = DirTransport;
+                    let rendezvous = fallback.open(session, deadline);
+                    self.fallback = Some(fallback);
+                    return rendezvous;
+                }
+            };
             self.server = Some(Server::start(
                 listener,
                 ServerSettings {
@@ -261,6 +283,7 @@ impl Transport for TcpTransport {
                 let offset = self.answer_clock(&mut link, deadline);
                 Some((run, offset))
             });
+        self.reached = met.is_some();
         let (run_id, offset) = match met {
             Some((run, offset)) => (Some(run), offset),
             None => {
@@ -287,6 +310,9 @@ impl Transport for TcpTransport {
                 round_trip_ns: 0,
             });
         }
+        if !self.reached {
+            return None;
+        }
         let mut link = self.connect(session.rank, purpose::RESYNC, deadline)?;
         self.answer_clock(&mut link, deadline)
     }
@@ -297,7 +323,14 @@ impl Transport for TcpTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Option<Gathered>, TransportError> {
+        if let Some(fallback) = &mut self.fallback {
+            return fallback.gather(payload, session, deadline);
+        }
         if session.rank != 0 {
+            if !self.reached {
+                // Rank 0 did not answer at the start: the spill file is the send.
+                return Ok(None);
+            }
             let sent = self
                 .connect(session.rank, purpose::PAYLOAD, deadline)
                 .and_then(|mut link| {
