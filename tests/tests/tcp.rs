@@ -30,6 +30,10 @@ fn free_port() -> u16 {
 
 /// A rank of a torchrun-like job whose rank 0 listens at `port`.
 fn rank(rank: u32, world: u32, out: &Path, port: u16, extra: &[(&str, &str)]) -> Child {
+    rank_command(rank, world, out, port, extra).spawn().unwrap()
+}
+
+fn rank_command(rank: u32, world: u32, out: &Path, port: u16, extra: &[(&str, &str)]) -> Command {
     let mut command = Command::new(RANK);
     for (key, _) in std::env::vars() {
         if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
@@ -49,9 +53,8 @@ fn rank(rank: u32, world: u32, out: &Path, port: u16, extra: &[(&str, &str)]) ->
         .env("RANKSCOPE_GPU_SOURCE", "none")
         .envs(extra.iter().copied())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stderr(Stdio::piped());
+    command
 }
 
 fn report(out: &Path) -> serde_json::Value {
@@ -288,4 +291,76 @@ fn a_port_in_use_falls_back_to_the_session_directory() {
         report["session"]["ranks_reporting"],
         serde_json::json!([0, 1])
     );
+}
+
+#[test]
+fn a_rank_killed_mid_session_is_named_missing_and_recovered_from_its_flushes() {
+    use std::io::BufRead;
+    let out = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let flush = ("RANKSCOPE_FLUSH_INTERVAL_S", "0.1");
+    // Rank 1 records, then waits to be stopped: it never finishes.
+    let mut rank1 = rank_command(1, 2, out.path(), port, &[flush])
+        .arg("--wait-for-signal")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rank0 = rank(
+        0,
+        2,
+        out.path(),
+        port,
+        &[("RANKSCOPE_GATHER_TIMEOUT_S", "4"), flush],
+    );
+    let mut ready = String::new();
+    std::io::BufReader::new(rank1.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert!(ready.starts_with("ready"), "{ready}");
+    // A few flushes, then SIGKILL: no handler runs, nothing more is written.
+    std::thread::sleep(Duration::from_millis(500));
+    rank1.kill().unwrap();
+    rank1.wait().unwrap();
+
+    let output = rank0.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let written = report(out.path());
+    assert_eq!(written["session"]["ranks_missing"], serde_json::json!([1]));
+
+    // Later, the spill files and the dead rank's flushes rebuild the report.
+    let dir = std::fs::read_dir(out.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let config = rankscope_common::Config::default();
+    let aggregated =
+        rankscope_coordinator::aggregate::aggregate(&dir, None, None, &config).unwrap();
+    let session = &aggregated.report.session;
+    assert!(
+        session.ranks_missing.is_empty(),
+        "{:?}",
+        session.ranks_missing
+    );
+    let dead = &aggregated.report.ranks[1];
+    assert!(
+        dead.partial,
+        "rank 1 is there up to its last flush, and says so"
+    );
+    let steps = aggregated
+        .report
+        .stages
+        .iter()
+        .find(|s| s.name == "denoise_step")
+        .unwrap();
+    assert_eq!(
+        steps.count, 6,
+        "rank 1's three flushed steps with rank 0's three"
+    );
+    assert!(!aggregated.is_complete());
 }
