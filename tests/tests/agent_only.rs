@@ -4,22 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// A port nobody listens on now (the listener takes it again soon after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod support;
 
 fn rank_command(rank: u32, out: &Path, master_port: u16) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agent_only_rank"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
-            command.env_remove(key);
-        }
-    }
+    let mut command = support::rank_program();
     command
         .env("RANK", rank.to_string())
         .env("LOCAL_RANK", rank.to_string())
@@ -42,7 +30,7 @@ fn rank_command(rank: u32, out: &Path, master_port: u16) -> Command {
 fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
     let out = tempfile::tempdir().unwrap();
     // Rank 0 listens at MASTER_PORT + 1.
-    let master_port = free_port() - 1;
+    let master_port = support::free_port() - 1;
     let children: Vec<_> = (0..4)
         .map(|rank| rank_command(rank, out.path(), master_port).spawn().unwrap())
         .collect();

@@ -6,17 +6,11 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+mod support;
+
 fn stopped_by(signal: &str, number: i32) {
     let out = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agent_only_rank"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
-            command.env_remove(key);
-        }
-    }
-    for var in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"] {
-        command.env_remove(var);
-    }
+    let mut command = support::rank_program();
     // The rank must start with the signals' default actions, whatever this
     // test runner inherited (a shell in the background ignores SIGINT).
     // SAFETY: only async-signal-safe calls between fork and exec.

@@ -11,22 +11,8 @@ use std::time::{Duration, Instant};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-const RANK: &str = env!("CARGO_BIN_EXE_agent_only_rank");
-
-/// A free port below the ephemeral range: a client that retries connecting
-/// to a port in that range can end up connected to itself (a TCP
-/// self-connect) and take the port from the listener to come.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 20_000 + (std::process::id() % 5_000) as u16;
-    loop {
-        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 5_000;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+mod support;
+use support::{free_port, rank_program};
 
 /// A rank of a torchrun-like job whose rank 0 listens at `port`.
 fn rank(rank: u32, world: u32, out: &Path, port: u16, extra: &[(&str, &str)]) -> Child {
@@ -34,12 +20,7 @@ fn rank(rank: u32, world: u32, out: &Path, port: u16, extra: &[(&str, &str)]) ->
 }
 
 fn rank_command(rank: u32, world: u32, out: &Path, port: u16, extra: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(RANK);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
-            command.env_remove(key);
-        }
-    }
+    let mut command = rank_program();
     command
         .env("RANK", rank.to_string())
         .env("LOCAL_RANK", rank.to_string())

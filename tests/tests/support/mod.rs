@@ -1,0 +1,37 @@
+//! Helpers shared by the workspace tests: the rank program as a command
+//! with a clean environment, and free ports for rank 0 to listen at.
+
+#![allow(dead_code)] // each test file uses its own share
+
+use std::process::Command;
+
+/// The `agent_only_rank` program, with the launcher and `RANKSCOPE_*`
+/// variables of the test's own environment cleared, so that each test sets
+/// exactly the ones it means.
+pub fn rank_program() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent_only_rank"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
+            command.env_remove(key);
+        }
+    }
+    for var in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"] {
+        command.env_remove(var);
+    }
+    command
+}
+
+/// A free port below the ephemeral range: a client that retries connecting
+/// to a port in that range can end up connected to itself (a TCP
+/// self-connect) and take the port from the listener to come.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 5_000) as u16;
+    loop {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 5_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
