@@ -111,6 +111,45 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
         "the straggler's GPU runs hot and throttles"
     );
     assert_eq!(throttled(0), 0.0);
+    // ... which the analysis concludes, and gives as the straggler's cause.
+    let kinds = |rank: u64| -> Vec<String> {
+        let gpu = gpus.iter().find(|g| g["rank"] == rank).unwrap();
+        gpu["bottlenecks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["kind"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for kind in ["thermal_throttling", "clock_throttled"] {
+        assert!(kinds(1).iter().any(|k| k == kind), "{kind}: {:?}", kinds(1));
+        assert!(
+            !kinds(0).iter().any(|k| k == kind),
+            "{kind}: {:?}",
+            kinds(0)
+        );
+    }
+    let evidence = planted["evidence"].as_array().unwrap();
+    assert!(
+        evidence[0]
+            .as_str()
+            .unwrap()
+            .starts_with("its GPU 1 (thermal_throttling): thermally throttled in "),
+        "{evidence:?}"
+    );
+    let recommendation = report["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["category"] == "straggler")
+        .unwrap();
+    assert!(
+        recommendation["message"]
+            .as_str()
+            .unwrap()
+            .contains("vae_decode`; its GPU 1 (thermal_throttling)"),
+        "{recommendation}"
+    );
     for rank in report["ranks"].as_array().unwrap() {
         let host = &rank["host_telemetry"];
         assert!(host["samples"].as_u64().unwrap() >= 2, "{rank}");

@@ -257,6 +257,10 @@ pub struct Straggler {
     /// Time the other ranks spent waiting on it in this stage, seconds
     /// (lockstep: Σ over the calls where it was slowest of Σ (max − own)).
     pub wait_s: f64,
+    /// What explains it, where something does: the bottlenecks of the GPUs
+    /// it sampled, its host's CPU saturation. Empty when none was found.
+    #[serde(default)]
+    pub evidence: Vec<String>,
 }
 
 /// One stage, call by call across ranks.
@@ -339,6 +343,20 @@ pub enum BottleneckKind {
     Underutilized,
     /// Out of line with its peers.
     Outlier,
+}
+
+impl BottleneckKind {
+    /// The name in reports: `memory_pressure`, `thermal_throttling`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BottleneckKind::MemoryPressure => "memory_pressure",
+            BottleneckKind::ThermalThrottling => "thermal_throttling",
+            BottleneckKind::PowerCapped => "power_capped",
+            BottleneckKind::ClockThrottled => "clock_throttled",
+            BottleneckKind::Underutilized => "underutilized",
+            BottleneckKind::Outlier => "outlier",
+        }
+    }
 }
 
 /// A GPU bottleneck and what showed it.

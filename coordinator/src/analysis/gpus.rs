@@ -1,13 +1,15 @@
 //! GPUs and hosts over the session: per physical GPU (counted once even
 //! when several ranks sample it) memory peak, utilisation, temperature,
-//! power, energy, clocks and throttling; per rank the host's load.
+//! power, energy, clocks and throttling, and the bottlenecks these show;
+//! per rank the host's load.
 
 use std::collections::BTreeMap;
 
 use rankscope_common::column::OptColumn;
-use rankscope_common::table::{GpuSamplesView, HostSamplesView};
+use rankscope_common::table::{GpuSamplesView, HostSamplesView, StagesView};
 use rankscope_common::Payload;
 
+use super::bottlenecks::{self, BottleneckRule, ReadingCounts, POWER_REASONS, THERMAL_REASONS};
 use crate::model::{GpuSummary, HostSummary};
 
 const MB: f64 = (1u64 << 20) as f64;
@@ -29,13 +31,14 @@ pub fn energy_joules(ts_ns: &[u64], power_w: &[Option<f64>]) -> Option<f64> {
     energy
 }
 
-/// One summary per physical GPU, by host and UUID.
-pub fn gpu_summaries(payloads: &[Payload]) -> Vec<GpuSummary> {
+/// One summary per physical GPU, by host and UUID, with its bottlenecks.
+pub fn gpu_summaries(payloads: &[Payload], rule: &BottleneckRule) -> Vec<GpuSummary> {
     let mut by_device: BTreeMap<(String, String), GpuSummary> = BTreeMap::new();
     // Payloads come by rank, so the first to claim a GPU is the lowest rank.
     for payload in payloads {
         let header = &payload.header;
         let view = payload.view::<GpuSamplesView>().ok().flatten();
+        let busy_spans = stage_spans(payload);
         // The rows of each GPU, in one pass over the readings.
         let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); header.gpus.len()];
         if let Some(v) = &view {
@@ -104,13 +107,85 @@ pub fn gpu_summaries(payloads: &[Payload]) -> Vec<GpuSummary> {
                     let throttled = reasons.iter().filter(|&&r| r & !IDLE_REASON != 0).count();
                     summary.throttled_pct = Some(throttled as f64 / reasons.len() as f64 * 100.0);
                 }
+                let counts = reading_counts(v, &rows, &busy_spans, rule);
+                summary.bottlenecks = bottlenecks::own_bottlenecks(&summary, &counts, rule);
             }
             by_device.insert(key, summary);
         }
     }
     let mut gpus: Vec<GpuSummary> = by_device.into_values().collect();
     gpus.sort_by_key(|g| (g.rank, g.index));
+    bottlenecks::add_outliers(&mut gpus, rule);
     gpus
+}
+
+/// What the bottleneck rules need from one GPU's readings (`rows` of `v`).
+fn reading_counts(
+    v: &GpuSamplesView<'_>,
+    rows: &[usize],
+    busy_spans: &[(u64, u64)],
+    rule: &BottleneckRule,
+) -> ReadingCounts {
+    let mut counts = ReadingCounts::default();
+    let mut busy_clock = Vec::new();
+    let mut util_in_stages = Vec::new();
+    for &i in rows {
+        let reasons = v.throttle_reasons.get(i);
+        if let Some(r) = reasons {
+            counts.with_reasons += 1;
+            counts.thermal += u64::from(r & THERMAL_REASONS != 0);
+        }
+        let near_limit = match (v.power_w.get(i), v.power_limit_w.get(i)) {
+            (Some(draw), Some(limit)) if limit > 0.0 => {
+                Some(draw >= limit * rule.power_draw_pct / 100.0)
+            }
+            _ => None,
+        };
+        if reasons.is_some() || near_limit.is_some() {
+            counts.with_power += 1;
+            let capped =
+                reasons.is_some_and(|r| r & POWER_REASONS != 0) || near_limit == Some(true);
+            counts.capped += u64::from(capped);
+        }
+        if let Some(util) = v.util_gpu_pct.get(i) {
+            if util >= rule.busy_util_pct {
+                busy_clock.extend(v.sm_clock_mhz.get(i).map(f64::from));
+            }
+            if within(busy_spans, v.ts_ns[i]) {
+                util_in_stages.push(util);
+            }
+        }
+    }
+    counts.busy_sm_clock_mhz = mean(busy_clock.into_iter());
+    counts.util_in_stages = mean(util_in_stages.into_iter());
+    counts
+}
+
+/// The times some stage of `payload` ran: its stages' spans, sorted and
+/// merged where they overlap or nest.
+fn stage_spans(payload: &Payload) -> Vec<(u64, u64)> {
+    let Ok(Some(stages)) = payload.view::<StagesView>() else {
+        return Vec::new();
+    };
+    let mut spans: Vec<(u64, u64)> = (0..stages.len)
+        .map(|i| (stages.start_ns[i], stages.end_ns[i]))
+        .filter(|(start, end)| start < end)
+        .collect();
+    spans.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+    for (start, end) in spans {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
+}
+
+/// Whether `ts` falls in one of the sorted, disjoint `spans`.
+fn within(spans: &[(u64, u64)], ts: u64) -> bool {
+    let after = spans.partition_point(|&(start, _)| start <= ts);
+    after > 0 && ts <= spans[after - 1].1
 }
 
 /// The host summary of one rank, from its host readings.
@@ -140,10 +215,14 @@ fn max(values: impl Iterator<Item = f64>) -> Option<f64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use rankscope_common::payload::{GpuMeta, GpuSource, PayloadHeader};
-    use rankscope_common::table::{GpuSampleRow, GpuSamplesBuilder, Table};
+    use rankscope_common::table::{
+        GpuSampleRow, GpuSamplesBuilder, StageRow, StagesBuilder, Table,
+    };
+
+    use crate::model::BottleneckKind;
 
     /// A rank on `host` that sampled one GPU, `uuid`, twice: 100 W then 300 W, 2 s apart.
     fn rank_with_gpu(rank: u32, host: &str, uuid: &str) -> Payload {
@@ -196,7 +275,7 @@ mod tests {
             rank_with_gpu(1, "node-a", "GPU-1"),
             rank_with_gpu(2, "node-b", "GPU-1"),
         ];
-        let gpus = gpu_summaries(&payloads);
+        let gpus = gpu_summaries(&payloads, &BottleneckRule::default());
         assert_eq!(gpus.len(), 2, "same UUID on another host is another GPU");
         assert_eq!((gpus[0].rank, gpus[0].sampled_by.clone()), (0, vec![0, 1]));
         let g = &gpus[0];
@@ -209,6 +288,260 @@ mod tests {
         );
         assert_eq!(g.throttled_pct, Some(50.0), "idle is not throttling");
         assert_eq!(g.source, GpuSource::Nvml);
+    }
+
+    /// A healthy reading, 1 s into the session: busy, cool, full clock,
+    /// half the memory, well under the power limit.
+    fn healthy(ts_s: u64) -> GpuSampleRow {
+        GpuSampleRow {
+            ts_ns: ts_s * 1_000_000_000,
+            gpu: 0,
+            memory_used_bytes: Some(512 << 20),
+            memory_total_bytes: Some(1 << 30),
+            memory_reserved_bytes: None,
+            util_gpu_pct: Some(90.0),
+            util_mem_pct: None,
+            temperature_c: Some(65.0),
+            power_w: Some(300.0),
+            power_limit_w: Some(400.0),
+            sm_clock_mhz: Some(1980),
+            mem_clock_mhz: None,
+            throttle_reasons: Some(0),
+            pcie_tx_kbps: None,
+            pcie_rx_kbps: None,
+        }
+    }
+
+    /// Rank `rank` with one GPU of its own, `readings` of it (readings 0..n
+    /// at 0..n s, each shaped by `shape`), and one stage over 0..n s.
+    pub(in crate::analysis) fn rank_reading(
+        rank: u32,
+        n: u64,
+        shape: impl Fn(u64, &mut GpuSampleRow),
+    ) -> Payload {
+        let mut payload = rank_with_gpu(rank, "node", &format!("GPU-{rank}"));
+        payload.header.gpus[0].index = rank;
+        let mut rows = GpuSamplesBuilder::default();
+        for i in 0..n {
+            let mut row = healthy(i);
+            shape(i, &mut row);
+            rows.append(&row);
+        }
+        payload
+            .tables
+            .insert(Table::GpuSamples, rows.finish().unwrap());
+        let mut stages = StagesBuilder::default();
+        stages.append(&StageRow {
+            name: "denoise".into(),
+            thread: 0,
+            thread_name: "main".into(),
+            stage_id: 0,
+            parent_id: None,
+            depth: 0,
+            start_ns: 0,
+            end_ns: n * 1_000_000_000,
+            call_index: 0,
+            metadata: None,
+        });
+        payload
+            .tables
+            .insert(Table::Stages, stages.finish().unwrap());
+        payload
+    }
+
+    fn kinds(gpu: &GpuSummary) -> Vec<BottleneckKind> {
+        gpu.bottlenecks.iter().map(|b| b.kind).collect()
+    }
+
+    fn summarise(payloads: &[Payload]) -> Vec<GpuSummary> {
+        gpu_summaries(payloads, &BottleneckRule::default())
+    }
+
+    #[test]
+    fn healthy_gpus_have_no_bottleneck() {
+        let payloads: Vec<Payload> = (0..8).map(|r| rank_reading(r, 20, |_, _| {})).collect();
+        let gpus = summarise(&payloads);
+        assert_eq!(gpus.len(), 8);
+        for gpu in &gpus {
+            assert_eq!(gpu.bottlenecks, [], "GPU {}", gpu.index);
+        }
+    }
+
+    #[test]
+    fn a_thermally_throttled_gpu_is_named_with_its_numbers() {
+        // 3 readings of 10 with thermal bits (30 %), 81 °C at most, and the
+        // SM clock at 1386 MHz (70 % of 1980) in them.
+        let payload = rank_reading(0, 10, |i, row| {
+            if i < 3 {
+                row.throttle_reasons = Some(THERMAL_REASONS);
+                row.temperature_c = Some(81.0);
+                row.sm_clock_mhz = Some(1386);
+            }
+        });
+        let gpu = &summarise(&[payload])[0];
+        assert_eq!(kinds(gpu), [BottleneckKind::ThermalThrottling]);
+        assert_eq!(
+            gpu.bottlenecks[0].evidence,
+            "thermally throttled in 30% of readings, 81 °C at most"
+        );
+    }
+
+    #[test]
+    fn heat_alone_and_a_clock_drop_under_load_are_found() {
+        // Never a thermal bit, but 86 °C; every busy reading at 1500 MHz.
+        let payload = rank_reading(0, 10, |i, row| {
+            row.temperature_c = Some(if i == 5 { 86.0 } else { 70.0 });
+            row.sm_clock_mhz = Some(1500);
+        });
+        let gpu = &summarise(&[payload])[0];
+        assert_eq!(
+            kinds(gpu),
+            [
+                BottleneckKind::ThermalThrottling,
+                BottleneckKind::ClockThrottled
+            ]
+        );
+        assert_eq!(gpu.bottlenecks[0].evidence, "86 °C at most");
+        assert_eq!(
+            gpu.bottlenecks[1].evidence,
+            "SM clock 1500 of 1980 MHz under load (24% below max)"
+        );
+    }
+
+    #[test]
+    fn a_low_clock_while_idle_is_no_clock_bottleneck() {
+        // The clock drops only in readings at 10 % utilisation, outside any
+        // stage: a GPU resting, not one held back.
+        let mut payload = rank_reading(0, 10, |i, row| {
+            if i >= 5 {
+                row.util_gpu_pct = Some(10.0);
+                row.sm_clock_mhz = Some(300);
+            }
+        });
+        payload.tables.remove(&Table::Stages);
+        let gpu = &summarise(&[payload])[0];
+        assert_eq!(gpu.bottlenecks, []);
+    }
+
+    #[test]
+    fn memory_pressure_fires_at_90_percent_of_the_total() {
+        let at = |mb: u64| {
+            let payload = rank_reading(0, 4, move |i, row| {
+                if i == 2 {
+                    row.memory_used_bytes = Some(mb << 20);
+                }
+            });
+            kinds(&summarise(&[payload])[0])
+        };
+        assert_eq!(at(922), [BottleneckKind::MemoryPressure], "922 of 1024 MB");
+        assert_eq!(at(921), [], "921 of 1024 MB is under 90 %");
+    }
+
+    #[test]
+    fn a_power_cap_shows_in_reason_bits_or_draw_at_the_limit() {
+        // Bits in 2 readings of 10 (20 %): capped.
+        let bits = rank_reading(0, 10, |i, row| {
+            if i < 2 {
+                row.throttle_reasons = Some(0x4);
+            }
+        });
+        // Draw at 390 of 400 W (97.5 %) in 3 readings of 10: capped.
+        let draw = rank_reading(1, 10, |i, row| {
+            if i < 3 {
+                row.power_w = Some(390.0);
+            }
+        });
+        // One reading of 10 with the bit: under the 20 % share.
+        let rare = rank_reading(2, 10, |i, row| {
+            if i == 0 {
+                row.throttle_reasons = Some(0x80);
+            }
+        });
+        let gpus = summarise(&[bits, draw, rare]);
+        assert_eq!(kinds(&gpus[0]), [BottleneckKind::PowerCapped]);
+        assert_eq!(
+            gpus[1].bottlenecks[0].evidence,
+            "power-capped (a cap reason, or ≥ 95% of the enforced limit) in 30% of readings"
+        );
+        assert_eq!(kinds(&gpus[2]), []);
+    }
+
+    #[test]
+    fn utilisation_counts_only_while_stages_run() {
+        // The stage covers readings 0..10 of 20; readings after it idle at
+        // 2 %, which is no fault. Inside it: 40 % is underutilised.
+        let payload = |util_inside: f64| {
+            let mut payload = rank_reading(0, 20, move |i, row| {
+                row.util_gpu_pct = Some(if i < 10 { util_inside } else { 2.0 });
+            });
+            let mut stages = StagesBuilder::default();
+            stages.append(&StageRow {
+                name: "step".into(),
+                thread: 0,
+                thread_name: "main".into(),
+                stage_id: 0,
+                parent_id: None,
+                depth: 0,
+                start_ns: 0,
+                end_ns: 9_500_000_000,
+                call_index: 0,
+                metadata: None,
+            });
+            payload
+                .tables
+                .insert(Table::Stages, stages.finish().unwrap());
+            payload
+        };
+        let busy = &summarise(&[payload(90.0)])[0];
+        assert_eq!(busy.bottlenecks, [], "busy inside the stage");
+        let low = &summarise(&[payload(40.0)])[0];
+        assert_eq!(kinds(low), [BottleneckKind::Underutilized]);
+        assert_eq!(
+            low.bottlenecks[0].evidence,
+            "40% mean utilisation while stages ran"
+        );
+    }
+
+    #[test]
+    fn one_gpu_out_of_line_among_eight_is_an_outlier() {
+        // GPU 5 runs at 60 % utilisation where the others run at 88–92 %
+        // (over 50 %, so not underutilised; only its peers show it).
+        let payloads: Vec<Payload> = (0..8)
+            .map(|r| {
+                rank_reading(r, 10, move |_, row| {
+                    row.util_gpu_pct = Some(if r == 5 {
+                        60.0
+                    } else {
+                        88.0 + f64::from(r % 3) * 2.0
+                    });
+                })
+            })
+            .collect();
+        let gpus = summarise(&payloads);
+        for gpu in &gpus {
+            let expected: &[BottleneckKind] = if gpu.index == 5 {
+                &[BottleneckKind::Outlier]
+            } else {
+                &[]
+            };
+            assert_eq!(kinds(gpu), expected, "GPU {}", gpu.index);
+        }
+        // Peers at 88, 90, 92, 88, 90, 88, 90: mean 89.4, deviation 1.4.
+        assert_eq!(
+            gpus[5].bottlenecks[0].evidence,
+            "utilisation 60% against 89% ± 1 on its 7 peers"
+        );
+    }
+
+    #[test]
+    fn two_gpus_are_too_few_to_call_either_an_outlier() {
+        let payloads = [
+            rank_reading(0, 10, |_, row| row.util_gpu_pct = Some(95.0)),
+            rank_reading(1, 10, |_, row| row.util_gpu_pct = Some(60.0)),
+        ];
+        for gpu in summarise(&payloads) {
+            assert_eq!(gpu.bottlenecks, []);
+        }
     }
 
     #[test]
@@ -247,7 +580,7 @@ mod tests {
         payload
             .tables
             .insert(Table::GpuSamples, rows.finish().unwrap());
-        let gpus = gpu_summaries(&[payload]);
+        let gpus = gpu_summaries(&[payload], &BottleneckRule::default());
         assert_eq!(gpus.len(), GPUS as usize);
         let samples: u64 = gpus.iter().map(|g| g.samples).sum();
         // Readings of the 10 GPUs not listed are left out.

@@ -1,5 +1,6 @@
 //! The analysis: gathered payloads in, the [`Report`] model out.
 
+pub mod bottlenecks;
 mod diffusion;
 pub mod gpus;
 mod recommend;
@@ -9,6 +10,7 @@ mod stragglers;
 pub mod timeline;
 mod times;
 
+pub use bottlenecks::BottleneckRule;
 pub use stragglers::StragglerRule;
 
 use rankscope_common::error::Chain;
@@ -81,10 +83,11 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
         stages: stages::stage_stats(&times, session_avg_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
-        gpus: gpus::gpu_summaries(payloads),
+        gpus: gpus::gpu_summaries(payloads, &BottleneckRule::default()),
         diffusion: diffusion::diffusion(payloads),
         recommendations: Vec::new(),
     };
+    stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
     report.recommendations = recommend::recommend(&report);
     report
 }
@@ -167,5 +170,95 @@ fn rank_summary(payload: &rankscope_common::Payload, reference_start_ns: i64) ->
         gpu_selection: h.gpu_selection.clone(),
         host_telemetry: gpus::host_summary(payload),
         overflow: h.overflow.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpus::tests::rank_reading;
+    use super::*;
+    use crate::model::BottleneckKind;
+
+    /// Three ranks run `denoise` for 10 s, rank 1 for 15 s; `shape_rank1`
+    /// shapes rank 1's GPU readings.
+    fn rank1_slow(shape_rank1: impl Fn(u64, &mut rankscope_common::table::GpuSampleRow)) -> Report {
+        let payloads = vec![
+            rank_reading(0, 10, |_, _| {}),
+            rank_reading(1, 15, shape_rank1),
+            rank_reading(2, 10, |_, _| {}),
+        ];
+        let gathered = Gathered {
+            world_size: 3,
+            payloads,
+            missing: Vec::new(),
+            skipped: Vec::new(),
+        };
+        analyze(&gathered, &Config::default())
+    }
+
+    #[test]
+    fn a_straggler_is_explained_by_its_gpus_bottleneck() {
+        let report = rank1_slow(|_, row| {
+            row.throttle_reasons = Some(bottlenecks::THERMAL_REASONS);
+            row.temperature_c = Some(89.0);
+        });
+        assert_eq!(report.stragglers.len(), 1);
+        let straggler = &report.stragglers[0];
+        assert_eq!((straggler.rank, straggler.slowdown), (1, 1.5));
+        assert_eq!(
+            report.gpus[1].bottlenecks[0].kind,
+            BottleneckKind::ThermalThrottling
+        );
+        assert_eq!(
+            straggler.evidence,
+            [
+                "its GPU 1 (thermal_throttling): thermally throttled in 100% of readings, 89 °C at most",
+                "its GPU 1 (outlier): peak temperature 89 °C against 65 °C ± 0 on its 2 peers",
+            ]
+        );
+        assert_eq!(
+            report.recommendations[0].message,
+            "rank 1 is 50% slower than the median rank in `denoise`; its GPU 1 \
+             (thermal_throttling): thermally throttled in 100% of readings, 89 °C at most"
+        );
+    }
+
+    #[test]
+    fn a_straggler_with_healthy_hardware_is_said_to_have_no_explanation() {
+        let report = rank1_slow(|_, _| {});
+        let straggler = &report.stragglers[0];
+        assert_eq!(straggler.rank, 1);
+        assert_eq!(straggler.evidence, Vec::<String>::new());
+        assert!(report.gpus.iter().all(|g| g.bottlenecks.is_empty()));
+        assert!(
+            report.recommendations[0].message.ends_with(
+                "no GPU or host bottleneck explains it: check its input and data loading"
+            ),
+            "{}",
+            report.recommendations[0].message
+        );
+    }
+
+    #[test]
+    fn a_bottleneck_on_a_rank_that_keeps_up_is_its_own_recommendation() {
+        let payloads = vec![
+            rank_reading(0, 10, |_, _| {}),
+            rank_reading(1, 10, |_, row| row.throttle_reasons = Some(0x4)),
+        ];
+        let gathered = Gathered {
+            world_size: 2,
+            payloads,
+            missing: Vec::new(),
+            skipped: Vec::new(),
+        };
+        let report = analyze(&gathered, &Config::default());
+        assert_eq!(report.stragglers, []);
+        let gpu: Vec<_> = report
+            .recommendations
+            .iter()
+            .filter(|r| r.category == "gpu")
+            .collect();
+        assert_eq!(gpu.len(), 1, "{:?}", report.recommendations);
+        assert_eq!(gpu[0].message, "GPU 1 of rank 1 on node: power capped");
     }
 }

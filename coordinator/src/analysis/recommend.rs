@@ -1,6 +1,6 @@
 //! Recommendations: rules with thresholds, each with the evidence that fired it.
 
-use crate::model::{Recommendation, Report, Severity};
+use crate::model::{GpuSummary, Recommendation, Report, Severity};
 
 /// A stage taking more than this share of the session is worth a look.
 const HOT_STAGE_PCT: f64 = 30.0;
@@ -42,20 +42,56 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
         );
     }
     for s in &report.stragglers {
+        // The first finding explains it in the message; the others follow
+        // the numbers in the evidence.
+        let (explanation, more) = match s.evidence.split_first() {
+            Some((first, more)) => (first.as_str(), more),
+            None => (
+                "no GPU or host bottleneck explains it: check its input and data loading",
+                &[][..],
+            ),
+        };
         add(
             Severity::Warning,
             "straggler",
             format!(
-                "rank {} is {:.0}% slower than the median rank in `{}`: check its GPU, host and input",
+                "rank {} is {:.0}% slower than the median rank in `{}`; {}",
                 s.rank,
                 (s.slowdown - 1.0) * 100.0,
-                s.stage
+                s.stage,
+                explanation
             ),
-            format!(
+            std::iter::once(format!(
                 "{:.3} s over the median rank's total; the other ranks waited {:.3} s on it",
                 s.excess_s, s.wait_s
-            ),
+            ))
+            .chain(more.iter().cloned())
+            .collect::<Vec<_>>()
+            .join("; "),
         );
+    }
+    // Bottlenecks of GPUs whose ranks are stragglers are told above.
+    let explained = |gpu: &GpuSummary| {
+        report
+            .stragglers
+            .iter()
+            .any(|s| gpu.sampled_by.contains(&s.rank))
+    };
+    for gpu in report.gpus.iter().filter(|g| !explained(g)) {
+        for b in &gpu.bottlenecks {
+            add(
+                Severity::Warning,
+                "gpu",
+                format!(
+                    "GPU {} of rank {} on {}: {}",
+                    gpu.index,
+                    gpu.rank,
+                    gpu.host,
+                    b.kind.as_str().replace('_', " ")
+                ),
+                b.evidence.clone(),
+            );
+        }
     }
     for stage in report.stages.iter().filter(|s| s.share_pct > HOT_STAGE_PCT) {
         add(

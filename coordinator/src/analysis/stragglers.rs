@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use super::stats::median;
 use super::times::StageTimes;
-use crate::model::{LockstepRank, LockstepStage, Straggler};
+use crate::model::{GpuSummary, LockstepRank, LockstepStage, RankSummary, Straggler};
+
+/// A host whose mean CPU use reaches this share of all cores is saturated, %.
+pub const HOST_CPU_SATURATED_PCT: f64 = 90.0;
 
 /// When a rank counts as a straggler in a stage.
 #[derive(Debug, Clone, Copy)]
@@ -50,12 +53,35 @@ pub fn stragglers(
                     slowdown: total / median,
                     excess_s,
                     wait_s,
+                    evidence: Vec::new(),
                 });
             }
         }
     }
     found.sort_by(|a, b| b.excess_s.total_cmp(&a.excess_s));
     found
+}
+
+/// Fills each straggler's evidence: the bottlenecks of the GPUs its rank
+/// sampled, and its host's CPU when saturated.
+pub fn attribute(stragglers: &mut [Straggler], gpus: &[GpuSummary], ranks: &[RankSummary]) {
+    for straggler in stragglers {
+        let gpu_evidence = gpus
+            .iter()
+            .filter(|g| g.sampled_by.contains(&straggler.rank))
+            .flat_map(|g| {
+                g.bottlenecks.iter().map(move |b| {
+                    format!("its GPU {} ({}): {}", g.index, b.kind.as_str(), b.evidence)
+                })
+            });
+        let host_evidence = ranks
+            .iter()
+            .find(|r| r.rank == straggler.rank)
+            .and_then(|r| r.host_telemetry.as_ref()?.cpu_avg_pct)
+            .filter(|&cpu| cpu >= HOST_CPU_SATURATED_PCT)
+            .map(|cpu| format!("its host's CPUs were {cpu:.0}% busy on average"));
+        straggler.evidence = gpu_evidence.chain(host_evidence).collect();
+    }
 }
 
 /// For each stage run by two or more ranks: for call k (the k-th call on

@@ -99,6 +99,9 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
                 st.excess_s,
                 st.wait_s
             )?;
+            for evidence in &st.evidence {
+                writeln!(out, "    {evidence}")?;
+            }
         }
     }
     if !s.ranks_missing.is_empty() {
@@ -200,6 +203,25 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
             opt(g.power_avg_w, 0),
             opt(g.energy_j, 1),
             opt(g.throttled_pct, 0),
+        )?;
+    }
+    let mut bottlenecks = report
+        .gpus
+        .iter()
+        .flat_map(|g| g.bottlenecks.iter().map(move |b| (g, b)))
+        .peekable();
+    if bottlenecks.peek().is_none() {
+        return writeln!(out, "GPU bottlenecks: none");
+    }
+    writeln!(out, "GPU bottlenecks:")?;
+    for (g, b) in bottlenecks {
+        writeln!(
+            out,
+            "  r{} GPU {} {}: {}",
+            g.rank,
+            g.index,
+            b.kind.as_str(),
+            b.evidence
         )?;
     }
     Ok(())

@@ -1,0 +1,222 @@
+//! Per-GPU bottlenecks: rules over one GPU's readings, each with a
+//! threshold and the numbers that fired it, and one rule across peers
+//! (a GPU out of line with the others).
+
+use crate::model::{Bottleneck, BottleneckKind, GpuSummary};
+
+/// NVML throttle-reason bits of thermal slowdown (software and hardware).
+pub const THERMAL_REASONS: u64 = 0x20 | 0x40;
+/// NVML throttle-reason bits of power capping (software power cap and the
+/// hardware power brake).
+pub const POWER_REASONS: u64 = 0x4 | 0x80;
+
+/// The thresholds of the bottleneck rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BottleneckRule {
+    /// `memory_pressure`: peak memory at least this share of the total, %.
+    pub memory_peak_pct: f64,
+    /// `thermal_throttling`: thermal reason bits in at least this share of
+    /// readings, %...
+    pub thermal_readings_pct: f64,
+    /// ... or a temperature of at least this, °C.
+    pub thermal_temp_c: f64,
+    /// `power_capped`: a reading is capped when it has a power-cap reason
+    /// bit or draws at least this share of the enforced limit, %...
+    pub power_draw_pct: f64,
+    /// ... and the rule fires when this share of readings is capped, %.
+    pub power_readings_pct: f64,
+    /// `clock_throttled`: readings at or above this utilisation are busy, %...
+    pub busy_util_pct: f64,
+    /// ... and the rule fires when the mean SM clock of busy readings is at
+    /// most this share of the device's maximum, %.
+    pub clock_pct: f64,
+    /// `underutilized`: mean utilisation of the readings taken while a
+    /// stage was running below this, %.
+    pub underutilized_pct: f64,
+    /// `outlier`: a GPU this many standard deviations of its peers away
+    /// from their mean...
+    pub outlier_sigma: f64,
+    /// ... and at least this far from it, relative to the mean, % (peers
+    /// that agree to the digit have no spread to measure against).
+    pub outlier_min_pct: f64,
+    /// `outlier`: GPUs needed before any is compared with the others.
+    pub outlier_min_gpus: usize,
+}
+
+impl Default for BottleneckRule {
+    fn default() -> Self {
+        BottleneckRule {
+            memory_peak_pct: 90.0,
+            thermal_readings_pct: 10.0,
+            thermal_temp_c: 85.0,
+            power_draw_pct: 95.0,
+            power_readings_pct: 20.0,
+            busy_util_pct: 80.0,
+            clock_pct: 80.0,
+            underutilized_pct: 50.0,
+            outlier_sigma: 2.0,
+            outlier_min_pct: 10.0,
+            outlier_min_gpus: 3,
+        }
+    }
+}
+
+/// What one GPU's readings say beyond its summary, for the rules.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReadingCounts {
+    /// Readings with throttle reasons.
+    pub with_reasons: u64,
+    /// ... of which with a thermal reason bit.
+    pub thermal: u64,
+    /// Readings with throttle reasons or power and limit.
+    pub with_power: u64,
+    /// ... of which capped: a power-cap bit, or draw near the limit.
+    pub capped: u64,
+    /// Mean SM clock of the busy readings, MHz.
+    pub busy_sm_clock_mhz: Option<f64>,
+    /// Mean utilisation of readings taken while a stage ran, %.
+    pub util_in_stages: Option<f64>,
+}
+
+/// The bottlenecks one GPU's own readings show.
+pub fn own_bottlenecks(
+    gpu: &GpuSummary,
+    counts: &ReadingCounts,
+    rule: &BottleneckRule,
+) -> Vec<Bottleneck> {
+    let mut found = Vec::new();
+    let mut add = |kind, evidence: String| found.push(Bottleneck { kind, evidence });
+    if let (Some(peak), Some(total)) = (gpu.memory_peak_mb, gpu.memory_total_mb) {
+        let pct = peak / total * 100.0;
+        if total > 0.0 && pct >= rule.memory_peak_pct {
+            add(
+                BottleneckKind::MemoryPressure,
+                format!("peak memory {peak:.0} of {total:.0} MB ({pct:.0}%)"),
+            );
+        }
+    }
+    let thermal_pct = share(counts.thermal, counts.with_reasons);
+    let hot = gpu.temp_max_c.filter(|&t| t >= rule.thermal_temp_c);
+    if thermal_pct.is_some_and(|p| p >= rule.thermal_readings_pct) || hot.is_some() {
+        let mut evidence = Vec::new();
+        if let Some(p) = thermal_pct.filter(|&p| p > 0.0) {
+            evidence.push(format!("thermally throttled in {p:.0}% of readings"));
+        }
+        if let Some(t) = gpu.temp_max_c {
+            evidence.push(format!("{t:.0} °C at most"));
+        }
+        add(BottleneckKind::ThermalThrottling, evidence.join(", "));
+    }
+    if let Some(p) = share(counts.capped, counts.with_power) {
+        if p >= rule.power_readings_pct {
+            add(
+                BottleneckKind::PowerCapped,
+                format!(
+                    "power-capped (a cap reason, or ≥ {:.0}% of the enforced limit) in {p:.0}% of readings",
+                    rule.power_draw_pct
+                ),
+            );
+        }
+    }
+    if let (Some(clock), Some(max)) = (counts.busy_sm_clock_mhz, gpu.sm_clock_max_mhz) {
+        let pct = clock / f64::from(max) * 100.0;
+        if max > 0 && pct <= rule.clock_pct {
+            add(
+                BottleneckKind::ClockThrottled,
+                format!(
+                    "SM clock {clock:.0} of {max} MHz under load ({:.0}% below max)",
+                    100.0 - pct
+                ),
+            );
+        }
+    }
+    if let Some(util) = counts
+        .util_in_stages
+        .filter(|&u| u < rule.underutilized_pct)
+    {
+        add(
+            BottleneckKind::Underutilized,
+            format!("{util:.0}% mean utilisation while stages ran"),
+        );
+    }
+    found
+}
+
+/// Adds an `outlier` bottleneck to each GPU out of line with its peers in
+/// utilisation, temperature, SM clock or peak memory: at least
+/// `outlier_sigma` standard deviations and `outlier_min_pct` % from the
+/// mean of the other GPUs. Needs `outlier_min_gpus` GPUs.
+pub fn add_outliers(gpus: &mut [GpuSummary], rule: &BottleneckRule) {
+    if gpus.len() < rule.outlier_min_gpus {
+        return;
+    }
+    type Metric = (&'static str, &'static str, fn(&GpuSummary) -> Option<f64>);
+    const METRICS: [Metric; 4] = [
+        ("utilisation", "%", |g| g.util_avg),
+        ("peak temperature", " °C", |g| g.temp_max_c),
+        ("mean SM clock", " MHz", |g| g.sm_clock_avg_mhz),
+        ("peak memory", " MB", |g| g.memory_peak_mb),
+    ];
+    let mut found: Vec<Vec<String>> = vec![Vec::new(); gpus.len()];
+    for (label, unit, metric) in METRICS {
+        let values: Vec<Option<f64>> = gpus.iter().map(metric).collect();
+        for (i, value) in values.iter().enumerate() {
+            let Some(value) = *value else { continue };
+            let peers: Vec<f64> = values
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .filter_map(|(_, v)| *v)
+                .collect();
+            if peers.len() + 1 < rule.outlier_min_gpus {
+                continue;
+            }
+            let n = peers.len() as f64;
+            let mean = peers.iter().sum::<f64>() / n;
+            let std = (peers.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+            let off = (value - mean).abs();
+            if off >= rule.outlier_sigma * std
+                && off >= rule.outlier_min_pct / 100.0 * mean.abs()
+                && off > 0.0
+            {
+                found[i].push(format!(
+                    "{label} {value:.0}{unit} against {mean:.0}{unit} ± {std:.0} on its {} peers",
+                    peers.len()
+                ));
+            }
+        }
+    }
+    for (gpu, evidence) in gpus.iter_mut().zip(found) {
+        if !evidence.is_empty() {
+            gpu.bottlenecks.push(Bottleneck {
+                kind: BottleneckKind::Outlier,
+                evidence: evidence.join("; "),
+            });
+        }
+    }
+}
+
+/// `part` of `whole` in percent; `None` when `whole` is 0.
+fn share(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64 * 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_are_the_names_in_report_json() {
+        use BottleneckKind::*;
+        for kind in [
+            MemoryPressure,
+            ThermalThrottling,
+            PowerCapped,
+            ClockThrottled,
+            Underutilized,
+            Outlier,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+    }
+}
