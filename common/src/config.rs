@@ -149,6 +149,24 @@ pub struct Config {
     pub straggler_threshold_pct: f64,
     /// ... and by more than this many seconds.
     pub straggler_min_s: f64,
+    /// GPU `memory_pressure`: peak memory at least this share of the total, %.
+    pub gpu_memory_pressure_pct: f64,
+    /// GPU `thermal_throttling`: thermal reason bits in at least this share
+    /// of readings, %...
+    pub gpu_thermal_readings_pct: f64,
+    /// ... or a temperature of at least this, °C.
+    pub gpu_thermal_temp_c: f64,
+    /// GPU `power_capped`: a power-cap reason bit, or a draw of 95 % of the
+    /// enforced limit, in at least this share of readings, %.
+    pub gpu_power_readings_pct: f64,
+    /// GPU `clock_throttled`: mean SM clock under load (utilisation of
+    /// 80 % or more) at most this share of the device's maximum, %.
+    pub gpu_clock_pct: f64,
+    /// GPU `underutilized`: mean utilisation while stages ran below this, %.
+    pub gpu_underutilized_pct: f64,
+    /// GPU `outlier`: this many standard deviations of its peers from their
+    /// mean (and 10 % of it), in utilisation, temperature, clock or memory.
+    pub gpu_outlier_sigma: f64,
 }
 
 impl Default for Config {
@@ -234,6 +252,13 @@ impl Config {
             display_ranks: DisplayRanks::Rank0,
             straggler_threshold_pct: 10.0,
             straggler_min_s: 0.01,
+            gpu_memory_pressure_pct: 90.0,
+            gpu_thermal_readings_pct: 10.0,
+            gpu_thermal_temp_c: 85.0,
+            gpu_power_readings_pct: 20.0,
+            gpu_clock_pct: 80.0,
+            gpu_underutilized_pct: 50.0,
+            gpu_outlier_sigma: 2.0,
         };
         match preset {
             Preset::Development => base,
@@ -385,6 +410,19 @@ impl Config {
                 Some(self.straggler_threshold_pct),
             ),
             ("straggler_min_s", Some(self.straggler_min_s)),
+            (
+                "gpu_memory_pressure_pct",
+                Some(self.gpu_memory_pressure_pct),
+            ),
+            (
+                "gpu_thermal_readings_pct",
+                Some(self.gpu_thermal_readings_pct),
+            ),
+            ("gpu_thermal_temp_c", Some(self.gpu_thermal_temp_c)),
+            ("gpu_power_readings_pct", Some(self.gpu_power_readings_pct)),
+            ("gpu_clock_pct", Some(self.gpu_clock_pct)),
+            ("gpu_underutilized_pct", Some(self.gpu_underutilized_pct)),
+            ("gpu_outlier_sigma", Some(self.gpu_outlier_sigma)),
             ("clock_shift_ns", Some(self.clock_shift_ns as f64)),
             ("max_frame_bytes", Some(self.max_frame_bytes as f64)),
             ("flush_interval_s", Some(self.flush_interval_s)),
@@ -430,6 +468,13 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("display_interval_s", 0.01, 3_600.0),
     ("straggler_threshold_pct", 0.0, 1_000_000.0),
     ("straggler_min_s", 0.0, 1_000_000.0),
+    ("gpu_memory_pressure_pct", 0.0, 100.0),
+    ("gpu_thermal_readings_pct", 0.0, 100.0),
+    ("gpu_thermal_temp_c", 0.0, 200.0),
+    ("gpu_power_readings_pct", 0.0, 100.0),
+    ("gpu_clock_pct", 0.0, 100.0),
+    ("gpu_underutilized_pct", 0.0, 100.0),
+    ("gpu_outlier_sigma", 0.0, 100.0),
     ("clock_shift_ns", -86_400e9, 86_400e9),
     ("max_frame_bytes", 4096.0, 4_294_967_296.0),
     ("flush_interval_s", 0.0, 86_400.0),

@@ -2,6 +2,8 @@
 //! threshold and the numbers that fired it, and one rule across peers
 //! (a GPU out of line with the others).
 
+use rankscope_common::Config;
+
 use crate::model::{Bottleneck, BottleneckKind, GpuSummary};
 
 /// NVML throttle-reason bits of thermal slowdown (software and hardware).
@@ -43,21 +45,28 @@ pub struct BottleneckRule {
     pub outlier_min_gpus: usize,
 }
 
-impl Default for BottleneckRule {
-    fn default() -> Self {
+impl BottleneckRule {
+    /// The thresholds of `config`'s `gpu_*` keys; the others fixed.
+    pub fn from_config(config: &Config) -> Self {
         BottleneckRule {
-            memory_peak_pct: 90.0,
-            thermal_readings_pct: 10.0,
-            thermal_temp_c: 85.0,
+            memory_peak_pct: config.gpu_memory_pressure_pct,
+            thermal_readings_pct: config.gpu_thermal_readings_pct,
+            thermal_temp_c: config.gpu_thermal_temp_c,
             power_draw_pct: 95.0,
-            power_readings_pct: 20.0,
+            power_readings_pct: config.gpu_power_readings_pct,
             busy_util_pct: 80.0,
-            clock_pct: 80.0,
-            underutilized_pct: 50.0,
-            outlier_sigma: 2.0,
+            clock_pct: config.gpu_clock_pct,
+            underutilized_pct: config.gpu_underutilized_pct,
+            outlier_sigma: config.gpu_outlier_sigma,
             outlier_min_pct: 10.0,
             outlier_min_gpus: 3,
         }
+    }
+}
+
+impl Default for BottleneckRule {
+    fn default() -> Self {
+        BottleneckRule::from_config(&Config::default())
     }
 }
 

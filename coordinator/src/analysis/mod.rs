@@ -83,7 +83,7 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
         stages: stages::stage_stats(&times, session_avg_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
-        gpus: gpus::gpu_summaries(payloads, &BottleneckRule::default()),
+        gpus: gpus::gpu_summaries(payloads, &BottleneckRule::from_config(config)),
         diffusion: diffusion::diffusion(payloads),
         recommendations: Vec::new(),
     };
@@ -237,6 +237,29 @@ mod tests {
             "{}",
             report.recommendations[0].message
         );
+    }
+
+    #[test]
+    fn bottleneck_thresholds_come_from_the_configuration() {
+        let gathered = Gathered {
+            world_size: 1,
+            payloads: vec![rank_reading(0, 10, |_, row| row.temperature_c = Some(87.0))],
+            missing: Vec::new(),
+            skipped: Vec::new(),
+        };
+        let kinds = |thermal_temp_c: &str| {
+            let config = Config::load(None, |name| {
+                (name == "RANKSCOPE_GPU_THERMAL_TEMP_C").then(|| thermal_temp_c.to_string())
+            })
+            .unwrap();
+            analyze(&gathered, &config).gpus[0]
+                .bottlenecks
+                .iter()
+                .map(|b| b.kind)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kinds("85"), [BottleneckKind::ThermalThrottling]);
+        assert_eq!(kinds("90"), []);
     }
 
     #[test]
