@@ -75,6 +75,8 @@ impl Default for BottleneckRule {
 pub struct ReadingCounts {
     /// Readings with throttle reasons.
     pub with_reasons: u64,
+    /// ... of which with a reason other than idle.
+    pub throttled: u64,
     /// ... of which with a thermal reason bit.
     pub thermal: u64,
     /// Readings with throttle reasons or power and limit.
@@ -95,21 +97,28 @@ pub fn own_bottlenecks(
 ) -> Vec<Bottleneck> {
     let mut found = Vec::new();
     let mut add = |kind, evidence: String| found.push(Bottleneck { kind, evidence });
+    // Each rule needs something seen, not only a threshold met: a threshold
+    // of 0 must not call a healthy GPU throttled.
     if let (Some(peak), Some(total)) = (gpu.memory_peak_mb, gpu.memory_total_mb) {
         let pct = peak / total * 100.0;
-        if total > 0.0 && pct >= rule.memory_peak_pct {
+        if total > 0.0 && peak > 0.0 && pct >= rule.memory_peak_pct {
             add(
                 BottleneckKind::MemoryPressure,
                 format!("peak memory {peak:.0} of {total:.0} MB ({pct:.0}%)"),
             );
         }
     }
-    let thermal_pct = share(counts.thermal, counts.with_reasons);
+    let thermal_pct = share(counts.thermal, counts.with_reasons)
+        .filter(|&p| counts.thermal > 0 && p >= rule.thermal_readings_pct);
     let hot = gpu.temp_max_c.filter(|&t| t >= rule.thermal_temp_c);
-    if thermal_pct.is_some_and(|p| p >= rule.thermal_readings_pct) || hot.is_some() {
+    if thermal_pct.is_some() || hot.is_some() {
         let mut evidence = Vec::new();
-        if let Some(p) = thermal_pct.filter(|&p| p > 0.0) {
-            evidence.push(format!("thermally throttled in {p:.0}% of readings"));
+        if counts.thermal > 0 {
+            evidence.push(format!(
+                "thermally throttled in {:.0}% of {} readings",
+                share(counts.thermal, counts.with_reasons).unwrap_or(0.0),
+                counts.with_reasons
+            ));
         }
         if let Some(t) = gpu.temp_max_c {
             evidence.push(format!("{t:.0} °C at most"));
@@ -117,19 +126,19 @@ pub fn own_bottlenecks(
         add(BottleneckKind::ThermalThrottling, evidence.join(", "));
     }
     if let Some(p) = share(counts.capped, counts.with_power) {
-        if p >= rule.power_readings_pct {
+        if counts.capped > 0 && p >= rule.power_readings_pct {
             add(
                 BottleneckKind::PowerCapped,
                 format!(
-                    "power-capped (a cap reason, or ≥ {:.0}% of the enforced limit) in {p:.0}% of readings",
-                    rule.power_draw_pct
+                    "power-capped (a cap reason, or ≥ {:.0}% of the enforced limit) in {p:.0}% of {} readings",
+                    rule.power_draw_pct, counts.with_power
                 ),
             );
         }
     }
     if let (Some(clock), Some(max)) = (counts.busy_sm_clock_mhz, gpu.sm_clock_max_mhz) {
         let pct = clock / f64::from(max) * 100.0;
-        if max > 0 && pct <= rule.clock_pct {
+        if max > 0 && clock < f64::from(max) && pct <= rule.clock_pct {
             add(
                 BottleneckKind::ClockThrottled,
                 format!(
@@ -151,23 +160,31 @@ pub fn own_bottlenecks(
     found
 }
 
-/// Adds an `outlier` bottleneck to each GPU out of line with its peers in
-/// utilisation, temperature, SM clock or peak memory: at least
-/// `outlier_sigma` standard deviations and `outlier_min_pct` % from the
-/// mean of the other GPUs. Needs `outlier_min_gpus` GPUs.
+/// Adds an `outlier` bottleneck to each GPU out of line with its peers on
+/// the side that holds a job back: lower utilisation, higher temperature or
+/// lower SM clock, by at least `outlier_sigma` standard deviations and
+/// `outlier_min_pct` % of the mean of the other GPUs. Needs
+/// `outlier_min_gpus` GPUs. Peak memory is left out: rank 0 of a
+/// data-parallel job, or one pipeline stage, holds more by design.
 pub fn add_outliers(gpus: &mut [GpuSummary], rule: &BottleneckRule) {
     if gpus.len() < rule.outlier_min_gpus {
         return;
     }
-    type Metric = (&'static str, &'static str, fn(&GpuSummary) -> Option<f64>);
-    const METRICS: [Metric; 4] = [
-        ("utilisation", "%", |g| g.util_avg),
-        ("peak temperature", " °C", |g| g.temp_max_c),
-        ("mean SM clock", " MHz", |g| g.sm_clock_avg_mhz),
-        ("peak memory", " MB", |g| g.memory_peak_mb),
+    /// A metric: its label, unit, value, and +1 when higher is worse, −1
+    /// when lower is.
+    type Metric = (
+        &'static str,
+        &'static str,
+        fn(&GpuSummary) -> Option<f64>,
+        f64,
+    );
+    const METRICS: [Metric; 3] = [
+        ("utilisation", "%", |g| g.util_avg, -1.0),
+        ("peak temperature", " °C", |g| g.temp_max_c, 1.0),
+        ("mean SM clock", " MHz", |g| g.sm_clock_avg_mhz, -1.0),
     ];
     let mut found: Vec<Vec<String>> = vec![Vec::new(); gpus.len()];
-    for (label, unit, metric) in METRICS {
+    for (label, unit, metric, worse) in METRICS {
         let values: Vec<Option<f64>> = gpus.iter().map(metric).collect();
         for (i, value) in values.iter().enumerate() {
             let Some(value) = *value else { continue };
@@ -183,7 +200,7 @@ pub fn add_outliers(gpus: &mut [GpuSummary], rule: &BottleneckRule) {
             let n = peers.len() as f64;
             let mean = peers.iter().sum::<f64>() / n;
             let std = (peers.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
-            let off = (value - mean).abs();
+            let off = (value - mean) * worse;
             if off >= rule.outlier_sigma * std
                 && off >= rule.outlier_min_pct / 100.0 * mean.abs()
                 && off > 0.0
@@ -206,7 +223,7 @@ pub fn add_outliers(gpus: &mut [GpuSummary], rule: &BottleneckRule) {
 }
 
 /// `part` of `whole` in percent; `None` when `whole` is 0.
-fn share(part: u64, whole: u64) -> Option<f64> {
+pub fn share(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64 * 100.0)
 }
 

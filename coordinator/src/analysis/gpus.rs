@@ -76,7 +76,7 @@ pub fn gpu_summaries(payloads: &[Payload], rule: &BottleneckRule) -> Vec<GpuSumm
             };
             if let Some(v) = &view {
                 let values = |column: OptColumn<'_, _>| -> Vec<Option<f64>> {
-                    rows.iter().map(|&i| column.get(i)).collect()
+                    rows.iter().map(|&i| finite(column.get(i))).collect()
                 };
                 summary.memory_peak_mb = max(rows
                     .iter()
@@ -99,15 +99,8 @@ pub fn gpu_summaries(payloads: &[Payload], rule: &BottleneckRule) -> Vec<GpuSumm
                         .filter_map(|&i| v.sm_clock_mhz.get(i))
                         .map(f64::from),
                 );
-                let reasons: Vec<u64> = rows
-                    .iter()
-                    .filter_map(|&i| v.throttle_reasons.get(i))
-                    .collect();
-                if !reasons.is_empty() {
-                    let throttled = reasons.iter().filter(|&&r| r & !IDLE_REASON != 0).count();
-                    summary.throttled_pct = Some(throttled as f64 / reasons.len() as f64 * 100.0);
-                }
                 let counts = reading_counts(v, &rows, &busy_spans, rule);
+                summary.throttled_pct = bottlenecks::share(counts.throttled, counts.with_reasons);
                 summary.bottlenecks = bottlenecks::own_bottlenecks(&summary, &counts, rule);
             }
             by_device.insert(key, summary);
@@ -133,9 +126,10 @@ fn reading_counts(
         let reasons = v.throttle_reasons.get(i);
         if let Some(r) = reasons {
             counts.with_reasons += 1;
+            counts.throttled += u64::from(r & !IDLE_REASON != 0);
             counts.thermal += u64::from(r & THERMAL_REASONS != 0);
         }
-        let near_limit = match (v.power_w.get(i), v.power_limit_w.get(i)) {
+        let near_limit = match (finite(v.power_w.get(i)), finite(v.power_limit_w.get(i))) {
             (Some(draw), Some(limit)) if limit > 0.0 => {
                 Some(draw >= limit * rule.power_draw_pct / 100.0)
             }
@@ -147,7 +141,7 @@ fn reading_counts(
                 reasons.is_some_and(|r| r & POWER_REASONS != 0) || near_limit == Some(true);
             counts.capped += u64::from(capped);
         }
-        if let Some(util) = v.util_gpu_pct.get(i) {
+        if let Some(util) = finite(v.util_gpu_pct.get(i)) {
             if util >= rule.busy_util_pct {
                 busy_clock.extend(v.sm_clock_mhz.get(i).map(f64::from));
             }
@@ -205,13 +199,23 @@ pub fn host_summary(payload: &Payload) -> Option<HostSummary> {
     })
 }
 
+/// The mean of the finite `values` (a crafted payload can hold NaN or
+/// infinities); `None` when there are none.
 fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    let (sum, n) = values
+        .filter(|v| v.is_finite())
+        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
     (n > 0).then(|| sum / n as f64)
 }
 
+/// The largest of the finite `values`.
 fn max(values: impl Iterator<Item = f64>) -> Option<f64> {
-    values.reduce(f64::max)
+    values.filter(|v| v.is_finite()).reduce(f64::max)
+}
+
+/// A reading only when it is a number.
+fn finite(value: Option<f64>) -> Option<f64> {
+    value.filter(|v| v.is_finite())
 }
 
 #[cfg(test)]
@@ -330,23 +334,28 @@ pub(super) mod tests {
         payload
             .tables
             .insert(Table::GpuSamples, rows.finish().unwrap());
+        set_one_stage(&mut payload, "denoise", n * 1_000_000_000);
+        payload
+    }
+
+    /// Replaces the stages of `payload` with one: `name`, from 0 to `end_ns`.
+    fn set_one_stage(payload: &mut Payload, name: &str, end_ns: u64) {
         let mut stages = StagesBuilder::default();
         stages.append(&StageRow {
-            name: "denoise".into(),
+            name: name.into(),
             thread: 0,
             thread_name: "main".into(),
             stage_id: 0,
             parent_id: None,
             depth: 0,
             start_ns: 0,
-            end_ns: n * 1_000_000_000,
+            end_ns,
             call_index: 0,
             metadata: None,
         });
         payload
             .tables
             .insert(Table::Stages, stages.finish().unwrap());
-        payload
     }
 
     fn kinds(gpu: &GpuSummary) -> Vec<BottleneckKind> {
@@ -359,12 +368,54 @@ pub(super) mod tests {
 
     #[test]
     fn healthy_gpus_have_no_bottleneck() {
-        let payloads: Vec<Payload> = (0..8).map(|r| rank_reading(r, 20, |_, _| {})).collect();
+        // Eight GPUs that differ as real ones do: 62–69 °C, 86–93 %
+        // utilisation, clocks 1935–1980 MHz, memory 400–700 MB; GPU 3 is
+        // the coolest, busiest and fastest, which holds nothing back.
+        let payloads: Vec<Payload> = (0..8u32)
+            .map(|r| {
+                rank_reading(r, 20, move |i, row| {
+                    let jitter = f64::from((r * 7 + i as u32 * 3) % 8);
+                    row.temperature_c = Some(if r == 3 { 55.0 } else { 62.0 + jitter });
+                    row.util_gpu_pct = Some(if r == 3 { 99.0 } else { 86.0 + jitter });
+                    row.sm_clock_mhz = Some(1935 + ((r * 13 + i as u32) % 4) * 15);
+                    row.memory_used_bytes = Some((400 + u64::from(r) * 40) << 20);
+                })
+            })
+            .collect();
         let gpus = summarise(&payloads);
         assert_eq!(gpus.len(), 8);
         for gpu in &gpus {
             assert_eq!(gpu.bottlenecks, [], "GPU {}", gpu.index);
         }
+    }
+
+    #[test]
+    fn readings_that_are_no_numbers_are_left_out() {
+        // A crafted payload: NaN and infinite readings fire nothing and do
+        // not poison the means.
+        let payload = rank_reading(0, 10, |i, row| {
+            if i < 5 {
+                row.temperature_c = Some(f64::INFINITY);
+                row.util_gpu_pct = Some(f64::NEG_INFINITY);
+                row.power_w = Some(f64::NAN);
+            }
+        });
+        let gpu = &summarise(&[payload])[0];
+        assert_eq!(gpu.bottlenecks, []);
+        assert_eq!((gpu.temp_max_c, gpu.util_avg), (Some(65.0), Some(90.0)));
+        assert_eq!(gpu.power_avg_w, Some(300.0));
+    }
+
+    #[test]
+    fn thresholds_at_their_limits_do_not_call_a_healthy_gpu_throttled() {
+        let rule = BottleneckRule {
+            thermal_readings_pct: 0.0,
+            power_readings_pct: 0.0,
+            clock_pct: 100.0,
+            ..BottleneckRule::default()
+        };
+        let gpus = gpu_summaries(&[rank_reading(0, 10, |_, _| {})], &rule);
+        assert_eq!(gpus[0].bottlenecks, []);
     }
 
     #[test]
@@ -382,7 +433,7 @@ pub(super) mod tests {
         assert_eq!(kinds(gpu), [BottleneckKind::ThermalThrottling]);
         assert_eq!(
             gpu.bottlenecks[0].evidence,
-            "thermally throttled in 30% of readings, 81 °C at most"
+            "thermally throttled in 30% of 10 readings, 81 °C at most"
         );
     }
 
@@ -461,7 +512,7 @@ pub(super) mod tests {
         assert_eq!(kinds(&gpus[0]), [BottleneckKind::PowerCapped]);
         assert_eq!(
             gpus[1].bottlenecks[0].evidence,
-            "power-capped (a cap reason, or ≥ 95% of the enforced limit) in 30% of readings"
+            "power-capped (a cap reason, or ≥ 95% of the enforced limit) in 30% of 10 readings"
         );
         assert_eq!(kinds(&gpus[2]), []);
     }
@@ -474,22 +525,7 @@ pub(super) mod tests {
             let mut payload = rank_reading(0, 20, move |i, row| {
                 row.util_gpu_pct = Some(if i < 10 { util_inside } else { 2.0 });
             });
-            let mut stages = StagesBuilder::default();
-            stages.append(&StageRow {
-                name: "step".into(),
-                thread: 0,
-                thread_name: "main".into(),
-                stage_id: 0,
-                parent_id: None,
-                depth: 0,
-                start_ns: 0,
-                end_ns: 9_500_000_000,
-                call_index: 0,
-                metadata: None,
-            });
-            payload
-                .tables
-                .insert(Table::Stages, stages.finish().unwrap());
+            set_one_stage(&mut payload, "step", 9_500_000_000);
             payload
         };
         let busy = &summarise(&[payload(90.0)])[0];

@@ -178,6 +178,17 @@ mod tests {
     use super::gpus::tests::rank_reading;
     use super::*;
     use crate::model::BottleneckKind;
+    use rankscope_common::Payload;
+
+    /// Every rank of `payloads` reported.
+    fn gathered(payloads: Vec<Payload>) -> Gathered {
+        Gathered {
+            world_size: payloads.len() as u32,
+            payloads,
+            missing: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
 
     /// Three ranks run `denoise` for 10 s, rank 1 for 15 s; `shape_rank1`
     /// shapes rank 1's GPU readings.
@@ -187,12 +198,7 @@ mod tests {
             rank_reading(1, 15, shape_rank1),
             rank_reading(2, 10, |_, _| {}),
         ];
-        let gathered = Gathered {
-            world_size: 3,
-            payloads,
-            missing: Vec::new(),
-            skipped: Vec::new(),
-        };
+        let gathered = gathered(payloads);
         analyze(&gathered, &Config::default())
     }
 
@@ -212,14 +218,14 @@ mod tests {
         assert_eq!(
             straggler.evidence,
             [
-                "its GPU 1 (thermal_throttling): thermally throttled in 100% of readings, 89 °C at most",
+                "its GPU 1 (thermal_throttling): thermally throttled in 100% of 15 readings, 89 °C at most",
                 "its GPU 1 (outlier): peak temperature 89 °C against 65 °C ± 0 on its 2 peers",
             ]
         );
         assert_eq!(
             report.recommendations[0].message,
             "rank 1 is 50% slower than the median rank in `denoise`; its GPU 1 \
-             (thermal_throttling): thermally throttled in 100% of readings, 89 °C at most"
+             (thermal_throttling): thermally throttled in 100% of 15 readings, 89 °C at most"
         );
     }
 
@@ -240,13 +246,39 @@ mod tests {
     }
 
     #[test]
+    fn a_gpu_several_ranks_share_is_named_as_shared_not_as_the_stragglers_own() {
+        // Every rank samples the one hot GPU of the host (`gpu_devices: all`);
+        // rank 1 is slow.
+        let payloads = [0, 1, 2]
+            .map(|rank| {
+                let mut payload = rank_reading(rank, if rank == 1 { 15 } else { 10 }, |_, row| {
+                    row.temperature_c = Some(90.0)
+                });
+                payload.header.gpus[0].uuid = "GPU-shared".into();
+                payload.header.gpus[0].index = 0;
+                payload
+            })
+            .to_vec();
+        let report = analyze(&gathered(payloads), &Config::default());
+        assert_eq!(report.gpus.len(), 1);
+        assert_eq!(
+            report.stragglers[0].evidence,
+            ["GPU 0 on its host (sampled by ranks 0-2) (thermal_throttling): 90 °C at most"]
+        );
+        // Not its own, so the GPU gets a recommendation of its own too.
+        assert!(
+            report.recommendations.iter().any(|r| r.category == "gpu"
+                && r.message == "GPU 0 of rank 0 on node: thermal throttling"),
+            "{:?}",
+            report.recommendations
+        );
+    }
+
+    #[test]
     fn bottleneck_thresholds_come_from_the_configuration() {
-        let gathered = Gathered {
-            world_size: 1,
-            payloads: vec![rank_reading(0, 10, |_, row| row.temperature_c = Some(87.0))],
-            missing: Vec::new(),
-            skipped: Vec::new(),
-        };
+        let gathered = gathered(vec![rank_reading(0, 10, |_, row| {
+            row.temperature_c = Some(87.0)
+        })]);
         let kinds = |thermal_temp_c: &str| {
             let config = Config::load(None, |name| {
                 (name == "RANKSCOPE_GPU_THERMAL_TEMP_C").then(|| thermal_temp_c.to_string())
@@ -268,12 +300,7 @@ mod tests {
             rank_reading(0, 10, |_, _| {}),
             rank_reading(1, 10, |_, row| row.throttle_reasons = Some(0x4)),
         ];
-        let gathered = Gathered {
-            world_size: 2,
-            payloads,
-            missing: Vec::new(),
-            skipped: Vec::new(),
-        };
+        let gathered = gathered(payloads);
         let report = analyze(&gathered, &Config::default());
         assert_eq!(report.stragglers, []);
         let gpu: Vec<_> = report

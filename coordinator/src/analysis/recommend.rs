@@ -1,5 +1,8 @@
 //! Recommendations: rules with thresholds, each with the evidence that fired it.
 
+use rankscope_common::text::cell;
+
+use super::stragglers::owns;
 use crate::model::{GpuSummary, Recommendation, Report, Severity};
 
 /// A stage taking more than this share of the session is worth a look.
@@ -70,13 +73,8 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             .join("; "),
         );
     }
-    // Bottlenecks of GPUs whose ranks are stragglers are told above.
-    let explained = |gpu: &GpuSummary| {
-        report
-            .stragglers
-            .iter()
-            .any(|s| gpu.sampled_by.contains(&s.rank))
-    };
+    // Bottlenecks of a straggler's own GPU are told above.
+    let explained = |gpu: &GpuSummary| report.stragglers.iter().any(|s| owns(s.rank, gpu));
     for gpu in report.gpus.iter().filter(|g| !explained(g)) {
         for b in &gpu.bottlenecks {
             add(
@@ -86,7 +84,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                     "GPU {} of rank {} on {}: {}",
                     gpu.index,
                     gpu.rank,
-                    gpu.host,
+                    cell(&gpu.host, 40),
                     b.kind.as_str().replace('_', " ")
                 ),
                 b.evidence.clone(),

@@ -62,17 +62,32 @@ pub fn stragglers(
     found
 }
 
-/// Fills each straggler's evidence: the bottlenecks of the GPUs its rank
-/// sampled, and its host's CPU when saturated.
+/// Whether `gpu` is `rank`'s own: sampled by that rank alone. A GPU that
+/// several ranks sample (`gpu_devices: all`) belongs to none of them.
+pub fn owns(rank: u32, gpu: &GpuSummary) -> bool {
+    gpu.sampled_by == [rank]
+}
+
+/// Fills each straggler's evidence: the bottlenecks of its own GPUs, of the
+/// GPUs it shares with other ranks, and its host's CPU when saturated.
 pub fn attribute(stragglers: &mut [Straggler], gpus: &[GpuSummary], ranks: &[RankSummary]) {
     for straggler in stragglers {
         let gpu_evidence = gpus
             .iter()
             .filter(|g| g.sampled_by.contains(&straggler.rank))
             .flat_map(|g| {
-                g.bottlenecks.iter().map(move |b| {
-                    format!("its GPU {} ({}): {}", g.index, b.kind.as_str(), b.evidence)
-                })
+                let whose = if owns(straggler.rank, g) {
+                    format!("its GPU {}", g.index)
+                } else {
+                    format!(
+                        "GPU {} on its host (sampled by ranks {})",
+                        g.index,
+                        rankscope_common::text::rank_ranges(&g.sampled_by)
+                    )
+                };
+                g.bottlenecks
+                    .iter()
+                    .map(move |b| format!("{whose} ({}): {}", b.kind.as_str(), b.evidence))
             });
         let host_evidence = ranks
             .iter()

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use crate::model::Report;
 use rankscope_common::payload::GpuSource;
-use rankscope_common::text::cell;
+use rankscope_common::text::{cell, terminal};
 
 /// Stages shown in the table; the rest are counted.
 const TOP_STAGES: usize = 20;
@@ -100,7 +100,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
                 st.wait_s
             )?;
             for evidence in &st.evidence {
-                writeln!(out, "    {evidence}")?;
+                writeln!(out, "    {}", terminal(evidence))?;
             }
         }
     }
@@ -221,7 +221,7 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
             g.rank,
             g.index,
             b.kind.as_str(),
-            b.evidence
+            terminal(&b.evidence)
         )?;
     }
     Ok(())
