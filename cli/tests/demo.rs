@@ -166,6 +166,10 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
     assert_eq!(csv.lines().count(), stages.len() + 1);
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(summary.contains("rank 1 in vae_decode"), "{summary}");
+    assert!(
+        summary.contains("  vae_decode (1 call): r1 slowest in 1 ("),
+        "the lockstep wait on the straggler: {summary}"
+    );
     assert!(summary.contains("GPU data: SIMULATED"), "{summary}");
     assert!(
         summary.contains("GPUs (SIMULATED readings, not real hardware)"),

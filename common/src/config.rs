@@ -145,7 +145,7 @@ pub struct Config {
     /// Which ranks print the live display.
     pub display_ranks: DisplayRanks,
     /// A rank is a straggler in a stage when its total exceeds the median
-    /// rank's by more than this many percent...
+    /// of the other ranks' totals by more than this many percent...
     pub straggler_threshold_pct: f64,
     /// ... and by more than this many seconds.
     pub straggler_min_s: f64,

@@ -243,16 +243,16 @@ pub struct Percentiles {
     pub max: f64,
 }
 
-/// A rank slower than the median rank in a stage.
+/// A rank slower than the median of the other ranks in a stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Straggler {
     /// The slow rank.
     pub rank: u32,
     /// The stage.
     pub stage: String,
-    /// Its total over the median rank's total.
+    /// Its total over the median of the other ranks' totals.
     pub slowdown: f64,
-    /// Its total minus the median rank's, seconds.
+    /// Its total minus that median, seconds.
     pub excess_s: f64,
     /// Time the other ranks spent waiting on it in this stage, seconds
     /// (lockstep: Σ over the calls where it was slowest of Σ (max − own)).

@@ -224,7 +224,7 @@ mod tests {
         );
         assert_eq!(
             report.recommendations[0].message,
-            "rank 1 is 50% slower than the median rank in `denoise`; its GPU 1 \
+            "rank 1 is 50% slower than the median of the other ranks in `denoise`; its GPU 1 \
              (thermal_throttling): thermally throttled in 100% of 15 readings, 89 °C at most"
         );
     }

@@ -58,14 +58,14 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             Severity::Warning,
             "straggler",
             format!(
-                "rank {} is {:.0}% slower than the median rank in `{}`; {}",
+                "rank {} is {:.0}% slower than the median of the other ranks in `{}`; {}",
                 s.rank,
                 (s.slowdown - 1.0) * 100.0,
                 s.stage,
                 explanation
             ),
             std::iter::once(format!(
-                "{:.3} s over the median rank's total; the other ranks waited {:.3} s on it",
+                "{:.3} s over the other ranks' median; the other ranks waited {:.3} s on it",
                 s.excess_s, s.wait_s
             ))
             .chain(more.iter().cloned())

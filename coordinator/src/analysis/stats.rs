@@ -60,10 +60,17 @@ pub fn percentiles(values: &mut [f64]) -> Option<Percentiles> {
     })
 }
 
-/// The median of `values` (sorted in place).
-pub fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    quantile(values, 0.5)
+/// The median of `sorted` without its `i`-th value: what a rank is
+/// compared with is the median of the other ranks (with two ranks, the
+/// other one). `None` when no other value is left.
+pub fn median_without(sorted: &[f64], i: usize) -> Option<f64> {
+    let n = sorted.len().checked_sub(1).filter(|&n| n > 0)?;
+    let at = |j: usize| sorted[if j < i { j } else { j + 1 }];
+    Some(if n % 2 == 1 {
+        at(n / 2)
+    } else {
+        (at(n / 2 - 1) + at(n / 2)) / 2.0
+    })
 }
 
 #[cfg(test)]
@@ -95,8 +102,24 @@ mod tests {
         assert!((p.p95 - 9.55).abs() < 1e-12);
         assert!((p.p99 - 9.91).abs() < 1e-12);
         assert_eq!((p.min, p.mean, p.max), (1.0, 5.5, 10.0));
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(percentiles(&mut []).is_none());
+    }
+
+    #[test]
+    fn the_median_without_one_value_by_hand_and_against_the_long_way() {
+        assert_eq!(median_without(&[1.0, 2.0], 0), Some(2.0), "the other one");
+        assert_eq!(median_without(&[1.0, 2.0], 1), Some(1.0));
+        assert_eq!(median_without(&[1.0, 2.0, 3.0, 4.0], 0), Some(3.0));
+        assert_eq!(median_without(&[1.0, 2.0, 3.0, 4.0], 3), Some(2.0));
+        assert_eq!(median_without(&[1.0, 2.0, 3.0], 1), Some(2.0));
+        assert_eq!(median_without(&[5.0], 0), None);
+        for n in 2..9 {
+            let sorted: Vec<f64> = (0..n).map(|i| f64::from(i * i)).collect();
+            for i in 0..sorted.len() {
+                let mut others = sorted.clone();
+                others.remove(i);
+                assert_eq!(median_without(&sorted, i), Some(quantile(&others, 0.5)));
+            }
+        }
     }
 }

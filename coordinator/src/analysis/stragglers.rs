@@ -1,9 +1,9 @@
-//! Stragglers: ranks slower than the median rank in a stage, and, call by
+//! Stragglers: ranks slower than the median of the other ranks in a stage, and, call by
 //! call, which rank the others waited for.
 
 use std::collections::BTreeMap;
 
-use super::stats::median;
+use super::stats::median_without;
 use super::times::StageTimes;
 use crate::model::{GpuSummary, LockstepRank, LockstepStage, RankSummary, Straggler};
 
@@ -13,13 +13,13 @@ pub const HOST_CPU_SATURATED_PCT: f64 = 90.0;
 /// When a rank counts as a straggler in a stage.
 #[derive(Debug, Clone, Copy)]
 pub struct StragglerRule {
-    /// Its total must exceed the median rank's by more than this, percent...
+    /// Its total must exceed the other ranks' median by more than this, percent...
     pub threshold_pct: f64,
     /// ... and by more than this many seconds.
     pub min_excess_s: f64,
 }
 
-/// Ranks whose total in a stage exceeds the median rank's by the rule's
+/// Ranks whose total in a stage exceeds the other ranks' median by the rule's
 /// margins, slowest first. Needs at least two ranks in the stage.
 pub fn stragglers(
     times: &StageTimes,
@@ -34,13 +34,14 @@ pub fn stragglers(
         if by_rank.len() < 2 {
             continue;
         }
-        let totals = StageTimes::totals(by_rank);
-        let mut values: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
-        let median = median(&mut values);
-        if median <= 0.0 {
-            continue;
-        }
-        for (rank, total) in totals {
+        let mut totals = StageTimes::totals(by_rank);
+        totals.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let sorted: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
+        for (position, &(rank, total)) in totals.iter().enumerate() {
+            // The reference: the median of the other ranks.
+            let Some(median) = median_without(&sorted, position).filter(|&m| m > 0.0) else {
+                continue;
+            };
             let excess_s = total - median;
             if total > median * (1.0 + rule.threshold_pct / 100.0) && excess_s > rule.min_excess_s {
                 let wait_s = lockstep_of
@@ -179,8 +180,9 @@ mod tests {
 
     #[test]
     fn the_slow_rank_is_named_and_the_margins_hold() {
-        // Totals 2.1, 2.0, 2.45, 2.0 → median 2.05. Rank 2: 2.45 / 2.05 ≈ 1.195.
-        // Rank 0: 2.1 is 2.4 % over the median, under the 10 % threshold.
+        // Totals 2.1, 2.0, 2.45, 2.0. Rank 2 against the others' median
+        // (2.1, 2.0, 2.0 → 2.0): 1.225. Rank 0 against 2.0, 2.45, 2.0 →
+        // 2.0: 5 % over, under the 10 % threshold.
         let times = decode_times();
         let l = lockstep(&times);
         let rule = StragglerRule {
@@ -190,8 +192,8 @@ mod tests {
         let found = stragglers(&times, &l, rule);
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].rank, found[0].stage.as_str()), (2, "decode"));
-        assert!((found[0].slowdown - 2.45 / 2.05).abs() < 1e-9);
-        assert!((found[0].excess_s - 0.4).abs() < 1e-9);
+        assert!((found[0].slowdown - 2.45 / 2.0).abs() < 1e-9);
+        assert!((found[0].excess_s - 0.45).abs() < 1e-9);
         assert!((found[0].wait_s - 1.2).abs() < 1e-9);
 
         let strict_floor = StragglerRule {
@@ -199,5 +201,26 @@ mod tests {
             min_excess_s: 0.5,
         };
         assert!(stragglers(&times, &l, strict_floor).is_empty());
+    }
+
+    #[test]
+    fn of_two_ranks_each_is_compared_with_the_other() {
+        // A planted 40 % slowdown reads 1.4x, not 1.4 / 1.2 against the
+        // mean of both.
+        let mut by_rank = BTreeMap::new();
+        by_rank.insert(0, vec![1.0]);
+        by_rank.insert(1, vec![1.4]);
+        let times = StageTimes {
+            by_name: BTreeMap::from([("decode".to_string(), by_rank)]),
+        };
+        let rule = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.01,
+        };
+        let found = stragglers(&times, &lockstep(&times), rule);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].rank, 1);
+        assert!((found[0].slowdown - 1.4).abs() < 1e-9);
+        assert!((found[0].excess_s - 0.4).abs() < 1e-9);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::model::Report;
+use crate::model::{LockstepStage, Report};
 use rankscope_common::payload::GpuSource;
 use rankscope_common::text::{cell, terminal};
 
@@ -92,7 +92,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         for st in &report.stragglers {
             writeln!(
                 out,
-                "  rank {} in {}: {:.2}x the median rank (+{:.3} s); the others waited {:.3} s",
+                "  rank {} in {}: {:.2}x the others' median (+{:.3} s); the others waited {:.3} s",
                 st.rank,
                 cell(&st.stage, NAME_WIDTH),
                 st.slowdown,
@@ -104,6 +104,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             }
         }
     }
+    write_lockstep(out, report)?;
     if !s.ranks_missing.is_empty() {
         writeln!(out, "Missing ranks (no data): {}", s.missing_text())?;
     }
@@ -128,7 +129,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     if let Some(blocks) = &report.diffusion.blocks {
         writeln!(
             out,
-            "Blocks: {} of {} frames; {:.2} frames/s, {:.3} blocks/s (slowest rank)",
+            "Blocks: {} blocks, {} frames per rank; {:.2} frames/s, {:.3} blocks/s (slowest rank)",
             blocks.count, blocks.frames, blocks.fps, blocks.bps
         )?;
     }
@@ -150,6 +151,67 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
                 cell(&r.evidence, 200)
             )?;
         }
+    }
+    Ok(())
+}
+
+/// Stages in the lockstep section, those with the most wait first.
+const LOCKSTEP_STAGES: usize = 10;
+/// Ranks named per lockstep stage, those that imposed the most wait first.
+const LOCKSTEP_RANKS: usize = 3;
+
+/// Per stage, call by call: which ranks were slowest and the wait they
+/// imposed on the others (the number that matters most for
+/// tensor-parallel jobs).
+fn write_lockstep(out: &mut String, report: &Report) -> std::fmt::Result {
+    let total_wait = |l: &LockstepStage| l.ranks.iter().map(|r| r.wait_imposed_s).sum::<f64>();
+    let mut stages: Vec<&LockstepStage> = report
+        .lockstep
+        .iter()
+        .filter(|l| total_wait(l) > 0.0)
+        .collect();
+    if stages.is_empty() {
+        return Ok(());
+    }
+    stages.sort_by(|a, b| total_wait(b).total_cmp(&total_wait(a)));
+    writeln!(
+        out,
+        "Lockstep waits (call k of a stage on every rank: the slowest rank, and the time the others waited for it):"
+    )?;
+    for stage in stages.iter().take(LOCKSTEP_STAGES) {
+        let mut ranks: Vec<_> = stage.ranks.iter().filter(|r| r.slowest_calls > 0).collect();
+        ranks.sort_by(|a, b| b.wait_imposed_s.total_cmp(&a.wait_imposed_s));
+        let named: Vec<String> = ranks
+            .iter()
+            .take(LOCKSTEP_RANKS)
+            .map(|r| {
+                format!(
+                    "r{} slowest in {} ({:.3} s waited)",
+                    r.rank, r.slowest_calls, r.wait_imposed_s
+                )
+            })
+            .collect();
+        let more = ranks.len().saturating_sub(LOCKSTEP_RANKS);
+        writeln!(
+            out,
+            "  {} ({} call{}): {}{}",
+            cell(&stage.stage, NAME_WIDTH),
+            stage.calls,
+            if stage.calls == 1 { "" } else { "s" },
+            named.join("; "),
+            if more > 0 {
+                format!("; {more} more rank{}", if more == 1 { "" } else { "s" })
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    if stages.len() > LOCKSTEP_STAGES {
+        writeln!(
+            out,
+            "  ... and {} more stages (report.json has them all)",
+            stages.len() - LOCKSTEP_STAGES
+        )?;
     }
     Ok(())
 }
