@@ -69,6 +69,19 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
         assert!(total["max_rank"].as_u64().unwrap() < 4);
         assert_eq!(stage["ranks"], 4);
     }
+    let stage = |name: &str| stages.iter().find(|s| s["name"] == name).unwrap();
+    assert_eq!(stage("denoise_step")["parent"], "diffusion_block");
+    assert_eq!(stage("diffusion_block")["parent"], serde_json::Value::Null);
+    let block = &stage("diffusion_block");
+    assert!(
+        block["self_s"]["avg"].as_f64().unwrap() < block["total_s"]["avg"].as_f64().unwrap() / 2.0,
+        "a block's own time leaves out its steps: {block}"
+    );
+    let shares: f64 = stages
+        .iter()
+        .map(|s| s["share_pct"].as_f64().unwrap())
+        .sum();
+    assert!(shares <= 100.0 + 1e-6, "nested time counts once: {shares}");
     let vae = stages.iter().find(|s| s["name"] == "vae_decode").unwrap();
     assert_eq!(vae["total_s"]["max_rank"], 1);
 
@@ -162,10 +175,19 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
     assert_eq!(report["diffusion"]["blocks"]["frames"], 48);
 
     let csv = std::fs::read_to_string(dir.join("stages.csv")).unwrap();
-    assert!(csv.starts_with("name,count,ranks,"));
+    assert!(csv.starts_with("name,parent,count,ranks,"));
     assert_eq!(csv.lines().count(), stages.len() + 1);
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(summary.contains("rank 1 in vae_decode"), "{summary}");
+    for line in summary.lines() {
+        assert!(line.chars().count() <= 100, "over 100 columns: {line:?}");
+    }
+    // Denoising steps run inside diffusion blocks: shown nested, counted
+    // once in the shares.
+    assert!(
+        summary.contains("\n  denoise_step "),
+        "denoise_step indented under diffusion_block: {summary}"
+    );
     assert!(
         summary.contains("  vae_decode (1 call): r1 slowest in 1 ("),
         "the lockstep wait on the straggler: {summary}"

@@ -77,9 +77,64 @@ pub fn rank_ranges(ranks: &[u32]) -> String {
     parts.join(", ")
 }
 
+/// [`terminal`] text broken into lines of at most `width` characters at
+/// spaces (a word longer than a line is cut), every line after the first
+/// indented by `indent` spaces; no line break at the end.
+pub fn wrap(text: &str, width: usize, indent: usize) -> String {
+    let clean = terminal(text);
+    // Leading spaces are kept: they indent the first line.
+    let words = clean.trim_start_matches(' ');
+    let mut line_len = clean.len() - words.len();
+    let mut out = " ".repeat(line_len);
+    // Whether the line holds a word yet (a space goes before the next).
+    let mut started = false;
+    for word in words.split(' ').filter(|w| !w.is_empty()) {
+        let mut word: &str = word;
+        loop {
+            let len = word.chars().count();
+            if started && line_len + 1 + len <= width {
+                out.push(' ');
+                out.push_str(word);
+                line_len += 1 + len;
+                break;
+            }
+            if started {
+                out.push('\n');
+                out.push_str(&" ".repeat(indent));
+                line_len = indent;
+            }
+            started = true;
+            let room = width.saturating_sub(line_len).max(1);
+            if len <= room {
+                out.push_str(word);
+                line_len += len;
+                break;
+            }
+            // A word longer than a line: as much as fits, the rest next.
+            let split = word.char_indices().nth(room).map_or(word.len(), |(i, _)| i);
+            out.push_str(&word[..split]);
+            line_len += room;
+            word = &word[split..];
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrap_breaks_at_spaces_indents_and_cuts_long_words() {
+        assert_eq!(wrap("aa bb cc dd", 5, 2), "aa bb\n  cc\n  dd");
+        assert_eq!(wrap("short", 80, 4), "short");
+        assert_eq!(wrap("  lead ing", 7, 4), "  lead\n    ing");
+        assert_eq!(wrap("abcdefghij", 4, 1), "abcd\n efg\n hij");
+        assert_eq!(wrap("a\u{1b}[2Jb c", 80, 0), "a?[2Jb c");
+        for line in wrap(&"word ".repeat(100), 30, 4).lines() {
+            assert!(line.chars().count() <= 30, "{line:?}");
+        }
+    }
 
     #[test]
     fn ranks_in_ranges() {

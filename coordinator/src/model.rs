@@ -195,17 +195,25 @@ pub struct RankGpu {
 pub struct StageStats {
     /// Stage name.
     pub name: String,
+    /// The stage its calls run inside most often; `null` at the top.
+    pub parent: Option<String>,
     /// Calls, all ranks together.
     pub count: u64,
     /// Ranks that ran the stage.
     pub ranks: u32,
-    /// Spread of the per-rank total time, seconds.
+    /// Spread of the per-rank total time (inclusive: nested stages count
+    /// in it), seconds.
     pub total_s: Spread,
+    /// Spread of the per-rank self time (exclusive: the stages directly
+    /// inside it taken out), seconds.
+    pub self_s: Spread,
     /// Per-call time over every call of every rank, milliseconds.
     pub per_call_ms: Percentiles,
     /// max / avg − 1 of the per-rank totals, percent.
     pub imbalance_pct: f64,
-    /// Average per-rank total over the average session length, percent.
+    /// Average per-rank self time over the average session length, percent:
+    /// nested time counts once, so the shares of one thread's stages add
+    /// up to at most 100.
     pub share_pct: f64,
 }
 

@@ -275,6 +275,39 @@ mod tests {
     }
 
     #[test]
+    fn nested_stages_count_once_in_the_shares() {
+        // One rank, 11 s: step 0–10 holds denoise (holding attention) and
+        // decode; self times 2 + 3 + 3 + 3 = 11 s.
+        let payload = super::times::tests::rank_with_stages(
+            0,
+            &[
+                (1, None, "step", 0.0, 10.0),
+                (2, Some(1), "denoise", 1.0, 6.0),
+                (3, Some(2), "attention", 2.0, 4.0),
+                (4, Some(1), "decode", 6.0, 9.0),
+                (5, None, "attention", 10.0, 11.0),
+            ],
+        );
+        let report = analyze(&gathered(vec![payload]), &Config::default());
+        let shares: f64 = report.stages.iter().map(|s| s.share_pct).sum();
+        assert!((shares - 100.0).abs() < 1e-6, "{shares}");
+        let stage = |name: &str| report.stages.iter().find(|s| s.name == name).unwrap();
+        assert_eq!(stage("step").total_s.avg, 10.0);
+        assert!((stage("step").self_s.avg - 2.0).abs() < 1e-9);
+        assert_eq!(stage("denoise").parent.as_deref(), Some("step"));
+        assert_eq!(stage("step").parent, None);
+        // `step` spans 91 % of the session but does 18 % itself: it is not
+        // the place to optimise.
+        let hot: Vec<&str> = report
+            .recommendations
+            .iter()
+            .filter(|r| r.category == "stage")
+            .map(|r| r.message.as_str())
+            .collect();
+        assert!(hot.iter().all(|m| !m.contains("`step`")), "{hot:?}");
+    }
+
+    #[test]
     fn bottleneck_thresholds_come_from_the_configuration() {
         let gathered = gathered(vec![rank_reading(0, 10, |_, row| {
             row.temperature_c = Some(87.0)

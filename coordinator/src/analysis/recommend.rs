@@ -91,17 +91,31 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             );
         }
     }
-    for stage in report.stages.iter().filter(|s| s.share_pct > HOT_STAGE_PCT) {
+    // By self time: a stage that only encloses others is not where the
+    // time goes.
+    let mut hot: Vec<_> = report
+        .stages
+        .iter()
+        .filter(|s| s.share_pct > HOT_STAGE_PCT)
+        .collect();
+    hot.sort_by(|a, b| b.share_pct.total_cmp(&a.share_pct));
+    for (i, stage) in hot.iter().enumerate() {
         add(
             Severity::Info,
             "stage",
             format!(
-                "`{}` takes {:.0}% of the session: the first place to optimise",
-                stage.name, stage.share_pct
+                "`{}` takes {:.0}% of the session in its own work (nested stages not counted): {}",
+                stage.name,
+                stage.share_pct,
+                if i == 0 {
+                    "the first place to optimise"
+                } else {
+                    "the next place to optimise"
+                }
             ),
             format!(
-                "{:.3} s per rank on average over {} calls",
-                stage.total_s.avg, stage.count
+                "{:.3} s self time per rank on average ({:.3} s with nested stages) over {} calls",
+                stage.self_s.avg, stage.total_s.avg, stage.count
             ),
         );
     }

@@ -14,12 +14,20 @@ pub fn stage_stats(times: &StageTimes, session_avg_s: f64) -> Vec<StageStats> {
         .filter_map(|(name, by_rank)| {
             let totals = StageTimes::totals(by_rank);
             let total_s = spread(&totals)?;
+            let self_totals: Vec<(u32, f64)> = times
+                .self_by_name
+                .get(name)
+                .map(|ranks| ranks.iter().map(|(&rank, &s)| (rank, s)).collect())
+                .unwrap_or_default();
+            let self_s = spread(&self_totals).unwrap_or(total_s);
             let mut per_call_ms: Vec<f64> = by_rank.values().flatten().map(|s| s * 1e3).collect();
             Some(StageStats {
                 name: name.clone(),
+                parent: times.parents.get(name).cloned(),
                 count: per_call_ms.len() as u64,
                 ranks: by_rank.len() as u32,
                 total_s,
+                self_s,
                 per_call_ms: percentiles(&mut per_call_ms)?,
                 imbalance_pct: if total_s.avg > 0.0 {
                     (total_s.max / total_s.avg - 1.0) * 100.0
@@ -27,7 +35,7 @@ pub fn stage_stats(times: &StageTimes, session_avg_s: f64) -> Vec<StageStats> {
                     0.0
                 },
                 share_pct: if session_avg_s > 0.0 {
-                    total_s.avg / session_avg_s * 100.0
+                    self_s.avg / session_avg_s * 100.0
                 } else {
                     0.0
                 },
@@ -60,7 +68,10 @@ mod tests {
                 .collect();
             by_name.insert(name.to_string(), ranks);
         }
-        StageTimes { by_name }
+        StageTimes {
+            by_name,
+            ..StageTimes::default()
+        }
     }
 
     #[test]

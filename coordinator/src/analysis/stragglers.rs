@@ -162,7 +162,10 @@ mod tests {
         by_rank.insert(3, vec![1.0, 1.0]);
         let mut by_name = BTreeMap::new();
         by_name.insert("decode".to_string(), by_rank);
-        StageTimes { by_name }
+        StageTimes {
+            by_name,
+            ..StageTimes::default()
+        }
     }
 
     #[test]
@@ -212,6 +215,7 @@ mod tests {
         by_rank.insert(1, vec![1.4]);
         let times = StageTimes {
             by_name: BTreeMap::from([("decode".to_string(), by_rank)]),
+            ..StageTimes::default()
         };
         let rule = StragglerRule {
             threshold_pct: 10.0,

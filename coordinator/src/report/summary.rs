@@ -1,15 +1,23 @@
-//! `summary.txt`: the terminal table of the top stages across ranks, then
-//! stragglers, missing ranks, skipped inputs and recommendations.
+//! `summary.txt`: the terminal table of the top stages across ranks (nested
+//! stages indented under their parent), then stragglers, lockstep waits,
+//! missing ranks, skipped inputs, GPUs, hosts and recommendations; every
+//! line at most [`WIDTH`] columns.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::model::{LockstepStage, Report};
+use crate::model::{HostSummary, LockstepStage, Report, StageStats};
 use rankscope_common::payload::GpuSource;
-use rankscope_common::text::{cell, terminal};
+use rankscope_common::text::{cell, rank_ranges, wrap};
 
 /// Stages shown in the table; the rest are counted.
 const TOP_STAGES: usize = 20;
-const NAME_WIDTH: usize = 28;
+const NAME_WIDTH: usize = 25;
+/// The widest line.
+const WIDTH: usize = 100;
+/// Indentation per nesting level in the stage table, and the deepest shown.
+const INDENT: usize = 2;
+const MAX_INDENTED_DEPTH: usize = 4;
 
 /// The summary as text.
 pub fn summary(report: &Report) -> String {
@@ -19,15 +27,59 @@ pub fn summary(report: &Report) -> String {
     out
 }
 
+/// Free text (a recommendation, a piece of evidence) after `prefix`,
+/// wrapped at [`WIDTH`], continuation lines indented 4 past the prefix's
+/// own indentation.
+fn write_wrapped(out: &mut String, prefix: &str, text: &str) -> std::fmt::Result {
+    let indent = prefix.len() - prefix.trim_start_matches(' ').len() + 4;
+    writeln!(out, "{}", wrap(&format!("{prefix}{text}"), WIDTH, indent))
+}
+
+/// The stages in tree order: each top-level stage (the largest total
+/// first) followed by the stages nested in it, with their depth. A stage
+/// whose parent is not in the list, or that sits in a loop of parents, is
+/// shown at the top.
+fn stage_tree(stages: &[StageStats]) -> Vec<(&StageStats, usize)> {
+    let mut children: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let known: std::collections::HashSet<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+    let mut roots = Vec::new();
+    for (i, stage) in stages.iter().enumerate() {
+        match stage.parent.as_deref().filter(|p| known.contains(p)) {
+            Some(parent) => children.entry(parent).or_default().push(i),
+            None => roots.push(i),
+        }
+    }
+    let mut ordered = Vec::with_capacity(stages.len());
+    let mut placed = vec![false; stages.len()];
+    // Depth first from each root; then from whatever a loop kept unplaced.
+    for start in roots.into_iter().chain(0..stages.len()) {
+        let mut stack = vec![(start, 0)];
+        while let Some((i, depth)) = stack.pop() {
+            if std::mem::replace(&mut placed[i], true) {
+                continue;
+            }
+            ordered.push((&stages[i], depth));
+            if let Some(kids) = children.get(stages[i].name.as_str()) {
+                stack.extend(kids.iter().rev().map(|&k| (k, depth + 1)));
+            }
+        }
+    }
+    ordered
+}
+
 fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     let s = &report.session;
-    let rule = "=".repeat(128);
+    let rule = "=".repeat(WIDTH);
     writeln!(out, "{rule}")?;
     writeln!(
         out,
-        "rankscope PROFILING SUMMARY  session {} ({})  ranks {}/{}  {:.3} s  launcher {}  GPU data: {}",
-        cell(&s.name, 40),
-        cell(&s.id, 40),
+        "rankscope PROFILING SUMMARY  session {} ({})",
+        cell(&s.name, 28),
+        cell(&s.id, 32)
+    )?;
+    writeln!(
+        out,
+        "ranks {}/{}  {:.3} s  launcher {}  GPU data: {}",
         s.ranks_reporting.len(),
         s.world_size,
         s.duration_s,
@@ -41,33 +93,30 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     writeln!(out, "{rule}")?;
     writeln!(
         out,
-        "{:<NAME_WIDTH$} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>15} {:>15} {:>7} {:>7}",
-        "Stage",
+        "{:<NAME_WIDTH$} {:>5} {:>10} {:>10} {:>8} {:>8} {:>14} {:>6} {:>6}",
+        "Stage (nested indented)",
         "Calls",
         "Total/rank",
-        "Mean ms",
-        "Min ms",
-        "Max ms",
+        "Self/rank",
+        "p50 ms",
         "p95 ms",
-        "Fastest rank",
         "Slowest rank",
         "Imbal%",
         "Share%"
     )?;
-    writeln!(out, "{}", "-".repeat(128))?;
-    for stage in report.stages.iter().take(TOP_STAGES) {
+    writeln!(out, "{}", "-".repeat(WIDTH))?;
+    for (stage, depth) in stage_tree(&report.stages).into_iter().take(TOP_STAGES) {
         let (t, c) = (&stage.total_s, &stage.per_call_ms);
+        let indent = " ".repeat(depth.min(MAX_INDENTED_DEPTH) * INDENT);
+        let name = format!("{indent}{}", cell(&stage.name, NAME_WIDTH - indent.len()));
         writeln!(
             out,
-            "{:<NAME_WIDTH$} {:>6} {:>9.3} s {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>15} {:>15} {:>7.1} {:>7.1}",
-            cell(&stage.name, NAME_WIDTH),
+            "{name:<NAME_WIDTH$} {:>5} {:>8.3} s {:>8.3} s {:>8.2} {:>8.2} {:>14} {:>6.1} {:>6.1}",
             stage.count,
             t.avg,
-            c.mean,
-            c.min,
-            c.max,
+            stage.self_s.avg,
+            c.p50,
             c.p95,
-            format!("r{} {:.3} s", t.min_rank, t.min),
             format!("r{} {:.3} s", t.max_rank, t.max),
             stage.imbalance_pct,
             stage.share_pct
@@ -92,7 +141,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         for st in &report.stragglers {
             writeln!(
                 out,
-                "  rank {} in {}: {:.2}x the others' median (+{:.3} s); the others waited {:.3} s",
+                "  rank {} in {}: {:.2}x the others' median (+{:.3} s); they waited {:.3} s",
                 st.rank,
                 cell(&st.stage, NAME_WIDTH),
                 st.slowdown,
@@ -100,7 +149,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
                 st.wait_s
             )?;
             for evidence in &st.evidence {
-                writeln!(out, "    {}", terminal(evidence))?;
+                write_wrapped(out, "    ", evidence)?;
             }
         }
     }
@@ -109,19 +158,24 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         writeln!(out, "Missing ranks (no data): {}", s.missing_text())?;
     }
     for notice in &s.notices {
-        writeln!(
+        write_wrapped(
             out,
-            "Notice from ranks {}: {}",
-            cell(&rankscope_common::text::rank_ranges(&notice.ranks), 40),
-            cell(&notice.message, 200)
+            &format!(
+                "Notice from ranks {}: ",
+                cell(&rank_ranges(&notice.ranks), 40)
+            ),
+            &cell(&notice.message, 400),
         )?;
     }
     for skipped in &s.skipped {
-        writeln!(
+        write_wrapped(
             out,
-            "Skipped {}: {}",
-            cell(&skipped.source, 200),
-            cell(&skipped.reason, 200)
+            "Skipped ",
+            &format!(
+                "{}: {}",
+                cell(&skipped.source, 200),
+                cell(&skipped.reason, 400)
+            ),
         )?;
     }
     write_gpus(out, report)?;
@@ -143,12 +197,10 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     if !report.recommendations.is_empty() {
         writeln!(out, "\nRecommendations:")?;
         for r in &report.recommendations {
-            writeln!(
+            write_wrapped(
                 out,
-                "  [{}] {} ({})",
-                r.severity.as_str(),
-                cell(&r.message, 200),
-                cell(&r.evidence, 200)
+                &format!("  [{}] ", r.severity.as_str()),
+                &format!("{} ({})", cell(&r.message, 400), cell(&r.evidence, 400)),
             )?;
         }
     }
@@ -176,7 +228,7 @@ fn write_lockstep(out: &mut String, report: &Report) -> std::fmt::Result {
     stages.sort_by(|a, b| total_wait(b).total_cmp(&total_wait(a)));
     writeln!(
         out,
-        "Lockstep waits (call k of a stage on every rank: the slowest rank, and the time the others waited for it):"
+        "Lockstep waits (per call k: the slowest rank, and how long the others waited for it):"
     )?;
     for stage in stages.iter().take(LOCKSTEP_STAGES) {
         let mut ranks: Vec<_> = stage.ranks.iter().filter(|r| r.slowest_calls > 0).collect();
@@ -192,18 +244,23 @@ fn write_lockstep(out: &mut String, report: &Report) -> std::fmt::Result {
             })
             .collect();
         let more = ranks.len().saturating_sub(LOCKSTEP_RANKS);
-        writeln!(
+        write_wrapped(
             out,
-            "  {} ({} call{}): {}{}",
-            cell(&stage.stage, NAME_WIDTH),
-            stage.calls,
-            if stage.calls == 1 { "" } else { "s" },
-            named.join("; "),
-            if more > 0 {
-                format!("; {more} more rank{}", if more == 1 { "" } else { "s" })
-            } else {
-                String::new()
-            }
+            &format!(
+                "  {} ({} call{}): ",
+                cell(&stage.stage, NAME_WIDTH),
+                stage.calls,
+                if stage.calls == 1 { "" } else { "s" }
+            ),
+            &format!(
+                "{}{}",
+                named.join("; "),
+                if more > 0 {
+                    format!("; {more} more rank{}", if more == 1 { "" } else { "s" })
+                } else {
+                    String::new()
+                }
+            ),
         )?;
     }
     if stages.len() > LOCKSTEP_STAGES {
@@ -241,7 +298,7 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
     )?;
     writeln!(
         out,
-        "{:<5} {:>4} {:<34} {:>17} {:>6} {:>7} {:>8} {:>9} {:>10}",
+        "{:<5} {:>3} {:<33} {:>17} {:>5} {:>6} {:>7} {:>8} {:>5}",
         "Rank",
         "GPU",
         "Name",
@@ -250,15 +307,15 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
         "Temp°C",
         "Power W",
         "Energy J",
-        "Throttled%"
+        "Thr%"
     )?;
     for g in &report.gpus {
         writeln!(
             out,
-            "{:<5} {:>4} {:<34} {:>17} {:>6} {:>7} {:>8} {:>9} {:>10}",
+            "{:<5} {:>3} {:<33} {:>17} {:>5} {:>6} {:>7} {:>8} {:>5}",
             format!("r{}", g.rank),
             g.index,
-            cell(&g.name, 34),
+            cell(&g.name, 33),
             format!("{}/{}", opt(g.memory_peak_mb, 0), opt(g.memory_total_mb, 0)),
             opt(g.util_avg, 1),
             opt(g.temp_max_c, 0),
@@ -277,44 +334,116 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
     }
     writeln!(out, "GPU bottlenecks:")?;
     for (g, b) in bottlenecks {
-        writeln!(
+        write_wrapped(
             out,
-            "  r{} GPU {} {}: {}",
-            g.rank,
-            g.index,
-            b.kind.as_str(),
-            terminal(&b.evidence)
+            &format!("  r{} GPU {} {}: ", g.rank, g.index, b.kind.as_str()),
+            &cell(&b.evidence, 400),
         )?;
     }
     Ok(())
 }
 
+/// One row per host: the host's CPU, memory and load as its lowest rank
+/// read them (every rank on a host reads the same machine), and the
+/// largest rank process.
 fn write_hosts(out: &mut String, report: &Report) -> std::fmt::Result {
-    let hosts: Vec<_> = report
-        .ranks
-        .iter()
-        .filter_map(|r| r.host_telemetry.as_ref().map(|h| (r, h)))
-        .collect();
+    let mut hosts: BTreeMap<&str, Vec<(u32, &HostSummary)>> = BTreeMap::new();
+    for rank in &report.ranks {
+        if let Some(h) = &rank.host_telemetry {
+            hosts.entry(&rank.host).or_default().push((rank.rank, h));
+        }
+    }
     if hosts.is_empty() {
         return Ok(());
     }
     writeln!(out, "Hosts:")?;
     writeln!(
         out,
-        "{:<5} {:<20} {:>13} {:>17} {:>9} {:>11}",
-        "Rank", "Host", "CPU% avg/max", "Mem peak/total MB", "Load1 max", "RSS peak MB"
+        "{:<20} {:<12} {:>13} {:>17} {:>9} {:>16}",
+        "Host", "Ranks", "CPU% avg/max", "Mem peak/total MB", "Load1 max", "Largest RSS MB"
     )?;
-    for (rank, h) in hosts {
+    for (host, ranks) in hosts {
+        let (_, h) = ranks[0];
+        let numbers: Vec<u32> = ranks.iter().map(|&(rank, _)| rank).collect();
+        let rss = ranks
+            .iter()
+            .filter_map(|(_, h)| h.process_rss_peak_mb)
+            .reduce(f64::max);
         writeln!(
             out,
-            "{:<5} {:<20} {:>13} {:>17} {:>9} {:>11}",
-            format!("r{}", rank.rank),
-            cell(&rank.host, 20),
+            "{:<20} {:<12} {:>13} {:>17} {:>9} {:>16}",
+            cell(host, 20),
+            cell(&rank_ranges(&numbers), 12),
             format!("{}/{}", opt(h.cpu_avg_pct, 0), opt(h.cpu_peak_pct, 0)),
             format!("{:.0}/{:.0}", h.memory_peak_mb, h.memory_total_mb),
             opt(h.load_1_max, 2),
-            opt(h.process_rss_peak_mb, 0),
+            opt(rss, 0),
         )?;
     }
     writeln!(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Percentiles, Spread};
+
+    fn stage(name: &str, parent: Option<&str>) -> StageStats {
+        let spread = Spread {
+            min: 1.0,
+            max: 1.0,
+            avg: 1.0,
+            std: 0.0,
+            min_rank: 0,
+            max_rank: 0,
+        };
+        StageStats {
+            name: name.into(),
+            parent: parent.map(str::to_string),
+            count: 1,
+            ranks: 1,
+            total_s: spread,
+            self_s: spread,
+            per_call_ms: Percentiles {
+                p50: 1.0,
+                p95: 1.0,
+                p99: 1.0,
+                min: 1.0,
+                mean: 1.0,
+                max: 1.0,
+            },
+            imbalance_pct: 0.0,
+            share_pct: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_stage_tree_puts_children_under_parents_and_survives_loops() {
+        let stages = [
+            stage("step", None),
+            stage("decode", None),
+            stage("attention", Some("denoise")),
+            stage("denoise", Some("step")),
+            stage("gone", Some("not-in-the-list")),
+            // A loop of parents: each shown once, at the top.
+            stage("a", Some("b")),
+            stage("b", Some("a")),
+        ];
+        let tree: Vec<(&str, usize)> = stage_tree(&stages)
+            .into_iter()
+            .map(|(s, depth)| (s.name.as_str(), depth))
+            .collect();
+        assert_eq!(
+            tree,
+            [
+                ("step", 0),
+                ("denoise", 1),
+                ("attention", 2),
+                ("decode", 0),
+                ("gone", 0),
+                ("a", 0),
+                ("b", 1),
+            ]
+        );
+    }
 }
