@@ -149,6 +149,9 @@ pub struct Config {
     pub straggler_threshold_pct: f64,
     /// ... and by more than this many seconds.
     pub straggler_min_s: f64,
+    /// Calls of each stage name on each rank left out of the statistics at
+    /// the start: warm-up (compilation, allocator growth, cache fill).
+    pub warmup_calls: u32,
     /// GPU `memory_pressure`: peak memory at least this share of the total, %.
     pub gpu_memory_pressure_pct: f64,
     /// GPU `thermal_throttling`: thermal reason bits in at least this share
@@ -252,6 +255,7 @@ impl Config {
             display_ranks: DisplayRanks::Rank0,
             straggler_threshold_pct: 10.0,
             straggler_min_s: 0.01,
+            warmup_calls: 0,
             gpu_memory_pressure_pct: 90.0,
             gpu_thermal_readings_pct: 10.0,
             gpu_thermal_temp_c: 85.0,
@@ -410,6 +414,7 @@ impl Config {
                 Some(self.straggler_threshold_pct),
             ),
             ("straggler_min_s", Some(self.straggler_min_s)),
+            ("warmup_calls", Some(f64::from(self.warmup_calls))),
             (
                 "gpu_memory_pressure_pct",
                 Some(self.gpu_memory_pressure_pct),
@@ -468,6 +473,7 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("display_interval_s", 0.01, 3_600.0),
     ("straggler_threshold_pct", 0.0, 1_000_000.0),
     ("straggler_min_s", 0.0, 1_000_000.0),
+    ("warmup_calls", 0.0, 1_000_000.0),
     ("gpu_memory_pressure_pct", 0.0, 100.0),
     ("gpu_thermal_readings_pct", 0.0, 100.0),
     ("gpu_thermal_temp_c", 0.0, 200.0),

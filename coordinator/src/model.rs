@@ -73,6 +73,10 @@ pub struct SessionSummary {
     pub skipped: Vec<SkippedInput>,
     /// Files of other runs that used the same session id, left out.
     pub other_runs: Vec<SkippedInput>,
+    /// Calls of each stage name on each rank left out of the stage
+    /// statistics as warm-up (`warmup_calls`).
+    #[serde(default)]
+    pub warmup_calls: u32,
     /// What the agents told (or, on quiet ranks, kept from) the user, each
     /// distinct message once.
     pub notices: Vec<Notice>,
@@ -209,7 +213,9 @@ pub struct StageStats {
     pub self_s: Spread,
     /// Per-call time over every call of every rank, milliseconds.
     pub per_call_ms: Percentiles,
-    /// max / avg − 1 of the per-rank totals, percent.
+    /// How much slower the slowest rank's total is than the median of the
+    /// other ranks' totals, percent (the straggler rule's ratio; one measure
+    /// everywhere).
     pub imbalance_pct: f64,
     /// Average per-rank self time over the average session length, percent:
     /// nested time counts once, so the shares of one thread's stages add

@@ -38,7 +38,7 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
     };
     let other_runs: Vec<SkippedInput> = other_runs.iter().map(input).collect();
     let mut skipped: Vec<SkippedInput> = refused.iter().map(input).collect();
-    let times = StageTimes::from_payloads(payloads, |rank, reason| {
+    let times = StageTimes::from_payloads(payloads, config.warmup_calls, |rank, reason| {
         skipped.push(SkippedInput {
             source: format!("rank {rank} stages"),
             reason,
@@ -74,6 +74,7 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
         schema_version: SCHEMA_VERSION,
         session: SessionSummary {
             other_runs,
+            warmup_calls: config.warmup_calls,
             ..session_summary(gathered, skipped, &durations)
         },
         ranks: payloads
@@ -128,6 +129,7 @@ fn session_summary(
         started_unix_s: first.map_or(0.0, |h| h.clock.start_unix_ns as f64 / 1e9),
         skipped,
         other_runs: Vec::new(),
+        warmup_calls: 0,
         notices: rankscope_common::gather::notices(gathered)
             .into_iter()
             .map(|(message, ranks)| Notice { message, ranks })

@@ -1,7 +1,7 @@
 //! Stages across ranks: count, spread of per-rank totals, per-call
 //! percentiles, imbalance and share of the session.
 
-use super::stats::{percentiles, spread};
+use super::stats::{imbalance_pct, percentiles, spread};
 use super::times::StageTimes;
 use crate::model::StageStats;
 
@@ -21,6 +21,8 @@ pub fn stage_stats(times: &StageTimes, session_avg_s: f64) -> Vec<StageStats> {
                 .unwrap_or_default();
             let self_s = spread(&self_totals).unwrap_or(total_s);
             let mut per_call_ms: Vec<f64> = by_rank.values().flatten().map(|s| s * 1e3).collect();
+            let mut sorted_totals: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
+            sorted_totals.sort_by(f64::total_cmp);
             Some(StageStats {
                 name: name.clone(),
                 parent: times.parents.get(name).cloned(),
@@ -29,11 +31,7 @@ pub fn stage_stats(times: &StageTimes, session_avg_s: f64) -> Vec<StageStats> {
                 total_s,
                 self_s,
                 per_call_ms: percentiles(&mut per_call_ms)?,
-                imbalance_pct: if total_s.avg > 0.0 {
-                    (total_s.max / total_s.avg - 1.0) * 100.0
-                } else {
-                    0.0
-                },
+                imbalance_pct: imbalance_pct(&sorted_totals),
                 share_pct: if session_avg_s > 0.0 {
                     self_s.avg / session_avg_s * 100.0
                 } else {
@@ -77,7 +75,8 @@ mod tests {
     #[test]
     fn statistics_by_hand() {
         // decode: rank totals 1.0, 1.0, 1.0, 2.0 → avg 1.25, max 2.0 on rank 3,
-        // imbalance 2.0 / 1.25 − 1 = 60 %, std sqrt((3·0.0625 + 0.5625)/4) = sqrt(0.1875).
+        // imbalance 2.0 against the others' median 1.0: 100 %,
+        // std sqrt((3·0.0625 + 0.5625)/4) = sqrt(0.1875).
         // Session 5 s on average: share 1.25 / 5 = 25 %.
         let t = times(&[
             (
@@ -100,7 +99,7 @@ mod tests {
         assert_eq!((decode.total_s.max, decode.total_s.max_rank), (2.0, 3));
         assert_eq!((decode.total_s.min, decode.total_s.min_rank), (1.0, 0));
         assert!((decode.total_s.std - 0.1875f64.sqrt()).abs() < 1e-12);
-        assert!((decode.imbalance_pct - 60.0).abs() < 1e-9);
+        assert!((decode.imbalance_pct - 100.0).abs() < 1e-9);
         assert!((decode.share_pct - 25.0).abs() < 1e-9);
         // Calls in ms, sorted: 250 500 500 750 1000 2000 → p50 at 2.5 → 625.
         assert!((decode.per_call_ms.p50 - 625.0).abs() < 1e-9);

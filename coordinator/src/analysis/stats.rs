@@ -60,6 +60,20 @@ pub fn percentiles(values: &mut [f64]) -> Option<Percentiles> {
     })
 }
 
+/// The imbalance of per-rank totals (`sorted`), percent: how much slower
+/// the slowest rank is than the median of the others; a straggler's
+/// slowdown is the same ratio for its rank. 0 for fewer than two ranks or
+/// nothing to compare with.
+pub fn imbalance_pct(sorted: &[f64]) -> f64 {
+    let Some(&slowest) = sorted.last() else {
+        return 0.0;
+    };
+    match median_without(sorted, sorted.len() - 1) {
+        Some(reference) if reference > 0.0 => (slowest / reference - 1.0) * 100.0,
+        _ => 0.0,
+    }
+}
+
 /// The median of `sorted` without its `i`-th value: what a rank is
 /// compared with is the median of the other ranks (with two ranks, the
 /// other one). `None` when no other value is left.
@@ -103,6 +117,18 @@ mod tests {
         assert!((p.p99 - 9.91).abs() < 1e-12);
         assert_eq!((p.min, p.mean, p.max), (1.0, 5.5, 10.0));
         assert!(percentiles(&mut []).is_none());
+    }
+
+    #[test]
+    fn imbalance_is_the_slowest_rank_against_the_median_of_the_others() {
+        assert_eq!(imbalance_pct(&[1.0, 1.0, 1.0, 2.0]), 100.0);
+        assert!(
+            (imbalance_pct(&[1.0, 1.4]) - 40.0).abs() < 1e-9,
+            "two ranks"
+        );
+        assert_eq!(imbalance_pct(&[5.0]), 0.0);
+        assert_eq!(imbalance_pct(&[]), 0.0);
+        assert_eq!(imbalance_pct(&[0.0, 0.0]), 0.0);
     }
 
     #[test]

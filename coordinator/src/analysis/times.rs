@@ -21,12 +21,19 @@ pub struct StageTimes {
     pub parents: BTreeMap<String, String>,
 }
 
+/// One call of a stage: start (ns), duration and self time (s).
+type Call = (u64, f64, f64);
+
 impl StageTimes {
-    /// Groups the stage tables of `payloads`; a table that does not match
-    /// its schema is reported through `refuse`.
-    pub fn from_payloads(payloads: &[Payload], mut refuse: impl FnMut(u32, String)) -> Self {
-        let mut by_name: BTreeMap<String, BTreeMap<u32, Vec<(u64, f64)>>> = BTreeMap::new();
-        let mut self_by_name: BTreeMap<String, BTreeMap<u32, f64>> = BTreeMap::new();
+    /// Groups the stage tables of `payloads`, leaving out the first
+    /// `warmup_calls` calls of each stage name on each rank; a table that
+    /// does not match its schema is reported through `refuse`.
+    pub fn from_payloads(
+        payloads: &[Payload],
+        warmup_calls: u32,
+        mut refuse: impl FnMut(u32, String),
+    ) -> Self {
+        let mut calls_by_name: BTreeMap<String, BTreeMap<u32, Vec<Call>>> = BTreeMap::new();
         // name → enclosing name (None: the top) → calls.
         let mut parent_counts: BTreeMap<String, BTreeMap<Option<String>, u64>> = BTreeMap::new();
         for payload in payloads {
@@ -57,31 +64,25 @@ impl StageTimes {
                 }
             }
             // Resolve each distinct name once, then go row by row on keys.
-            let mut calls_by_key: HashMap<usize, Vec<(u64, f64)>> = HashMap::new();
-            let mut self_ns_by_key: HashMap<usize, u64> = HashMap::new();
+            let mut calls_by_key: HashMap<usize, Vec<Call>> = HashMap::new();
             let mut parents_by_key: HashMap<(usize, Option<usize>), u64> = HashMap::new();
             for (i, nested) in nested_ns.iter().enumerate() {
                 let key = stages.name.key(i);
                 let seconds = duration_ns(i) as f64 / 1e9;
-                calls_by_key
-                    .entry(key)
-                    .or_default()
-                    .push((stages.start_ns[i], seconds));
-                *self_ns_by_key.entry(key).or_default() += duration_ns(i).saturating_sub(*nested);
+                let self_seconds = duration_ns(i).saturating_sub(*nested) as f64 / 1e9;
+                calls_by_key.entry(key).or_default().push((
+                    stages.start_ns[i],
+                    seconds,
+                    self_seconds,
+                ));
                 *parents_by_key
                     .entry((key, parent_row(i).map(|p| stages.name.key(p))))
                     .or_default() += 1;
             }
             let name_of = |key: usize| stages.name.dictionary().value(key).to_string();
             for (key, calls) in calls_by_key {
-                let name = name_of(key);
-                *self_by_name
-                    .entry(name.clone())
-                    .or_default()
-                    .entry(rank)
-                    .or_default() += self_ns_by_key.get(&key).copied().unwrap_or(0) as f64 / 1e9;
-                by_name
-                    .entry(name)
+                calls_by_name
+                    .entry(name_of(key))
                     .or_default()
                     .entry(rank)
                     .or_default()
@@ -106,19 +107,26 @@ impl StageTimes {
                 Some((name.clone(), parent.filter(|p| *p != name)?))
             })
             .collect();
-        let by_name = by_name
-            .into_iter()
-            .map(|(name, ranks)| {
-                let ranks = ranks
-                    .into_iter()
-                    .map(|(rank, mut calls)| {
-                        calls.sort_by_key(|&(start, _)| start);
-                        (rank, calls.into_iter().map(|(_, s)| s).collect())
-                    })
-                    .collect();
-                (name, ranks)
-            })
-            .collect();
+        let mut by_name: BTreeMap<String, BTreeMap<u32, Vec<f64>>> = BTreeMap::new();
+        let mut self_by_name: BTreeMap<String, BTreeMap<u32, f64>> = BTreeMap::new();
+        for (name, ranks) in calls_by_name {
+            for (rank, mut calls) in ranks {
+                calls.sort_by_key(|&(start, _, _)| start);
+                let kept = calls.get(warmup_calls as usize..).unwrap_or_default();
+                if kept.is_empty() {
+                    continue;
+                }
+                let self_s = kept.iter().map(|&(_, _, s)| s).sum();
+                self_by_name
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(rank, self_s);
+                by_name
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(rank, kept.iter().map(|&(_, s, _)| s).collect());
+            }
+        }
         StageTimes {
             by_name,
             self_by_name,
@@ -188,7 +196,7 @@ pub(super) mod tests {
                 (6, Some(5), "attention", 10.2, 10.4),
             ],
         );
-        let times = StageTimes::from_payloads(&[payload], |_, e| panic!("{e}"));
+        let times = StageTimes::from_payloads(&[payload], 0, |_, e| panic!("{e}"));
         let self_s = |name: &str| times.self_by_name[name][&0];
         assert!((self_s("step") - 2.0).abs() < 1e-9, "10 − 5 − 3");
         assert!((self_s("denoise") - 3.0).abs() < 1e-9, "5 − 2");
@@ -213,10 +221,34 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn warm_up_calls_are_left_out_of_every_statistic() {
+        // The first step compiles (5 s), the next two run (1 s each), with
+        // a 0.5 s decode inside the second.
+        let payload = rank_with_stages(
+            0,
+            &[
+                (1, None, "step", 0.0, 5.0),
+                (2, None, "step", 5.0, 6.0),
+                (3, Some(2), "decode", 5.0, 5.5),
+                (4, None, "step", 6.0, 7.0),
+            ],
+        );
+        let times =
+            StageTimes::from_payloads(std::slice::from_ref(&payload), 1, |_, e| panic!("{e}"));
+        assert_eq!(times.by_name["step"][&0], [1.0, 1.0]);
+        assert!((times.self_by_name["step"][&0] - 1.5).abs() < 1e-9);
+        // decode's one call is its warm-up: nothing of it is left.
+        assert!(!times.by_name.contains_key("decode"));
+        assert!(!times.self_by_name.contains_key("decode"));
+        let none = StageTimes::from_payloads(&[payload], 0, |_, e| panic!("{e}"));
+        assert_eq!(none.by_name["step"][&0], [5.0, 1.0, 1.0]);
+    }
+
+    #[test]
     fn a_parent_missing_from_the_table_leaves_the_stage_at_the_top() {
         // The enclosing stage was still open at the flush: not in the table.
         let payload = rank_with_stages(0, &[(7, Some(99), "decode", 0.0, 1.0)]);
-        let times = StageTimes::from_payloads(&[payload], |_, e| panic!("{e}"));
+        let times = StageTimes::from_payloads(&[payload], 0, |_, e| panic!("{e}"));
         assert_eq!(times.parents.get("decode"), None);
         assert!((times.self_by_name["decode"][&0] - 1.0).abs() < 1e-9);
     }

@@ -13,6 +13,9 @@ use rankscope_common::text::{cell, rank_ranges, wrap};
 /// Stages shown in the table; the rest are counted.
 const TOP_STAGES: usize = 20;
 const NAME_WIDTH: usize = 25;
+/// Stages whose slowest rank took less than this show no imbalance: the
+/// table shows milliseconds, and a ratio of microseconds is noise.
+const MIN_SHOWN_S: f64 = 0.0005;
 /// The widest line.
 const WIDTH: usize = 100;
 /// Indentation per nesting level in the stage table, and the deepest shown.
@@ -91,6 +94,13 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         }
     )?;
     writeln!(out, "{rule}")?;
+    if s.warmup_calls > 0 {
+        writeln!(
+            out,
+            "Warm-up left out: the first {} calls of each stage on each rank",
+            s.warmup_calls
+        )?;
+    }
     writeln!(
         out,
         "{:<NAME_WIDTH$} {:>5} {:>10} {:>10} {:>8} {:>8} {:>14} {:>6} {:>6}",
@@ -111,14 +121,19 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         let name = format!("{indent}{}", cell(&stage.name, NAME_WIDTH - indent.len()));
         writeln!(
             out,
-            "{name:<NAME_WIDTH$} {:>5} {:>8.3} s {:>8.3} s {:>8.2} {:>8.2} {:>14} {:>6.1} {:>6.1}",
+            "{name:<NAME_WIDTH$} {:>5} {:>8.3} s {:>8.3} s {:>8.2} {:>8.2} {:>14} {:>6} {:>6.1}",
             stage.count,
             t.avg,
             stage.self_s.avg,
             c.p50,
             c.p95,
             format!("r{} {:.3} s", t.max_rank, t.max),
-            stage.imbalance_pct,
+            // Below the table's resolution a ratio of times says nothing.
+            if t.max < MIN_SHOWN_S {
+                "-".to_string()
+            } else {
+                format!("{:.1}", stage.imbalance_pct)
+            },
             stage.share_pct
         )?;
     }
