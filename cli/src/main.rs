@@ -5,7 +5,7 @@ mod demo;
 mod launch;
 mod launcher;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -13,10 +13,15 @@ use clap::{Parser, Subcommand};
 use rankscope_common::error::Chain;
 use rankscope_common::text::terminal;
 use rankscope_common::Config;
-use rankscope_coordinator::{aggregate, inspect};
+use rankscope_coordinator::{aggregate, compare, inspect};
 
 /// Exit status of an error.
 const EXIT_ERROR: u8 = 1;
+/// Exit status of `compare` on a regression...
+const EXIT_REGRESSION: u8 = 1;
+/// ... and when it cannot compare: a report it cannot read is a usage
+/// error here, since 1 means a regression.
+const EXIT_COMPARE_FAILED: u8 = 2;
 /// Exit status when a report was written but some ranks or inputs are
 /// missing from it. (2 is clap's, for usage errors.)
 const EXIT_PARTIAL: u8 = 3;
@@ -100,6 +105,25 @@ enum Commands {
         #[arg(long)]
         run: Option<String>,
     },
+    /// Compare a run's report with a baseline's: for each stage and headline
+    /// metric (session time, frames/s, blocks/s, peak GPU memory) the
+    /// change; a change worse than the threshold is a regression, unless it
+    /// stays inside the spread across ranks.
+    ///
+    /// Exit status: 0 no regression, 1 a regression, 2 a usage error or a
+    /// report that cannot be read. A CI job can gate on it.
+    Compare {
+        /// The baseline's report.json, or its session directory.
+        baseline: PathBuf,
+        /// The current run's report.json, or its session directory.
+        current: PathBuf,
+        /// A change worse than this many percent is a regression.
+        #[arg(long, default_value_t = 10.0, value_parser = threshold_pct)]
+        threshold: f64,
+        /// Print the comparison as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what a payload (spill) file holds: its header and the rows in
     /// each table.
     Inspect {
@@ -122,21 +146,33 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(Finished::Complete) => ExitCode::SUCCESS,
         Ok(Finished::Partial) => ExitCode::from(EXIT_PARTIAL),
-        Ok(Finished::Launched(code)) => ExitCode::from(code),
+        Ok(Finished::Status(code)) => ExitCode::from(code),
         Err(error) => {
-            // Line by line: a multi-line error keeps its lines, each made
-            // safe for the terminal.
-            let chain = Chain(error.as_ref()).to_string();
-            let mut lines = chain.lines();
-            eprintln!(
-                "rankscope: error: {}",
-                terminal(lines.next().unwrap_or_default())
-            );
-            for line in lines {
-                eprintln!("{}", terminal(line));
-            }
+            print_error(&error);
             ExitCode::from(EXIT_ERROR)
         }
+    }
+}
+
+/// Prints an error and its causes line by line: a multi-line error keeps
+/// its lines, each made safe for the terminal.
+fn print_error(error: &anyhow::Error) {
+    let chain = Chain(error.as_ref()).to_string();
+    let mut lines = chain.lines();
+    eprintln!(
+        "rankscope: error: {}",
+        terminal(lines.next().unwrap_or_default())
+    );
+    for line in lines {
+        eprintln!("{}", terminal(line));
+    }
+}
+
+/// `--threshold`: a percentage, 0 or more.
+fn threshold_pct(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(pct) if pct.is_finite() && pct >= 0.0 => Ok(pct),
+        _ => Err(format!("`{text}` is not a percentage of 0 or more")),
     }
 }
 
@@ -146,8 +182,9 @@ enum Finished {
     Complete,
     /// A report was written, but ranks or inputs are missing from it.
     Partial,
-    /// `launch`: the worst exit status of the ranks.
-    Launched(u8),
+    /// An exit status the command chose: `launch`, the worst of its
+    /// ranks'; `compare`, whether it found a regression.
+    Status(u8),
 }
 
 impl From<bool> for Finished {
@@ -217,6 +254,16 @@ fn run(cli: Cli) -> Result<Finished> {
             }
             aggregated.is_complete()
         }
+        Commands::Compare {
+            baseline,
+            current,
+            threshold,
+            json,
+        } => {
+            return Ok(Finished::Status(compare_reports(
+                &baseline, &current, threshold, json,
+            )))
+        }
         Commands::Inspect { file } => {
             print!("{}", inspect::inspect(&file)?);
             true
@@ -226,7 +273,7 @@ fn run(cli: Cli) -> Result<Finished> {
             master_port,
             command,
         } => {
-            return Ok(Finished::Launched(launch::run(&launch::LaunchOptions {
+            return Ok(Finished::Status(launch::run(&launch::LaunchOptions {
                 ranks,
                 master_port,
                 command,
@@ -241,4 +288,41 @@ fn run(cli: Cli) -> Result<Finished> {
         }
     };
     Ok(complete.into())
+}
+
+/// `rankscope compare`: prints the comparison; the exit status says whether
+/// anything regressed (errors exit 2 here, so that 1 means a regression).
+fn compare_reports(baseline: &Path, current: &Path, threshold_pct: f64, json: bool) -> u8 {
+    let read = |path: &Path| compare::read_report(path).map_err(anyhow::Error::from);
+    let (before, after) = match (read(baseline), read(current)) {
+        (Ok(before), Ok(after)) => (before, after),
+        (Err(error), _) | (_, Err(error)) => {
+            print_error(&error);
+            return EXIT_COMPARE_FAILED;
+        }
+    };
+    let comparison = compare::compare(&before, &after, threshold_pct);
+    if json {
+        match serde_json::to_string_pretty(&comparison) {
+            Ok(text) => println!("{text}"),
+            Err(error) => {
+                print_error(&error.into());
+                return EXIT_COMPARE_FAILED;
+            }
+        }
+    } else {
+        print!(
+            "{}",
+            compare::render(
+                &comparison,
+                &baseline.display().to_string(),
+                &current.display().to_string()
+            )
+        );
+    }
+    if comparison.regressions().next().is_some() {
+        EXIT_REGRESSION
+    } else {
+        0
+    }
 }

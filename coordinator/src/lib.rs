@@ -8,7 +8,8 @@
 //!   in-process (the agent calls it); [`report::write_reports`] renders a
 //!   report already analysed;
 //! - [`aggregate::aggregate`]: the offline path over a directory of spill files;
-//! - [`inspect::inspect`]: what one payload file holds.
+//! - [`inspect::inspect`]: what one payload file holds;
+//! - [`compare::compare`]: two reports side by side, regressions flagged.
 //!
 //! ```
 //! use rankscope_common::gather::{accept, Candidate, Expect};
@@ -30,6 +31,7 @@
 
 pub mod aggregate;
 pub mod analysis;
+pub mod compare;
 pub mod inspect;
 pub mod model;
 pub mod report;

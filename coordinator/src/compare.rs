@@ -1,0 +1,407 @@
+//! Two reports side by side: for each stage and headline metric (session
+//! time, frames/s, blocks/s, peak GPU memory) the change from a baseline
+//! run, a change worse than the threshold flagged as a regression unless it
+//! stays inside the spread across ranks (noise).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::model::{Report, SCHEMA_VERSION};
+
+/// The largest report file read, bytes.
+const MAX_REPORT_BYTES: u64 = 1 << 30;
+
+/// A report that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompareError {
+    /// The file could not be read.
+    #[error("cannot read report {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is larger than any report rankscope writes.
+    #[error("{path} is {bytes} bytes: larger than any report ({MAX_REPORT_BYTES} bytes at most)")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+    },
+    /// The file is not a rankscope report.
+    #[error("{path} is not a rankscope report.json")]
+    NotAReport {
+        /// The file.
+        path: PathBuf,
+        /// What did not parse.
+        source: serde_json::Error,
+    },
+    /// The report has another schema version.
+    #[error(
+        "{path} has report schema version {found}; this rankscope reads version {SCHEMA_VERSION}"
+    )]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The version it has.
+        found: u64,
+    },
+}
+
+/// Reads `report.json`, or the `report.json` inside a session directory.
+pub fn read_report(path: &Path) -> Result<Report, CompareError> {
+    let file = if path.is_dir() {
+        path.join("report.json")
+    } else {
+        path.to_path_buf()
+    };
+    let read = |source| CompareError::Read {
+        path: file.clone(),
+        source,
+    };
+    let bytes = std::fs::metadata(&file).map_err(read)?.len();
+    if bytes > MAX_REPORT_BYTES {
+        return Err(CompareError::TooLarge { path: file, bytes });
+    }
+    let text = std::fs::read(&file).map_err(read)?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|source| CompareError::NotAReport {
+            path: file.clone(),
+            source,
+        })?;
+    match value.get("schema_version").and_then(|v| v.as_u64()) {
+        Some(version) if version == u64::from(SCHEMA_VERSION) => {}
+        Some(found) => return Err(CompareError::Version { path: file, found }),
+        None => {}
+    }
+    serde_json::from_value(value).map_err(|source| CompareError::NotAReport { path: file, source })
+}
+
+/// What a change amounts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Worse by more than the threshold and than the noise.
+    Regression,
+    /// Better by more than the threshold and than the noise.
+    Improvement,
+    /// Past the threshold, but inside the spread across ranks.
+    WithinNoise,
+    /// Within the threshold.
+    Unchanged,
+}
+
+impl Verdict {
+    /// The word in the text table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Regression => "REGRESSION",
+            Verdict::Improvement => "improvement",
+            Verdict::WithinNoise => "within noise",
+            Verdict::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// One metric in both runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    /// What is measured: `session_time_s`, `stage:<name>`, `fps`,
+    /// `blocks_per_s`, `gpu_memory_peak_mb`.
+    pub metric: String,
+    /// Its unit.
+    pub unit: &'static str,
+    /// Whether a larger value is better (frames/s) or worse (seconds, MB).
+    pub higher_is_better: bool,
+    /// The baseline's value.
+    pub baseline: f64,
+    /// The current run's value.
+    pub current: f64,
+    /// current / baseline − 1, percent (`null` when the baseline is 0).
+    pub change_pct: Option<f64>,
+    /// The spread across ranks (the larger standard deviation of the two
+    /// runs), in the metric's unit: a change no larger is noise.
+    pub noise: f64,
+    /// What the change amounts to.
+    pub verdict: Verdict,
+}
+
+/// The comparison of two reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// The threshold, percent.
+    pub threshold_pct: f64,
+    /// Every metric both runs have.
+    pub changes: Vec<Change>,
+    /// Stages only the baseline ran.
+    pub only_in_baseline: Vec<String>,
+    /// Stages only the current run ran.
+    pub only_in_current: Vec<String>,
+}
+
+impl Comparison {
+    /// The metrics that regressed.
+    pub fn regressions(&self) -> impl Iterator<Item = &Change> {
+        self.changes
+            .iter()
+            .filter(|c| c.verdict == Verdict::Regression)
+    }
+}
+
+/// Compares `current` with `baseline`: a change worse than `threshold_pct`
+/// percent and larger than the spread across ranks is a regression.
+pub fn compare(baseline: &Report, current: &Report, threshold_pct: f64) -> Comparison {
+    let mut changes = Vec::new();
+    let mut add = |metric: String, unit, higher_is_better, b: Metric, c: Metric| {
+        changes.push(judge(metric, unit, higher_is_better, b, c, threshold_pct));
+    };
+    add(
+        "session_time_s".into(),
+        "s",
+        false,
+        session_time(baseline),
+        session_time(current),
+    );
+    for stage in &baseline.stages {
+        if let Some(now) = current.stages.iter().find(|s| s.name == stage.name) {
+            add(
+                format!("stage:{}", stage.name),
+                "s/rank",
+                false,
+                Metric::new(stage.total_s.avg, stage.total_s.std),
+                Metric::new(now.total_s.avg, now.total_s.std),
+            );
+        }
+    }
+    if let (Some(b), Some(c)) = (&baseline.diffusion.blocks, &current.diffusion.blocks) {
+        let fps_spread = |blocks: &crate::model::BlockSummary| {
+            std_dev(blocks.per_rank_fps.iter().map(|r| r.value))
+        };
+        add(
+            "fps".into(),
+            "frames/s",
+            true,
+            Metric::new(b.fps, fps_spread(b)),
+            Metric::new(c.fps, fps_spread(c)),
+        );
+        // Blocks/s moves with frames/s; its noise in proportion.
+        let scaled = |blocks: &crate::model::BlockSummary| {
+            if blocks.fps > 0.0 {
+                fps_spread(blocks) * blocks.bps / blocks.fps
+            } else {
+                0.0
+            }
+        };
+        add(
+            "blocks_per_s".into(),
+            "blocks/s",
+            true,
+            Metric::new(b.bps, scaled(b)),
+            Metric::new(c.bps, scaled(c)),
+        );
+    }
+    if let (Some(b), Some(c)) = (gpu_memory_peak(baseline), gpu_memory_peak(current)) {
+        add("gpu_memory_peak_mb".into(), "MB", false, b, c);
+    }
+    let names =
+        |report: &Report| -> Vec<String> { report.stages.iter().map(|s| s.name.clone()).collect() };
+    let (before, after) = (names(baseline), names(current));
+    Comparison {
+        threshold_pct,
+        changes,
+        only_in_baseline: before
+            .iter()
+            .filter(|n| !after.contains(n))
+            .cloned()
+            .collect(),
+        only_in_current: after
+            .iter()
+            .filter(|n| !before.contains(n))
+            .cloned()
+            .collect(),
+    }
+}
+
+/// A value and its spread across ranks.
+#[derive(Debug, Clone, Copy)]
+struct Metric {
+    value: f64,
+    spread: f64,
+}
+
+impl Metric {
+    fn new(value: f64, spread: f64) -> Self {
+        Metric { value, spread }
+    }
+}
+
+fn judge(
+    metric: String,
+    unit: &'static str,
+    higher_is_better: bool,
+    baseline: Metric,
+    current: Metric,
+    threshold_pct: f64,
+) -> Change {
+    let change_pct =
+        (baseline.value != 0.0).then(|| (current.value / baseline.value - 1.0) * 100.0);
+    let noise = baseline.spread.max(current.spread);
+    let worse_pct = change_pct.map(|p| if higher_is_better { -p } else { p });
+    let delta = (current.value - baseline.value).abs();
+    let verdict = match worse_pct {
+        Some(p) if p.abs() > threshold_pct && delta <= noise => Verdict::WithinNoise,
+        Some(p) if p > threshold_pct => Verdict::Regression,
+        Some(p) if p < -threshold_pct => Verdict::Improvement,
+        _ => Verdict::Unchanged,
+    };
+    Change {
+        metric,
+        unit,
+        higher_is_better,
+        baseline: baseline.value,
+        current: current.value,
+        change_pct,
+        noise,
+        verdict,
+    }
+}
+
+/// The session's length (the longest rank's) and the spread of the ranks'.
+fn session_time(report: &Report) -> Metric {
+    Metric::new(
+        report.session.duration_s,
+        std_dev(report.ranks.iter().map(|r| r.duration_s)),
+    )
+}
+
+/// The highest peak memory of any GPU, and the spread of the GPUs' peaks.
+fn gpu_memory_peak(report: &Report) -> Option<Metric> {
+    let peaks: Vec<f64> = report
+        .gpus
+        .iter()
+        .filter_map(|g| g.memory_peak_mb)
+        .collect();
+    let highest = peaks.iter().copied().reduce(f64::max)?;
+    Some(Metric::new(highest, std_dev(peaks.into_iter())))
+}
+
+/// Population standard deviation; 0 for fewer than two values.
+fn std_dev(values: impl Iterator<Item = f64>) -> f64 {
+    let values: Vec<f64> = values.collect();
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt()
+}
+
+/// The comparison as a text table.
+pub fn render(comparison: &Comparison, baseline: &str, current: &str) -> String {
+    use rankscope_common::text::cell;
+    use std::fmt::Write;
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "rankscope compare (regression: {}% worse, and more than the noise)",
+        comparison.threshold_pct
+    );
+    let _ = writeln!(out, "baseline: {}", cell(baseline, 90));
+    let _ = writeln!(out, "current:  {}", cell(current, 90));
+    let _ = writeln!(
+        out,
+        "{:<36} {:>12} {:>12} {:>9} {:>10}  Verdict",
+        "Metric", "Baseline", "Current", "Change", "Noise"
+    );
+    for c in &comparison.changes {
+        let _ = writeln!(
+            out,
+            "{:<36} {:>12.3} {:>12.3} {:>9} {:>10.3}  {}",
+            cell(&format!("{} ({})", c.metric, c.unit), 36),
+            c.baseline,
+            c.current,
+            c.change_pct
+                .map_or_else(|| "-".to_string(), |p| format!("{p:+.1}%")),
+            c.noise,
+            c.verdict.as_str()
+        );
+    }
+    for (label, names) in [
+        ("only in the baseline", &comparison.only_in_baseline),
+        ("only in the current run", &comparison.only_in_current),
+    ] {
+        if !names.is_empty() {
+            let names: Vec<String> = names.iter().map(|n| cell(n, 40)).collect();
+            let _ = writeln!(out, "Stages {label}: {}", names.join(", "));
+        }
+    }
+    let regressions = comparison.regressions().count();
+    let _ = writeln!(
+        out,
+        "{}",
+        match regressions {
+            0 => "No regression.".to_string(),
+            1 => "1 regression.".to_string(),
+            n => format!("{n} regressions."),
+        }
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judged(baseline: f64, current: f64, spread: f64, higher_is_better: bool) -> Verdict {
+        judge(
+            "m".into(),
+            "s",
+            higher_is_better,
+            Metric::new(baseline, spread),
+            Metric::new(current, spread),
+            10.0,
+        )
+        .verdict
+    }
+
+    #[test]
+    fn verdicts_by_hand() {
+        assert_eq!(
+            judged(1.0, 1.2, 0.01, false),
+            Verdict::Regression,
+            "20 % slower"
+        );
+        assert_eq!(judged(1.0, 1.02, 0.01, false), Verdict::Unchanged, "2 %");
+        assert_eq!(judged(1.0, 0.8, 0.01, false), Verdict::Improvement);
+        assert_eq!(
+            judged(1.0, 1.2, 0.3, false),
+            Verdict::WithinNoise,
+            "0.2 s inside a 0.3 s spread across ranks"
+        );
+        assert_eq!(
+            judged(100.0, 80.0, 1.0, true),
+            Verdict::Regression,
+            "20 % fewer frames/s"
+        );
+        assert_eq!(judged(100.0, 120.0, 1.0, true), Verdict::Improvement);
+        assert_eq!(
+            judged(0.0, 5.0, 0.0, false),
+            Verdict::Unchanged,
+            "no ratio to 0"
+        );
+    }
+
+    #[test]
+    fn spread_by_hand() {
+        assert_eq!(
+            std_dev([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0].into_iter()),
+            2.0
+        );
+        assert_eq!(std_dev([3.0].into_iter()), 0.0);
+    }
+}
