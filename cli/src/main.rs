@@ -320,7 +320,7 @@ fn compare_reports(baseline: &Path, current: &Path, threshold_pct: f64, json: bo
             )
         );
     }
-    if comparison.regressions().next().is_some() {
+    if comparison.regressed() {
         EXIT_REGRESSION
     } else {
         0

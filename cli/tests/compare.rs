@@ -106,6 +106,20 @@ fn a_slower_stage_is_a_regression_a_small_or_noisy_change_is_not() {
     );
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
 
+    // A stage the baseline ran is gone: instrumentation broke, or a step
+    // was skipped. The gate fails.
+    let gone = variant(&base, files.path(), "gone.json", |report| {
+        let stages = report["stages"].as_array_mut().unwrap();
+        stages.retain(|s| s["name"] != "vae_decode");
+    });
+    let run = rankscope(&["compare", &arg(&baseline), &arg(&gone)], &[]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    assert!(
+        text(&run).contains("only in the baseline (a regression: gone from this run): vae_decode"),
+        "{}",
+        text(&run)
+    );
+
     // --json: the same verdicts for programs.
     let run = rankscope(&["compare", &arg(&baseline), &arg(&slower), "--json"], &[]);
     assert_eq!(run.status.code(), Some(1));
@@ -128,6 +142,13 @@ fn unreadable_reports_and_bad_arguments_exit_2_not_1() {
     let future = files.path().join("future.json");
     std::fs::write(&future, r#"{"schema_version": 99}"#).unwrap();
     let missing = files.path().join("missing.json");
+    // A FIFO nobody writes to: reading it would block for ever.
+    let fifo = files.path().join("fifo.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
     let path = |p: &Path| p.to_str().unwrap().to_string();
     for (args, says) in [
         (
@@ -141,6 +162,10 @@ fn unreadable_reports_and_bad_arguments_exit_2_not_1() {
         (
             vec!["compare".to_string(), path(&missing), path(&garbage)],
             "cannot read report",
+        ),
+        (
+            vec!["compare".to_string(), path(&fifo), path(&garbage)],
+            "is not a regular file",
         ),
         (
             vec![

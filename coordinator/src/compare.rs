@@ -3,6 +3,7 @@
 //! run, a change worse than the threshold flagged as a regression unless it
 //! stays inside the spread across ranks (noise).
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -24,12 +25,19 @@ pub enum CompareError {
         /// Why.
         source: std::io::Error,
     },
+    /// Not a regular file (a directory holding no report.json, a FIFO, a
+    /// device): reading it could block or never end.
+    #[error("{path} is not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
     /// The file is larger than any report rankscope writes.
-    #[error("{path} is {bytes} bytes: larger than any report ({MAX_REPORT_BYTES} bytes at most)")]
+    #[error("{path} is over {MAX_REPORT_BYTES} bytes: larger than any report")]
     TooLarge {
         /// The file.
         path: PathBuf,
-        /// Its size.
+        /// The bytes read before giving up.
         bytes: u64,
     },
     /// The file is not a rankscope report.
@@ -63,20 +71,27 @@ pub fn read_report(path: &Path) -> Result<Report, CompareError> {
         path: file.clone(),
         source,
     };
-    let bytes = std::fs::metadata(&file).map_err(read)?.len();
-    if bytes > MAX_REPORT_BYTES {
+    if !std::fs::metadata(&file).map_err(read)?.is_file() {
+        return Err(CompareError::NotAFile { path: file });
+    }
+    let mut text = Vec::new();
+    std::fs::File::open(&file)
+        .and_then(|f| f.take(MAX_REPORT_BYTES + 1).read_to_end(&mut text))
+        .map_err(read)?;
+    if text.len() as u64 > MAX_REPORT_BYTES {
+        let bytes = text.len() as u64;
         return Err(CompareError::TooLarge { path: file, bytes });
     }
-    let text = std::fs::read(&file).map_err(read)?;
     let value: serde_json::Value =
         serde_json::from_slice(&text).map_err(|source| CompareError::NotAReport {
             path: file.clone(),
             source,
         })?;
-    match value.get("schema_version").and_then(|v| v.as_u64()) {
-        Some(version) if version == u64::from(SCHEMA_VERSION) => {}
-        Some(found) => return Err(CompareError::Version { path: file, found }),
-        None => {}
+    // A missing version fails below, as a report with a missing field.
+    if let Some(found) = value.get("schema_version").and_then(|v| v.as_u64()) {
+        if found != u64::from(SCHEMA_VERSION) {
+            return Err(CompareError::Version { path: file, found });
+        }
     }
     serde_json::from_value(value).map_err(|source| CompareError::NotAReport { path: file, source })
 }
@@ -149,6 +164,12 @@ impl Comparison {
         self.changes
             .iter()
             .filter(|c| c.verdict == Verdict::Regression)
+    }
+
+    /// Whether the current run is worse: a metric regressed, or a stage
+    /// the baseline ran is gone (broken instrumentation, a skipped step).
+    pub fn regressed(&self) -> bool {
+        self.regressions().next().is_some() || !self.only_in_baseline.is_empty()
     }
 }
 
@@ -250,13 +271,26 @@ fn judge(
     let change_pct =
         (baseline.value != 0.0).then(|| (current.value / baseline.value - 1.0) * 100.0);
     let noise = baseline.spread.max(current.spread);
-    let worse_pct = change_pct.map(|p| if higher_is_better { -p } else { p });
-    let delta = (current.value - baseline.value).abs();
-    let verdict = match worse_pct {
-        Some(p) if p.abs() > threshold_pct && delta <= noise => Verdict::WithinNoise,
-        Some(p) if p > threshold_pct => Verdict::Regression,
-        Some(p) if p < -threshold_pct => Verdict::Improvement,
-        _ => Verdict::Unchanged,
+    // How much worse, in the metric's unit and in percent (+: worse).
+    let sign = if higher_is_better { -1.0 } else { 1.0 };
+    let worse = (current.value - baseline.value) * sign;
+    // From a baseline of 0 any rise is past every threshold.
+    let worse_pct = change_pct.map_or(
+        if worse == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY.copysign(worse)
+        },
+        |p| p * sign,
+    );
+    let verdict = if worse_pct.abs() <= threshold_pct {
+        Verdict::Unchanged
+    } else if worse.abs() <= noise {
+        Verdict::WithinNoise
+    } else if worse_pct > 0.0 {
+        Verdict::Regression
+    } else {
+        Verdict::Improvement
     };
     Change {
         metric,
@@ -332,7 +366,10 @@ pub fn render(comparison: &Comparison, baseline: &str, current: &str) -> String 
         );
     }
     for (label, names) in [
-        ("only in the baseline", &comparison.only_in_baseline),
+        (
+            "only in the baseline (a regression: gone from this run)",
+            &comparison.only_in_baseline,
+        ),
         ("only in the current run", &comparison.only_in_current),
     ] {
         if !names.is_empty() {
@@ -340,7 +377,7 @@ pub fn render(comparison: &Comparison, baseline: &str, current: &str) -> String 
             let _ = writeln!(out, "Stages {label}: {}", names.join(", "));
         }
     }
-    let regressions = comparison.regressions().count();
+    let regressions = comparison.regressions().count() + comparison.only_in_baseline.len();
     let _ = writeln!(
         out,
         "{}",
@@ -391,9 +428,11 @@ mod tests {
         assert_eq!(judged(100.0, 120.0, 1.0, true), Verdict::Improvement);
         assert_eq!(
             judged(0.0, 5.0, 0.0, false),
-            Verdict::Unchanged,
-            "no ratio to 0"
+            Verdict::Regression,
+            "up from 0"
         );
+        assert_eq!(judged(0.0, 5.0, 6.0, false), Verdict::WithinNoise);
+        assert_eq!(judged(0.0, 0.0, 0.0, false), Verdict::Unchanged);
     }
 
     #[test]
