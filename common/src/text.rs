@@ -79,9 +79,14 @@ pub fn rank_ranges(ranks: &[u32]) -> String {
 
 /// [`terminal`] text broken into lines of at most `width` characters at
 /// spaces (a word longer than a line is cut), every line after the first
-/// indented by `indent` spaces; no line break at the end.
+/// indented by `indent` spaces (at most `width` − 1); no line break at the
+/// end. A `width` of 0 leaves the text on one line.
 pub fn wrap(text: &str, width: usize, indent: usize) -> String {
     let clean = terminal(text);
+    if width == 0 {
+        return clean.into_owned();
+    }
+    let indent = indent.min(width - 1);
     // Leading spaces are kept: they indent the first line.
     let words = clean.trim_start_matches(' ');
     let mut line_len = clean.len() - words.len();
@@ -130,6 +135,8 @@ mod tests {
         assert_eq!(wrap("short", 80, 4), "short");
         assert_eq!(wrap("  lead ing", 7, 4), "  lead\n    ing");
         assert_eq!(wrap("abcdefghij", 4, 1), "abcd\n efg\n hij");
+        assert_eq!(wrap("abcdef", 2, 4), "ab\n c\n d\n e\n f", "indent clamped");
+        assert_eq!(wrap("a b", 0, 4), "a b", "width 0: no wrapping");
         assert_eq!(wrap("a\u{1b}[2Jb c", 80, 0), "a?[2Jb c");
         for line in wrap(&"word ".repeat(100), 30, 4).lines() {
             assert!(line.chars().count() <= 30, "{line:?}");

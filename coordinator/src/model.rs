@@ -217,9 +217,9 @@ pub struct StageStats {
     /// other ranks' totals, percent (the straggler rule's ratio; one measure
     /// everywhere).
     pub imbalance_pct: f64,
-    /// Average per-rank self time over the average session length, percent:
-    /// nested time counts once, so the shares of one thread's stages add
-    /// up to at most 100.
+    /// Self time summed over the ranks over the session time summed over
+    /// the reporting ranks, percent: nested time counts once, so the shares
+    /// of stages on one thread per rank add up to at most 100.
     pub share_pct: f64,
 }
 

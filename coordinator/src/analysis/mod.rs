@@ -49,11 +49,7 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
         .iter()
         .map(|p| p.header.clock.duration_ns as f64 / 1e9)
         .collect();
-    let session_avg_s = if durations.is_empty() {
-        0.0
-    } else {
-        durations.iter().sum::<f64>() / durations.len() as f64
-    };
+    let session_total_s: f64 = durations.iter().sum();
     let rule = StragglerRule {
         threshold_pct: config.straggler_threshold_pct,
         min_excess_s: config.straggler_min_s,
@@ -81,7 +77,7 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
             .iter()
             .map(|p| rank_summary(p, reference_start_ns))
             .collect(),
-        stages: stages::stage_stats(&times, session_avg_s),
+        stages: stages::stage_stats(&times, session_total_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
         gpus: gpus::gpu_summaries(payloads, &BottleneckRule::from_config(config)),
@@ -307,6 +303,28 @@ mod tests {
             .map(|r| r.message.as_str())
             .collect();
         assert!(hot.iter().all(|m| !m.contains("`step`")), "{hot:?}");
+    }
+
+    #[test]
+    fn a_stage_only_some_ranks_run_has_their_share_of_the_whole_job() {
+        // Rank 0 runs `a` all session long, ranks 1–3 run `b`: 25 % and 75 %.
+        let payloads = (0..4)
+            .map(|rank| {
+                let name = if rank == 0 { "a" } else { "b" };
+                super::times::tests::rank_with_stages(rank, &[(1, None, name, 0.0, 10.0)])
+            })
+            .collect();
+        let report = analyze(&gathered(payloads), &Config::default());
+        let share = |name: &str| {
+            report
+                .stages
+                .iter()
+                .find(|s| s.name == name)
+                .unwrap()
+                .share_pct
+        };
+        assert!((share("a") - 25.0).abs() < 1e-9);
+        assert!((share("b") - 75.0).abs() < 1e-9);
     }
 
     #[test]

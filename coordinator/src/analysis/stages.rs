@@ -6,8 +6,10 @@ use super::times::StageTimes;
 use crate::model::StageStats;
 
 /// One [`StageStats`] per stage name, the largest average total first.
-/// `session_avg_s` is the mean session length over the reporting ranks.
-pub fn stage_stats(times: &StageTimes, session_avg_s: f64) -> Vec<StageStats> {
+/// `session_total_s` is the session length summed over the reporting ranks:
+/// a stage's share is its self time summed over the ranks that ran it over
+/// that, so a stage one rank of four runs all session long has 25 %.
+pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> {
     let mut stats: Vec<StageStats> = times
         .by_name
         .iter()
@@ -32,8 +34,8 @@ pub fn stage_stats(times: &StageTimes, session_avg_s: f64) -> Vec<StageStats> {
                 self_s,
                 per_call_ms: percentiles(&mut per_call_ms)?,
                 imbalance_pct: imbalance_pct(&sorted_totals),
-                share_pct: if session_avg_s > 0.0 {
-                    self_s.avg / session_avg_s * 100.0
+                share_pct: if session_total_s > 0.0 {
+                    self_totals.iter().map(|&(_, s)| s).sum::<f64>() / session_total_s * 100.0
                 } else {
                     0.0
                 },
@@ -57,19 +59,21 @@ mod tests {
     /// A stage name and, per rank, its call durations.
     type StageCalls<'a> = (&'a str, &'a [(u32, &'a [f64])]);
 
+    /// Stages with nothing nested: self time is all of their time.
     fn times(stages: &[StageCalls<'_>]) -> StageTimes {
-        let mut by_name = BTreeMap::new();
+        let mut times = StageTimes::default();
         for (name, ranks) in stages {
             let ranks: BTreeMap<u32, Vec<f64>> = ranks
                 .iter()
                 .map(|(r, calls)| (*r, calls.to_vec()))
                 .collect();
-            by_name.insert(name.to_string(), ranks);
+            times.self_by_name.insert(
+                name.to_string(),
+                StageTimes::totals(&ranks).into_iter().collect(),
+            );
+            times.by_name.insert(name.to_string(), ranks);
         }
-        StageTimes {
-            by_name,
-            ..StageTimes::default()
-        }
+        times
     }
 
     #[test]
@@ -77,7 +81,7 @@ mod tests {
         // decode: rank totals 1.0, 1.0, 1.0, 2.0 → avg 1.25, max 2.0 on rank 3,
         // imbalance 2.0 against the others' median 1.0: 100 %,
         // std sqrt((3·0.0625 + 0.5625)/4) = sqrt(0.1875).
-        // Session 5 s on average: share 1.25 / 5 = 25 %.
+        // Sessions of 5 s on 4 ranks: share 5 / 20 = 25 %.
         let t = times(&[
             (
                 "decode",
@@ -90,7 +94,7 @@ mod tests {
             ),
             ("encode", &[(0, &[0.1]), (1, &[0.1])]),
         ]);
-        let stats = stage_stats(&t, 5.0);
+        let stats = stage_stats(&t, 20.0);
         assert_eq!(stats[0].name, "decode", "largest total first");
         let decode = &stats[0];
         assert_eq!(decode.count, 6);

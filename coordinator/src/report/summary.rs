@@ -30,6 +30,48 @@ pub fn summary(report: &Report) -> String {
     out
 }
 
+/// One row of the stage table, at most [`WIDTH`] columns whatever the
+/// numbers; `depth` indents the name under its parent.
+fn stage_row(stage: &StageStats, depth: usize) -> String {
+    let (t, c) = (&stage.total_s, &stage.per_call_ms);
+    let indent = " ".repeat(depth.min(MAX_INDENTED_DEPTH) * INDENT);
+    let name = format!("{indent}{}", cell(&stage.name, NAME_WIDTH - indent.len()));
+    let rank = format!("r{}", t.max_rank);
+    format!(
+        "{name:<NAME_WIDTH$} {:>5} {:>8} s {:>8} s {:>8} {:>8} {:>14} {:>6} {:>6}",
+        fit(stage.count as f64, 0, 5),
+        fit(t.avg, 3, 8),
+        fit(stage.self_s.avg, 3, 8),
+        fit(c.p50, 2, 8),
+        fit(c.p95, 2, 8),
+        cell(
+            &format!(
+                "{rank} {} s",
+                fit(t.max, 3, 14usize.saturating_sub(rank.len() + 3))
+            ),
+            14
+        ),
+        // Below the table's resolution a ratio of times says nothing.
+        if t.max < MIN_SHOWN_S {
+            "-".to_string()
+        } else {
+            fit(stage.imbalance_pct, 1, 6)
+        },
+        fit(stage.share_pct, 1, 6)
+    )
+}
+
+/// `value` in at most `width` characters: with `decimals` decimals, fewer
+/// where it does not fit, then in scientific notation.
+fn fit(value: f64, decimals: usize, width: usize) -> String {
+    (0..=decimals)
+        .rev()
+        .map(|d| format!("{value:.d$}"))
+        .chain([format!("{value:.1e}"), format!("{value:.0e}")])
+        .find(|text| text.chars().count() <= width)
+        .unwrap_or_else(|| cell(&format!("{value:.0e}"), width))
+}
+
 /// Free text (a recommendation, a piece of evidence) after `prefix`,
 /// wrapped at [`WIDTH`], continuation lines indented 4 past the prefix's
 /// own indentation.
@@ -97,7 +139,8 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     if s.warmup_calls > 0 {
         writeln!(
             out,
-            "Warm-up left out: the first {} calls of each stage on each rank",
+            "Warm-up left out of the stage table, stragglers and lockstep waits: the first {} \
+             calls of each stage on each rank",
             s.warmup_calls
         )?;
     }
@@ -116,26 +159,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     )?;
     writeln!(out, "{}", "-".repeat(WIDTH))?;
     for (stage, depth) in stage_tree(&report.stages).into_iter().take(TOP_STAGES) {
-        let (t, c) = (&stage.total_s, &stage.per_call_ms);
-        let indent = " ".repeat(depth.min(MAX_INDENTED_DEPTH) * INDENT);
-        let name = format!("{indent}{}", cell(&stage.name, NAME_WIDTH - indent.len()));
-        writeln!(
-            out,
-            "{name:<NAME_WIDTH$} {:>5} {:>8.3} s {:>8.3} s {:>8.2} {:>8.2} {:>14} {:>6} {:>6.1}",
-            stage.count,
-            t.avg,
-            stage.self_s.avg,
-            c.p50,
-            c.p95,
-            format!("r{} {:.3} s", t.max_rank, t.max),
-            // Below the table's resolution a ratio of times says nothing.
-            if t.max < MIN_SHOWN_S {
-                "-".to_string()
-            } else {
-                format!("{:.1}", stage.imbalance_pct)
-            },
-            stage.share_pct
-        )?;
+        writeln!(out, "{}", stage_row(stage, depth))?;
     }
     if report.stages.len() > TOP_STAGES {
         writeln!(
@@ -154,14 +178,17 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     } else {
         writeln!(out, "Stragglers:")?;
         for st in &report.stragglers {
-            writeln!(
+            write_wrapped(
                 out,
-                "  rank {} in {}: {:.2}x the others' median (+{:.3} s); they waited {:.3} s",
-                st.rank,
-                cell(&st.stage, NAME_WIDTH),
-                st.slowdown,
-                st.excess_s,
-                st.wait_s
+                "  ",
+                &format!(
+                    "rank {} in {}: {:.2}x the others' median (+{:.3} s); they waited {:.3} s",
+                    st.rank,
+                    cell(&st.stage, NAME_WIDTH),
+                    st.slowdown,
+                    st.excess_s,
+                    st.wait_s
+                ),
             )?;
             for evidence in &st.evidence {
                 write_wrapped(out, "    ", evidence)?;
@@ -170,7 +197,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     }
     write_lockstep(out, report)?;
     if !s.ranks_missing.is_empty() {
-        writeln!(out, "Missing ranks (no data): {}", s.missing_text())?;
+        write_wrapped(out, "Missing ranks (no data): ", &s.missing_text())?;
     }
     for notice in &s.notices {
         write_wrapped(
@@ -430,6 +457,32 @@ mod tests {
             imbalance_pct: 0.0,
             share_pct: 0.0,
         }
+    }
+
+    #[test]
+    fn a_stage_row_fits_the_width_whatever_its_numbers() {
+        let mut huge = stage(&"very_long_stage_name_".repeat(5), Some("x"));
+        huge.count = 123_456_789_012;
+        huge.total_s.avg = 1.5e9;
+        huge.total_s.max = 9.9e12;
+        huge.total_s.max_rank = u32::MAX;
+        huge.self_s.avg = 12_345_678.9;
+        huge.per_call_ms.p50 = 1e300;
+        huge.per_call_ms.p95 = f64::INFINITY;
+        huge.imbalance_pct = 123_456.0;
+        huge.share_pct = f64::NAN;
+        for depth in [0, 3, 50] {
+            let row = stage_row(&huge, depth);
+            assert!(
+                row.chars().count() <= WIDTH,
+                "{} columns: {row}",
+                row.chars().count()
+            );
+        }
+        assert_eq!(fit(0.3619, 3, 8), "0.362");
+        assert_eq!(fit(123_456.789_1, 3, 8), "123456.8");
+        assert_eq!(fit(123_456_789.0, 3, 8), "1.2e8");
+        assert_eq!(fit(123_456.0, 0, 5), "1.2e5");
     }
 
     #[test]
