@@ -306,6 +306,29 @@ mod tests {
     }
 
     #[test]
+    fn a_balanced_healthy_job_has_no_straggler_no_bottleneck_and_no_warning() {
+        // Four ranks, the same 10 s stage, healthy GPUs that differ a little.
+        let payloads = (0..4u32)
+            .map(|rank| {
+                rank_reading(rank, 10, move |i, row| {
+                    let jitter = f64::from((rank * 5 + i as u32) % 4);
+                    row.temperature_c = Some(63.0 + jitter);
+                    row.util_gpu_pct = Some(88.0 + jitter);
+                })
+            })
+            .collect();
+        let report = analyze(&gathered(payloads), &Config::default());
+        assert_eq!(report.stragglers, []);
+        assert!(report.gpus.iter().all(|g| g.bottlenecks.is_empty()));
+        let alarms: Vec<_> = report
+            .recommendations
+            .iter()
+            .filter(|r| r.severity != crate::model::Severity::Info)
+            .collect();
+        assert_eq!(alarms, Vec::<&crate::model::Recommendation>::new());
+    }
+
+    #[test]
     fn a_stage_only_some_ranks_run_has_their_share_of_the_whole_job() {
         // Rank 0 runs `a` all session long, ranks 1–3 run `b`: 25 % and 75 %.
         let payloads = (0..4)
