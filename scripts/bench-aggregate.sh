@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Aggregation at scale: `rankscope aggregate` over synthetic jobs of 64, 256
+# and 1024 ranks (coordinator/examples/gen_payloads.rs: 30 stage names,
+# 2,000 stages, 300 GPU and 150 host readings per rank), against DuckDB
+# computing the per-stage statistics from the same stage rows read from CSV
+# and from Parquet. Wall time is the median of RUNS; peak memory is the
+# aggregate process's maximum resident set.
+#
+# usage: scripts/bench-aggregate.sh [RUNS]   (default 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-3}
+work=target/bench-aggregate
+venv=target/bench-venv
+
+cargo build --release -q -p rankscope-cli
+cargo build --release -q -p rankscope-coordinator --example gen_payloads
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q duckdb pyarrow
+fi
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+printf '| ranks | payload MB | aggregate s | peak MiB | peak / payload | DuckDB CSV s | DuckDB Parquet s | aggregate / Parquet |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+for ranks in 64 256 1024; do
+    dir=$work/$ranks
+    rm -rf "$dir"
+    target/release/examples/gen_payloads "$dir" "$ranks"
+    "$venv/bin/python" -c "
+import pyarrow.csv, pyarrow.parquet
+pyarrow.parquet.write_table(pyarrow.csv.read_csv('$dir/stages.csv'), '$dir/stages.parquet')"
+    payload=$(find "$dir" -name '*.rsp' -printf '%s\n' | awk '{ s += $1 } END { print s }')
+    walls=() peaks=()
+    for _ in $(seq "$runs"); do
+        rm -rf "$dir/out"
+        /usr/bin/time -f '%e %M' -o "$work/time" \
+            target/release/rankscope aggregate --reports-dir "$dir" --output "$dir/out" >/dev/null
+        read -r wall peak <"$work/time"
+        walls+=("$wall") peaks+=("$peak")
+    done
+    wall=$(printf '%s\n' "${walls[@]}" | median)
+    peak_kb=$(printf '%s\n' "${peaks[@]}" | median)
+    read -r _ duck_csv _ duck_parquet _ _ < <("$venv/bin/python" scripts/bench_duckdb.py \
+        "$dir/stages.csv" "$dir/stages.parquet" "$runs")
+    awk -v r="$ranks" -v p="$payload" -v w="$wall" -v k="$peak_kb" -v c="$duck_csv" -v q="$duck_parquet" \
+        'BEGIN { printf "| %d | %.1f | %.2f | %.0f | %.1f | %.3f | %.3f | %.1f |\n",
+                 r, p / 1e6, w, k / 1024, k * 1024 / p, c, q, w / q }'
+done
