@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::analysis::stats::mean_std;
 use crate::model::{Report, SCHEMA_VERSION};
 
 /// The largest report file read, bytes.
@@ -326,12 +327,7 @@ fn gpu_memory_peak(report: &Report) -> Option<Metric> {
 /// Population standard deviation; 0 for fewer than two values.
 fn std_dev(values: impl Iterator<Item = f64>) -> f64 {
     let values: Vec<f64> = values.collect();
-    if values.len() < 2 {
-        return 0.0;
-    }
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt()
+    mean_std(&values).map_or(0.0, |(_, std)| std)
 }
 
 /// The comparison as a text table.

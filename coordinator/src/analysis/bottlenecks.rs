@@ -4,6 +4,8 @@
 
 use rankscope_common::Config;
 
+use super::stats::mean_std;
+
 use crate::model::{Bottleneck, BottleneckKind, GpuSummary};
 
 /// NVML throttle-reason bits of thermal slowdown (software and hardware).
@@ -197,9 +199,9 @@ pub fn add_outliers(gpus: &mut [GpuSummary], rule: &BottleneckRule) {
             if peers.len() + 1 < rule.outlier_min_gpus {
                 continue;
             }
-            let n = peers.len() as f64;
-            let mean = peers.iter().sum::<f64>() / n;
-            let std = (peers.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+            let Some((mean, std)) = mean_std(&peers) else {
+                continue;
+            };
             let off = (value - mean) * worse;
             if off >= rule.outlier_sigma * std
                 && off >= rule.outlier_min_pct / 100.0 * mean.abs()

@@ -6,14 +6,13 @@ use crate::model::{Percentiles, Spread};
 /// of each extreme (the lowest rank on ties). `None` when empty.
 pub fn spread(values: &[(u32, f64)]) -> Option<Spread> {
     let &(first_rank, first) = values.first()?;
-    let n = values.len() as f64;
-    let avg = values.iter().map(|&(_, v)| v).sum::<f64>() / n;
-    let variance = values.iter().map(|&(_, v)| (v - avg).powi(2)).sum::<f64>() / n;
+    let plain: Vec<f64> = values.iter().map(|&(_, v)| v).collect();
+    let (avg, std) = mean_std(&plain)?;
     let mut spread = Spread {
         min: first,
         max: first,
         avg,
-        std: variance.sqrt(),
+        std,
         min_rank: first_rank,
         max_rank: first_rank,
     };
@@ -26,6 +25,17 @@ pub fn spread(values: &[(u32, f64)]) -> Option<Spread> {
         }
     }
     Some(spread)
+}
+
+/// Mean and population standard deviation of `values`; `None` when empty.
+pub fn mean_std(values: &[f64]) -> Option<(f64, f64)> {
+    if values.is_empty() {
+        return None;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    Some((mean, variance.sqrt()))
 }
 
 /// The `q` quantile (0..=1) of sorted values, interpolating linearly between
