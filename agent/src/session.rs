@@ -537,7 +537,7 @@ fn report(
     state: &SessionState,
 ) -> Result<Option<ReportFiles>, SessionError> {
     // The other ranks' notices, each once (rank 0 said its own already).
-    for (text, mut ranks) in gather::notices(gathered) {
+    for (text, mut ranks) in gather::notices(gathered.payloads.iter().map(|p| &p.header)) {
         ranks.retain(|&rank| rank != 0);
         if !ranks.is_empty() {
             notice::print_line(format!("{}: ", rank_list(&ranks)), &text);

@@ -151,26 +151,53 @@ pub struct Skipped {
     pub reason: Rejection,
 }
 
-/// One input to [`accept`]: where it came from and what decoding it gave.
+/// What [`accept`] judges an input by: its payload header. A [`Payload`]
+/// has one; so has any digest of a payload that keeps its header, which lets
+/// `rankscope aggregate` reduce each rank as it is decoded instead of holding
+/// every decoded payload at once.
+pub trait Headed {
+    /// The payload's header.
+    fn header(&self) -> &PayloadHeader;
+}
+
+impl Headed for Payload {
+    fn header(&self) -> &PayloadHeader {
+        &self.header
+    }
+}
+
+/// One input to [`accept`]: where it came from and what decoding it gave —
+/// a [`Payload`], or what the reader made of one.
 #[derive(Debug)]
-pub struct Candidate {
+pub struct Candidate<T = Payload> {
     /// The file (or peer) it came from.
     pub source: String,
     /// The payload, or why there is none.
-    pub payload: Result<Payload, Rejection>,
+    pub payload: Result<T, Rejection>,
 }
 
 /// Everything rank 0 gathered for one report.
-#[derive(Debug, Default)]
-pub struct Gathered {
+#[derive(Debug)]
+pub struct Gathered<T = Payload> {
     /// Ranks in the job.
     pub world_size: u32,
-    /// One payload per reporting rank, by rank.
-    pub payloads: Vec<Payload>,
+    /// One payload (or digest of one) per reporting rank, by rank.
+    pub payloads: Vec<T>,
     /// Ranks below `world_size` with no payload.
     pub missing: Vec<u32>,
     /// Inputs refused.
     pub skipped: Vec<Skipped>,
+}
+
+impl<T> Default for Gathered<T> {
+    fn default() -> Self {
+        Gathered {
+            world_size: 0,
+            payloads: Vec::new(),
+            missing: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
 }
 
 /// Which run of a session a report covers.
@@ -221,13 +248,15 @@ pub struct ReportFiles {
     pub summary: String,
 }
 
-/// Each distinct notice of the gathered ranks, with the ranks that gave it,
-/// in the order first seen.
-pub fn notices(gathered: &Gathered) -> Vec<(String, Vec<u32>)> {
+/// Each distinct notice in `headers`, with the ranks that gave it, in the
+/// order first seen.
+pub fn notices<'a>(
+    headers: impl IntoIterator<Item = &'a PayloadHeader>,
+) -> Vec<(String, Vec<u32>)> {
     let mut out: Vec<(String, Vec<u32>)> = Vec::new();
-    for payload in &gathered.payloads {
-        for notice in &payload.header.notices {
-            let rank = payload.header.rank.rank;
+    for header in headers {
+        for notice in &header.notices {
+            let rank = header.rank.rank;
             match out.iter_mut().find(|(text, _)| text == notice) {
                 Some((_, ranks)) => ranks.push(rank),
                 None => out.push((notice.clone(), vec![rank])),
@@ -240,12 +269,12 @@ pub fn notices(gathered: &Gathered) -> Vec<(String, Vec<u32>)> {
 /// Checks every candidate against `expect` and keeps one payload per rank:
 /// the first one, in the order given. The others are skipped with the reason;
 /// ranks with no payload are missing.
-pub fn accept(candidates: Vec<Candidate>, expect: &Expect) -> Gathered {
+pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gathered<T> {
     let mut skipped = Vec::new();
     let mut decoded = Vec::new();
     for candidate in candidates {
         match candidate.payload {
-            Ok(payload) => match too_large(&payload.header, expect.max_world_size) {
+            Ok(payload) => match too_large(payload.header(), expect.max_world_size) {
                 Some(reason) => skipped.push(Skipped {
                     source: candidate.source,
                     reason,
@@ -266,15 +295,16 @@ pub fn accept(candidates: Vec<Candidate>, expect: &Expect) -> Gathered {
     let world_size = expect.world_size.unwrap_or_else(|| {
         decoded
             .iter()
-            .filter(|(_, p)| p.header.session.id == session_id && run.admits(&p.header))
-            .map(|(_, p)| p.header.rank.world_size)
+            .map(|(_, p)| p.header())
+            .filter(|h| h.session.id == session_id && run.admits(h))
+            .map(|h| h.rank.world_size)
             .max()
             .unwrap_or(0)
     });
 
-    let mut by_rank: BTreeMap<u32, (String, Payload)> = BTreeMap::new();
+    let mut by_rank: BTreeMap<u32, (String, T)> = BTreeMap::new();
     for (source, payload) in decoded {
-        let header = &payload.header;
+        let header = payload.header();
         let refusal = check(header, &session_id, &run, world_size, expect).or_else(|| {
             by_rank
                 .get(&header.rank.rank)
@@ -360,11 +390,12 @@ fn session_end_unix_ns(header: &PayloadHeader) -> i64 {
 /// The session and run a report of `decoded` covers: the run `wanted` names
 /// (in whichever session has it), else the one whose latest session start is
 /// the newest.
-fn newest_run(decoded: &[(String, Payload)], wanted: &RunFilter) -> (String, RunFilter) {
+fn newest_run<T: Headed>(decoded: &[(String, T)], wanted: &RunFilter) -> (String, RunFilter) {
     let mut runs: BTreeMap<(&str, &Option<String>), i64> = BTreeMap::new();
     for (_, payload) in decoded {
-        let session = &payload.header.session;
-        let start = payload.header.clock.start_unix_ns;
+        let header = payload.header();
+        let session = &header.session;
+        let start = header.clock.start_unix_ns;
         let latest = runs.entry((&session.id, &session.run_id)).or_insert(start);
         *latest = (*latest).max(start);
     }

@@ -30,6 +30,7 @@
 //! with validation on and behind a panic guard, and each table must match its
 //! schema.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read, Write};
 
@@ -411,6 +412,25 @@ fn expansion_allowed(compressed: usize, raw: u64) -> bool {
     raw <= EXPANSION_FLOOR || raw <= (compressed as u64).saturating_mul(MAX_EXPANSION)
 }
 
+/// Decompresses the zstd frames `compressed` into at most `capacity` bytes,
+/// with one decompression context per thread (making one per table cost as
+/// much as decompressing a small table).
+fn unzstd(compressed: &[u8], capacity: usize) -> Result<Vec<u8>, String> {
+    thread_local! {
+        static CONTEXT: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { RefCell::new(None) };
+    }
+    CONTEXT.with_borrow_mut(|context| {
+        let context = match context {
+            Some(context) => context,
+            None => context.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
+        };
+        context
+            .decompress(compressed, capacity)
+            .map_err(|e| format!("decompressing ({capacity} announced): {e}"))
+    })
+}
+
 /// Decompresses `compressed` with codec `codec`, refusing to produce more
 /// (or less) than the announced `raw_len` bytes.
 fn decompress(codec: u8, compressed: &[u8], raw_len: u64, limit: u64) -> Result<Vec<u8>, String> {
@@ -426,17 +446,21 @@ fn decompress(codec: u8, compressed: &[u8], raw_len: u64, limit: u64) -> Result<
             compressed.len()
         ));
     }
-    let reader: Box<dyn Read + '_> = match codec {
-        0 => Box::new(compressed),
-        1 => Box::new(lz4_flex::frame::FrameDecoder::new(compressed)),
-        2 => Box::new(zstd::stream::read::Decoder::new(compressed).map_err(|e| e.to_string())?),
+    // Both bounds above cap `raw_len`, so it can be allocated up front.
+    let capacity = usize::try_from(raw_len).map_err(|_| format!("{raw_len} bytes announced"))?;
+    let out = match codec {
+        0 => compressed.to_vec(),
+        1 => {
+            let mut out = Vec::with_capacity(capacity);
+            lz4_flex::frame::FrameDecoder::new(compressed)
+                .take(raw_len + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("decompressing: {e}"))?;
+            out
+        }
+        2 => unzstd(compressed, capacity)?,
         other => return Err(format!("unknown codec {other}")),
     };
-    let mut out = Vec::new();
-    reader
-        .take(raw_len + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("decompressing: {e}"))?;
     if out.len() as u64 != raw_len {
         return Err(format!(
             "decompressed to {} bytes, {raw_len} announced",

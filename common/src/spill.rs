@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 use crate::gather::{Candidate, Rejection};
@@ -219,6 +220,16 @@ fn open_regular(path: &Path) -> Result<File, Rejection> {
 /// payload marked partial, its telemetry kept to the newest `max_rows`.
 /// Hidden and temporary files are left out.
 pub fn read_dir(dir: &Path, max_rows: usize) -> std::io::Result<Vec<Candidate>> {
+    read_dir_with(dir, max_rows, |payload| payload)
+}
+
+/// [`read_dir`], each payload handed to `reduce` as soon as it is decoded
+/// (see [`read_files_with`]).
+pub fn read_dir_with<T: Send>(
+    dir: &Path,
+    max_rows: usize,
+    reduce: impl Fn(Payload) -> T + Sync,
+) -> std::io::Result<Vec<Candidate<T>>> {
     let mut paths: Vec<PathBuf> = Vec::new();
     let mut parts: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
@@ -246,7 +257,7 @@ pub fn read_dir(dir: &Path, max_rows: usize) -> std::io::Result<Vec<Candidate>> 
         .iter()
         .filter_map(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
         .collect();
-    let mut candidates = read_files(paths);
+    let mut candidates = read_files_with(paths, &reduce);
     for (stem, mut files) in parts {
         if finished.contains(&stem) {
             continue;
@@ -254,7 +265,7 @@ pub fn read_dir(dir: &Path, max_rows: usize) -> std::io::Result<Vec<Candidate>> 
         files.sort();
         candidates.push(Candidate {
             source: format!("{} ({} flushes)", dir.join(&stem).display(), files.len()),
-            payload: merge_parts(&files, max_rows),
+            payload: merge_parts(&files, max_rows).map(&reduce),
         });
     }
     Ok(candidates)
@@ -288,13 +299,48 @@ fn merge_parts(files: &[PathBuf], max_rows: usize) -> Result<Payload, Rejection>
 
 /// The payloads in `paths`, decoded (or with the reason they cannot be).
 pub fn read_files(paths: impl IntoIterator<Item = PathBuf>) -> Vec<Candidate> {
-    paths
-        .into_iter()
-        .map(|path| Candidate {
-            payload: read_payload(&path),
-            source: path.display().to_string(),
-        })
-        .collect()
+    read_files_with(paths.into_iter().collect(), |payload| payload)
+}
+
+/// The payloads in `paths`, in order, each handed to `reduce` as soon as it
+/// is decoded. The files are read on as many threads as there are cores, so
+/// only the payloads being decoded are held at once besides what `reduce`
+/// keeps of each.
+pub fn read_files_with<T: Send>(
+    paths: Vec<PathBuf>,
+    reduce: impl Fn(Payload) -> T + Sync,
+) -> Vec<Candidate<T>> {
+    let next = AtomicUsize::new(0);
+    let read_next = || {
+        let mut read = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(path) = paths.get(i) else {
+                return read;
+            };
+            let candidate = Candidate {
+                source: path.display().to_string(),
+                payload: read_payload(path).map(&reduce),
+            };
+            read.push((i, candidate));
+        }
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(paths.len());
+    let mut candidates: Vec<(usize, Candidate<T>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads).map(|_| scope.spawn(read_next)).collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+            })
+            .collect()
+    });
+    candidates.sort_by_key(|&(i, _)| i);
+    candidates.into_iter().map(|(_, c)| c).collect()
 }
 
 #[cfg(test)]

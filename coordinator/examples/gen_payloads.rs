@@ -13,37 +13,11 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use rankscope_common::payload::{self, Compression, GpuMeta, GpuSource, Payload, PayloadHeader};
+use rankscope_common::payload::{self, Compression};
 use rankscope_common::spill::{self, SpillName};
-use rankscope_common::table::{
-    GpuSampleRow, GpuSamplesBuilder, HostSampleRow, HostSamplesBuilder, StageRow, StagesBuilder,
-    Table,
-};
 
-const STEPS: u64 = 100;
-const INNER_PER_STEP: u64 = 19;
-const INNER_NAMES: u64 = 29;
-const GPU_READINGS: u64 = 300;
-const HOST_READINGS: u64 = 150;
-const SLOW_RANK: u32 = 7;
-
-/// A small repeatable generator (xorshift64*), so every run writes the same
-/// files.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in `low..high`.
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low)
-    }
-}
+#[path = "../tests/support/synthetic.rs"]
+mod synthetic;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -54,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut csv = std::io::BufWriter::new(std::fs::File::create(dir.join("stages.csv"))?);
     writeln!(csv, "rank,name,start_ns,end_ns")?;
     for rank in 0..ranks {
-        let payload = rank_payload(rank, ranks, &mut csv)?;
+        let payload = synthetic::rank_payload(rank, ranks, &mut csv)?;
         let name = SpillName {
             rank,
             run_id: None,
@@ -64,111 +38,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     csv.flush()?;
     Ok(())
-}
-
-/// One rank's payload; its stage rows also go to `csv`.
-fn rank_payload(
-    rank: u32,
-    world: u32,
-    csv: &mut impl Write,
-) -> Result<Payload, Box<dyn std::error::Error>> {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) + 1).wrapping_mul(0x1000_0001));
-    let names: Vec<String> = (0..INNER_NAMES).map(|i| format!("stage_{i:02}")).collect();
-    let mut stages = StagesBuilder::default();
-    let mut now = 0u64;
-    let mut id = 0u64;
-    for step in 0..STEPS {
-        let step_id = id;
-        let step_start = now;
-        id += 1;
-        let mut inner = Vec::new();
-        for k in 0..INNER_PER_STEP {
-            let which = (step + k) % INNER_NAMES;
-            let mut ns = rng.between(1_000_000, 3_000_000);
-            if rank == SLOW_RANK && which == 7 {
-                ns = ns * 13 / 10;
-            }
-            inner.push((which, now, now + ns));
-            now += ns + 20_000;
-        }
-        now += 500_000;
-        let mut row = |name: &str, stage_id, parent_id, depth, start_ns, end_ns| {
-            stages.append(&StageRow {
-                name: name.into(),
-                thread: 0,
-                thread_name: "main".into(),
-                stage_id,
-                parent_id,
-                depth,
-                start_ns,
-                end_ns,
-                call_index: step as u32,
-                metadata: None,
-            });
-            writeln!(csv, "{rank},{name},{start_ns},{end_ns}")
-        };
-        row("step", step_id, None, 0, step_start, now)?;
-        for (which, start, end) in inner {
-            row(&names[which as usize], id, Some(step_id), 1, start, end)?;
-            id += 1;
-        }
-    }
-    let duration_ns = now;
-
-    let mut gpu = GpuSamplesBuilder::default();
-    for i in 0..GPU_READINGS {
-        gpu.append(&GpuSampleRow {
-            ts_ns: duration_ns * i / GPU_READINGS,
-            gpu: 0,
-            memory_used_bytes: Some(rng.between(30, 60) << 30),
-            memory_total_bytes: Some(80 << 30),
-            memory_reserved_bytes: None,
-            util_gpu_pct: Some(rng.between(80, 99) as f64),
-            util_mem_pct: Some(rng.between(40, 70) as f64),
-            temperature_c: Some(rng.between(60, 70) as f64),
-            power_w: Some(rng.between(400, 600) as f64),
-            power_limit_w: Some(700.0),
-            sm_clock_mhz: Some(1_980),
-            mem_clock_mhz: Some(2_619),
-            throttle_reasons: Some(0),
-            pcie_tx_kbps: None,
-            pcie_rx_kbps: None,
-        });
-    }
-    let mut host = HostSamplesBuilder::default();
-    for i in 0..HOST_READINGS {
-        host.append(&HostSampleRow {
-            ts_ns: duration_ns * i / HOST_READINGS,
-            cpu_pct: Some(rng.between(10, 40) as f64),
-            memory_used_bytes: 64 << 30,
-            memory_total_bytes: 512 << 30,
-            load_1: Some(4.0),
-            load_5: Some(4.0),
-            load_15: Some(4.0),
-            process_rss_bytes: Some(8 << 30),
-        });
-    }
-
-    let mut header = PayloadHeader::new("aggregate-bench", "aggregate-bench", rank, world);
-    header.rank.host = format!("node-{:03}", rank / 8);
-    header.rank.local_rank = rank % 8;
-    header.clock.duration_ns = duration_ns;
-    header.gpu_source = GpuSource::Simulated;
-    header.gpus.push(GpuMeta {
-        index: rank % 8,
-        uuid: format!("SIMULATED-GPU-rank{rank}"),
-        name: "Simulated GPU (not real hardware)".into(),
-        pci_bus_id: "simulated".into(),
-        memory_total_bytes: Some(80 << 30),
-        max_sm_clock_mhz: Some(1_980),
-        max_mem_clock_mhz: Some(2_619),
-    });
-    let mut payload = Payload {
-        header,
-        tables: Default::default(),
-    };
-    payload.tables.insert(Table::Stages, stages.finish()?);
-    payload.tables.insert(Table::GpuSamples, gpu.finish()?);
-    payload.tables.insert(Table::HostSamples, host.finish()?);
-    Ok(payload)
 }

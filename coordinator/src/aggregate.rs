@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rankscope_common::gather::{self, Expect, ReportFiles, RunFilter, Skipped};
 use rankscope_common::{spill, Config};
 
-use crate::analysis::analyze;
+use crate::analysis::{analyze_digests, RankDigest};
 use crate::model::Report;
 use crate::report::{write_reports, WriteError};
 
@@ -89,11 +89,13 @@ pub fn aggregate(
     run: Option<&str>,
     config: &Config,
 ) -> Result<Aggregated, AggregateError> {
-    let candidates = spill::read_dir(reports_dir, config.max_data_points).map_err(|source| {
-        AggregateError::Read {
-            dir: reports_dir.to_path_buf(),
-            source,
-        }
+    // Each rank reduced as it is decoded: only the digests are held.
+    let candidates = spill::read_dir_with(reports_dir, config.max_data_points, |payload| {
+        RankDigest::new(&payload, config)
+    })
+    .map_err(|source| AggregateError::Read {
+        dir: reports_dir.to_path_buf(),
+        source,
     })?;
     let expect = Expect {
         run: run.map_or(RunFilter::Any, |run| RunFilter::Only(Some(run.to_string()))),
@@ -112,7 +114,7 @@ pub fn aggregate(
         path: output.to_path_buf(),
         source,
     })?;
-    let report = analyze(&gathered, config);
+    let report = analyze_digests(gathered, config);
     let files = write_reports(&report, output)?;
     Ok(Aggregated { report, files })
 }

@@ -9,25 +9,68 @@ use rankscope_common::Payload;
 use super::stats::percentiles;
 use crate::model::{BlockSummary, DiffusionSummary, RankValue, StepSummary};
 
-/// Summarises the diffusion tables of every rank.
-pub fn diffusion(payloads: &[Payload]) -> DiffusionSummary {
-    DiffusionSummary {
-        steps: steps(payloads),
-        blocks: blocks(payloads),
-        model_parameters: model_parameters(payloads),
+/// What the diffusion summary keeps of one rank.
+#[derive(Debug, Default)]
+pub struct RankDiffusion {
+    /// Step computation times, ms.
+    steps_ms: Vec<f64>,
+    /// Blocks computed, frames in them, and the seconds they took.
+    blocks: Option<(u64, u64, f64)>,
+    /// Parameter counts by component name.
+    parameters: Vec<(String, u64)>,
+}
+
+impl RankDiffusion {
+    /// The diffusion tables of `payload`, reduced.
+    pub fn new(payload: &Payload) -> Self {
+        let steps_ms = match payload.view::<DiffusionStepsView>() {
+            Ok(Some(view)) => view.computation_ms.to_vec(),
+            _ => Vec::new(),
+        };
+        let blocks = match payload.view::<BlocksView>() {
+            // Input-derived: a sum that cannot wrap.
+            Ok(Some(view)) => Some((
+                view.len as u64,
+                view.block_size
+                    .iter()
+                    .fold(0u64, |sum, &frames| sum.saturating_add(frames)),
+                view.computation_ms.iter().sum::<f64>() / 1e3,
+            )),
+            _ => None,
+        };
+        let parameters = match payload.view::<ModelParametersView>() {
+            Ok(Some(view)) => (0..view.len)
+                .map(|i| (view.name.value(i).to_string(), view.count[i]))
+                .collect(),
+            _ => Vec::new(),
+        };
+        RankDiffusion {
+            steps_ms,
+            blocks,
+            parameters,
+        }
     }
 }
 
-fn steps(payloads: &[Payload]) -> Option<StepSummary> {
+/// Summarises the diffusion tables of every rank, by rank.
+pub fn diffusion(ranks: &[(u32, &RankDiffusion)]) -> DiffusionSummary {
+    DiffusionSummary {
+        steps: steps(ranks),
+        blocks: blocks(ranks),
+        model_parameters: model_parameters(ranks),
+    }
+}
+
+fn steps(ranks: &[(u32, &RankDiffusion)]) -> Option<StepSummary> {
     let mut all_ms = Vec::new();
     let mut per_rank_mean_ms = Vec::new();
-    for payload in payloads {
-        let Ok(Some(view)) = payload.view::<DiffusionStepsView>() else {
+    for &(rank, diffusion) in ranks {
+        let ms = &diffusion.steps_ms;
+        if ms.is_empty() {
             continue;
-        };
-        let ms = view.computation_ms;
+        }
         per_rank_mean_ms.push(RankValue {
-            rank: payload.header.rank.rank,
+            rank,
             value: ms.iter().sum::<f64>() / ms.len() as f64,
         });
         all_ms.extend_from_slice(ms);
@@ -39,26 +82,16 @@ fn steps(payloads: &[Payload]) -> Option<StepSummary> {
     })
 }
 
-fn blocks(payloads: &[Payload]) -> Option<BlockSummary> {
+fn blocks(ranks: &[(u32, &RankDiffusion)]) -> Option<BlockSummary> {
     let mut summary: Option<BlockSummary> = None;
-    for payload in payloads {
-        let Ok(Some(view)) = payload.view::<BlocksView>() else {
+    for &(rank, diffusion) in ranks {
+        let Some((count, frames, seconds)) = diffusion.blocks else {
             continue;
         };
-        // Input-derived: a sum that cannot wrap.
-        let frames = view
-            .block_size
-            .iter()
-            .fold(0u64, |sum, &frames| sum.saturating_add(frames));
-        let seconds = view.computation_ms.iter().sum::<f64>() / 1e3;
         if seconds <= 0.0 {
             continue;
         }
-        let (fps, bps) = (frames as f64 / seconds, view.len as f64 / seconds);
-        let rank = RankValue {
-            rank: payload.header.rank.rank,
-            value: fps,
-        };
+        let (fps, bps) = (frames as f64 / seconds, count as f64 / seconds);
         let s = summary.get_or_insert(BlockSummary {
             count: 0,
             frames: 0,
@@ -66,25 +99,22 @@ fn blocks(payloads: &[Payload]) -> Option<BlockSummary> {
             bps,
             per_rank_fps: Vec::new(),
         });
-        s.count = s.count.max(view.len as u64);
+        s.count = s.count.max(count);
         s.frames = s.frames.max(frames);
         // The job moves at the pace of its slowest rank.
         s.fps = s.fps.min(fps);
         s.bps = s.bps.min(bps);
-        s.per_rank_fps.push(rank);
+        s.per_rank_fps.push(RankValue { rank, value: fps });
     }
     summary
 }
 
-fn model_parameters(payloads: &[Payload]) -> BTreeMap<String, u64> {
+fn model_parameters(ranks: &[(u32, &RankDiffusion)]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for payload in payloads {
-        let Ok(Some(view)) = payload.view::<ModelParametersView>() else {
-            continue;
-        };
-        for i in 0..view.len {
-            let count = out.entry(view.name.value(i).to_string()).or_insert(0);
-            *count = view.count[i].max(*count);
+    for (_, diffusion) in ranks {
+        for (name, count) in &diffusion.parameters {
+            let most = out.entry(name.clone()).or_insert(0);
+            *most = (*count).max(*most);
         }
     }
     out
@@ -117,7 +147,12 @@ mod tests {
             p
         };
         // Rank 0: 32 frames in 0.5 s = 64 fps, 4 bps; rank 1: 32 frames in 1 s = 32 fps.
-        let s = blocks(&[payload(0, 250.0), payload(1, 500.0)]).unwrap();
+        let (rank0, rank1) = (payload(0, 250.0), payload(1, 500.0));
+        let s = blocks(&[
+            (0, &RankDiffusion::new(&rank0)),
+            (1, &RankDiffusion::new(&rank1)),
+        ])
+        .unwrap();
         assert_eq!((s.count, s.frames), (2, 32));
         assert_eq!((s.fps, s.bps), (32.0, 2.0));
         assert_eq!(s.per_rank_fps[0].value, 64.0);
@@ -140,6 +175,9 @@ mod tests {
             tables: Default::default(),
         };
         p.tables.insert(Table::Blocks, rows.finish().unwrap());
-        assert_eq!(blocks(&[p]).unwrap().frames, u64::MAX);
+        assert_eq!(
+            blocks(&[(0, &RankDiffusion::new(&p))]).unwrap().frames,
+            u64::MAX
+        );
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use rankscope_common::column::OptColumn;
-use rankscope_common::table::{GpuSamplesView, HostSamplesView, StagesView};
+use rankscope_common::table::{GpuSamplesView, HostSamplesView};
 use rankscope_common::Payload;
 
 use super::bottlenecks::{self, BottleneckRule, ReadingCounts, POWER_REASONS, THERMAL_REASONS};
@@ -31,29 +31,54 @@ pub fn energy_joules(ts_ns: &[u64], power_w: &[Option<f64>]) -> Option<f64> {
     energy
 }
 
-/// One summary per physical GPU, by host and UUID, with its bottlenecks.
-pub fn gpu_summaries(payloads: &[Payload], rule: &BottleneckRule) -> Vec<GpuSummary> {
+/// One summary per physical GPU, by host and UUID, with its bottlenecks:
+/// the [`rank_gpus`] of every rank, by rank, merged. A GPU several ranks
+/// sampled counts once, with the readings of the lowest of them.
+pub fn gpu_summaries(
+    ranks: impl IntoIterator<Item = Vec<GpuSummary>>,
+    rule: &BottleneckRule,
+) -> Vec<GpuSummary> {
     let mut by_device: BTreeMap<(String, String), GpuSummary> = BTreeMap::new();
-    // Payloads come by rank, so the first to claim a GPU is the lowest rank.
-    for payload in payloads {
-        let header = &payload.header;
-        let view = payload.view::<GpuSamplesView>().ok().flatten();
-        let busy_spans = stage_spans(payload);
-        // The rows of each GPU, in one pass over the readings.
-        let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); header.gpus.len()];
-        if let Some(v) = &view {
-            for i in 0..v.len {
-                if let Some(rows) = rows_of.get_mut(v.gpu[i] as usize) {
-                    rows.push(i);
-                }
+    for summary in ranks.into_iter().flatten() {
+        let key = (summary.host.clone(), summary.uuid.clone());
+        match by_device.get_mut(&key) {
+            Some(first) => first.sampled_by.push(summary.rank),
+            None => {
+                by_device.insert(key, summary);
             }
         }
-        for (meta, rows) in header.gpus.iter().zip(rows_of) {
-            let key = (header.rank.host.clone(), meta.uuid.clone());
-            if let Some(existing) = by_device.get_mut(&key) {
-                existing.sampled_by.push(header.rank.rank);
-                continue;
+    }
+    let mut gpus: Vec<GpuSummary> = by_device.into_values().collect();
+    gpus.sort_by_key(|g| (g.rank, g.index));
+    bottlenecks::add_outliers(&mut gpus, rule);
+    gpus
+}
+
+/// The GPUs one rank sampled, each summarised from its readings with the
+/// bottlenecks they show on their own (outliers need the other GPUs: see
+/// [`gpu_summaries`]). `busy_spans` are the times some stage of the rank
+/// ran, sorted and disjoint.
+pub fn rank_gpus(
+    payload: &Payload,
+    busy_spans: &[(u64, u64)],
+    rule: &BottleneckRule,
+) -> Vec<GpuSummary> {
+    let header = &payload.header;
+    let view = payload.view::<GpuSamplesView>().ok().flatten();
+    // The rows of each GPU, in one pass over the readings.
+    let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); header.gpus.len()];
+    if let Some(v) = &view {
+        for i in 0..v.len {
+            if let Some(rows) = rows_of.get_mut(v.gpu[i] as usize) {
+                rows.push(i);
             }
+        }
+    }
+    header
+        .gpus
+        .iter()
+        .zip(rows_of)
+        .map(|(meta, rows)| {
             let mut summary = GpuSummary {
                 rank: header.rank.rank,
                 sampled_by: vec![header.rank.rank],
@@ -99,17 +124,13 @@ pub fn gpu_summaries(payloads: &[Payload], rule: &BottleneckRule) -> Vec<GpuSumm
                         .filter_map(|&i| v.sm_clock_mhz.get(i))
                         .map(f64::from),
                 );
-                let counts = reading_counts(v, &rows, &busy_spans, rule);
+                let counts = reading_counts(v, &rows, busy_spans, rule);
                 summary.throttled_pct = bottlenecks::share(counts.throttled, counts.with_reasons);
                 summary.bottlenecks = bottlenecks::own_bottlenecks(&summary, &counts, rule);
             }
-            by_device.insert(key, summary);
-        }
-    }
-    let mut gpus: Vec<GpuSummary> = by_device.into_values().collect();
-    gpus.sort_by_key(|g| (g.rank, g.index));
-    bottlenecks::add_outliers(&mut gpus, rule);
-    gpus
+            summary
+        })
+        .collect()
 }
 
 /// What the bottleneck rules need from one GPU's readings (`rows` of `v`).
@@ -153,27 +174,6 @@ fn reading_counts(
     counts.busy_sm_clock_mhz = mean(busy_clock.into_iter());
     counts.util_in_stages = mean(util_in_stages.into_iter());
     counts
-}
-
-/// The times some stage of `payload` ran: its stages' spans, sorted and
-/// merged where they overlap or nest.
-fn stage_spans(payload: &Payload) -> Vec<(u64, u64)> {
-    let Ok(Some(stages)) = payload.view::<StagesView>() else {
-        return Vec::new();
-    };
-    let mut spans: Vec<(u64, u64)> = (0..stages.len)
-        .map(|i| (stages.start_ns[i], stages.end_ns[i]))
-        .filter(|(start, end)| start < end)
-        .collect();
-    spans.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
-    for (start, end) in spans {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    merged
 }
 
 /// Whether `ts` falls in one of the sorted, disjoint `spans`.
@@ -223,9 +223,10 @@ pub(super) mod tests {
     use super::*;
     use rankscope_common::payload::{GpuMeta, GpuSource, PayloadHeader};
     use rankscope_common::table::{
-        GpuSampleRow, GpuSamplesBuilder, StageRow, StagesBuilder, Table,
+        GpuSampleRow, GpuSamplesBuilder, StageRow, StagesBuilder, StagesView, Table,
     };
 
+    use crate::analysis::times::RankStages;
     use crate::model::BottleneckKind;
 
     /// A rank on `host` that sampled one GPU, `uuid`, twice: 100 W then 300 W, 2 s apart.
@@ -279,7 +280,7 @@ pub(super) mod tests {
             rank_with_gpu(1, "node-a", "GPU-1"),
             rank_with_gpu(2, "node-b", "GPU-1"),
         ];
-        let gpus = gpu_summaries(&payloads, &BottleneckRule::default());
+        let gpus = summaries(&payloads, &BottleneckRule::default());
         assert_eq!(gpus.len(), 2, "same UUID on another host is another GPU");
         assert_eq!((gpus[0].rank, gpus[0].sampled_by.clone()), (0, vec![0, 1]));
         let g = &gpus[0];
@@ -362,8 +363,20 @@ pub(super) mod tests {
         gpu.bottlenecks.iter().map(|b| b.kind).collect()
     }
 
+    /// The GPU summaries of `payloads`, one per rank.
+    fn summaries(payloads: &[Payload], rule: &BottleneckRule) -> Vec<GpuSummary> {
+        let busy_spans = |p: &Payload| match p.view::<StagesView>().unwrap() {
+            Some(stages) => RankStages::new(&stages, 0).busy_spans,
+            None => Vec::new(),
+        };
+        gpu_summaries(
+            payloads.iter().map(|p| rank_gpus(p, &busy_spans(p), rule)),
+            rule,
+        )
+    }
+
     fn summarise(payloads: &[Payload]) -> Vec<GpuSummary> {
-        gpu_summaries(payloads, &BottleneckRule::default())
+        summaries(payloads, &BottleneckRule::default())
     }
 
     #[test]
@@ -414,7 +427,7 @@ pub(super) mod tests {
             clock_pct: 100.0,
             ..BottleneckRule::default()
         };
-        let gpus = gpu_summaries(&[rank_reading(0, 10, |_, _| {})], &rule);
+        let gpus = summaries(&[rank_reading(0, 10, |_, _| {})], &rule);
         assert_eq!(gpus[0].bottlenecks, []);
     }
 
@@ -616,7 +629,7 @@ pub(super) mod tests {
         payload
             .tables
             .insert(Table::GpuSamples, rows.finish().unwrap());
-        let gpus = gpu_summaries(&[payload], &BottleneckRule::default());
+        let gpus = summaries(&[payload], &BottleneckRule::default());
         assert_eq!(gpus.len(), GPUS as usize);
         let samples: u64 = gpus.iter().map(|g| g.samples).sum();
         // Readings of the 10 GPUs not listed are left out.

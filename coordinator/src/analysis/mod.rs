@@ -2,6 +2,7 @@
 
 pub mod bottlenecks;
 mod diffusion;
+mod digest;
 pub mod gpus;
 mod recommend;
 mod stages;
@@ -11,9 +12,11 @@ pub mod timeline;
 mod times;
 
 pub use bottlenecks::BottleneckRule;
+pub use digest::RankDigest;
 pub use stragglers::StragglerRule;
 
 use rankscope_common::error::Chain;
+use rankscope_common::gather::Headed;
 use rankscope_common::payload::GpuSource;
 use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
@@ -21,11 +24,29 @@ use crate::model::{
     DroppedRows, Notice, RankGpu, RankSummary, Report, SessionSummary, SkippedInput,
     MISSING_LISTED, SCHEMA_VERSION,
 };
-use times::StageTimes;
+use times::{RankStages, StageTimes};
 
 /// Analyses everything rank 0 gathered.
 pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
-    let payloads = &gathered.payloads;
+    let ranks = gathered
+        .payloads
+        .iter()
+        .map(|payload| RankDigest::new(payload, config))
+        .collect();
+    analyze_ranks(gathered, ranks, config)
+}
+
+/// Analyses the payloads gathered as digests ([`RankDigest`]), each made
+/// when its payload was decoded.
+pub fn analyze_digests(mut gathered: Gathered<RankDigest>, config: &Config) -> Report {
+    let ranks = std::mem::take(&mut gathered.payloads);
+    analyze_ranks(&gathered, ranks, config)
+}
+
+/// The report of `ranks`, the digests of the payloads `gathered` accepted,
+/// by rank; the world, missing ranks and skipped inputs come from
+/// `gathered` (its payloads are not read).
+fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: &Config) -> Report {
     // Files of other runs that shared the session id are no fault of this
     // one: named apart from the inputs that were refused.
     let (other_runs, refused): (Vec<&Skipped>, Vec<&Skipped>) = gathered
@@ -38,16 +59,24 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
     };
     let other_runs: Vec<SkippedInput> = other_runs.iter().map(input).collect();
     let mut skipped: Vec<SkippedInput> = refused.iter().map(input).collect();
-    let times = StageTimes::from_payloads(payloads, config.warmup_calls, |rank, reason| {
-        skipped.push(SkippedInput {
-            source: format!("rank {rank} stages"),
-            reason,
-        })
-    });
+    // The parts of each digest that are merged across ranks, taken out.
+    let mut times = StageTimes::default();
+    let mut gpus_by_rank = Vec::with_capacity(ranks.len());
+    for digest in &mut ranks {
+        gpus_by_rank.push(std::mem::take(&mut digest.gpus));
+        let rank = digest.header.rank.rank;
+        match std::mem::replace(&mut digest.stages, Ok(RankStages::default())) {
+            Ok(stages) => times.add(rank, stages),
+            Err(reason) => skipped.push(SkippedInput {
+                source: format!("rank {rank} stages"),
+                reason,
+            }),
+        }
+    }
 
-    let durations: Vec<f64> = payloads
+    let durations: Vec<f64> = ranks
         .iter()
-        .map(|p| p.header.clock.duration_ns as f64 / 1e9)
+        .map(|r| r.header.clock.duration_ns as f64 / 1e9)
         .collect();
     let session_total_s: f64 = durations.iter().sum();
     let rule = StragglerRule {
@@ -56,32 +85,38 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
     };
     let lockstep = stragglers::lockstep(&times);
     // The timeline's zero: rank 0's session start, else the earliest rank's.
-    let reference_start_ns = payloads
+    let reference_start_ns = ranks
         .iter()
-        .find(|p| p.header.rank.rank == 0)
+        .map(|r| &r.header)
+        .find(|h| h.rank.rank == 0)
         .or_else(|| {
-            payloads
+            ranks
                 .iter()
-                .min_by_key(|p| timeline::aligned_start_ns(&p.header))
+                .map(|r| &r.header)
+                .min_by_key(|h| timeline::aligned_start_ns(h))
         })
-        .map_or(0, |p| timeline::aligned_start_ns(&p.header));
+        .map_or(0, timeline::aligned_start_ns);
+    let diffusion: Vec<_> = ranks
+        .iter()
+        .map(|r| (r.header.rank.rank, &r.diffusion))
+        .collect();
 
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         session: SessionSummary {
             other_runs,
             warmup_calls: config.warmup_calls,
-            ..session_summary(gathered, skipped, &durations)
+            ..session_summary(gathered, &ranks, skipped, &durations)
         },
-        ranks: payloads
+        ranks: ranks
             .iter()
-            .map(|p| rank_summary(p, reference_start_ns))
+            .map(|r| rank_summary(r, reference_start_ns))
             .collect(),
         stages: stages::stage_stats(&times, session_total_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
-        gpus: gpus::gpu_summaries(payloads, &BottleneckRule::from_config(config)),
-        diffusion: diffusion::diffusion(payloads),
+        gpus: gpus::gpu_summaries(gpus_by_rank, &BottleneckRule::from_config(config)),
+        diffusion: diffusion::diffusion(&diffusion),
         recommendations: Vec::new(),
     };
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
@@ -89,16 +124,16 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
     report
 }
 
-fn session_summary(
-    gathered: &Gathered,
+fn session_summary<T>(
+    gathered: &Gathered<T>,
+    ranks: &[RankDigest],
     skipped: Vec<SkippedInput>,
     durations: &[f64],
 ) -> SessionSummary {
-    let payloads = &gathered.payloads;
-    let first = payloads.first().map(|p| &p.header);
+    let first = ranks.first().map(|r| &r.header);
     let gpu_source = [GpuSource::Nvml, GpuSource::Simulated]
         .into_iter()
-        .find(|source| payloads.iter().any(|p| p.header.gpu_source == *source))
+        .find(|source| ranks.iter().any(|r| r.header.gpu_source == *source))
         .unwrap_or(GpuSource::None);
     SessionSummary {
         id: first.map(|h| h.session.id.clone()).unwrap_or_default(),
@@ -107,7 +142,7 @@ fn session_summary(
             .map(|h| h.session.tags.iter().cloned().collect())
             .unwrap_or_default(),
         world_size: gathered.world_size,
-        ranks_reporting: payloads.iter().map(|p| p.header.rank.rank).collect(),
+        ranks_reporting: ranks.iter().map(|r| r.header.rank.rank).collect(),
         ranks_missing: gathered
             .missing
             .iter()
@@ -126,15 +161,15 @@ fn session_summary(
         skipped,
         other_runs: Vec::new(),
         warmup_calls: 0,
-        notices: rankscope_common::gather::notices(gathered)
+        notices: rankscope_common::gather::notices(ranks.iter().map(Headed::header))
             .into_iter()
             .map(|(message, ranks)| Notice { message, ranks })
             .collect(),
-        dropped_rows: payloads
+        dropped_rows: ranks
             .iter()
-            .flat_map(|p| {
-                p.header.dropped.iter().map(|d| DroppedRows {
-                    rank: p.header.rank.rank,
+            .flat_map(|r| {
+                r.header.dropped.iter().map(|d| DroppedRows {
+                    rank: r.header.rank.rank,
                     table: d.table.clone(),
                     rows: d.rows,
                 })
@@ -143,8 +178,8 @@ fn session_summary(
     }
 }
 
-fn rank_summary(payload: &rankscope_common::Payload, reference_start_ns: i64) -> RankSummary {
-    let h = &payload.header;
+fn rank_summary(digest: &RankDigest, reference_start_ns: i64) -> RankSummary {
+    let h = &digest.header;
     RankSummary {
         started_s: (timeline::aligned_start_ns(h).saturating_sub(reference_start_ns)) as f64 / 1e9,
         clock_drift_ns: timeline::drift_ns(h),
@@ -166,7 +201,7 @@ fn rank_summary(payload: &rankscope_common::Payload, reference_start_ns: i64) ->
             })
             .collect(),
         gpu_selection: h.gpu_selection.clone(),
-        host_telemetry: gpus::host_summary(payload),
+        host_telemetry: digest.host.clone(),
         overflow: h.overflow.clone(),
     }
 }

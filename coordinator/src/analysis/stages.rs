@@ -27,7 +27,7 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
             sorted_totals.sort_by(f64::total_cmp);
             Some(StageStats {
                 name: name.clone(),
-                parent: times.parents.get(name).cloned(),
+                parent: times.parent(name).map(str::to_string),
                 count: per_call_ms.len() as u64,
                 ranks: by_rank.len() as u32,
                 total_s,

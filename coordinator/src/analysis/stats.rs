@@ -38,35 +38,46 @@ pub fn mean_std(values: &[f64]) -> Option<(f64, f64)> {
     Some((mean, variance.sqrt()))
 }
 
-/// The `q` quantile (0..=1) of sorted values, interpolating linearly between
-/// the two nearest (numpy's default).
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    match sorted.len() {
+/// The `q` quantile (0..=1) of `values`, interpolating linearly between the
+/// two nearest (numpy's default). Selects rather than sorts (linear time),
+/// reordering `values`.
+pub fn quantile(values: &mut [f64], q: f64) -> f64 {
+    match values.len() {
         0 => f64::NAN,
-        1 => sorted[0],
+        1 => values[0],
         n => {
             let position = q.clamp(0.0, 1.0) * (n - 1) as f64;
             let below = position.floor() as usize;
-            let above = (below + 1).min(n - 1);
             let fraction = position - below as f64;
-            sorted[below] + (sorted[above] - sorted[below]) * fraction
+            let (_, &mut at_below, above) = values.select_nth_unstable_by(below, f64::total_cmp);
+            // The next value in order is the least of those above.
+            let at_above = above
+                .iter()
+                .copied()
+                .min_by(f64::total_cmp)
+                .unwrap_or(at_below);
+            at_below + (at_above - at_below) * fraction
         }
     }
 }
 
-/// p50 / p95 / p99, min, mean and max of `values` (sorted in place). `None` when empty.
+/// p50 / p95 / p99, min, mean and max of `values` (reordered in place).
+/// `None` when empty.
 pub fn percentiles(values: &mut [f64]) -> Option<Percentiles> {
     if values.is_empty() {
         return None;
     }
-    values.sort_by(f64::total_cmp);
+    let extreme =
+        |pick: fn(f64, f64) -> f64| values.iter().copied().reduce(pick).unwrap_or(f64::NAN);
+    let (min, max) = (extreme(f64::min), extreme(f64::max));
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
     Some(Percentiles {
         p50: quantile(values, 0.50),
         p95: quantile(values, 0.95),
         p99: quantile(values, 0.99),
-        min: values[0],
-        mean: values.iter().sum::<f64>() / values.len() as f64,
-        max: values[values.len() - 1],
+        min,
+        mean,
+        max,
     })
 }
 
@@ -154,7 +165,7 @@ mod tests {
             for i in 0..sorted.len() {
                 let mut others = sorted.clone();
                 others.remove(i);
-                assert_eq!(median_without(&sorted, i), Some(quantile(&others, 0.5)));
+                assert_eq!(median_without(&sorted, i), Some(quantile(&mut others, 0.5)));
             }
         }
     }

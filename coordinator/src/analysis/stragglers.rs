@@ -121,8 +121,12 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
                 (rank, entry)
             })
             .collect();
+        let by_rank: Vec<(u32, &[f64])> = by_rank
+            .iter()
+            .map(|(&rank, calls)| (rank, &calls[..]))
+            .collect();
         for k in 0..calls {
-            let (slowest, max) = by_rank.iter().map(|(&rank, calls)| (rank, calls[k])).fold(
+            let (slowest, max) = by_rank.iter().map(|&(rank, calls)| (rank, calls[k])).fold(
                 (u32::MAX, f64::NEG_INFINITY),
                 |best, (rank, t)| {
                     if t > best.1 {
@@ -132,7 +136,7 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
                     }
                 },
             );
-            let wait: f64 = by_rank.values().map(|calls| max - calls[k]).sum();
+            let wait: f64 = by_rank.iter().map(|(_, calls)| max - calls[k]).sum();
             if let Some(entry) = per_rank.get_mut(&slowest) {
                 entry.slowest_calls += 1;
                 entry.wait_imposed_s += wait;

@@ -3,10 +3,9 @@
 //! excluded) and the enclosing stage. The stage and straggler analyses both
 //! read this.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use rankscope_common::table::StagesView;
-use rankscope_common::Payload;
 
 /// Every call of every stage, by name, then rank.
 #[derive(Debug, Default)]
@@ -16,122 +15,154 @@ pub struct StageTimes {
     /// name → rank → self time in seconds: the calls' durations less the
     /// durations of the stages directly inside them.
     pub self_by_name: BTreeMap<String, BTreeMap<u32, f64>>,
-    /// name → the name of the stage its calls run inside most often; absent
-    /// for a stage most often run at the top.
-    pub parents: BTreeMap<String, String>,
+    /// name → enclosing name (`None`: the top) → calls.
+    pub(super) parent_counts: BTreeMap<String, BTreeMap<Option<String>, u64>>,
 }
 
-/// One call of a stage: start (ns), duration and self time (s).
-type Call = (u64, f64, f64);
+/// What [`StageTimes`] keeps of one rank's stage table: per stage name its
+/// call durations and self time, and where its calls ran; and the times
+/// some stage ran, for the GPU analysis.
+#[derive(Debug, Default)]
+pub struct RankStages {
+    /// Per stage name: call durations in seconds in start order (the
+    /// warm-up calls left out) and their summed self time.
+    calls: Vec<(String, Vec<f64>, f64)>,
+    /// (name, enclosing name or `None` for the top, calls).
+    parents: Vec<(String, Option<String>, u64)>,
+    /// The spans (start, end ns) of the stages that ran inside no other in
+    /// the table, sorted and merged where they overlap.
+    pub busy_spans: Vec<(u64, u64)>,
+}
+
+impl RankStages {
+    /// Groups one rank's stage table, leaving out the first `warmup_calls`
+    /// calls of each stage name.
+    pub fn new(stages: &StagesView<'_>, warmup_calls: u32) -> Self {
+        let rows = stages.len;
+        let duration_ns = |i: usize| stages.end_ns[i].saturating_sub(stages.start_ns[i]);
+        let enclosing = enclosing_rows(stages);
+        let mut nested_ns = vec![0u64; rows];
+        for (i, parent) in enclosing.iter().enumerate() {
+            if let Some(p) = *parent {
+                nested_ns[p] = nested_ns[p].saturating_add(duration_ns(i));
+            }
+        }
+        let name_of = |key: usize| stages.name.dictionary().value(key).to_string();
+        // The rows grouped by name key, each group in table order: (key,
+        // row) packed in one integer, sorted.
+        let mut by_name: Vec<u64> = (0..rows)
+            .map(|i| (stages.name.key(i) as u64) << 32 | i as u64)
+            .collect();
+        by_name.sort_unstable();
+        let mut calls = Vec::new();
+        let mut parents = Vec::new();
+        let mut placed = Vec::new();
+        for group in by_name.chunk_by(|a, b| a >> 32 == b >> 32) {
+            let key = (group[0] >> 32) as usize;
+            let mut group: Vec<usize> =
+                group.iter().map(|&packed| packed as u32 as usize).collect();
+            // Rows are written as stages end, which is start order unless a
+            // stage ran inside another of its name.
+            if !group.is_sorted_by_key(|&i| stages.start_ns[i]) {
+                group.sort_by_key(|&i| stages.start_ns[i]);
+            }
+            let name = name_of(key);
+            // Where the calls ran: the enclosing row's name key + 1, 0 for
+            // the top; counted.
+            placed.clear();
+            placed.extend(
+                group
+                    .iter()
+                    .map(|&i| enclosing[i].map_or(0, |p| stages.name.key(p) + 1)),
+            );
+            placed.sort_unstable();
+            for run in placed.chunk_by(|a, b| a == b) {
+                let parent = run[0].checked_sub(1).map(name_of);
+                parents.push((name.clone(), parent, run.len() as u64));
+            }
+            let kept = group.get(warmup_calls as usize..).unwrap_or_default();
+            if kept.is_empty() {
+                continue;
+            }
+            let durations = kept.iter().map(|&i| duration_ns(i) as f64 / 1e9).collect();
+            let self_s = kept
+                .iter()
+                .map(|&i| duration_ns(i).saturating_sub(nested_ns[i]) as f64 / 1e9)
+                .sum();
+            calls.push((name, durations, self_s));
+        }
+        let outermost = (0..rows).filter(|&i| enclosing[i].is_none());
+        let busy_spans = merged_spans(outermost.map(|i| (stages.start_ns[i], stages.end_ns[i])));
+        RankStages {
+            calls,
+            parents,
+            busy_spans,
+        }
+    }
+}
+
+/// Each row's enclosing row, where the table holds it (stage ids are
+/// unique within a rank): a binary search over the rows sorted by id.
+fn enclosing_rows(stages: &StagesView<'_>) -> Vec<Option<usize>> {
+    let mut by_id: Vec<(u64, usize)> = (0..stages.len).map(|i| (stages.stage_id[i], i)).collect();
+    by_id.sort_unstable();
+    (0..stages.len)
+        .map(|i| {
+            let parent = stages.parent_id.get(i)?;
+            let at = by_id.binary_search_by_key(&parent, |&(id, _)| id).ok()?;
+            Some(by_id[at].1)
+        })
+        .collect()
+}
+
+/// `spans` (start, end) that are not empty, sorted and merged where they
+/// overlap or nest.
+fn merged_spans(spans: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = spans.filter(|(start, end)| start < end).collect();
+    spans.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+    for (start, end) in spans {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
+}
 
 impl StageTimes {
-    /// Groups the stage tables of `payloads`, leaving out the first
-    /// `warmup_calls` calls of each stage name on each rank; a table that
-    /// does not match its schema is reported through `refuse`.
-    pub fn from_payloads(
-        payloads: &[Payload],
-        warmup_calls: u32,
-        mut refuse: impl FnMut(u32, String),
-    ) -> Self {
-        let mut calls_by_name: BTreeMap<String, BTreeMap<u32, Vec<Call>>> = BTreeMap::new();
-        // name → enclosing name (None: the top) → calls.
-        let mut parent_counts: BTreeMap<String, BTreeMap<Option<String>, u64>> = BTreeMap::new();
-        for payload in payloads {
-            let rank = payload.header.rank.rank;
-            let stages = match payload.view::<StagesView>() {
-                Ok(Some(stages)) => stages,
-                Ok(None) => continue,
-                Err(e) => {
-                    refuse(rank, e.to_string());
-                    continue;
-                }
-            };
-            let duration_ns = |i: usize| stages.end_ns[i].saturating_sub(stages.start_ns[i]);
-            // Each row's enclosing row (stage ids are unique within a rank),
-            // and the time its direct children took.
-            let row_of: HashMap<u64, usize> =
-                (0..stages.len).map(|i| (stages.stage_id[i], i)).collect();
-            let parent_row = |i: usize| {
-                stages
-                    .parent_id
-                    .get(i)
-                    .and_then(|p| row_of.get(&p).copied())
-            };
-            let mut nested_ns = vec![0u64; stages.len];
-            for i in 0..stages.len {
-                if let Some(parent) = parent_row(i) {
-                    nested_ns[parent] = nested_ns[parent].saturating_add(duration_ns(i));
-                }
-            }
-            // Resolve each distinct name once, then go row by row on keys.
-            let mut calls_by_key: HashMap<usize, Vec<Call>> = HashMap::new();
-            let mut parents_by_key: HashMap<(usize, Option<usize>), u64> = HashMap::new();
-            for (i, nested) in nested_ns.iter().enumerate() {
-                let key = stages.name.key(i);
-                let seconds = duration_ns(i) as f64 / 1e9;
-                let self_seconds = duration_ns(i).saturating_sub(*nested) as f64 / 1e9;
-                calls_by_key.entry(key).or_default().push((
-                    stages.start_ns[i],
-                    seconds,
-                    self_seconds,
-                ));
-                *parents_by_key
-                    .entry((key, parent_row(i).map(|p| stages.name.key(p))))
-                    .or_default() += 1;
-            }
-            let name_of = |key: usize| stages.name.dictionary().value(key).to_string();
-            for (key, calls) in calls_by_key {
-                calls_by_name
-                    .entry(name_of(key))
-                    .or_default()
-                    .entry(rank)
-                    .or_default()
-                    .extend(calls);
-            }
-            for ((key, parent), calls) in parents_by_key {
-                *parent_counts
-                    .entry(name_of(key))
-                    .or_default()
-                    .entry(parent.map(name_of))
-                    .or_default() += calls;
-            }
+    /// Adds the stages of `rank`.
+    pub fn add(&mut self, rank: u32, stages: RankStages) {
+        for (name, durations, self_s) in stages.calls {
+            self.self_by_name
+                .entry(name.clone())
+                .or_default()
+                .insert(rank, self_s);
+            self.by_name
+                .entry(name)
+                .or_default()
+                .insert(rank, durations);
         }
-        let parents = parent_counts
-            .into_iter()
-            .filter_map(|(name, counts)| {
-                // The most frequent enclosing name; on a tie, the top.
-                let (parent, _) = counts
-                    .into_iter()
-                    .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))?;
-                // A stage inside a call of its own name has no other parent.
-                Some((name.clone(), parent.filter(|p| *p != name)?))
-            })
-            .collect();
-        let mut by_name: BTreeMap<String, BTreeMap<u32, Vec<f64>>> = BTreeMap::new();
-        let mut self_by_name: BTreeMap<String, BTreeMap<u32, f64>> = BTreeMap::new();
-        for (name, ranks) in calls_by_name {
-            for (rank, mut calls) in ranks {
-                calls.sort_by_key(|&(start, _, _)| start);
-                let kept = calls.get(warmup_calls as usize..).unwrap_or_default();
-                if kept.is_empty() {
-                    continue;
-                }
-                let self_s = kept.iter().map(|&(_, _, s)| s).sum();
-                self_by_name
-                    .entry(name.clone())
-                    .or_default()
-                    .insert(rank, self_s);
-                by_name
-                    .entry(name.clone())
-                    .or_default()
-                    .insert(rank, kept.iter().map(|&(_, s, _)| s).collect());
-            }
+        for (name, parent, calls) in stages.parents {
+            *self
+                .parent_counts
+                .entry(name)
+                .or_default()
+                .entry(parent)
+                .or_default() += calls;
         }
-        StageTimes {
-            by_name,
-            self_by_name,
-            parents,
-        }
+    }
+
+    /// The name of the stage that `name`'s calls run inside most often;
+    /// `None` for a stage most often run at the top (on a tie, the top).
+    pub fn parent(&self, name: &str) -> Option<&str> {
+        let (parent, _) = self
+            .parent_counts
+            .get(name)?
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+        // A stage inside a call of its own name has no other parent.
+        parent.as_deref().filter(|p| *p != name)
     }
 
     /// Per-rank totals of one stage, seconds.
@@ -148,6 +179,20 @@ pub(super) mod tests {
     use super::*;
     use rankscope_common::payload::PayloadHeader;
     use rankscope_common::table::{StageRow, StagesBuilder, Table};
+    use rankscope_common::Payload;
+
+    /// The stage times of `payloads`.
+    fn times_of(payloads: &[Payload], warmup_calls: u32) -> StageTimes {
+        let mut times = StageTimes::default();
+        for payload in payloads {
+            let view = payload.view::<StagesView>().unwrap().unwrap();
+            times.add(
+                payload.header.rank.rank,
+                RankStages::new(&view, warmup_calls),
+            );
+        }
+        times
+    }
 
     /// A rank whose stages are `(id, parent, name, start, end)` in seconds.
     pub(in crate::analysis) fn rank_with_stages(
@@ -196,7 +241,7 @@ pub(super) mod tests {
                 (6, Some(5), "attention", 10.2, 10.4),
             ],
         );
-        let times = StageTimes::from_payloads(&[payload], 0, |_, e| panic!("{e}"));
+        let times = times_of(&[payload], 0);
         let self_s = |name: &str| times.self_by_name[name][&0];
         assert!((self_s("step") - 2.0).abs() < 1e-9, "10 − 5 − 3");
         assert!((self_s("denoise") - 3.0).abs() < 1e-9, "5 − 2");
@@ -206,18 +251,12 @@ pub(super) mod tests {
             "2 + (1 − 0.2) + 0.2"
         );
         assert_eq!(times.by_name["attention"][&0], [2.0, 1.0, 0.2]);
-        assert_eq!(
-            times.parents.get("denoise").map(String::as_str),
-            Some("step")
-        );
-        assert_eq!(
-            times.parents.get("decode").map(String::as_str),
-            Some("step")
-        );
+        assert_eq!(times.parent("denoise"), Some("step"));
+        assert_eq!(times.parent("decode"), Some("step"));
         // attention: inside denoise once, at the top once, inside itself
         // once: a tie between denoise and the top goes to the top.
-        assert_eq!(times.parents.get("attention"), None);
-        assert_eq!(times.parents.get("step"), None);
+        assert_eq!(times.parent("attention"), None);
+        assert_eq!(times.parent("step"), None);
     }
 
     #[test]
@@ -233,14 +272,13 @@ pub(super) mod tests {
                 (4, None, "step", 6.0, 7.0),
             ],
         );
-        let times =
-            StageTimes::from_payloads(std::slice::from_ref(&payload), 1, |_, e| panic!("{e}"));
+        let times = times_of(std::slice::from_ref(&payload), 1);
         assert_eq!(times.by_name["step"][&0], [1.0, 1.0]);
         assert!((times.self_by_name["step"][&0] - 1.5).abs() < 1e-9);
         // decode's one call is its warm-up: nothing of it is left.
         assert!(!times.by_name.contains_key("decode"));
         assert!(!times.self_by_name.contains_key("decode"));
-        let none = StageTimes::from_payloads(&[payload], 0, |_, e| panic!("{e}"));
+        let none = times_of(&[payload], 0);
         assert_eq!(none.by_name["step"][&0], [5.0, 1.0, 1.0]);
     }
 
@@ -248,8 +286,8 @@ pub(super) mod tests {
     fn a_parent_missing_from_the_table_leaves_the_stage_at_the_top() {
         // The enclosing stage was still open at the flush: not in the table.
         let payload = rank_with_stages(0, &[(7, Some(99), "decode", 0.0, 1.0)]);
-        let times = StageTimes::from_payloads(&[payload], 0, |_, e| panic!("{e}"));
-        assert_eq!(times.parents.get("decode"), None);
+        let times = times_of(&[payload], 0);
+        assert_eq!(times.parent("decode"), None);
         assert!((times.self_by_name["decode"][&0] - 1.0).abs() < 1e-9);
     }
 }

@@ -1,0 +1,3 @@
+//! Test support shared by the coordinator's tests.
+
+pub mod synthetic;
