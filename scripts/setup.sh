@@ -14,10 +14,12 @@ for component in rustfmt clippy; do
 done
 
 # System packages: a C compiler (zstd-sys, the fake NVML library of the
-# tests); Open MPI and libclang (bindgen) for the MPI transport and its tests.
+# tests); Open MPI and libclang (bindgen) for the MPI transport and its tests;
+# Chromium for the tests that open report.html in a real browser.
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 for package in libopenmpi-dev libclang-dev; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rankscope::{BlockComputation, DiffusionStep, Profiler};
-use rankscope_coordinator::report::{REPORT_JSON, STAGES_CSV, SUMMARY_TXT};
+use rankscope_coordinator::report::{REPORT_HTML, REPORT_JSON, STAGES_CSV, SUMMARY_TXT};
 
 use crate::launcher::{self, Launch, Output};
 
@@ -199,9 +199,17 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
     let summary = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("reading {}", summary_path.display()))?;
     println!("{summary}");
+    let html = session_dir.join(REPORT_HTML);
+    println!("html:     {}", html.display());
     println!("report:   {}", session_dir.join(REPORT_JSON).display());
     println!("summary:  {}", summary_path.display());
     println!("stages:   {}", session_dir.join(STAGES_CSV).display());
+    // The page is one self-contained file: it opens offline anywhere.
+    if std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some() {
+        println!("open it:  xdg-open {}", html.display());
+    } else {
+        println!("open it:  copy report.html to a machine with a browser; it needs no network");
+    }
     println!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
     Ok(statuses.iter().all(|s| s.success()))
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use rankscope_common::payload::{ClockSync, GpuSource, Overflow, TransportName};
+use rankscope_common::payload::{ClockSync, GpuSource, Overflow, SamplerStats, TransportName};
 use serde::{Deserialize, Serialize};
 
 /// At most this many missing ranks are listed by number.
@@ -34,6 +34,10 @@ pub struct Report {
     pub diffusion: DiffusionSummary,
     /// What to look at, with the evidence.
     pub recommendations: Vec<Recommendation>,
+    /// The data of the HTML report's charts, downsampled to a bounded size.
+    /// Absent from reports written before it existed.
+    #[serde(default)]
+    pub series: Series,
 }
 
 /// The session as a whole.
@@ -162,6 +166,9 @@ pub struct RankSummary {
     pub host_telemetry: Option<HostSummary>,
     /// Recording limits the rank reached, beside the rows it dropped.
     pub overflow: Overflow,
+    /// What the telemetry sampler cost the rank.
+    #[serde(default)]
+    pub sampler: SamplerStats,
 }
 
 /// One rank's host over the session.
@@ -462,4 +469,83 @@ pub struct Recommendation {
     pub message: String,
     /// What fired the rule.
     pub evidence: String,
+}
+
+/// The data of the report's charts over time, downsampled so that its size
+/// is bounded whatever the session's length and world size: long series
+/// keep the lowest and highest value of each bucket, long timelines the
+/// stage that ran most within each bucket. Times are seconds on the shared
+/// timeline (the zero of `ranks[].started_s`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    /// Per stage (in the order of `stages`), per rank (in the order of
+    /// `ranks`): the rank's total seconds in it, `null` where it never ran
+    /// it.
+    pub stage_totals_s: Vec<Vec<Option<f64>>>,
+    /// Per rank, the stages that ran inside no other.
+    pub timelines: Vec<RankTimeline>,
+    /// Per GPU (in the order of `gpus`), its readings over time.
+    pub gpus: Vec<GpuSeries>,
+    /// Per rank, its diffusion step times.
+    pub steps: Vec<RankSteps>,
+}
+
+/// One rank's outermost stages as bars on the shared timeline, in columns.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankTimeline {
+    /// The rank.
+    pub rank: u32,
+    /// The stage names the bars refer to.
+    pub names: Vec<String>,
+    /// Per bar: index into `names`.
+    pub name: Vec<u32>,
+    /// Per bar: start, seconds.
+    pub start_s: Vec<f64>,
+    /// Per bar: end, seconds.
+    pub end_s: Vec<f64>,
+    /// Per bar: the calls it stands for (more than 1 where coalesced).
+    pub calls: Vec<u64>,
+    /// Whether the rank had more stages than the budget, so that each bar
+    /// is the stage that ran most within its stretch of time.
+    pub coalesced: bool,
+}
+
+/// One metric of one GPU over time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timed {
+    /// Reading times, seconds.
+    pub t_s: Vec<f64>,
+    /// The values at those times.
+    pub value: Vec<f64>,
+}
+
+/// One GPU's readings over time, each metric downsampled on its own;
+/// a metric the GPU never reported is empty.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSeries {
+    /// The rank whose readings these are.
+    pub rank: u32,
+    /// NVML index.
+    pub index: u32,
+    /// Utilisation, percent.
+    pub util_pct: Timed,
+    /// Memory in use, MB.
+    pub memory_mb: Timed,
+    /// Temperature, °C.
+    pub temperature_c: Timed,
+    /// Power draw, W.
+    pub power_w: Timed,
+    /// SM clock, MHz.
+    pub sm_clock_mhz: Timed,
+}
+
+/// One rank's diffusion step times.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankSteps {
+    /// The rank.
+    pub rank: u32,
+    /// Step numbers (positions in the rank's step table).
+    pub step: Vec<u64>,
+    /// Step times, ms.
+    pub ms: Vec<f64>,
 }

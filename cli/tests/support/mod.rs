@@ -75,3 +75,4 @@ pub fn has_spill_file(dir: &Path, rank: u32) -> bool {
             .starts_with(&prefix)
     })
 }
+pub mod browser;

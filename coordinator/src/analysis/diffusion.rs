@@ -21,6 +21,11 @@ pub struct RankDiffusion {
 }
 
 impl RankDiffusion {
+    /// The rank's step times, ms.
+    pub fn steps_ms(&self) -> &[f64] {
+        &self.steps_ms
+    }
+
     /// The diffusion tables of `payload`, reduced.
     pub fn new(payload: &Payload) -> Self {
         let steps_ms = match payload.view::<DiffusionStepsView>() {

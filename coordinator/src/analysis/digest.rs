@@ -8,9 +8,9 @@ use rankscope_common::{Config, Payload, PayloadHeader};
 
 use super::bottlenecks::BottleneckRule;
 use super::diffusion::RankDiffusion;
-use super::gpus;
 use super::times::RankStages;
-use crate::model::{GpuSummary, HostSummary};
+use super::{gpus, series};
+use crate::model::{GpuSeries, GpuSummary, HostSummary, RankTimeline};
 
 /// One rank's payload reduced to what the analysis reads: its header, its
 /// stage calls by name, a summary per GPU and of its host, and its
@@ -21,8 +21,12 @@ pub struct RankDigest {
     pub header: PayloadHeader,
     /// Its stages by name, or why its stage table was refused.
     pub(super) stages: Result<RankStages, String>,
-    /// Its GPUs, with the bottlenecks each shows on its own.
-    pub(super) gpus: Vec<GpuSummary>,
+    /// Its GPUs, with the bottlenecks each shows on its own, and their
+    /// readings over time.
+    pub(super) gpus: Vec<(GpuSummary, GpuSeries)>,
+    /// Its outermost stages on its own clock, within its share of the
+    /// timeline budget.
+    pub(super) timeline: RankTimeline,
     /// Its host's load, when it sampled the host.
     pub(super) host: Option<HostSummary>,
     /// Its diffusion tables.
@@ -33,20 +37,25 @@ impl RankDigest {
     /// Reduces `payload` under the warm-up and bottleneck settings of
     /// `config`.
     pub fn new(payload: &Payload, config: &Config) -> Self {
-        let mut stages = match payload.view::<StagesView>() {
-            Ok(Some(view)) => Ok(RankStages::new(&view, config.warmup_calls)),
-            Ok(None) => Ok(RankStages::default()),
-            Err(e) => Err(e.to_string()),
+        let header = &payload.header;
+        let (stages, outermost) = match payload.view::<StagesView>() {
+            Ok(Some(view)) => {
+                let (stages, outermost) = RankStages::new(&view, config.warmup_calls);
+                (Ok(stages), outermost)
+            }
+            Ok(None) => (Ok(RankStages::default()), Vec::new()),
+            Err(e) => (Err(e.to_string()), Vec::new()),
         };
-        let busy_spans = match &mut stages {
-            Ok(stages) => std::mem::take(&mut stages.busy_spans),
-            Err(_) => Vec::new(),
-        };
+        let world = header.rank.world_size as usize;
+        let bars = series::share(series::TIMELINE_BARS, world);
+        let gpu_metrics = world.saturating_mul(header.gpus.len()).saturating_mul(5);
+        let points = series::share(series::GPU_POINTS, gpu_metrics);
         let rule = BottleneckRule::from_config(config);
         RankDigest {
-            header: payload.header.clone(),
+            header: header.clone(),
             stages,
-            gpus: gpus::rank_gpus(payload, &busy_spans, &rule),
+            gpus: gpus::rank_gpus(payload, &gpus::busy_spans(&outermost), &rule, points),
+            timeline: series::rank_timeline(header.rank.rank, outermost, bars),
             host: gpus::host_summary(payload),
             diffusion: RankDiffusion::new(payload),
         }

@@ -10,7 +10,8 @@ use rankscope_common::table::{GpuSamplesView, HostSamplesView};
 use rankscope_common::Payload;
 
 use super::bottlenecks::{self, BottleneckRule, ReadingCounts, POWER_REASONS, THERMAL_REASONS};
-use crate::model::{GpuSummary, HostSummary};
+use super::series::{self, OuterStage};
+use crate::model::{GpuSeries, GpuSummary, HostSummary};
 
 const MB: f64 = (1u64 << 20) as f64;
 /// NVML's "GPU idle" throttle reason: not a slowdown.
@@ -31,38 +32,42 @@ pub fn energy_joules(ts_ns: &[u64], power_w: &[Option<f64>]) -> Option<f64> {
     energy
 }
 
-/// One summary per physical GPU, by host and UUID, with its bottlenecks:
-/// the [`rank_gpus`] of every rank, by rank, merged. A GPU several ranks
-/// sampled counts once, with the readings of the lowest of them.
+/// One summary per physical GPU, by host and UUID, with its bottlenecks,
+/// and its readings over time: the [`rank_gpus`] of every rank, by rank,
+/// merged. A GPU several ranks sampled counts once, with the readings of the
+/// lowest of them.
 pub fn gpu_summaries(
-    ranks: impl IntoIterator<Item = Vec<GpuSummary>>,
+    ranks: impl IntoIterator<Item = Vec<(GpuSummary, GpuSeries)>>,
     rule: &BottleneckRule,
-) -> Vec<GpuSummary> {
-    let mut by_device: BTreeMap<(String, String), GpuSummary> = BTreeMap::new();
-    for summary in ranks.into_iter().flatten() {
+) -> (Vec<GpuSummary>, Vec<GpuSeries>) {
+    let mut by_device: BTreeMap<(String, String), (GpuSummary, GpuSeries)> = BTreeMap::new();
+    for (summary, series) in ranks.into_iter().flatten() {
         let key = (summary.host.clone(), summary.uuid.clone());
         match by_device.get_mut(&key) {
-            Some(first) => first.sampled_by.push(summary.rank),
+            Some((first, _)) => first.sampled_by.push(summary.rank),
             None => {
-                by_device.insert(key, summary);
+                by_device.insert(key, (summary, series));
             }
         }
     }
-    let mut gpus: Vec<GpuSummary> = by_device.into_values().collect();
-    gpus.sort_by_key(|g| (g.rank, g.index));
+    let mut gpus: Vec<(GpuSummary, GpuSeries)> = by_device.into_values().collect();
+    gpus.sort_by_key(|(g, _)| (g.rank, g.index));
+    let (mut gpus, series): (Vec<GpuSummary>, Vec<GpuSeries>) = gpus.into_iter().unzip();
     bottlenecks::add_outliers(&mut gpus, rule);
-    gpus
+    (gpus, series)
 }
 
 /// The GPUs one rank sampled, each summarised from its readings with the
 /// bottlenecks they show on their own (outliers need the other GPUs: see
-/// [`gpu_summaries`]). `busy_spans` are the times some stage of the rank
-/// ran, sorted and disjoint.
+/// [`gpu_summaries`]), and its readings over time, at most `points` per
+/// metric. `busy_spans` are the times some stage of the rank ran, sorted
+/// and disjoint.
 pub fn rank_gpus(
     payload: &Payload,
     busy_spans: &[(u64, u64)],
     rule: &BottleneckRule,
-) -> Vec<GpuSummary> {
+    points: usize,
+) -> Vec<(GpuSummary, GpuSeries)> {
     let header = &payload.header;
     let view = payload.view::<GpuSamplesView>().ok().flatten();
     // The rows of each GPU, in one pass over the readings.
@@ -99,6 +104,11 @@ pub fn rank_gpus(
                 throttled_pct: None,
                 bottlenecks: Vec::new(),
             };
+            let mut series = GpuSeries {
+                rank: header.rank.rank,
+                index: meta.index,
+                ..GpuSeries::default()
+            };
             if let Some(v) = &view {
                 let values = |column: OptColumn<'_, _>| -> Vec<Option<f64>> {
                     rows.iter().map(|&i| finite(column.get(i))).collect()
@@ -127,8 +137,24 @@ pub fn rank_gpus(
                 let counts = reading_counts(v, &rows, busy_spans, rule);
                 summary.throttled_pct = bottlenecks::share(counts.throttled, counts.with_reasons);
                 summary.bottlenecks = bottlenecks::own_bottlenecks(&summary, &counts, rule);
+
+                let t: Vec<f64> = ts.iter().map(|&ns| ns as f64 / 1e9).collect();
+                let over_time = |values: &[Option<f64>]| series::readings(&t, values, points);
+                series.util_pct = over_time(&values(v.util_gpu_pct));
+                series.temperature_c = over_time(&values(v.temperature_c));
+                series.power_w = over_time(&power);
+                let memory_mb: Vec<Option<f64>> = rows
+                    .iter()
+                    .map(|&i| v.memory_used_bytes.get(i).map(|b| b as f64 / MB))
+                    .collect();
+                series.memory_mb = over_time(&memory_mb);
+                let sm_clock: Vec<Option<f64>> = rows
+                    .iter()
+                    .map(|&i| v.sm_clock_mhz.get(i).map(f64::from))
+                    .collect();
+                series.sm_clock_mhz = over_time(&sm_clock);
             }
-            summary
+            (summary, series)
         })
         .collect()
 }
@@ -174,6 +200,25 @@ fn reading_counts(
     counts.busy_sm_clock_mhz = mean(busy_clock.into_iter());
     counts.util_in_stages = mean(util_in_stages.into_iter());
     counts
+}
+
+/// The times some of `stages` ran: their spans, sorted and merged where
+/// they overlap.
+pub fn busy_spans(stages: &[OuterStage<'_>]) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = stages
+        .iter()
+        .map(|&(start, end, _)| (start, end))
+        .filter(|(start, end)| start < end)
+        .collect();
+    spans.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+    for (start, end) in spans {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
 }
 
 /// Whether `ts` falls in one of the sorted, disjoint `spans`.
@@ -365,14 +410,14 @@ pub(super) mod tests {
 
     /// The GPU summaries of `payloads`, one per rank.
     fn summaries(payloads: &[Payload], rule: &BottleneckRule) -> Vec<GpuSummary> {
-        let busy_spans = |p: &Payload| match p.view::<StagesView>().unwrap() {
-            Some(stages) => RankStages::new(&stages, 0).busy_spans,
+        let spans_of = |p: &Payload| match p.view::<StagesView>().unwrap() {
+            Some(stages) => busy_spans(&RankStages::new(&stages, 0).1),
             None => Vec::new(),
         };
-        gpu_summaries(
-            payloads.iter().map(|p| rank_gpus(p, &busy_spans(p), rule)),
-            rule,
-        )
+        let ranks = payloads
+            .iter()
+            .map(|p| rank_gpus(p, &spans_of(p), rule, 100));
+        gpu_summaries(ranks, rule).0
     }
 
     fn summarise(payloads: &[Payload]) -> Vec<GpuSummary> {

@@ -5,6 +5,7 @@ mod diffusion;
 mod digest;
 pub mod gpus;
 mod recommend;
+pub mod series;
 mod stages;
 pub mod stats;
 mod stragglers;
@@ -21,7 +22,7 @@ use rankscope_common::payload::GpuSource;
 use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
 use crate::model::{
-    DroppedRows, Notice, RankGpu, RankSummary, Report, SessionSummary, SkippedInput,
+    DroppedRows, Notice, RankGpu, RankSummary, Report, Series, SessionSummary, SkippedInput,
     MISSING_LISTED, SCHEMA_VERSION,
 };
 use times::{RankStages, StageTimes};
@@ -62,8 +63,10 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
     // The parts of each digest that are merged across ranks, taken out.
     let mut times = StageTimes::default();
     let mut gpus_by_rank = Vec::with_capacity(ranks.len());
+    let mut timelines = Vec::with_capacity(ranks.len());
     for digest in &mut ranks {
         gpus_by_rank.push(std::mem::take(&mut digest.gpus));
+        timelines.push(std::mem::take(&mut digest.timeline));
         let rank = digest.header.rank.rank;
         match std::mem::replace(&mut digest.stages, Ok(RankStages::default())) {
             Ok(stages) => times.add(rank, stages),
@@ -100,6 +103,8 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         .iter()
         .map(|r| (r.header.rank.rank, &r.diffusion))
         .collect();
+    let (gpus, gpu_series) =
+        gpus::gpu_summaries(gpus_by_rank, &BottleneckRule::from_config(config));
 
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
@@ -115,12 +120,18 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         stages: stages::stage_stats(&times, session_total_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
-        gpus: gpus::gpu_summaries(gpus_by_rank, &BottleneckRule::from_config(config)),
+        gpus,
         diffusion: diffusion::diffusion(&diffusion),
         recommendations: Vec::new(),
+        series: Series::default(),
     };
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
     report.recommendations = recommend::recommend(&report);
+    let steps: Vec<(u32, &[f64])> = diffusion
+        .iter()
+        .map(|(rank, diffusion)| (*rank, diffusion.steps_ms()))
+        .collect();
+    report.series = series::series(&report, &times, timelines, gpu_series, &steps);
     report
 }
 
@@ -203,6 +214,7 @@ fn rank_summary(digest: &RankDigest, reference_start_ns: i64) -> RankSummary {
         gpu_selection: h.gpu_selection.clone(),
         host_telemetry: digest.host.clone(),
         overflow: h.overflow.clone(),
+        sampler: h.sampler.clone(),
     }
 }
 

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use rankscope_common::table::StagesView;
 
+use super::series::OuterStage;
+
 /// Every call of every stage, by name, then rank.
 #[derive(Debug, Default)]
 pub struct StageTimes {
@@ -20,8 +22,7 @@ pub struct StageTimes {
 }
 
 /// What [`StageTimes`] keeps of one rank's stage table: per stage name its
-/// call durations and self time, and where its calls ran; and the times
-/// some stage ran, for the GPU analysis.
+/// call durations and self time, and where its calls ran.
 #[derive(Debug, Default)]
 pub struct RankStages {
     /// Per stage name: call durations in seconds in start order (the
@@ -29,15 +30,13 @@ pub struct RankStages {
     calls: Vec<(String, Vec<f64>, f64)>,
     /// (name, enclosing name or `None` for the top, calls).
     parents: Vec<(String, Option<String>, u64)>,
-    /// The spans (start, end ns) of the stages that ran inside no other in
-    /// the table, sorted and merged where they overlap.
-    pub busy_spans: Vec<(u64, u64)>,
 }
 
 impl RankStages {
     /// Groups one rank's stage table, leaving out the first `warmup_calls`
-    /// calls of each stage name.
-    pub fn new(stages: &StagesView<'_>, warmup_calls: u32) -> Self {
+    /// calls of each stage name; also returns the stages that ran inside no
+    /// other in the table (warm-up calls included), in table order.
+    pub fn new<'a>(stages: &StagesView<'a>, warmup_calls: u32) -> (Self, Vec<OuterStage<'a>>) {
         let rows = stages.len;
         let duration_ns = |i: usize| stages.end_ns[i].saturating_sub(stages.start_ns[i]);
         let enclosing = enclosing_rows(stages);
@@ -91,13 +90,14 @@ impl RankStages {
                 .sum();
             calls.push((name, durations, self_s));
         }
-        let outermost = (0..rows).filter(|&i| enclosing[i].is_none());
-        let busy_spans = merged_spans(outermost.map(|i| (stages.start_ns[i], stages.end_ns[i])));
-        RankStages {
-            calls,
-            parents,
-            busy_spans,
-        }
+        let outermost = (0..rows)
+            .filter(|&i| enclosing[i].is_none())
+            .map(|i| {
+                let name = stages.name.dictionary().value(stages.name.key(i));
+                (stages.start_ns[i], stages.end_ns[i], name)
+            })
+            .collect();
+        (RankStages { calls, parents }, outermost)
     }
 }
 
@@ -113,21 +113,6 @@ fn enclosing_rows(stages: &StagesView<'_>) -> Vec<Option<usize>> {
             Some(by_id[at].1)
         })
         .collect()
-}
-
-/// `spans` (start, end) that are not empty, sorted and merged where they
-/// overlap or nest.
-fn merged_spans(spans: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
-    let mut spans: Vec<(u64, u64)> = spans.filter(|(start, end)| start < end).collect();
-    spans.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
-    for (start, end) in spans {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    merged
 }
 
 impl StageTimes {
@@ -188,7 +173,7 @@ pub(super) mod tests {
             let view = payload.view::<StagesView>().unwrap().unwrap();
             times.add(
                 payload.header.rank.rank,
-                RankStages::new(&view, warmup_calls),
+                RankStages::new(&view, warmup_calls).0,
             );
         }
         times

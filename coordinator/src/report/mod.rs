@@ -2,15 +2,17 @@
 //! session directory. None of them computes statistics.
 
 mod csv;
+pub mod html;
 mod summary;
 
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use rankscope_common::gather::{Gathered, ReportFiles};
 use rankscope_common::{file, Config};
 
 use crate::analysis::analyze;
-use crate::model::Report;
+use crate::model::{Report, StageStats};
 
 pub use summary::summary;
 
@@ -18,6 +20,8 @@ pub use summary::summary;
 pub const REPORT_JSON: &str = "report.json";
 /// The terminal summary.
 pub const SUMMARY_TXT: &str = "summary.txt";
+/// The page with charts.
+pub const REPORT_HTML: &str = "report.html";
 /// Stage statistics as CSV.
 pub const STAGES_CSV: &str = "stages.csv";
 
@@ -38,16 +42,50 @@ pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<Report
     write_reports(&analyze(gathered, config), dir)
 }
 
-/// Writes `report.json`, `summary.txt` and `stages.csv` into `dir`.
+/// Writes `report.json`, `report.html`, `summary.txt` and `stages.csv` into
+/// `dir`.
 pub fn write_reports(report: &Report, dir: &Path) -> Result<ReportFiles, WriteError> {
     let summary = summary(report);
     let json = serde_json::to_vec_pretty(report).expect("the report model always serializes");
     let files = vec![
         write_file(&dir.join(REPORT_JSON), &json)?,
+        write_file(&dir.join(REPORT_HTML), html::html(report).as_bytes())?,
         write_file(&dir.join(SUMMARY_TXT), summary.as_bytes())?,
         write_file(&dir.join(STAGES_CSV), csv::stages_csv(report).as_bytes())?,
     ];
     Ok(ReportFiles { files, summary })
+}
+
+/// The stages in tree order: each top-level stage (the largest total
+/// first) followed by the stages nested in it, with their depth. A stage
+/// whose parent is not in the list, or that sits in a loop of parents, is
+/// shown at the top.
+pub(crate) fn stage_tree(stages: &[StageStats]) -> Vec<(&StageStats, usize)> {
+    let mut children: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let known: HashSet<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+    let mut roots = Vec::new();
+    for (i, stage) in stages.iter().enumerate() {
+        match stage.parent.as_deref().filter(|p| known.contains(p)) {
+            Some(parent) => children.entry(parent).or_default().push(i),
+            None => roots.push(i),
+        }
+    }
+    let mut ordered = Vec::with_capacity(stages.len());
+    let mut placed = vec![false; stages.len()];
+    // Depth first from each root; then from whatever a loop kept unplaced.
+    for start in roots.into_iter().chain(0..stages.len()) {
+        let mut stack = vec![(start, 0)];
+        while let Some((i, depth)) = stack.pop() {
+            if std::mem::replace(&mut placed[i], true) {
+                continue;
+            }
+            ordered.push((&stages[i], depth));
+            if let Some(kids) = children.get(stages[i].name.as_str()) {
+                stack.extend(kids.iter().rev().map(|&k| (k, depth + 1)));
+            }
+        }
+    }
+    ordered
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<PathBuf, WriteError> {

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use super::stage_tree;
 use crate::model::{HostSummary, LockstepStage, Report, StageStats};
 use rankscope_common::payload::GpuSource;
 use rankscope_common::text::{cell, rank_ranges, wrap};
@@ -78,38 +79,6 @@ fn fit(value: f64, decimals: usize, width: usize) -> String {
 fn write_wrapped(out: &mut String, prefix: &str, text: &str) -> std::fmt::Result {
     let indent = prefix.len() - prefix.trim_start_matches(' ').len() + 4;
     writeln!(out, "{}", wrap(&format!("{prefix}{text}"), WIDTH, indent))
-}
-
-/// The stages in tree order: each top-level stage (the largest total
-/// first) followed by the stages nested in it, with their depth. A stage
-/// whose parent is not in the list, or that sits in a loop of parents, is
-/// shown at the top.
-fn stage_tree(stages: &[StageStats]) -> Vec<(&StageStats, usize)> {
-    let mut children: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    let known: std::collections::HashSet<&str> = stages.iter().map(|s| s.name.as_str()).collect();
-    let mut roots = Vec::new();
-    for (i, stage) in stages.iter().enumerate() {
-        match stage.parent.as_deref().filter(|p| known.contains(p)) {
-            Some(parent) => children.entry(parent).or_default().push(i),
-            None => roots.push(i),
-        }
-    }
-    let mut ordered = Vec::with_capacity(stages.len());
-    let mut placed = vec![false; stages.len()];
-    // Depth first from each root; then from whatever a loop kept unplaced.
-    for start in roots.into_iter().chain(0..stages.len()) {
-        let mut stack = vec![(start, 0)];
-        while let Some((i, depth)) = stack.pop() {
-            if std::mem::replace(&mut placed[i], true) {
-                continue;
-            }
-            ordered.push((&stages[i], depth));
-            if let Some(kids) = children.get(stages[i].name.as_str()) {
-                stack.extend(kids.iter().rev().map(|&k| (k, depth + 1)));
-            }
-        }
-    }
-    ordered
 }
 
 fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {

@@ -1,0 +1,216 @@
+// report.html's charts and sortable tables. The data is the report itself
+// (report.json), read from the page's JSON block; every string from a rank
+// that goes into a tooltip (HTML) is escaped with echarts.format.encodeHTML,
+// and DOM text is set with textContent only.
+(function () {
+  'use strict';
+  var report = JSON.parse(document.getElementById('report-data').textContent);
+  var series = report.series || {};
+  var simulated = report.session.gpu_source === 'simulated';
+  var esc = echarts.format.encodeHTML;
+  var palette = ['#3559c7', '#e07b39', '#2f9e6b', '#c2415d', '#7a55c7', '#8c6d31',
+                 '#1b9bb0', '#d4a017', '#5b6475', '#b03a9e', '#4d8f2f', '#a34a28'];
+  var charts = [];
+
+  function sum(list, f) { return list.reduce(function (n, x) { return n + f(x); }, 0); }
+  function fixed(v, d) { return v === null || v === undefined ? '–' : Number(v).toFixed(d); }
+
+  // Draws a chart into #id, or says there is nothing to draw; the element
+  // records how many data points it shows (data-points).
+  function draw(id, points, option) {
+    var el = document.getElementById(id);
+    if (!el) { return; }
+    el.setAttribute('data-points', String(points));
+    if (!points) {
+      el.classList.add('empty');
+      el.textContent = el.getAttribute('data-empty');
+      return;
+    }
+    option.animation = false;
+    if (simulated && id.indexOf('chart-gpu') === 0) {
+      option.title = { text: 'SIMULATED', right: 8, top: 0,
+                       textStyle: { color: '#b54708', fontSize: 12, fontWeight: 'bold' } };
+    }
+    var chart = echarts.init(el);
+    chart.setOption(option);
+    charts.push(chart);
+  }
+  window.addEventListener('resize', function () {
+    charts.forEach(function (c) { c.resize(); });
+  });
+
+  var rankLabels = report.ranks.map(function (r) { return 'rank ' + r.rank; });
+
+  // Time per stage and rank.
+  (function () {
+    var names = report.stages.map(function (s) { return s.name; });
+    var cells = [];
+    var max = 0;
+    (series.stage_totals_s || []).forEach(function (row, y) {
+      row.forEach(function (v, x) {
+        if (v !== null) { cells.push([x, y, v]); max = Math.max(max, v); }
+      });
+    });
+    draw('chart-heatmap', cells.length, {
+      tooltip: {
+        formatter: function (p) {
+          return esc(names[p.value[1]]) + '<br>' + rankLabels[p.value[0]] + ': ' +
+            fixed(p.value[2], 3) + ' s';
+        }
+      },
+      grid: { left: 160, right: 24, top: 8, bottom: 72 },
+      xAxis: { type: 'category', data: rankLabels },
+      yAxis: { type: 'category', data: names, inverse: true,
+               axisLabel: { width: 150, overflow: 'truncate' } },
+      visualMap: { min: 0, max: max || 1, precision: 3, calculable: true, orient: 'horizontal',
+                   left: 'center', bottom: 0, text: ['s', ''], itemHeight: 160 },
+      series: [{ type: 'heatmap', data: cells, progressive: 5000 }]
+    });
+  })();
+
+  // Each rank's outermost stages on the shared timeline.
+  (function () {
+    var names = [];
+    var index = new Map();
+    var bars = [];
+    var rows = (series.timelines || []).map(function (t) { return 'rank ' + t.rank; });
+    (series.timelines || []).forEach(function (t, row) {
+      for (var i = 0; i < t.name.length; i++) {
+        var name = t.names[t.name[i]];
+        if (!index.has(name)) { index.set(name, names.length); names.push(name); }
+        bars.push([row, t.start_s[i], t.end_s[i], index.get(name), t.calls[i]]);
+      }
+    });
+    draw('chart-timeline', bars.length, {
+      tooltip: {
+        formatter: function (p) {
+          var v = p.value;
+          return esc(names[v[3]]) + '<br>' + esc(rows[v[0]]) + ': ' + fixed(v[1], 3) + '–' +
+            fixed(v[2], 3) + ' s (' + fixed(v[2] - v[1], 3) + ' s)' +
+            (v[4] > 1 ? '<br>' + v[4] + ' calls' : '');
+        }
+      },
+      dataZoom: [{ type: 'inside', filterMode: 'weakFilter' },
+                 { type: 'slider', filterMode: 'weakFilter', bottom: 8 }],
+      grid: { left: 80, right: 24, top: 8, bottom: 56 },
+      xAxis: { type: 'value', name: 's', scale: true },
+      yAxis: { type: 'category', data: rows, inverse: true },
+      series: [{
+        type: 'custom',
+        encode: { x: [1, 2], y: 0 },
+        data: bars,
+        renderItem: function (params, api) {
+          var y = api.value(0);
+          var from = api.coord([api.value(1), y]);
+          var to = api.coord([api.value(2), y]);
+          var height = api.size([0, 1])[1] * 0.7;
+          var shape = echarts.graphic.clipRectByRect(
+            { x: from[0], y: from[1] - height / 2, width: Math.max(to[0] - from[0], 1), height: height },
+            { x: params.coordSys.x, y: params.coordSys.y,
+              width: params.coordSys.width, height: params.coordSys.height });
+          return shape && { type: 'rect', shape: shape,
+                            style: { fill: palette[api.value(3) % palette.length] } };
+        }
+      }]
+    });
+    var legend = document.createElement('p');
+    legend.className = 'hint';
+    names.forEach(function (name, i) {
+      var swatch = document.createElement('span');
+      swatch.textContent = '■ ';
+      swatch.style.color = palette[i % palette.length];
+      legend.appendChild(swatch);
+      legend.appendChild(document.createTextNode(name + '   '));
+    });
+    var chart = document.getElementById('chart-timeline');
+    if (chart && names.length) { chart.parentNode.insertBefore(legend, chart.nextSibling); }
+  })();
+
+  // GPU readings over time, one line per GPU.
+  function gpuChart(id, metric, unit) {
+    var lines = (series.gpus || []).filter(function (g) {
+      return g[metric] && g[metric].t_s.length;
+    }).map(function (g) {
+      var m = g[metric];
+      return {
+        name: 'rank ' + g.rank + ' GPU ' + g.index, type: 'line', showSymbol: false,
+        sampling: 'lttb', data: m.t_s.map(function (t, i) { return [t, m.value[i]]; })
+      };
+    });
+    draw(id, sum(lines, function (l) { return l.data.length; }), {
+      tooltip: { trigger: 'axis' },
+      legend: { type: 'scroll', bottom: 0 },
+      grid: { left: 64, right: 24, top: 24, bottom: 56 },
+      xAxis: { type: 'value', name: 's', scale: true },
+      yAxis: { type: 'value', name: unit, scale: true },
+      dataZoom: [{ type: 'inside' }],
+      series: lines
+    });
+  }
+  gpuChart('chart-gpu-util', 'util_pct', '%');
+  gpuChart('chart-gpu-memory', 'memory_mb', 'MB');
+  gpuChart('chart-gpu-temperature', 'temperature_c', '°C');
+  gpuChart('chart-gpu-power', 'power_w', 'W');
+  gpuChart('chart-gpu-clock', 'sm_clock_mhz', 'MHz');
+
+  // Diffusion: step time per rank, block throughput per rank.
+  (function () {
+    var lines = (series.steps || []).map(function (s) {
+      return {
+        name: 'rank ' + s.rank, type: 'line', showSymbol: false, sampling: 'lttb',
+        data: s.step.map(function (step, i) { return [step, s.ms[i]]; })
+      };
+    });
+    draw('chart-steps', sum(lines, function (l) { return l.data.length; }), {
+      tooltip: { trigger: 'axis' },
+      legend: { type: 'scroll', bottom: 0 },
+      grid: { left: 64, right: 24, top: 16, bottom: 56 },
+      xAxis: { type: 'value', name: 'step', scale: true },
+      yAxis: { type: 'value', name: 'ms', scale: true },
+      series: lines
+    });
+    var blocks = report.diffusion.blocks;
+    var fps = blocks ? blocks.per_rank_fps : [];
+    draw('chart-fps', fps.length, {
+      tooltip: { trigger: 'axis' },
+      grid: { left: 64, right: 24, top: 16, bottom: 32 },
+      xAxis: { type: 'category', data: fps.map(function (v) { return 'rank ' + v.rank; }) },
+      yAxis: { type: 'value', name: 'frames/s' },
+      series: [{ type: 'bar', name: 'frames/s', data: fps.map(function (v) { return v.value; }),
+                 itemStyle: { color: palette[0] } }]
+    });
+  })();
+
+  // Sortable tables: a click on a head sorts by that column (numbers by
+  // their data-sort value, missing ones last), a second click reverses.
+  Array.prototype.forEach.call(document.querySelectorAll('table.sortable'), function (table) {
+    var heads = table.querySelectorAll('th');
+    Array.prototype.forEach.call(heads, function (th, col) {
+      th.addEventListener('click', function () {
+        var numeric = th.getAttribute('data-numeric') === 'true';
+        var ascending = !th.classList.contains('sorted-asc');
+        Array.prototype.forEach.call(heads, function (h) {
+          h.classList.remove('sorted-asc', 'sorted-desc');
+        });
+        th.classList.add(ascending ? 'sorted-asc' : 'sorted-desc');
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        var key = function (row) {
+          var cell = row.cells[col];
+          if (!numeric) { return cell.textContent; }
+          var v = parseFloat(cell.getAttribute('data-sort'));
+          return isNaN(v) ? null : v;
+        };
+        rows.sort(function (a, b) {
+          var x = key(a), y = key(b);
+          if (x === null || y === null) { return (x === null) - (y === null); }
+          var d = numeric ? x - y : x.localeCompare(y);
+          return ascending ? d : -d;
+        });
+        rows.forEach(function (row) { body.appendChild(row); });
+      });
+    });
+  });
+
+  document.body.setAttribute('data-charts', 'ready');
+})();

@@ -1,0 +1,318 @@
+//! The chart data of the report ([`Series`]), reduced to a bounded size as
+//! each rank is digested: a rank's outermost stages become at most a share
+//! of [`TIMELINE_BARS`] bars, each GPU metric at most a share of
+//! [`GPU_POINTS`] points, each rank's step times a share of
+//! [`STEP_POINTS`]. The shares are of the whole job, so that the HTML of 64
+//! ranks over an hour stays a few megabytes.
+//!
+//! [`Series`]: crate::model::Series
+
+use std::collections::BTreeMap;
+
+use super::times::StageTimes;
+use crate::model::{GpuSeries, RankSteps, RankTimeline, Report, Series, Timed};
+
+/// Timeline bars of all ranks together.
+pub const TIMELINE_BARS: usize = 40_000;
+/// Points of all metrics of all GPUs together.
+pub const GPU_POINTS: usize = 120_000;
+/// Step points of all ranks together.
+pub const STEP_POINTS: usize = 40_000;
+/// No part gets fewer than this many bars or points.
+const FLOOR: usize = 64;
+
+/// One part's share of `budget` split among `parts`.
+pub fn share(budget: usize, parts: usize) -> usize {
+    (budget / parts.max(1)).max(FLOOR)
+}
+
+/// Seconds rounded to the microsecond, values to 3 decimals: the charts
+/// show no more, and the JSON stays short.
+fn round(value: f64, decimals: i32) -> f64 {
+    let scale = 10f64.powi(decimals);
+    (value * scale).round() / scale
+}
+
+/// At most `points` points of the series (`t`, `value`) in time order: all
+/// of them when they fit, else the lowest and the highest of each of
+/// `points / 2` equal runs of readings, so that spikes survive.
+pub fn min_max_buckets(t: &[f64], value: &[f64], points: usize) -> Timed {
+    let n = t.len().min(value.len());
+    let mut out = Timed::default();
+    let mut push = |i: usize| {
+        out.t_s.push(round(t[i], 6));
+        out.value.push(round(value[i], 3));
+    };
+    let buckets = (points / 2).max(1);
+    if n <= points {
+        (0..n).for_each(&mut push);
+        return out;
+    }
+    for b in 0..buckets {
+        let (from, to) = (b * n / buckets, (b + 1) * n / buckets);
+        if from == to {
+            continue;
+        }
+        let extreme = |better: fn(f64, f64) -> bool| {
+            (from..to).fold(from, |best, i| {
+                if better(value[i], value[best]) {
+                    i
+                } else {
+                    best
+                }
+            })
+        };
+        let (low, high) = (extreme(|a, b| a < b), extreme(|a, b| a > b));
+        push(low.min(high));
+        if low != high {
+            push(low.max(high));
+        }
+    }
+    out
+}
+
+/// [`min_max_buckets`] of the readings that are there (`Some`) in `value`.
+pub fn readings(t: &[f64], value: &[Option<f64>], points: usize) -> Timed {
+    let (t, value): (Vec<f64>, Vec<f64>) = t
+        .iter()
+        .zip(value)
+        .filter_map(|(&t, v)| Some((t, (*v)?)))
+        .unzip();
+    min_max_buckets(&t, &value, points)
+}
+
+/// A rank's step times, at most `points` of them kept (min/max buckets).
+pub fn rank_steps(rank: u32, ms: &[f64], points: usize) -> RankSteps {
+    let index: Vec<f64> = (0..ms.len()).map(|i| i as f64).collect();
+    let kept = min_max_buckets(&index, ms, points);
+    RankSteps {
+        rank,
+        step: kept.t_s.iter().map(|&i| i as u64).collect(),
+        ms: kept.value,
+    }
+}
+
+/// The report's chart data. `timelines` and `gpus` (in the order of
+/// `report.gpus`), each on its rank's own clock, are moved onto the shared
+/// timeline by their rank's `started_s`; `steps` are each rank's step
+/// times.
+pub fn series(
+    report: &Report,
+    times: &StageTimes,
+    timelines: Vec<RankTimeline>,
+    gpus: Vec<GpuSeries>,
+    steps: &[(u32, &[f64])],
+) -> Series {
+    let started_s: BTreeMap<u32, f64> =
+        report.ranks.iter().map(|r| (r.rank, r.started_s)).collect();
+    let shift = |rank: u32, times: &mut [f64]| {
+        let by = started_s.get(&rank).copied().unwrap_or(0.0);
+        times.iter_mut().for_each(|t| *t = round(*t + by, 6));
+    };
+    let timelines = timelines
+        .into_iter()
+        .map(|mut timeline| {
+            shift(timeline.rank, &mut timeline.start_s);
+            shift(timeline.rank, &mut timeline.end_s);
+            timeline
+        })
+        .collect();
+    let gpus = gpus
+        .into_iter()
+        .map(|mut gpu| {
+            for metric in [
+                &mut gpu.util_pct,
+                &mut gpu.memory_mb,
+                &mut gpu.temperature_c,
+                &mut gpu.power_w,
+                &mut gpu.sm_clock_mhz,
+            ] {
+                shift(gpu.rank, &mut metric.t_s);
+            }
+            gpu
+        })
+        .collect();
+    let stage_totals_s = report
+        .stages
+        .iter()
+        .map(|stage| {
+            let by_rank = times.by_name.get(&stage.name);
+            report
+                .ranks
+                .iter()
+                .map(|rank| {
+                    let calls = by_rank?.get(&rank.rank)?;
+                    Some(round(calls.iter().sum(), 6))
+                })
+                .collect()
+        })
+        .collect();
+    let points = share(STEP_POINTS, steps.len());
+    Series {
+        stage_totals_s,
+        timelines,
+        gpus,
+        steps: steps
+            .iter()
+            .filter(|(_, ms)| !ms.is_empty())
+            .map(|&(rank, ms)| rank_steps(rank, ms, points))
+            .collect(),
+    }
+}
+
+/// A stage that ran inside no other: start and end (ns on the rank's
+/// clock) and its name.
+pub type OuterStage<'a> = (u64, u64, &'a str);
+
+/// The timeline of a rank's outermost `stages`, in seconds of its own
+/// session: one bar per stage when at most `bars` ran, else `bars` equal
+/// stretches of time, each the stage that ran most within it (neighbours of
+/// the same stage joined).
+pub fn rank_timeline<'a>(rank: u32, mut stages: Vec<OuterStage<'a>>, bars: usize) -> RankTimeline {
+    stages.retain(|&(start, end, _)| start <= end);
+    stages.sort_unstable_by_key(|&(start, end, _)| (start, end));
+    let mut timeline = RankTimeline {
+        rank,
+        coalesced: stages.len() > bars,
+        ..RankTimeline::default()
+    };
+    let mut index_of: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut push =
+        |timeline: &mut RankTimeline, name: &'a str, start: u64, end: u64, calls: u64| {
+            let next = index_of.len() as u32;
+            let index = *index_of.entry(name).or_insert_with(|| {
+                timeline.names.push(name.to_string());
+                next
+            });
+            timeline.name.push(index);
+            timeline.start_s.push(round(start as f64 / 1e9, 6));
+            timeline.end_s.push(round(end as f64 / 1e9, 6));
+            timeline.calls.push(calls);
+        };
+    if !timeline.coalesced {
+        for &(start, end, name) in &stages {
+            push(&mut timeline, name, start, end, 1);
+        }
+        return timeline;
+    }
+    let first = stages.first().map_or(0, |s| s.0);
+    let last = stages.iter().map(|s| s.1).max().unwrap_or(first);
+    let width = (last - first).div_ceil(bars as u64).max(1);
+    // Per stretch: time and calls (starts) per name. A stage longer than a
+    // stretch counts in each it covers, up to a total of visits that keeps
+    // this linear whatever the input (past it, in its first stretch only).
+    let mut stretches: Vec<BTreeMap<&'a str, (u64, u64)>> = vec![BTreeMap::new(); bars];
+    let mut visits_left = stages.len() + 4 * bars;
+    for &(start, end, name) in &stages {
+        let stretch_of = |ns: u64| (((ns - first) / width) as usize).min(bars - 1);
+        let (from, to) = (
+            stretch_of(start),
+            stretch_of(end.saturating_sub(1).max(start)),
+        );
+        let to = to.min(from + visits_left.saturating_sub(1));
+        for (b, stretch) in stretches.iter_mut().enumerate().take(to + 1).skip(from) {
+            let lower = first + b as u64 * width;
+            let overlap = end.min(lower + width).saturating_sub(start.max(lower));
+            let entry = stretch.entry(name).or_default();
+            entry.0 += overlap;
+            entry.1 += u64::from(b == from);
+        }
+        visits_left = visits_left.saturating_sub(to + 1 - from);
+    }
+    let mut current: Option<(&'a str, u64, u64, u64)> = None;
+    for (b, by_name) in stretches.iter().enumerate() {
+        let from = first + b as u64 * width;
+        let Some((&name, &(_, calls))) = by_name.iter().max_by_key(|(_, &(ns, _))| ns) else {
+            continue;
+        };
+        let to = from + width;
+        match &mut current {
+            Some((same, _, end, n)) if *same == name && *end == from => {
+                *end = to;
+                *n += calls;
+            }
+            _ => {
+                if let Some((name, start, end, n)) = current.take() {
+                    push(&mut timeline, name, start, end.min(last), n);
+                }
+                current = Some((name, from, to, calls));
+            }
+        }
+    }
+    if let Some((name, start, end, n)) = current {
+        push(&mut timeline, name, start, end.min(last), n);
+    }
+    timeline
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_series_is_kept_whole() {
+        let t = [0.0, 1.0, 2.0];
+        let kept = min_max_buckets(&t, &[5.0, 6.0, 7.0], 10);
+        assert_eq!(kept.t_s, t);
+        assert_eq!(kept.value, [5.0, 6.0, 7.0]);
+    }
+
+    #[test]
+    fn a_long_series_keeps_each_buckets_extremes_and_its_spikes() {
+        // 10,000 readings of 50 with one spike of 99 and one dip of 1.
+        let t: Vec<f64> = (0..10_000).map(f64::from).collect();
+        let mut v = vec![50.0; 10_000];
+        v[1_234] = 99.0;
+        v[8_765] = 1.0;
+        let kept = min_max_buckets(&t, &v, 100);
+        assert!(kept.t_s.len() <= 100, "{}", kept.t_s.len());
+        assert!(kept.t_s.windows(2).all(|w| w[0] < w[1]), "time order");
+        assert!(kept.t_s.contains(&1_234.0) && kept.value.contains(&99.0));
+        assert!(kept.t_s.contains(&8_765.0) && kept.value.contains(&1.0));
+    }
+
+    #[test]
+    fn few_stages_are_one_bar_each() {
+        let timeline = rank_timeline(
+            3,
+            vec![
+                (2_000_000_000, 3_000_000_000, "decode"),
+                (0, 1_500_000_000, "step"),
+            ],
+            10,
+        );
+        assert!(!timeline.coalesced);
+        assert_eq!(timeline.names, ["step", "decode"]);
+        assert_eq!(timeline.name, [0, 1]);
+        assert_eq!(timeline.start_s, [0.0, 2.0]);
+        assert_eq!(timeline.end_s, [1.5, 3.0]);
+        assert_eq!(timeline.calls, [1, 1]);
+    }
+
+    #[test]
+    fn many_stages_become_the_stage_that_ran_most_in_each_stretch() {
+        // 1,000 s: `load` for the first 100 s in 100 calls, then `step`
+        // calls of 0.9 s each second, with 0.1 s of `sync` between.
+        let mut stages = Vec::new();
+        for s in 0..100u64 {
+            stages.push((s * 1_000_000_000, (s + 1) * 1_000_000_000, "load"));
+        }
+        for s in 100..1_000u64 {
+            let start = s * 1_000_000_000;
+            stages.push((start, start + 900_000_000, "step"));
+            stages.push((start + 900_000_000, start + 1_000_000_000, "sync"));
+        }
+        let timeline = rank_timeline(0, stages, 50);
+        assert!(timeline.coalesced);
+        assert!(timeline.name.len() <= 50);
+        let names: Vec<&str> = timeline
+            .name
+            .iter()
+            .map(|&i| timeline.names[i as usize].as_str())
+            .collect();
+        assert_eq!(names, ["load", "step"], "neighbours of one stage joined");
+        assert_eq!(timeline.start_s[0], 0.0);
+        assert_eq!(timeline.end_s[1], 1_000.0);
+        assert_eq!(timeline.calls, [100, 900]);
+    }
+}

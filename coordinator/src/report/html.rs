@@ -1,0 +1,607 @@
+//! `report.html`: one self-contained page (no network: the chart library and
+//! the data are inlined) rendered with tera, autoescaping on. The tables are
+//! rendered here; the charts are drawn in the browser by the vendored
+//! Apache ECharts build from `report.series`.
+//!
+//! Every string from a rank (stage names, tags, hosts, messages) reaches the
+//! page either through tera's autoescaping or inside the JSON data block,
+//! where [`script_json`] escapes what could end the `<script>` element.
+
+use serde::Serialize;
+
+use super::stage_tree;
+use rankscope_common::payload::GpuSource;
+
+use crate::model::{Report, Severity};
+
+const TEMPLATE: &str = include_str!("../../templates/report.html");
+const STYLE: &str = include_str!("../../assets/report.css");
+const SCRIPT: &str = include_str!("../../assets/report.js");
+const ECHARTS: &str = include_str!("../../assets/echarts/echarts.min.js");
+
+/// The page of `report`.
+pub fn html(report: &Report) -> String {
+    let mut tera = tera::Tera::default();
+    // The name ends in `.html`: tera autoescapes every `{{ }}` in it.
+    tera.add_raw_template("report.html", TEMPLATE)
+        .expect("the report template parses");
+    let page = Page::new(report);
+    let context = tera::Context::from_serialize(&page).expect("the page view serializes");
+    tera.render("report.html", &context)
+        .expect("the report template renders every page view")
+}
+
+/// JSON that can sit inside a `<script>` element: `<`, `>` and `&` (so no
+/// `</script>` or `<!--` can appear) and the line separators U+2028/U+2029
+/// written as `\u` escapes, which JSON reads back as the same characters.
+pub fn script_json(value: &impl Serialize) -> String {
+    let json = serde_json::to_string(value).expect("the report model always serializes");
+    let mut out = String::with_capacity(json.len() + json.len() / 16);
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// What the template renders: text already formatted, so that the
+/// template holds no arithmetic.
+#[derive(Serialize)]
+struct Page {
+    title: String,
+    name: String,
+    schema_version: u32,
+    simulated: bool,
+    version: &'static str,
+    headline: Vec<(String, String)>,
+    top_finding: Option<Finding>,
+    findings: Vec<Finding>,
+    stages: Table,
+    stragglers: Table,
+    lockstep: Table,
+    gpus: Table,
+    diffusion: Vec<(String, String)>,
+    ranks: Table,
+    session: Vec<(String, String)>,
+    notes: Vec<String>,
+    overhead: Table,
+    coalesced_timelines: usize,
+    style: &'static str,
+    script: &'static str,
+    echarts: &'static str,
+    data: String,
+}
+
+#[derive(Serialize)]
+struct Finding {
+    severity: &'static str,
+    category: String,
+    message: String,
+    evidence: String,
+}
+
+/// A table: its column heads and rows of cells.
+#[derive(Serialize, Default)]
+struct Table {
+    heads: Vec<Head>,
+    rows: Vec<Vec<Cell>>,
+}
+
+#[derive(Serialize)]
+struct Head {
+    label: &'static str,
+    numeric: bool,
+}
+
+/// One cell: its text, the number it sorts by (numeric columns), how deep
+/// it is indented (nested stages) and badges (GPU bottlenecks).
+#[derive(Serialize, Default)]
+struct Cell {
+    text: String,
+    sort: Option<f64>,
+    depth: usize,
+    badges: Vec<(String, String)>,
+}
+
+impl Cell {
+    fn text(text: impl Into<String>) -> Self {
+        Cell {
+            text: text.into(),
+            ..Cell::default()
+        }
+    }
+
+    /// `value` with `decimals` decimals; `null` (not measured) as a dash.
+    fn number(value: Option<f64>, decimals: usize) -> Self {
+        Cell {
+            text: value.map_or_else(|| "–".to_string(), |v| format!("{v:.decimals$}")),
+            sort: value,
+            ..Cell::default()
+        }
+    }
+
+    /// A value with the rank it belongs to: `1.234 (r3)`.
+    fn at_rank(value: f64, rank: u32) -> Self {
+        Cell {
+            text: format!("{value:.3} (r{rank})"),
+            sort: Some(value),
+            ..Cell::default()
+        }
+    }
+}
+
+fn heads(labels: &[(&'static str, bool)]) -> Vec<Head> {
+    labels
+        .iter()
+        .map(|&(label, numeric)| Head { label, numeric })
+        .collect()
+}
+
+fn finding(r: &crate::model::Recommendation) -> Finding {
+    Finding {
+        severity: r.severity.as_str(),
+        category: r.category.clone(),
+        message: r.message.clone(),
+        evidence: r.evidence.clone(),
+    }
+}
+
+impl Page {
+    fn new(report: &Report) -> Self {
+        let s = &report.session;
+        let simulated = s.gpu_source == GpuSource::Simulated;
+        let missing = if s.ranks_missing_count == 0 {
+            "none".to_string()
+        } else {
+            format!("{} {}", s.ranks_missing_count, s.missing_text())
+        };
+        let headline = vec![
+            ("Session".into(), format!("{} ({})", s.name, s.id)),
+            ("Started".into(), utc(s.started_unix_s)),
+            ("Duration".into(), format!("{:.3} s", s.duration_s)),
+            (
+                "Ranks".into(),
+                format!("{} of {} reporting", s.ranks_reporting.len(), s.world_size),
+            ),
+            ("Ranks missing".into(), missing),
+            ("GPU data".into(), gpu_source(s.gpu_source).into()),
+        ];
+        let findings: Vec<Finding> = report.recommendations.iter().map(finding).collect();
+        let top_finding = report
+            .recommendations
+            .iter()
+            .find(|r| r.severity != Severity::Info)
+            .or(report.recommendations.first())
+            .map(finding);
+        Page {
+            title: format!("rankscope · {}", s.name),
+            name: s.name.clone(),
+            schema_version: report.schema_version,
+            simulated,
+            version: env!("CARGO_PKG_VERSION"),
+            headline,
+            top_finding,
+            findings,
+            stages: stages(report),
+            stragglers: stragglers(report),
+            lockstep: lockstep(report),
+            gpus: gpus(report),
+            diffusion: diffusion(report),
+            ranks: ranks(report),
+            session: session(report),
+            notes: notes(report),
+            overhead: overhead(report),
+            coalesced_timelines: report
+                .series
+                .timelines
+                .iter()
+                .filter(|t| t.coalesced)
+                .count(),
+            style: STYLE,
+            script: SCRIPT,
+            echarts: ECHARTS,
+            data: script_json(report),
+        }
+    }
+}
+
+fn gpu_source(source: GpuSource) -> &'static str {
+    match source {
+        GpuSource::Nvml => "measured (NVML)",
+        GpuSource::Simulated => "SIMULATED (no real GPU)",
+        GpuSource::None => "none",
+    }
+}
+
+fn stages(report: &Report) -> Table {
+    let rows = stage_tree(&report.stages)
+        .into_iter()
+        .map(|(stage, depth)| {
+            vec![
+                Cell {
+                    depth,
+                    ..Cell::text(stage.name.clone())
+                },
+                Cell::number(Some(stage.count as f64), 0),
+                Cell::number(Some(f64::from(stage.ranks)), 0),
+                Cell::number(Some(stage.total_s.avg), 3),
+                Cell::at_rank(stage.total_s.min, stage.total_s.min_rank),
+                Cell::at_rank(stage.total_s.max, stage.total_s.max_rank),
+                Cell::number(Some(stage.self_s.avg), 3),
+                Cell::number(Some(stage.per_call_ms.p50), 2),
+                Cell::number(Some(stage.per_call_ms.p95), 2),
+                Cell::number(Some(stage.per_call_ms.p99), 2),
+                Cell::number(Some(stage.imbalance_pct), 1),
+                Cell::number(Some(stage.share_pct), 1),
+            ]
+        })
+        .collect();
+    Table {
+        heads: heads(&[
+            ("Stage", false),
+            ("Calls", true),
+            ("Ranks", true),
+            ("Total avg s", true),
+            ("Min s", true),
+            ("Max s", true),
+            ("Self avg s", true),
+            ("p50 ms", true),
+            ("p95 ms", true),
+            ("p99 ms", true),
+            ("Imbalance %", true),
+            ("Share %", true),
+        ]),
+        rows,
+    }
+}
+
+fn stragglers(report: &Report) -> Table {
+    let rows = report
+        .stragglers
+        .iter()
+        .map(|s| {
+            let evidence = if s.evidence.is_empty() {
+                "none found".to_string()
+            } else {
+                s.evidence.join("; ")
+            };
+            vec![
+                Cell::number(Some(f64::from(s.rank)), 0),
+                Cell::text(s.stage.clone()),
+                Cell {
+                    text: format!("{:.2}×", s.slowdown),
+                    sort: Some(s.slowdown),
+                    ..Cell::default()
+                },
+                Cell::number(Some(s.excess_s), 3),
+                Cell::number(Some(s.wait_s), 3),
+                Cell::text(evidence),
+            ]
+        })
+        .collect();
+    Table {
+        heads: heads(&[
+            ("Rank", true),
+            ("Stage", false),
+            ("Slowdown", true),
+            ("Excess s", true),
+            ("Wait caused s", true),
+            ("Evidence", false),
+        ]),
+        rows,
+    }
+}
+
+fn lockstep(report: &Report) -> Table {
+    let rows = report
+        .lockstep
+        .iter()
+        .filter_map(|stage| {
+            let worst = stage.ranks.iter().max_by(|a, b| {
+                a.wait_imposed_s
+                    .total_cmp(&b.wait_imposed_s)
+                    .then(b.rank.cmp(&a.rank))
+            })?;
+            let total: f64 = stage.ranks.iter().map(|r| r.wait_imposed_s).sum();
+            Some(vec![
+                Cell::text(stage.stage.clone()),
+                Cell::number(Some(stage.calls as f64), 0),
+                Cell::number(Some(f64::from(worst.rank)), 0),
+                Cell::number(Some(worst.slowest_calls as f64), 0),
+                Cell::number(Some(worst.wait_imposed_s), 3),
+                Cell::number(Some(total), 3),
+            ])
+        })
+        .collect();
+    Table {
+        heads: heads(&[
+            ("Stage", false),
+            ("Calls compared", true),
+            ("Most often slowest: rank", true),
+            ("Its slowest calls", true),
+            ("Wait it caused s", true),
+            ("Wait, all ranks s", true),
+        ]),
+        rows,
+    }
+}
+
+fn gpus(report: &Report) -> Table {
+    let rows = report
+        .gpus
+        .iter()
+        .map(|g| {
+            let sampled_by: Vec<String> = g.sampled_by.iter().map(u32::to_string).collect();
+            vec![
+                Cell::text(format!("{} #{}", g.host, g.index)),
+                Cell::text(sampled_by.join(", ")),
+                Cell::text(g.name.clone()),
+                Cell::number(g.memory_peak_mb, 0),
+                Cell::number(g.memory_total_mb, 0),
+                Cell::number(g.util_avg, 1),
+                Cell::number(g.temp_max_c, 0),
+                Cell::number(g.power_avg_w, 0),
+                Cell::number(g.sm_clock_avg_mhz, 0),
+                Cell::number(g.throttled_pct, 1),
+                Cell {
+                    text: if g.bottlenecks.is_empty() {
+                        "none".into()
+                    } else {
+                        String::new()
+                    },
+                    badges: g
+                        .bottlenecks
+                        .iter()
+                        .map(|b| (b.kind.as_str().to_string(), b.evidence.clone()))
+                        .collect(),
+                    ..Cell::default()
+                },
+            ]
+        })
+        .collect();
+    Table {
+        heads: heads(&[
+            ("GPU", false),
+            ("Ranks", false),
+            ("Device", false),
+            ("Mem peak MB", true),
+            ("Mem total MB", true),
+            ("Util avg %", true),
+            ("Temp max °C", true),
+            ("Power avg W", true),
+            ("SM clock avg MHz", true),
+            ("Throttled %", true),
+            ("Bottlenecks", false),
+        ]),
+        rows,
+    }
+}
+
+fn diffusion(report: &Report) -> Vec<(String, String)> {
+    let d = &report.diffusion;
+    let mut lines = Vec::new();
+    if let Some(steps) = &d.steps {
+        lines.push((
+            "Steps".into(),
+            format!(
+                "{} steps; per step p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms",
+                steps.count, steps.step_ms.p50, steps.step_ms.p95, steps.step_ms.p99
+            ),
+        ));
+    }
+    if let Some(blocks) = &d.blocks {
+        lines.push((
+            "Blocks".into(),
+            format!(
+                "{} blocks of {} frames in all; {:.2} frames/s and {:.3} blocks/s at the \
+                 slowest rank's pace",
+                blocks.count, blocks.frames, blocks.fps, blocks.bps
+            ),
+        ));
+    }
+    for (name, count) in &d.model_parameters {
+        lines.push((format!("Parameters: {name}"), format!("{count}")));
+    }
+    lines
+}
+
+fn ranks(report: &Report) -> Table {
+    let rows = report
+        .ranks
+        .iter()
+        .map(|r| {
+            let gpus: Vec<String> = r
+                .gpus
+                .iter()
+                .map(|g| format!("#{} {}", g.index, g.uuid))
+                .collect();
+            let host = r.host_telemetry.as_ref();
+            vec![
+                Cell::number(Some(f64::from(r.rank)), 0),
+                Cell::text(r.host.clone()),
+                Cell::number(Some(f64::from(r.pid)), 0),
+                Cell::number(Some(f64::from(r.local_rank)), 0),
+                Cell::number(r.clock_offset_ns.map(|ns| ns as f64 / 1e6), 3),
+                Cell::number(Some(r.started_s), 3),
+                Cell::number(Some(r.duration_s), 3),
+                Cell::text(if r.partial { "partial" } else { "whole" }),
+                Cell::number(host.and_then(|h| h.cpu_avg_pct), 1),
+                Cell::number(host.and_then(|h| h.process_rss_peak_mb), 0),
+                Cell::text(gpus.join(", ")),
+            ]
+        })
+        .collect();
+    Table {
+        heads: heads(&[
+            ("Rank", true),
+            ("Host", false),
+            ("PID", true),
+            ("Local rank", true),
+            ("Clock offset ms", true),
+            ("Started s", true),
+            ("Duration s", true),
+            ("Data", false),
+            ("Host CPU avg %", true),
+            ("Process RSS peak MB", true),
+            ("GPUs", false),
+        ]),
+        rows,
+    }
+}
+
+fn session(report: &Report) -> Vec<(String, String)> {
+    let s = &report.session;
+    let mut rows = vec![
+        ("Session id".to_string(), s.id.clone()),
+        ("Run".into(), s.run_id.clone().unwrap_or_else(|| "–".into())),
+        ("Launcher".into(), s.launcher.clone()),
+        (
+            "Transport".into(),
+            format!("{:?}", s.transport).to_lowercase(),
+        ),
+        (
+            "Clock sync".into(),
+            format!("{:?}", s.clock_sync).to_lowercase(),
+        ),
+        ("Warm-up calls left out".into(), s.warmup_calls.to_string()),
+    ];
+    rows.extend(s.tags.iter().map(|(k, v)| (format!("Tag: {k}"), v.clone())));
+    rows
+}
+
+/// What the reader should know about the data itself: notices, inputs left
+/// out, other runs, rows dropped.
+fn notes(report: &Report) -> Vec<String> {
+    let s = &report.session;
+    let mut notes: Vec<String> = s
+        .notices
+        .iter()
+        .map(|n| {
+            let ranks: Vec<u32> = n.ranks.clone();
+            format!(
+                "{} (ranks {})",
+                n.message,
+                rankscope_common::text::rank_ranges(&ranks)
+            )
+        })
+        .collect();
+    notes.extend(
+        s.skipped
+            .iter()
+            .map(|k| format!("left out: {}: {}", k.source, k.reason)),
+    );
+    notes.extend(
+        s.other_runs
+            .iter()
+            .map(|k| format!("another run: {}: {}", k.source, k.reason)),
+    );
+    notes.extend(
+        s.dropped_rows
+            .iter()
+            .map(|d| format!("rank {} dropped {} rows of {}", d.rank, d.rows, d.table)),
+    );
+    notes
+}
+
+fn overhead(report: &Report) -> Table {
+    let rows = report
+        .ranks
+        .iter()
+        .map(|r| {
+            let s = &r.sampler;
+            let dropped: u64 = report
+                .session
+                .dropped_rows
+                .iter()
+                .filter(|d| d.rank == r.rank)
+                .map(|d| d.rows)
+                .sum();
+            vec![
+                Cell::number(Some(f64::from(r.rank)), 0),
+                Cell::number(Some(s.gpu_readings as f64), 0),
+                Cell::number(Some(s.gpu_read_ns_mean as f64 / 1e3), 1),
+                Cell::number(Some(s.gpu_read_ns_max as f64 / 1e3), 1),
+                Cell::number(Some(s.host_readings as f64), 0),
+                Cell::number(Some(s.host_read_ns_mean as f64 / 1e3), 1),
+                Cell::number(Some(dropped as f64), 0),
+                Cell::number(Some(r.overflow.names_folded as f64), 0),
+                Cell::number(Some(r.overflow.stages_too_deep as f64), 0),
+            ]
+        })
+        .collect();
+    Table {
+        heads: heads(&[
+            ("Rank", true),
+            ("GPU readings", true),
+            ("GPU reading mean µs", true),
+            ("GPU reading max µs", true),
+            ("Host readings", true),
+            ("Host reading mean µs", true),
+            ("Rows dropped", true),
+            ("Names folded", true),
+            ("Stages too deep", true),
+        ]),
+        rows,
+    }
+}
+
+/// `unix_s` as `2026-11-26 03:27:10 UTC`.
+fn utc(unix_s: f64) -> String {
+    let secs = unix_s.floor() as i64;
+    let (days, time) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        time / 3_600,
+        time % 3_600 / 60,
+        time % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_json_cannot_close_the_script_element() {
+        let hostile = "</script><script>window.pwned=1</script><!-- & \u{2028}\u{2029}";
+        let json = script_json(&hostile);
+        for forbidden in ["<", ">", "&", "\u{2028}", "\u{2029}"] {
+            assert!(!json.contains(forbidden), "{forbidden:?} in {json}");
+        }
+        let back: String = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back, hostile,
+            "JSON reads the escapes back as the same text"
+        );
+    }
+
+    #[test]
+    fn the_inlined_assets_cannot_close_their_script_element() {
+        for asset in [ECHARTS, SCRIPT] {
+            assert!(!asset.to_ascii_lowercase().contains("</script"));
+        }
+    }
+
+    #[test]
+    fn civil_dates_by_hand() {
+        assert_eq!(utc(0.0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400.5), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_795_663_630.0), "2026-11-26 03:27:10 UTC");
+    }
+}
