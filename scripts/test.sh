@@ -4,6 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+# pyarrow, for the test that reads raw/ as a Python user would: in a virtual
+# environment under target/ (the tests find it there).
+venv=target/test-venv
+if ! "$venv/bin/python" -c 'import pyarrow' >/dev/null 2>&1; then
+    echo "== python3 -m venv $venv; pip install pyarrow"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q pyarrow
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -256,3 +256,76 @@ fn hostile_names_show_as_text_and_run_nothing() {
     assert_eq!(browser.errors(), Vec::<String>::new(), "console errors");
     browser.screenshot(&artifact("report-hostile.png"));
 }
+
+/// Asserts two pages are the same, naming the first difference (not
+/// printing a megabyte of bytes).
+fn same_page(page: &[u8], expected: &[u8]) {
+    if let Some(at) = (0..page.len().min(expected.len())).find(|&i| page[i] != expected[i]) {
+        let around = |bytes: &[u8]| {
+            String::from_utf8_lossy(&bytes[at.saturating_sub(60)..(at + 60).min(bytes.len())])
+                .into_owned()
+        };
+        panic!(
+            "pages differ at byte {at}: {:?} vs {:?}",
+            around(page),
+            around(expected)
+        );
+    }
+    assert_eq!(page.len(), expected.len(), "one page is longer");
+}
+
+#[test]
+fn rankscope_report_renders_the_same_page_again_from_report_json() {
+    let out = tempfile::tempdir().unwrap();
+    let run = rankscope(
+        &[
+            "demo",
+            "--ranks",
+            "3",
+            "--out",
+            out.path().to_str().unwrap(),
+        ],
+        &[("RANKSCOPE_GPU_SOURCE", "simulated")],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let dir = session_dir(out.path());
+    let written = std::fs::read(dir.join("report.html")).unwrap();
+    let elsewhere = out.path().join("elsewhere.html");
+    let again = rankscope(
+        &[
+            "report",
+            dir.to_str().unwrap(),
+            "--html",
+            elsewhere.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    same_page(&std::fs::read(&elsewhere).unwrap(), &written);
+
+    // Beside report.json by default, from the file as well as the folder.
+    std::fs::remove_file(dir.join("report.html")).unwrap();
+    let json = dir.join("report.json");
+    let again = rankscope(&["report", json.to_str().unwrap()], &[]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    same_page(&std::fs::read(dir.join("report.html")).unwrap(), &written);
+
+    // A folder without a report is an error that says so.
+    let empty = tempfile::tempdir().unwrap();
+    let failed = rankscope(&["report", empty.path().to_str().unwrap()], &[]);
+    assert_eq!(failed.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(stderr.contains("report.json"), "{stderr}");
+}

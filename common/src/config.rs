@@ -152,6 +152,9 @@ pub struct Config {
     /// Calls of each stage name on each rank left out of the statistics at
     /// the start: warm-up (compilation, allocator growth, cache fill).
     pub warmup_calls: u32,
+    /// Stages of each rank drawn in `trace.json.gz`: the first this many
+    /// (in start order); the report says how many more there were.
+    pub trace_max_stages: u64,
     /// GPU `memory_pressure`: peak memory at least this share of the total, %.
     pub gpu_memory_pressure_pct: f64,
     /// GPU `thermal_throttling`: thermal reason bits in at least this share
@@ -256,6 +259,7 @@ impl Config {
             straggler_threshold_pct: 10.0,
             straggler_min_s: 0.01,
             warmup_calls: 0,
+            trace_max_stages: 10_000,
             gpu_memory_pressure_pct: 90.0,
             gpu_thermal_readings_pct: 10.0,
             gpu_thermal_temp_c: 85.0,
@@ -415,6 +419,7 @@ impl Config {
             ),
             ("straggler_min_s", Some(self.straggler_min_s)),
             ("warmup_calls", Some(f64::from(self.warmup_calls))),
+            ("trace_max_stages", Some(self.trace_max_stages as f64)),
             (
                 "gpu_memory_pressure_pct",
                 Some(self.gpu_memory_pressure_pct),
@@ -474,6 +479,7 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("straggler_threshold_pct", 0.0, 1_000_000.0),
     ("straggler_min_s", 0.0, 1_000_000.0),
     ("warmup_calls", 0.0, 1_000_000.0),
+    ("trace_max_stages", 0.0, 100_000_000.0),
     ("gpu_memory_pressure_pct", 0.0, 100.0),
     ("gpu_thermal_readings_pct", 0.0, 100.0),
     ("gpu_thermal_temp_c", 0.0, 200.0),

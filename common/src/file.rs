@@ -1,25 +1,60 @@
 //! Files written so that a reader never sees half of one.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` so that a reader sees the old file or the whole
-/// new one, never half of it: through a temporary file of a fresh name in
-/// the same directory (created exclusively, so a planted symbolic link is
-/// never followed), synced, then renamed. On failure nothing is left behind.
+/// new one, never half of it (see [`AtomicFile`]). On failure nothing is
+/// left behind.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    let mut file = tempfile::Builder::new()
-        .prefix(".rankscope-")
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
+    let mut file = AtomicFile::create(path)?;
     file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    file.commit()
+}
+
+/// A file written a piece at a time that appears under its path whole or
+/// not at all: a temporary file of a fresh name in the same directory
+/// (created exclusively, so a planted symbolic link is never followed),
+/// synced and renamed by [`AtomicFile::commit`]; dropped before that, it is
+/// removed.
+pub struct AtomicFile {
+    file: tempfile::NamedTempFile,
+    path: PathBuf,
+}
+
+impl AtomicFile {
+    /// Starts the file that will be `path`.
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        let dir = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        let file = tempfile::Builder::new()
+            .prefix(".rankscope-")
+            .suffix(".tmp")
+            .tempfile_in(dir)?;
+        Ok(AtomicFile {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Syncs the file and puts it in place.
+    pub fn commit(self) -> std::io::Result<()> {
+        self.file.as_file().sync_all()?;
+        self.file.persist(&self.path).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.file.write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut csv = std::io::BufWriter::new(std::fs::File::create(dir.join("stages.csv"))?);
     writeln!(csv, "rank,name,start_ns,end_ns")?;
     for rank in 0..ranks {
-        let payload = synthetic::rank_payload(rank, ranks, &mut csv)?;
+        let payload = synthetic::rank_payload(rank, ranks, &synthetic::BENCH, &mut csv)?;
         let name = SpillName {
             rank,
             run_id: None,

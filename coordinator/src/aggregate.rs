@@ -1,14 +1,18 @@
 //! Offline aggregation: the spill files of a session directory into one
 //! report, with the same acceptance and analysis rank 0 runs in-process.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use rankscope_common::gather::{self, Expect, ReportFiles, RunFilter, Skipped};
 use rankscope_common::{spill, Config};
 
 use crate::analysis::{analyze_digests, RankDigest};
+use crate::model::Notice;
 use crate::model::Report;
+use crate::report::rows::{identity, PayloadIdentity};
 use crate::report::{write_reports, WriteError};
+use crate::report::{RowWriters, TRACE_JSON_GZ};
 
 /// Why no report could be written.
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +118,57 @@ pub fn aggregate(
         path: output.to_path_buf(),
         source,
     })?;
-    let report = analyze_digests(gathered, config);
-    let files = write_reports(&report, output)?;
+    let accepted: HashSet<PayloadIdentity> = gathered
+        .payloads
+        .iter()
+        .map(|digest| identity(&digest.header))
+        .collect();
+    let mut report = analyze_digests(gathered, config);
+    let row_files = write_rows(reports_dir, output, &accepted, &mut report, config)?;
+    let mut files = write_reports(&report, output)?;
+    files.files.extend(row_files);
     Ok(Aggregated { report, files })
+}
+
+/// The second pass: the payloads of the report (`accepted`) decoded again,
+/// on every core, each written into the trace and raw files as it comes.
+/// A payload that no longer decodes as it did (its file changed meanwhile)
+/// is named in the report.
+fn write_rows(
+    reports_dir: &Path,
+    output: &Path,
+    accepted: &HashSet<PayloadIdentity>,
+    report: &mut Report,
+    config: &Config,
+) -> Result<Vec<PathBuf>, AggregateError> {
+    let rows = RowWriters::create(output, report, config)?;
+    let written = spill::read_dir_with(reports_dir, config.max_data_points, |payload| {
+        let id = identity(&payload.header);
+        if !accepted.contains(&id) {
+            return Ok(None);
+        }
+        rows.add(&payload).map(|()| Some(id))
+    })
+    .map_err(|source| AggregateError::Read {
+        dir: reports_dir.to_path_buf(),
+        source,
+    })?;
+    let mut seen = HashSet::new();
+    for candidate in written {
+        if let Ok(written) = candidate.payload {
+            seen.extend(written?);
+        }
+    }
+    let files = rows.finish(report)?;
+    let mut gone: Vec<u32> = accepted.difference(&seen).map(|(rank, ..)| *rank).collect();
+    if !gone.is_empty() {
+        gone.sort_unstable();
+        report.session.notices.push(Notice {
+            message: format!(
+                "changed or removed while the report was written: not in {TRACE_JSON_GZ} or raw/"
+            ),
+            ranks: gone,
+        });
+    }
+    Ok(files)
 }

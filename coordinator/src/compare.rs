@@ -3,99 +3,10 @@
 //! run, a change worse than the threshold flagged as a regression unless it
 //! stays inside the spread across ranks (noise).
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-
 use serde::Serialize;
 
 use crate::analysis::stats::mean_std;
-use crate::model::{Report, SCHEMA_VERSION};
-
-/// The largest report file read, bytes.
-const MAX_REPORT_BYTES: u64 = 1 << 30;
-
-/// A report that could not be read.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CompareError {
-    /// The file could not be read.
-    #[error("cannot read report {path}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Not a regular file (a directory holding no report.json, a FIFO, a
-    /// device): reading it could block or never end.
-    #[error("{path} is not a regular file")]
-    NotAFile {
-        /// The path.
-        path: PathBuf,
-    },
-    /// The file is larger than any report rankscope writes.
-    #[error("{path} is over {MAX_REPORT_BYTES} bytes: larger than any report")]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-        /// The bytes read before giving up.
-        bytes: u64,
-    },
-    /// The file is not a rankscope report.
-    #[error("{path} is not a rankscope report.json")]
-    NotAReport {
-        /// The file.
-        path: PathBuf,
-        /// What did not parse.
-        source: serde_json::Error,
-    },
-    /// The report has another schema version.
-    #[error(
-        "{path} has report schema version {found}; this rankscope reads version {SCHEMA_VERSION}"
-    )]
-    Version {
-        /// The file.
-        path: PathBuf,
-        /// The version it has.
-        found: u64,
-    },
-}
-
-/// Reads `report.json`, or the `report.json` inside a session directory.
-pub fn read_report(path: &Path) -> Result<Report, CompareError> {
-    let file = if path.is_dir() {
-        path.join("report.json")
-    } else {
-        path.to_path_buf()
-    };
-    let read = |source| CompareError::Read {
-        path: file.clone(),
-        source,
-    };
-    if !std::fs::metadata(&file).map_err(read)?.is_file() {
-        return Err(CompareError::NotAFile { path: file });
-    }
-    let mut text = Vec::new();
-    std::fs::File::open(&file)
-        .and_then(|f| f.take(MAX_REPORT_BYTES + 1).read_to_end(&mut text))
-        .map_err(read)?;
-    if text.len() as u64 > MAX_REPORT_BYTES {
-        let bytes = text.len() as u64;
-        return Err(CompareError::TooLarge { path: file, bytes });
-    }
-    let value: serde_json::Value =
-        serde_json::from_slice(&text).map_err(|source| CompareError::NotAReport {
-            path: file.clone(),
-            source,
-        })?;
-    // A missing version fails below, as a report with a missing field.
-    if let Some(found) = value.get("schema_version").and_then(|v| v.as_u64()) {
-        if found != u64::from(SCHEMA_VERSION) {
-            return Err(CompareError::Version { path: file, found });
-        }
-    }
-    serde_json::from_value(value).map_err(|source| CompareError::NotAReport { path: file, source })
-}
+use crate::model::Report;
 
 /// What a change amounts to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -34,4 +34,5 @@ pub mod analysis;
 pub mod compare;
 pub mod inspect;
 pub mod model;
+pub mod read;
 pub mod report;

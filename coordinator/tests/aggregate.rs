@@ -9,12 +9,12 @@ use rankscope_coordinator::aggregate::aggregate;
 use rankscope_coordinator::analysis::analyze;
 
 mod support;
-use support::synthetic::{rank_payload, SLOW_RANK};
+use support::synthetic::{rank_payload, BENCH, SLOW_RANK};
 
 /// Writes the spill files of a synthetic job of `ranks` ranks into `dir`.
 fn write_job(dir: &std::path::Path, ranks: u32) {
     for rank in 0..ranks {
-        let payload = rank_payload(rank, ranks, &mut std::io::sink()).unwrap();
+        let payload = rank_payload(rank, ranks, &BENCH, &mut std::io::sink()).unwrap();
         let name = SpillName {
             rank,
             run_id: None,

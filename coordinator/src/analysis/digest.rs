@@ -4,6 +4,8 @@
 
 use rankscope_common::gather::Headed;
 use rankscope_common::table::StagesView;
+use std::collections::BTreeMap;
+
 use rankscope_common::{Config, Payload, PayloadHeader};
 
 use super::bottlenecks::BottleneckRule;
@@ -31,6 +33,8 @@ pub struct RankDigest {
     pub(super) host: Option<HostSummary>,
     /// Its diffusion tables.
     pub(super) diffusion: RankDiffusion,
+    /// Rows of each of its tables.
+    pub(super) rows: BTreeMap<String, u64>,
 }
 
 impl RankDigest {
@@ -58,6 +62,11 @@ impl RankDigest {
             timeline: series::rank_timeline(header.rank.rank, outermost, bars),
             host: gpus::host_summary(payload),
             diffusion: RankDiffusion::new(payload),
+            rows: payload
+                .tables
+                .iter()
+                .map(|(table, batch)| (table.name().to_string(), batch.num_rows() as u64))
+                .collect(),
         }
     }
 }

@@ -19,7 +19,7 @@ pub const GPU_POINTS: usize = 120_000;
 /// Step points of all ranks together.
 pub const STEP_POINTS: usize = 40_000;
 /// No part gets fewer than this many bars or points.
-const FLOOR: usize = 64;
+const FLOOR: usize = 16;
 
 /// One part's share of `budget` split among `parts`.
 pub fn share(budget: usize, parts: usize) -> usize {

@@ -93,7 +93,7 @@ impl RankStages {
         let outermost = (0..rows)
             .filter(|&i| enclosing[i].is_none())
             .map(|i| {
-                let name = stages.name.dictionary().value(stages.name.key(i));
+                let name = stages.name.get(i);
                 (stages.start_ns[i], stages.end_ns[i], name)
             })
             .collect();

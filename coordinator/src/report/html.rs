@@ -7,9 +7,11 @@
 //! page either through tera's autoescaping or inside the JSON data block,
 //! where [`script_json`] escapes what could end the `<script>` element.
 
+use std::io::Write;
+
 use serde::Serialize;
 
-use super::stage_tree;
+use super::{stage_tree, trace_left_out};
 use rankscope_common::payload::GpuSource;
 
 use crate::model::{Report, Severity};
@@ -19,35 +21,94 @@ const STYLE: &str = include_str!("../../assets/report.css");
 const SCRIPT: &str = include_str!("../../assets/report.js");
 const ECHARTS: &str = include_str!("../../assets/echarts/echarts.min.js");
 
-/// The page of `report`.
-pub fn html(report: &Report) -> String {
+/// Where the template's large parts go: literal text of the template,
+/// which no rendered value can produce (autoescaping turns every `<` of a
+/// value into `&lt;`), filled in as the page is written.
+const DATA_SLOT: &str = "<script type=\"application/json\" id=\"report-data\">";
+const ECHARTS_SLOT: &str = "<script id=\"echarts\">";
+const SCRIPT_SLOT: &str = "<script id=\"report-script\">";
+
+/// Writes the page of `report` to `out`. The data and the scripts are
+/// streamed into their slots, never copied into the rendered template.
+pub fn write_html(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     let mut tera = tera::Tera::default();
     // The name ends in `.html`: tera autoescapes every `{{ }}` in it.
     tera.add_raw_template("report.html", TEMPLATE)
         .expect("the report template parses");
-    let page = Page::new(report);
-    let context = tera::Context::from_serialize(&page).expect("the page view serializes");
-    tera.render("report.html", &context)
-        .expect("the report template renders every page view")
+    let context =
+        tera::Context::from_serialize(Page::new(report)).expect("the page view serializes");
+    let page = tera
+        .render("report.html", &context)
+        .expect("the report template renders every page view");
+    let mut rest = page.as_str();
+    for slot in [DATA_SLOT, ECHARTS_SLOT, SCRIPT_SLOT] {
+        let (before, after) = rest
+            .split_once(slot)
+            .expect("the template holds each slot once, in order");
+        out.write_all(before.as_bytes())?;
+        out.write_all(slot.as_bytes())?;
+        match slot {
+            DATA_SLOT => write_script_json(report, out)?,
+            ECHARTS_SLOT => out.write_all(ECHARTS.as_bytes())?,
+            _ => out.write_all(SCRIPT.as_bytes())?,
+        }
+        rest = after;
+    }
+    out.write_all(rest.as_bytes())
 }
 
-/// JSON that can sit inside a `<script>` element: `<`, `>` and `&` (so no
-/// `</script>` or `<!--` can appear) and the line separators U+2028/U+2029
-/// written as `\u` escapes, which JSON reads back as the same characters.
-pub fn script_json(value: &impl Serialize) -> String {
-    let json = serde_json::to_string(value).expect("the report model always serializes");
-    let mut out = String::with_capacity(json.len() + json.len() / 16);
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
+/// The page of `report` as a string.
+pub fn html(report: &Report) -> String {
+    let mut page = Vec::new();
+    write_html(report, &mut page).expect("writing to memory");
+    String::from_utf8(page).expect("the page is UTF-8")
+}
+
+/// Writes `value` as JSON that can sit inside a `<script>` element: `<`,
+/// `>` and `&` (so no `</script>` or `<!--` can appear) and the line
+/// separators U+2028/U+2029 written as `\u` escapes, which JSON reads back
+/// as the same characters.
+pub fn write_script_json(value: &impl Serialize, out: &mut impl Write) -> std::io::Result<()> {
+    serde_json::to_writer(ScriptSafe(out), value).map_err(std::io::Error::other)
+}
+
+/// Passes JSON through, escaping what [`write_script_json`] promises.
+/// The characters escaped only ever occur inside JSON strings, where a
+/// `\u` escape means the same.
+struct ScriptSafe<W>(W);
+
+impl<W: Write> Write for ScriptSafe<W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut start = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            let escape: Option<(&[u8], usize)> = match bytes[i] {
+                b'<' => Some((b"\\u003c", 1)),
+                b'>' => Some((b"\\u003e", 1)),
+                b'&' => Some((b"\\u0026", 1)),
+                // U+2028 and U+2029 are E2 80 A8 and E2 80 A9 in UTF-8;
+                // serde_json writes each character in one call.
+                0xE2 if bytes[i..].starts_with(&[0xE2, 0x80, 0xA8]) => Some((b"\\u2028", 3)),
+                0xE2 if bytes[i..].starts_with(&[0xE2, 0x80, 0xA9]) => Some((b"\\u2029", 3)),
+                _ => None,
+            };
+            match escape {
+                Some((text, len)) => {
+                    self.0.write_all(&bytes[start..i])?;
+                    self.0.write_all(text)?;
+                    i += len;
+                    start = i;
+                }
+                None => i += 1,
+            }
         }
+        self.0.write_all(&bytes[start..])?;
+        Ok(bytes.len())
     }
-    out
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// What the template renders: text already formatted, so that the
@@ -73,9 +134,6 @@ struct Page {
     overhead: Table,
     coalesced_timelines: usize,
     style: &'static str,
-    script: &'static str,
-    echarts: &'static str,
-    data: String,
 }
 
 #[derive(Serialize)]
@@ -204,9 +262,6 @@ impl Page {
                 .filter(|t| t.coalesced)
                 .count(),
             style: STYLE,
-            script: SCRIPT,
-            echarts: ECHARTS,
-            data: script_json(report),
         }
     }
 }
@@ -506,6 +561,7 @@ fn notes(report: &Report) -> Vec<String> {
             .iter()
             .map(|d| format!("rank {} dropped {} rows of {}", d.rank, d.rows, d.table)),
     );
+    notes.extend(trace_left_out(report));
     notes
 }
 
@@ -579,8 +635,10 @@ mod tests {
 
     #[test]
     fn script_json_cannot_close_the_script_element() {
-        let hostile = "</script><script>window.pwned=1</script><!-- & \u{2028}\u{2029}";
-        let json = script_json(&hostile);
+        let hostile = "</script><script>window.pwned=1</script><!-- & \u{2028}\u{2029} é \u{2027}";
+        let mut json = Vec::new();
+        write_script_json(&hostile, &mut json).unwrap();
+        let json = String::from_utf8(json).unwrap();
         for forbidden in ["<", ">", "&", "\u{2028}", "\u{2029}"] {
             assert!(!json.contains(forbidden), "{forbidden:?} in {json}");
         }

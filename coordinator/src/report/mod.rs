@@ -3,17 +3,23 @@
 
 mod csv;
 pub mod html;
+pub mod raw;
+pub mod rows;
 mod summary;
+pub mod trace;
 
 use std::collections::{BTreeMap, HashSet};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use rankscope_common::file::AtomicFile;
 use rankscope_common::gather::{Gathered, ReportFiles};
-use rankscope_common::{file, Config};
+use rankscope_common::Config;
 
 use crate::analysis::analyze;
 use crate::model::{Report, StageStats};
 
+pub use rows::{RowWriters, TRACE_JSON_GZ};
 pub use summary::summary;
 
 /// File names inside the session directory.
@@ -39,21 +45,46 @@ pub struct WriteError {
 /// Analyses what rank 0 gathered and writes every report file into `dir`:
 /// what rank 0 does at the end of a session.
 pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<ReportFiles, WriteError> {
-    write_reports(&analyze(gathered, config), dir)
+    let mut report = analyze(gathered, config);
+    let rows = RowWriters::create(dir, &report, config)?;
+    for payload in &gathered.payloads {
+        rows.add(payload)?;
+    }
+    let row_files = rows.finish(&mut report)?;
+    let mut files = write_reports(&report, dir)?;
+    files.files.extend(row_files);
+    Ok(files)
 }
 
-/// Writes `report.json`, `report.html`, `summary.txt` and `stages.csv` into
-/// `dir`.
+/// Writes the files rendered from the report alone — `report.json`,
+/// `report.html`, `summary.txt` and `stages.csv` — into `dir`.
 pub fn write_reports(report: &Report, dir: &Path) -> Result<ReportFiles, WriteError> {
     let summary = summary(report);
-    let json = serde_json::to_vec_pretty(report).expect("the report model always serializes");
     let files = vec![
-        write_file(&dir.join(REPORT_JSON), &json)?,
-        write_file(&dir.join(REPORT_HTML), html::html(report).as_bytes())?,
+        write_with(&dir.join(REPORT_JSON), |out| {
+            serde_json::to_writer_pretty(out, report).map_err(std::io::Error::other)
+        })?,
+        write_html_file(report, &dir.join(REPORT_HTML))?,
         write_file(&dir.join(SUMMARY_TXT), summary.as_bytes())?,
         write_file(&dir.join(STAGES_CSV), csv::stages_csv(report).as_bytes())?,
     ];
     Ok(ReportFiles { files, summary })
+}
+
+/// What `trace.json.gz` leaves out, in a sentence per rank that was cut.
+pub(crate) fn trace_left_out(report: &Report) -> Vec<String> {
+    report
+        .ranks
+        .iter()
+        .filter(|r| r.trace_stages_left_out > 0)
+        .map(|r| {
+            format!(
+                "rank {}: {} later stages left out of {TRACE_JSON_GZ} (trace_max_stages); \
+                 the statistics count them",
+                r.rank, r.trace_stages_left_out
+            )
+        })
+        .collect()
 }
 
 /// The stages in tree order: each top-level stage (the largest total
@@ -88,8 +119,26 @@ pub(crate) fn stage_tree(stages: &[StageStats]) -> Vec<(&StageStats, usize)> {
     ordered
 }
 
+/// Writes the page of `report` to `path`: `rankscope report`.
+pub fn write_html_file(report: &Report, path: &Path) -> Result<PathBuf, WriteError> {
+    write_with(path, |out| html::write_html(report, out))
+}
+
 fn write_file(path: &Path, bytes: &[u8]) -> Result<PathBuf, WriteError> {
-    file::write_atomic(path, bytes).map_err(|source| WriteError {
+    write_with(path, |out| out.write_all(bytes))
+}
+
+/// Writes the file `path` (atomically) with `write`, buffered.
+fn write_with(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<AtomicFile>) -> std::io::Result<()>,
+) -> Result<PathBuf, WriteError> {
+    let written = AtomicFile::create(path).and_then(|file| {
+        let mut out = BufWriter::new(file);
+        write(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.commit()
+    });
+    written.map_err(|source| WriteError {
         path: path.to_path_buf(),
         source,
     })?;

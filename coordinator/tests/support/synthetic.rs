@@ -1,7 +1,9 @@
-//! A synthetic job of any size, encoded with the payload codec the agent
-//! uses: per rank 30 stage names and 2,000 stages (100 `step`s, each holding
-//! 19 inner stages), 300 GPU and 150 host readings. Rank 7 (where there is
-//! one) is 30 % slower in `stage_07`. The GPUs are labelled simulated.
+#![allow(dead_code)] // each user takes its share
+
+//! A synthetic job of any size, in the tables the agent records: per rank
+//! `step` stages holding inner stages of 29 names, GPU and host readings
+//! ([`Shape`]). Rank 7 (where there is one) is 30 % slower in `stage_07`.
+//! The GPUs are labelled simulated.
 //! Shared by the aggregation benchmark's generator
 //! (`examples/gen_payloads.rs`) and the aggregation tests.
 
@@ -13,11 +15,41 @@ use rankscope_common::table::{
     Table,
 };
 
-const STEPS: u64 = 100;
-const INNER_PER_STEP: u64 = 19;
 const INNER_NAMES: u64 = 29;
-const GPU_READINGS: u64 = 300;
-const HOST_READINGS: u64 = 150;
+
+/// How much one rank records.
+pub struct Shape {
+    /// `step` stages.
+    pub steps: u64,
+    /// Stages inside each step.
+    pub inner_per_step: u64,
+    /// Length of an inner stage: uniform in this range, ns.
+    pub inner_ns: (u64, u64),
+    /// GPU readings over the session.
+    pub gpu_readings: u64,
+    /// Host readings over the session.
+    pub host_readings: u64,
+}
+
+/// The aggregation benchmark's rank: 2,000 stages in about 4 s, 300 GPU
+/// and 150 host readings.
+pub const BENCH: Shape = Shape {
+    steps: 100,
+    inner_per_step: 19,
+    inner_ns: (1_000_000, 3_000_000),
+    gpu_readings: 300,
+    host_readings: 150,
+};
+
+/// A rank over about an hour at the default sampling rates (GPU every
+/// 0.5 s, host every second): 6,000 steps of 3 inner stages.
+pub const HOUR: Shape = Shape {
+    steps: 6_000,
+    inner_per_step: 3,
+    inner_ns: (100_000_000, 300_000_000),
+    gpu_readings: 7_200,
+    host_readings: 3_600,
+};
 /// The rank that is slower in `stage_07`.
 pub const SLOW_RANK: u32 = 7;
 
@@ -44,6 +76,7 @@ impl Rng {
 pub fn rank_payload(
     rank: u32,
     world: u32,
+    shape: &Shape,
     csv: &mut impl Write,
 ) -> Result<Payload, Box<dyn std::error::Error>> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) + 1).wrapping_mul(0x1000_0001));
@@ -51,14 +84,14 @@ pub fn rank_payload(
     let mut stages = StagesBuilder::default();
     let mut now = 0u64;
     let mut id = 0u64;
-    for step in 0..STEPS {
+    for step in 0..shape.steps {
         let step_id = id;
         let step_start = now;
         id += 1;
         let mut inner = Vec::new();
-        for k in 0..INNER_PER_STEP {
+        for k in 0..shape.inner_per_step {
             let which = (step + k) % INNER_NAMES;
-            let mut ns = rng.between(1_000_000, 3_000_000);
+            let mut ns = rng.between(shape.inner_ns.0, shape.inner_ns.1);
             if rank == SLOW_RANK && which == 7 {
                 ns = ns * 13 / 10;
             }
@@ -90,9 +123,9 @@ pub fn rank_payload(
     let duration_ns = now;
 
     let mut gpu = GpuSamplesBuilder::default();
-    for i in 0..GPU_READINGS {
+    for i in 0..shape.gpu_readings {
         gpu.append(&GpuSampleRow {
-            ts_ns: duration_ns * i / GPU_READINGS,
+            ts_ns: duration_ns * i / shape.gpu_readings,
             gpu: 0,
             memory_used_bytes: Some(rng.between(30, 60) << 30),
             memory_total_bytes: Some(80 << 30),
@@ -110,9 +143,9 @@ pub fn rank_payload(
         });
     }
     let mut host = HostSamplesBuilder::default();
-    for i in 0..HOST_READINGS {
+    for i in 0..shape.host_readings {
         host.append(&HostSampleRow {
-            ts_ns: duration_ns * i / HOST_READINGS,
+            ts_ns: duration_ns * i / shape.host_readings,
             cpu_pct: Some(rng.between(10, 40) as f64),
             memory_used_bytes: 64 << 30,
             memory_total_bytes: 512 << 30,

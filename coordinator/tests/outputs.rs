@@ -1,0 +1,256 @@
+//! The per-row outputs of a report: `trace.json.gz` passes a structural
+//! check of the Trace Event Format and is bounded by `trace_max_stages`
+//! (the report says what was cut); `raw/` holds every row, readable by
+//! pyarrow with the row counts the report gives.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rankscope_common::payload::{self, Compression};
+use rankscope_common::spill::{self, SpillName};
+use rankscope_common::{Config, Gathered};
+use rankscope_coordinator::aggregate::aggregate;
+use rankscope_coordinator::model::Report;
+use rankscope_coordinator::report;
+use serde_json::Value;
+
+mod support;
+use support::synthetic::{rank_payload, BENCH, HOUR};
+
+const RANKS: u32 = 6;
+/// Stages each synthetic rank records.
+const STAGES: u64 = 2_000;
+
+/// Aggregates a synthetic job of [`RANKS`] ranks with `config`.
+fn job(config: &Config) -> (tempfile::TempDir, Report) {
+    let dir = tempfile::tempdir().unwrap();
+    for rank in 0..RANKS {
+        let payload = rank_payload(rank, RANKS, &BENCH, &mut std::io::sink()).unwrap();
+        let name = SpillName {
+            rank,
+            run_id: None,
+            process: u64::from(rank),
+        };
+        let bytes = payload::encode(&payload, Compression::Zstd).unwrap();
+        spill::write(dir.path(), &name, &bytes).unwrap();
+    }
+    let report = aggregate(dir.path(), None, None, config).unwrap().report;
+    (dir, report)
+}
+
+fn read_trace(path: &Path) -> Value {
+    let mut json = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut json)
+        .unwrap();
+    serde_json::from_str(&json).expect("the trace is one JSON document")
+}
+
+/// Checks what Perfetto and chrome://tracing need of each event, that every
+/// process is named and that the complete events of each thread nest.
+/// Returns the complete (`X`) events per pid.
+fn check_trace(trace: &Value) -> BTreeMap<u64, usize> {
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let mut named = Vec::new();
+    // (pid, tid) → (start, duration, name) of each complete event.
+    type Slices = HashMap<(u64, u64), Vec<(f64, f64, String)>>;
+    let mut slices = Slices::new();
+    let mut per_pid = BTreeMap::new();
+    for event in events {
+        let ph = event["ph"].as_str().expect("ph");
+        let pid = event["pid"].as_u64().expect("pid");
+        assert!(event["name"].is_string(), "name: {event}");
+        let ts = || {
+            event["ts"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("ts: {event}"))
+        };
+        match ph {
+            "M" => {
+                if event["name"] == "process_name" {
+                    let name = event["args"]["name"].as_str().unwrap();
+                    assert!(name.starts_with(&format!("rank {pid} @ ")), "{name}");
+                    named.push(pid);
+                }
+                assert!(event["args"].is_object(), "{event}");
+            }
+            "X" => {
+                let dur = event["dur"].as_f64().expect("dur");
+                assert!(dur >= 0.0, "{event}");
+                let tid = event["tid"].as_u64().expect("tid");
+                let name = event["name"].as_str().unwrap().to_string();
+                slices
+                    .entry((pid, tid))
+                    .or_default()
+                    .push((ts(), dur, name));
+                *per_pid.entry(pid).or_insert(0) += 1;
+            }
+            "i" => {
+                ts();
+                assert_eq!(event["s"], "t", "{event}");
+                assert!(event["tid"].is_u64(), "{event}");
+            }
+            "C" => {
+                ts();
+                let args = event["args"].as_object().expect("counter args");
+                assert!(args.values().all(Value::is_number), "{event}");
+            }
+            other => panic!("unexpected phase {other}: {event}"),
+        }
+    }
+    for pid in per_pid.keys() {
+        assert!(named.contains(pid), "process {pid} has no name");
+    }
+    // Per thread, in start order (longest first on a tie), each slice lies
+    // inside the one open around it or after it ends.
+    const SLACK_US: f64 = 1e-3;
+    for ((pid, tid), mut list) in slices {
+        list.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut open: Vec<f64> = Vec::new();
+        for (start, dur, name) in list {
+            while open.last().is_some_and(|&end| start >= end - SLACK_US) {
+                open.pop();
+            }
+            if let Some(&end) = open.last() {
+                assert!(
+                    start + dur <= end + SLACK_US,
+                    "pid {pid} tid {tid}: `{name}` at {start} overlaps its enclosing slice"
+                );
+            }
+            open.push(start + dur);
+        }
+    }
+    per_pid
+}
+
+#[test]
+fn the_trace_is_well_formed_and_holds_every_rank_and_stage() {
+    let (dir, report) = job(&Config::default());
+    let per_pid = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
+    let expected: BTreeMap<u64, usize> = (0..u64::from(RANKS))
+        .map(|r| (r, STAGES as usize))
+        .collect();
+    assert_eq!(per_pid, expected);
+    assert!(report.ranks.iter().all(|r| r.trace_stages_left_out == 0));
+}
+
+#[test]
+fn a_trace_past_its_bound_is_cut_and_the_report_says_so() {
+    let config = Config {
+        trace_max_stages: 500,
+        ..Config::default()
+    };
+    let (dir, report) = job(&config);
+    let per_pid = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
+    assert!(per_pid.values().all(|&n| n == 500), "{per_pid:?}");
+    for rank in &report.ranks {
+        assert_eq!(rank.trace_stages_left_out, STAGES - 500);
+    }
+    let summary = std::fs::read_to_string(dir.path().join("summary.txt")).unwrap();
+    assert!(
+        summary.contains("1500 later stages left out of trace.json.gz"),
+        "{summary}"
+    );
+    // The statistics still count every call.
+    let steps = report.stages.iter().find(|s| s.name == "step").unwrap();
+    assert_eq!(steps.count, 100 * u64::from(RANKS));
+}
+
+/// The Python of the test environment `scripts/test.sh` makes (with
+/// pyarrow): `RANKSCOPE_TEST_PYTHON`, else `target/test-venv/bin/python`.
+fn python() -> PathBuf {
+    if let Some(python) = std::env::var_os("RANKSCOPE_TEST_PYTHON") {
+        return python.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python");
+    assert!(
+        venv.exists(),
+        "{} is missing: scripts/test.sh makes it (python3 -m venv, pip install pyarrow)",
+        venv.display()
+    );
+    venv
+}
+
+#[test]
+fn pyarrow_reads_every_raw_file_with_the_reports_row_counts() {
+    let (dir, report) = job(&Config::default());
+    // Per table, per rank, the rows the report says each rank recorded.
+    let mut expected: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for rank in &report.ranks {
+        for (table, &rows) in &rank.rows {
+            expected
+                .entry(table.clone())
+                .or_default()
+                .insert(rank.rank.to_string(), rows);
+        }
+    }
+    let script = r#"
+import json, pathlib, sys
+import pyarrow.ipc
+counts = {}
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*.arrow")):
+    table = pyarrow.ipc.open_file(path).read_all()
+    ranks = table.column("rank").to_pylist()
+    per_rank = {}
+    for rank in ranks:
+        per_rank[str(rank)] = per_rank.get(str(rank), 0) + 1
+    counts[path.stem] = per_rank
+print(json.dumps(counts))
+"#;
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .arg(dir.path().join("raw"))
+        .output()
+        .expect("running python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let found: BTreeMap<String, BTreeMap<String, u64>> =
+        serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(found, expected);
+    assert_eq!(
+        found.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["gpu_samples", "host_samples", "stages"]
+    );
+}
+
+#[test]
+fn an_hour_of_64_ranks_stays_a_few_megabytes() {
+    const WORLD: u32 = 64;
+    let payloads = (0..WORLD)
+        .map(|rank| rank_payload(rank, WORLD, &HOUR, &mut std::io::sink()).unwrap())
+        .collect();
+    let gathered = Gathered {
+        world_size: WORLD,
+        payloads,
+        ..Gathered::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    report::report(&gathered, dir.path(), &Config::default()).unwrap();
+    let size = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().len();
+    let report: Report =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    assert!(report.session.duration_s > 3_000.0, "an hour");
+    assert!(report.series.timelines.iter().all(|t| t.coalesced));
+    assert!(
+        size("report.html") < 5 << 20,
+        "report.html: {} bytes",
+        size("report.html")
+    );
+    // The trace holds each rank's first trace_max_stages stages.
+    let limit = Config::default().trace_max_stages;
+    assert!(report
+        .ranks
+        .iter()
+        .all(|r| r.trace_stages_left_out == 24_000 - limit));
+    assert!(
+        size("trace.json.gz") < 20 << 20,
+        "trace.json.gz: {} bytes",
+        size("trace.json.gz")
+    );
+}
