@@ -65,12 +65,13 @@ fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
         "{}",
         dir.display()
     );
-    let reports: Vec<_> = std::fs::read_dir(dir)
+    let mut reports: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with("report"))
         .collect();
-    assert_eq!(reports, ["report.json"]);
+    reports.sort();
+    assert_eq!(reports, ["report.html", "report.json"]);
 
     let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
     let report: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -134,9 +134,9 @@ impl RawWriter {
     }
 
     /// Closes every file and puts it in place; returns their paths.
-    pub fn finish(self) -> Result<Vec<PathBuf>, WriteError> {
+    pub fn finish(mut self) -> Result<Vec<PathBuf>, WriteError> {
         let mut paths = Vec::new();
-        for (_, (path, mut writer)) in self.files {
+        for (_, (path, mut writer)) in std::mem::take(&mut self.files) {
             writer.finish().map_err(|e| failed(&path, e))?;
             let file = writer.into_inner().map_err(|e| failed(&path, e))?;
             file.into_inner()
@@ -146,6 +146,15 @@ impl RawWriter {
             paths.push(path);
         }
         Ok(paths)
+    }
+}
+
+impl Drop for RawWriter {
+    /// Removes the folder when nothing was put in it: a write that failed
+    /// (each unfinished file removes itself) or a session with no rows.
+    fn drop(&mut self) {
+        self.files.clear();
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
