@@ -13,7 +13,7 @@ use serde_json::json;
 mod support;
 
 use support::browser::Browser;
-use support::{rankscope, session_dir};
+use support::{demo, rankscope};
 
 /// Every chart of the page.
 const CHARTS: [&str; 9] = [
@@ -53,24 +53,8 @@ fn chart(browser: &mut Browser, id: &str) -> (u64, bool) {
 #[test]
 fn the_demo_report_opens_offline_with_every_chart_drawn() {
     let out = tempfile::tempdir().unwrap();
-    let run = rankscope(
-        &[
-            "demo",
-            "--ranks",
-            "4",
-            "--straggler",
-            "2",
-            "--out",
-            out.path().to_str().unwrap(),
-        ],
-        &[("RANKSCOPE_GPU_SOURCE", "simulated")],
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let html = session_dir(out.path()).join("report.html");
+    let (run, dir) = demo(out.path(), &["--ranks", "4", "--straggler", "2"]);
+    let html = dir.join("report.html");
     assert!(
         String::from_utf8_lossy(&run.stdout).contains(&html.display().to_string()),
         "the demo prints where the page is"
@@ -277,22 +261,7 @@ fn same_page(page: &[u8], expected: &[u8]) {
 #[test]
 fn rankscope_report_renders_the_same_page_again_from_report_json() {
     let out = tempfile::tempdir().unwrap();
-    let run = rankscope(
-        &[
-            "demo",
-            "--ranks",
-            "3",
-            "--out",
-            out.path().to_str().unwrap(),
-        ],
-        &[("RANKSCOPE_GPU_SOURCE", "simulated")],
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let dir = session_dir(out.path());
+    let (_, dir) = demo(out.path(), &["--ranks", "3"]);
     let written = std::fs::read(dir.join("report.html")).unwrap();
     let elsewhere = out.path().join("elsewhere.html");
     let again = rankscope(

@@ -4,27 +4,13 @@
 
 mod support;
 
-use support::{rankscope, read_json, session_dir};
+use support::{demo, read_json};
 
 #[test]
 fn the_demo_runs_under_mpirun_and_gathers_over_mpi() {
     let out = tempfile::tempdir().unwrap();
-    let run = rankscope(
-        &[
-            "demo",
-            "--launcher",
-            "mpirun",
-            "--out",
-            out.path().to_str().unwrap(),
-        ],
-        &[("RANKSCOPE_GPU_SOURCE", "simulated")],
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let report = read_json(&session_dir(out.path()).join("report.json"));
+    let (_, dir) = demo(out.path(), &["--launcher", "mpirun"]);
+    let report = read_json(&dir.join("report.json"));
     assert_eq!(report["session"]["transport"], "mpi");
     assert_eq!(report["session"]["launcher"], "openmpi");
     assert_eq!(

@@ -28,6 +28,23 @@ pub fn rankscope(args: &[&str], env: &[(&str, &str)]) -> Output {
     command.output().expect("running rankscope")
 }
 
+/// Runs `rankscope demo ARGS --out OUT` with simulated GPUs (the same
+/// everywhere, NVML or not); asserts it succeeded and returns what it
+/// printed and its session directory.
+pub fn demo(out: &Path, args: &[&str]) -> (Output, PathBuf) {
+    let mut all = vec!["demo"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    let run = rankscope(&all, &[("RANKSCOPE_GPU_SOURCE", "simulated")]);
+    assert!(
+        run.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let dir = session_dir(out);
+    (run, dir)
+}
+
 /// Reads and parses a JSON file.
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
