@@ -3,7 +3,9 @@
 //! excluded) and the enclosing stage. The stage and straggler analyses both
 //! read this.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+use arrow_array::Array;
 
 use rankscope_common::table::StagesView;
 
@@ -46,11 +48,20 @@ impl RankStages {
                 nested_ns[p] = nested_ns[p].saturating_add(duration_ns(i));
             }
         }
-        let name_of = |key: usize| stages.name.dictionary().value(key).to_string();
-        // The rows grouped by name key, each group in table order: (key,
-        // row) packed in one integer, sorted.
+        let dictionary = stages.name.dictionary();
+        let name_of = |key: usize| dictionary.value(key).to_string();
+        // One key per name: a dictionary can hold a name under several keys
+        // (batches concatenated without merging their dictionaries), so
+        // each key stands for the first key of its text.
+        let mut first_key: HashMap<&str, usize> = HashMap::new();
+        let canonical: Vec<usize> = (0..dictionary.len())
+            .map(|key| *first_key.entry(dictionary.value(key)).or_insert(key))
+            .collect();
+        let name_key = |i: usize| canonical[stages.name.key(i)];
+        // The rows grouped by name, each group in table order: (key, row)
+        // packed in one integer, sorted.
         let mut by_name: Vec<u64> = (0..rows)
-            .map(|i| (stages.name.key(i) as u64) << 32 | i as u64)
+            .map(|i| (name_key(i) as u64) << 32 | i as u64)
             .collect();
         by_name.sort_unstable();
         let mut calls = Vec::new();
@@ -72,7 +83,7 @@ impl RankStages {
             placed.extend(
                 group
                     .iter()
-                    .map(|&i| enclosing[i].map_or(0, |p| stages.name.key(p) + 1)),
+                    .map(|&i| enclosing[i].map_or(0, |p| name_key(p) + 1)),
             );
             placed.sort_unstable();
             for run in placed.chunk_by(|a, b| a == b) {
@@ -265,6 +276,35 @@ pub(super) mod tests {
         assert!(!times.self_by_name.contains_key("decode"));
         let none = times_of(&[payload], 0);
         assert_eq!(none.by_name["step"][&0], [5.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn flushes_merged_into_one_table_count_every_call_of_a_name() {
+        // Two flushes of four calls each, their dictionaries ordering the
+        // names differently: the merged table can hold each name under two
+        // keys (Arrow concatenates small dictionaries without merging them).
+        let flush = |first_id: u64, t0: f64, names: [&'static str; 2]| {
+            let rows: Vec<(u64, Option<u64>, &str, f64, f64)> = (0..4u64)
+                .map(|k| {
+                    let start = t0 + k as f64;
+                    (
+                        first_id + k,
+                        None,
+                        names[k as usize % 2],
+                        start,
+                        start + 0.5,
+                    )
+                })
+                .collect();
+            rank_with_stages(0, &rows)
+        };
+        let first = flush(1, 0.0, ["decode", "step"]);
+        let second = flush(5, 4.0, ["step", "decode"]);
+        let merged = Payload::concat(vec![first, second]).unwrap().unwrap();
+        let times = times_of(&[merged], 1);
+        // Four calls of each name, the first one warm-up (once, not once per key).
+        assert_eq!(times.by_name["decode"][&0].len(), 3);
+        assert_eq!(times.by_name["step"][&0].len(), 3);
     }
 
     #[test]
