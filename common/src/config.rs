@@ -259,7 +259,7 @@ impl Config {
             straggler_threshold_pct: 10.0,
             straggler_min_s: 0.01,
             warmup_calls: 0,
-            trace_max_stages: 10_000,
+            trace_max_stages: 5_000,
             gpu_memory_pressure_pct: 90.0,
             gpu_thermal_readings_pct: 10.0,
             gpu_thermal_temp_c: 85.0,

@@ -108,15 +108,20 @@ impl Names {
 }
 
 /// `name` cut to at most [`MAX_NAME_BYTES`] at a character boundary.
-fn cut(name: &str) -> &str {
-    if name.len() <= MAX_NAME_BYTES {
-        return name;
+pub fn cut(name: &str) -> &str {
+    cut_to(name, MAX_NAME_BYTES)
+}
+
+/// `text` cut to at most `max` bytes at a character boundary.
+pub fn cut_to(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
     }
-    let end = (0..=MAX_NAME_BYTES)
+    let end = (0..=max)
         .rev()
-        .find(|&i| name.is_char_boundary(i))
+        .find(|&i| text.is_char_boundary(i))
         .unwrap_or(0);
-    &name[..end]
+    &text[..end]
 }
 
 #[cfg(test)]

@@ -214,22 +214,44 @@ fn open_regular(path: &Path) -> Result<File, Rejection> {
     })
 }
 
-/// Every file in `dir` with the spill extension, decoded (or with the
-/// reason it cannot be), by name; and for a rank that flushed during its
-/// session but never finished (no final file), its flushes merged into one
-/// payload marked partial, its telemetry kept to the newest `max_rows`.
-/// Hidden and temporary files are left out.
-pub fn read_dir(dir: &Path, max_rows: usize) -> std::io::Result<Vec<Candidate>> {
-    read_dir_with(dir, max_rows, |payload| payload)
+/// One rank's data in a session directory: a spill file, or the flushes of
+/// a rank that never finished (no spill file), to be merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    /// What reports call it: the file, or the flushes' common name and count.
+    pub source: String,
+    /// The spill file, or the flush files in the order written.
+    pub files: Vec<PathBuf>,
+    /// Whether these are flushes.
+    pub flushes: bool,
 }
 
-/// [`read_dir`], each payload handed to `reduce` as soon as it is decoded
-/// (see [`read_files_with`]).
-pub fn read_dir_with<T: Send>(
-    dir: &Path,
-    max_rows: usize,
-    reduce: impl Fn(Payload) -> T + Sync,
-) -> std::io::Result<Vec<Candidate<T>>> {
+impl Input {
+    /// One spill (or any payload) file.
+    pub fn file(path: PathBuf) -> Self {
+        Input {
+            source: path.display().to_string(),
+            files: vec![path],
+            flushes: false,
+        }
+    }
+
+    /// The payload: the file's, or the flushes merged into one marked
+    /// partial, telemetry kept to the newest `max_rows` as the rank itself
+    /// would have.
+    pub fn read(&self, max_rows: usize) -> Result<Payload, Rejection> {
+        if self.flushes {
+            merge_parts(&self.files, max_rows)
+        } else {
+            read_payload(&self.files[0])
+        }
+    }
+}
+
+/// The inputs of `dir`: every file with the spill extension, by name, and
+/// for each rank that flushed during its session but never finished (no
+/// spill file) its flushes. Hidden and temporary files are left out.
+pub fn inputs(dir: &Path) -> std::io::Result<Vec<Input>> {
     let mut paths: Vec<PathBuf> = Vec::new();
     let mut parts: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
@@ -257,18 +279,25 @@ pub fn read_dir_with<T: Send>(
         .iter()
         .filter_map(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
         .collect();
-    let mut candidates = read_files_with(paths, &reduce);
+    let mut inputs: Vec<Input> = paths.into_iter().map(Input::file).collect();
     for (stem, mut files) in parts {
         if finished.contains(&stem) {
             continue;
         }
         files.sort();
-        candidates.push(Candidate {
+        inputs.push(Input {
             source: format!("{} ({} flushes)", dir.join(&stem).display(), files.len()),
-            payload: merge_parts(&files, max_rows).map(&reduce),
+            files,
+            flushes: true,
         });
     }
-    Ok(candidates)
+    Ok(inputs)
+}
+
+/// Every input of `dir` ([`inputs`]), decoded (or with the reason it cannot
+/// be).
+pub fn read_dir(dir: &Path, max_rows: usize) -> std::io::Result<Vec<Candidate>> {
+    Ok(read_inputs_with(inputs(dir)?, max_rows, |payload| payload))
 }
 
 /// The flushes `files` of one rank as one payload: the readable ones (a
@@ -299,15 +328,17 @@ fn merge_parts(files: &[PathBuf], max_rows: usize) -> Result<Payload, Rejection>
 
 /// The payloads in `paths`, decoded (or with the reason they cannot be).
 pub fn read_files(paths: impl IntoIterator<Item = PathBuf>) -> Vec<Candidate> {
-    read_files_with(paths.into_iter().collect(), |payload| payload)
+    let inputs = paths.into_iter().map(Input::file).collect();
+    read_inputs_with(inputs, usize::MAX, |payload| payload)
 }
 
-/// The payloads in `paths`, in order, each handed to `reduce` as soon as it
-/// is decoded. The files are read on as many threads as there are cores, so
-/// only the payloads being decoded are held at once besides what `reduce`
-/// keeps of each.
-pub fn read_files_with<T: Send>(
-    paths: Vec<PathBuf>,
+/// The payloads of `inputs`, in order, each handed to `reduce` as soon as
+/// it is decoded. The inputs are read on as many threads as there are
+/// cores, so only the payloads being decoded are held at once besides what
+/// `reduce` keeps of each.
+pub fn read_inputs_with<T: Send>(
+    inputs: Vec<Input>,
+    max_rows: usize,
     reduce: impl Fn(Payload) -> T + Sync,
 ) -> Vec<Candidate<T>> {
     let next = AtomicUsize::new(0);
@@ -315,19 +346,19 @@ pub fn read_files_with<T: Send>(
         let mut read = Vec::new();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(path) = paths.get(i) else {
+            let Some(input) = inputs.get(i) else {
                 return read;
             };
             let candidate = Candidate {
-                source: path.display().to_string(),
-                payload: read_payload(path).map(&reduce),
+                source: input.source.clone(),
+                payload: input.read(max_rows).map(&reduce),
             };
             read.push((i, candidate));
         }
     };
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .min(paths.len());
+        .min(inputs.len());
     let mut candidates: Vec<(usize, Candidate<T>)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads).map(|_| scope.spawn(read_next)).collect();
         workers

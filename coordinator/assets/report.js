@@ -11,6 +11,19 @@
   var palette = ['#3559c7', '#e07b39', '#2f9e6b', '#c2415d', '#7a55c7', '#8c6d31',
                  '#1b9bb0', '#d4a017', '#5b6475', '#b03a9e', '#4d8f2f', '#a34a28'];
   var charts = [];
+  // Charts still drawing, and one more until every chart has started: the
+  // page says it is ready (data-charts) when every chart has finished,
+  // progressive rendering included.
+  var drawing = 1;
+  function drawn() {
+    drawing -= 1;
+    if (drawing === 0) { document.body.setAttribute('data-charts', 'ready'); }
+  }
+
+  // Stage colours: the palette, then hues spread by the golden angle.
+  function colour(i) {
+    return i < palette.length ? palette[i] : 'hsl(' + (i * 137.508) % 360 + ', 55%, 48%)';
+  }
 
   function sum(list, f) { return list.reduce(function (n, x) { return n + f(x); }, 0); }
   function fixed(v, d) { return v === null || v === undefined ? '–' : Number(v).toFixed(d); }
@@ -32,6 +45,11 @@
                        textStyle: { color: '#b54708', fontSize: 12, fontWeight: 'bold' } };
     }
     var chart = echarts.init(el);
+    drawing += 1;
+    var done = false;
+    chart.on('finished', function () {
+      if (!done) { done = true; drawn(); }
+    });
     chart.setOption(option);
     charts.push(chart);
   }
@@ -43,10 +61,11 @@
 
   // Time per stage and rank.
   (function () {
-    var names = report.stages.map(function (s) { return s.name; });
+    var totals = series.stage_totals_s || [];
+    var names = report.stages.slice(0, totals.length).map(function (s) { return s.name; });
     var cells = [];
     var max = 0;
-    (series.stage_totals_s || []).forEach(function (row, y) {
+    totals.forEach(function (row, y) {
       row.forEach(function (v, x) {
         if (v !== null) { cells.push([x, y, v]); max = Math.max(max, v); }
       });
@@ -109,7 +128,7 @@
             { x: params.coordSys.x, y: params.coordSys.y,
               width: params.coordSys.width, height: params.coordSys.height });
           return shape && { type: 'rect', shape: shape,
-                            style: { fill: palette[api.value(3) % palette.length] } };
+                            style: { fill: colour(api.value(3)) } };
         }
       }]
     });
@@ -118,7 +137,7 @@
     names.forEach(function (name, i) {
       var swatch = document.createElement('span');
       swatch.textContent = '■ ';
-      swatch.style.color = palette[i % palette.length];
+      swatch.style.color = colour(i);
       legend.appendChild(swatch);
       legend.appendChild(document.createTextNode(name + '   '));
     });
@@ -212,5 +231,5 @@
     });
   });
 
-  document.body.setAttribute('data-charts', 'ready');
+  drawn();
 })();

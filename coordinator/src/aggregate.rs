@@ -1,11 +1,11 @@
 //! Offline aggregation: the spill files of a session directory into one
 //! report, with the same acceptance and analysis rank 0 runs in-process.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use rankscope_common::gather::{self, Expect, ReportFiles, RunFilter, Skipped};
-use rankscope_common::{spill, Config};
+use rankscope_common::spill::{self, Input};
+use rankscope_common::Config;
 
 use crate::analysis::{analyze_digests, RankDigest};
 use crate::model::Notice;
@@ -93,14 +93,14 @@ pub fn aggregate(
     run: Option<&str>,
     config: &Config,
 ) -> Result<Aggregated, AggregateError> {
-    // Each rank reduced as it is decoded: only the digests are held.
-    let candidates = spill::read_dir_with(reports_dir, config.max_data_points, |payload| {
-        RankDigest::new(&payload, config)
-    })
-    .map_err(|source| AggregateError::Read {
+    let inputs = spill::inputs(reports_dir).map_err(|source| AggregateError::Read {
         dir: reports_dir.to_path_buf(),
         source,
     })?;
+    // Each rank reduced as it is decoded: only the digests are held.
+    let candidates = spill::read_inputs_with(inputs.clone(), config.max_data_points, |payload| {
+        RankDigest::new(&payload, config)
+    });
     let expect = Expect {
         run: run.map_or(RunFilter::Any, |run| RunFilter::Only(Some(run.to_string()))),
         max_world_size: Some(config.max_world_size),
@@ -118,56 +118,55 @@ pub fn aggregate(
         path: output.to_path_buf(),
         source,
     })?;
-    let accepted: HashSet<PayloadIdentity> = gathered
-        .payloads
+    // The inputs of the report, by rank, with what each decoded to.
+    let accepted: Vec<(Input, PayloadIdentity)> = gathered
+        .sources
         .iter()
-        .map(|digest| identity(&digest.header))
+        .zip(&gathered.payloads)
+        .filter_map(|(source, digest)| {
+            let input = inputs.iter().find(|input| &input.source == source)?;
+            Some((input.clone(), identity(&digest.header)))
+        })
         .collect();
     let mut report = analyze_digests(gathered, config);
-    let row_files = write_rows(reports_dir, output, &accepted, &mut report, config)?;
+    let row_files = write_rows(&accepted, output, &mut report, config)?;
     let mut files = write_reports(&report, output)?;
     files.files.extend(row_files);
     Ok(Aggregated { report, files })
 }
 
-/// The second pass: the payloads of the report (`accepted`) decoded again,
-/// on every core, each written into the trace and raw files as it comes.
-/// A payload that no longer decodes as it did (its file changed meanwhile)
-/// is named in the report.
+/// The second pass: the inputs of the report decoded again, a few at a time
+/// on every core, and written into the trace and raw files by rank. An
+/// input that no longer decodes to what it did (its file changed
+/// meanwhile) is named in the report.
 fn write_rows(
-    reports_dir: &Path,
+    accepted: &[(Input, PayloadIdentity)],
     output: &Path,
-    accepted: &HashSet<PayloadIdentity>,
     report: &mut Report,
     config: &Config,
 ) -> Result<Vec<PathBuf>, AggregateError> {
-    let rows = RowWriters::create(output, report, config)?;
-    let written = spill::read_dir_with(reports_dir, config.max_data_points, |payload| {
-        let id = identity(&payload.header);
-        if !accepted.contains(&id) {
-            return Ok(None);
-        }
-        rows.add(&payload).map(|()| Some(id))
-    })
-    .map_err(|source| AggregateError::Read {
-        dir: reports_dir.to_path_buf(),
-        source,
-    })?;
-    let mut seen = HashSet::new();
-    for candidate in written {
-        if let Ok(written) = candidate.payload {
-            seen.extend(written?);
+    let mut rows = RowWriters::create(output, report, config)?;
+    let at_once = 2 * std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut changed = Vec::new();
+    for chunk in accepted.chunks(at_once) {
+        let inputs = chunk.iter().map(|(input, _)| input.clone()).collect();
+        let prepared = spill::read_inputs_with(inputs, config.max_data_points, |payload| {
+            (identity(&payload.header), rows.prepare(&payload))
+        });
+        for (candidate, (_, expected)) in prepared.into_iter().zip(chunk) {
+            match candidate.payload {
+                Ok((found, prepared)) if found == *expected => rows.write(prepared)?,
+                _ => changed.push(expected.0),
+            }
         }
     }
     let files = rows.finish(report)?;
-    let mut gone: Vec<u32> = accepted.difference(&seen).map(|(rank, ..)| *rank).collect();
-    if !gone.is_empty() {
-        gone.sort_unstable();
+    if !changed.is_empty() {
         report.session.notices.push(Notice {
             message: format!(
                 "changed or removed while the report was written: not in {TRACE_JSON_GZ} or raw/"
             ),
-            ranks: gone,
+            ranks: changed,
         });
     }
     Ok(files)

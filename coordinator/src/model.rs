@@ -485,9 +485,9 @@ pub struct Recommendation {
 /// timeline (the zero of `ranks[].started_s`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Series {
-    /// Per stage (in the order of `stages`), per rank (in the order of
-    /// `ranks`): the rank's total seconds in it, `null` where it never ran
-    /// it.
+    /// Per stage (the first 50 of `stages`, the largest), per rank (in the
+    /// order of `ranks`): the rank's total seconds in it, `null` where it
+    /// never ran it.
     pub stage_totals_s: Vec<Vec<Option<f64>>>,
     /// Per rank, the stages that ran inside no other.
     pub timelines: Vec<RankTimeline>,

@@ -50,17 +50,23 @@ fn read_trace(path: &Path) -> Value {
 
 /// Checks what Perfetto and chrome://tracing need of each event, that every
 /// process is named and that the complete events of each thread nest.
-/// Returns the complete (`X`) events per pid.
-fn check_trace(trace: &Value) -> BTreeMap<u64, usize> {
+/// Returns the complete (`X`) and the instant (`i`) events per pid.
+fn check_trace(trace: &Value) -> (BTreeMap<u64, usize>, BTreeMap<u64, usize>) {
     let events = trace["traceEvents"].as_array().expect("traceEvents");
     let mut named = Vec::new();
     // (pid, tid) → (start, duration, name) of each complete event.
     type Slices = HashMap<(u64, u64), Vec<(f64, f64, String)>>;
     let mut slices = Slices::new();
     let mut per_pid = BTreeMap::new();
+    let mut instants = BTreeMap::new();
     for event in events {
         let ph = event["ph"].as_str().expect("ph");
+        // Perfetto reads ids as 32-bit numbers and treats pid 0 apart.
         let pid = event["pid"].as_u64().expect("pid");
+        assert!((1..=u64::from(u32::MAX)).contains(&pid), "{event}");
+        if let Some(tid) = event["tid"].as_u64() {
+            assert!(tid <= u64::from(u32::MAX), "{event}");
+        }
         assert!(event["name"].is_string(), "name: {event}");
         let ts = || {
             event["ts"]
@@ -71,7 +77,7 @@ fn check_trace(trace: &Value) -> BTreeMap<u64, usize> {
             "M" => {
                 if event["name"] == "process_name" {
                     let name = event["args"]["name"].as_str().unwrap();
-                    assert!(name.starts_with(&format!("rank {pid} @ ")), "{name}");
+                    assert!(name.starts_with(&format!("rank {} @ ", pid - 1)), "{name}");
                     named.push(pid);
                 }
                 assert!(event["args"].is_object(), "{event}");
@@ -91,6 +97,7 @@ fn check_trace(trace: &Value) -> BTreeMap<u64, usize> {
                 ts();
                 assert_eq!(event["s"], "t", "{event}");
                 assert!(event["tid"].is_u64(), "{event}");
+                *instants.entry(pid).or_insert(0) += 1;
             }
             "C" => {
                 ts();
@@ -122,35 +129,46 @@ fn check_trace(trace: &Value) -> BTreeMap<u64, usize> {
             open.push(start + dur);
         }
     }
-    per_pid
+    (per_pid, instants)
 }
 
 #[test]
 fn the_trace_is_well_formed_and_holds_every_rank_and_stage() {
     let (dir, report) = job(&Config::default());
-    let per_pid = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
-    let expected: BTreeMap<u64, usize> = (0..u64::from(RANKS))
-        .map(|r| (r, STAGES as usize))
+    let (per_pid, instants) = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
+    let expected: BTreeMap<u64, usize> = (1..=u64::from(RANKS))
+        .map(|pid| (pid, STAGES as usize))
         .collect();
     assert_eq!(per_pid, expected);
+    // 100 diffusion steps and 10 events per rank.
+    assert!(instants.values().all(|&n| n == 110), "{instants:?}");
     assert!(report.ranks.iter().all(|r| r.trace_stages_left_out == 0));
 }
 
 #[test]
 fn a_trace_past_its_bound_is_cut_and_the_report_says_so() {
     let config = Config {
-        trace_max_stages: 500,
+        trace_max_stages: 50,
         ..Config::default()
     };
     let (dir, report) = job(&config);
-    let per_pid = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
-    assert!(per_pid.values().all(|&n| n == 500), "{per_pid:?}");
+    let (per_pid, instants) = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
+    assert!(per_pid.values().all(|&n| n == 50), "{per_pid:?}");
+    assert!(instants.values().all(|&n| n == 50), "{instants:?}");
+    let cut: Vec<&str> = report
+        .session
+        .notices
+        .iter()
+        .map(|n| n.message.as_str())
+        .filter(|m| m.starts_with("60 later instants"))
+        .collect();
+    assert_eq!(cut.len(), RANKS as usize, "{:?}", report.session.notices);
     for rank in &report.ranks {
-        assert_eq!(rank.trace_stages_left_out, STAGES - 500);
+        assert_eq!(rank.trace_stages_left_out, STAGES - 50);
     }
     let summary = std::fs::read_to_string(dir.path().join("summary.txt")).unwrap();
     assert!(
-        summary.contains("1500 later stages left out of trace.json.gz"),
+        summary.contains("1950 later stages left out of trace.json.gz"),
         "{summary}"
     );
     // The statistics still count every call.
@@ -215,7 +233,13 @@ print(json.dumps(counts))
     assert_eq!(found, expected);
     assert_eq!(
         found.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["gpu_samples", "host_samples", "stages"]
+        [
+            "diffusion_steps",
+            "events",
+            "gpu_samples",
+            "host_samples",
+            "stages"
+        ]
     );
 }
 

@@ -235,8 +235,7 @@ mod tests {
         Gathered {
             world_size: payloads.len() as u32,
             payloads,
-            missing: Vec::new(),
-            skipped: Vec::new(),
+            ..Gathered::default()
         }
     }
 

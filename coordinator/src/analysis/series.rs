@@ -18,6 +18,8 @@ pub const TIMELINE_BARS: usize = 40_000;
 pub const GPU_POINTS: usize = 120_000;
 /// Step points of all ranks together.
 pub const STEP_POINTS: usize = 40_000;
+/// Stages in the stage × rank heatmap: the first of `stages` (the largest).
+pub const HEATMAP_STAGES: usize = 50;
 /// No part gets fewer than this many bars or points.
 const FLOOR: usize = 16;
 
@@ -27,27 +29,28 @@ pub fn share(budget: usize, parts: usize) -> usize {
 }
 
 /// Seconds rounded to the microsecond, values to 3 decimals: the charts
-/// show no more, and the JSON stays short.
+/// show no more, and the JSON stays short. A value too large to scale is
+/// kept as it is.
 fn round(value: f64, decimals: i32) -> f64 {
     let scale = 10f64.powi(decimals);
-    (value * scale).round() / scale
+    let rounded = (value * scale).round() / scale;
+    if rounded.is_finite() {
+        rounded
+    } else {
+        value
+    }
 }
 
-/// At most `points` points of the series (`t`, `value`) in time order: all
-/// of them when they fit, else the lowest and the highest of each of
-/// `points / 2` equal runs of readings, so that spikes survive.
-pub fn min_max_buckets(t: &[f64], value: &[f64], points: usize) -> Timed {
-    let n = t.len().min(value.len());
-    let mut out = Timed::default();
-    let mut push = |i: usize| {
-        out.t_s.push(round(t[i], 6));
-        out.value.push(round(value[i], 3));
-    };
-    let buckets = (points / 2).max(1);
+/// The positions of at most `points` of `value`, in order: all of them
+/// when they fit, else those of the lowest and the highest of each of
+/// `points / 2` equal runs, so that spikes survive.
+pub fn min_max_indices(value: &[f64], points: usize) -> Vec<usize> {
+    let n = value.len();
     if n <= points {
-        (0..n).for_each(&mut push);
-        return out;
+        return (0..n).collect();
     }
+    let buckets = (points / 2).max(1);
+    let mut out = Vec::with_capacity(points);
     for b in 0..buckets {
         let (from, to) = (b * n / buckets, (b + 1) * n / buckets);
         if from == to {
@@ -63,28 +66,35 @@ pub fn min_max_buckets(t: &[f64], value: &[f64], points: usize) -> Timed {
             })
         };
         let (low, high) = (extreme(|a, b| a < b), extreme(|a, b| a > b));
-        push(low.min(high));
+        out.push(low.min(high));
         if low != high {
-            push(low.max(high));
+            out.push(low.max(high));
         }
     }
     out
 }
 
-/// [`min_max_buckets`] of the readings that are there (`Some`) in `value`.
+/// The finite readings of `value` (`None`, NaN and infinities are not
+/// readings) at times `t`, at most `points` of them ([`min_max_indices`]),
+/// rounded for the charts.
 pub fn readings(t: &[f64], value: &[Option<f64>], points: usize) -> Timed {
     let (t, value): (Vec<f64>, Vec<f64>) = t
         .iter()
         .zip(value)
-        .filter_map(|(&t, v)| Some((t, (*v)?)))
+        .filter_map(|(&t, v)| Some((t, v.filter(|v| v.is_finite())?)))
         .unzip();
-    min_max_buckets(&t, &value, points)
+    let kept = min_max_indices(&value, points);
+    Timed {
+        t_s: kept.iter().map(|&i| round(t[i], 6)).collect(),
+        value: kept.iter().map(|&i| round(value[i], 3)).collect(),
+    }
 }
 
-/// A rank's step times, at most `points` of them kept (min/max buckets).
+/// A rank's step times, at most `points` of them kept ([`readings`]).
 pub fn rank_steps(rank: u32, ms: &[f64], points: usize) -> RankSteps {
     let index: Vec<f64> = (0..ms.len()).map(|i| i as f64).collect();
-    let kept = min_max_buckets(&index, ms, points);
+    let ms: Vec<Option<f64>> = ms.iter().copied().map(Some).collect();
+    let kept = readings(&index, &ms, points);
     RankSteps {
         rank,
         step: kept.t_s.iter().map(|&i| i as u64).collect(),
@@ -135,6 +145,7 @@ pub fn series(
     let stage_totals_s = report
         .stages
         .iter()
+        .take(HEATMAP_STAGES)
         .map(|stage| {
             let by_rank = times.by_name.get(&stage.name);
             report
@@ -211,21 +222,23 @@ pub fn rank_timeline<'a>(rank: u32, mut stages: Vec<OuterStage<'a>>, bars: usize
         );
         let to = to.min(from + visits_left.saturating_sub(1));
         for (b, stretch) in stretches.iter_mut().enumerate().take(to + 1).skip(from) {
-            let lower = first + b as u64 * width;
-            let overlap = end.min(lower + width).saturating_sub(start.max(lower));
+            let lower = first.saturating_add((b as u64).saturating_mul(width));
+            let overlap = end
+                .min(lower.saturating_add(width))
+                .saturating_sub(start.max(lower));
             let entry = stretch.entry(name).or_default();
-            entry.0 += overlap;
+            entry.0 = entry.0.saturating_add(overlap);
             entry.1 += u64::from(b == from);
         }
         visits_left = visits_left.saturating_sub(to + 1 - from);
     }
     let mut current: Option<(&'a str, u64, u64, u64)> = None;
     for (b, by_name) in stretches.iter().enumerate() {
-        let from = first + b as u64 * width;
+        let from = first.saturating_add((b as u64).saturating_mul(width));
         let Some((&name, &(_, calls))) = by_name.iter().max_by_key(|(_, &(ns, _))| ns) else {
             continue;
         };
-        let to = from + width;
+        let to = from.saturating_add(width);
         match &mut current {
             Some((same, _, end, n)) if *same == name && *end == from => {
                 *end = to;
@@ -252,9 +265,28 @@ mod tests {
     #[test]
     fn a_short_series_is_kept_whole() {
         let t = [0.0, 1.0, 2.0];
-        let kept = min_max_buckets(&t, &[5.0, 6.0, 7.0], 10);
+        let kept = readings(&t, &[Some(5.0), Some(6.0), Some(7.0)], 10);
         assert_eq!(kept.t_s, t);
         assert_eq!(kept.value, [5.0, 6.0, 7.0]);
+    }
+
+    #[test]
+    fn what_is_no_number_is_no_reading() {
+        let t = [0.0, 1.0, 2.0, 3.0, 4.0];
+        let v = [
+            Some(1.0),
+            None,
+            Some(f64::NAN),
+            Some(f64::INFINITY),
+            Some(1e306),
+        ];
+        let kept = readings(&t, &v, 10);
+        assert_eq!(kept.t_s, [0.0, 4.0]);
+        assert_eq!(
+            kept.value,
+            [1.0, 1e306],
+            "too large to round: kept as it is"
+        );
     }
 
     #[test]
@@ -264,11 +296,23 @@ mod tests {
         let mut v = vec![50.0; 10_000];
         v[1_234] = 99.0;
         v[8_765] = 1.0;
-        let kept = min_max_buckets(&t, &v, 100);
+        let v: Vec<Option<f64>> = v.into_iter().map(Some).collect();
+        let kept = readings(&t, &v, 100);
         assert!(kept.t_s.len() <= 100, "{}", kept.t_s.len());
         assert!(kept.t_s.windows(2).all(|w| w[0] < w[1]), "time order");
         assert!(kept.t_s.contains(&1_234.0) && kept.value.contains(&99.0));
         assert!(kept.t_s.contains(&8_765.0) && kept.value.contains(&1.0));
+    }
+
+    #[test]
+    fn times_at_the_end_of_the_clock_do_not_overflow() {
+        // A crafted payload: stages ending at u64::MAX, more than fit.
+        let stages: Vec<OuterStage<'_>> = (0..40u64)
+            .map(|i| (u64::MAX - 4_000 + i * 100, u64::MAX, "x"))
+            .chain([(0, 10, "y")])
+            .collect();
+        let timeline = rank_timeline(0, stages, 16);
+        assert!(timeline.coalesced && timeline.name.len() <= 16);
     }
 
     #[test]

@@ -57,13 +57,6 @@ pub fn write_html(report: &Report, out: &mut impl Write) -> std::io::Result<()> 
     out.write_all(rest.as_bytes())
 }
 
-/// The page of `report` as a string.
-pub fn html(report: &Report) -> String {
-    let mut page = Vec::new();
-    write_html(report, &mut page).expect("writing to memory");
-    String::from_utf8(page).expect("the page is UTF-8")
-}
-
 /// Writes `value` as JSON that can sit inside a `<script>` element: `<`,
 /// `>` and `&` (so no `</script>` or `<!--` can appear) and the line
 /// separators U+2028/U+2029 written as `\u` escapes, which JSON reads back
@@ -144,11 +137,33 @@ struct Finding {
     evidence: String,
 }
 
-/// A table: its column heads and rows of cells.
+/// Rows a table shows at most; the rest are in report.json.
+const MAX_TABLE_ROWS: usize = 2_000;
+
+/// A table: its column heads and rows of cells, at most
+/// [`MAX_TABLE_ROWS`] of them, and how many more there were.
 #[derive(Serialize, Default)]
 struct Table {
     heads: Vec<Head>,
     rows: Vec<Vec<Cell>>,
+    more: usize,
+}
+
+impl Table {
+    /// A table of `heads` and the first [`MAX_TABLE_ROWS`] of `rows`.
+    fn new(heads: &[(&'static str, bool)], rows: Vec<Vec<Cell>>) -> Self {
+        let more = rows.len().saturating_sub(MAX_TABLE_ROWS);
+        let mut rows = rows;
+        rows.truncate(MAX_TABLE_ROWS);
+        Table {
+            heads: heads
+                .iter()
+                .map(|&(label, numeric)| Head { label, numeric })
+                .collect(),
+            rows,
+            more,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -192,13 +207,6 @@ impl Cell {
             ..Cell::default()
         }
     }
-}
-
-fn heads(labels: &[(&'static str, bool)]) -> Vec<Head> {
-    labels
-        .iter()
-        .map(|&(label, numeric)| Head { label, numeric })
-        .collect()
 }
 
 fn finding(r: &crate::model::Recommendation) -> Finding {
@@ -297,8 +305,8 @@ fn stages(report: &Report) -> Table {
             ]
         })
         .collect();
-    Table {
-        heads: heads(&[
+    Table::new(
+        &[
             ("Stage", false),
             ("Calls", true),
             ("Ranks", true),
@@ -311,9 +319,9 @@ fn stages(report: &Report) -> Table {
             ("p99 ms", true),
             ("Imbalance %", true),
             ("Share %", true),
-        ]),
+        ],
         rows,
-    }
+    )
 }
 
 fn stragglers(report: &Report) -> Table {
@@ -340,17 +348,17 @@ fn stragglers(report: &Report) -> Table {
             ]
         })
         .collect();
-    Table {
-        heads: heads(&[
+    Table::new(
+        &[
             ("Rank", true),
             ("Stage", false),
             ("Slowdown", true),
             ("Excess s", true),
             ("Wait caused s", true),
             ("Evidence", false),
-        ]),
+        ],
         rows,
-    }
+    )
 }
 
 fn lockstep(report: &Report) -> Table {
@@ -374,17 +382,17 @@ fn lockstep(report: &Report) -> Table {
             ])
         })
         .collect();
-    Table {
-        heads: heads(&[
+    Table::new(
+        &[
             ("Stage", false),
             ("Calls compared", true),
             ("Most often slowest: rank", true),
             ("Its slowest calls", true),
             ("Wait it caused s", true),
             ("Wait, all ranks s", true),
-        ]),
+        ],
         rows,
-    }
+    )
 }
 
 fn gpus(report: &Report) -> Table {
@@ -420,8 +428,8 @@ fn gpus(report: &Report) -> Table {
             ]
         })
         .collect();
-    Table {
-        heads: heads(&[
+    Table::new(
+        &[
             ("GPU", false),
             ("Ranks", false),
             ("Device", false),
@@ -433,9 +441,9 @@ fn gpus(report: &Report) -> Table {
             ("SM clock avg MHz", true),
             ("Throttled %", true),
             ("Bottlenecks", false),
-        ]),
+        ],
         rows,
-    }
+    )
 }
 
 fn diffusion(report: &Report) -> Vec<(String, String)> {
@@ -492,8 +500,8 @@ fn ranks(report: &Report) -> Table {
             ]
         })
         .collect();
-    Table {
-        heads: heads(&[
+    Table::new(
+        &[
             ("Rank", true),
             ("Host", false),
             ("PID", true),
@@ -505,9 +513,9 @@ fn ranks(report: &Report) -> Table {
             ("Host CPU avg %", true),
             ("Process RSS peak MB", true),
             ("GPUs", false),
-        ]),
+        ],
         rows,
-    }
+    )
 }
 
 fn session(report: &Report) -> Vec<(String, String)> {
@@ -516,18 +524,20 @@ fn session(report: &Report) -> Vec<(String, String)> {
         ("Session id".to_string(), s.id.clone()),
         ("Run".into(), s.run_id.clone().unwrap_or_else(|| "–".into())),
         ("Launcher".into(), s.launcher.clone()),
-        (
-            "Transport".into(),
-            format!("{:?}", s.transport).to_lowercase(),
-        ),
-        (
-            "Clock sync".into(),
-            format!("{:?}", s.clock_sync).to_lowercase(),
-        ),
+        ("Transport".into(), wire_name(&s.transport)),
+        ("Clock sync".into(), wire_name(&s.clock_sync)),
         ("Warm-up calls left out".into(), s.warmup_calls.to_string()),
     ];
     rows.extend(s.tags.iter().map(|(k, v)| (format!("Tag: {k}"), v.clone())));
     rows
+}
+
+/// `value` as report.json names it (`tcp-pingpong`, not `TcpPingpong`).
+fn wire_name(value: &impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "–".into(),
+    }
 }
 
 /// What the reader should know about the data itself: notices, inputs left
@@ -591,8 +601,8 @@ fn overhead(report: &Report) -> Table {
             ]
         })
         .collect();
-    Table {
-        heads: heads(&[
+    Table::new(
+        &[
             ("Rank", true),
             ("GPU readings", true),
             ("GPU reading mean µs", true),
@@ -602,9 +612,9 @@ fn overhead(report: &Report) -> Table {
             ("Rows dropped", true),
             ("Names folded", true),
             ("Stages too deep", true),
-        ]),
+        ],
         rows,
-    }
+    )
 }
 
 /// `unix_s` as `2026-11-26 03:27:10 UTC`.

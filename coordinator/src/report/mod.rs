@@ -46,7 +46,7 @@ pub struct WriteError {
 /// what rank 0 does at the end of a session.
 pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<ReportFiles, WriteError> {
     let mut report = analyze(gathered, config);
-    let rows = RowWriters::create(dir, &report, config)?;
+    let mut rows = RowWriters::create(dir, &report, config)?;
     for payload in &gathered.payloads {
         rows.add(payload)?;
     }

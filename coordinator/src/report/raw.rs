@@ -35,6 +35,11 @@ fn failed(path: &Path, source: impl Into<Box<dyn std::error::Error + Send + Sync
     }
 }
 
+/// The name of `table`'s raw file.
+fn file_name(table: Table) -> String {
+    format!("{}.arrow", table.name())
+}
+
 /// The schema of `table`'s raw file: `rank`, then the table's columns with
 /// dictionaries as plain strings.
 fn raw_schema(table: Table) -> SchemaRef {
@@ -88,27 +93,42 @@ pub fn rank_batches(payload: &Payload) -> RankBatches {
         left_out: Vec::new(),
     };
     for (&table, batch) in &payload.tables {
-        let raw = (batch.schema() == table.schema())
-            .then(|| raw_batch(rank, batch, raw_schema(table)).ok())
-            .flatten();
-        match raw {
-            Some(raw) => out.batches.push((table, raw)),
-            None => out.left_out.push(format!(
-                "rank {rank}'s {} table, of another schema, is not in {RAW_DIR}/",
-                table.name()
-            )),
-        }
+        let why = if batch.schema() != table.schema() {
+            "is of another schema".to_string()
+        } else {
+            match raw_batch(rank, batch, raw_schema(table)) {
+                Ok(raw) => {
+                    out.batches.push((table, raw));
+                    continue;
+                }
+                Err(e) => format!("could not be converted ({e})"),
+            }
+        };
+        out.left_out.push(format!(
+            "rank {rank}'s {} table {why}: not in {RAW_DIR}/",
+            table.name()
+        ));
     }
     out
 }
 
 impl RawWriter {
-    /// Writes into `dir` (made if missing).
+    /// Writes into `dir` (made if missing), removing the raw files an
+    /// earlier report left there, so that none outlives its session.
     pub fn new(dir: &Path) -> Result<Self, WriteError> {
         std::fs::create_dir_all(dir).map_err(|source| WriteError {
             path: dir.to_path_buf(),
             source,
         })?;
+        for table in Table::ALL {
+            let path = dir.join(file_name(*table));
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(WriteError { path, source: e });
+                }
+                _ => {}
+            }
+        }
         Ok(RawWriter {
             dir: dir.to_path_buf(),
             files: BTreeMap::new(),
@@ -121,7 +141,7 @@ impl RawWriter {
             let (path, writer) = match self.files.entry(table) {
                 Entry::Occupied(open) => open.into_mut(),
                 Entry::Vacant(slot) => {
-                    let path = self.dir.join(format!("{}.arrow", table.name()));
+                    let path = self.dir.join(file_name(table));
                     let file = AtomicFile::create(&path).map_err(|e| failed(&path, e))?;
                     let writer = FileWriter::try_new(BufWriter::new(file), &raw_schema(table))
                         .map_err(|e| failed(&path, e))?;

@@ -1,19 +1,18 @@
 //! The outputs written row by row, a payload at a time, after the analysis:
-//! `trace.json.gz` and `raw/`. Each accepted payload is added once, in any
-//! order (the aggregation decodes them again on several threads rather than
-//! hold them all); [`RowWriters::finish`] puts the files in place and notes
-//! in the report what was left out of them.
+//! `trace.json.gz` and `raw/`. Each payload of the report is added once, by
+//! rank (the aggregation decodes them again, a few at a time on every core,
+//! rather than hold them all); [`RowWriters::finish`] puts the files in
+//! place and notes in the report what was left out of them.
 
 use std::collections::BTreeMap;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use rankscope_common::file::AtomicFile;
 use rankscope_common::{Config, Payload, PayloadHeader};
 
-use super::raw::{self, RawWriter, RAW_DIR};
-use super::trace::{self, TraceWriter};
+use super::raw::{self, RankBatches, RawWriter, RAW_DIR};
+use super::trace::{self, RankEvents, TraceWriter};
 use super::WriteError;
 use crate::model::{Notice, RankSummary, Report};
 
@@ -35,22 +34,24 @@ pub fn identity(header: &PayloadHeader) -> PayloadIdentity {
     )
 }
 
-/// The trace and raw writers of one report. [`RowWriters::add`] may be
-/// called from several threads: each payload's rows are converted on the
-/// calling thread, and only their writing takes turns.
+/// The trace and raw writers of one report. A payload's rows are converted
+/// by [`RowWriters::prepare`], which any thread may call, then written in
+/// order by [`RowWriters::write`]: the files come out the same whatever
+/// the threads did.
 pub struct RowWriters {
     ranks: BTreeMap<u32, RankSummary>,
     max_stages: u64,
     trace_path: PathBuf,
-    trace: Mutex<TraceWriter<BufWriter<AtomicFile>>>,
-    raw: Mutex<RawWriter>,
-    notes: Mutex<Vec<(String, u32)>>,
+    trace: TraceWriter<BufWriter<AtomicFile>>,
+    raw: RawWriter,
+    notes: Vec<(String, u32)>,
 }
 
-/// `mutex` locked; a writer that panicked elsewhere left nothing half-done
-/// that matters here (its error is reported where it happened).
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
+/// One payload's rows, converted for the files.
+pub struct RankRows {
+    rank: u32,
+    events: Option<RankEvents>,
+    batches: RankBatches,
 }
 
 impl RowWriters {
@@ -66,30 +67,51 @@ impl RowWriters {
         Ok(RowWriters {
             ranks: report.ranks.iter().map(|r| (r.rank, r.clone())).collect(),
             max_stages: config.trace_max_stages,
-            trace: Mutex::new(trace),
+            trace,
             trace_path,
-            raw: Mutex::new(RawWriter::new(&dir.join(RAW_DIR))?),
-            notes: Mutex::new(Vec::new()),
+            raw: RawWriter::new(&dir.join(RAW_DIR))?,
+            notes: Vec::new(),
         })
     }
 
-    /// Adds the rows of `payload`, a rank of the report.
-    pub fn add(&self, payload: &Payload) -> Result<(), WriteError> {
+    /// The rows of `payload`, a rank of the report, converted.
+    pub fn prepare(&self, payload: &Payload) -> RankRows {
         let rank = payload.header.rank.rank;
-        if let Some(summary) = self.ranks.get(&rank) {
-            let events = trace::rank_events(payload, summary, self.max_stages);
-            lock(&self.trace)
-                .add(&events)
-                .map_err(|source| WriteError {
-                    path: self.trace_path.clone(),
-                    source,
-                })?;
+        RankRows {
+            rank,
+            events: self
+                .ranks
+                .get(&rank)
+                .map(|summary| trace::rank_events(payload, summary, self.max_stages)),
+            batches: raw::rank_batches(payload),
         }
-        let mut batches = raw::rank_batches(payload);
+    }
+
+    /// Writes one payload's converted rows.
+    pub fn write(&mut self, rows: RankRows) -> Result<(), WriteError> {
+        let RankRows {
+            rank,
+            events,
+            mut batches,
+        } = rows;
+        if let Some(mut events) = events {
+            self.trace.add(&events).map_err(|source| WriteError {
+                path: self.trace_path.clone(),
+                source,
+            })?;
+            let left_out = std::mem::take(&mut events.left_out);
+            self.notes
+                .extend(left_out.into_iter().map(|note| (note, rank)));
+        }
         let left_out = std::mem::take(&mut batches.left_out);
-        lock(&self.raw).add(batches)?;
-        lock(&self.notes).extend(left_out.into_iter().map(|note| (note, rank)));
-        Ok(())
+        self.notes
+            .extend(left_out.into_iter().map(|note| (note, rank)));
+        self.raw.add(batches)
+    }
+
+    /// Converts and writes the rows of `payload`.
+    pub fn add(&mut self, payload: &Payload) -> Result<(), WriteError> {
+        self.write(self.prepare(payload))
     }
 
     /// Closes the files, puts them in place and adds to `report` what was
@@ -99,17 +121,14 @@ impl RowWriters {
             path: self.trace_path.clone(),
             source,
         };
-        let trace = self.trace.into_inner().unwrap_or_else(|e| e.into_inner());
-        let file = trace.finish().map_err(failed)?;
+        let file = self.trace.finish().map_err(failed)?;
         file.into_inner()
             .map_err(|e| failed(e.into_error()))?
             .commit()
             .map_err(failed)?;
         let mut files = vec![self.trace_path.clone()];
-        let raw = self.raw.into_inner().unwrap_or_else(|e| e.into_inner());
-        files.extend(raw.finish()?);
-        let notes = self.notes.into_inner().unwrap_or_else(|e| e.into_inner());
-        for (message, rank) in notes {
+        files.extend(self.raw.finish()?);
+        for (message, rank) in self.notes {
             report.session.notices.push(Notice {
                 message,
                 ranks: vec![rank],

@@ -5,29 +5,41 @@
 //! steps, blocks, events and memory snapshots instants (`i`) on a track of
 //! their own, GPU readings and metrics counters (`C`).
 //!
-//! Bounded like the HTML: each rank's first `trace_max_stages` stages in
-//! start order (the report counts the rest), each GPU metric downsampled to
-//! [`COUNTER_POINTS`] readings.
+//! Bounded whatever the rank sent: each rank's first `trace_max_stages`
+//! stages and as many instants in time order, [`COUNTER_TRACKS`] counters
+//! of at most [`COUNTER_POINTS`] readings, names cut to 1 KiB and argument
+//! texts to 64 KiB; the report says what was left out. A rank is process
+//! `rank + 1` (Perfetto treats pid 0 apart), named `rank N @ host`.
 
 use std::collections::BTreeMap;
 use std::io::{BufWriter, Write};
 
 use flate2::write::GzEncoder;
+use rankscope_common::names::{cut, cut_to};
 use rankscope_common::table::{
     BlocksView, DiffusionStepsView, EventsView, GpuSamplesView, MemorySnapshotsView, MetricsView,
     StagesView,
 };
-use rankscope_common::Payload;
+use rankscope_common::{Payload, Table};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::analysis::series::min_max_buckets;
+use super::rows::TRACE_JSON_GZ;
+use crate::analysis::series::min_max_indices;
 use crate::model::RankSummary;
 
-/// Readings kept per GPU metric.
+/// Readings kept per counter.
 pub const COUNTER_POINTS: usize = 2_000;
-/// The track of a rank's instants (steps, blocks, events, snapshots).
-const MARKS_TRACK: u64 = 1 << 32;
+/// Counters kept per rank (5 per GPU, one per metric name).
+pub const COUNTER_TRACKS: usize = 256;
+/// The track of a rank's instants (steps, blocks, events, snapshots), past
+/// any thread's: Perfetto reads track ids as 32-bit numbers.
+const MARKS_TRACK: u32 = 1 << 30;
+/// Thread tracks stay below the instants' track.
+const MAX_THREAD_TRACK: u32 = MARKS_TRACK - 1;
+/// Longest metadata or event payload text kept in an event's arguments.
+const MAX_ARG_BYTES: usize = 64 << 10;
+const MB: f64 = (1u64 << 20) as f64;
 
 /// Writes the trace as payloads come: a header, each rank's events, a
 /// closing line.
@@ -66,10 +78,12 @@ impl<W: Write> TraceWriter<W> {
 }
 
 /// One rank's events as JSON, comma-separated: made on any thread, written
-/// in order by [`TraceWriter::add`].
+/// in order by [`TraceWriter::add`]; and what had to be left out.
 #[derive(Default)]
 pub struct RankEvents {
     json: Vec<u8>,
+    /// What the bounds left out, in sentences for the report.
+    pub left_out: Vec<String>,
 }
 
 impl RankEvents {
@@ -88,7 +102,7 @@ struct Event<'a, A> {
     name: &'a str,
     pid: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tid: Option<u64>,
+    tid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ts: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,108 +139,50 @@ struct StageArgs<'a> {
 }
 
 /// The trace events of one rank, `rank` being its summary in the report
-/// (where it sits on the shared timeline).
-pub fn rank_events(payload: &Payload, rank: &RankSummary, max_stages: u64) -> RankEvents {
+/// (where it sits on the shared timeline): at most `max_events` stages and
+/// as many instants (each the earliest), at most [`COUNTER_TRACKS`]
+/// counters of at most [`COUNTER_POINTS`] readings.
+pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> RankEvents {
+    let max_events = usize::try_from(max_events).unwrap_or(usize::MAX);
     let mut events = RankEvents::default();
-    let pid = rank.rank;
+    // Perfetto treats pid 0 apart: rank N is process N + 1, named for it.
+    let pid = rank.rank.saturating_add(1);
     // Microseconds on the shared timeline from the rank's own nanoseconds.
     let at = |ns: u64| rank.started_s * 1e6 + ns as f64 / 1e3;
-    let process = format!("rank {} @ {}", rank.rank, rank.host);
+    let process = format!("rank {} @ {}", rank.rank, cut(&rank.host));
     events.push(&Event::new(
         "M",
         "process_name",
         pid,
         json!({ "name": process }),
     ));
-    events.push(&Event::new(
-        "M",
-        "process_sort_index",
-        pid,
-        json!({ "sort_index": rank.rank }),
-    ));
-    let mut threads: BTreeMap<u64, String> = BTreeMap::new();
+    let sort = json!({ "sort_index": rank.rank });
+    events.push(&Event::new("M", "process_sort_index", pid, sort));
+    let mut threads: BTreeMap<u32, String> = BTreeMap::new();
     if let Ok(Some(v)) = payload.view::<StagesView>() {
         let mut rows: Vec<usize> = (0..v.len).collect();
         rows.sort_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.end_ns[i])));
-        rows.truncate(usize::try_from(max_stages).unwrap_or(usize::MAX));
+        rows.truncate(max_events);
         for i in rows {
-            let tid = u64::from(v.thread[i]);
+            let tid = v.thread[i].min(MAX_THREAD_TRACK);
             threads
                 .entry(tid)
-                .or_insert_with(|| v.thread_name.get(i).to_string());
+                .or_insert_with(|| cut(v.thread_name.get(i)).to_string());
             let args = StageArgs {
                 call: v.call_index[i],
-                metadata: v.metadata.get(i),
+                metadata: v.metadata.get(i).map(|m| cut_to(m, MAX_ARG_BYTES)),
             };
             events.push(&Event {
                 tid: Some(tid),
                 ts: Some(at(v.start_ns[i])),
                 dur: Some(v.end_ns[i].saturating_sub(v.start_ns[i]) as f64 / 1e3),
                 cat: Some("stage"),
-                ..Event::new("X", v.name.get(i), pid, args)
+                ..Event::new("X", cut(v.name.get(i)), pid, args)
             });
         }
     }
-    let mut marks = RankEvents::default();
-    let mut mark = |ns: u64, name: &str, category: &'static str, args: Value| {
-        marks.push(&Event {
-            tid: Some(MARKS_TRACK),
-            ts: Some(at(ns)),
-            cat: Some(category),
-            s: Some("t"),
-            ..Event::new("i", name, pid, args)
-        });
-    };
-    if let Ok(Some(v)) = payload.view::<DiffusionStepsView>() {
-        for i in 0..v.len {
-            mark(
-                v.ts_ns[i],
-                &format!("step {}", v.step[i]),
-                "diffusion",
-                json!({ "timestep": v.timestep[i], "block_size": v.block_size[i],
-                        "computation_ms": v.computation_ms[i],
-                        "guidance_scale": v.guidance_scale.get(i) }),
-            );
-        }
-    }
-    if let Ok(Some(v)) = payload.view::<BlocksView>() {
-        for i in 0..v.len {
-            mark(
-                v.ts_ns[i],
-                &format!("block {}", v.block_index[i]),
-                "diffusion",
-                json!({ "frames": v.block_size[i], "computation_ms": v.computation_ms[i],
-                        "memory_mb": v.memory_mb.get(i) }),
-            );
-        }
-    }
-    if let Ok(Some(v)) = payload.view::<EventsView>() {
-        for i in 0..v.len {
-            mark(
-                v.ts_ns[i],
-                v.name.get(i),
-                "event",
-                json!({ "payload": v.payload.get(i) }),
-            );
-        }
-    }
-    if let Ok(Some(v)) = payload.view::<MemorySnapshotsView>() {
-        for i in 0..v.len {
-            mark(
-                v.ts_ns[i],
-                &format!("memory: {}", v.label.value(i)),
-                "memory",
-                json!({ "source": v.source.get(i), "gpu": v.gpu.get(i),
-                        "allocated_bytes": v.allocated_bytes.get(i),
-                        "reserved_bytes": v.reserved_bytes.get(i),
-                        "max_allocated_bytes": v.max_allocated_bytes.get(i) }),
-            );
-        }
-    }
-    if !marks.json.is_empty() {
+    if marks(payload, &mut events, pid, &at, max_events) {
         threads.insert(MARKS_TRACK, "diffusion, events, memory".into());
-        events.json.extend_from_slice(b",\n");
-        events.json.append(&mut marks.json);
     }
     for (tid, name) in threads {
         events.push(&Event {
@@ -238,70 +194,169 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_stages: u64) -> Ra
             ..Event::new("M", "thread_sort_index", pid, json!({ "sort_index": tid }))
         });
     }
-    let mut counter = |name: String, ts_ns: &[u64], values: &[Option<f64>]| {
-        let (t, v): (Vec<f64>, Vec<f64>) = ts_ns
-            .iter()
-            .zip(values)
-            .filter_map(|(&t, v)| Some((at(t), (*v)?)))
-            .filter(|(_, v)| v.is_finite())
-            .unzip();
-        let kept = min_max_buckets(&t, &v, COUNTER_POINTS);
-        for (&ts, &value) in kept.t_s.iter().zip(&kept.value) {
-            events.push(&Event {
-                ts: Some(ts),
-                ..Event::new("C", &name, pid, CounterArgs { value })
-            });
-        }
+    counters(payload, &mut events, pid, &at);
+    events
+}
+
+/// One GPU metric of reading row `i`, where there is one.
+type Reading<'a> = dyn Fn(usize) -> Option<f64> + 'a;
+
+/// A counter's readings: times (ns on the rank's clock) and values.
+type Samples = (Vec<u64>, Vec<f64>);
+
+/// Where an instant's row is: (time, table, row).
+type MarkRow = (u64, Table, usize);
+
+/// Adds the rank's diffusion steps, blocks, events and memory snapshots as
+/// instants on their own track, the earliest `max` of them; whether there
+/// were any.
+fn marks(
+    payload: &Payload,
+    events: &mut RankEvents,
+    pid: u32,
+    at: &impl Fn(u64) -> f64,
+    max: usize,
+) -> bool {
+    let steps = payload.view::<DiffusionStepsView>().ok().flatten();
+    let blocks = payload.view::<BlocksView>().ok().flatten();
+    let user = payload.view::<EventsView>().ok().flatten();
+    let memory = payload.view::<MemorySnapshotsView>().ok().flatten();
+    let mut rows: Vec<MarkRow> = Vec::new();
+    let mut add = |table: Table, ts: &[u64]| {
+        rows.extend(ts.iter().enumerate().map(|(i, &t)| (t, table, i)));
     };
+    if let Some(v) = &steps {
+        add(Table::DiffusionSteps, v.ts_ns);
+    }
+    if let Some(v) = &blocks {
+        add(Table::Blocks, v.ts_ns);
+    }
+    if let Some(v) = &user {
+        add(Table::Events, v.ts_ns);
+    }
+    if let Some(v) = &memory {
+        add(Table::MemorySnapshots, v.ts_ns);
+    }
+    rows.sort_unstable();
+    if rows.len() > max {
+        events.left_out.push(format!(
+            "{} later instants (steps, blocks, events, snapshots) left out of {TRACE_JSON_GZ} \
+             (trace_max_stages)",
+            rows.len() - max
+        ));
+        rows.truncate(max);
+    }
+    for &(ts, table, i) in &rows {
+        let (name, category, args) = match (table, &steps, &blocks, &user, &memory) {
+            (Table::DiffusionSteps, Some(v), ..) => (
+                format!("step {}", v.step[i]),
+                "diffusion",
+                json!({ "timestep": v.timestep[i], "block_size": v.block_size[i],
+                        "computation_ms": v.computation_ms[i],
+                        "guidance_scale": v.guidance_scale.get(i) }),
+            ),
+            (Table::Blocks, _, Some(v), ..) => (
+                format!("block {}", v.block_index[i]),
+                "diffusion",
+                json!({ "frames": v.block_size[i], "computation_ms": v.computation_ms[i],
+                        "memory_mb": v.memory_mb.get(i) }),
+            ),
+            (Table::Events, _, _, Some(v), _) => (
+                cut(v.name.get(i)).to_string(),
+                "event",
+                json!({ "payload": v.payload.get(i).map(|p| cut_to(p, MAX_ARG_BYTES)) }),
+            ),
+            (_, _, _, _, Some(v)) => (
+                format!("memory: {}", cut(v.label.value(i))),
+                "memory",
+                json!({ "source": cut(v.source.get(i)), "gpu": v.gpu.get(i),
+                        "allocated_bytes": v.allocated_bytes.get(i),
+                        "reserved_bytes": v.reserved_bytes.get(i),
+                        "max_allocated_bytes": v.max_allocated_bytes.get(i) }),
+            ),
+            _ => continue,
+        };
+        events.push(&Event {
+            tid: Some(MARKS_TRACK),
+            ts: Some(at(ts)),
+            cat: Some(category),
+            s: Some("t"),
+            ..Event::new("i", &name, pid, args)
+        });
+    }
+    !rows.is_empty()
+}
+
+/// Adds the rank's GPU readings and metrics as counters: each series' finite
+/// values, at most [`COUNTER_POINTS`] of them (the lowest and highest of
+/// equal runs), at most [`COUNTER_TRACKS`] series.
+fn counters(payload: &Payload, events: &mut RankEvents, pid: u32, at: &impl Fn(u64) -> f64) {
+    // name → (times, values) per series, in the order made.
+    let mut series: Vec<(String, Vec<u64>, Vec<f64>)> = Vec::new();
     if let Ok(Some(v)) = payload.view::<GpuSamplesView>() {
         let gpus = &payload.header.gpus;
-        for (g, meta) in gpus.iter().enumerate() {
-            let rows: Vec<usize> = (0..v.len).filter(|&i| v.gpu[i] as usize == g).collect();
-            let ts: Vec<u64> = rows.iter().map(|&i| v.ts_ns[i]).collect();
-            let metric = |get: &dyn Fn(usize) -> Option<f64>| -> Vec<Option<f64>> {
-                rows.iter().map(|&i| get(i)).collect()
+        let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); gpus.len()];
+        for i in 0..v.len {
+            if let Some(rows) = rows_of.get_mut(v.gpu[i] as usize) {
+                rows.push(i);
+            }
+        }
+        for (g, (meta, rows)) in gpus.iter().zip(&rows_of).enumerate() {
+            // Two GPUs of one index (a crafted header) stay two tracks.
+            let same_index = gpus.iter().filter(|m| m.index == meta.index).count() > 1;
+            let gpu = if same_index {
+                format!("GPU {} #{g}", meta.index)
+            } else {
+                format!("GPU {}", meta.index)
             };
-            let gpu = format!("GPU {}", meta.index);
-            counter(
-                format!("{gpu} utilisation %"),
-                &ts,
-                &metric(&|i| v.util_gpu_pct.get(i)),
-            );
-            counter(
-                format!("{gpu} memory MB"),
-                &ts,
-                &metric(&|i| v.memory_used_bytes.get(i).map(|b| b as f64 / 1048576.0)),
-            );
-            counter(
-                format!("{gpu} temperature °C"),
-                &ts,
-                &metric(&|i| v.temperature_c.get(i)),
-            );
-            counter(
-                format!("{gpu} power W"),
-                &ts,
-                &metric(&|i| v.power_w.get(i)),
-            );
-            counter(
-                format!("{gpu} SM clock MHz"),
-                &ts,
-                &metric(&|i| v.sm_clock_mhz.get(i).map(f64::from)),
-            );
+            let metrics: [(&str, &Reading<'_>); 5] = [
+                ("utilisation %", &|i| v.util_gpu_pct.get(i)),
+                ("memory MB", &|i| {
+                    v.memory_used_bytes.get(i).map(|b| b as f64 / MB)
+                }),
+                ("temperature °C", &|i| v.temperature_c.get(i)),
+                ("power W", &|i| v.power_w.get(i)),
+                ("SM clock MHz", &|i| v.sm_clock_mhz.get(i).map(f64::from)),
+            ];
+            for (metric, get) in metrics {
+                let (ts, values) = rows
+                    .iter()
+                    .filter_map(|&i| Some((v.ts_ns[i], get(i).filter(|x| x.is_finite())?)))
+                    .unzip();
+                series.push((format!("{gpu} {metric}"), ts, values));
+            }
         }
     }
     if let Ok(Some(v)) = payload.view::<MetricsView>() {
-        let mut by_name: BTreeMap<String, (Vec<u64>, Vec<Option<f64>>)> = BTreeMap::new();
+        let mut by_name: BTreeMap<(&str, &str), Samples> = BTreeMap::new();
         for i in 0..v.len {
-            let name = format!("{}: {}", v.section.get(i), v.name.get(i));
-            let series = by_name.entry(name).or_default();
-            series.0.push(v.ts_ns[i]);
-            series.1.push(Some(v.value[i]));
+            if v.value[i].is_finite() {
+                let one = by_name
+                    .entry((v.section.get(i), v.name.get(i)))
+                    .or_default();
+                one.0.push(v.ts_ns[i]);
+                one.1.push(v.value[i]);
+            }
         }
-        for (name, (ts, values)) in by_name {
-            counter(name, &ts, &values);
+        series.extend(by_name.into_iter().map(|((section, name), (ts, values))| {
+            (format!("{}: {}", cut(section), cut(name)), ts, values)
+        }));
+    }
+    if series.len() > COUNTER_TRACKS {
+        events.left_out.push(format!(
+            "{} counter tracks past the first {COUNTER_TRACKS} left out of {TRACE_JSON_GZ}",
+            series.len() - COUNTER_TRACKS
+        ));
+        series.truncate(COUNTER_TRACKS);
+    }
+    for (name, ts, values) in &series {
+        for i in min_max_indices(values, COUNTER_POINTS) {
+            events.push(&Event {
+                ts: Some(at(ts[i])),
+                ..Event::new("C", name, pid, CounterArgs { value: values[i] })
+            });
         }
     }
-    events
 }
 
 #[derive(Serialize)]

@@ -11,8 +11,8 @@ use std::io::Write;
 
 use rankscope_common::payload::{GpuMeta, GpuSource, Payload, PayloadHeader};
 use rankscope_common::table::{
-    GpuSampleRow, GpuSamplesBuilder, HostSampleRow, HostSamplesBuilder, StageRow, StagesBuilder,
-    Table,
+    DiffusionStepRow, DiffusionStepsBuilder, EventRow, EventsBuilder, GpuSampleRow,
+    GpuSamplesBuilder, HostSampleRow, HostSamplesBuilder, StageRow, StagesBuilder, Table,
 };
 
 const INNER_NAMES: u64 = 29;
@@ -82,12 +82,21 @@ pub fn rank_payload(
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) + 1).wrapping_mul(0x1000_0001));
     let names: Vec<String> = (0..INNER_NAMES).map(|i| format!("stage_{i:02}")).collect();
     let mut stages = StagesBuilder::default();
+    let mut steps = DiffusionStepsBuilder::default();
+    let mut events = EventsBuilder::default();
     let mut now = 0u64;
     let mut id = 0u64;
     for step in 0..shape.steps {
         let step_id = id;
         let step_start = now;
         id += 1;
+        if step % 10 == 0 {
+            events.append(&EventRow {
+                ts_ns: now,
+                name: "checkpoint".into(),
+                payload: Some(format!("{{\"step\":{step}}}")),
+            });
+        }
         let mut inner = Vec::new();
         for k in 0..shape.inner_per_step {
             let which = (step + k) % INNER_NAMES;
@@ -121,6 +130,16 @@ pub fn rank_payload(
         }
     }
     let duration_ns = now;
+    for step in 0..shape.steps {
+        steps.append(&DiffusionStepRow {
+            ts_ns: duration_ns * step / shape.steps,
+            step,
+            timestep: (shape.steps - step) as f64,
+            block_size: 16,
+            computation_ms: (duration_ns / shape.steps) as f64 / 1e6,
+            guidance_scale: Some(5.0),
+        });
+    }
 
     let mut gpu = GpuSamplesBuilder::default();
     for i in 0..shape.gpu_readings {
@@ -177,5 +196,9 @@ pub fn rank_payload(
     payload.tables.insert(Table::Stages, stages.finish()?);
     payload.tables.insert(Table::GpuSamples, gpu.finish()?);
     payload.tables.insert(Table::HostSamples, host.finish()?);
+    payload
+        .tables
+        .insert(Table::DiffusionSteps, steps.finish()?);
+    payload.tables.insert(Table::Events, events.finish()?);
     Ok(payload)
 }
