@@ -1,12 +1,13 @@
-// report.html's charts and sortable tables. The data is the report itself
-// (report.json), read from the page's JSON block; every string from a rank
+// report.html's charts and sortable tables. The data is the part of the
+// report the charts draw (html.rs, ChartData), read from the page's JSON
+// block; every string from a rank
 // that goes into a tooltip (HTML) is escaped with echarts.format.encodeHTML,
 // and DOM text is set with textContent only.
 (function () {
   'use strict';
-  var report = JSON.parse(document.getElementById('report-data').textContent);
-  var series = report.series || {};
-  var simulated = report.session.gpu_source === 'simulated';
+  var data = JSON.parse(document.getElementById('report-data').textContent);
+  var series = data.series;
+  var simulated = data.gpu_source === 'simulated';
   var esc = echarts.format.encodeHTML;
   var palette = ['#3559c7', '#e07b39', '#2f9e6b', '#c2415d', '#7a55c7', '#8c6d31',
                  '#1b9bb0', '#d4a017', '#5b6475', '#b03a9e', '#4d8f2f', '#a34a28'];
@@ -57,12 +58,12 @@
     charts.forEach(function (c) { c.resize(); });
   });
 
-  var rankLabels = report.ranks.map(function (r) { return 'rank ' + r.rank; });
+  var rankLabels = data.ranks.map(function (rank) { return 'rank ' + rank; });
 
   // Time per stage and rank.
   (function () {
-    var totals = series.stage_totals_s || [];
-    var names = report.stages.slice(0, totals.length).map(function (s) { return s.name; });
+    var totals = series.stage_totals_s;
+    var names = data.heatmap_stages;
     var cells = [];
     var max = 0;
     totals.forEach(function (row, y) {
@@ -92,8 +93,8 @@
     var names = [];
     var index = new Map();
     var bars = [];
-    var rows = (series.timelines || []).map(function (t) { return 'rank ' + t.rank; });
-    (series.timelines || []).forEach(function (t, row) {
+    var rows = series.timelines.map(function (t) { return 'rank ' + t.rank; });
+    series.timelines.forEach(function (t, row) {
       for (var i = 0; i < t.name.length; i++) {
         var name = t.names[t.name[i]];
         if (!index.has(name)) { index.set(name, names.length); names.push(name); }
@@ -147,7 +148,7 @@
 
   // GPU readings over time, one line per GPU.
   function gpuChart(id, metric, unit) {
-    var lines = (series.gpus || []).filter(function (g) {
+    var lines = series.gpus.filter(function (g) {
       return g[metric] && g[metric].t_s.length;
     }).map(function (g) {
       var m = g[metric];
@@ -174,7 +175,7 @@
 
   // Diffusion: step time per rank, block throughput per rank.
   (function () {
-    var lines = (series.steps || []).map(function (s) {
+    var lines = series.steps.map(function (s) {
       return {
         name: 'rank ' + s.rank, type: 'line', showSymbol: false, sampling: 'lttb',
         data: s.step.map(function (step, i) { return [step, s.ms[i]]; })
@@ -188,8 +189,7 @@
       yAxis: { type: 'value', name: 'ms', scale: true },
       series: lines
     });
-    var blocks = report.diffusion.blocks;
-    var fps = blocks ? blocks.per_rank_fps : [];
+    var fps = data.block_fps;
     draw('chart-fps', fps.length, {
       tooltip: { trigger: 'axis' },
       grid: { left: 64, right: 24, top: 16, bottom: 32 },

@@ -13,7 +13,20 @@ use super::bottlenecks::{self, BottleneckRule, ReadingCounts, POWER_REASONS, THE
 use super::series::{self, OuterStage};
 use crate::model::{GpuSeries, GpuSummary, HostSummary};
 
-const MB: f64 = (1u64 << 20) as f64;
+/// Bytes in a MB (MiB), as the report counts memory.
+pub const MB: f64 = (1u64 << 20) as f64;
+
+/// The reading rows of each of the `gpus` GPUs of a rank's header, in one
+/// pass; a row naming no GPU of the header is left out.
+pub fn rows_by_gpu(v: &GpuSamplesView<'_>, gpus: usize) -> Vec<Vec<usize>> {
+    let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); gpus];
+    for i in 0..v.len {
+        if let Some(rows) = rows_of.get_mut(v.gpu[i] as usize) {
+            rows.push(i);
+        }
+    }
+    rows_of
+}
 /// NVML's "GPU idle" throttle reason: not a slowdown.
 const IDLE_REASON: u64 = 0x1;
 
@@ -70,15 +83,10 @@ pub fn rank_gpus(
 ) -> Vec<(GpuSummary, GpuSeries)> {
     let header = &payload.header;
     let view = payload.view::<GpuSamplesView>().ok().flatten();
-    // The rows of each GPU, in one pass over the readings.
-    let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); header.gpus.len()];
-    if let Some(v) = &view {
-        for i in 0..v.len {
-            if let Some(rows) = rows_of.get_mut(v.gpu[i] as usize) {
-                rows.push(i);
-            }
-        }
-    }
+    let rows_of = match &view {
+        Some(v) => rows_by_gpu(v, header.gpus.len()),
+        None => vec![Vec::new(); header.gpus.len()],
+    };
     header
         .gpus
         .iter()

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::{stage_tree, trace_left_out};
 use rankscope_common::payload::GpuSource;
 
-use crate::model::{Report, Severity};
+use crate::model::{RankValue, Report, Series, Severity};
 
 const TEMPLATE: &str = include_str!("../../templates/report.html");
 const STYLE: &str = include_str!("../../assets/report.css");
@@ -48,7 +48,7 @@ pub fn write_html(report: &Report, out: &mut impl Write) -> std::io::Result<()> 
         out.write_all(before.as_bytes())?;
         out.write_all(slot.as_bytes())?;
         match slot {
-            DATA_SLOT => write_script_json(report, out)?,
+            DATA_SLOT => write_script_json(&ChartData::new(report), out)?,
             ECHARTS_SLOT => out.write_all(ECHARTS.as_bytes())?,
             _ => out.write_all(SCRIPT.as_bytes())?,
         }
@@ -101,6 +101,40 @@ impl<W: Write> Write for ScriptSafe<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.0.flush()
+    }
+}
+
+/// What the charts draw, from the report: its bounded series and the few
+/// names they need, not the whole report (whose stage and lockstep lists
+/// grow with the number of stage names).
+#[derive(Serialize)]
+struct ChartData<'a> {
+    gpu_source: GpuSource,
+    ranks: Vec<u32>,
+    /// The names of the heatmap's rows (`series.stage_totals_s`).
+    heatmap_stages: Vec<&'a str>,
+    block_fps: &'a [RankValue],
+    series: &'a Series,
+}
+
+impl<'a> ChartData<'a> {
+    fn new(report: &'a Report) -> Self {
+        ChartData {
+            gpu_source: report.session.gpu_source,
+            ranks: report.ranks.iter().map(|r| r.rank).collect(),
+            heatmap_stages: report
+                .stages
+                .iter()
+                .take(report.series.stage_totals_s.len())
+                .map(|s| s.name.as_str())
+                .collect(),
+            block_fps: report
+                .diffusion
+                .blocks
+                .as_ref()
+                .map_or(&[], |b| b.per_rank_fps.as_slice()),
+            series: &report.series,
+        }
     }
 }
 

@@ -25,6 +25,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::rows::TRACE_JSON_GZ;
+use crate::analysis::gpus::{rows_by_gpu, MB};
 use crate::analysis::series::min_max_indices;
 use crate::model::RankSummary;
 
@@ -39,7 +40,6 @@ const MARKS_TRACK: u32 = 1 << 30;
 const MAX_THREAD_TRACK: u32 = MARKS_TRACK - 1;
 /// Longest metadata or event payload text kept in an event's arguments.
 const MAX_ARG_BYTES: usize = 64 << 10;
-const MB: f64 = (1u64 << 20) as f64;
 
 /// Writes the trace as payloads come: a header, each rank's events, a
 /// closing line.
@@ -295,12 +295,7 @@ fn counters(payload: &Payload, events: &mut RankEvents, pid: u32, at: &impl Fn(u
     let mut series: Vec<(String, Vec<u64>, Vec<f64>)> = Vec::new();
     if let Ok(Some(v)) = payload.view::<GpuSamplesView>() {
         let gpus = &payload.header.gpus;
-        let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); gpus.len()];
-        for i in 0..v.len {
-            if let Some(rows) = rows_of.get_mut(v.gpu[i] as usize) {
-                rows.push(i);
-            }
-        }
+        let rows_of = rows_by_gpu(&v, gpus.len());
         for (g, (meta, rows)) in gpus.iter().zip(&rows_of).enumerate() {
             // Two GPUs of one index (a crafted header) stay two tracks.
             let same_index = gpus.iter().filter(|m| m.index == meta.index).count() > 1;
