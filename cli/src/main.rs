@@ -104,6 +104,11 @@ enum Commands {
         /// shared a session id (default: the newest; the others are named).
         #[arg(long)]
         run: Option<String>,
+        /// Write report.json, report.html, summary.txt and stages.csv only,
+        /// not trace.json.gz and raw/ (which take most of the time at
+        /// scale).
+        #[arg(long)]
+        report_only: bool,
     },
     /// Compare a run's report with a baseline's: for each stage and headline
     /// metric (session time, frames/s, blocks/s, peak GPU memory) the
@@ -239,11 +244,22 @@ fn run(cli: Cli) -> Result<Finished> {
             reports_dir,
             output,
             run,
+            report_only,
         } => {
             let config = Config::from_env().context("loading the configuration")?;
             one_malloc_arena();
-            let aggregated =
-                aggregate::aggregate(&reports_dir, output.as_deref(), run.as_deref(), &config)?;
+            let outputs = if report_only {
+                aggregate::Outputs::ReportOnly
+            } else {
+                aggregate::Outputs::All
+            };
+            let aggregated = aggregate::aggregate(
+                &reports_dir,
+                output.as_deref(),
+                run.as_deref(),
+                outputs,
+                &config,
+            )?;
             print!("{}", aggregated.files.summary);
             for file in &aggregated.files.files {
                 println!("wrote {}", file.display());

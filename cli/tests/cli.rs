@@ -4,20 +4,11 @@ use std::path::Path;
 
 mod support;
 
-use support::{rankscope, read_json, session_dir, spill_file};
+use support::{rankscope, read_json, spill_file};
 
 /// Runs a 3-rank demo and returns the session directory with its spill files.
 fn demo_session(out: &Path) -> std::path::PathBuf {
-    let run = rankscope(
-        &["demo", "--ranks", "3", "--out", out.to_str().unwrap()],
-        &[],
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    session_dir(out)
+    support::demo(out, &["--ranks", "3"]).1
 }
 
 #[test]
@@ -96,6 +87,46 @@ fn aggregate_rebuilds_the_report_rank_zero_wrote() {
     let original = read_json(&session.join("report.json"));
     let rebuilt = read_json(&again.path().join("report.json"));
     assert_eq!(original, rebuilt, "the offline path and rank 0 agree");
+    // Byte for byte, the per-row files too: both write them by rank.
+    for file in ["trace.json.gz", "raw/stages.arrow", "raw/gpu_samples.arrow"] {
+        let (a, b) = (session.join(file), again.path().join(file));
+        assert!(
+            std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
+            "{file} differs"
+        );
+    }
+}
+
+#[test]
+fn aggregate_report_only_skips_the_trace_and_raw_files() {
+    let out = tempfile::tempdir().unwrap();
+    let session = demo_session(out.path());
+    let again = tempfile::tempdir().unwrap();
+    let run = rankscope(
+        &[
+            "aggregate",
+            "--report-only",
+            "--reports-dir",
+            session.to_str().unwrap(),
+            "--output",
+            again.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let mut written: Vec<String> = std::fs::read_dir(again.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        ["report.html", "report.json", "stages.csv", "summary.txt"]
+    );
 }
 
 #[test]

@@ -62,6 +62,18 @@ fn describe(skipped: &[Skipped]) -> String {
         .collect()
 }
 
+/// Which files [`aggregate`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outputs {
+    /// Every report file: the report's own and the per-row ones
+    /// (`trace.json.gz`, `raw/`).
+    All,
+    /// `report.json`, `report.html`, `summary.txt` and `stages.csv` only:
+    /// no second pass over the payloads, which at a thousand ranks takes
+    /// most of the time.
+    ReportOnly,
+}
+
 /// A written report.
 #[derive(Debug)]
 pub struct Aggregated {
@@ -91,6 +103,7 @@ pub fn aggregate(
     reports_dir: &Path,
     output: Option<&Path>,
     run: Option<&str>,
+    outputs: Outputs,
     config: &Config,
 ) -> Result<Aggregated, AggregateError> {
     let inputs = spill::inputs(reports_dir).map_err(|source| AggregateError::Read {
@@ -129,7 +142,10 @@ pub fn aggregate(
         })
         .collect();
     let mut report = analyze_digests(gathered, config);
-    let row_files = write_rows(&accepted, output, &mut report, config)?;
+    let row_files = match outputs {
+        Outputs::All => write_rows(&accepted, output, &mut report, config)?,
+        Outputs::ReportOnly => Vec::new(),
+    };
     let mut files = write_reports(&report, output)?;
     files.files.extend(row_files);
     Ok(Aggregated { report, files })

@@ -5,7 +5,7 @@
 use rankscope_common::payload::{self, Compression};
 use rankscope_common::spill::{self, SpillName};
 use rankscope_common::{gather, Config};
-use rankscope_coordinator::aggregate::aggregate;
+use rankscope_coordinator::aggregate::{aggregate, Outputs};
 use rankscope_coordinator::analysis::analyze;
 
 mod support;
@@ -43,7 +43,7 @@ fn the_streamed_report_is_the_in_memory_report() {
 
     let config = Config::default();
     let out = tempfile::tempdir().unwrap();
-    let streamed = aggregate(dir.path(), Some(out.path()), None, &config)
+    let streamed = aggregate(dir.path(), Some(out.path()), None, Outputs::All, &config)
         .unwrap()
         .report;
     let candidates = spill::read_dir(dir.path(), config.max_data_points).unwrap();

@@ -11,7 +11,7 @@ use std::process::Command;
 use rankscope_common::payload::{self, Compression};
 use rankscope_common::spill::{self, SpillName};
 use rankscope_common::{Config, Gathered};
-use rankscope_coordinator::aggregate::aggregate;
+use rankscope_coordinator::aggregate::{aggregate, Outputs};
 use rankscope_coordinator::model::Report;
 use rankscope_coordinator::report;
 use serde_json::Value;
@@ -36,7 +36,9 @@ fn job(config: &Config) -> (tempfile::TempDir, Report) {
         let bytes = payload::encode(&payload, Compression::Zstd).unwrap();
         spill::write(dir.path(), &name, &bytes).unwrap();
     }
-    let report = aggregate(dir.path(), None, None, config).unwrap().report;
+    let report = aggregate(dir.path(), None, None, Outputs::All, config)
+        .unwrap()
+        .report;
     (dir, report)
 }
 

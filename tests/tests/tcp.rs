@@ -320,8 +320,14 @@ fn a_rank_killed_mid_session_is_named_missing_and_recovered_from_its_flushes() {
         .unwrap()
         .path();
     let config = rankscope_common::Config::default();
-    let aggregated =
-        rankscope_coordinator::aggregate::aggregate(&dir, None, None, &config).unwrap();
+    let aggregated = rankscope_coordinator::aggregate::aggregate(
+        &dir,
+        None,
+        None,
+        rankscope_coordinator::aggregate::Outputs::All,
+        &config,
+    )
+    .unwrap();
     let session = &aggregated.report.session;
     assert!(
         session.ranks_missing.is_empty(),
