@@ -102,22 +102,19 @@ fn aggregate_report_only_skips_the_trace_and_raw_files() {
     let out = tempfile::tempdir().unwrap();
     let session = demo_session(out.path());
     let again = tempfile::tempdir().unwrap();
-    let run = rankscope(
-        &[
-            "aggregate",
-            "--report-only",
-            "--reports-dir",
-            session.to_str().unwrap(),
-            "--output",
-            again.path().to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    // A full report first: its trace and raw files must not stay beside a
+    // report that did not write them.
+    for only in [None, Some("--report-only")] {
+        let mut args = vec!["aggregate", "--reports-dir", session.to_str().unwrap()];
+        args.extend(["--output", again.path().to_str().unwrap()]);
+        args.extend(only);
+        let run = rankscope(&args, &[]);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
     let mut written: Vec<String> = std::fs::read_dir(again.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

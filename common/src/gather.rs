@@ -183,8 +183,6 @@ pub struct Gathered<T = Payload> {
     pub world_size: u32,
     /// One payload (or digest of one) per reporting rank, by rank.
     pub payloads: Vec<T>,
-    /// Where each of `payloads` came from (its [`Candidate::source`]).
-    pub sources: Vec<String>,
     /// Ranks below `world_size` with no payload.
     pub missing: Vec<u32>,
     /// Inputs refused.
@@ -196,7 +194,6 @@ impl<T> Default for Gathered<T> {
         Gathered {
             world_size: 0,
             payloads: Vec::new(),
-            sources: Vec::new(),
             missing: Vec::new(),
             skipped: Vec::new(),
         }
@@ -328,7 +325,6 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
         missing: (0..world_size)
             .filter(|r| !by_rank.contains_key(r))
             .collect(),
-        sources: by_rank.values().map(|(source, _)| source.clone()).collect(),
         payloads: by_rank.into_values().map(|(_, payload)| payload).collect(),
         skipped,
     }

@@ -214,36 +214,39 @@ fn open_regular(path: &Path) -> Result<File, Rejection> {
     })
 }
 
-/// One rank's data in a session directory: a spill file, or the flushes of
-/// a rank that never finished (no spill file), to be merged.
+/// One rank's data in a session directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Input {
-    /// What reports call it: the file, or the flushes' common name and count.
-    pub source: String,
-    /// The spill file, or the flush files in the order written.
-    pub files: Vec<PathBuf>,
-    /// Whether these are flushes.
-    pub flushes: bool,
+pub enum Input {
+    /// A spill (or any payload) file.
+    File(PathBuf),
+    /// The flushes of a rank that never finished (no spill file), in the
+    /// order written, named by the spill file they would have become.
+    Flushes {
+        /// The spill file's path without its extension.
+        stem: PathBuf,
+        /// The flush files.
+        files: Vec<PathBuf>,
+    },
 }
 
 impl Input {
-    /// One spill (or any payload) file.
-    pub fn file(path: PathBuf) -> Self {
-        Input {
-            source: path.display().to_string(),
-            files: vec![path],
-            flushes: false,
+    /// What reports call it: the file, or the flushes' name and count.
+    pub fn source(&self) -> String {
+        match self {
+            Input::File(path) => path.display().to_string(),
+            Input::Flushes { stem, files } => {
+                format!("{} ({} flushes)", stem.display(), files.len())
+            }
         }
     }
 
-    /// The payload: the file's, or the flushes merged into one marked
-    /// partial, telemetry kept to the newest `max_rows` as the rank itself
-    /// would have.
+    /// The payload: the file's, or the flushes' merged into one (each
+    /// flush's header says it is partial), telemetry kept to the newest
+    /// `max_rows` as the rank itself would have.
     pub fn read(&self, max_rows: usize) -> Result<Payload, Rejection> {
-        if self.flushes {
-            merge_parts(&self.files, max_rows)
-        } else {
-            read_payload(&self.files[0])
+        match self {
+            Input::File(path) => read_payload(path),
+            Input::Flushes { files, .. } => merge_parts(files, max_rows),
         }
     }
 }
@@ -279,16 +282,15 @@ pub fn inputs(dir: &Path) -> std::io::Result<Vec<Input>> {
         .iter()
         .filter_map(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
         .collect();
-    let mut inputs: Vec<Input> = paths.into_iter().map(Input::file).collect();
+    let mut inputs: Vec<Input> = paths.into_iter().map(Input::File).collect();
     for (stem, mut files) in parts {
         if finished.contains(&stem) {
             continue;
         }
         files.sort();
-        inputs.push(Input {
-            source: format!("{} ({} flushes)", dir.join(&stem).display(), files.len()),
+        inputs.push(Input::Flushes {
+            stem: dir.join(&stem),
             files,
-            flushes: true,
         });
     }
     Ok(inputs)
@@ -297,7 +299,7 @@ pub fn inputs(dir: &Path) -> std::io::Result<Vec<Input>> {
 /// Every input of `dir` ([`inputs`]), decoded (or with the reason it cannot
 /// be).
 pub fn read_dir(dir: &Path, max_rows: usize) -> std::io::Result<Vec<Candidate>> {
-    Ok(read_inputs_with(inputs(dir)?, max_rows, |payload| payload))
+    Ok(read_inputs_with(&inputs(dir)?, max_rows, |payload| payload))
 }
 
 /// The flushes `files` of one rank as one payload: the readable ones (a
@@ -328,8 +330,8 @@ fn merge_parts(files: &[PathBuf], max_rows: usize) -> Result<Payload, Rejection>
 
 /// The payloads in `paths`, decoded (or with the reason they cannot be).
 pub fn read_files(paths: impl IntoIterator<Item = PathBuf>) -> Vec<Candidate> {
-    let inputs = paths.into_iter().map(Input::file).collect();
-    read_inputs_with(inputs, usize::MAX, |payload| payload)
+    let inputs: Vec<Input> = paths.into_iter().map(Input::File).collect();
+    read_inputs_with(&inputs, usize::MAX, |payload| payload)
 }
 
 /// The payloads of `inputs`, in order, each handed to `reduce` as soon as
@@ -337,7 +339,7 @@ pub fn read_files(paths: impl IntoIterator<Item = PathBuf>) -> Vec<Candidate> {
 /// cores, so only the payloads being decoded are held at once besides what
 /// `reduce` keeps of each.
 pub fn read_inputs_with<T: Send>(
-    inputs: Vec<Input>,
+    inputs: &[Input],
     max_rows: usize,
     reduce: impl Fn(Payload) -> T + Sync,
 ) -> Vec<Candidate<T>> {
@@ -350,7 +352,7 @@ pub fn read_inputs_with<T: Send>(
                 return read;
             };
             let candidate = Candidate {
-                source: input.source.clone(),
+                source: input.source(),
                 payload: input.read(max_rows).map(&reduce),
             };
             read.push((i, candidate));

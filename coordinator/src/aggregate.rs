@@ -10,7 +10,7 @@ use rankscope_common::Config;
 use crate::analysis::{analyze_digests, RankDigest};
 use crate::model::Notice;
 use crate::model::Report;
-use crate::report::rows::{identity, PayloadIdentity};
+use crate::report::rows::{remove_row_files, PayloadIdentity};
 use crate::report::{write_reports, WriteError};
 use crate::report::{RowWriters, TRACE_JSON_GZ};
 
@@ -111,9 +111,14 @@ pub fn aggregate(
         source,
     })?;
     // Each rank reduced as it is decoded: only the digests are held.
-    let candidates = spill::read_inputs_with(inputs.clone(), config.max_data_points, |payload| {
+    let mut candidates = spill::read_inputs_with(&inputs, config.max_data_points, |payload| {
         RankDigest::new(&payload, config)
     });
+    for (input, candidate) in candidates.iter_mut().enumerate() {
+        if let Ok(digest) = &mut candidate.payload {
+            digest.input = input;
+        }
+    }
     let expect = Expect {
         run: run.map_or(RunFilter::Any, |run| RunFilter::Only(Some(run.to_string()))),
         max_world_size: Some(config.max_world_size),
@@ -133,18 +138,22 @@ pub fn aggregate(
     })?;
     // The inputs of the report, by rank, with what each decoded to.
     let accepted: Vec<(Input, PayloadIdentity)> = gathered
-        .sources
+        .payloads
         .iter()
-        .zip(&gathered.payloads)
-        .filter_map(|(source, digest)| {
-            let input = inputs.iter().find(|input| &input.source == source)?;
-            Some((input.clone(), identity(&digest.header)))
+        .map(|digest| {
+            (
+                inputs[digest.input].clone(),
+                PayloadIdentity::of(&digest.header),
+            )
         })
         .collect();
     let mut report = analyze_digests(gathered, config);
     let row_files = match outputs {
         Outputs::All => write_rows(&accepted, output, &mut report, config)?,
-        Outputs::ReportOnly => Vec::new(),
+        Outputs::ReportOnly => {
+            remove_row_files(output)?;
+            Vec::new()
+        }
     };
     let mut files = write_reports(&report, output)?;
     files.files.extend(row_files);
@@ -165,14 +174,14 @@ fn write_rows(
     let at_once = 2 * std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut changed = Vec::new();
     for chunk in accepted.chunks(at_once) {
-        let inputs = chunk.iter().map(|(input, _)| input.clone()).collect();
-        let prepared = spill::read_inputs_with(inputs, config.max_data_points, |payload| {
-            (identity(&payload.header), rows.prepare(&payload))
+        let inputs: Vec<Input> = chunk.iter().map(|(input, _)| input.clone()).collect();
+        let prepared = spill::read_inputs_with(&inputs, config.max_data_points, |payload| {
+            (PayloadIdentity::of(&payload.header), rows.prepare(&payload))
         });
         for (candidate, (_, expected)) in prepared.into_iter().zip(chunk) {
             match candidate.payload {
                 Ok((found, prepared)) if found == *expected => rows.write(prepared)?,
-                _ => changed.push(expected.0),
+                _ => changed.push(expected.rank),
             }
         }
     }

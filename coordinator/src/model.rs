@@ -169,10 +169,6 @@ pub struct RankSummary {
     /// What the telemetry sampler cost the rank.
     #[serde(default)]
     pub sampler: SamplerStats,
-    /// The rank's stages past `trace_max_stages`, left out of
-    /// `trace.json.gz` (not out of the statistics).
-    #[serde(default)]
-    pub trace_stages_left_out: u64,
     /// Rows the rank recorded, by table (as in `raw/`).
     #[serde(default)]
     pub rows: BTreeMap<String, u64>,

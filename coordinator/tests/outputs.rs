@@ -12,7 +12,7 @@ use rankscope_common::payload::{self, Compression};
 use rankscope_common::spill::{self, SpillName};
 use rankscope_common::{Config, Gathered};
 use rankscope_coordinator::aggregate::{aggregate, Outputs};
-use rankscope_coordinator::model::Report;
+use rankscope_coordinator::model::{Notice, Report};
 use rankscope_coordinator::report;
 use serde_json::Value;
 
@@ -144,7 +144,17 @@ fn the_trace_is_well_formed_and_holds_every_rank_and_stage() {
     assert_eq!(per_pid, expected);
     // 100 diffusion steps and 10 events per rank.
     assert!(instants.values().all(|&n| n == 110), "{instants:?}");
-    assert!(report.ranks.iter().all(|r| r.trace_stages_left_out == 0));
+    assert!(report.session.notices.is_empty(), "nothing was cut");
+}
+
+/// The notice that names what the trace left out of `what`.
+fn cut_notice<'a>(report: &'a Report, what: &str) -> &'a Notice {
+    report
+        .session
+        .notices
+        .iter()
+        .find(|n| n.message.contains(what) && n.message.contains("trace.json.gz"))
+        .unwrap_or_else(|| panic!("no notice of {what}: {:?}", report.session.notices))
 }
 
 #[test]
@@ -157,20 +167,21 @@ fn a_trace_past_its_bound_is_cut_and_the_report_says_so() {
     let (per_pid, instants) = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
     assert!(per_pid.values().all(|&n| n == 50), "{per_pid:?}");
     assert!(instants.values().all(|&n| n == 50), "{instants:?}");
-    let cut: Vec<&str> = report
-        .session
-        .notices
-        .iter()
-        .map(|n| n.message.as_str())
-        .filter(|m| m.starts_with("60 later instants"))
-        .collect();
-    assert_eq!(cut.len(), RANKS as usize, "{:?}", report.session.notices);
-    for rank in &report.ranks {
-        assert_eq!(rank.trace_stages_left_out, STAGES - 50);
-    }
+    // One notice per kind of cut, with every rank it applies to.
+    let all: Vec<u32> = (0..RANKS).collect();
+    let stages = cut_notice(&report, " stages past");
+    assert!(stages
+        .message
+        .starts_with(&format!("{} stages", (STAGES - 50) * u64::from(RANKS))));
+    assert_eq!(stages.ranks, all);
+    let instants = cut_notice(&report, " instants");
+    assert!(instants
+        .message
+        .starts_with(&format!("{} instants", 60 * RANKS)));
+    assert_eq!(instants.ranks, all);
     let summary = std::fs::read_to_string(dir.path().join("summary.txt")).unwrap();
     assert!(
-        summary.contains("1950 later stages left out of trace.json.gz"),
+        summary.contains("stages past each rank's first trace_max_stages (50)"),
         "{summary}"
     );
     // The statistics still count every call.
@@ -270,10 +281,13 @@ fn an_hour_of_64_ranks_stays_a_few_megabytes() {
     );
     // The trace holds each rank's first trace_max_stages stages.
     let limit = Config::default().trace_max_stages;
-    assert!(report
-        .ranks
-        .iter()
-        .all(|r| r.trace_stages_left_out == 24_000 - limit));
+    let stages = cut_notice(&report, " stages past");
+    let left_out = (24_000 - limit) * u64::from(WORLD);
+    assert!(
+        stages.message.starts_with(&format!("{left_out} stages")),
+        "{}",
+        stages.message
+    );
     assert!(
         size("trace.json.gz") < 20 << 20,
         "trace.json.gz: {} bytes",

@@ -1,6 +1,8 @@
 //! What the analysis keeps of one rank's payload, the [`RankDigest`]: each
-//! rank reduced on its own (and on any thread) as soon as it is decoded, so
-//! that a report over a thousand ranks never holds all their rows at once.
+//! rank reduced on its own (and on any thread) as soon as it is decoded.
+//! A report over a thousand ranks holds their digests, not their payloads:
+//! per rank one number per stage call and diffusion step (for the lockstep
+//! and percentile statistics), and bounded summaries of the rest.
 
 use rankscope_common::gather::Headed;
 use rankscope_common::table::StagesView;
@@ -35,6 +37,9 @@ pub struct RankDigest {
     pub(super) diffusion: RankDiffusion,
     /// Rows of each of its tables.
     pub(super) rows: BTreeMap<String, u64>,
+    /// Which input it came from, for a reader that reads it again: the
+    /// position the reader gave it.
+    pub input: usize,
 }
 
 impl RankDigest {
@@ -67,6 +72,7 @@ impl RankDigest {
                 .iter()
                 .map(|(table, batch)| (table.name().to_string(), batch.num_rows() as u64))
                 .collect(),
+            input: 0,
         }
     }
 }

@@ -19,7 +19,7 @@ pub use stragglers::StragglerRule;
 use rankscope_common::error::Chain;
 use rankscope_common::gather::Headed;
 use rankscope_common::payload::GpuSource;
-use rankscope_common::{Config, Gathered, Rejection, Skipped, Table};
+use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
 use crate::model::{
     DroppedRows, Notice, RankGpu, RankSummary, Report, Series, SessionSummary, SkippedInput,
@@ -115,7 +115,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         },
         ranks: ranks
             .iter()
-            .map(|r| rank_summary(r, reference_start_ns, config))
+            .map(|r| rank_summary(r, reference_start_ns))
             .collect(),
         stages: stages::stage_stats(&times, session_total_s),
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
@@ -189,7 +189,7 @@ fn session_summary<T>(
     }
 }
 
-fn rank_summary(digest: &RankDigest, reference_start_ns: i64, config: &Config) -> RankSummary {
+fn rank_summary(digest: &RankDigest, reference_start_ns: i64) -> RankSummary {
     let h = &digest.header;
     RankSummary {
         started_s: (timeline::aligned_start_ns(h).saturating_sub(reference_start_ns)) as f64 / 1e9,
@@ -215,10 +215,6 @@ fn rank_summary(digest: &RankDigest, reference_start_ns: i64, config: &Config) -
         host_telemetry: digest.host.clone(),
         overflow: h.overflow.clone(),
         sampler: h.sampler.clone(),
-        trace_stages_left_out: digest
-            .rows
-            .get(Table::Stages.name())
-            .map_or(0, |&rows| rows.saturating_sub(config.trace_max_stages)),
         rows: digest.rows.clone(),
     }
 }

@@ -11,7 +11,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::{stage_tree, trace_left_out};
+use super::stage_tree;
 use rankscope_common::payload::GpuSource;
 
 use crate::model::{RankValue, Report, Series, Severity};
@@ -605,7 +605,6 @@ fn notes(report: &Report) -> Vec<String> {
             .iter()
             .map(|d| format!("rank {} dropped {} rows of {}", d.rank, d.rows, d.table)),
     );
-    notes.extend(trace_left_out(report));
     notes
 }
 

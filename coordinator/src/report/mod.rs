@@ -71,22 +71,6 @@ pub fn write_reports(report: &Report, dir: &Path) -> Result<ReportFiles, WriteEr
     Ok(ReportFiles { files, summary })
 }
 
-/// What `trace.json.gz` leaves out, in a sentence per rank that was cut.
-pub(crate) fn trace_left_out(report: &Report) -> Vec<String> {
-    report
-        .ranks
-        .iter()
-        .filter(|r| r.trace_stages_left_out > 0)
-        .map(|r| {
-            format!(
-                "rank {}: {} later stages left out of {TRACE_JSON_GZ} (trace_max_stages); \
-                 the statistics count them",
-                r.rank, r.trace_stages_left_out
-            )
-        })
-        .collect()
-}
-
 /// The stages in tree order: each top-level stage (the largest total
 /// first) followed by the stages nested in it, with their depth. A stage
 /// whose parent is not in the list, or that sits in a loop of parents, is

@@ -35,6 +35,20 @@ fn failed(path: &Path, source: impl Into<Box<dyn std::error::Error + Send + Sync
     }
 }
 
+/// Removes the raw files in `dir` of the tables `which` picks.
+pub fn remove_raw_files(dir: &Path, which: impl Fn(Table) -> bool) -> Result<(), WriteError> {
+    for &table in Table::ALL.iter().filter(|&&t| which(t)) {
+        let path = dir.join(file_name(table));
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(WriteError { path, source: e });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The name of `table`'s raw file.
 fn file_name(table: Table) -> String {
     format!("{}.arrow", table.name())
@@ -105,7 +119,7 @@ pub fn rank_batches(payload: &Payload) -> RankBatches {
             }
         };
         out.left_out.push(format!(
-            "rank {rank}'s {} table {why}: not in {RAW_DIR}/",
+            "the {} table {why}: not in {RAW_DIR}/",
             table.name()
         ));
     }
@@ -113,22 +127,12 @@ pub fn rank_batches(payload: &Payload) -> RankBatches {
 }
 
 impl RawWriter {
-    /// Writes into `dir` (made if missing), removing the raw files an
-    /// earlier report left there, so that none outlives its session.
+    /// Writes into `dir` (made if missing).
     pub fn new(dir: &Path) -> Result<Self, WriteError> {
         std::fs::create_dir_all(dir).map_err(|source| WriteError {
             path: dir.to_path_buf(),
             source,
         })?;
-        for table in Table::ALL {
-            let path = dir.join(file_name(*table));
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(WriteError { path, source: e });
-                }
-                _ => {}
-            }
-        }
         Ok(RawWriter {
             dir: dir.to_path_buf(),
             files: BTreeMap::new(),
@@ -154,17 +158,26 @@ impl RawWriter {
     }
 
     /// Closes every file and puts it in place; returns their paths.
+    /// Completes every file, then puts them all in place and removes the
+    /// raw files of tables this report has none of (an earlier report's in
+    /// the same folder); returns the paths. A file that fails to complete
+    /// leaves every earlier file where it was.
     pub fn finish(mut self) -> Result<Vec<PathBuf>, WriteError> {
-        let mut paths = Vec::new();
-        for (_, (path, mut writer)) in std::mem::take(&mut self.files) {
+        let mut complete = Vec::new();
+        for (table, (path, mut writer)) in std::mem::take(&mut self.files) {
             writer.finish().map_err(|e| failed(&path, e))?;
             let file = writer.into_inner().map_err(|e| failed(&path, e))?;
-            file.into_inner()
-                .map_err(|e| failed(&path, e.into_error()))?
-                .commit()
-                .map_err(|e| failed(&path, e))?;
-            paths.push(path);
+            let file = file
+                .into_inner()
+                .map_err(|e| failed(&path, e.into_error()))?;
+            complete.push((table, path, file));
         }
+        let paths: Vec<PathBuf> = complete.iter().map(|(_, path, _)| path.clone()).collect();
+        let written: Vec<Table> = complete.iter().map(|(table, ..)| *table).collect();
+        for (_, path, file) in complete {
+            file.commit().map_err(|e| failed(&path, e))?;
+        }
+        remove_raw_files(&self.dir, |table| !written.contains(&table))?;
         Ok(paths)
     }
 }

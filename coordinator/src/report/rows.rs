@@ -12,26 +12,67 @@ use rankscope_common::file::AtomicFile;
 use rankscope_common::{Config, Payload, PayloadHeader};
 
 use super::raw::{self, RankBatches, RawWriter, RAW_DIR};
-use super::trace::{self, RankEvents, TraceWriter};
+use super::trace::{self, Cut, RankEvents, TraceWriter};
 use super::WriteError;
 use crate::model::{Notice, RankSummary, Report};
 
 /// The merged trace, in the session directory.
 pub const TRACE_JSON_GZ: &str = "trace.json.gz";
 
-/// What tells one rank's payload from any other: a second payload for the
-/// same rank (another process, another run) differs in one of these.
-pub type PayloadIdentity = (u32, u32, i64, String, Option<String>);
+/// Removes the per-row files an earlier report left in `dir`: a report
+/// written without them must not sit beside another session's.
+pub fn remove_row_files(dir: &Path) -> Result<(), WriteError> {
+    let trace = dir.join(TRACE_JSON_GZ);
+    match std::fs::remove_file(&trace) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(WriteError {
+                path: trace,
+                source: e,
+            });
+        }
+        _ => {}
+    }
+    let raw = dir.join(RAW_DIR);
+    raw::remove_raw_files(&raw, |_| true)?;
+    // Only if nothing else is in it.
+    let _ = std::fs::remove_dir(&raw);
+    Ok(())
+}
 
-/// The identity of the payload `header` heads.
-pub fn identity(header: &PayloadHeader) -> PayloadIdentity {
-    (
-        header.rank.rank,
-        header.rank.pid,
-        header.clock.start_unix_ns,
-        header.session.id.clone(),
-        header.session.run_id.clone(),
-    )
+/// What tells one rank's payload from another: a second payload for the
+/// same rank (another process, another run, a file rewritten since)
+/// differs in one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadIdentity {
+    /// The rank.
+    pub rank: u32,
+    /// Its process.
+    pub pid: u32,
+    /// Its session's start, Unix ns.
+    pub start_unix_ns: i64,
+    /// Its session's length, ns.
+    pub duration_ns: u64,
+    /// How far its flushes reached, for a partial rank.
+    pub flushed_until_ns: Option<u64>,
+    /// Its session id.
+    pub session: String,
+    /// Its run.
+    pub run: Option<String>,
+}
+
+impl PayloadIdentity {
+    /// The identity of the payload `header` heads.
+    pub fn of(header: &PayloadHeader) -> Self {
+        PayloadIdentity {
+            rank: header.rank.rank,
+            pid: header.rank.pid,
+            start_unix_ns: header.clock.start_unix_ns,
+            duration_ns: header.clock.duration_ns,
+            flushed_until_ns: header.flushed_until_ns,
+            session: header.session.id.clone(),
+            run: header.session.run_id.clone(),
+        }
+    }
 }
 
 /// The trace and raw writers of one report. A payload's rows are converted
@@ -44,7 +85,10 @@ pub struct RowWriters {
     trace_path: PathBuf,
     trace: TraceWriter<BufWriter<AtomicFile>>,
     raw: RawWriter,
-    notes: Vec<(String, u32)>,
+    /// What the trace left out: per cut, how many and of which ranks.
+    cuts: BTreeMap<Cut, (u64, Vec<u32>)>,
+    /// Tables left out of raw/: per reason, the ranks.
+    raw_notes: BTreeMap<String, Vec<u32>>,
 }
 
 /// One payload's rows, converted for the files.
@@ -70,7 +114,8 @@ impl RowWriters {
             trace,
             trace_path,
             raw: RawWriter::new(&dir.join(RAW_DIR))?,
-            notes: Vec::new(),
+            cuts: BTreeMap::new(),
+            raw_notes: BTreeMap::new(),
         })
     }
 
@@ -94,18 +139,20 @@ impl RowWriters {
             events,
             mut batches,
         } = rows;
-        if let Some(mut events) = events {
+        if let Some(events) = events {
             self.trace.add(&events).map_err(|source| WriteError {
                 path: self.trace_path.clone(),
                 source,
             })?;
-            let left_out = std::mem::take(&mut events.left_out);
-            self.notes
-                .extend(left_out.into_iter().map(|note| (note, rank)));
+            for (cut, count) in events.left_out {
+                let (total, ranks) = self.cuts.entry(cut).or_default();
+                *total += count;
+                ranks.push(rank);
+            }
         }
-        let left_out = std::mem::take(&mut batches.left_out);
-        self.notes
-            .extend(left_out.into_iter().map(|note| (note, rank)));
+        for note in std::mem::take(&mut batches.left_out) {
+            self.raw_notes.entry(note).or_default().push(rank);
+        }
         self.raw.add(batches)
     }
 
@@ -121,18 +168,18 @@ impl RowWriters {
             path: self.trace_path.clone(),
             source,
         };
-        let file = self.trace.finish().map_err(failed)?;
-        file.into_inner()
-            .map_err(|e| failed(e.into_error()))?
-            .commit()
-            .map_err(failed)?;
-        let mut files = vec![self.trace_path.clone()];
-        files.extend(self.raw.finish()?);
-        for (message, rank) in self.notes {
-            report.session.notices.push(Notice {
-                message,
-                ranks: vec![rank],
-            });
+        // Every file complete before the trace is put in place.
+        let trace = self.trace.finish().map_err(failed)?;
+        let trace = trace.into_inner().map_err(|e| failed(e.into_error()))?;
+        let mut files = self.raw.finish()?;
+        trace.commit().map_err(failed)?;
+        files.insert(0, self.trace_path.clone());
+        for (cut, (count, ranks)) in self.cuts {
+            let message = cut.describe(count, self.max_stages);
+            report.session.notices.push(Notice { message, ranks });
+        }
+        for (message, ranks) in self.raw_notes {
+            report.session.notices.push(Notice { message, ranks });
         }
         Ok(files)
     }

@@ -189,9 +189,6 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             ),
         )?;
     }
-    for note in super::trace_left_out(report) {
-        write_wrapped(out, "Trace: ", &note)?;
-    }
     write_gpus(out, report)?;
     write_hosts(out, report)?;
     if let Some(blocks) = &report.diffusion.blocks {

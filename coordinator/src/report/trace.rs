@@ -78,12 +78,41 @@ impl<W: Write> TraceWriter<W> {
 }
 
 /// One rank's events as JSON, comma-separated: made on any thread, written
-/// in order by [`TraceWriter::add`]; and what had to be left out.
+/// in order by [`TraceWriter::add`]; and what the bounds left out.
 #[derive(Default)]
 pub struct RankEvents {
     json: Vec<u8>,
-    /// What the bounds left out, in sentences for the report.
-    pub left_out: Vec<String>,
+    /// What was left out, and how many.
+    pub left_out: Vec<(Cut, u64)>,
+}
+
+/// What a bound of the trace left out of a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cut {
+    /// Stages past the rank's first `trace_max_stages`.
+    Stages,
+    /// Instants past the rank's first `trace_max_stages`.
+    Instants,
+    /// Counters past the rank's first [`COUNTER_TRACKS`].
+    Counters,
+}
+
+impl Cut {
+    /// What was cut, in words, `limit` being the bound in force.
+    pub fn describe(self, count: u64, limit: u64) -> String {
+        let (what, bound) = match self {
+            Cut::Stages => ("stages", format!("trace_max_stages ({limit})")),
+            Cut::Instants => (
+                "instants (steps, blocks, events, snapshots)",
+                format!("trace_max_stages ({limit})"),
+            ),
+            Cut::Counters => ("counter tracks", COUNTER_TRACKS.to_string()),
+        };
+        format!(
+            "{count} {what} past each rank's first {bound} left out of {TRACE_JSON_GZ}; \
+             the statistics count them"
+        )
+    }
 }
 
 impl RankEvents {
@@ -162,7 +191,12 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
     if let Ok(Some(v)) = payload.view::<StagesView>() {
         let mut rows: Vec<usize> = (0..v.len).collect();
         rows.sort_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.end_ns[i])));
-        rows.truncate(max_events);
+        if rows.len() > max_events {
+            events
+                .left_out
+                .push((Cut::Stages, (rows.len() - max_events) as u64));
+            rows.truncate(max_events);
+        }
         for i in rows {
             let tid = v.thread[i].min(MAX_THREAD_TRACK);
             threads
@@ -239,11 +273,9 @@ fn marks(
     }
     rows.sort_unstable();
     if rows.len() > max {
-        events.left_out.push(format!(
-            "{} later instants (steps, blocks, events, snapshots) left out of {TRACE_JSON_GZ} \
-             (trace_max_stages)",
-            rows.len() - max
-        ));
+        events
+            .left_out
+            .push((Cut::Instants, (rows.len() - max) as u64));
         rows.truncate(max);
     }
     for &(ts, table, i) in &rows {
@@ -338,10 +370,9 @@ fn counters(payload: &Payload, events: &mut RankEvents, pid: u32, at: &impl Fn(u
         }));
     }
     if series.len() > COUNTER_TRACKS {
-        events.left_out.push(format!(
-            "{} counter tracks past the first {COUNTER_TRACKS} left out of {TRACE_JSON_GZ}",
-            series.len() - COUNTER_TRACKS
-        ));
+        events
+            .left_out
+            .push((Cut::Counters, (series.len() - COUNTER_TRACKS) as u64));
         series.truncate(COUNTER_TRACKS);
     }
     for (name, ts, values) in &series {
