@@ -47,12 +47,12 @@ for ranks in 64 256 1024; do
     target/release/examples/gen_payloads "$dir" "$ranks"
     "$venv/bin/python" -c "
 import pyarrow.csv, pyarrow.parquet
-pyarrow.parquet.write_table(pyarrow.csv.read_csv('$dir/stages.csv'), '$dir/stages.parquet')"
+pyarrow.parquet.write_table(pyarrow.csv.read_csv('$dir/stage_rows.csv'), '$dir/stages.parquet')"
     payload=$(find "$dir" -name '*.rsp' -printf '%s\n' | awk '{ s += $1 } END { print s }')
     read -r wall peak_kb < <(measure --report-only)
     read -r all_wall all_peak_kb < <(measure)
     read -r _ duck_csv _ duck_parquet _ _ < <("$venv/bin/python" scripts/bench_duckdb.py \
-        "$dir/stages.csv" "$dir/stages.parquet" "$runs")
+        "$dir/stage_rows.csv" "$dir/stages.parquet" "$runs")
     awk -v r="$ranks" -v p="$payload" -v w="$wall" -v k="$peak_kb" -v aw="$all_wall" \
         -v ak="$all_peak_kb" -v c="$duck_csv" -v q="$duck_parquet" \
         'BEGIN { printf "| %d | %.1f | %.2f | %.0f | %.1f | %.2f | %.0f | %.3f | %.3f | %.1f |\n",

@@ -129,8 +129,9 @@ enum Commands {
         #[arg(long)]
         json: bool,
     },
-    /// Render report.html again from a session's report.json (for a report
-    /// written by another version, or a page to put elsewhere).
+    /// Render report.html again from a session's report.json (after an
+    /// upgrade of rankscope, or to put the page elsewhere). A report written
+    /// before the page's charts existed renders with empty charts.
     Report {
         /// The session directory, or its report.json.
         dir: PathBuf,

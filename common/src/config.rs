@@ -152,8 +152,9 @@ pub struct Config {
     /// Calls of each stage name on each rank left out of the statistics at
     /// the start: warm-up (compilation, allocator growth, cache fill).
     pub warmup_calls: u32,
-    /// Stages of each rank drawn in `trace.json.gz`: the first this many
-    /// (in start order); the report says how many more there were.
+    /// Stages of each rank drawn in `trace.json.gz`, and instants (steps,
+    /// blocks, events, snapshots): the first this many of each (in time
+    /// order); the report says how many more there were.
     pub trace_max_stages: u64,
     /// GPU `memory_pressure`: peak memory at least this share of the total, %.
     pub gpu_memory_pressure_pct: f64,

@@ -5,7 +5,7 @@
 //! there is one) is 30 % slower in `stage_07`. The GPUs are labelled
 //! simulated.
 //!
-//! Also writes `stages.csv` (rank, name, start_ns, end_ns: every stage row)
+//! Also writes `stage_rows.csv` (rank, name, start_ns, end_ns: every stage row)
 //! so that another engine can compute the same statistics from the same rows.
 //!
 //! `cargo run --release -p rankscope-coordinator --example gen_payloads -- DIR RANKS`
@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(args.next().ok_or(usage)?);
     let ranks: u32 = args.next().ok_or(usage)?.parse()?;
     std::fs::create_dir_all(&dir)?;
-    let mut csv = std::io::BufWriter::new(std::fs::File::create(dir.join("stages.csv"))?);
+    let mut csv = std::io::BufWriter::new(std::fs::File::create(dir.join("stage_rows.csv"))?);
     writeln!(csv, "rank,name,start_ns,end_ns")?;
     for rank in 0..ranks {
         let payload = synthetic::rank_payload(rank, ranks, &synthetic::BENCH, &mut csv)?;

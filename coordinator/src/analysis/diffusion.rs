@@ -28,8 +28,14 @@ impl RankDiffusion {
 
     /// The diffusion tables of `payload`, reduced.
     pub fn new(payload: &Payload) -> Self {
+        // A crafted payload's NaN or infinite step is no step time.
         let steps_ms = match payload.view::<DiffusionStepsView>() {
-            Ok(Some(view)) => view.computation_ms.to_vec(),
+            Ok(Some(view)) => view
+                .computation_ms
+                .iter()
+                .copied()
+                .filter(|ms| ms.is_finite())
+                .collect(),
             _ => Vec::new(),
         };
         let blocks = match payload.view::<BlocksView>() {

@@ -7,6 +7,7 @@
 //! page either through tera's autoescaping or inside the JSON data block,
 //! where [`script_json`] escapes what could end the `<script>` element.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use serde::Serialize;
@@ -34,17 +35,17 @@ pub fn write_html(report: &Report, out: &mut impl Write) -> std::io::Result<()> 
     let mut tera = tera::Tera::default();
     // The name ends in `.html`: tera autoescapes every `{{ }}` in it.
     tera.add_raw_template("report.html", TEMPLATE)
-        .expect("the report template parses");
+        .map_err(std::io::Error::other)?;
     let context =
-        tera::Context::from_serialize(Page::new(report)).expect("the page view serializes");
+        tera::Context::from_serialize(Page::new(report)).map_err(std::io::Error::other)?;
     let page = tera
         .render("report.html", &context)
-        .expect("the report template renders every page view");
+        .map_err(std::io::Error::other)?;
     let mut rest = page.as_str();
     for slot in [DATA_SLOT, ECHARTS_SLOT, SCRIPT_SLOT] {
-        let (before, after) = rest
-            .split_once(slot)
-            .expect("the template holds each slot once, in order");
+        let (before, after) = rest.split_once(slot).ok_or_else(|| {
+            std::io::Error::other(format!("the page template lost its slot {slot}"))
+        })?;
         out.write_all(before.as_bytes())?;
         out.write_all(slot.as_bytes())?;
         match slot {
@@ -605,22 +606,25 @@ fn notes(report: &Report) -> Vec<String> {
             .iter()
             .map(|d| format!("rank {} dropped {} rows of {}", d.rank, d.rows, d.table)),
     );
+    if notes.len() > MAX_TABLE_ROWS {
+        let more = notes.len() - MAX_TABLE_ROWS;
+        notes.truncate(MAX_TABLE_ROWS);
+        notes.push(format!("… and {more} more, in report.json"));
+    }
     notes
 }
 
 fn overhead(report: &Report) -> Table {
+    let mut dropped_by_rank: BTreeMap<u32, u64> = BTreeMap::new();
+    for d in &report.session.dropped_rows {
+        *dropped_by_rank.entry(d.rank).or_default() += d.rows;
+    }
     let rows = report
         .ranks
         .iter()
         .map(|r| {
             let s = &r.sampler;
-            let dropped: u64 = report
-                .session
-                .dropped_rows
-                .iter()
-                .filter(|d| d.rank == r.rank)
-                .map(|d| d.rows)
-                .sum();
+            let dropped = dropped_by_rank.get(&r.rank).copied().unwrap_or(0);
             vec![
                 Cell::number(Some(f64::from(r.rank)), 0),
                 Cell::number(Some(s.gpu_readings as f64), 0),

@@ -1,5 +1,7 @@
-//! Report writers: each renders the analysed [`Report`] into one file of the
-//! session directory. None of them computes statistics.
+//! Report writers. Those rendered from the analysed [`Report`] alone
+//! (report.json, report.html, summary.txt, stages.csv) compute no
+//! statistics; the per-row ones ([`rows`]: trace.json.gz, raw/) convert
+//! the payloads themselves, bounded.
 
 mod csv;
 pub mod html;

@@ -298,7 +298,7 @@ fn marks(
                 "event",
                 json!({ "payload": v.payload.get(i).map(|p| cut_to(p, MAX_ARG_BYTES)) }),
             ),
-            (_, _, _, _, Some(v)) => (
+            (Table::MemorySnapshots, .., Some(v)) => (
                 format!("memory: {}", cut(v.label.value(i))),
                 "memory",
                 json!({ "source": cut(v.source.get(i)), "gpu": v.gpu.get(i),
@@ -328,9 +328,13 @@ fn counters(payload: &Payload, events: &mut RankEvents, pid: u32, at: &impl Fn(u
     if let Ok(Some(v)) = payload.view::<GpuSamplesView>() {
         let gpus = &payload.header.gpus;
         let rows_of = rows_by_gpu(&v, gpus.len());
+        let mut index_count: BTreeMap<u32, usize> = BTreeMap::new();
+        for meta in gpus {
+            *index_count.entry(meta.index).or_default() += 1;
+        }
         for (g, (meta, rows)) in gpus.iter().zip(&rows_of).enumerate() {
             // Two GPUs of one index (a crafted header) stay two tracks.
-            let same_index = gpus.iter().filter(|m| m.index == meta.index).count() > 1;
+            let same_index = index_count.get(&meta.index).is_some_and(|&n| n > 1);
             let gpu = if same_index {
                 format!("GPU {} #{g}", meta.index)
             } else {
