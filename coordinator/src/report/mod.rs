@@ -4,6 +4,7 @@
 //! the payloads themselves, bounded.
 
 mod csv;
+mod gzip;
 pub mod html;
 pub mod raw;
 pub mod rows;

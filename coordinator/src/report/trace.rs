@@ -12,9 +12,8 @@
 //! `rank + 1` (Perfetto treats pid 0 apart), named `rank N @ host`.
 
 use std::collections::BTreeMap;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 
-use flate2::write::GzEncoder;
 use rankscope_common::names::{cut, cut_to};
 use rankscope_common::table::{
     BlocksView, DiffusionStepsView, EventsView, GpuSamplesView, MemorySnapshotsView, MetricsView,
@@ -24,6 +23,7 @@ use rankscope_common::{Payload, Table};
 use serde::Serialize;
 use serde_json::json;
 
+use super::gzip::{Deflated, GzipWriter};
 use super::rows::TRACE_JSON_GZ;
 use crate::analysis::gpus::{rows_by_gpu, MB};
 use crate::analysis::series::min_max_indices;
@@ -42,48 +42,53 @@ const MAX_THREAD_TRACK: u32 = MARKS_TRACK - 1;
 const MAX_ARG_BYTES: usize = 64 << 10;
 
 /// Writes the trace as payloads come: a header, each rank's events, a
-/// closing line.
+/// closing line, gzipped.
 pub struct TraceWriter<W: Write> {
-    // Buffered before the encoder: the encoder's cost is per write call.
-    out: BufWriter<GzEncoder<W>>,
+    out: GzipWriter<W>,
     first: bool,
 }
 
 impl<W: Write> TraceWriter<W> {
     /// Starts the trace in `out`.
     pub fn new(out: W) -> std::io::Result<Self> {
-        let encoder = GzEncoder::new(out, flate2::Compression::fast());
-        let mut out = BufWriter::with_capacity(1 << 18, encoder);
-        out.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
+        let mut out = GzipWriter::new(out)?;
+        out.data(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
         Ok(TraceWriter { out, first: true })
     }
 
-    /// Adds the events of one rank, made by [`rank_events`].
+    /// Adds the events of one rank, made (and compressed) by
+    /// [`rank_events`].
     pub fn add(&mut self, events: &RankEvents) -> std::io::Result<()> {
-        if events.json.is_empty() {
+        if events.deflated.is_empty() {
             return Ok(());
         }
         if !self.first {
-            self.out.write_all(b",\n")?;
+            self.out.data(b",\n")?;
         }
         self.first = false;
-        self.out.write_all(&events.json)
+        self.out.piece(&events.deflated)
     }
 
     /// Closes the event list and the gzip stream.
     pub fn finish(mut self) -> std::io::Result<W> {
-        self.out.write_all(b"\n]}\n")?;
-        self.out.into_inner().map_err(|e| e.into_error())?.finish()
+        self.out.data(b"\n]}\n")?;
+        self.out.finish()
     }
 }
 
-/// One rank's events as JSON, comma-separated: made on any thread, written
-/// in order by [`TraceWriter::add`]; and what the bounds left out.
+/// One rank's events, compressed where they were made (any thread), for
+/// [`TraceWriter::add`] to write in order; and what the bounds left out.
 #[derive(Default)]
 pub struct RankEvents {
-    json: Vec<u8>,
+    deflated: Deflated,
     /// What was left out, and how many.
     pub left_out: Vec<(Cut, u64)>,
+}
+
+/// Events being made: JSON, comma-separated.
+#[derive(Default)]
+struct EventList {
+    json: Vec<u8>,
 }
 
 /// What a bound of the trace left out of a rank.
@@ -115,7 +120,7 @@ impl Cut {
     }
 }
 
-impl RankEvents {
+impl EventList {
     fn push(&mut self, event: &impl Serialize) {
         if !self.json.is_empty() {
             self.json.extend_from_slice(b",\n");
@@ -173,7 +178,8 @@ struct StageArgs<'a> {
 /// counters of at most [`COUNTER_POINTS`] readings.
 pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> RankEvents {
     let max_events = usize::try_from(max_events).unwrap_or(usize::MAX);
-    let mut events = RankEvents::default();
+    let mut events = EventList::default();
+    let mut left_out = Vec::new();
     // Perfetto treats pid 0 apart: rank N is process N + 1, named for it.
     let pid = rank.rank.saturating_add(1);
     // Microseconds on the shared timeline from the rank's own nanoseconds.
@@ -192,9 +198,7 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
         let mut rows: Vec<usize> = (0..v.len).collect();
         rows.sort_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.end_ns[i])));
         if rows.len() > max_events {
-            events
-                .left_out
-                .push((Cut::Stages, (rows.len() - max_events) as u64));
+            left_out.push((Cut::Stages, (rows.len() - max_events) as u64));
             rows.truncate(max_events);
         }
         for i in rows {
@@ -215,7 +219,7 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
             });
         }
     }
-    if marks(payload, &mut events, pid, &at, max_events) {
+    if marks(payload, &mut events, &mut left_out, pid, &at, max_events) {
         threads.insert(MARKS_TRACK, "diffusion, events, memory".into());
     }
     for (tid, name) in threads {
@@ -228,8 +232,11 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
             ..Event::new("M", "thread_sort_index", pid, json!({ "sort_index": tid }))
         });
     }
-    counters(payload, &mut events, pid, &at);
-    events
+    counters(payload, &mut events, &mut left_out, pid, &at);
+    RankEvents {
+        deflated: Deflated::new(&events.json),
+        left_out,
+    }
 }
 
 /// One GPU metric of reading row `i`, where there is one.
@@ -246,7 +253,8 @@ type MarkRow = (u64, Table, usize);
 /// were any.
 fn marks(
     payload: &Payload,
-    events: &mut RankEvents,
+    events: &mut EventList,
+    left_out: &mut Vec<(Cut, u64)>,
     pid: u32,
     at: &impl Fn(u64) -> f64,
     max: usize,
@@ -273,9 +281,7 @@ fn marks(
     }
     rows.sort_unstable();
     if rows.len() > max {
-        events
-            .left_out
-            .push((Cut::Instants, (rows.len() - max) as u64));
+        left_out.push((Cut::Instants, (rows.len() - max) as u64));
         rows.truncate(max);
     }
     for &(ts, table, i) in &rows {
@@ -322,7 +328,13 @@ fn marks(
 /// Adds the rank's GPU readings and metrics as counters: each series' finite
 /// values, at most [`COUNTER_POINTS`] of them (the lowest and highest of
 /// equal runs), at most [`COUNTER_TRACKS`] series.
-fn counters(payload: &Payload, events: &mut RankEvents, pid: u32, at: &impl Fn(u64) -> f64) {
+fn counters(
+    payload: &Payload,
+    events: &mut EventList,
+    left_out: &mut Vec<(Cut, u64)>,
+    pid: u32,
+    at: &impl Fn(u64) -> f64,
+) {
     // name → (times, values) per series, in the order made.
     let mut series: Vec<(String, Vec<u64>, Vec<f64>)> = Vec::new();
     if let Ok(Some(v)) = payload.view::<GpuSamplesView>() {
@@ -374,9 +386,7 @@ fn counters(payload: &Payload, events: &mut RankEvents, pid: u32, at: &impl Fn(u
         }));
     }
     if series.len() > COUNTER_TRACKS {
-        events
-            .left_out
-            .push((Cut::Counters, (series.len() - COUNTER_TRACKS) as u64));
+        left_out.push((Cut::Counters, (series.len() - COUNTER_TRACKS) as u64));
         series.truncate(COUNTER_TRACKS);
     }
     for (name, ts, values) in &series {
