@@ -76,23 +76,22 @@ impl RankStages {
             if !group.is_sorted_by_key(|&i| stages.start_ns[i]) {
                 group.sort_by_key(|&i| stages.start_ns[i]);
             }
+            let kept = group.get(warmup_calls as usize..).unwrap_or_default();
+            if kept.is_empty() {
+                continue;
+            }
             let name = name_of(key);
-            // Where the calls ran: the enclosing row's name key + 1, 0 for
-            // the top; counted.
+            // Where the calls past warm-up ran: the enclosing row's name
+            // key + 1, 0 for the top; counted.
             placed.clear();
             placed.extend(
-                group
-                    .iter()
+                kept.iter()
                     .map(|&i| enclosing[i].map_or(0, |p| name_key(p) + 1)),
             );
             placed.sort_unstable();
             for run in placed.chunk_by(|a, b| a == b) {
                 let parent = run[0].checked_sub(1).map(name_of);
                 parents.push((name.clone(), parent, run.len() as u64));
-            }
-            let kept = group.get(warmup_calls as usize..).unwrap_or_default();
-            if kept.is_empty() {
-                continue;
             }
             let durations = kept.iter().map(|&i| duration_ns(i) as f64 / 1e9).collect();
             let self_s = kept
@@ -274,6 +273,7 @@ pub(super) mod tests {
         // decode's one call is its warm-up: nothing of it is left.
         assert!(!times.by_name.contains_key("decode"));
         assert!(!times.self_by_name.contains_key("decode"));
+        assert_eq!(times.parent("decode"), None, "nor where it ran");
         let none = times_of(&[payload], 0);
         assert_eq!(none.by_name["step"][&0], [5.0, 1.0, 1.0]);
     }
