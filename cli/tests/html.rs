@@ -298,3 +298,56 @@ fn rankscope_report_renders_the_same_page_again_from_report_json() {
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(stderr.contains("report.json"), "{stderr}");
 }
+
+#[path = "../../coordinator/tests/support/synthetic.rs"]
+mod synthetic;
+
+#[test]
+fn many_gpus_are_drawn_as_their_spread() {
+    // 24 ranks, a GPU each: more than the page draws one line for.
+    const RANKS: u32 = 24;
+    let dir = tempfile::tempdir().unwrap();
+    for rank in 0..RANKS {
+        let payload =
+            synthetic::rank_payload(rank, RANKS, &synthetic::BENCH, &mut std::io::sink()).unwrap();
+        let name = SpillName {
+            rank,
+            run_id: None,
+            process: u64::from(rank),
+        };
+        let bytes = payload::encode(&payload, Compression::Zstd).unwrap();
+        spill::write(dir.path(), &name, &bytes).unwrap();
+    }
+    let run = rankscope(
+        &[
+            "aggregate",
+            "--report-only",
+            "--reports-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+
+    let mut browser = Browser::launch(1200);
+    browser.open(&dir.path().join("report.html"), CHARTS_READY);
+    for id in CHARTS.iter().filter(|id| id.starts_with("chart-gpu")) {
+        let (points, drawn) = chart(&mut browser, id);
+        assert!(points > 0 && drawn, "#{id}");
+        let names = browser.eval(&format!(
+            "echarts.getInstanceByDom(document.getElementById('{id}'))
+                .getOption().series.map(s => s.name)"
+        ));
+        assert_eq!(
+            names,
+            json!(["highest of 24 GPUs", "mean", "lowest"]),
+            "#{id}: the spread, no GPU flagged"
+        );
+    }
+    assert_eq!(browser.errors(), Vec::<String>::new(), "console errors");
+    browser.screenshot(&artifact("report-24-ranks.png"));
+}

@@ -146,17 +146,58 @@
     if (chart && names.length) { chart.parentNode.insertBefore(legend, chart.nextSibling); }
   })();
 
-  // GPU readings over time, one line per GPU.
-  function gpuChart(id, metric, unit) {
-    var lines = series.gpus.filter(function (g) {
-      return g[metric] && g[metric].t_s.length;
-    }).map(function (g) {
-      var m = g[metric];
-      return {
-        name: 'rank ' + g.rank + ' GPU ' + g.index, type: 'line', showSymbol: false,
-        sampling: 'lttb', data: m.t_s.map(function (t, i) { return [t, m.value[i]]; })
-      };
+  // GPU readings over time: one line per GPU; past MAX_GPU_LINES GPUs, the
+  // lowest, mean and highest reading across them per stretch of time, and
+  // the GPUs with a bottleneck on their own lines.
+  var MAX_GPU_LINES = 16;
+  var STRETCHES = 200;
+  function gpuLine(g, m) {
+    return {
+      name: 'rank ' + g.rank + ' GPU ' + g.index, type: 'line', showSymbol: false,
+      sampling: 'lttb', data: m.t_s.map(function (t, i) { return [t, m.value[i]]; })
+    };
+  }
+  function spread(gpus, metric) {
+    var first = Infinity, last = -Infinity;
+    gpus.forEach(function (g) {
+      var t = g[metric].t_s;
+      first = Math.min(first, t[0]);
+      last = Math.max(last, t[t.length - 1]);
     });
+    var width = (last - first) / STRETCHES || 1;
+    var low = [], high = [], total = [], count = [];
+    gpus.forEach(function (g) {
+      var m = g[metric];
+      m.t_s.forEach(function (t, i) {
+        var b = Math.min(STRETCHES - 1, Math.floor((t - first) / width));
+        var v = m.value[i];
+        low[b] = low[b] === undefined ? v : Math.min(low[b], v);
+        high[b] = high[b] === undefined ? v : Math.max(high[b], v);
+        total[b] = (total[b] || 0) + v;
+        count[b] = (count[b] || 0) + 1;
+      });
+    });
+    var line = function (name, value, dashed) {
+      var data = [];
+      for (var b = 0; b < STRETCHES; b++) {
+        if (count[b]) { data.push([first + (b + 0.5) * width, value(b)]); }
+      }
+      return { name: name, type: 'line', showSymbol: false, data: data,
+               lineStyle: { type: dashed ? 'dashed' : 'solid' } };
+    };
+    return [
+      line('highest of ' + gpus.length + ' GPUs', function (b) { return high[b]; }, true),
+      line('mean', function (b) { return total[b] / count[b]; }, false),
+      line('lowest', function (b) { return low[b]; }, true)
+    ];
+  }
+  function gpuChart(id, metric, unit) {
+    var gpus = series.gpus.filter(function (g) { return g[metric] && g[metric].t_s.length; });
+    var lines = gpus.length <= MAX_GPU_LINES
+      ? gpus.map(function (g) { return gpuLine(g, g[metric]); })
+      : spread(gpus, metric).concat(gpus.filter(function (g) {
+          return data.flagged_gpus.indexOf(series.gpus.indexOf(g)) >= 0;
+        }).slice(0, MAX_GPU_LINES).map(function (g) { return gpuLine(g, g[metric]); }));
     draw(id, sum(lines, function (l) { return l.data.length; }), {
       tooltip: { trigger: 'axis' },
       legend: { type: 'scroll', bottom: 0 },

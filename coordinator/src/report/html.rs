@@ -115,6 +115,9 @@ struct ChartData<'a> {
     /// The names of the heatmap's rows (`series.stage_totals_s`).
     heatmap_stages: Vec<&'a str>,
     block_fps: &'a [RankValue],
+    /// The GPUs (positions in `series.gpus`) with a bottleneck: drawn on
+    /// their own when there are too many GPUs to draw each.
+    flagged_gpus: Vec<usize>,
     series: &'a Series,
 }
 
@@ -134,6 +137,10 @@ impl<'a> ChartData<'a> {
                 .blocks
                 .as_ref()
                 .map_or(&[], |b| b.per_rank_fps.as_slice()),
+            flagged_gpus: (report.gpus.iter().enumerate())
+                .filter(|(_, gpu)| !gpu.bottlenecks.is_empty())
+                .map(|(i, _)| i)
+                .collect(),
             series: &report.series,
         }
     }
