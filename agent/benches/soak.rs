@@ -95,7 +95,10 @@ fn main() {
     );
     let with_flush = session(hours, true);
     let without = session(hours, false);
-    println!("{:>14} {:>22} {:>22}", "simulated min", "RSS MiB, flush 30 s", "RSS MiB, no flush");
+    println!(
+        "{:>14} {:>22} {:>22}",
+        "simulated min", "RSS MiB, flush 30 s", "RSS MiB, no flush"
+    );
     for (k, (a, b)) in with_flush.iter().zip(&without).enumerate() {
         let minutes = (k as f64 + 1.0) * REPORT_EVERY_S / 60.0;
         println!("{minutes:>14.0} {a:>22.1} {b:>22.1}");

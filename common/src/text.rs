@@ -24,17 +24,64 @@ pub fn terminal(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// [`terminal`] text cut to `width` characters (ending in `…` when cut),
-/// for an aligned table.
+/// The columns `c` takes in a terminal: 2 for the wide characters of East
+/// Asian scripts (CJK ideographs, kana, Hangul, fullwidth forms) and emoji,
+/// 0 for combining marks, else 1.
+fn char_width(c: char) -> usize {
+    match c {
+        '\u{0300}'..='\u{036f}' | '\u{200b}'..='\u{200f}' => 0,
+        '\u{1100}'..='\u{115f}'
+        | '\u{2e80}'..='\u{303e}'
+        | '\u{3041}'..='\u{33ff}'
+        | '\u{3400}'..='\u{4dbf}'
+        | '\u{4e00}'..='\u{9fff}'
+        | '\u{a000}'..='\u{a4cf}'
+        | '\u{ac00}'..='\u{d7a3}'
+        | '\u{f900}'..='\u{faff}'
+        | '\u{fe30}'..='\u{fe4f}'
+        | '\u{ff00}'..='\u{ff60}'
+        | '\u{ffe0}'..='\u{ffe6}'
+        | '\u{1f300}'..='\u{1f64f}'
+        | '\u{1f900}'..='\u{1f9ff}'
+        | '\u{20000}'..='\u{2fffd}'
+        | '\u{30000}'..='\u{3fffd}' => 2,
+        _ => 1,
+    }
+}
+
+/// The columns `text` takes in a terminal.
+pub fn width(text: &str) -> usize {
+    text.chars().map(char_width).sum()
+}
+
+/// [`terminal`] text cut to `width` columns (ending in `…` when cut), for
+/// an aligned table.
 pub fn cell(text: &str, width: usize) -> String {
     let clean = terminal(text);
-    if clean.chars().count() <= width {
-        clean.into_owned()
-    } else {
-        let mut cut: String = clean.chars().take(width.saturating_sub(1)).collect();
-        cut.push('…');
-        cut
+    if self::width(&clean) <= width {
+        return clean.into_owned();
     }
+    let mut cut = String::new();
+    let mut used = 0;
+    for c in clean.chars() {
+        if used + char_width(c) + 1 > width {
+            break;
+        }
+        used += char_width(c);
+        cut.push(c);
+    }
+    cut.push('…');
+    cut
+}
+
+/// [`cell`] padded with spaces to exactly `width` columns: a column of an
+/// aligned table whose text may hold wide characters (which `format!`'s
+/// padding counts as one).
+pub fn column(text: &str, width: usize) -> String {
+    let mut cell = cell(text, width);
+    let used = self::width(&cell);
+    cell.extend(std::iter::repeat_n(' ', width.saturating_sub(used)));
+    cell
 }
 
 /// A CSV field (RFC 4180): control characters replaced by `?`, prefixed
@@ -128,6 +175,19 @@ pub fn wrap(text: &str, width: usize, indent: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn columns_count_wide_characters_twice() {
+        assert_eq!(width("vae_decode"), 10);
+        assert_eq!(width("画像生成"), 8);
+        assert_eq!(width("e\u{301}"), 1, "a combining accent takes no column");
+        assert_eq!(column("画像生成", 10), "画像生成  ");
+        // A wide character does not fit the column left before the `…`.
+        assert_eq!(cell("画像生成ステージ", 10), "画像生成…");
+        assert_eq!(column("画像生成ステージ", 10), "画像生成… ");
+        assert_eq!(column("ab", 4), "ab  ");
+        assert_eq!(cell("abcdef", 4), "abc…");
+    }
 
     #[test]
     fn wrap_breaks_at_spaces_indents_and_cuts_long_words() {

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use super::stage_tree;
 use crate::model::{HostSummary, LockstepStage, Report, StageStats};
 use rankscope_common::payload::GpuSource;
-use rankscope_common::text::{cell, rank_ranges, wrap};
+use rankscope_common::text::{cell, column, rank_ranges, wrap};
 
 /// Stages shown in the table; the rest are counted.
 const TOP_STAGES: usize = 20;
@@ -36,10 +36,10 @@ pub fn summary(report: &Report) -> String {
 fn stage_row(stage: &StageStats, depth: usize) -> String {
     let (t, c) = (&stage.total_s, &stage.per_call_ms);
     let indent = " ".repeat(depth.min(MAX_INDENTED_DEPTH) * INDENT);
-    let name = format!("{indent}{}", cell(&stage.name, NAME_WIDTH - indent.len()));
+    let name = format!("{indent}{}", column(&stage.name, NAME_WIDTH - indent.len()));
     let rank = format!("r{}", t.max_rank);
     format!(
-        "{name:<NAME_WIDTH$} {:>5} {:>8} s {:>8} s {:>8} {:>8} {:>14} {:>6} {:>6}",
+        "{name} {:>5} {:>8} s {:>8} s {:>8} {:>8} {:>14} {:>6} {:>6}",
         fit(stage.count as f64, 0, 5),
         fit(t.avg, 3, 8),
         fit(stage.self_s.avg, 3, 8),
@@ -323,10 +323,10 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
     for g in &report.gpus {
         writeln!(
             out,
-            "{:<5} {:>3} {:<33} {:>17} {:>5} {:>6} {:>7} {:>8} {:>5}",
+            "{:<5} {:>3} {} {:>17} {:>5} {:>6} {:>7} {:>8} {:>5}",
             format!("r{}", g.rank),
             g.index,
-            cell(&g.name, 33),
+            column(&g.name, 33),
             format!("{}/{}", opt(g.memory_peak_mb, 0), opt(g.memory_total_mb, 0)),
             opt(g.util_avg, 1),
             opt(g.temp_max_c, 0),
@@ -382,8 +382,8 @@ fn write_hosts(out: &mut String, report: &Report) -> std::fmt::Result {
             .reduce(f64::max);
         writeln!(
             out,
-            "{:<20} {:<12} {:>13} {:>17} {:>9} {:>16}",
-            cell(host, 20),
+            "{} {:<12} {:>13} {:>17} {:>9} {:>16}",
+            column(host, 20),
             cell(&rank_ranges(&numbers), 12),
             format!("{}/{}", opt(h.cpu_avg_pct, 0), opt(h.cpu_peak_pct, 0)),
             format!("{:.0}/{:.0}", h.memory_peak_mb, h.memory_total_mb),
@@ -398,6 +398,7 @@ fn write_hosts(out: &mut String, report: &Report) -> std::fmt::Result {
 mod tests {
     use super::*;
     use crate::model::{Percentiles, Spread};
+    use rankscope_common::text::width;
 
     fn stage(name: &str, parent: Option<&str>) -> StageStats {
         let spread = Spread {
@@ -442,11 +443,17 @@ mod tests {
         huge.share_pct = f64::NAN;
         for depth in [0, 3, 50] {
             let row = stage_row(&huge, depth);
-            assert!(
-                row.chars().count() <= WIDTH,
-                "{} columns: {row}",
-                row.chars().count()
-            );
+            assert!(width(&row) <= WIDTH, "{} columns: {row}", width(&row));
+        }
+        // Wide (CJK) names take two columns a character: the numbers after
+        // them still line up, and the row still fits.
+        let ascii = stage_row(&stage("vae_decode", None), 0);
+        for name in ["画像デコード", &"画像デコード".repeat(10)] {
+            let wide = stage_row(&stage(name, None), 0);
+            assert!(width(&wide) <= WIDTH, "{wide}");
+            // The columns before the first number's unit.
+            let seconds_at = |row: &str| width(&row[..row.find(" s ").expect("a total")]);
+            assert_eq!(seconds_at(&wide), seconds_at(&ascii), "{wide}\n{ascii}");
         }
         assert_eq!(fit(0.3619, 3, 8), "0.362");
         assert_eq!(fit(123_456.789_1, 3, 8), "123456.8");
