@@ -4,6 +4,8 @@
 
 use std::borrow::Cow;
 
+use unicode_width::UnicodeWidthChar;
+
 /// Whether `c` could move the cursor, recolour or reorder what a terminal
 /// shows: C0 and C1 control characters (escape sequences begin with one)
 /// and the Unicode bidirectional overrides.
@@ -24,29 +26,10 @@ pub fn terminal(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// The columns `c` takes in a terminal: 2 for the wide characters of East
-/// Asian scripts (CJK ideographs, kana, Hangul, fullwidth forms) and emoji,
-/// 0 for combining marks, else 1.
+/// The columns `c` takes in a terminal (Unicode's East Asian Width: 2 for
+/// wide characters and emoji, 0 for combining marks and controls).
 fn char_width(c: char) -> usize {
-    match c {
-        '\u{0300}'..='\u{036f}' | '\u{200b}'..='\u{200f}' => 0,
-        '\u{1100}'..='\u{115f}'
-        | '\u{2e80}'..='\u{303e}'
-        | '\u{3041}'..='\u{33ff}'
-        | '\u{3400}'..='\u{4dbf}'
-        | '\u{4e00}'..='\u{9fff}'
-        | '\u{a000}'..='\u{a4cf}'
-        | '\u{ac00}'..='\u{d7a3}'
-        | '\u{f900}'..='\u{faff}'
-        | '\u{fe30}'..='\u{fe4f}'
-        | '\u{ff00}'..='\u{ff60}'
-        | '\u{ffe0}'..='\u{ffe6}'
-        | '\u{1f300}'..='\u{1f64f}'
-        | '\u{1f900}'..='\u{1f9ff}'
-        | '\u{20000}'..='\u{2fffd}'
-        | '\u{30000}'..='\u{3fffd}' => 2,
-        _ => 1,
-    }
+    UnicodeWidthChar::width(c).unwrap_or(0)
 }
 
 /// The columns `text` takes in a terminal.
@@ -143,7 +126,7 @@ pub fn wrap(text: &str, width: usize, indent: usize) -> String {
     for word in words.split(' ').filter(|w| !w.is_empty()) {
         let mut word: &str = word;
         loop {
-            let len = word.chars().count();
+            let len = self::width(word);
             if started && line_len + 1 + len <= width {
                 out.push(' ');
                 out.push_str(word);
@@ -162,10 +145,19 @@ pub fn wrap(text: &str, width: usize, indent: usize) -> String {
                 line_len += len;
                 break;
             }
-            // A word longer than a line: as much as fits, the rest next.
-            let split = word.char_indices().nth(room).map_or(word.len(), |(i, _)| i);
+            // A word longer than a line: as much as fits (at least one
+            // character), the rest next.
+            let mut split = 0;
+            let mut used = 0;
+            for (i, c) in word.char_indices() {
+                if split > 0 && used + char_width(c) > room {
+                    break;
+                }
+                used += char_width(c);
+                split = i + c.len_utf8();
+            }
             out.push_str(&word[..split]);
-            line_len += room;
+            line_len += used;
             word = &word[split..];
         }
     }
@@ -181,12 +173,19 @@ mod tests {
         assert_eq!(width("vae_decode"), 10);
         assert_eq!(width("画像生成"), 8);
         assert_eq!(width("e\u{301}"), 1, "a combining accent takes no column");
+        assert_eq!(width("🚀"), 2);
+        assert_eq!(width("नमस्ते"), 4, "Devanagari vowel signs take no column");
         assert_eq!(column("画像生成", 10), "画像生成  ");
         // A wide character does not fit the column left before the `…`.
         assert_eq!(cell("画像生成ステージ", 10), "画像生成…");
         assert_eq!(column("画像生成ステージ", 10), "画像生成… ");
         assert_eq!(column("ab", 4), "ab  ");
         assert_eq!(cell("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn wrap_counts_columns() {
+        assert_eq!(wrap("画像 生成段階", 6, 0), "画像\n生成段\n階");
     }
 
     #[test]

@@ -153,7 +153,7 @@
   var STRETCHES = 200;
   function gpuLine(g, m) {
     return {
-      name: 'rank ' + g.rank + ' GPU ' + g.index, type: 'line', showSymbol: false,
+      name: 'rank ' + g.rank + ' GPU ' + g.index, type: 'line', showSymbol: m.t_s.length < 2,
       sampling: 'lttb', data: m.t_s.map(function (t, i) { return [t, m.value[i]]; })
     };
   }
@@ -164,17 +164,30 @@
       first = Math.min(first, t[0]);
       last = Math.max(last, t[t.length - 1]);
     });
-    var width = (last - first) / STRETCHES || 1;
+    var width = (last - first) / STRETCHES;
+    var stretch = function (t) {
+      return width > 0 ? Math.min(STRETCHES - 1, Math.floor((t - first) / width)) : 0;
+    };
+    // Per stretch: the lowest and highest reading, and the mean of the
+    // GPUs' own means there (a GPU with many readings in a stretch counts
+    // once, like the others).
     var low = [], high = [], total = [], count = [];
     gpus.forEach(function (g) {
       var m = g[metric];
+      var sum = [], n = [];
       m.t_s.forEach(function (t, i) {
-        var b = Math.min(STRETCHES - 1, Math.floor((t - first) / width));
+        var b = stretch(t);
         var v = m.value[i];
         low[b] = low[b] === undefined ? v : Math.min(low[b], v);
         high[b] = high[b] === undefined ? v : Math.max(high[b], v);
-        total[b] = (total[b] || 0) + v;
-        count[b] = (count[b] || 0) + 1;
+        sum[b] = (sum[b] || 0) + v;
+        n[b] = (n[b] || 0) + 1;
+      });
+      n.forEach(function (readings, b) {
+        if (readings) {
+          total[b] = (total[b] || 0) + sum[b] / readings;
+          count[b] = (count[b] || 0) + 1;
+        }
       });
     });
     var line = function (name, value, dashed) {
@@ -182,7 +195,7 @@
       for (var b = 0; b < STRETCHES; b++) {
         if (count[b]) { data.push([first + (b + 0.5) * width, value(b)]); }
       }
-      return { name: name, type: 'line', showSymbol: false, data: data,
+      return { name: name, type: 'line', showSymbol: data.length < 2, data: data,
                lineStyle: { type: dashed ? 'dashed' : 'solid' } };
     };
     return [

@@ -243,7 +243,7 @@ fn std_dev(values: impl Iterator<Item = f64>) -> f64 {
 
 /// The comparison as a text table.
 pub fn render(comparison: &Comparison, baseline: &str, current: &str) -> String {
-    use rankscope_common::text::cell;
+    use rankscope_common::text::{cell, column};
     use std::fmt::Write;
 
     let mut out = String::new();
@@ -262,8 +262,8 @@ pub fn render(comparison: &Comparison, baseline: &str, current: &str) -> String 
     for c in &comparison.changes {
         let _ = writeln!(
             out,
-            "{:<36} {:>12.3} {:>12.3} {:>9} {:>10.3}  {}",
-            cell(&format!("{} ({})", c.metric, c.unit), 36),
+            "{} {:>12.3} {:>12.3} {:>9} {:>10.3}  {}",
+            column(&format!("{} ({})", c.metric, c.unit), 36),
             c.baseline,
             c.current,
             c.change_pct

@@ -69,9 +69,20 @@ impl<W: Write> GzipWriter<W> {
         Ok(())
     }
 
-    /// Appends `data`, deflated here.
+    /// Appends `data` as it is, in stored (uncompressed) blocks: for the
+    /// few bytes between pieces, which are not worth a compressor.
     pub fn data(&mut self, data: &[u8]) -> std::io::Result<()> {
-        self.piece(&Deflated::new(data))
+        for block in data.chunks(u16::MAX as usize) {
+            let len = block.len() as u16;
+            // Not final, stored; then the length and its complement.
+            self.out.write_all(&[0x00])?;
+            self.out.write_all(&len.to_le_bytes())?;
+            self.out.write_all(&(!len).to_le_bytes())?;
+            self.out.write_all(block)?;
+        }
+        self.crc.update(data);
+        self.len += data.len() as u64;
+        Ok(())
     }
 
     /// Ends the stream (an empty stored block marked final) and writes the
@@ -97,16 +108,19 @@ mod tests {
         let pieces: Vec<Deflated> = parts.iter().map(|p| Deflated::new(p)).collect();
         let mut gzip = GzipWriter::new(Vec::new()).unwrap();
         gzip.data(b"head\n").unwrap();
+        gzip.data(&[]).unwrap();
         for piece in &pieces {
             gzip.piece(piece).unwrap();
         }
         gzip.piece(&Deflated::new(b"")).unwrap();
+        let stored = vec![b'y'; 70_000];
+        gzip.data(&stored).unwrap();
         let bytes = gzip.finish().unwrap();
         // flate2 checks the CRC and the length in the trailer.
         let mut text = Vec::new();
         flate2::read::GzDecoder::new(&bytes[..])
             .read_to_end(&mut text)
             .unwrap();
-        assert_eq!(text, [b"head\n".to_vec(), parts.concat()].concat());
+        assert_eq!(text, [b"head\n".to_vec(), parts.concat(), stored].concat());
     }
 }
