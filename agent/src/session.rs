@@ -594,21 +594,21 @@ fn build_payload(
     if parts.is_empty() && unwritten.is_empty() {
         return Ok(last);
     }
-    let mut flushed = Vec::with_capacity(parts.len() + unwritten.len() + 1);
-    for part in &parts {
-        match spill::read_payload(part) {
-            Ok(payload) => flushed.push(payload),
-            Err(e) => notice!("a flushed part {} is lost: {}", part.display(), Chain(&e)),
-        }
-    }
-    flushed.extend(unwritten);
-    flushed.push(last);
-    let mut payload = Payload::concat(flushed)
+    // Read a part at a time; telemetry keeps its newest rows, across
+    // flushes too.
+    let flushed = parts
+        .iter()
+        .filter_map(|part| match spill::read_payload(part) {
+            Ok(payload) => Some(payload),
+            Err(e) => {
+                notice!("a flushed part {} is lost: {}", part.display(), Chain(&e));
+                None
+            }
+        });
+    let all = flushed.chain(unwritten).chain(std::iter::once(last));
+    Ok(Payload::concat(all, shared.config.max_data_points)
         .map_err(SessionError::Batch)?
-        .expect("at least the last part");
-    // Telemetry keeps its newest rows, across flushes too.
-    payload.keep_newest_telemetry(shared.config.max_data_points);
-    Ok(payload)
+        .expect("at least the last part"))
 }
 
 /// Writes what the running session recorded since the last flush as its

@@ -31,7 +31,7 @@
 //! schema.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{Cursor, Read, Write};
 
 use arrow_array::RecordBatch;
@@ -125,47 +125,64 @@ impl Payload {
 impl Payload {
     /// One payload of the rows of every part, in order, under the last
     /// part's header (the parts of one rank's session: its periodic
-    /// flushes, then its finish). `None` without parts.
-    pub fn concat(parts: Vec<Payload>) -> Result<Option<Payload>, arrow_schema::ArrowError> {
-        let Some(mut header) = parts.last().map(|p| p.header.clone()) else {
-            return Ok(None);
-        };
-        // Rows each part dropped, added up.
-        for part in &parts[..parts.len() - 1] {
-            for dropped in &part.header.dropped {
-                header.add_dropped(&dropped.table, dropped.rows);
+    /// flushes, then its finish), the telemetry tables (GPU and host
+    /// readings: rings, whose newest count) kept to their newest
+    /// `max_telemetry` rows, the cut counted as dropped. Parts are taken one
+    /// at a time: however long the session, no more than one part and the
+    /// rows kept are held. `None` without parts.
+    pub fn concat(
+        parts: impl IntoIterator<Item = Payload>,
+        max_telemetry: usize,
+    ) -> Result<Option<Payload>, arrow_schema::ArrowError> {
+        let mut header: Option<PayloadHeader> = None;
+        // Rows the parts before the last dropped, and the telemetry cut.
+        let mut dropped: Vec<(String, u64)> = Vec::new();
+        let mut by_table: BTreeMap<Table, VecDeque<RecordBatch>> = BTreeMap::new();
+        let mut telemetry_rows: BTreeMap<Table, usize> = BTreeMap::new();
+        for part in parts {
+            if let Some(earlier) = header.replace(part.header) {
+                dropped.extend(earlier.dropped.into_iter().map(|d| (d.table, d.rows)));
+            }
+            for (table, batch) in part.tables {
+                let batches = by_table.entry(table).or_default();
+                let rows = batch.num_rows();
+                batches.push_back(batch);
+                if !matches!(table, Table::GpuSamples | Table::HostSamples) {
+                    continue;
+                }
+                let kept = telemetry_rows.entry(table).or_default();
+                *kept += rows;
+                // The oldest rows past the bound go, a batch or a slice at a time.
+                while *kept > max_telemetry {
+                    let excess = *kept - max_telemetry;
+                    let oldest = batches.front_mut().expect("rows are in batches");
+                    let cut = excess.min(oldest.num_rows());
+                    if cut == oldest.num_rows() {
+                        batches.pop_front();
+                    } else {
+                        *oldest = oldest.slice(cut, oldest.num_rows() - cut);
+                    }
+                    *kept -= cut;
+                    dropped.push((table.name().to_string(), cut as u64));
+                }
             }
         }
-        let mut by_table: BTreeMap<Table, Vec<RecordBatch>> = BTreeMap::new();
-        for part in parts {
-            for (table, batch) in part.tables {
-                by_table.entry(table).or_default().push(batch);
-            }
+        let Some(mut header) = header else {
+            return Ok(None);
+        };
+        for (table, rows) in dropped {
+            header.add_dropped(&table, rows);
         }
         let mut tables = BTreeMap::new();
         for (table, batches) in by_table {
+            let batches: Vec<RecordBatch> = batches.into_iter().collect();
+            if batches.is_empty() {
+                continue;
+            }
             let batch = arrow_select::concat::concat_batches(&table.schema(), &batches)?;
             tables.insert(table, batch);
         }
         Ok(Some(Payload { header, tables }))
-    }
-}
-
-impl Payload {
-    /// Keeps the newest `max` rows of each telemetry table (GPU and host
-    /// readings are rings: the newest count), the cut counted as dropped.
-    pub fn keep_newest_telemetry(&mut self, max: usize) {
-        for table in [Table::GpuSamples, Table::HostSamples] {
-            let Some(batch) = self.tables.get(&table) else {
-                continue;
-            };
-            let rows = batch.num_rows();
-            if rows > max {
-                let newest = batch.slice(rows - max, max);
-                self.tables.insert(table, newest);
-                self.header.add_dropped(table.name(), (rows - max) as u64);
-            }
-        }
     }
 }
 

@@ -306,23 +306,18 @@ pub fn read_dir(dir: &Path, max_rows: usize) -> std::io::Result<Vec<Candidate>> 
 /// flush cut short by the rank's death is left out), telemetry kept to the
 /// newest `max_rows` as the rank itself would have.
 fn merge_parts(files: &[PathBuf], max_rows: usize) -> Result<Payload, Rejection> {
-    let mut parts = Vec::with_capacity(files.len());
     let mut first_error = None;
-    for file in files {
-        match read_payload(file) {
-            Ok(part) => parts.push(part),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
+    let readable = files.iter().filter_map(|file| match read_payload(file) {
+        Ok(part) => Some(part),
+        Err(e) => {
+            first_error.get_or_insert(e);
+            None
         }
-    }
-    let merged = Payload::concat(parts)
+    });
+    let merged = Payload::concat(readable, max_rows)
         .map_err(|e| Rejection::Payload(PayloadError::Layout(format!("merging flushes: {e}"))))?;
     match (merged, first_error) {
-        (Some(mut payload), _) => {
-            payload.keep_newest_telemetry(max_rows);
-            Ok(payload)
-        }
+        (Some(payload), _) => Ok(payload),
         (None, Some(e)) => Err(e),
         (None, None) => Err(Rejection::NotAFile),
     }

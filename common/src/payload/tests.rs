@@ -477,3 +477,68 @@ fn a_decompression_bomb_is_refused_before_it_expands() {
     assert!(!expansion_allowed(bomb.len(), zeros.len() as u64));
     assert!(expansion_allowed(bomb.len(), EXPANSION_FLOOR));
 }
+
+/// A part of `readings` GPU readings at times `first..first + readings`,
+/// and one stage, having dropped `dropped` stage rows.
+fn flush(first: u64, readings: u64, dropped: u64) -> Payload {
+    let mut gpu = GpuSamplesBuilder::default();
+    for ts_ns in first..first + readings {
+        gpu.append(&GpuSampleRow {
+            ts_ns,
+            gpu: 0,
+            memory_used_bytes: None,
+            memory_total_bytes: None,
+            memory_reserved_bytes: None,
+            util_gpu_pct: None,
+            util_mem_pct: None,
+            temperature_c: None,
+            power_w: None,
+            power_limit_w: None,
+            sm_clock_mhz: None,
+            mem_clock_mhz: None,
+            throttle_reasons: None,
+            pcie_tx_kbps: None,
+            pcie_rx_kbps: None,
+        });
+    }
+    let mut header = PayloadHeader::new("s", "n", 0, 1);
+    header.add_dropped(Table::Stages.name(), dropped);
+    let mut payload = Payload {
+        header,
+        tables: Default::default(),
+    };
+    payload
+        .tables
+        .insert(Table::GpuSamples, gpu.finish().unwrap());
+    payload.tables.insert(
+        Table::Stages,
+        stages_payload(1, 0).tables[&Table::Stages].clone(),
+    );
+    payload
+}
+
+#[test]
+fn flushes_merge_a_part_at_a_time_keeping_the_newest_telemetry() {
+    // Three flushes of 10 readings each, 15 kept: the newest 15.
+    let parts = [flush(0, 10, 1), flush(10, 10, 2), flush(20, 10, 4)];
+    let merged = Payload::concat(parts, 15).unwrap().unwrap();
+    let gpu = GpuSamplesView::new(&merged.tables[&Table::GpuSamples]).unwrap();
+    assert_eq!(gpu.ts_ns, (15..30).collect::<Vec<u64>>());
+    assert_eq!(merged.rows(Table::Stages), 3, "other tables keep every row");
+    let dropped = |table: Table| {
+        merged
+            .header
+            .dropped
+            .iter()
+            .filter(|d| d.table == table.name())
+            .map(|d| d.rows)
+            .sum::<u64>()
+    };
+    assert_eq!(dropped(Table::GpuSamples), 15, "the cut is counted");
+    assert_eq!(
+        dropped(Table::Stages),
+        1 + 2 + 4,
+        "and every part's own drops"
+    );
+    assert!(Payload::concat([], 15).unwrap().is_none());
+}

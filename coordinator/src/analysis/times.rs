@@ -300,7 +300,9 @@ pub(super) mod tests {
         };
         let first = flush(1, 0.0, ["decode", "step"]);
         let second = flush(5, 4.0, ["step", "decode"]);
-        let merged = Payload::concat(vec![first, second]).unwrap().unwrap();
+        let merged = Payload::concat([first, second], usize::MAX)
+            .unwrap()
+            .unwrap();
         let times = times_of(&[merged], 1);
         // Four calls of each name, the first one warm-up (once, not once per key).
         assert_eq!(times.by_name["decode"][&0].len(), 3);
