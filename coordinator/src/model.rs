@@ -542,6 +542,19 @@ pub struct GpuSeries {
     pub sm_clock_mhz: Timed,
 }
 
+impl GpuSeries {
+    /// Each metric's series, in the order of `analysis::gpus::GPU_METRICS`.
+    pub fn metrics_mut(&mut self) -> [&mut Timed; 5] {
+        [
+            &mut self.util_pct,
+            &mut self.memory_mb,
+            &mut self.temperature_c,
+            &mut self.power_w,
+            &mut self.sm_clock_mhz,
+        ]
+    }
+}
+
 /// One rank's diffusion step times.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankSteps {

@@ -16,6 +16,40 @@ use crate::model::{GpuSeries, GpuSummary, HostSummary};
 /// Bytes in a MB (MiB), as the report counts memory.
 pub const MB: f64 = (1u64 << 20) as f64;
 
+/// A GPU metric followed over time: its label (name and unit), and its
+/// value in a reading row.
+pub struct GpuMetric {
+    /// Name and unit, as the charts and the trace label it.
+    pub label: &'static str,
+    /// The value of reading row `i`, where there is one.
+    pub value: fn(&GpuSamplesView<'_>, usize) -> Option<f64>,
+}
+
+/// The metrics followed over time, in the order of
+/// [`GpuSeries::metrics_mut`].
+pub const GPU_METRICS: [GpuMetric; 5] = [
+    GpuMetric {
+        label: "utilisation %",
+        value: |v, i| v.util_gpu_pct.get(i),
+    },
+    GpuMetric {
+        label: "memory MB",
+        value: |v, i| v.memory_used_bytes.get(i).map(|b| b as f64 / MB),
+    },
+    GpuMetric {
+        label: "temperature °C",
+        value: |v, i| v.temperature_c.get(i),
+    },
+    GpuMetric {
+        label: "power W",
+        value: |v, i| v.power_w.get(i),
+    },
+    GpuMetric {
+        label: "SM clock MHz",
+        value: |v, i| v.sm_clock_mhz.get(i).map(f64::from),
+    },
+];
+
 /// The reading rows of each of the `gpus` GPUs of a rank's header, in one
 /// pass; a row naming no GPU of the header is left out.
 pub fn rows_by_gpu(v: &GpuSamplesView<'_>, gpus: usize) -> Vec<Vec<usize>> {
@@ -147,20 +181,11 @@ pub fn rank_gpus(
                 summary.bottlenecks = bottlenecks::own_bottlenecks(&summary, &counts, rule);
 
                 let t: Vec<f64> = ts.iter().map(|&ns| ns as f64 / 1e9).collect();
-                let over_time = |values: &[Option<f64>]| series::readings(&t, values, points);
-                series.util_pct = over_time(&values(v.util_gpu_pct));
-                series.temperature_c = over_time(&values(v.temperature_c));
-                series.power_w = over_time(&power);
-                let memory_mb: Vec<Option<f64>> = rows
-                    .iter()
-                    .map(|&i| v.memory_used_bytes.get(i).map(|b| b as f64 / MB))
-                    .collect();
-                series.memory_mb = over_time(&memory_mb);
-                let sm_clock: Vec<Option<f64>> = rows
-                    .iter()
-                    .map(|&i| v.sm_clock_mhz.get(i).map(f64::from))
-                    .collect();
-                series.sm_clock_mhz = over_time(&sm_clock);
+                for (metric, timed) in GPU_METRICS.iter().zip(series.metrics_mut()) {
+                    let values: Vec<Option<f64>> =
+                        rows.iter().map(|&i| (metric.value)(v, i)).collect();
+                    *timed = series::readings(&t, &values, points);
+                }
             }
             (summary, series)
         })

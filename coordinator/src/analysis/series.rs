@@ -130,14 +130,9 @@ pub fn series(
     let gpus = gpus
         .into_iter()
         .map(|mut gpu| {
-            for metric in [
-                &mut gpu.util_pct,
-                &mut gpu.memory_mb,
-                &mut gpu.temperature_c,
-                &mut gpu.power_w,
-                &mut gpu.sm_clock_mhz,
-            ] {
-                shift(gpu.rank, &mut metric.t_s);
+            let rank = gpu.rank;
+            for metric in gpu.metrics_mut() {
+                shift(rank, &mut metric.t_s);
             }
             gpu
         })

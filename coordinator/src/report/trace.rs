@@ -25,7 +25,7 @@ use serde_json::json;
 
 use super::gzip::{Deflated, GzipWriter};
 use super::rows::TRACE_JSON_GZ;
-use crate::analysis::gpus::{rows_by_gpu, MB};
+use crate::analysis::gpus::{rows_by_gpu, GPU_METRICS};
 use crate::analysis::series::min_max_indices;
 use crate::model::RankSummary;
 
@@ -239,9 +239,6 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
     }
 }
 
-/// One GPU metric of reading row `i`, where there is one.
-type Reading<'a> = dyn Fn(usize) -> Option<f64> + 'a;
-
 /// A counter's readings: times (ns on the rank's clock) and values.
 type Samples = (Vec<u64>, Vec<f64>);
 
@@ -352,21 +349,13 @@ fn counters(
             } else {
                 format!("GPU {}", meta.index)
             };
-            let metrics: [(&str, &Reading<'_>); 5] = [
-                ("utilisation %", &|i| v.util_gpu_pct.get(i)),
-                ("memory MB", &|i| {
-                    v.memory_used_bytes.get(i).map(|b| b as f64 / MB)
-                }),
-                ("temperature °C", &|i| v.temperature_c.get(i)),
-                ("power W", &|i| v.power_w.get(i)),
-                ("SM clock MHz", &|i| v.sm_clock_mhz.get(i).map(f64::from)),
-            ];
-            for (metric, get) in metrics {
+            for metric in &GPU_METRICS {
+                let value = |i: usize| (metric.value)(&v, i).filter(|x| x.is_finite());
                 let (ts, values) = rows
                     .iter()
-                    .filter_map(|&i| Some((v.ts_ns[i], get(i).filter(|x| x.is_finite())?)))
+                    .filter_map(|&i| Some((v.ts_ns[i], value(i)?)))
                     .unzip();
-                series.push((format!("{gpu} {metric}"), ts, values));
+                series.push((format!("{gpu} {}", metric.label), ts, values));
             }
         }
     }
