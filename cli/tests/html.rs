@@ -307,17 +307,7 @@ fn many_gpus_are_drawn_as_their_spread() {
     // 24 ranks, a GPU each: more than the page draws one line for.
     const RANKS: u32 = 24;
     let dir = tempfile::tempdir().unwrap();
-    for rank in 0..RANKS {
-        let payload =
-            synthetic::rank_payload(rank, RANKS, &synthetic::BENCH, &mut std::io::sink()).unwrap();
-        let name = SpillName {
-            rank,
-            run_id: None,
-            process: u64::from(rank),
-        };
-        let bytes = payload::encode(&payload, Compression::Zstd).unwrap();
-        spill::write(dir.path(), &name, &bytes).unwrap();
-    }
+    synthetic::write_job(dir.path(), RANKS, &synthetic::BENCH, &mut std::io::sink()).unwrap();
     let run = rankscope(
         &[
             "aggregate",

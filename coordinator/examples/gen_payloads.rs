@@ -13,9 +13,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use rankscope_common::payload::{self, Compression};
-use rankscope_common::spill::{self, SpillName};
-
 #[path = "../tests/support/synthetic.rs"]
 mod synthetic;
 
@@ -27,15 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&dir)?;
     let mut csv = std::io::BufWriter::new(std::fs::File::create(dir.join("stage_rows.csv"))?);
     writeln!(csv, "rank,name,start_ns,end_ns")?;
-    for rank in 0..ranks {
-        let payload = synthetic::rank_payload(rank, ranks, &synthetic::BENCH, &mut csv)?;
-        let name = SpillName {
-            rank,
-            run_id: None,
-            process: u64::from(rank),
-        };
-        spill::write(&dir, &name, &payload::encode(&payload, Compression::Zstd)?)?;
-    }
+    synthetic::write_job(&dir, ranks, &synthetic::BENCH, &mut csv)?;
     csv.flush()?;
     Ok(())
 }

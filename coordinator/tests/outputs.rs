@@ -8,8 +8,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rankscope_common::payload::{self, Compression};
-use rankscope_common::spill::{self, SpillName};
 use rankscope_common::{Config, Gathered};
 use rankscope_coordinator::aggregate::{aggregate, Outputs};
 use rankscope_coordinator::model::{Notice, Report};
@@ -17,7 +15,7 @@ use rankscope_coordinator::report;
 use serde_json::Value;
 
 mod support;
-use support::synthetic::{rank_payload, BENCH, HOUR};
+use support::synthetic::{rank_payload, write_job, BENCH, HOUR};
 
 const RANKS: u32 = 6;
 /// Stages each synthetic rank records.
@@ -26,16 +24,7 @@ const STAGES: u64 = 2_000;
 /// Aggregates a synthetic job of [`RANKS`] ranks with `config`.
 fn job(config: &Config) -> (tempfile::TempDir, Report) {
     let dir = tempfile::tempdir().unwrap();
-    for rank in 0..RANKS {
-        let payload = rank_payload(rank, RANKS, &BENCH, &mut std::io::sink()).unwrap();
-        let name = SpillName {
-            rank,
-            run_id: None,
-            process: u64::from(rank),
-        };
-        let bytes = payload::encode(&payload, Compression::Zstd).unwrap();
-        spill::write(dir.path(), &name, &bytes).unwrap();
-    }
+    write_job(dir.path(), RANKS, &BENCH, &mut std::io::sink()).unwrap();
     let report = aggregate(dir.path(), None, None, Outputs::All, config)
         .unwrap()
         .report;

@@ -8,8 +8,10 @@
 //! (`examples/gen_payloads.rs`) and the aggregation tests.
 
 use std::io::Write;
+use std::path::Path;
 
-use rankscope_common::payload::{GpuMeta, GpuSource, Payload, PayloadHeader};
+use rankscope_common::payload::{self, Compression, GpuMeta, GpuSource, Payload, PayloadHeader};
+use rankscope_common::spill::{self, SpillName};
 use rankscope_common::table::{
     DiffusionStepRow, DiffusionStepsBuilder, EventRow, EventsBuilder, GpuSampleRow,
     GpuSamplesBuilder, HostSampleRow, HostSamplesBuilder, StageRow, StagesBuilder, Table,
@@ -69,6 +71,26 @@ impl Rng {
     fn between(&mut self, low: u64, high: u64) -> u64 {
         low + self.next() % (high - low)
     }
+}
+
+/// Writes the spill files of a job of `ranks` ranks of `shape` into `dir`,
+/// encoded as the agent encodes them; their stage rows also go to `csv`.
+pub fn write_job(
+    dir: &Path,
+    ranks: u32,
+    shape: &Shape,
+    csv: &mut impl Write,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for rank in 0..ranks {
+        let payload = rank_payload(rank, ranks, shape, csv)?;
+        let name = SpillName {
+            rank,
+            run_id: None,
+            process: u64::from(rank),
+        };
+        spill::write(dir, &name, &payload::encode(&payload, Compression::Zstd)?)?;
+    }
+    Ok(())
 }
 
 /// One rank's payload; its stage rows also go to `csv` (rank, name,
