@@ -43,8 +43,10 @@ mod stop;
 mod sync;
 pub mod transport;
 
-pub use profiler::{Profiler, ProfilerBuilder, ProfilerError};
+pub use profiler::{LiveState, Profiler, ProfilerBuilder, ProfilerError};
+pub use rankscope_common::config::ConfigError;
 pub use rankscope_common::env::RankEnv;
+pub use rankscope_common::error::Chain;
 pub use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
 pub use rankscope_common::Config;
 pub use records::{BlockComputation, DiffusionStep, MemoryReading};
@@ -52,7 +54,7 @@ pub use records::{BlockComputation, DiffusionStep, MemoryReading};
 pub use reporter::CoordinatorReporter;
 pub use reporter::Reporter;
 pub use session::{GatherSummary, Outcome, Session, SessionError};
-pub use stage::StageGuard;
+pub use stage::{OpenStageId, StageGuard, StageName};
 
 /// Whether NVML loads on this machine (with `library`, else the system's).
 pub fn nvml_available(library: Option<&std::path::Path>) -> bool {

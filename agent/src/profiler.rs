@@ -6,7 +6,7 @@ use rankscope_common::config::ConfigError;
 use rankscope_common::env::{self, EnvError, RankEnv};
 use rankscope_common::table::{
     BlockRecord, DiffusionStepRecord, EventRecord, MemorySnapshotRecord, MetricRecord,
-    ModelParameterRecord, Table,
+    ModelParameterRecord, Table, STAGE_GPU_SECTION,
 };
 use rankscope_common::Config;
 
@@ -14,7 +14,7 @@ use crate::recorder::Recorder;
 use crate::sampler::Telemetry;
 use crate::session::{Session, SessionError, SessionState};
 use crate::slot::Slot;
-use crate::stage::StageGuard;
+use crate::stage::{OpenStageId, StageGuard, StageName};
 use crate::transport::Transport;
 use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
 
@@ -225,6 +225,51 @@ impl Profiler {
         )
     }
 
+    /// Begins a stage named by `name` without a guard, for bindings and
+    /// loops that hold the name; [`Profiler::end`] ends it on the same
+    /// thread. `None` when no session records.
+    #[inline]
+    pub fn begin(
+        &self,
+        name: &StageName,
+        metadata: Option<&serde_json::Value>,
+    ) -> Option<OpenStageId> {
+        let (rec, g) = self.recording()?;
+        Some(OpenStageId(rec.begin_named_stage(
+            g,
+            name,
+            metadata.map(json_text),
+        )))
+    }
+
+    /// Ends a stage [`Profiler::begin`] began on this thread (and any
+    /// stage it holds open inside it, as their guards would).
+    #[inline]
+    pub fn end(&self, stage: OpenStageId) {
+        if let Some(shared) = self.enabled.as_deref() {
+            shared.recorder.end_stage(stage.0);
+        }
+    }
+
+    /// What this rank is recording right now: cheap enough to poll, for a
+    /// progress line or a dashboard.
+    pub fn live_state(&self) -> LiveState {
+        let Some(shared) = self.enabled.as_deref() else {
+            return LiveState::default();
+        };
+        let recorder = &shared.recorder;
+        LiveState {
+            session: shared.session.with_running(|s| s.name.clone()),
+            elapsed_s: recorder.recording().map(|_| recorder.now_ns() as f64 / 1e9),
+            open_stages: recorder.open_stage_names(),
+            rows: recorder
+                .row_counts()
+                .into_iter()
+                .map(|(table, held, dropped)| (table.name(), held, dropped))
+                .collect(),
+        }
+    }
+
     /// Begins a stage without a guard; [`Profiler::stop`] ends it on the same thread.
     #[inline]
     pub fn start(&self, name: &str) {
@@ -260,6 +305,15 @@ impl Profiler {
             if seconds > 0.0 {
                 record_metric(rec, "throughput", "items_per_s", items / seconds);
             }
+        }
+    }
+
+    /// Records the GPU time of one call of stage `name`, measured by the
+    /// caller (CUDA events resolved at the session's end, say): the report
+    /// shows it beside the stage's host time.
+    pub fn record_stage_gpu_time(&self, name: &str, ms: f64) {
+        if let Some((rec, _)) = self.recording() {
+            record_metric(rec, STAGE_GPU_SECTION, name, ms);
         }
     }
 
@@ -366,6 +420,21 @@ impl Profiler {
             .recording()
             .map(|generation| (recorder, generation))
     }
+}
+
+/// A rank's recording at one moment ([`Profiler::live_state`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveState {
+    /// The running session's name.
+    pub session: Option<String>,
+    /// Seconds since the session started, while one records.
+    pub elapsed_s: Option<f64>,
+    /// Stages open on every thread, innermost last per thread.
+    pub open_stages: Vec<String>,
+    /// Per table: its name, rows held in live threads' buffers (rows that
+    /// were flushed or belong to exited threads are not counted), rows
+    /// dropped by the row budget so far.
+    pub rows: Vec<(&'static str, u64, u64)>,
 }
 
 /// The longest stage metadata or event payload kept, bytes of JSON text.

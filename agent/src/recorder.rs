@@ -26,10 +26,16 @@ use rankscope_common::payload::Overflow;
 use rankscope_common::table::{Builders, Records, StageRecord, Table};
 use rankscope_common::Config;
 
+use crate::stage::StageName;
+
 use crate::sync::lock;
 
 /// Source of recorder ids: thread-local buffers are keyed by them.
 static NEXT_RECORDER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Source of thread-buffer ids, unique across recorders: a [`StageName`]
+/// remembers its name id per buffer by it.
+static NEXT_BUFFER_ID: AtomicU32 = AtomicU32::new(0);
 
 /// This thread's buffers, one per live recorder it has recorded into; when
 /// the thread exits, each buffer is retired into its recorder.
@@ -65,6 +71,8 @@ pub(crate) struct ThreadData {
     pub(crate) names: Names,
     /// The thread's track number within the rank.
     track: u32,
+    /// This buffer's id among every recorder's buffers.
+    buffer_id: u32,
     /// The thread's name, interned.
     thread_name: NameId,
     /// Stages begun and not ended, innermost last.
@@ -88,6 +96,12 @@ impl ThreadData {
         let call = self.calls[slot];
         self.calls[slot] += 1;
         call
+    }
+
+    /// This buffer's id among every recorder's buffers.
+    #[inline(always)]
+    pub(crate) fn buffer_id(&self) -> u32 {
+        self.buffer_id
     }
 
     /// Forgets the session's rows and call counts, and frees their memory;
@@ -269,12 +283,34 @@ impl Recorder {
     /// Begins a stage on this thread; returns its id.
     #[inline]
     pub(crate) fn begin_stage(&self, generation: u64, name: &str, metadata: Option<String>) -> u64 {
+        self.begin_stage_as(generation, |t| t.names.intern(name), metadata)
+    }
+
+    /// Begins a stage named by a [`StageName`], whose id this thread
+    /// interned once.
+    #[inline]
+    pub(crate) fn begin_named_stage(
+        &self,
+        generation: u64,
+        name: &StageName,
+        metadata: Option<String>,
+    ) -> u64 {
+        self.begin_stage_as(generation, |t| name.id_in(t), metadata)
+    }
+
+    #[inline(always)]
+    fn begin_stage_as(
+        &self,
+        generation: u64,
+        name: impl FnOnce(&mut ThreadData) -> NameId,
+        metadata: Option<String>,
+    ) -> u64 {
         self.with_thread(|t| {
             if t.open.len() >= self.max_open_stages {
                 t.too_deep += 1;
                 return NOT_OPENED;
             }
-            let name = t.names.intern(name);
+            let name = name(t);
             let stage_id = t.next_stage;
             t.next_stage += 1;
             let call_index = t.next_call(name);
@@ -381,6 +417,7 @@ impl Recorder {
             data: Mutex::new(ThreadData {
                 names,
                 track,
+                buffer_id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
                 thread_name,
                 open: Vec::new(),
                 calls: Vec::new(),
@@ -429,6 +466,25 @@ impl Recorder {
             );
         }
         names
+    }
+
+    /// Per table: rows held in the live threads' buffers now, and rows
+    /// dropped so far in the session.
+    pub(crate) fn row_counts(&self) -> Vec<(Table, u64, u64)> {
+        let mut held = [0u64; TABLES];
+        for thread in self.registry.threads() {
+            let data = thread.lock();
+            for &table in Table::ALL {
+                held[table as usize] += data.records.len(table) as u64;
+            }
+        }
+        Table::ALL
+            .iter()
+            .map(|&table| {
+                let dropped = self.dropped[table as usize].load(Ordering::Relaxed);
+                (table, held[table as usize], dropped)
+            })
+            .collect()
     }
 
     /// Rows dropped per table since the last reset, and resets the budget.

@@ -108,7 +108,7 @@ pub enum SessionError {
 /// What a running session knows about itself.
 pub(crate) struct SessionState {
     id: String,
-    name: String,
+    pub(crate) name: String,
     tags: Vec<(String, String)>,
     dir: PathBuf,
     start_unix_ns: i64,

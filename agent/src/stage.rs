@@ -2,8 +2,11 @@
 //! guard is dropped, on the same thread.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::recorder::Recorder;
+use rankscope_common::names::NameId;
+
+use crate::recorder::{Recorder, ThreadData};
 
 /// An open stage; the stage ends when this guard is dropped.
 ///
@@ -54,3 +57,52 @@ impl Drop for StageGuard<'_> {
         }
     }
 }
+
+/// A stage name made once and used for many stages, as a binding or a hot
+/// loop holds it ([`Profiler::begin`](crate::Profiler::begin)). Names are
+/// interned per thread; this one remembers its id in the thread that last
+/// used it, so that beginning a stage needs no hashing of the name.
+#[derive(Debug)]
+pub struct StageName {
+    name: Box<str>,
+    /// `buffer id << 32 | name id` of the last thread buffer that interned
+    /// the name, or [`StageName::UNSET`].
+    interned: AtomicU64,
+}
+
+impl StageName {
+    const UNSET: u64 = u64::MAX;
+
+    /// A stage name.
+    pub fn new(name: &str) -> Self {
+        StageName {
+            name: name.into(),
+            interned: AtomicU64::new(Self::UNSET),
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The name's id in thread buffer `t`, interned there on first use.
+    #[inline]
+    pub(crate) fn id_in(&self, t: &mut ThreadData) -> NameId {
+        let cached = self.interned.load(Ordering::Relaxed);
+        if cached != Self::UNSET && (cached >> 32) as u32 == t.buffer_id() {
+            return cached as NameId;
+        }
+        let id = t.names.intern(&self.name);
+        self.interned.store(
+            u64::from(t.buffer_id()) << 32 | u64::from(id),
+            Ordering::Relaxed,
+        );
+        id
+    }
+}
+
+/// A stage begun by [`Profiler::begin`](crate::Profiler::begin), for
+/// [`Profiler::end`](crate::Profiler::end) to end on the same thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenStageId(pub(crate) u64);

@@ -68,6 +68,99 @@ fn stages_nest_with_parents_depths_and_call_indices() {
 }
 
 #[test]
+fn a_held_stage_name_nests_on_every_thread_and_with_two_profilers() {
+    let out = tempfile::tempdir().unwrap();
+    let (a, b) = (profiler(out.path(), |_| {}), profiler(out.path(), |_| {}));
+    let session_a = a.session("held-a", &[]).unwrap();
+    let session_b = b.session("held-b", &[]).unwrap();
+    // One name, used by two profilers and two threads: each thread buffer
+    // has its own id for it.
+    let decode = rankscope::StageName::new("decode");
+    let outer = rankscope::StageName::new("outer");
+    let record = |p: &Profiler| {
+        let o = p.begin(&outer, Some(&serde_json::json!({"k": 1}))).unwrap();
+        for _ in 0..3 {
+            let d = p.begin(&decode, None).unwrap();
+            p.end(d);
+        }
+        p.end(o);
+    };
+    record(&a);
+    record(&b);
+    std::thread::scope(|s| {
+        s.spawn(|| record(&a));
+    });
+    let names = |outcome: &rankscope::Outcome| {
+        let payload = spilled(outcome);
+        let stages = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
+        let mut rows: Vec<(String, u32, u32)> = (0..stages.len)
+            .map(|i| {
+                (
+                    stages.name.get(i).to_string(),
+                    stages.depth[i],
+                    stages.thread[i],
+                )
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let a_rows = names(&session_a.finish().unwrap());
+    let b_rows = names(&session_b.finish().unwrap());
+    let calls = |rows: &[(String, u32, u32)], name: &str, depth: u32| {
+        rows.iter().filter(|r| r.0 == name && r.1 == depth).count()
+    };
+    assert_eq!(calls(&a_rows, "decode", 1), 6, "{a_rows:?}");
+    assert_eq!(calls(&a_rows, "outer", 0), 2, "{a_rows:?}");
+    assert_eq!(calls(&b_rows, "decode", 1), 3, "{b_rows:?}");
+    assert_eq!(calls(&b_rows, "outer", 0), 1, "{b_rows:?}");
+    assert_eq!(b_rows.len(), 4, "nothing else: {b_rows:?}");
+}
+
+#[test]
+fn stage_gpu_times_are_reported_beside_host_times() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| {
+        c.gpu_source = rankscope_common::config::GpuSourceKind::None
+    });
+    let session = profiler.session("gpu-time", &[]).unwrap();
+    for _ in 0..4 {
+        let _decode = profiler.stage("decode");
+        profiler.record_stage_gpu_time("decode", 2.5);
+    }
+    {
+        let _encode = profiler.stage("encode");
+    }
+    let outcome = session.finish().unwrap();
+    let report = outcome.report.expect("rank 0 reports");
+    let json = report
+        .files
+        .iter()
+        .find(|f| f.ends_with("report.json"))
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    let stage = |name: &str| {
+        json["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(stage("decode")["gpu_s"]["avg"], 0.01, "4 calls of 2.5 ms");
+    assert!(
+        stage("encode")["gpu_s"].is_null(),
+        "not measured is null, not 0"
+    );
+    assert!(
+        report.summary.contains("GPU time per stage"),
+        "{}",
+        report.summary
+    );
+}
+
+#[test]
 fn every_record_call_lands_in_its_table() {
     let out = tempfile::tempdir().unwrap();
     let profiler = profiler(out.path(), |_| {});

@@ -52,6 +52,21 @@ pub enum GpuSourceKind {
     None,
 }
 
+/// How the Python package times stages on the GPU (when torch uses CUDA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuTiming {
+    /// CUDA events recorded on the current stream at each stage's begin and
+    /// end, resolved when the session ends: the host never waits.
+    #[default]
+    Events,
+    /// `torch.cuda.synchronize()` at each stage's begin and end: exact, and
+    /// it serialises the host with the GPU.
+    Sync,
+    /// No GPU timing.
+    Off,
+}
+
 /// Which ranks print the live display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -112,6 +127,8 @@ pub struct Config {
     /// GPUs this rank samples: indices, UUIDs or `all`; default from
     /// CUDA_VISIBLE_DEVICES and LOCAL_RANK.
     pub gpu_devices: Option<String>,
+    /// How the Python package times stages on the GPU when torch uses CUDA.
+    pub gpu_timing: GpuTiming,
     /// Rank 0's TCP listener address (default: MASTER_ADDR).
     pub addr: Option<String>,
     /// Rank 0's TCP listener port (default: MASTER_PORT + 1).
@@ -212,6 +229,15 @@ pub enum ConfigError {
         /// What is wrong.
         reason: String,
     },
+    /// A key given in code (a binding's keyword argument) is no setting,
+    /// or its value has the wrong type.
+    #[error("configuration key `{key}`: {reason}")]
+    Key {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A value is out of its range.
     #[error("invalid configuration: {reason}")]
     Invalid {
@@ -246,6 +272,7 @@ impl Config {
             host_interval_s: 1.0,
             pcie_interval_s: None,
             gpu_devices: None,
+            gpu_timing: GpuTiming::Events,
             addr: None,
             port: None,
             token: None,
@@ -316,6 +343,45 @@ impl Config {
             Ok(Value::Object(map)) => map.keys().cloned().collect(),
             _ => unreachable!("Config serializes to a map"),
         }
+    }
+
+    /// A configuration from keys given in code (a binding's keyword
+    /// arguments): the defaults of the `preset` key (if given), each other
+    /// key over them, then the ranges checked. An unknown key is named with
+    /// the closest known one; a value of the wrong type is named with its key.
+    pub fn from_map(keys: Map<String, Value>) -> Result<Self, ConfigError> {
+        let preset = match keys.get("preset") {
+            Some(value) => serde_json::from_value(value.clone()).map_err(|e| ConfigError::Key {
+                key: "preset".into(),
+                reason: e.to_string(),
+            })?,
+            None => Preset::default(),
+        };
+        let mut merged = match serde_json::to_value(Config::preset(preset)) {
+            Ok(Value::Object(map)) => map,
+            _ => unreachable!("Config serializes to a map"),
+        };
+        for (key, value) in keys {
+            if !merged.contains_key(&key) {
+                let closest = merged
+                    .keys()
+                    .map(|k| (edit_distance(&key, k), k))
+                    .min()
+                    .filter(|(distance, _)| *distance <= key.len().div_ceil(3))
+                    .map_or(String::new(), |(_, k)| format!("; did you mean `{k}`?"));
+                return Err(ConfigError::Key {
+                    reason: format!("no such setting{closest}"),
+                    key,
+                });
+            }
+            merged.insert(key.clone(), value);
+            if let Err(reason) = from_keys(merged.clone()) {
+                return Err(ConfigError::Key { key, reason });
+            }
+        }
+        let config = from_keys(merged).expect("every key was checked");
+        config.validate()?;
+        Ok(config)
     }
 
     /// Loads from an optional file and environment variables given by `var`.
@@ -688,6 +754,39 @@ mod tests {
         assert_eq!(config, Config::preset(Preset::Development));
         assert_eq!(config.gather_timeout_s, 60.0);
         assert_eq!(config.output_dir, PathBuf::from("profiling_reports"));
+    }
+
+    #[test]
+    fn keys_given_in_code_name_what_is_wrong() {
+        let keys = |pairs: serde_json::Value| match pairs {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        };
+        let config = Config::from_map(keys(serde_json::json!({
+            "preset": "production", "output_dir": "/tmp/x", "gather_timeout_s": 5,
+        })))
+        .unwrap();
+        assert_eq!(config.output_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(config.gather_timeout_s, 5.0);
+        assert_eq!(
+            config.gpu_interval_s, 2.0,
+            "the production preset's default"
+        );
+
+        let unknown = Config::from_map(keys(serde_json::json!({"outptu_dir": "x"})));
+        let text = unknown.unwrap_err().to_string();
+        assert!(
+            text.contains("`outptu_dir`") && text.contains("did you mean `output_dir`"),
+            "{text}"
+        );
+        let wrong = Config::from_map(keys(serde_json::json!({"gather_timeout_s": "soon"})));
+        let text = wrong.unwrap_err().to_string();
+        assert!(
+            text.contains("`gather_timeout_s`") && text.contains("invalid type"),
+            "{text}"
+        );
+        let range = Config::from_map(keys(serde_json::json!({"gather_timeout_s": -1})));
+        assert!(range.unwrap_err().to_string().contains("gather_timeout_s"));
     }
 
     #[test]

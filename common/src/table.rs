@@ -18,6 +18,10 @@ use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 use crate::column::{ColumnKind, DictStr, OptF64, OptStr, OptU32, OptU64, Str, F64, U32, U64};
 use crate::names::Names;
 
+/// The `metrics` section whose rows are GPU times of stage calls: the
+/// metric's name is the stage's, its value milliseconds.
+pub const STAGE_GPU_SECTION: &str = "stage_gpu_ms";
+
 /// A typed view of one table's batch; lets [`crate::Payload::view`] find
 /// the batch of the view's table.
 pub trait TableView<'a>: Sized {
@@ -80,6 +84,13 @@ macro_rules! tables {
         #[derive(Debug, Default)]
         pub struct Records {
             $( #[doc = concat!("`", stringify!($name), "` records.")] pub $name: VecDeque<$record>, )*
+        }
+
+        impl Records {
+            /// Records held for `table`.
+            pub fn len(&self, table: Table) -> usize {
+                match table { $(Table::$variant => self.$name.len(),)* }
+            }
         }
 
         /// One builder per table: records of any number of threads in,
@@ -289,7 +300,8 @@ tables! {
         /// Memory the block used, MB.
         memory_mb: OptF64,
     }
-    /// One custom metric or throughput reading.
+    /// One custom metric or throughput reading (section
+    /// [`STAGE_GPU_SECTION`]: the GPU time of one stage call).
     Metrics = 6, metrics, MetricRow, MetricRecord, MetricsBuilder, MetricsView {
         /// When it was recorded, nanoseconds since the session started.
         ts_ns: U64,

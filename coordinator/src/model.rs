@@ -221,6 +221,11 @@ pub struct StageStats {
     /// Spread of the per-rank self time (exclusive: the stages directly
     /// inside it taken out), seconds.
     pub self_s: Spread,
+    /// Spread of the per-rank GPU time (the calls timed on the GPU: CUDA
+    /// events of the Python package), seconds, over the ranks that measured
+    /// it; `null` where no rank did.
+    #[serde(default)]
+    pub gpu_s: Option<Spread>,
     /// Per-call time over every call of every rank, milliseconds.
     pub per_call_ms: Percentiles,
     /// How much slower the slowest rank's total is than the median of the

@@ -5,7 +5,7 @@
 //! and percentile statistics), and bounded summaries of the rest.
 
 use rankscope_common::gather::Headed;
-use rankscope_common::table::StagesView;
+use rankscope_common::table::{MetricsView, StagesView};
 use std::collections::BTreeMap;
 
 use rankscope_common::{Config, Payload, PayloadHeader};
@@ -49,7 +49,10 @@ impl RankDigest {
         let header = &payload.header;
         let (stages, outermost) = match payload.view::<StagesView>() {
             Ok(Some(view)) => {
-                let (stages, outermost) = RankStages::new(&view, config.warmup_calls);
+                let (mut stages, outermost) = RankStages::new(&view, config.warmup_calls);
+                if let Ok(Some(metrics)) = payload.view::<MetricsView>() {
+                    stages.add_gpu_times(&metrics);
+                }
                 (Ok(stages), outermost)
             }
             Ok(None) => (Ok(RankStages::default()), Vec::new()),

@@ -22,6 +22,14 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
                 .map(|ranks| ranks.iter().map(|(&rank, &s)| (rank, s)).collect())
                 .unwrap_or_default();
             let self_s = spread(&self_totals).unwrap_or(total_s);
+            let gpu_s = times.gpu_by_name.get(name).and_then(|ranks| {
+                spread(
+                    &ranks
+                        .iter()
+                        .map(|(&rank, &s)| (rank, s))
+                        .collect::<Vec<_>>(),
+                )
+            });
             let mut per_call_ms: Vec<f64> = by_rank.values().flatten().map(|s| s * 1e3).collect();
             let mut sorted_totals: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
             sorted_totals.sort_by(f64::total_cmp);
@@ -32,6 +40,7 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
                 ranks: by_rank.len() as u32,
                 total_s,
                 self_s,
+                gpu_s,
                 per_call_ms: percentiles(&mut per_call_ms)?,
                 imbalance_pct: imbalance_pct(&sorted_totals),
                 share_pct: if session_total_s > 0.0 {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use arrow_array::Array;
 
-use rankscope_common::table::StagesView;
+use rankscope_common::table::{MetricsView, StagesView, STAGE_GPU_SECTION};
 
 use super::series::OuterStage;
 
@@ -21,6 +21,8 @@ pub struct StageTimes {
     pub self_by_name: BTreeMap<String, BTreeMap<u32, f64>>,
     /// name → enclosing name (`None`: the top) → calls.
     pub(super) parent_counts: BTreeMap<String, BTreeMap<Option<String>, u64>>,
+    /// name → rank → GPU time in seconds, for the ranks that measured it.
+    pub gpu_by_name: BTreeMap<String, BTreeMap<u32, f64>>,
 }
 
 /// What [`StageTimes`] keeps of one rank's stage table: per stage name its
@@ -32,6 +34,9 @@ pub struct RankStages {
     calls: Vec<(String, Vec<f64>, f64)>,
     /// (name, enclosing name or `None` for the top, calls).
     parents: Vec<(String, Option<String>, u64)>,
+    /// Per stage name: GPU time in seconds summed over the calls the rank
+    /// timed on the GPU (metrics of section [`STAGE_GPU_SECTION`]).
+    gpu_s: BTreeMap<String, f64>,
 }
 
 impl RankStages {
@@ -107,7 +112,25 @@ impl RankStages {
                 (stages.start_ns[i], stages.end_ns[i], name)
             })
             .collect();
-        (RankStages { calls, parents }, outermost)
+        let stages = RankStages {
+            calls,
+            parents,
+            gpu_s: BTreeMap::new(),
+        };
+        (stages, outermost)
+    }
+
+    /// Adds the GPU times of stage calls among `metrics`.
+    pub fn add_gpu_times(&mut self, metrics: &MetricsView<'_>) {
+        for i in 0..metrics.len {
+            let ms = metrics.value[i];
+            if metrics.section.get(i) == STAGE_GPU_SECTION && ms.is_finite() && ms >= 0.0 {
+                *self
+                    .gpu_s
+                    .entry(metrics.name.get(i).to_string())
+                    .or_default() += ms / 1e3;
+            }
+        }
     }
 }
 
@@ -137,6 +160,12 @@ impl StageTimes {
                 .entry(name)
                 .or_default()
                 .insert(rank, durations);
+        }
+        for (name, gpu_s) in stages.gpu_s {
+            self.gpu_by_name
+                .entry(name)
+                .or_default()
+                .insert(rank, gpu_s);
         }
         for (name, parent, calls) in stages.parents {
             *self

@@ -325,10 +325,13 @@ fn gpu_source(source: GpuSource) -> &'static str {
 }
 
 fn stages(report: &Report) -> Table {
+    // GPU time (the Python package's CUDA events) beside the host time,
+    // where some rank measured it.
+    let gpu_timed = report.stages.iter().any(|s| s.gpu_s.is_some());
     let rows = stage_tree(&report.stages)
         .into_iter()
         .map(|(stage, depth)| {
-            vec![
+            let mut row = vec![
                 Cell {
                     depth,
                     ..Cell::text(stage.name.clone())
@@ -344,26 +347,31 @@ fn stages(report: &Report) -> Table {
                 Cell::number(Some(stage.per_call_ms.p99), 2),
                 Cell::number(Some(stage.imbalance_pct), 1),
                 Cell::number(Some(stage.share_pct), 1),
-            ]
+            ];
+            if gpu_timed {
+                row.insert(7, Cell::number(stage.gpu_s.map(|g| g.avg), 3));
+            }
+            row
         })
         .collect();
-    Table::new(
-        &[
-            ("Stage", false),
-            ("Calls", true),
-            ("Ranks", true),
-            ("Total avg s", true),
-            ("Min s", true),
-            ("Max s", true),
-            ("Self avg s", true),
-            ("p50 ms", true),
-            ("p95 ms", true),
-            ("p99 ms", true),
-            ("Imbalance %", true),
-            ("Share %", true),
-        ],
-        rows,
-    )
+    let mut heads = vec![
+        ("Stage", false),
+        ("Calls", true),
+        ("Ranks", true),
+        ("Total avg s", true),
+        ("Min s", true),
+        ("Max s", true),
+        ("Self avg s", true),
+        ("p50 ms", true),
+        ("p95 ms", true),
+        ("p99 ms", true),
+        ("Imbalance %", true),
+        ("Share %", true),
+    ];
+    if gpu_timed {
+        heads.insert(7, ("GPU avg s", true));
+    }
+    Table::new(&heads, rows)
 }
 
 fn stragglers(report: &Report) -> Table {

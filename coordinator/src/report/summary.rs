@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::stage_tree;
-use crate::model::{HostSummary, LockstepStage, Report, StageStats};
+use crate::model::{HostSummary, LockstepStage, Report, Spread, StageStats};
 use rankscope_common::payload::GpuSource;
 use rankscope_common::text::{cell, column, rank_ranges, wrap};
 
@@ -140,6 +140,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     if report.stages.is_empty() {
         writeln!(out, "(no stages recorded)")?;
     }
+    write_gpu_times(out, report)?;
     writeln!(out)?;
 
     if report.stragglers.is_empty() {
@@ -226,6 +227,45 @@ const LOCKSTEP_RANKS: usize = 3;
 /// Per stage, call by call: which ranks were slowest and the wait they
 /// imposed on the others (the number that matters most for
 /// tensor-parallel jobs).
+/// Host and GPU time side by side, for the stages some rank timed on the
+/// GPU (the Python package's CUDA events).
+fn write_gpu_times(out: &mut String, report: &Report) -> std::fmt::Result {
+    let timed: Vec<(&StageStats, &Spread)> = report
+        .stages
+        .iter()
+        .filter_map(|s| Some((s, s.gpu_s.as_ref()?)))
+        .take(TOP_STAGES)
+        .collect();
+    if timed.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nGPU time per stage (CUDA events; ranks that timed it):"
+    )?;
+    writeln!(
+        out,
+        "{:<NAME_WIDTH$} {:>10} {:>10} {:>9} {:>16}",
+        "Stage", "Host/rank", "GPU/rank", "GPU/host", "Slowest GPU rank"
+    )?;
+    for (stage, gpu) in timed {
+        let ratio = match stage.total_s.avg > 0.0 {
+            true => format!("{:.0}%", gpu.avg / stage.total_s.avg * 100.0),
+            false => "-".into(),
+        };
+        writeln!(
+            out,
+            "{} {:>8.3} s {:>8.3} s {:>9} {:>16}",
+            column(&stage.name, NAME_WIDTH),
+            stage.total_s.avg,
+            gpu.avg,
+            ratio,
+            format!("r{} {:.3} s", gpu.max_rank, gpu.max),
+        )?;
+    }
+    Ok(())
+}
+
 fn write_lockstep(out: &mut String, report: &Report) -> std::fmt::Result {
     let total_wait = |l: &LockstepStage| l.ranks.iter().map(|r| r.wait_imposed_s).sum::<f64>();
     let mut stages: Vec<&LockstepStage> = report
@@ -416,6 +456,7 @@ mod tests {
             ranks: 1,
             total_s: spread,
             self_s: spread,
+            gpu_s: None,
             per_call_ms: Percentiles {
                 p50: 1.0,
                 p95: 1.0,

@@ -1,0 +1,165 @@
+"""rankscope: the profiler of multi-rank GPU inference jobs, for Python ranks.
+
+Every rank of a job makes a :class:`Profiler` and records through it; when
+the session ends, rank 0 gathers every rank's data (over TCP under torchrun,
+MPI under mpirun when built with the ``mpi`` feature, a shared directory
+otherwise) and writes one report: ``report.html``, ``report.json``,
+``summary.txt``, ``trace.json.gz`` and ``raw/``.
+
+>>> prof = rankscope.Profiler(rankscope.Config(output_dir="profiling_reports"))
+>>> with prof.session("t2v", tags={"mode": "tp4"}):
+...     with prof.stage("text_encoding"):
+...         ...
+
+When the program uses torch with CUDA (torch is never imported by
+rankscope itself), stages are also timed on the GPU with CUDA events,
+memory snapshots read torch's allocator, and the profiler samples the GPU
+torch uses.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, Mapping, Optional, TypeVar, overload
+
+from . import _rankscope, _torch
+from ._rankscope import Config, ConfigError, Outcome, Session, SessionError, Stage
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Outcome",
+    "Profiler",
+    "Session",
+    "SessionError",
+    "Stage",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Profiler(_rankscope.Profiler):
+    """The agent of one rank.
+
+    ``Profiler(config)`` uses ``config`` as given; ``Profiler()`` reads the
+    file ``RANKSCOPE_CONFIG`` names and the ``RANKSCOPE_*`` variables. The
+    launcher's variables (torchrun's, mpirun's, srun's) say which rank this
+    is. When torch has already set up CUDA and no ``gpu_devices`` is
+    configured, the profiler samples the GPU torch uses (matched by UUID).
+    """
+
+    def __new__(cls, config: Optional[Config] = None) -> "Profiler":
+        if config is None:
+            config = Config.from_env()
+        return super().__new__(cls, _torch.with_torch_gpu(config))
+
+    def session(self, name: str, tags: Optional[Mapping[str, Any]] = None) -> Session:
+        """Starts the job's session; every rank calls this with the same name.
+
+        Use it as a context manager (``with prof.session("t2v"):``) or call
+        ``finish()`` on what it returns; either gives an :class:`Outcome`,
+        with the report's paths on rank 0.
+        """
+        session = super().session(name, dict(tags) if tags is not None else None)
+        config = self.config
+        if config is not None:
+            self._set_gpu_timer(_torch.gpu_timer(config.gpu_timing, self, config.max_data_points))
+        return session
+
+    def memory_snapshot(
+        self,
+        label: str,
+        allocated: Optional[int] = None,
+        reserved: Optional[int] = None,
+        max_allocated: Optional[int] = None,
+        gpu: Optional[int] = None,
+    ) -> None:
+        """Records a labelled memory snapshot.
+
+        With no numbers given, they come from torch's CUDA allocator
+        (allocated, reserved, max allocated on the current device) when
+        torch uses CUDA, else from NVML (this process's memory on the rank's
+        first GPU).
+        """
+        if allocated is None and reserved is None and max_allocated is None:
+            reading = _torch.allocator_reading()
+            if reading is not None:
+                allocated, reserved, max_allocated = reading
+        super().memory_snapshot(label, allocated, reserved, max_allocated, gpu)
+
+    @overload
+    def profile_function(self, name: F) -> F: ...
+
+    @overload
+    def profile_function(
+        self, name: Optional[str] = None, metadata: Optional[Mapping[str, Any]] = None
+    ) -> Callable[[F], F]: ...
+
+    def profile_function(self, name: Any = None, metadata: Any = None) -> Any:
+        """Decorator: each call of the function is a stage.
+
+        ``@prof.profile_function("vae_decode")``, or bare
+        ``@prof.profile_function`` to name the stage after the function.
+        """
+        if callable(name):
+            return self.profile_function()(name)
+
+        def decorate(function: F) -> F:
+            stage = self.stage(name or function.__qualname__, metadata)
+
+            @functools.wraps(function)
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                with stage:
+                    return function(*args, **kwargs)
+
+            return timed  # type: ignore[return-value]
+
+        return decorate
+
+    @overload
+    def profile_method(self, name: F) -> F: ...
+
+    @overload
+    def profile_method(self, name: Optional[str] = None) -> Callable[[F], F]: ...
+
+    def profile_method(self, name: Any = None) -> Any:
+        """Decorator for methods: each call is a stage named
+        ``ClassName.method`` after the class of the instance called (so a
+        subclass's calls are told apart), or ``name`` if given.
+        """
+        if callable(name):
+            return self.profile_method()(name)
+
+        def decorate(method: F) -> F:
+            stages: Dict[type, Stage] = {}
+
+            @functools.wraps(method)
+            def timed(instance: Any, *args: Any, **kwargs: Any) -> Any:
+                kind = type(instance)
+                stage = stages.get(kind)
+                if stage is None:
+                    stage = stages.setdefault(
+                        kind, self.stage(name or f"{kind.__name__}.{method.__name__}")
+                    )
+                with stage:
+                    return method(instance, *args, **kwargs)
+
+            return timed  # type: ignore[return-value]
+
+        return decorate
+
+    def profile_session(
+        self, name: str, tags: Optional[Mapping[str, Any]] = None
+    ) -> Callable[[F], F]:
+        """Decorator: each call of the function runs in a session called
+        ``name`` (``@prof.profile_session("t2v")`` on ``main``)."""
+
+        def decorate(function: F) -> F:
+            @functools.wraps(function)
+            def in_session(*args: Any, **kwargs: Any) -> Any:
+                with self.session(name, tags):
+                    return function(*args, **kwargs)
+
+            return in_session  # type: ignore[return-value]
+
+        return decorate

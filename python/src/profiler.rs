@@ -1,0 +1,539 @@
+//! `rankscope.Profiler` and what it hands out: stages, sessions and their
+//! outcomes. The hot path (entering and leaving a stage) stays in Rust.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyType};
+
+use crate::config::{config_error, Config};
+use crate::json::{self, Other};
+use crate::SessionError;
+
+/// What a profiler and the stages and sessions it hands out share.
+struct Core {
+    profiler: rankscope::Profiler,
+    /// The session's GPU timer (CUDA events or synchronised host time), a
+    /// Python object with `begin()` and `end(name, handle)`; `on` says
+    /// whether one is set without taking the lock.
+    gpu_timer: Mutex<Option<Py<PyAny>>>,
+    gpu_timer_on: AtomicBool,
+    /// The summary text of the last session this process reported.
+    last_summary: Mutex<Option<String>>,
+}
+
+/// The agent of one rank. `Profiler(config)` uses `config` as given;
+/// `Profiler()` reads `RANKSCOPE_CONFIG` and the `RANKSCOPE_*` variables.
+/// The launcher's variables (torchrun's, mpirun's) say which rank this is.
+#[pyclass(subclass, frozen, module = "rankscope._rankscope", name = "Profiler")]
+pub struct Profiler {
+    core: Arc<Core>,
+}
+
+#[pymethods]
+impl Profiler {
+    #[new]
+    #[pyo3(signature = (config=None))]
+    fn new(config: Option<PyRef<'_, Config>>) -> PyResult<Self> {
+        let profiler = match config {
+            Some(config) => rankscope::Profiler::new(config.inner.clone()),
+            None => rankscope::Profiler::from_env(),
+        }
+        .map_err(profiler_error)?;
+        Ok(Profiler {
+            core: Arc::new(Core {
+                profiler,
+                gpu_timer: Mutex::new(None),
+                gpu_timer_on: AtomicBool::new(false),
+                last_summary: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// A profiler configured by `RANKSCOPE_CONFIG` and `RANKSCOPE_*`.
+    #[classmethod]
+    fn from_env<'py>(cls: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
+        cls.call1((Config::from_env()?,))
+    }
+
+    /// A profiler configured by a YAML (or `.toml`) file, with
+    /// `RANKSCOPE_*` variables over it.
+    #[classmethod]
+    fn from_yaml<'py>(cls: &Bound<'py, PyType>, path: PathBuf) -> PyResult<Bound<'py, PyAny>> {
+        cls.call1((Config::from_yaml(path)?,))
+    }
+
+    /// Whether the profiler records (`RANKSCOPE_ENABLED=0` or
+    /// `Config(enabled=False)` turn it off).
+    #[getter]
+    fn enabled(&self) -> bool {
+        self.core.profiler.is_enabled()
+    }
+
+    /// This process's rank (0 when disabled).
+    #[getter]
+    fn rank(&self) -> u32 {
+        self.core.profiler.rank_env().map_or(0, |env| env.rank)
+    }
+
+    /// Ranks in the job (1 when disabled).
+    #[getter]
+    fn world_size(&self) -> u32 {
+        self.core
+            .profiler
+            .rank_env()
+            .map_or(1, |env| env.world_size)
+    }
+
+    /// The configuration (`None` when disabled).
+    #[getter]
+    fn config(&self) -> Option<Config> {
+        self.core.profiler.config().map(|inner| Config {
+            inner: inner.clone(),
+        })
+    }
+
+    /// Starts the job's session; every rank calls this with the same name.
+    /// Use it as a context manager, or call `finish()` on what it returns.
+    #[pyo3(signature = (name, tags=None))]
+    fn session(&self, name: &str, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Session> {
+        let tags: Vec<(String, String)> = match tags {
+            Some(tags) => tags
+                .iter()
+                .map(|(k, v)| Ok((k.str()?.to_string(), v.str()?.to_string())))
+                .collect::<PyResult<_>>()?,
+            None => Vec::new(),
+        };
+        let tags: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let session = self
+            .core
+            .profiler
+            .session(name, &tags)
+            .map_err(|e| SessionError::new_err(chain(&e)))?;
+        Ok(Session {
+            core: Arc::clone(&self.core),
+            running: Mutex::new(Some(session)),
+            outcome: Mutex::new(None),
+        })
+    }
+
+    /// A stage: `with prof.stage("vae_decode"): ...`. Stages nest per
+    /// thread. The object can be kept and entered again and again (`decode
+    /// = prof.stage("decode")`, then `with decode:` in a loop).
+    #[pyo3(signature = (name, metadata=None))]
+    fn stage(&self, name: &str, metadata: Option<&Bound<'_, PyAny>>) -> PyResult<Stage> {
+        let metadata = match metadata {
+            Some(value) if !value.is_none() => Some(json::to_json(value, Other::AsText)?),
+            _ => None,
+        };
+        Ok(Stage {
+            core: Arc::clone(&self.core),
+            name: rankscope::StageName::new(name),
+            metadata,
+            open: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Begins a stage without a context manager; `stop(name)` ends it on
+    /// the same thread.
+    fn start(&self, name: &str) {
+        self.core.profiler.start(name);
+    }
+
+    /// Ends the innermost open stage called `name` on this thread; `False`
+    /// if there is none.
+    fn stop(&self, name: &str) -> bool {
+        self.core.profiler.stop(name)
+    }
+
+    /// Records one denoising step.
+    #[pyo3(signature = (step, timestep=0.0, block_size=0, computation_time_ms=0.0, guidance_scale=None))]
+    fn record_diffusion_step(
+        &self,
+        step: u64,
+        timestep: f64,
+        block_size: u64,
+        computation_time_ms: f64,
+        guidance_scale: Option<f64>,
+    ) {
+        self.core
+            .profiler
+            .record_diffusion_step(rankscope::DiffusionStep {
+                step,
+                timestep,
+                block_size,
+                computation_ms: computation_time_ms,
+                guidance_scale,
+            });
+    }
+
+    /// Records one block computation (a group of frames made together).
+    #[pyo3(signature = (block_index, block_size, computation_time_ms, memory_usage_mb=None))]
+    fn record_block_computation(
+        &self,
+        block_index: u64,
+        block_size: u64,
+        computation_time_ms: f64,
+        memory_usage_mb: Option<f64>,
+    ) {
+        self.core
+            .profiler
+            .record_block_computation(rankscope::BlockComputation {
+                block_index,
+                block_size,
+                computation_ms: computation_time_ms,
+                memory_mb: memory_usage_mb,
+            });
+    }
+
+    /// Records the parameter count of a model or component.
+    fn record_model_parameters(&self, name: &str, count: u64) {
+        self.core.profiler.record_model_parameters(name, count);
+    }
+
+    /// Records a custom metric.
+    fn record_metric(&self, name: &str, value: f64) {
+        self.core.profiler.record_metric(name, value);
+    }
+
+    /// Records `items` processed in `seconds` (default: since the session
+    /// started).
+    #[pyo3(signature = (items, seconds=None))]
+    fn record_throughput(&self, items: f64, seconds: Option<f64>) {
+        self.core.profiler.record_throughput(items, seconds);
+    }
+
+    /// Records an event with a payload (anything JSON can hold; other
+    /// values are kept as their text).
+    #[pyo3(signature = (name, payload=None))]
+    fn add_event(&self, name: &str, payload: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let payload = match payload {
+            Some(value) => json::to_json(value, Other::AsText)?,
+            None => serde_json::Value::Null,
+        };
+        self.core.profiler.add_event(name, &payload);
+        Ok(())
+    }
+
+    /// Records a labelled memory snapshot from the numbers given; with none
+    /// given, the rank's first GPU is read through NVML. (The `rankscope`
+    /// package's `memory_snapshot` fills them from torch.cuda when torch
+    /// uses a GPU.)
+    #[pyo3(signature = (label, allocated=None, reserved=None, max_allocated=None, gpu=None))]
+    fn memory_snapshot(
+        &self,
+        label: &str,
+        allocated: Option<u64>,
+        reserved: Option<u64>,
+        max_allocated: Option<u64>,
+        gpu: Option<u32>,
+    ) {
+        self.core.profiler.memory_snapshot(
+            label,
+            rankscope::MemoryReading {
+                gpu,
+                allocated_bytes: allocated,
+                reserved_bytes: reserved,
+                max_allocated_bytes: max_allocated,
+            },
+        );
+    }
+
+    /// Records the GPU time of one call of stage `name`, in milliseconds
+    /// (measured by the caller); the report shows it beside the host time.
+    fn record_stage_gpu_time(&self, name: &str, ms: f64) {
+        self.core.profiler.record_stage_gpu_time(name, ms);
+    }
+
+    /// What this rank is recording right now: the session, seconds since it
+    /// started, the stages open, and rows held and dropped per table.
+    fn get_current_metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let live = self.core.profiler.live_state();
+        let out = PyDict::new(py);
+        out.set_item("enabled", self.enabled())?;
+        out.set_item("rank", self.rank())?;
+        out.set_item("world_size", self.world_size())?;
+        out.set_item("session", live.session)?;
+        out.set_item("elapsed_s", live.elapsed_s)?;
+        out.set_item("open_stages", live.open_stages)?;
+        let rows = PyDict::new(py);
+        let dropped = PyDict::new(py);
+        for (table, held, lost) in live.rows {
+            rows.set_item(table, held)?;
+            dropped.set_item(table, lost)?;
+        }
+        out.set_item("rows", rows)?;
+        out.set_item("dropped", dropped)?;
+        Ok(out)
+    }
+
+    /// The summary table of the last report this process wrote (rank 0),
+    /// else `None`.
+    fn get_summary(&self) -> Option<String> {
+        lock(&self.core.last_summary).clone()
+    }
+
+    /// Sets (or, with `None`, clears) the object that times each stage on
+    /// the GPU: `begin()` returns a handle, `end(name, handle)` takes it.
+    fn _set_gpu_timer(&self, timer: Option<Py<PyAny>>) {
+        let on = timer.is_some();
+        *lock(&self.core.gpu_timer) = timer;
+        self.core.gpu_timer_on.store(on, Ordering::Release);
+    }
+
+    /// The GPU timer set, if any.
+    fn _gpu_timer(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        lock(&self.core.gpu_timer).as_ref().map(|t| t.clone_ref(py))
+    }
+}
+
+/// A stage; entering it begins a call, leaving it ends the call (also when
+/// an exception leaves it: the call is recorded and the exception goes on).
+#[pyclass(frozen, module = "rankscope._rankscope", name = "Stage")]
+pub struct Stage {
+    core: Arc<Core>,
+    name: rankscope::StageName,
+    metadata: Option<serde_json::Value>,
+    /// Calls entered and not left, per thread, innermost last.
+    open: Mutex<Vec<OpenCall>>,
+}
+
+/// One entered call of a [`Stage`].
+struct OpenCall {
+    thread: ThreadId,
+    stage: Option<rankscope::OpenStageId>,
+    gpu: Option<Py<PyAny>>,
+}
+
+#[pymethods]
+impl Stage {
+    /// The stage's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<Self>> {
+        let this = slf.get();
+        let core = &this.core;
+        if !core.profiler.is_enabled() {
+            return Ok(slf.clone().unbind());
+        }
+        let gpu = match core.gpu_timer_on.load(Ordering::Acquire) {
+            true => gpu_begin(slf.py(), core)?,
+            false => None,
+        };
+        let stage = core.profiler.begin(&this.name, this.metadata.as_ref());
+        lock(&this.open).push(OpenCall {
+            thread: std::thread::current().id(),
+            stage,
+            gpu,
+        });
+        Ok(slf.clone().unbind())
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if !self.core.profiler.is_enabled() {
+            return Ok(false);
+        }
+        let call = {
+            let mut open = lock(&self.open);
+            let thread = std::thread::current().id();
+            match open.iter().rposition(|c| c.thread == thread) {
+                Some(pos) => open.remove(pos),
+                None => return Ok(false),
+            }
+        };
+        if let Some(stage) = call.stage {
+            self.core.profiler.end(stage);
+        }
+        if let Some(handle) = call.gpu {
+            if let Some(timer) = lock(&self.core.gpu_timer).as_ref() {
+                timer.call_method1(py, "end", (self.name.as_str(), handle))?;
+            }
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Stage({:?})", self.name.as_str())
+    }
+}
+
+/// Begins the GPU timing of a call, if a timer is set.
+fn gpu_begin(py: Python<'_>, core: &Core) -> PyResult<Option<Py<PyAny>>> {
+    let timer = lock(&core.gpu_timer).as_ref().map(|t| t.clone_ref(py));
+    timer.map(|t| t.call_method0(py, "begin")).transpose()
+}
+
+/// A running session. Leaving it as a context manager (or `finish()`)
+/// spills this rank's data, gathers on rank 0 and writes the report there.
+#[pyclass(frozen, module = "rankscope._rankscope", name = "Session")]
+pub struct Session {
+    core: Arc<Core>,
+    running: Mutex<Option<rankscope::Session>>,
+    outcome: Mutex<Option<Py<Outcome>>>,
+}
+
+#[pymethods]
+impl Session {
+    /// The session directory (`None` when disabled or finished).
+    #[getter]
+    fn dir(&self) -> Option<PathBuf> {
+        lock(&self.running).as_ref().and_then(|s| s.dir())
+    }
+
+    /// What finishing produced (`None` until then).
+    #[getter]
+    fn outcome(&self, py: Python<'_>) -> Option<Py<Outcome>> {
+        lock(&self.outcome).as_ref().map(|o| o.clone_ref(py))
+    }
+
+    /// Ends the session: GPU times are resolved, this rank's data spilled
+    /// and gathered; rank 0 waits at most `gather_timeout_s` for the
+    /// others and writes the report. The interpreter's lock is released
+    /// meanwhile. Returns the outcome (report paths on rank 0).
+    fn finish(&self, py: Python<'_>) -> PyResult<Py<Outcome>> {
+        if let Some(done) = self.outcome(py) {
+            return Ok(done);
+        }
+        let Some(session) = lock(&self.running).take() else {
+            return Err(SessionError::new_err(
+                "the session is finishing on another thread",
+            ));
+        };
+        self.core.gpu_timer_on.store(false, Ordering::Release);
+        if let Some(timer) = lock(&self.core.gpu_timer).take() {
+            // CUDA events resolve here, once, not on the hot path.
+            timer.call_method0(py, "resolve")?;
+        }
+        let finished = py.detach(|| session.finish());
+        let outcome = finished.map_err(|e| SessionError::new_err(chain(&e)))?;
+        if let Some(report) = &outcome.report {
+            *lock(&self.core.last_summary) = Some(report.summary.clone());
+        }
+        let outcome = Py::new(py, Outcome::from(outcome))?;
+        *lock(&self.outcome) = Some(outcome.clone_ref(py));
+        Ok(outcome)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.finish(py)?;
+        Ok(false)
+    }
+}
+
+/// What finishing a session produced.
+#[pyclass(frozen, get_all, module = "rankscope._rankscope", name = "Outcome")]
+pub struct Outcome {
+    /// The session directory (`None` when disabled).
+    session_dir: Option<PathBuf>,
+    /// This rank's spill file (`None` when disabled).
+    spill_file: Option<PathBuf>,
+    /// Size of this rank's payload, bytes.
+    payload_bytes: usize,
+    /// On rank 0: the report files written (empty elsewhere).
+    files: Vec<PathBuf>,
+    /// On rank 0: the summary table.
+    summary: Option<String>,
+    /// On rank 0: ranks whose data arrived.
+    ranks_reporting: Option<Vec<u32>>,
+    /// On rank 0: ranks that sent nothing usable before the deadline.
+    ranks_missing: Option<Vec<u32>>,
+}
+
+#[pymethods]
+impl Outcome {
+    /// `report.html`, on rank 0.
+    #[getter]
+    fn report_html(&self) -> Option<PathBuf> {
+        self.file("report.html")
+    }
+
+    /// `report.json`, on rank 0.
+    #[getter]
+    fn report_json(&self) -> Option<PathBuf> {
+        self.file("report.json")
+    }
+
+    fn __repr__(&self) -> String {
+        let dir = self
+            .session_dir
+            .as_ref()
+            .map_or("None".into(), |d| format!("{:?}", d.display().to_string()));
+        let ranks = |r: &Option<Vec<u32>>| r.as_ref().map_or("None".into(), |r| format!("{r:?}"));
+        format!(
+            "Outcome(session_dir={dir}, files={}, ranks_reporting={}, ranks_missing={})",
+            self.files.len(),
+            ranks(&self.ranks_reporting),
+            ranks(&self.ranks_missing)
+        )
+    }
+}
+
+impl Outcome {
+    fn file(&self, name: &str) -> Option<PathBuf> {
+        self.files
+            .iter()
+            .find(|f| f.file_name().is_some_and(|n| n == name))
+            .cloned()
+    }
+}
+
+impl From<rankscope::Outcome> for Outcome {
+    fn from(outcome: rankscope::Outcome) -> Self {
+        let present = |p: PathBuf| (!p.as_os_str().is_empty()).then_some(p);
+        let (files, summary) = match outcome.report {
+            Some(report) => (report.files, Some(report.summary)),
+            None => (Vec::new(), None),
+        };
+        Outcome {
+            session_dir: present(outcome.session_dir),
+            spill_file: present(outcome.spill_file),
+            payload_bytes: outcome.payload_bytes,
+            files,
+            summary,
+            ranks_reporting: outcome.gathered.as_ref().map(|g| g.reporting.clone()),
+            ranks_missing: outcome.gathered.as_ref().map(|g| g.missing.clone()),
+        }
+    }
+}
+
+fn profiler_error(error: rankscope::ProfilerError) -> PyErr {
+    match error {
+        rankscope::ProfilerError::Config(e) => config_error(e),
+        other => PyRuntimeError::new_err(chain(&other)),
+    }
+}
+
+/// An error and its causes, one line.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    rankscope::Chain(error).to_string()
+}
+
+/// Locks `mutex`; a panic elsewhere while it was held leaves its data usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
