@@ -4,13 +4,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-# pyarrow, for the test that reads raw/ as a Python user would: in a virtual
-# environment under target/ (the tests find it there).
+# A virtual environment under target/ (the tests find it there): pyarrow for
+# the tests that read raw/ as a Python user would; maturin, pytest, mypy and
+# torch (the CPU path runs torchrun and gloo) for the Python package.
 venv=target/test-venv
-if ! "$venv/bin/python" -c 'import pyarrow' >/dev/null 2>&1; then
-    echo "== python3 -m venv $venv; pip install pyarrow"
+python_packages=(pyarrow numpy torch maturin pytest mypy)
+if ! "$venv/bin/python" -c 'import pyarrow, numpy, torch, maturin, pytest, mypy' >/dev/null 2>&1; then
+    echo "== python3 -m venv $venv; pip install ${python_packages[*]}"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q pyarrow
+    "$venv/bin/pip" install -q "${python_packages[@]}"
 fi
 
 echo "== cargo fmt --check"
@@ -36,10 +38,27 @@ cargo test -p rankscope-tests -p rankscope-cli --features "$MPI_FEATURES" --lock
     --test mpi --test mpi_demo 2>&1 | tee -a "$log"
 mpi_status=${PIPESTATUS[0]}
 [ "$status" -ne 0 ] || status=$mpi_status
+echo "== Python package: pip install ./python, stub and type checks, pytest"
+# The rankscope CLI that the launch test runs (cargo test built it already).
+python_status=0
+cargo build -p rankscope-cli --locked || python_status=1
+# The dev profile shares the dependencies cargo test just built.
+PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --no-deps \
+    --force-reinstall --config-settings=build-args=--profile=dev ./python || python_status=1
+"$venv/bin/python" -m mypy.stubtest rankscope --allowlist python/stubtest-allowlist.txt \
+    || python_status=1
+"$venv/bin/python" -m mypy --strict python/rankscope examples/python || python_status=1
+"$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests 2>&1 | tee target/pytest-output.log
+[ "${PIPESTATUS[0]}" -eq 0 ] || python_status=1
+[ "$status" -ne 0 ] || status=$python_status
 set -e
 # One closing line for the whole run: cargo's last line is whichever test
 # binary happened to run last.
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '^test result: .* ([0-9]+) failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
+# pytest's closing line: "N passed, M failed in S s".
+pytest_line=$(tail -n 1 target/pytest-output.log)
+passed=$((passed + $(grep -Eo '[0-9]+ passed' <<<"$pytest_line" | grep -Eo '[0-9]+' || echo 0)))
+failed=$((failed + $(grep -Eo '[0-9]+ (failed|error)' <<<"$pytest_line" | grep -Eo '[0-9]+' | awk '{s += $1} END {print s + 0}')))
 echo "tests: ${passed} passed, ${failed} failed"
 exit "$status"

@@ -251,6 +251,18 @@ impl Profiler {
         }
     }
 
+    /// Ends the innermost stage named by `name` open on this thread (begun
+    /// by [`Profiler::begin`] or any other way); `false` if there is none.
+    /// Ending by name needs no id kept per call: what a binding's
+    /// re-entrant stage object does.
+    #[inline]
+    pub fn end_named(&self, name: &StageName) -> bool {
+        match self.enabled.as_deref() {
+            Some(shared) => shared.recorder.stop_named_stage(name),
+            None => false,
+        }
+    }
+
     /// What this rank is recording right now: cheap enough to poll, for a
     /// progress line or a dashboard.
     pub fn live_state(&self) -> LiveState {
@@ -382,6 +394,12 @@ impl Profiler {
     /// allocated is this process's device memory and reserved the device's
     /// memory in use.
     pub fn memory_snapshot(&self, label: &str, reading: MemoryReading) {
+        self.memory_snapshot_from(label, "caller", reading);
+    }
+
+    /// Like [`Profiler::memory_snapshot`], naming where the numbers given
+    /// come from (`torch`, say) instead of `caller`.
+    pub fn memory_snapshot_from(&self, label: &str, source: &str, reading: MemoryReading) {
         let Some(shared) = self.enabled.as_deref() else {
             return;
         };
@@ -396,7 +414,7 @@ impl Profiler {
         } else {
             None
         };
-        let (source, reading) = read.unwrap_or(("caller", reading));
+        let (source, reading) = read.unwrap_or((source, reading));
         rec.record_row(Table::MemorySnapshots, |t, ts_ns| {
             let label = t.names.intern(label);
             let source = t.names.intern(source);

@@ -340,10 +340,22 @@ impl Recorder {
     /// Ends the innermost open stage called `name` on this thread; `false`
     /// if there is none.
     pub(crate) fn stop_stage(&self, name: &str) -> bool {
+        // A lookup, not interning: a name never started costs nothing.
+        self.stop_stage_as(|t| t.names.get(name))
+    }
+
+    /// Ends the innermost open stage named by `name` on this thread;
+    /// `false` if there is none.
+    #[inline]
+    pub(crate) fn stop_named_stage(&self, name: &StageName) -> bool {
+        self.stop_stage_as(|t| Some(name.id_in(t)))
+    }
+
+    #[inline(always)]
+    fn stop_stage_as(&self, name: impl FnOnce(&mut ThreadData) -> Option<NameId>) -> bool {
         let end_ns = self.now_ns();
         self.with_thread(|t| {
-            // A lookup, not interning: a name never started costs nothing.
-            let Some(name) = t.names.get(name) else {
+            let Some(name) = name(t) else {
                 return false;
             };
             match t.open.iter().rposition(|s| s.name == name) {

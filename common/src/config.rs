@@ -60,8 +60,9 @@ pub enum GpuTiming {
     /// end, resolved when the session ends: the host never waits.
     #[default]
     Events,
-    /// `torch.cuda.synchronize()` at each stage's begin and end: exact, and
-    /// it serialises the host with the GPU.
+    /// `torch.cuda.synchronize()` at each stage's begin and end, timed on
+    /// the host: the time until the stage's GPU work is done (host-only work
+    /// in the stage counts too); it makes the host wait for the GPU.
     Sync,
     /// No GPU timing.
     Off,

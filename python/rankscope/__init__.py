@@ -73,6 +73,7 @@ class Profiler(_rankscope.Profiler):
         reserved: Optional[int] = None,
         max_allocated: Optional[int] = None,
         gpu: Optional[int] = None,
+        source: Optional[str] = None,
     ) -> None:
         """Records a labelled memory snapshot.
 
@@ -85,7 +86,8 @@ class Profiler(_rankscope.Profiler):
             reading = _torch.allocator_reading()
             if reading is not None:
                 allocated, reserved, max_allocated = reading
-        super().memory_snapshot(label, allocated, reserved, max_allocated, gpu)
+                source = "torch"
+        super().memory_snapshot(label, allocated, reserved, max_allocated, gpu, source)
 
     @overload
     def profile_function(self, name: F) -> F: ...

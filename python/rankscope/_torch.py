@@ -82,28 +82,34 @@ class CudaEventTimer:
         self._event = profiler.add_event
         self._limit = max(1, limit)
         self._pending: List[Tuple[str, Any, Any]] = []
+        # Events of resolved pairs, recorded again instead of made anew
+        # (making one costs far more than recording it).
+        self._free: List[Any] = []
         self._resolve_at = min(self.RESOLVE_AT, self._limit)
         self.dropped = 0
+
+    def _recorded(self) -> Any:
+        event = self._free.pop() if self._free else self._cuda.Event(enable_timing=True)
+        event.record()
+        return event
 
     def begin(self) -> Any:
         # A process that has not set up CUDA yet is not made to.
         if not self._cuda.is_initialized():
             return None
-        start = self._cuda.Event(enable_timing=True)
-        start.record()
-        return start
+        return self._recorded()
 
     def end(self, name: str, start: Any) -> None:
         if start is None:
             return
-        end = self._cuda.Event(enable_timing=True)
-        end.record()
+        end = self._recorded()
         if len(self._pending) >= self._resolve_at:
             self._resolve(wait=False)
             # Resolve again only after as many new pairs.
             self._resolve_at = min(len(self._pending) + self.RESOLVE_AT, self._limit)
         if len(self._pending) >= self._limit:
             self.dropped += 1
+            self._free += (start, end)
             return
         self._pending.append((name, start, end))
 
@@ -127,12 +133,15 @@ class CudaEventTimer:
                 # Events of two devices (the stage changed device) have no
                 # elapsed time between them.
                 self.dropped += 1
+            if len(self._free) < 2 * self.RESOLVE_AT:
+                self._free += (start, end)
         self._pending = waiting
 
 
 class SyncTimer:
     """Times each stage call on the host with the GPU synchronised at its
-    begin and end: exact, and it makes the host wait for the GPU."""
+    begin and end: the time until the call's GPU work is done (host-only
+    work in the stage counts too). It makes the host wait for the GPU."""
 
     def __init__(self, torch: Any, profiler: Any) -> None:
         self._cuda = torch.cuda

@@ -24,7 +24,7 @@ pub struct Config {
 #[pymethods]
 impl Config {
     #[new]
-    #[pyo3(signature = (**keys))]
+    #[pyo3(signature = (**keys), text_signature = "(**keys)")]
     fn new(keys: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let mut map = Map::new();
         if let Some(keys) = keys {

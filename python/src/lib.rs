@@ -32,5 +32,17 @@ fn _rankscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::_config_from_dict, m)?)?;
     m.add("ConfigError", m.py().get_type::<ConfigError>())?;
     m.add("SessionError", m.py().get_type::<SessionError>())?;
+    m.add(
+        "__all__",
+        [
+            "Config",
+            "ConfigError",
+            "Outcome",
+            "Profiler",
+            "Session",
+            "SessionError",
+            "Stage",
+        ],
+    )?;
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::thread::ThreadId;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::{PyDict, PyString, PyType};
 
 use crate::config::{config_error, Config};
 use crate::json::{self, Other};
@@ -32,13 +32,20 @@ struct Core {
 #[pyclass(subclass, frozen, module = "rankscope._rankscope", name = "Profiler")]
 pub struct Profiler {
     core: Arc<Core>,
+    /// The stage objects `stage(name)` made without metadata, by name:
+    /// stages are re-entrant, so one object serves every call of a name.
+    stages: Py<PyDict>,
 }
+
+/// The most stage objects a profiler keeps for reuse; past that,
+/// `stage(name)` makes a new one each time.
+const MAX_KEPT_STAGES: usize = 4096;
 
 #[pymethods]
 impl Profiler {
     #[new]
     #[pyo3(signature = (config=None))]
-    fn new(config: Option<PyRef<'_, Config>>) -> PyResult<Self> {
+    fn new(py: Python<'_>, config: Option<PyRef<'_, Config>>) -> PyResult<Self> {
         let profiler = match config {
             Some(config) => rankscope::Profiler::new(config.inner.clone()),
             None => rankscope::Profiler::from_env(),
@@ -51,6 +58,7 @@ impl Profiler {
                 gpu_timer_on: AtomicBool::new(false),
                 last_summary: Mutex::new(None),
             }),
+            stages: PyDict::new(py).unbind(),
         })
     }
 
@@ -125,17 +133,35 @@ impl Profiler {
     /// thread. The object can be kept and entered again and again (`decode
     /// = prof.stage("decode")`, then `with decode:` in a loop).
     #[pyo3(signature = (name, metadata=None))]
-    fn stage(&self, name: &str, metadata: Option<&Bound<'_, PyAny>>) -> PyResult<Stage> {
+    fn stage<'py>(
+        &self,
+        name: &Bound<'py, PyString>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, Stage>> {
+        let py = name.py();
         let metadata = match metadata {
             Some(value) if !value.is_none() => Some(json::to_json(value, Other::AsText)?),
             _ => None,
         };
-        Ok(Stage {
-            core: Arc::clone(&self.core),
-            name: rankscope::StageName::new(name),
-            metadata,
-            open: Mutex::new(Vec::new()),
-        })
+        let kept = self.stages.bind(py);
+        if metadata.is_none() {
+            if let Some(stage) = kept.get_item(name)? {
+                return Ok(stage.cast_into::<Stage>()?);
+            }
+        }
+        let stage = Bound::new(
+            py,
+            Stage {
+                core: Arc::clone(&self.core),
+                name: rankscope::StageName::new(name.to_str()?),
+                metadata,
+                gpu_calls: Mutex::new(Vec::new()),
+            },
+        )?;
+        if stage.get().metadata.is_none() && kept.len() < MAX_KEPT_STAGES {
+            kept.set_item(name, &stage)?;
+        }
+        Ok(stage)
     }
 
     /// Begins a stage without a context manager; `stop(name)` ends it on
@@ -219,11 +245,12 @@ impl Profiler {
         Ok(())
     }
 
-    /// Records a labelled memory snapshot from the numbers given; with none
-    /// given, the rank's first GPU is read through NVML. (The `rankscope`
-    /// package's `memory_snapshot` fills them from torch.cuda when torch
-    /// uses a GPU.)
-    #[pyo3(signature = (label, allocated=None, reserved=None, max_allocated=None, gpu=None))]
+    /// Records a labelled memory snapshot from the numbers given (bytes),
+    /// labelled with where they come from (`source`, default `caller`);
+    /// with none given, the rank's first GPU is read through NVML. (The
+    /// `rankscope` package's `memory_snapshot` fills them from torch.cuda
+    /// when torch uses a GPU.)
+    #[pyo3(signature = (label, allocated=None, reserved=None, max_allocated=None, gpu=None, source=None))]
     fn memory_snapshot(
         &self,
         label: &str,
@@ -231,9 +258,11 @@ impl Profiler {
         reserved: Option<u64>,
         max_allocated: Option<u64>,
         gpu: Option<u32>,
+        source: Option<&str>,
     ) {
-        self.core.profiler.memory_snapshot(
+        self.core.profiler.memory_snapshot_from(
             label,
+            source.unwrap_or("caller"),
             rankscope::MemoryReading {
                 gpu,
                 allocated_bytes: allocated,
@@ -293,20 +322,16 @@ impl Profiler {
 
 /// A stage; entering it begins a call, leaving it ends the call (also when
 /// an exception leaves it: the call is recorded and the exception goes on).
+/// One object can be entered on several threads at once and nest in
+/// itself: leaving ends the innermost call of its name open on the thread.
 #[pyclass(frozen, module = "rankscope._rankscope", name = "Stage")]
 pub struct Stage {
     core: Arc<Core>,
     name: rankscope::StageName,
     metadata: Option<serde_json::Value>,
-    /// Calls entered and not left, per thread, innermost last.
-    open: Mutex<Vec<OpenCall>>,
-}
-
-/// One entered call of a [`Stage`].
-struct OpenCall {
-    thread: ThreadId,
-    stage: Option<rankscope::OpenStageId>,
-    gpu: Option<Py<PyAny>>,
+    /// The GPU timer's handles of calls entered and not left, per thread,
+    /// innermost last (only while a GPU timer is set).
+    gpu_calls: Mutex<Vec<(ThreadId, Py<PyAny>)>>,
 }
 
 #[pymethods]
@@ -319,48 +344,23 @@ impl Stage {
 
     fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<Self>> {
         let this = slf.get();
-        let core = &this.core;
-        if !core.profiler.is_enabled() {
-            return Ok(slf.clone().unbind());
+        if this.core.gpu_timer_on.load(Ordering::Acquire) {
+            this.gpu_begin(slf.py())?;
         }
-        let gpu = match core.gpu_timer_on.load(Ordering::Acquire) {
-            true => gpu_begin(slf.py(), core)?,
-            false => None,
-        };
-        let stage = core.profiler.begin(&this.name, this.metadata.as_ref());
-        lock(&this.open).push(OpenCall {
-            thread: std::thread::current().id(),
-            stage,
-            gpu,
-        });
+        this.core.profiler.begin(&this.name, this.metadata.as_ref());
         Ok(slf.clone().unbind())
     }
 
     fn __exit__(
         &self,
         py: Python<'_>,
-        _kind: Option<&Bound<'_, PyAny>>,
-        _value: Option<&Bound<'_, PyAny>>,
-        _traceback: Option<&Bound<'_, PyAny>>,
+        _kind: &Bound<'_, PyAny>,
+        _value: &Bound<'_, PyAny>,
+        _traceback: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        if !self.core.profiler.is_enabled() {
-            return Ok(false);
-        }
-        let call = {
-            let mut open = lock(&self.open);
-            let thread = std::thread::current().id();
-            match open.iter().rposition(|c| c.thread == thread) {
-                Some(pos) => open.remove(pos),
-                None => return Ok(false),
-            }
-        };
-        if let Some(stage) = call.stage {
-            self.core.profiler.end(stage);
-        }
-        if let Some(handle) = call.gpu {
-            if let Some(timer) = lock(&self.core.gpu_timer).as_ref() {
-                timer.call_method1(py, "end", (self.name.as_str(), handle))?;
-            }
+        self.core.profiler.end_named(&self.name);
+        if self.core.gpu_timer_on.load(Ordering::Acquire) {
+            self.gpu_end(py)?;
         }
         Ok(false)
     }
@@ -370,10 +370,33 @@ impl Stage {
     }
 }
 
-/// Begins the GPU timing of a call, if a timer is set.
-fn gpu_begin(py: Python<'_>, core: &Core) -> PyResult<Option<Py<PyAny>>> {
-    let timer = lock(&core.gpu_timer).as_ref().map(|t| t.clone_ref(py));
-    timer.map(|t| t.call_method0(py, "begin")).transpose()
+impl Stage {
+    /// Begins the GPU timing of a call on this thread.
+    fn gpu_begin(&self, py: Python<'_>) -> PyResult<()> {
+        let timer = lock(&self.core.gpu_timer).as_ref().map(|t| t.clone_ref(py));
+        if let Some(timer) = timer {
+            let handle = timer.call_method0(py, "begin")?;
+            lock(&self.gpu_calls).push((std::thread::current().id(), handle));
+        }
+        Ok(())
+    }
+
+    /// Ends the GPU timing of this thread's innermost call, if it began one.
+    fn gpu_end(&self, py: Python<'_>) -> PyResult<()> {
+        let thread = std::thread::current().id();
+        let handle = {
+            let mut calls = lock(&self.gpu_calls);
+            match calls.iter().rposition(|(t, _)| *t == thread) {
+                Some(pos) => calls.remove(pos).1,
+                None => return Ok(()),
+            }
+        };
+        let timer = lock(&self.core.gpu_timer).as_ref().map(|t| t.clone_ref(py));
+        if let Some(timer) = timer {
+            timer.call_method1(py, "end", (self.name.as_str(), handle))?;
+        }
+        Ok(())
+    }
 }
 
 /// A running session. Leaving it as a context manager (or `finish()`)

@@ -241,7 +241,7 @@ fn write_gpu_times(out: &mut String, report: &Report) -> std::fmt::Result {
     }
     writeln!(
         out,
-        "\nGPU time per stage (CUDA events; ranks that timed it):"
+        "\nGPU time per stage (ranks that timed it on the GPU):"
     )?;
     writeln!(
         out,

@@ -1,0 +1,352 @@
+"""The Python API of one rank, end to end through real sessions and files."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import pyarrow.ipc
+import pytest
+
+import rankscope
+from conftest import report_of, stage_of
+
+
+def test_stages_nest_and_a_kept_stage_object_is_reused(prof: rankscope.Profiler) -> None:
+    with prof.session("nest", tags={"mode": "tp1", "steps": 3}) as session:
+        with prof.stage("generate", metadata={"prompt_len": 77}):
+            denoise = prof.stage("denoise")
+            for _ in range(3):
+                with denoise:
+                    with prof.stage("attention"):
+                        pass
+        prof.start("decode")
+        assert prof.stop("decode")
+        assert not prof.stop("decode"), "nothing left open"
+    report = report_of(session.outcome)
+    assert report["session"]["tags"] == {"mode": "tp1", "steps": "3"}
+    assert stage_of(report, "denoise")["count"] == 3
+    assert stage_of(report, "denoise")["parent"] == "generate"
+    assert stage_of(report, "attention")["parent"] == "denoise"
+    assert stage_of(report, "generate")["parent"] is None
+    assert stage_of(report, "decode")["count"] == 1
+    assert sum(s["share_pct"] for s in report["stages"]) <= 100.0 + 1e-9
+    assert session.outcome.ranks_reporting == [0]
+    assert session.outcome.ranks_missing == []
+    assert "denoise" in prof.get_summary()
+
+
+def test_an_exception_inside_a_stage_propagates_and_the_stage_is_recorded(
+    prof: rankscope.Profiler,
+) -> None:
+    with pytest.raises(KeyError, match="missing"):
+        with prof.session("fails") as session:
+            with prof.stage("outer"):
+                with prof.stage("load"):
+                    raise KeyError("missing")
+    report = report_of(session.outcome)
+    assert stage_of(report, "load")["count"] == 1
+    assert stage_of(report, "load")["parent"] == "outer"
+    assert stage_of(report, "outer")["count"] == 1
+
+
+def test_decorators_name_their_stages(prof: rankscope.Profiler) -> None:
+    @prof.profile_function
+    def encode(x: int) -> int:
+        return x + 1
+
+    @prof.profile_function("vae_decode", metadata={"tiles": 4})
+    def decode(x: int) -> int:
+        return x * 2
+
+    class Model:
+        @prof.profile_method
+        def forward(self, x: int) -> int:
+            return x
+
+        @prof.profile_method("custom_name")
+        def backward(self, x: int) -> int:
+            return x
+
+    class Bigger(Model):
+        pass
+
+    @prof.profile_session("decorated", tags={"by": "decorator"})
+    def main() -> int:
+        assert encode(1) == 2 and decode(2) == 4
+        Model().forward(1)
+        Bigger().forward(2)
+        Bigger().forward(3)
+        Model().backward(1)
+        return 7
+
+    assert main() == 7
+    assert encode.__name__ == "encode", "functools.wraps keeps the name"
+    session_dirs = list(Path(prof.config.output_dir).glob("decorated-*"))
+    assert len(session_dirs) == 1
+    report = json.loads((session_dirs[0] / "report.json").read_text())
+    names = {s["name"]: s["count"] for s in report["stages"]}
+    qualname_of_encode = encode.__qualname__
+    assert names[qualname_of_encode] == 1
+    assert names["vae_decode"] == 1
+    assert names["Model.forward"] == 1
+    assert names["Bigger.forward"] == 2
+    assert names["custom_name"] == 1
+    assert report["session"]["tags"] == {"by": "decorator"}
+
+
+def test_records_reach_their_tables(prof: rankscope.Profiler, tmp_path: Path) -> None:
+    with prof.session("records") as session:
+        prof.record_diffusion_step(step=0, timestep=999.0, block_size=16,
+                                   computation_time_ms=41.0, guidance_scale=5.0)
+        prof.record_diffusion_step(step=1, computation_time_ms=40.0)
+        prof.record_block_computation(block_index=0, block_size=16,
+                                      computation_time_ms=170.0, memory_usage_mb=812.5)
+        prof.record_model_parameters("transformer", 1_300_000_000)
+        prof.record_metric("tokens", 4096.0)
+        prof.record_throughput(64.0, seconds=2.0)
+        prof.add_event("milestone", {"progress": 0.5, "path": tmp_path, "nested": [1, (2, 3)]})
+        prof.add_event("bare")
+        prof.memory_snapshot("given", allocated=1 << 20, reserved=2 << 20, max_allocated=3 << 20)
+    report = report_of(session.outcome)
+    rows = {r["rank"]: r for r in report["ranks"]}[0]["rows"]
+    assert rows["diffusion_steps"] == 2
+    assert rows["blocks"] == 1
+    assert rows["model_parameters"] == 1
+    assert rows["metrics"] == 3, "one custom metric, throughput's items and items_per_s"
+    assert rows["events"] == 2
+    assert rows["memory_snapshots"] == 1
+    assert report["diffusion"]["model_parameters"]["transformer"] == 1_300_000_000
+
+    raw = Path(session.outcome.session_dir) / "raw"
+    events = pyarrow.ipc.open_file(raw / "events.arrow").read_all().to_pylist()
+    payload = [e for e in events if e["name"] == "milestone"][0]["payload"]
+    assert json.loads(payload) == {"progress": 0.5, "path": str(tmp_path), "nested": [1, [2, 3]]}
+    snapshots = pyarrow.ipc.open_file(raw / "memory_snapshots.arrow").read_all().to_pylist()
+    assert snapshots[0]["allocated_bytes"] == 1 << 20
+    assert snapshots[0]["max_allocated_bytes"] == 3 << 20
+
+
+def test_a_disabled_profiler_records_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    prof = rankscope.Profiler(rankscope.Config(enabled=False, output_dir=tmp_path / "out"))
+    assert not prof.enabled
+    assert prof.config is None
+    with prof.session("off") as session:
+        with prof.stage("x"):
+            pass
+        kept = prof.stage("y")
+        with kept:
+            pass
+        prof.record_metric("m", 1.0)
+    assert session.outcome.session_dir is None
+    assert session.outcome.files == []
+    assert not (tmp_path / "out").exists()
+    assert prof.get_summary() is None
+    assert prof.get_current_metrics()["enabled"] is False
+
+
+def test_rankscope_enabled_0_turns_the_profiler_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANKSCOPE_ENABLED", "0")
+    monkeypatch.setenv("RANKSCOPE_OUTPUT_DIR", str(tmp_path / "out"))
+    assert not rankscope.Profiler().enabled
+    assert not rankscope.Profiler.from_env().enabled
+
+
+def test_current_metrics_show_the_open_stages_and_rows(prof: rankscope.Profiler) -> None:
+    with prof.session("live"):
+        for _ in range(5):
+            with prof.stage("step"):
+                pass
+        with prof.stage("outer"):
+            live = prof.get_current_metrics()
+    assert live["session"] == "live"
+    assert live["open_stages"] == ["outer"]
+    assert live["rows"]["stages"] == 5
+    assert live["dropped"]["stages"] == 0
+    assert live["elapsed_s"] > 0
+    assert (live["rank"], live["world_size"]) == (0, 1)
+    assert prof.get_current_metrics()["session"] is None, "finished"
+
+
+def test_one_stage_object_entered_on_two_threads_records_both(prof: rankscope.Profiler) -> None:
+    shared = prof.stage("work")
+    inside = threading.Barrier(2)
+
+    def run() -> None:
+        with shared:
+            inside.wait()  # both threads are inside the stage at once
+
+    with prof.session("threads") as session:
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert stage_of(report_of(session.outcome), "work")["count"] == 2
+
+
+class Recording:
+    """A GPU timer that records what the stages ask of it: the interface
+    the CUDA-event timer implements (begin, end, resolve)."""
+
+    def __init__(self, prof: rankscope.Profiler) -> None:
+        self.prof = prof
+        self.calls: List[Tuple[str, Any]] = []
+        self.resolved = False
+
+    def begin(self) -> int:
+        self.calls.append(("begin", None))
+        return len(self.calls)
+
+    def end(self, name: str, handle: int) -> None:
+        self.calls.append(("end", (name, handle)))
+        self.prof.record_stage_gpu_time(name, 3.0)
+
+    def resolve(self) -> None:
+        self.resolved = True
+
+
+def test_a_gpu_timer_times_each_stage_and_the_report_shows_gpu_beside_host_time(
+    prof: rankscope.Profiler,
+) -> None:
+    with prof.session("gpu") as session:
+        timer = Recording(prof)
+        prof._set_gpu_timer(timer)
+        decode = prof.stage("decode")
+        for _ in range(2):
+            with decode:
+                pass
+    assert timer.resolved, "the timer is resolved when the session ends"
+    assert prof._gpu_timer() is None, "and cleared"
+    assert timer.calls == [("begin", None), ("end", ("decode", 1)),
+                           ("begin", None), ("end", ("decode", 3))]
+    stage = stage_of(report_of(session.outcome), "decode")
+    assert stage["gpu_s"]["avg"] == pytest.approx(0.006)
+    assert "GPU time per stage" in prof.get_summary()
+
+
+def test_gpu_timing_is_off_without_cuda(prof: rankscope.Profiler) -> None:
+    with prof.session("no-cuda"):
+        # torch may be importable here, CUDA is not: no timer is set.
+        assert prof._gpu_timer() is None
+
+
+def test_stage_metadata_of_any_type_is_kept_as_text(prof: rankscope.Profiler) -> None:
+    class Shape:
+        def __str__(self) -> str:
+            return "Shape(2, 3)"
+
+    nested: List[Any] = []
+    nested.append(nested)  # a list that holds itself
+    with prof.session("meta") as session:
+        with prof.stage("a", metadata={"shape": Shape(), "nan": float("nan"), "big": 1 << 70}):
+            pass
+        with prof.stage("b", metadata={"loop": nested}):
+            pass
+    assert stage_of(report_of(session.outcome), "b")["count"] == 1
+
+
+def test_a_session_twice_is_refused_with_a_clear_error(prof: rankscope.Profiler) -> None:
+    with prof.session("first"):
+        with pytest.raises(rankscope.SessionError, match="already running"):
+            prof.session("second")
+
+
+def test_finish_returns_the_same_outcome_twice(prof: rankscope.Profiler) -> None:
+    session = prof.session("twice")
+    first = session.finish()
+    assert session.finish() is first
+    assert first.report_html is not None and Path(first.report_html).exists()
+    assert "Outcome(session_dir=" in repr(first)
+
+
+def test_config_keys_round_trip_and_pickle() -> None:
+    config = rankscope.Config(preset="production", output_dir="/tmp/x", gather_timeout_s=5)
+    assert config.gather_timeout_s == 5.0
+    assert config.gpu_interval_s == 2.0, "the production preset's default"
+    assert config.to_dict()["output_dir"] == "/tmp/x"
+    assert pickle.loads(pickle.dumps(config)) == config
+    changed = config.replace(gather_timeout_s=9)
+    assert changed.gather_timeout_s == 9.0 and changed.preset == "production"
+    assert changed.gpu_interval_s == 2.0
+    assert "gpu_timing" in rankscope.Config.keys()
+    with pytest.raises(AttributeError, match="no setting `nope`"):
+        config.nope
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ({"outptu_dir": "x"}, "configuration key `outptu_dir`: no such setting; did you mean `output_dir`"),
+        ({"gather_timeout_s": "soon"}, "configuration key `gather_timeout_s`: invalid type: string"),
+        ({"gather_timeout_s": object()}, "configuration key `gather_timeout_s`: a value of type object"),
+        ({"enabled": 3}, "configuration key `enabled`: invalid type: integer"),
+        ({"gather_timeout_s": -1}, "`gather_timeout_s` = -1 is outside"),
+        ({"gpu_timing": "sometimes"}, "configuration key `gpu_timing`: unknown variant `sometimes`"),
+        ({"preset": "fast"}, "configuration key `preset`: unknown variant `fast`"),
+    ],
+)
+def test_bad_configuration_keys_are_named(keys: dict, message: str) -> None:
+    with pytest.raises(rankscope.ConfigError) as raised:
+        rankscope.Config(**keys)
+    assert message in str(raised.value)
+    assert isinstance(raised.value, ValueError)
+
+
+def test_yaml_configuration_and_its_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(f"output_dir: {tmp_path / 'out'}\ngather_timeout_s: 7\ngpu_source: none\n")
+    prof = rankscope.Profiler.from_yaml(good)
+    assert isinstance(prof, rankscope.Profiler)
+    assert prof.config.gather_timeout_s == 7.0
+    monkeypatch.setenv("RANKSCOPE_GATHER_TIMEOUT_S", "9")
+    assert rankscope.Profiler.from_yaml(good).config.gather_timeout_s == 9.0, "variables win"
+    monkeypatch.delenv("RANKSCOPE_GATHER_TIMEOUT_S")
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("output_dir: [unclosed\n")
+    with pytest.raises(rankscope.ConfigError, match="broken.yaml"):
+        rankscope.Profiler.from_yaml(broken)
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("gather_timeout: 5\n")
+    with pytest.raises(rankscope.ConfigError, match="unknown field `gather_timeout`"):
+        rankscope.Profiler.from_yaml(unknown)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("gather_timeout_s: soon\n")
+    with pytest.raises(rankscope.ConfigError, match="wrong.yaml"):
+        rankscope.Profiler.from_yaml(wrong)
+    with pytest.raises(rankscope.ConfigError, match="cannot read configuration file"):
+        rankscope.Profiler.from_yaml(tmp_path / "absent.yaml")
+
+
+def test_a_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANKSCOPE_GATHER_TIMEOUT_S", "soon")
+    with pytest.raises(rankscope.ConfigError, match="RANKSCOPE_GATHER_TIMEOUT_S"):
+        rankscope.Profiler()
+
+
+def test_stage_objects_are_shared_by_name_unless_they_carry_metadata(
+    prof: rankscope.Profiler,
+) -> None:
+    assert prof.stage("decode") is prof.stage("decode")
+    assert prof.stage("decode") is not prof.stage("encode")
+    assert prof.stage("decode", metadata={"i": 1}) is not prof.stage("decode", metadata={"i": 1})
+    with pytest.raises(TypeError):
+        prof.stage(42)  # type: ignore[arg-type]
+    # A shared object nests in itself: leaving ends the innermost call.
+    with prof.session("recursive") as session:
+        def depth(n: int) -> None:
+            with prof.stage("recurse"):
+                if n:
+                    depth(n - 1)
+
+        depth(3)
+    assert stage_of(report_of(session.outcome), "recurse")["count"] == 4
+    raw = Path(session.outcome.session_dir) / "raw" / "stages.arrow"
+    depths = sorted(row["depth"] for row in pyarrow.ipc.open_file(raw).read_all().to_pylist())
+    assert depths == [0, 1, 2, 3]

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On a machine with a CUDA GPU and torch: the Python package on real CUDA
+# tensors (scripts/gpu_check_python.py: CUDA-event stage times against the
+# work's own, sync mode, the GPU sampled = torch's, allocator snapshots, the
+# cost of events), then the example pipeline under torchrun with 2 ranks on
+# the GPU. The package is installed from the wheel $WHEEL when set
+# (a machine without Rust), else built from python/ with pip (needs cargo).
+#
+# usage: scripts/gpu-check-python.sh [OUT_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-target/gpu-check-python}
+python=${PYTHON:-python3}
+if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    echo "gpu-check-python: torch sees no CUDA GPU here" >&2
+    exit 1
+fi
+if [ -n "${WHEEL:-}" ]; then
+    site=$(mktemp -d)
+    "$python" -m pip install -q --no-index --no-deps --target "$site" "$WHEEL"
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+else
+    "$python" -m pip install -q ./python
+fi
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L
+status=0
+"$python" scripts/gpu_check_python.py "$out" || status=1
+echo "== torchrun --nproc_per_node=2 examples/python/tp_pipeline.py (one GPU, shared)"
+"$python" -m torch.distributed.run --standalone --nproc_per_node=2 \
+    examples/python/tp_pipeline.py --output-dir "$out/torchrun" --straggler 1 || status=1
+exit "$status"
