@@ -45,6 +45,11 @@ cargo build -p rankscope-cli --locked || python_status=1
 # The dev profile shares the dependencies cargo test just built.
 PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --no-deps \
     --force-reinstall --config-settings=build-args=--profile=dev ./python || python_status=1
+# A wheel with the MPI transport, for the test under mpirun.
+rm -rf target/python-mpi
+PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" wheel -q --no-build-isolation --no-deps \
+    -w target/python-mpi --config-settings=build-args="--features mpi --profile=dev" ./python \
+    || python_status=1
 "$venv/bin/python" -m mypy.stubtest rankscope --allowlist python/stubtest-allowlist.txt \
     || python_status=1
 "$venv/bin/python" -m mypy --strict python/rankscope examples/python || python_status=1
@@ -56,9 +61,12 @@ set -e
 # binary happened to run last.
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '^test result: .* ([0-9]+) failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
-# pytest's closing line: "N passed, M failed in S s".
-pytest_line=$(tail -n 1 target/pytest-output.log)
-passed=$((passed + $(grep -Eo '[0-9]+ passed' <<<"$pytest_line" | grep -Eo '[0-9]+' || echo 0)))
-failed=$((failed + $(grep -Eo '[0-9]+ (failed|error)' <<<"$pytest_line" | grep -Eo '[0-9]+' | awk '{s += $1} END {print s + 0}')))
+# pytest's closing line: "N passed, M failed, K errors in S s".
+pytest_count() {
+    tail -n 1 target/pytest-output.log |
+        awk -v word="$1" '{ for (i = 2; i <= NF; i++) if ($i ~ "^" word) s += $(i - 1) } END { print s + 0 }'
+}
+passed=$((passed + $(pytest_count passed)))
+failed=$((failed + $(pytest_count failed) + $(pytest_count error)))
 echo "tests: ${passed} passed, ${failed} failed"
 exit "$status"

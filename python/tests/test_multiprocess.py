@@ -20,10 +20,11 @@ RANKSCOPE = Path(os.environ.get("RANKSCOPE_BIN", ROOT / "target" / "debug" / "ra
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
-def run_job(command: List[str], out: Path) -> Dict:
-    """Runs a job of 3 ranks whose rank 2 is slow; returns rank 0's report."""
+def run_job(command: List[str], out: Path, **env: str) -> Dict:
+    """Runs a job of 3 ranks whose rank 2 is slow, with `env` added to the
+    environment; returns rank 0's report."""
     env = dict(os.environ, RANKSCOPE_GPU_SOURCE="none", RANKSCOPE_GATHER_TIMEOUT_S="60",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", **env)
     # The straggler decodes 1.4 x 150 ms: 60 ms over the others, far above
     # what a busy 2-core machine adds to a sleep.
     args = ["--output-dir", str(out), "--straggler", "2", "--steps", "4", "--step-ms", "5",
@@ -40,7 +41,7 @@ def assert_names_rank_2(report: Dict, transport: str) -> None:
     assert session["ranks_reporting"] == [0, 1, 2]
     assert session["ranks_missing"] == []
     assert session["transport"] == transport
-    assert session["clock_sync"] == "tcp-pingpong"
+    assert session["clock_sync"] == f"{transport}-pingpong"
     stragglers = [(s["rank"], s["stage"]) for s in report["stragglers"]]
     # Other stages may name other ranks: their steps are 5 ms, within noise.
     assert (2, "vae_decode") in stragglers, stragglers
@@ -57,6 +58,23 @@ def test_rankscope_launch_names_the_straggler(tmp_path: Path) -> None:
                      tmp_path)
     assert report["session"]["launcher"] == "torchrun"
     assert_names_rank_2(report, "tcp")
+
+
+def test_mpirun_with_the_mpi_build_gathers_over_mpi(tmp_path: Path) -> None:
+    wheels = list((ROOT / "target" / "python-mpi").glob("rankscope-*.whl"))
+    assert len(wheels) == 1, "scripts/test.sh builds the wheel with the mpi feature"
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", str(site), str(wheels[0])], check=True)
+    # Open MPI refuses root unless told (CI runs as root); --oversubscribe:
+    # 3 ranks on a 2-core machine.
+    report = run_job(["mpirun", "--oversubscribe", "-n", "3", sys.executable, str(EXAMPLE)],
+                     tmp_path / "out", OMPI_ALLOW_RUN_AS_ROOT="1",
+                     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONPATH=str(site))
+    session = report["session"]
+    assert (session["launcher"], session["transport"]) == ("openmpi", "mpi")
+    assert session["clock_sync"] == "mpi-pingpong"
+    assert_names_rank_2(report, "mpi")
 
 
 def test_torchrun_names_the_straggler(tmp_path: Path) -> None:
