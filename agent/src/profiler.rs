@@ -217,6 +217,17 @@ impl Profiler {
         )
     }
 
+    /// Times a stage named by `name` until the guard drops: no hashing of
+    /// the name after a thread's first use of it. [`stage!`](crate::stage!)
+    /// makes the `StageName` a `static` of the call site.
+    #[inline]
+    pub fn stage_named(&self, name: &StageName) -> StageGuard<'_> {
+        StageGuard::new(
+            self.recording()
+                .map(|(rec, g)| (rec, rec.begin_named_stage(g, name, None))),
+        )
+    }
+
     /// Like [`Profiler::stage`], with metadata kept as JSON text on the stage.
     pub fn stage_with(&self, name: &str, metadata: &serde_json::Value) -> StageGuard<'_> {
         StageGuard::new(

@@ -19,7 +19,6 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Instant;
 
 use rankscope_common::names::{NameId, Names};
 use rankscope_common::payload::Overflow;
@@ -27,6 +26,7 @@ use rankscope_common::table::{Builders, Records, StageRecord, Table};
 use rankscope_common::Config;
 
 use crate::stage::StageName;
+use crate::ticks::Clock;
 
 use crate::sync::lock;
 
@@ -60,7 +60,8 @@ pub(crate) struct OpenStage {
     stage_id: u64,
     name: NameId,
     call_index: u32,
-    start_ns: u64,
+    /// When it began, in the stage clock's ticks.
+    start_ticks: u64,
     metadata: Option<String>,
     generation: u64,
 }
@@ -123,10 +124,11 @@ pub(crate) struct ThreadBuffer {
 
 /// Every live thread's buffer of one recorder, and what exited threads
 /// recorded in the running session.
-#[derive(Default)]
 struct Registry {
     threads: Mutex<Vec<Arc<ThreadBuffer>>>,
     retired: Mutex<Retired>,
+    /// The session clock, and the stage clock's ticks.
+    clock: Clock,
 }
 
 /// The records of threads that exited during the session, already in
@@ -138,8 +140,27 @@ struct Retired {
 }
 
 impl Registry {
+    fn new() -> Self {
+        Registry {
+            threads: Mutex::default(),
+            retired: Mutex::default(),
+            clock: Clock::new(),
+        }
+    }
+
     fn threads(&self) -> Vec<Arc<ThreadBuffer>> {
         lock(&self.threads).clone()
+    }
+
+    /// Appends a thread's records to `builders`, its stages' ticks made
+    /// nanoseconds; the records stay, for the caller to clear.
+    fn append_rows(&self, builders: &mut Builders, data: &mut ThreadData) {
+        let scale = self.clock.scale();
+        for stage in &mut data.records.stages {
+            stage.start_ns = scale.session_ns(stage.start_ns);
+            stage.end_ns = scale.session_ns(stage.end_ns);
+        }
+        builders.append(&data.records, &data.names);
     }
 
     /// Moves an exited thread's records into the builders and forgets its buffer.
@@ -148,7 +169,7 @@ impl Registry {
             // The retired records first, then the buffer: the order `drain` takes.
             let mut retired = lock(&self.retired);
             let mut data = buffer.lock();
-            retired.builders.append(&data.records, &data.names);
+            self.append_rows(&mut retired.builders, &mut data);
             add_overflow(&mut retired.overflow, &mut data);
             data.clear_rows();
         }
@@ -180,10 +201,6 @@ pub(crate) struct Recorder {
     max_open_stages: usize,
     kept: [AtomicU64; TABLES],
     dropped: [AtomicU64; TABLES],
-    /// The monotonic clock's zero.
-    epoch: Instant,
-    /// Start of the running session, nanoseconds after `epoch`.
-    origin_ns: AtomicU64,
     /// Generation of the running session; 0 when none records.
     generation: AtomicU64,
     last_generation: AtomicU64,
@@ -199,15 +216,13 @@ impl Recorder {
     pub(crate) fn new(config: &Config) -> Self {
         Recorder {
             id: NEXT_RECORDER_ID.fetch_add(1, Ordering::Relaxed),
-            registry: Arc::default(),
+            registry: Arc::new(Registry::new()),
             next_track: AtomicU32::new(0),
             max_rows: config.max_data_points,
             max_names: config.max_names,
             max_open_stages: config.max_open_stages,
             kept: Default::default(),
             dropped: Default::default(),
-            epoch: Instant::now(),
-            origin_ns: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             last_generation: AtomicU64::new(0),
         }
@@ -223,12 +238,7 @@ impl Recorder {
     /// Nanoseconds since the session started, on the monotonic clock.
     #[inline(always)]
     pub(crate) fn now_ns(&self) -> u64 {
-        self.epoch_ns()
-            .saturating_sub(self.origin_ns.load(Ordering::Relaxed))
-    }
-
-    fn epoch_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        self.registry.clock.now_ns()
     }
 
     /// Forgets rows recorded outside a session, starts the session clock and
@@ -239,7 +249,7 @@ impl Recorder {
         }
         *lock(&self.registry.retired) = Retired::default();
         self.take_dropped();
-        self.origin_ns.store(self.epoch_ns(), Ordering::Relaxed);
+        self.registry.clock.start_session();
         let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
         self.generation.store(generation, Ordering::Release);
     }
@@ -259,7 +269,7 @@ impl Recorder {
         let mut retired = lock(&self.registry.retired);
         for thread in self.registry.threads() {
             let mut data = thread.lock();
-            retired.builders.append(&data.records, &data.names);
+            self.registry.append_rows(&mut retired.builders, &mut data);
             add_overflow(&mut retired.overflow, &mut data);
             data.clear_rows();
         }
@@ -274,7 +284,7 @@ impl Recorder {
         let mut retired = lock(&self.registry.retired);
         for thread in self.registry.threads() {
             let mut data = thread.lock();
-            retired.builders.append(&data.records, &data.names);
+            self.registry.append_rows(&mut retired.builders, &mut data);
             data.records = Records::default();
         }
         std::mem::take(&mut retired.builders)
@@ -320,7 +330,7 @@ impl Recorder {
                 call_index,
                 metadata,
                 generation,
-                start_ns: self.now_ns(),
+                start_ticks: self.registry.clock.ticks(),
             });
             stage_id
         })
@@ -329,10 +339,10 @@ impl Recorder {
     /// Ends the stage `stage_id` of this thread.
     #[inline]
     pub(crate) fn end_stage(&self, stage_id: u64) {
-        let end_ns = self.now_ns();
+        let end_ticks = self.registry.clock.ticks();
         self.with_thread(|t| {
             if let Some(pos) = t.open.iter().rposition(|s| s.stage_id == stage_id) {
-                self.close_open_stage(t, pos, end_ns);
+                self.close_open_stage(t, pos, end_ticks);
             }
         });
     }
@@ -353,14 +363,14 @@ impl Recorder {
 
     #[inline(always)]
     fn stop_stage_as(&self, name: impl FnOnce(&mut ThreadData) -> Option<NameId>) -> bool {
-        let end_ns = self.now_ns();
+        let end_ticks = self.registry.clock.ticks();
         self.with_thread(|t| {
             let Some(name) = name(t) else {
                 return false;
             };
             match t.open.iter().rposition(|s| s.name == name) {
                 Some(pos) => {
-                    self.close_open_stage(t, pos, end_ns);
+                    self.close_open_stage(t, pos, end_ticks);
                     true
                 }
                 None => false,
@@ -370,7 +380,7 @@ impl Recorder {
 
     /// Removes open stage `pos` from the thread's stack and keeps it as a
     /// completed stage, if it belongs to the running session and fits.
-    fn close_open_stage(&self, t: &mut ThreadData, pos: usize, end_ns: u64) {
+    fn close_open_stage(&self, t: &mut ThreadData, pos: usize, end_ticks: u64) {
         let open = t.open.remove(pos);
         if open.generation != self.generation.load(Ordering::Relaxed) || !self.admit(Table::Stages)
         {
@@ -384,8 +394,9 @@ impl Recorder {
             stage_id: open.stage_id,
             parent_id,
             depth: pos as u32,
-            start_ns: open.start_ns,
-            end_ns,
+            // Ticks until the record leaves the buffer (`append_rows`).
+            start_ns: open.start_ticks,
+            end_ns: end_ticks,
             call_index: open.call_index,
             metadata: open.metadata,
         });

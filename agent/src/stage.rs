@@ -1,6 +1,7 @@
 //! Stage guards: a stage begins when its guard is made and ends when the
 //! guard is dropped, on the same thread.
 
+use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,7 +65,7 @@ impl Drop for StageGuard<'_> {
 /// used it, so that beginning a stage needs no hashing of the name.
 #[derive(Debug)]
 pub struct StageName {
-    name: Box<str>,
+    name: Cow<'static, str>,
     /// `buffer id << 32 | name id` of the last thread buffer that interned
     /// the name, or [`StageName::UNSET`].
     interned: AtomicU64,
@@ -76,7 +77,16 @@ impl StageName {
     /// A stage name.
     pub fn new(name: &str) -> Self {
         StageName {
-            name: name.into(),
+            name: Cow::Owned(name.to_string()),
+            interned: AtomicU64::new(Self::UNSET),
+        }
+    }
+
+    /// A stage name known when compiling, for a `static` (what
+    /// [`stage!`](crate::stage!) makes at each call site).
+    pub const fn from_static(name: &'static str) -> Self {
+        StageName {
+            name: Cow::Borrowed(name),
             interned: AtomicU64::new(Self::UNSET),
         }
     }
