@@ -145,6 +145,25 @@ fn main() {
             }),
         ),
         (
+            "stage!, bursts of 2000, paired between them",
+            Box::new(|| {
+                // What a recording thread pays when the sampler thread pairs
+                // its events between readings: bursts shorter than the log,
+                // timed alone, the events paired in between (by
+                // `live_state`, as the sampler does).
+                let mut total = std::time::Duration::ZERO;
+                for _ in 0..CALLS / 2000 {
+                    let start = Instant::now();
+                    for _ in 0..2000 {
+                        drop(black_box(rankscope::stage!(enabled, "decode")));
+                    }
+                    total += start.elapsed();
+                    black_box(enabled.live_state());
+                }
+                total.as_nanos() as f64 / f64::from(CALLS)
+            }),
+        ),
+        (
             "stage!, 2 threads at once (per thread)",
             Box::new(two_threads),
         ),

@@ -28,6 +28,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod events;
 mod flusher;
 mod notice;
 mod profiler;

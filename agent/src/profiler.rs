@@ -213,7 +213,7 @@ impl Profiler {
     pub fn stage(&self, name: &str) -> StageGuard<'_> {
         StageGuard::new(
             self.recording()
-                .map(|(rec, g)| (rec, rec.begin_stage(g, name, None))),
+                .map(|rec| (rec, rec.begin_stage(name, None))),
         )
     }
 
@@ -224,7 +224,7 @@ impl Profiler {
     pub fn stage_named(&self, name: &StageName) -> StageGuard<'_> {
         StageGuard::new(
             self.recording()
-                .map(|(rec, g)| (rec, rec.begin_named_stage(g, name, None))),
+                .map(|rec| (rec, rec.begin_named_stage(name, None))),
         )
     }
 
@@ -232,7 +232,7 @@ impl Profiler {
     pub fn stage_with(&self, name: &str, metadata: &serde_json::Value) -> StageGuard<'_> {
         StageGuard::new(
             self.recording()
-                .map(|(rec, g)| (rec, rec.begin_stage(g, name, Some(json_text(metadata))))),
+                .map(|rec| (rec, rec.begin_stage(name, Some(json_text(metadata))))),
         )
     }
 
@@ -245,12 +245,10 @@ impl Profiler {
         name: &StageName,
         metadata: Option<&serde_json::Value>,
     ) -> Option<OpenStageId> {
-        let (rec, g) = self.recording()?;
-        Some(OpenStageId(rec.begin_named_stage(
-            g,
-            name,
-            metadata.map(json_text),
-        )))
+        let rec = self.recording()?;
+        Some(OpenStageId(
+            rec.begin_named_stage(name, metadata.map(json_text)),
+        ))
     }
 
     /// Ends a stage [`Profiler::begin`] began on this thread (and any
@@ -296,8 +294,8 @@ impl Profiler {
     /// Begins a stage without a guard; [`Profiler::stop`] ends it on the same thread.
     #[inline]
     pub fn start(&self, name: &str) {
-        if let Some((rec, g)) = self.recording() {
-            rec.begin_stage(g, name, None);
+        if let Some(rec) = self.recording() {
+            rec.begin_stage(name, None);
         }
     }
 
@@ -306,7 +304,7 @@ impl Profiler {
     #[inline]
     pub fn stop(&self, name: &str) -> bool {
         match self.recording() {
-            Some((rec, _)) => rec.stop_stage(name),
+            Some(rec) => rec.stop_stage(name),
             None => false,
         }
     }
@@ -314,7 +312,7 @@ impl Profiler {
     /// Records a custom metric.
     #[inline]
     pub fn record_metric(&self, name: &str, value: f64) {
-        if let Some((rec, _)) = self.recording() {
+        if let Some(rec) = self.recording() {
             record_metric(rec, "custom", name, value);
         }
     }
@@ -322,7 +320,7 @@ impl Profiler {
     /// Records `items` processed in `seconds` (default: since the session
     /// started) as two `throughput` metrics: `items` and `items_per_s`.
     pub fn record_throughput(&self, items: f64, seconds: Option<f64>) {
-        if let Some((rec, _)) = self.recording() {
+        if let Some(rec) = self.recording() {
             let seconds = seconds.unwrap_or_else(|| rec.now_ns() as f64 / 1e9);
             record_metric(rec, "throughput", "items", items);
             if seconds > 0.0 {
@@ -335,14 +333,14 @@ impl Profiler {
     /// caller (CUDA events resolved at the session's end, say): the report
     /// shows it beside the stage's host time.
     pub fn record_stage_gpu_time(&self, name: &str, ms: f64) {
-        if let Some((rec, _)) = self.recording() {
+        if let Some(rec) = self.recording() {
             record_metric(rec, STAGE_GPU_SECTION, name, ms);
         }
     }
 
     /// Records an event with a JSON payload.
     pub fn add_event(&self, name: &str, payload: &serde_json::Value) {
-        if let Some((rec, _)) = self.recording() {
+        if let Some(rec) = self.recording() {
             let payload = (!payload.is_null()).then(|| json_text(payload));
             rec.record_row(Table::Events, |t, ts_ns| {
                 let name = t.names.intern(name);
@@ -358,7 +356,7 @@ impl Profiler {
     /// Records one denoising step.
     #[inline]
     pub fn record_diffusion_step(&self, step: DiffusionStep) {
-        if let Some((rec, _)) = self.recording() {
+        if let Some(rec) = self.recording() {
             rec.record_row(Table::DiffusionSteps, |t, ts_ns| {
                 t.records.diffusion_steps.push_back(DiffusionStepRecord {
                     ts_ns,
@@ -375,7 +373,7 @@ impl Profiler {
     /// Records one block computation.
     #[inline]
     pub fn record_block_computation(&self, block: BlockComputation) {
-        if let Some((rec, _)) = self.recording() {
+        if let Some(rec) = self.recording() {
             rec.record_row(Table::Blocks, |t, ts_ns| {
                 t.records.blocks.push_back(BlockRecord {
                     ts_ns,
@@ -390,7 +388,7 @@ impl Profiler {
 
     /// Records the parameter count of a model or component.
     pub fn record_model_parameters(&self, name: &str, count: u64) {
-        if let Some((rec, _)) = self.recording() {
+        if let Some(rec) = self.recording() {
             rec.record_row(Table::ModelParameters, |t, _| {
                 let name = t.names.intern(name);
                 t.records
@@ -414,7 +412,7 @@ impl Profiler {
         let Some(shared) = self.enabled.as_deref() else {
             return;
         };
-        let Some((rec, _)) = self.recording() else {
+        let Some(rec) = self.recording() else {
             return;
         };
         let read = if reading == MemoryReading::default() {
@@ -441,13 +439,11 @@ impl Profiler {
         });
     }
 
-    /// The recorder and session generation, when a session is recording.
+    /// The recorder, when a session is recording.
     #[inline(always)]
-    fn recording(&self) -> Option<(&Recorder, u64)> {
+    fn recording(&self) -> Option<&Recorder> {
         let recorder = &*self.enabled.as_deref()?.recorder;
-        recorder
-            .recording()
-            .map(|generation| (recorder, generation))
+        recorder.recording().map(|_| recorder)
     }
 }
 

@@ -4,86 +4,109 @@
 //! it out at finish.
 //!
 //! Each thread that records gets its own buffer, found through a
-//! thread-local, so the hot path touches only memory its thread owns. The
-//! buffer's mutex is taken by its own thread on every call; other threads
-//! take it only at session boundaries (start, finish, a thread's exit) and
-//! when the simulated GPUs read which stages are open, so it is not
-//! contended while a job runs. When a
-//! thread exits, its records move into the recorder's batch builders and its
-//! buffer is freed, so short-lived threads cost no memory once gone.
+//! thread-local, so the hot path touches only memory its thread owns.
+//! Stages take no lock at all: a begin or an end is one event in the
+//! thread's event log ([`crate::events`]), and the thread keeps the stages
+//! it has open beside it, so `stop` and a guard's end need nobody else.
+//! The events become stage rows in batches, under the buffer's mutex: when
+//! the log fills, and whenever the rows are read. Other records (metrics,
+//! events, telemetry) take the buffer's mutex, uncontended while the job
+//! runs: other threads take it only at session boundaries (start, finish,
+//! flushes, a thread's exit) and for the live view of open stages. When a
+//! thread exits, its records move into the recorder's batch builders and
+//! its buffer is freed, so short-lived threads cost no memory once gone.
 //!
 //! Memory is bounded by configuration: rows by `max_data_points` per table,
 //! distinct names by `max_names` per thread (more fold into `(other)`), open
-//! stages by `max_open_stages` per thread.
+//! stages by `max_open_stages` per thread, events by the log's size.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use rustc_hash::FxHashMap;
 
 use rankscope_common::names::{NameId, Names};
 use rankscope_common::payload::Overflow;
 use rankscope_common::table::{Builders, Records, StageRecord, Table};
 use rankscope_common::Config;
 
+use crate::events::{Event, EventLog};
 use crate::stage::StageName;
+use crate::sync::lock;
 use crate::ticks::Clock;
 
-use crate::sync::lock;
-
-/// Source of recorder ids: thread-local buffers are keyed by them.
+/// Source of recorder ids: thread-locals are keyed by them.
 static NEXT_RECORDER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Source of thread-buffer ids, unique across recorders: a [`StageName`]
 /// remembers its name id per buffer by it.
 static NEXT_BUFFER_ID: AtomicU32 = AtomicU32::new(0);
 
-/// This thread's buffers, one per live recorder it has recorded into; when
-/// the thread exits, each buffer is retired into its recorder.
-struct ThreadBuffers(RefCell<Vec<(u64, Arc<ThreadBuffer>)>>);
+/// What a thread keeps for one recorder, reached without a lock.
+struct Local {
+    recorder: u64,
+    buffer: Arc<ThreadBuffer>,
+    /// Stages this thread began and has not ended, innermost last:
+    /// (sequence number, name).
+    open: Vec<(u32, NameId)>,
+    next_seq: u32,
+    /// Names looked up by text, so that a stage named by a `&str` takes no
+    /// lock after its first use; at most `max_names` of them.
+    names: FxHashMap<Box<str>, NameId>,
+}
 
-impl Drop for ThreadBuffers {
+/// This thread's state for each live recorder it has recorded into; when
+/// the thread exits, each buffer is retired into its recorder.
+struct Locals(RefCell<Vec<Local>>);
+
+impl Drop for Locals {
     fn drop(&mut self) {
-        for (_, buffer) in self.0.get_mut().drain(..) {
-            if let Some(registry) = buffer.registry.upgrade() {
-                registry.retire(&buffer);
+        for local in self.0.get_mut().drain(..) {
+            if let Some(registry) = local.buffer.registry.upgrade() {
+                registry.retire(&local.buffer);
             }
         }
     }
 }
 
 thread_local! {
-    static BUFFERS: ThreadBuffers = const { ThreadBuffers(RefCell::new(Vec::new())) };
+    static LOCALS: Locals = const { Locals(RefCell::new(Vec::new())) };
 }
 
-/// A stage that began and has not ended yet.
+/// A stage that began and has not ended yet, as paired from the events.
 pub(crate) struct OpenStage {
     stage_id: u64,
+    seq: u32,
     name: NameId,
     call_index: u32,
     /// When it began, in the stage clock's ticks.
     start_ticks: u64,
     metadata: Option<String>,
+    /// The session it began in (0: none).
     generation: u64,
 }
 
-/// What one thread recorded.
+/// What one thread recorded, behind its buffer's mutex.
 pub(crate) struct ThreadData {
     /// Names interned by this thread (stage, metric, event names).
     pub(crate) names: Names,
     /// The thread's track number within the rank.
     track: u32,
-    /// This buffer's id among every recorder's buffers.
-    buffer_id: u32,
     /// The thread's name, interned.
     thread_name: NameId,
-    /// Stages begun and not ended, innermost last.
+    /// Stages begun and not ended as paired so far, innermost last.
     open: Vec<OpenStage>,
     /// Calls so far per stage name id, for `call_index`.
     calls: Vec<u32>,
-    next_stage: u64,
+    /// Where pairing stopped in the thread's event log.
+    paired: usize,
+    /// Metadata of stages whose begin is not paired yet, by sequence number.
+    metadata: Vec<(u32, String)>,
     /// Stages begun while the open stack was full.
     too_deep: u64,
-    /// The session's rows, one queue per table.
+    /// The session's rows, one queue per table (stage rows in ticks until
+    /// they leave the buffer).
     pub(crate) records: Records,
 }
 
@@ -99,12 +122,6 @@ impl ThreadData {
         call
     }
 
-    /// This buffer's id among every recorder's buffers.
-    #[inline(always)]
-    pub(crate) fn buffer_id(&self) -> u32 {
-        self.buffer_id
-    }
-
     /// Forgets the session's rows and call counts, and frees their memory;
     /// names stay interned.
     fn clear_rows(&mut self) {
@@ -118,17 +135,37 @@ impl ThreadData {
 /// One thread's buffer, shared by the thread and its recorder.
 pub(crate) struct ThreadBuffer {
     data: Mutex<ThreadData>,
+    /// The thread's stage events, written without the lock.
+    events: EventLog,
+    /// This buffer's id among every recorder's buffers.
+    id: u32,
     /// Where the buffer goes when its thread exits.
     registry: Weak<Registry>,
 }
 
-/// Every live thread's buffer of one recorder, and what exited threads
-/// recorded in the running session.
+impl ThreadBuffer {
+    /// Locks the data; a panic on another holder does not poison recording.
+    fn lock(&self) -> MutexGuard<'_, ThreadData> {
+        lock(&self.data)
+    }
+}
+
+/// What a recorder shares with its threads' buffers: the buffers, what
+/// exited threads recorded, the clock, the sessions and the row budget.
 struct Registry {
     threads: Mutex<Vec<Arc<ThreadBuffer>>>,
     retired: Mutex<Retired>,
     /// The session clock, and the stage clock's ticks.
     clock: Clock,
+    /// Generation of the running session; 0 when none records.
+    generation: AtomicU64,
+    /// Generation of the session that ended last, until the next starts:
+    /// stages paired between the end and the drain belong to it.
+    ended: AtomicU64,
+    /// Rows kept per table.
+    max_rows: usize,
+    kept: [AtomicU64; TABLES],
+    dropped: [AtomicU64; TABLES],
 }
 
 /// The records of threads that exited during the session, already in
@@ -140,21 +177,81 @@ struct Retired {
 }
 
 impl Registry {
-    fn new() -> Self {
-        Registry {
-            threads: Mutex::default(),
-            retired: Mutex::default(),
-            clock: Clock::new(),
-        }
-    }
-
     fn threads(&self) -> Vec<Arc<ThreadBuffer>> {
         lock(&self.threads).clone()
     }
 
-    /// Appends a thread's records to `builders`, its stages' ticks made
-    /// nanoseconds; the records stay, for the caller to clear.
-    fn append_rows(&self, builders: &mut Builders, data: &mut ThreadData) {
+    /// The session that stages paired now belong to: the running one, else
+    /// the one that ended and is not drained yet.
+    fn session_generation(&self) -> u64 {
+        match self.generation.load(Ordering::Relaxed) {
+            0 => self.ended.load(Ordering::Relaxed),
+            running => running,
+        }
+    }
+
+    /// Pairs the events of `buffer` not paired yet: begins become open
+    /// stages of session `generation` (0: of none, never kept), ends close
+    /// them into stage rows.
+    fn pair(&self, buffer: &ThreadBuffer, data: &mut ThreadData, generation: u64) {
+        let (events, end) = buffer.events.read(data.paired);
+        for event in events {
+            match event {
+                Event::Begin { seq, name, ticks } => {
+                    let metadata = match data.metadata.iter().position(|(s, _)| *s == seq) {
+                        Some(at) => Some(data.metadata.swap_remove(at).1),
+                        None => None,
+                    };
+                    let call_index = data.next_call(name);
+                    data.open.push(OpenStage {
+                        // Unique within the rank: the track in the high bits.
+                        stage_id: u64::from(data.track) << 40 | u64::from(seq),
+                        seq,
+                        name,
+                        call_index,
+                        start_ticks: ticks,
+                        metadata,
+                        generation,
+                    });
+                }
+                Event::End { seq, ticks } => {
+                    if let Some(pos) = data.open.iter().rposition(|s| s.seq == seq) {
+                        self.close(data, pos, ticks, generation);
+                    }
+                }
+            }
+        }
+        data.paired = end;
+    }
+
+    /// Removes open stage `pos` and keeps it as a stage row, if it began in
+    /// session `generation` and the table has room.
+    fn close(&self, data: &mut ThreadData, pos: usize, end_ticks: u64, generation: u64) {
+        let open = data.open.remove(pos);
+        if open.generation == 0 || open.generation != generation || !self.admit(Table::Stages) {
+            return;
+        }
+        let parent_id = pos.checked_sub(1).map(|p| data.open[p].stage_id);
+        data.records.stages.push_back(StageRecord {
+            name: open.name,
+            thread: data.track,
+            thread_name: data.thread_name,
+            stage_id: open.stage_id,
+            parent_id,
+            depth: pos as u32,
+            // Ticks until the record leaves the buffer (`take_rows`).
+            start_ns: open.start_ticks,
+            end_ns: end_ticks,
+            call_index: open.call_index,
+            metadata: open.metadata,
+        });
+    }
+
+    /// Pairs a thread's events, then appends its records to `builders`,
+    /// its stages' ticks made nanoseconds; the records stay, for the caller
+    /// to clear.
+    fn take_rows(&self, builders: &mut Builders, buffer: &ThreadBuffer, data: &mut ThreadData) {
+        self.pair(buffer, data, self.session_generation());
         let scale = self.clock.scale();
         for stage in &mut data.records.stages {
             stage.start_ns = scale.session_ns(stage.start_ns);
@@ -169,11 +266,23 @@ impl Registry {
             // The retired records first, then the buffer: the order `drain` takes.
             let mut retired = lock(&self.retired);
             let mut data = buffer.lock();
-            self.append_rows(&mut retired.builders, &mut data);
+            self.take_rows(&mut retired.builders, buffer, &mut data);
             add_overflow(&mut retired.overflow, &mut data);
             data.clear_rows();
         }
         lock(&self.threads).retain(|b| !Arc::ptr_eq(b, buffer));
+    }
+
+    /// Takes one row of `table`'s budget: `false` (and the drop counted) when full.
+    #[inline]
+    fn admit(&self, table: Table) -> bool {
+        let slot = table as usize;
+        if self.kept[slot].fetch_add(1, Ordering::Relaxed) < self.max_rows as u64 {
+            true
+        } else {
+            self.dropped[slot].fetch_add(1, Ordering::Relaxed);
+            false
+        }
     }
 }
 
@@ -183,26 +292,13 @@ fn add_overflow(total: &mut Overflow, data: &mut ThreadData) {
     total.stages_too_deep += std::mem::take(&mut data.too_deep);
 }
 
-impl ThreadBuffer {
-    /// Locks the data; a panic on another holder does not poison recording.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ThreadData> {
-        lock(&self.data)
-    }
-}
-
 /// The recording of one rank.
 pub(crate) struct Recorder {
     id: u64,
     registry: Arc<Registry>,
     next_track: AtomicU32,
-    /// Rows kept per table.
-    pub(crate) max_rows: usize,
     max_names: usize,
     max_open_stages: usize,
-    kept: [AtomicU64; TABLES],
-    dropped: [AtomicU64; TABLES],
-    /// Generation of the running session; 0 when none records.
-    generation: AtomicU64,
     last_generation: AtomicU64,
 }
 
@@ -216,22 +312,32 @@ impl Recorder {
     pub(crate) fn new(config: &Config) -> Self {
         Recorder {
             id: NEXT_RECORDER_ID.fetch_add(1, Ordering::Relaxed),
-            registry: Arc::new(Registry::new()),
+            registry: Arc::new(Registry {
+                threads: Mutex::default(),
+                retired: Mutex::default(),
+                clock: Clock::new(),
+                generation: AtomicU64::new(0),
+                ended: AtomicU64::new(0),
+                max_rows: config.max_data_points,
+                kept: Default::default(),
+                dropped: Default::default(),
+            }),
             next_track: AtomicU32::new(0),
-            max_rows: config.max_data_points,
             max_names: config.max_names,
             max_open_stages: config.max_open_stages,
-            kept: Default::default(),
-            dropped: Default::default(),
-            generation: AtomicU64::new(0),
             last_generation: AtomicU64::new(0),
         }
+    }
+
+    /// Rows kept per table.
+    pub(crate) fn max_rows(&self) -> usize {
+        self.registry.max_rows
     }
 
     /// The generation of the session recording now, if one is.
     #[inline(always)]
     pub(crate) fn recording(&self) -> Option<u64> {
-        let generation = self.generation.load(Ordering::Relaxed);
+        let generation = self.registry.generation.load(Ordering::Relaxed);
         (generation != 0).then_some(generation)
     }
 
@@ -245,18 +351,25 @@ impl Recorder {
     /// starts recording.
     pub(crate) fn begin_session(&self) {
         for thread in self.registry.threads() {
-            thread.lock().clear_rows();
+            let mut data = thread.lock();
+            // Events since the last drain belong to no session.
+            self.registry.pair(&thread, &mut data, 0);
+            data.clear_rows();
         }
         *lock(&self.registry.retired) = Retired::default();
         self.take_dropped();
         self.registry.clock.start_session();
+        self.registry.ended.store(0, Ordering::Relaxed);
         let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
-        self.generation.store(generation, Ordering::Release);
+        self.registry
+            .generation
+            .store(generation, Ordering::Release);
     }
 
     /// Stops recording; returns the session's length in nanoseconds.
     pub(crate) fn end_session(&self) -> u64 {
-        self.generation.store(0, Ordering::Release);
+        let ended = self.registry.generation.swap(0, Ordering::AcqRel);
+        self.registry.ended.store(ended, Ordering::Relaxed);
         self.now_ns()
     }
 
@@ -269,7 +382,8 @@ impl Recorder {
         let mut retired = lock(&self.registry.retired);
         for thread in self.registry.threads() {
             let mut data = thread.lock();
-            self.registry.append_rows(&mut retired.builders, &mut data);
+            self.registry
+                .take_rows(&mut retired.builders, &thread, &mut data);
             add_overflow(&mut retired.overflow, &mut data);
             data.clear_rows();
         }
@@ -284,7 +398,8 @@ impl Recorder {
         let mut retired = lock(&self.registry.retired);
         for thread in self.registry.threads() {
             let mut data = thread.lock();
-            self.registry.append_rows(&mut retired.builders, &mut data);
+            self.registry
+                .take_rows(&mut retired.builders, &thread, &mut data);
             data.records = Records::default();
         }
         std::mem::take(&mut retired.builders)
@@ -292,57 +407,53 @@ impl Recorder {
 
     /// Begins a stage on this thread; returns its id.
     #[inline]
-    pub(crate) fn begin_stage(&self, generation: u64, name: &str, metadata: Option<String>) -> u64 {
-        self.begin_stage_as(generation, |t| t.names.intern(name), metadata)
+    pub(crate) fn begin_stage(&self, name: &str, metadata: Option<String>) -> u64 {
+        self.begin_stage_as(|local| self.name_id(local, name), metadata)
     }
 
     /// Begins a stage named by a [`StageName`], whose id this thread
     /// interned once.
     #[inline]
-    pub(crate) fn begin_named_stage(
-        &self,
-        generation: u64,
-        name: &StageName,
-        metadata: Option<String>,
-    ) -> u64 {
-        self.begin_stage_as(generation, |t| name.id_in(t), metadata)
+    pub(crate) fn begin_named_stage(&self, name: &StageName, metadata: Option<String>) -> u64 {
+        self.begin_stage_as(|local| Self::named_id(local, name), metadata)
     }
 
     #[inline(always)]
     fn begin_stage_as(
         &self,
-        generation: u64,
-        name: impl FnOnce(&mut ThreadData) -> NameId,
+        name: impl FnOnce(&mut Local) -> NameId,
         metadata: Option<String>,
     ) -> u64 {
-        self.with_thread(|t| {
-            if t.open.len() >= self.max_open_stages {
-                t.too_deep += 1;
+        self.with_local(|local| {
+            if local.open.len() >= self.max_open_stages {
+                local.buffer.lock().too_deep += 1;
                 return NOT_OPENED;
             }
-            let name = name(t);
-            let stage_id = t.next_stage;
-            t.next_stage += 1;
-            let call_index = t.next_call(name);
-            t.open.push(OpenStage {
-                stage_id,
-                name,
-                call_index,
-                metadata,
-                generation,
-                start_ticks: self.registry.clock.ticks(),
-            });
-            stage_id
+            let name = name(local);
+            let seq = local.next_seq;
+            local.next_seq = seq.wrapping_add(1);
+            if let Some(metadata) = metadata {
+                local.buffer.lock().metadata.push((seq, metadata));
+            }
+            local.open.push((seq, name));
+            let ticks = self.registry.clock.ticks();
+            self.push_event(local, Event::Begin { seq, name, ticks });
+            u64::from(seq)
         })
     }
 
     /// Ends the stage `stage_id` of this thread.
     #[inline]
     pub(crate) fn end_stage(&self, stage_id: u64) {
-        let end_ticks = self.registry.clock.ticks();
-        self.with_thread(|t| {
-            if let Some(pos) = t.open.iter().rposition(|s| s.stage_id == stage_id) {
-                self.close_open_stage(t, pos, end_ticks);
+        let ticks = self.registry.clock.ticks();
+        self.with_local(|local| {
+            if let Some(pos) = local
+                .open
+                .iter()
+                .rposition(|&(seq, _)| u64::from(seq) == stage_id)
+            {
+                let (seq, _) = local.open.remove(pos);
+                self.push_event(local, Event::End { seq, ticks });
             }
         });
     }
@@ -351,26 +462,30 @@ impl Recorder {
     /// if there is none.
     pub(crate) fn stop_stage(&self, name: &str) -> bool {
         // A lookup, not interning: a name never started costs nothing.
-        self.stop_stage_as(|t| t.names.get(name))
+        self.stop_stage_as(|local| match local.names.get(name) {
+            Some(&id) => Some(id),
+            None => local.buffer.lock().names.get(name),
+        })
     }
 
     /// Ends the innermost open stage named by `name` on this thread;
     /// `false` if there is none.
     #[inline]
     pub(crate) fn stop_named_stage(&self, name: &StageName) -> bool {
-        self.stop_stage_as(|t| Some(name.id_in(t)))
+        self.stop_stage_as(|local| Some(Self::named_id(local, name)))
     }
 
     #[inline(always)]
-    fn stop_stage_as(&self, name: impl FnOnce(&mut ThreadData) -> Option<NameId>) -> bool {
-        let end_ticks = self.registry.clock.ticks();
-        self.with_thread(|t| {
-            let Some(name) = name(t) else {
+    fn stop_stage_as(&self, name: impl FnOnce(&mut Local) -> Option<NameId>) -> bool {
+        let ticks = self.registry.clock.ticks();
+        self.with_local(|local| {
+            let Some(name) = name(local) else {
                 return false;
             };
-            match t.open.iter().rposition(|s| s.name == name) {
+            match local.open.iter().rposition(|&(_, n)| n == name) {
                 Some(pos) => {
-                    self.close_open_stage(t, pos, end_ticks);
+                    let (seq, _) = local.open.remove(pos);
+                    self.push_event(local, Event::End { seq, ticks });
                     true
                 }
                 None => false,
@@ -378,56 +493,82 @@ impl Recorder {
         })
     }
 
-    /// Removes open stage `pos` from the thread's stack and keeps it as a
-    /// completed stage, if it belongs to the running session and fits.
-    fn close_open_stage(&self, t: &mut ThreadData, pos: usize, end_ticks: u64) {
-        let open = t.open.remove(pos);
-        if open.generation != self.generation.load(Ordering::Relaxed) || !self.admit(Table::Stages)
-        {
-            return;
+    /// Appends a stage event to this thread's log; a full log is paired
+    /// (under the buffer's lock) and started again first.
+    #[inline(always)]
+    fn push_event(&self, local: &Local, event: Event) {
+        if !local.buffer.events.push(event) {
+            self.pair_full_log(&local.buffer);
+            local.buffer.events.push(event);
         }
-        let parent_id = pos.checked_sub(1).map(|p| t.open[p].stage_id);
-        t.records.stages.push_back(StageRecord {
-            name: open.name,
-            thread: t.track,
-            thread_name: t.thread_name,
-            stage_id: open.stage_id,
-            parent_id,
-            depth: pos as u32,
-            // Ticks until the record leaves the buffer (`append_rows`).
-            start_ns: open.start_ticks,
-            end_ns: end_ticks,
-            call_index: open.call_index,
-            metadata: open.metadata,
-        });
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pair_full_log(&self, buffer: &ThreadBuffer) {
+        let mut data = buffer.lock();
+        self.registry
+            .pair(buffer, &mut data, self.registry.session_generation());
+        buffer.events.clear();
+        data.paired = 0;
+    }
+
+    /// The id of stage name `name` on this thread: from the thread's cache,
+    /// else interned under the buffer's lock (and cached, up to `max_names`).
+    #[inline]
+    fn name_id(&self, local: &mut Local, name: &str) -> NameId {
+        if let Some(&id) = local.names.get(name) {
+            return id;
+        }
+        let id = local.buffer.lock().names.intern(name);
+        if local.names.len() < self.max_names {
+            local.names.insert(name.into(), id);
+        }
+        id
+    }
+
+    /// The id of `name` on this thread, interned on its first use here.
+    #[inline(always)]
+    fn named_id(local: &Local, name: &StageName) -> NameId {
+        name.id_in(local.buffer.id, |text| {
+            local.buffer.lock().names.intern(text)
+        })
     }
 
     /// Records one row of `table`, stamped now, if the table has room.
     #[inline]
     pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
         let ts_ns = self.now_ns();
-        if self.admit(table) {
+        if self.registry.admit(table) {
             self.with_thread(|t| push(t, ts_ns));
         }
     }
 
-    /// Runs `f` on this thread's buffer, registering the thread on first use.
+    /// Runs `f` on this thread's locked buffer, registering the thread on
+    /// first use.
     #[inline]
     pub(crate) fn with_thread<R>(&self, f: impl FnOnce(&mut ThreadData) -> R) -> R {
-        BUFFERS.with(|buffers| {
-            // `f` never records, so the borrow is never taken twice.
-            if let Some((_, buffer)) = buffers.0.borrow().iter().find(|(id, _)| *id == self.id) {
-                return f(&mut buffer.lock());
-            }
-            let buffer = self.register_thread(&mut buffers.0.borrow_mut());
-            let mut data = buffer.lock();
-            f(&mut data)
+        self.with_local(|local| f(&mut local.buffer.lock()))
+    }
+
+    /// Runs `f` on what this thread keeps for the recorder, registering
+    /// the thread on first use. `f` never records, so the thread-local is
+    /// never borrowed twice.
+    #[inline(always)]
+    fn with_local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> R {
+        LOCALS.with(|locals| {
+            let mut locals = locals.0.borrow_mut();
+            let at = match locals.iter().position(|l| l.recorder == self.id) {
+                Some(at) => at,
+                None => self.register_thread(&mut locals),
+            };
+            f(&mut locals[at])
         })
     }
 
     #[cold]
     #[inline(never)]
-    fn register_thread(&self, buffers: &mut Vec<(u64, Arc<ThreadBuffer>)>) -> Arc<ThreadBuffer> {
+    fn register_thread(&self, locals: &mut Vec<Local>) -> usize {
         let track = self.next_track.fetch_add(1, Ordering::Relaxed);
         let current = std::thread::current();
         let mut names = Names::with_limit(self.max_names);
@@ -440,40 +581,44 @@ impl Recorder {
             data: Mutex::new(ThreadData {
                 names,
                 track,
-                buffer_id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
                 thread_name,
                 open: Vec::new(),
                 calls: Vec::new(),
-                // Stage ids are unique within the rank: the track in the high bits.
-                next_stage: u64::from(track) << 40,
+                paired: 0,
+                metadata: Vec::new(),
                 too_deep: 0,
                 records: Records::default(),
             }),
+            events: EventLog::new(),
+            id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
             registry: Arc::downgrade(&self.registry),
         });
         lock(&self.registry.threads).push(Arc::clone(&buffer));
         // Entries of profilers dropped since are of no use to this thread.
-        buffers.retain(|(_, b)| b.registry.strong_count() > 0);
-        buffers.push((self.id, Arc::clone(&buffer)));
-        buffer
-    }
-
-    /// Takes one row of `table`'s budget: `false` (and the drop counted) when full.
-    #[inline]
-    fn admit(&self, table: Table) -> bool {
-        let slot = table as usize;
-        if self.kept[slot].fetch_add(1, Ordering::Relaxed) < self.max_rows as u64 {
-            true
-        } else {
-            self.dropped[slot].fetch_add(1, Ordering::Relaxed);
-            false
-        }
+        locals.retain(|l| l.buffer.registry.strong_count() > 0);
+        locals.push(Local {
+            recorder: self.id,
+            buffer,
+            open: Vec::new(),
+            next_seq: 0,
+            names: FxHashMap::default(),
+        });
+        locals.len() - 1
     }
 
     /// Counts `rows` dropped from `table` by a ring buffer.
     pub(crate) fn count_dropped(&self, table: Table, rows: u64) {
         if rows > 0 {
-            self.dropped[table as usize].fetch_add(rows, Ordering::Relaxed);
+            self.registry.dropped[table as usize].fetch_add(rows, Ordering::Relaxed);
+        }
+    }
+
+    /// Pairs every thread's stage events into rows, so that recording
+    /// threads seldom have to: what the sampler thread does at each reading.
+    pub(crate) fn pair_events(&self) {
+        let generation = self.registry.session_generation();
+        for thread in self.registry.threads() {
+            self.registry.pair(&thread, &mut thread.lock(), generation);
         }
     }
 
@@ -481,7 +626,9 @@ impl Recorder {
     pub(crate) fn open_stage_names(&self) -> Vec<String> {
         let mut names = Vec::new();
         for thread in self.registry.threads() {
-            let data = thread.lock();
+            let mut data = thread.lock();
+            self.registry
+                .pair(&thread, &mut data, self.registry.session_generation());
             names.extend(
                 data.open
                     .iter()
@@ -496,7 +643,9 @@ impl Recorder {
     pub(crate) fn row_counts(&self) -> Vec<(Table, u64, u64)> {
         let mut held = [0u64; TABLES];
         for thread in self.registry.threads() {
-            let data = thread.lock();
+            let mut data = thread.lock();
+            self.registry
+                .pair(&thread, &mut data, self.registry.session_generation());
             for &table in Table::ALL {
                 held[table as usize] += data.records.len(table) as u64;
             }
@@ -504,7 +653,7 @@ impl Recorder {
         Table::ALL
             .iter()
             .map(|&table| {
-                let dropped = self.dropped[table as usize].load(Ordering::Relaxed);
+                let dropped = self.registry.dropped[table as usize].load(Ordering::Relaxed);
                 (table, held[table as usize], dropped)
             })
             .collect()
@@ -512,17 +661,16 @@ impl Recorder {
 
     /// Rows dropped per table since the last reset, and resets the budget.
     pub(crate) fn take_dropped(&self) -> Vec<(Table, u64)> {
+        let registry = &self.registry;
         let out = Table::ALL
             .iter()
             .map(|&table| {
-                (
-                    table,
-                    self.dropped[table as usize].swap(0, Ordering::Relaxed),
-                )
+                let rows = registry.dropped[table as usize].swap(0, Ordering::Relaxed);
+                (table, rows)
             })
             .filter(|&(_, rows)| rows > 0)
             .collect();
-        for kept in &self.kept {
+        for kept in &registry.kept {
             kept.store(0, Ordering::Relaxed);
         }
         out
@@ -533,9 +681,9 @@ impl Drop for Recorder {
     fn drop(&mut self) {
         // Forget this thread's entry; other threads' entries go when they exit.
         let id = self.id;
-        let _ = BUFFERS.try_with(|buffers| {
-            if let Ok(mut buffers) = buffers.0.try_borrow_mut() {
-                buffers.retain(|(owner, _)| *owner != id);
+        let _ = LOCALS.try_with(|locals| {
+            if let Ok(mut locals) = locals.0.try_borrow_mut() {
+                locals.retain(|local| local.recorder != id);
             }
         });
     }
@@ -544,6 +692,8 @@ impl Drop for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::LOG_EVENTS;
+    use rankscope_common::table::StagesView;
 
     #[test]
     fn a_thread_that_exits_leaves_its_records_and_takes_its_buffer() {
@@ -552,8 +702,7 @@ mod tests {
         for _ in 0..200 {
             let recorder = Arc::clone(&recorder);
             std::thread::spawn(move || {
-                let generation = recorder.recording().unwrap();
-                let id = recorder.begin_stage(generation, "work", None);
+                let id = recorder.begin_stage("work", None);
                 recorder.end_stage(id);
             })
             .join()
@@ -570,5 +719,73 @@ mod tests {
             200,
             "and its records kept"
         );
+    }
+
+    /// Many times the log's size of nested stages, read while they are
+    /// recorded and after: every stage once, nested as it ran, in the
+    /// order of its ends, with its call index.
+    #[test]
+    fn stages_past_many_full_logs_pair_into_nested_rows() {
+        let recorder = Recorder::new(&Config::default());
+        recorder.begin_session();
+        let outer_calls = LOG_EVENTS * 3 / 4 + 7;
+        for i in 0..outer_calls {
+            let outer = recorder.begin_stage("outer", Some(format!("{{\"i\":{i}}}")));
+            let inner = recorder.begin_stage("inner", None);
+            recorder.end_stage(inner);
+            if i % 1000 == 0 {
+                // A reader in the middle: the sampler's live view.
+                assert_eq!(recorder.open_stage_names(), ["outer"]);
+            }
+            recorder.end_stage(outer);
+        }
+        recorder.end_session();
+        let (builders, overflow) = recorder.drain();
+        assert_eq!(overflow.stages_too_deep, 0);
+        let tables = builders.finish().unwrap();
+        let stages = StagesView::new(&tables[&Table::Stages]).unwrap();
+        assert_eq!(stages.len, 2 * outer_calls);
+        for i in 0..outer_calls {
+            let (inner, outer) = (2 * i, 2 * i + 1);
+            assert_eq!(stages.name.get(inner), "inner");
+            assert_eq!(stages.name.get(outer), "outer");
+            assert_eq!(stages.parent_id.get(inner), Some(stages.stage_id[outer]));
+            assert_eq!((stages.depth[inner], stages.depth[outer]), (1, 0));
+            assert_eq!(stages.call_index[outer], i as u32);
+            assert_eq!(
+                stages.metadata.get(outer),
+                Some(format!("{{\"i\":{i}}}").as_str())
+            );
+            assert!(stages.start_ns[outer] <= stages.start_ns[inner]);
+            assert!(stages.end_ns[inner] <= stages.end_ns[outer]);
+        }
+    }
+
+    /// A stage begun in one session and ended in the next is in neither.
+    #[test]
+    fn a_stage_belongs_to_the_session_it_began_and_ended_in() {
+        let recorder = Recorder::new(&Config::default());
+        recorder.begin_session();
+        let spanning = recorder.begin_stage("spanning", None);
+        let kept = recorder.begin_stage("kept", None);
+        recorder.end_stage(kept);
+        recorder.end_session();
+        let names = |builders: Builders| -> Vec<String> {
+            let tables = builders.finish().unwrap();
+            match tables.get(&Table::Stages) {
+                Some(batch) => {
+                    let stages = StagesView::new(batch).unwrap();
+                    (0..stages.len)
+                        .map(|i| stages.name.get(i).to_string())
+                        .collect()
+                }
+                None => Vec::new(),
+            }
+        };
+        assert_eq!(names(recorder.drain().0), ["kept"]);
+        recorder.begin_session();
+        recorder.end_stage(spanning);
+        recorder.end_session();
+        assert!(names(recorder.drain().0).is_empty());
     }
 }

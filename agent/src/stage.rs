@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rankscope_common::names::NameId;
 
-use crate::recorder::{Recorder, ThreadData};
+use crate::recorder::Recorder;
 
 /// An open stage; the stage ends when this guard is dropped.
 ///
@@ -96,18 +96,17 @@ impl StageName {
         &self.name
     }
 
-    /// The name's id in thread buffer `t`, interned there on first use.
-    #[inline]
-    pub(crate) fn id_in(&self, t: &mut ThreadData) -> NameId {
+    /// The name's id in thread buffer `buffer`, interned there by `intern`
+    /// on first use.
+    #[inline(always)]
+    pub(crate) fn id_in(&self, buffer: u32, intern: impl FnOnce(&str) -> NameId) -> NameId {
         let cached = self.interned.load(Ordering::Relaxed);
-        if cached != Self::UNSET && (cached >> 32) as u32 == t.buffer_id() {
+        if cached != Self::UNSET && (cached >> 32) as u32 == buffer {
             return cached as NameId;
         }
-        let id = t.names.intern(&self.name);
-        self.interned.store(
-            u64::from(t.buffer_id()) << 32 | u64::from(id),
-            Ordering::Relaxed,
-        );
+        let id = intern(&self.name);
+        self.interned
+            .store(u64::from(buffer) << 32 | u64::from(id), Ordering::Relaxed);
         id
     }
 }

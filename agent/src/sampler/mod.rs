@@ -288,6 +288,9 @@ fn run(
                 show(&text);
             }
         }
+        // The stage events recorded since the last reading become rows here,
+        // off the recording threads.
+        sampled.recorder.pair_events();
         if stopping {
             let (gpu_readings, gpu_read_ns_mean, gpu_read_ns_max) = gpu_cost.summary();
             let (host_readings, host_read_ns_mean, host_read_ns_max) = host_cost.summary();
@@ -357,7 +360,7 @@ fn push_ring<T>(ring: &mut VecDeque<T>, row: T, max: usize) -> bool {
 
 fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu::GpuEvent>) {
     let recorder = &sampled.recorder;
-    let max = recorder.max_rows;
+    let max = recorder.max_rows();
     let dropped = recorder.with_thread(|t| {
         rows.iter()
             .map(|row| u64::from(push_ring(&mut t.records.gpu_samples, row.clone(), max)))
@@ -378,7 +381,7 @@ fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu:
 }
 
 fn record_host(recorder: &Recorder, row: &HostSampleRecord) {
-    let max = recorder.max_rows;
+    let max = recorder.max_rows();
     let dropped =
         recorder.with_thread(|t| push_ring(&mut t.records.host_samples, row.clone(), max));
     recorder.count_dropped(Table::HostSamples, u64::from(dropped));
