@@ -105,6 +105,10 @@ impl ProfilerBuilder {
     /// rank environment if none was given.
     pub fn build(mut self) -> Result<Profiler, ProfilerError> {
         self.config.validate()?;
+        if !self.config.enabled {
+            // Off means off: no launcher variable is read, so none can fail.
+            return Ok(Profiler::disabled());
+        }
         let env = match self.env.take() {
             Some(env) => env,
             None => env::detect()?,
@@ -303,8 +307,9 @@ impl Profiler {
     /// if there is none.
     #[inline]
     pub fn stop(&self, name: &str) -> bool {
-        match self.recording() {
-            Some(rec) => rec.stop_stage(name),
+        // Also after the session ended: the stage leaves the open stack.
+        match self.enabled.as_deref() {
+            Some(shared) => shared.recorder.stop_stage(name),
             None => false,
         }
     }

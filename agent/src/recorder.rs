@@ -50,6 +50,11 @@ struct Local {
     /// Stages this thread began and has not ended, innermost last:
     /// (sequence number, name).
     open: Vec<(u32, NameId)>,
+    /// The stages begun past `max_open_stages` and not ended, innermost
+    /// last, as runs of one name (name, calls; at most `max_open_stages`
+    /// runs): an end by name ends the innermost of these first, not an open
+    /// stage of the same name.
+    refused: Vec<(NameId, u64)>,
     next_seq: u32,
     /// Names looked up by text, so that a stage named by a `&str` takes no
     /// lock after its first use; at most `max_names` of them.
@@ -286,6 +291,14 @@ impl Registry {
     }
 }
 
+/// Ends one call of the refused run at `pos`.
+fn end_refused(refused: &mut Vec<(NameId, u64)>, pos: usize) {
+    refused[pos].1 -= 1;
+    if refused[pos].1 == 0 {
+        refused.remove(pos);
+    }
+}
+
 /// Adds what `data` overflowed to `total`, and resets its counts.
 fn add_overflow(total: &mut Overflow, data: &mut ThreadData) {
     total.names_folded += data.names.take_folded();
@@ -425,11 +438,17 @@ impl Recorder {
         metadata: Option<String>,
     ) -> u64 {
         self.with_local(|local| {
+            let name = name(local);
             if local.open.len() >= self.max_open_stages {
                 local.buffer.lock().too_deep += 1;
+                let runs = local.refused.len();
+                match local.refused.last_mut() {
+                    Some((last, calls)) if *last == name => *calls += 1,
+                    _ if runs < self.max_open_stages => local.refused.push((name, 1)),
+                    _ => {}
+                }
                 return NOT_OPENED;
             }
-            let name = name(local);
             let seq = local.next_seq;
             local.next_seq = seq.wrapping_add(1);
             if let Some(metadata) = metadata {
@@ -442,11 +461,18 @@ impl Recorder {
         })
     }
 
-    /// Ends the stage `stage_id` of this thread.
+    /// Ends the stage `stage_id` of this thread ([`NOT_OPENED`]: the
+    /// innermost stage refused as too deep).
     #[inline]
     pub(crate) fn end_stage(&self, stage_id: u64) {
         let ticks = self.registry.clock.ticks();
         self.with_local(|local| {
+            if stage_id == NOT_OPENED {
+                if let Some(pos) = local.refused.len().checked_sub(1) {
+                    end_refused(&mut local.refused, pos);
+                }
+                return;
+            }
             if let Some(pos) = local
                 .open
                 .iter()
@@ -482,6 +508,12 @@ impl Recorder {
             let Some(name) = name(local) else {
                 return false;
             };
+            // A refused stage is deeper than every open one: if it has the
+            // name, it is the innermost.
+            if let Some(pos) = local.refused.iter().rposition(|&(n, _)| n == name) {
+                end_refused(&mut local.refused, pos);
+                return true;
+            }
             match local.open.iter().rposition(|&(_, n)| n == name) {
                 Some(pos) => {
                     let (seq, _) = local.open.remove(pos);
@@ -600,6 +632,7 @@ impl Recorder {
             recorder: self.id,
             buffer,
             open: Vec::new(),
+            refused: Vec::new(),
             next_seq: 0,
             names: FxHashMap::default(),
         });
@@ -759,6 +792,37 @@ mod tests {
             assert!(stages.start_ns[outer] <= stages.start_ns[inner]);
             assert!(stages.end_ns[inner] <= stages.end_ns[outer]);
         }
+    }
+
+    /// A stage refused as too deep, ended by name or by its guard, never
+    /// ends an open stage of the same name.
+    #[test]
+    fn ending_a_stage_refused_as_too_deep_leaves_the_open_ones_alone() {
+        let recorder = Recorder::new(&Config {
+            max_open_stages: 2,
+            ..Config::default()
+        });
+        recorder.begin_session();
+        let name = StageName::new("recurse");
+        let outer = recorder.begin_named_stage(&name, None);
+        let inner = recorder.begin_named_stage(&name, None);
+        for _ in 0..3 {
+            // Refused, then ended by name: the refused call ends.
+            assert_eq!(recorder.begin_named_stage(&name, None), NOT_OPENED);
+            assert!(recorder.stop_named_stage(&name));
+        }
+        let refused = recorder.begin_named_stage(&name, None);
+        recorder.end_stage(refused);
+        assert_eq!(recorder.open_stage_names(), ["recurse", "recurse"]);
+        recorder.end_stage(inner);
+        recorder.end_stage(outer);
+        recorder.end_session();
+        let (builders, overflow) = recorder.drain();
+        assert_eq!(overflow.stages_too_deep, 4);
+        let tables = builders.finish().unwrap();
+        let stages = StagesView::new(&tables[&Table::Stages]).unwrap();
+        assert_eq!(stages.len, 2);
+        assert_eq!((stages.depth[0], stages.depth[1]), (1, 0));
     }
 
     /// A stage begun in one session and ended in the next is in neither.

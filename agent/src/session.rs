@@ -34,6 +34,17 @@ pub enum SessionError {
     /// The session was finished already, by a stop signal that spilled it.
     #[error("the session was already finished: a stop signal spilled its data")]
     Stopped,
+    /// This process is a fork of the one that started the session.
+    #[error(
+        "this process (pid {child}) is a fork of the rank process (pid {parent}) that started \
+         the session: only that process can finish it"
+    )]
+    Forked {
+        /// The process that started the session.
+        parent: u32,
+        /// This process.
+        child: u32,
+    },
     /// A session is already running on this profiler.
     #[error("session `{0}` is already running; finish it first")]
     AlreadyRunning(String),
@@ -254,12 +265,18 @@ impl From<Gathered> for GatherSummary {
 /// unfinished still spills this rank's payload, without waiting for others.
 pub struct Session {
     shared: Option<Arc<Shared>>,
+    /// The process that started the session: a forked child has the
+    /// session's memory but none of its threads, and must leave it alone.
+    pid: u32,
 }
 
 impl Session {
     /// A session of a disabled profiler.
     pub(crate) fn inert() -> Self {
-        Session { shared: None }
+        Session {
+            shared: None,
+            pid: std::process::id(),
+        }
     }
 
     pub(crate) fn start(
@@ -339,6 +356,7 @@ impl Session {
         }
         Ok(Session {
             shared: Some(shared),
+            pid: std::process::id(),
         })
     }
 
@@ -352,15 +370,36 @@ impl Session {
     /// waits at most `gather_timeout_s` for the others) and, on rank 0,
     /// writes the report.
     pub fn finish(mut self) -> Result<Outcome, SessionError> {
+        self.leave_if_forked()?;
         match self.shared.take() {
             Some(shared) => finish(&shared, true),
             None => Ok(Outcome::default()),
         }
     }
+
+    /// In a forked child, forgets the session without touching it: its
+    /// threads (sampler, flusher) do not exist there, and its state must
+    /// never be dropped there (that would wait for them).
+    fn leave_if_forked(&mut self) -> Result<(), SessionError> {
+        let child = std::process::id();
+        if child == self.pid {
+            return Ok(());
+        }
+        if let Some(shared) = self.shared.take() {
+            std::mem::forget(shared);
+        }
+        Err(SessionError::Forked {
+            parent: self.pid,
+            child,
+        })
+    }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if self.leave_if_forked().is_err() {
+            return;
+        }
         if let Some(shared) = self.shared.take() {
             if let Err(e) = finish(&shared, false) {
                 say!(

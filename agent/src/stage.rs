@@ -115,3 +115,17 @@ impl StageName {
 /// [`Profiler::end`](crate::Profiler::end) to end on the same thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenStageId(pub(crate) u64);
+
+impl OpenStageId {
+    /// The id as a number, for a binding to hand out.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The id a binding handed out as a number. A number that no
+    /// [`Profiler::begin`](crate::Profiler::begin) on this thread returned
+    /// ends nothing.
+    pub fn from_raw(id: u64) -> Self {
+        OpenStageId(id)
+    }
+}

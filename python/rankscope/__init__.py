@@ -20,7 +20,8 @@ torch uses.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, Mapping, Optional, TypeVar, overload
+import inspect
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar, overload
 
 from . import _rankscope, _torch
 from ._rankscope import Config, ConfigError, Outcome, Session, SessionError, Stage
@@ -78,9 +79,10 @@ class Profiler(_rankscope.Profiler):
         """Records a labelled memory snapshot.
 
         With no numbers given, they come from torch's CUDA allocator
-        (allocated, reserved, max allocated on the current device) when
-        torch uses CUDA, else from NVML (this process's memory on the rank's
-        first GPU).
+        (allocated, reserved, max allocated on torch's current device, the
+        one the profiler samples) when torch uses CUDA, else from NVML (this
+        process's memory on the rank's first GPU). ``gpu`` labels the
+        numbers given with an index in the rank's GPU list.
         """
         if allocated is None and reserved is None and max_allocated is None:
             reading = _torch.allocator_reading()
@@ -102,19 +104,15 @@ class Profiler(_rankscope.Profiler):
 
         ``@prof.profile_function("vae_decode")``, or bare
         ``@prof.profile_function`` to name the stage after the function.
+        A coroutine function's calls are timed from the call to the end of
+        its ``await``, each on its own, however tasks interleave.
         """
         if callable(name):
             return self.profile_function()(name)
 
         def decorate(function: F) -> F:
             stage = self.stage(name or function.__qualname__, metadata)
-
-            @functools.wraps(function)
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                with stage:
-                    return function(*args, **kwargs)
-
-            return timed  # type: ignore[return-value]
+            return _timed(function, lambda _: stage)
 
         return decorate
 
@@ -135,18 +133,16 @@ class Profiler(_rankscope.Profiler):
         def decorate(method: F) -> F:
             stages: Dict[type, Stage] = {}
 
-            @functools.wraps(method)
-            def timed(instance: Any, *args: Any, **kwargs: Any) -> Any:
-                kind = type(instance)
+            def stage_of(args: Tuple[Any, ...]) -> Stage:
+                kind = type(args[0])
                 stage = stages.get(kind)
                 if stage is None:
                     stage = stages.setdefault(
                         kind, self.stage(name or f"{kind.__name__}.{method.__name__}")
                     )
-                with stage:
-                    return method(instance, *args, **kwargs)
+                return stage
 
-            return timed  # type: ignore[return-value]
+            return _timed(method, stage_of)
 
         return decorate
 
@@ -165,3 +161,34 @@ class Profiler(_rankscope.Profiler):
             return in_session  # type: ignore[return-value]
 
         return decorate
+
+
+def _timed(function: F, stage_of: Callable[[Tuple[Any, ...]], Stage]) -> F:
+    """`function` with each call timed as the stage `stage_of(args)`."""
+    if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        raise TypeError(
+            f"{function.__qualname__} is a generator function: a decorator would time only "
+            "the making of the generator; time the loop that consumes it with a stage instead"
+        )
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def timed_coroutine(*args: Any, **kwargs: Any) -> Any:
+            # Ended by its id: other tasks' stages begin and end on this
+            # thread while this one awaits.
+            stage = stage_of(args)
+            call = stage._begin()
+            try:
+                return await function(*args, **kwargs)
+            finally:
+                if call is not None:
+                    stage._end(call)
+
+        return timed_coroutine  # type: ignore[return-value]
+
+    @functools.wraps(function)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        with stage_of(args):
+            return function(*args, **kwargs)
+
+    return timed  # type: ignore[return-value]

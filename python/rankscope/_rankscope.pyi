@@ -55,6 +55,10 @@ class Stage:
         """The stage's name."""
     def __enter__(self) -> "Stage": ...
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool: ...
+    def _begin(self) -> Optional[int]:
+        """Begins a call that ``_end`` ends by its id (None when not recording)."""
+    def _end(self, id: int) -> None:
+        """Ends a call ``_begin`` began."""
 
 @final
 class Outcome:

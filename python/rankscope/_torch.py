@@ -4,8 +4,10 @@ torch (rankscope never imports it, and never sets up CUDA on its own)."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from typing import Any, List, Optional, Tuple
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
 
 from ._rankscope import Config
 
@@ -66,32 +68,58 @@ def gpu_timer(mode: str, profiler: Any, limit: int) -> Any:
     return CudaEventTimer(torch, profiler, limit)
 
 
+class _Recorder:
+    """The profiler's recording calls, through a weak reference: a timer
+    never keeps its profiler alive (the profiler holds the timer)."""
+
+    def __init__(self, profiler: Any) -> None:
+        self._profiler = weakref.ref(profiler)
+
+    def gpu_time(self, name: str, ms: float) -> None:
+        profiler = self._profiler()
+        if profiler is not None:
+            profiler.record_stage_gpu_time(name, ms)
+
+    def event(self, name: str, payload: Any) -> None:
+        profiler = self._profiler()
+        if profiler is not None:
+            profiler.add_event(name, payload)
+
+
 class CudaEventTimer:
     """Times each stage call with a pair of CUDA events recorded on the
     current stream: the host never waits for the GPU. Pairs whose end event
     has completed are resolved now and then (``Event.query``, which does not
     wait) and the rest when the session ends, so at most ``limit`` pairs are
-    held; past that, calls are counted as dropped instead."""
+    held; past that, calls are counted as dropped instead. Safe on several
+    threads at once (one lock, taken around each call's bookkeeping)."""
 
     #: Pending pairs past which the completed ones are resolved.
     RESOLVE_AT = 1024
 
     def __init__(self, torch: Any, profiler: Any, limit: int) -> None:
         self._cuda = torch.cuda
-        self._record = profiler.record_stage_gpu_time
-        self._event = profiler.add_event
+        self._recorder = _Recorder(profiler)
         self._limit = max(1, limit)
-        self._pending: List[Tuple[str, Any, Any]] = []
-        # Events of resolved pairs, recorded again instead of made anew
-        # (making one costs far more than recording it).
-        self._free: List[Any] = []
+        self._lock = threading.Lock()
+        # (stage name, start, end), each event with its device.
+        self._pending: List[Tuple[str, Tuple[int, Any], Tuple[int, Any]]] = []
+        # Events of resolved pairs by device, recorded again instead of made
+        # anew (making one costs far more than recording it).
+        self._free: Dict[int, List[Any]] = {}
         self._resolve_at = min(self.RESOLVE_AT, self._limit)
         self.dropped = 0
 
-    def _recorded(self) -> Any:
-        event = self._free.pop() if self._free else self._cuda.Event(enable_timing=True)
+    def _recorded(self) -> Tuple[int, Any]:
+        """An event recorded now on the current device's current stream."""
+        device = self._cuda.current_device()
+        with self._lock:
+            free = self._free.get(device)
+            event = free.pop() if free else None
+        if event is None:
+            event = self._cuda.Event(enable_timing=True)
         event.record()
-        return event
+        return (device, event)
 
     def begin(self) -> Any:
         # A process that has not set up CUDA yet is not made to.
@@ -103,39 +131,48 @@ class CudaEventTimer:
         if start is None:
             return
         end = self._recorded()
-        if len(self._pending) >= self._resolve_at:
-            self._resolve(wait=False)
-            # Resolve again only after as many new pairs.
-            self._resolve_at = min(len(self._pending) + self.RESOLVE_AT, self._limit)
-        if len(self._pending) >= self._limit:
-            self.dropped += 1
-            self._free += (start, end)
-            return
-        self._pending.append((name, start, end))
+        with self._lock:
+            if len(self._pending) >= self._resolve_at:
+                self._resolve(wait=False)
+                # Resolve again only after as many new pairs.
+                self._resolve_at = min(len(self._pending) + self.RESOLVE_AT, self._limit)
+            if len(self._pending) >= self._limit:
+                self.dropped += 1
+                self._release(start, end)
+                return
+            self._pending.append((name, start, end))
 
     def resolve(self) -> None:
         """Resolves every pair (waits for the GPU once); called at session end."""
-        if self._pending:
-            self._cuda.synchronize()
-        self._resolve(wait=True)
-        if self.dropped:
-            self._event("gpu_timing_dropped", {"calls": self.dropped})
+        with self._lock:
+            if self._pending:
+                self._cuda.synchronize()
+            self._resolve(wait=True)
+            if self.dropped:
+                self._recorder.event("gpu_timing_dropped", {"calls": self.dropped})
 
     def _resolve(self, wait: bool) -> None:
+        """Records the pairs that completed (all with ``wait``); holds the lock."""
         waiting = []
         for name, start, end in self._pending:
-            if not wait and not end.query():
+            if not wait and not end[1].query():
                 waiting.append((name, start, end))
                 continue
-            try:
-                self._record(name, start.elapsed_time(end))
-            except RuntimeError:
+            if start[0] == end[0]:
+                self._recorder.gpu_time(name, start[1].elapsed_time(end[1]))
+            else:
                 # Events of two devices (the stage changed device) have no
                 # elapsed time between them.
                 self.dropped += 1
-            if len(self._free) < 2 * self.RESOLVE_AT:
-                self._free += (start, end)
+            self._release(start, end)
         self._pending = waiting
+
+    def _release(self, *events: Tuple[int, Any]) -> None:
+        """Keeps events for reuse on their devices; holds the lock."""
+        for device, event in events:
+            free = self._free.setdefault(device, [])
+            if len(free) < 2 * self.RESOLVE_AT:
+                free.append(event)
 
 
 class SyncTimer:
@@ -145,7 +182,7 @@ class SyncTimer:
 
     def __init__(self, torch: Any, profiler: Any) -> None:
         self._cuda = torch.cuda
-        self._record = profiler.record_stage_gpu_time
+        self._recorder = _Recorder(profiler)
 
     def begin(self) -> Optional[int]:
         if not self._cuda.is_initialized():
@@ -157,7 +194,7 @@ class SyncTimer:
         if start is None:
             return
         self._cuda.synchronize()
-        self._record(name, (time.perf_counter_ns() - start) / 1e6)
+        self._recorder.gpu_time(name, (time.perf_counter_ns() - start) / 1e6)
 
     def resolve(self) -> None:
         """Nothing is pending: each call was recorded as it ended."""

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::PyAttributeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyTuple};
 use serde_json::{Map, Value};
 
 use crate::json::{self, Other};
@@ -26,14 +26,7 @@ impl Config {
     #[new]
     #[pyo3(signature = (**keys), text_signature = "(**keys)")]
     fn new(keys: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let mut map = Map::new();
-        if let Some(keys) = keys {
-            for (key, value) in keys.iter() {
-                let key: String = key.extract()?;
-                map.insert(key.clone(), key_value(&key, &value)?);
-            }
-        }
-        let inner = rankscope::Config::from_map(map).map_err(config_error)?;
+        let inner = rankscope::Config::from_map(key_map(keys)?).map_err(config_error)?;
         Ok(Config { inner })
     }
 
@@ -71,15 +64,16 @@ impl Config {
         let Value::Object(mut map) = self.as_json() else {
             unreachable!("Config serializes to a map")
         };
-        // The preset's defaults are already in the map: a new preset would
-        // not reset them.
-        map.remove("preset");
-        if let Some(keys) = keys {
-            for (key, value) in keys.iter() {
-                let key: String = key.extract()?;
-                map.insert(key.clone(), key_value(&key, &value)?);
-            }
+        let changes = key_map(keys)?;
+        if changes.contains_key("preset") {
+            return Err(ConfigError::new_err(
+                "configuration key `preset`: a preset sets the defaults a Config starts from; \
+                 make a new Config(preset=..., ...) instead of replacing it",
+            ));
         }
+        // The preset's defaults are already in the map.
+        map.remove("preset");
+        map.extend(changes);
         let mut inner = rankscope::Config::from_map(map).map_err(config_error)?;
         inner.preset = self.inner.preset;
         Ok(Config { inner })
@@ -94,14 +88,23 @@ impl Config {
         }
     }
 
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .extract::<PyRef<'_, Config>>()
-            .is_ok_and(|other| other.inner == self.inner)
+    fn __eq__<'py>(&self, other: &Bound<'py, PyAny>) -> Bound<'py, PyAny> {
+        let py = other.py();
+        match other.extract::<PyRef<'_, Config>>() {
+            Ok(other) => PyBool::new(py, other.inner == self.inner)
+                .to_owned()
+                .into_any(),
+            Err(_) => py.NotImplemented().into_bound(py),
+        }
     }
 
+    /// The settings, the job token (a secret) left out.
     fn __repr__(&self) -> String {
-        format!("Config({})", self.as_json())
+        let mut shown = self.as_json();
+        if let Some(token) = shown.get_mut("token").filter(|t| !t.is_null()) {
+            *token = Value::String("(set, not shown)".into());
+        }
+        format!("Config({shown})")
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
@@ -120,6 +123,19 @@ impl Config {
     fn as_json(&self) -> Value {
         serde_json::to_value(&self.inner).expect("Config serializes")
     }
+}
+
+/// Keyword arguments as configuration keys and JSON values.
+fn key_map(keys: Option<&Bound<'_, PyDict>>) -> PyResult<Map<String, Value>> {
+    let mut map = Map::new();
+    if let Some(keys) = keys {
+        for item in keys.items().iter() {
+            let (key, value): (String, Bound<'_, PyAny>) = item.extract()?;
+            let value = key_value(&key, &value)?;
+            map.insert(key, value);
+        }
+    }
+    Ok(map)
 }
 
 /// The JSON value of configuration key `key`; a Python value of a type no

@@ -3,12 +3,15 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
 use serde_json::{Map, Value};
 
-/// The deepest nesting converted; deeper values (or a list that holds
-/// itself) are cut to a note instead of recursing without end.
+/// The deepest nesting converted; deeper values are cut to a note.
 const MAX_DEPTH: usize = 32;
+/// The most values converted in one call; past that, the rest are cut to a
+/// note. Bounds the work on a list that holds itself (twice) or a large
+/// shared structure, which nesting alone does not.
+const MAX_VALUES: usize = 10_000;
 
 /// How values of types JSON has no place for are handled.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -19,74 +22,117 @@ pub enum Other {
     Refuse,
 }
 
-/// `value` as JSON. Path-like objects become their path text; numbers that
-/// are not finite become `null` (JSON has no place for them).
+/// `value` as JSON. Mappings become objects (their items read once, so a
+/// mapping changed meanwhile cannot break the conversion), lists and tuples
+/// arrays, path-like objects their path text; strings that are not valid
+/// Unicode keep their valid part. With [`Other::AsText`], numbers that are
+/// not finite become `null` and anything else its `str()`.
 pub fn to_json(value: &Bound<'_, PyAny>, other: Other) -> PyResult<Value> {
-    convert(value, other, 0)
+    Converter {
+        other,
+        left: MAX_VALUES,
+    }
+    .convert(value, 0)
 }
 
-fn convert(value: &Bound<'_, PyAny>, other: Other, depth: usize) -> PyResult<Value> {
-    if value.is_none() {
-        return Ok(Value::Null);
-    }
-    if value.is_instance_of::<PyBool>() {
-        return Ok(Value::Bool(value.extract()?));
-    }
-    if value.is_instance_of::<PyInt>() {
-        return Ok(match value.extract::<i64>() {
-            Ok(n) => Value::from(n),
-            Err(_) => match value.extract::<u64>() {
-                Ok(n) => Value::from(n),
-                Err(_) => Value::String(value.str()?.to_string()),
-            },
-        });
-    }
-    if value.is_instance_of::<PyFloat>() {
-        return Ok(
-            serde_json::Number::from_f64(value.extract()?).map_or(Value::Null, Value::Number)
-        );
-    }
-    if value.is_instance_of::<PyString>() {
-        return Ok(Value::String(value.extract()?));
-    }
-    if depth >= MAX_DEPTH {
-        return Ok(Value::String(format!("(nested deeper than {MAX_DEPTH})")));
-    }
-    if let Ok(dict) = value.cast::<PyDict>() {
-        let mut map = Map::new();
-        for (key, item) in dict.iter() {
-            let key = match key.cast::<PyString>() {
-                Ok(key) => key.to_string(),
-                Err(_) => key.str()?.to_string(),
-            };
-            map.insert(key, convert(&item, other, depth + 1)?);
+struct Converter {
+    other: Other,
+    /// Values still to be converted before the rest is cut.
+    left: usize,
+}
+
+impl Converter {
+    fn convert(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+        if self.left == 0 {
+            return Ok(Value::String(format!(
+                "(cut: more than {MAX_VALUES} values)"
+            )));
         }
-        return Ok(Value::Object(map));
+        self.left -= 1;
+        if value.is_none() {
+            return Ok(Value::Null);
+        }
+        if value.is_instance_of::<PyBool>() {
+            return Ok(Value::Bool(value.extract()?));
+        }
+        if value.is_instance_of::<PyInt>() {
+            if let Ok(n) = value.extract::<i64>() {
+                return Ok(Value::from(n));
+            }
+            if let Ok(n) = value.extract::<u64>() {
+                return Ok(Value::from(n));
+            }
+            return self.other(value, "an integer out of the 64-bit range");
+        }
+        if value.is_instance_of::<PyFloat>() {
+            return self.float(value, value.extract()?);
+        }
+        if let Ok(text) = value.cast::<PyString>() {
+            return Ok(Value::String(text.to_string_lossy().into_owned()));
+        }
+        if depth >= MAX_DEPTH {
+            return Ok(Value::String(format!(
+                "(cut: nested deeper than {MAX_DEPTH})"
+            )));
+        }
+        let items = match value.cast::<PyDict>() {
+            Ok(dict) => Some(dict.items()),
+            Err(_) => match value.cast::<PyMapping>() {
+                Ok(mapping) => Some(mapping.items()?),
+                Err(_) => None,
+            },
+        };
+        if let Some(items) = items {
+            let mut map = Map::new();
+            for item in items.iter() {
+                let (key, item): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+                let key = match key.cast::<PyString>() {
+                    Ok(key) => key.to_string_lossy().into_owned(),
+                    Err(_) => key.str()?.to_string_lossy().into_owned(),
+                };
+                map.insert(key, self.convert(&item, depth + 1)?);
+            }
+            return Ok(Value::Object(map));
+        }
+        if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+            let items: Vec<Bound<'_, PyAny>> = value.try_iter()?.collect::<PyResult<_>>()?;
+            let items = items
+                .iter()
+                .map(|item| self.convert(item, depth + 1))
+                .collect::<PyResult<Vec<_>>>()?;
+            return Ok(Value::Array(items));
+        }
+        if let Ok(path) = value.extract::<std::path::PathBuf>() {
+            return Ok(Value::String(path.to_string_lossy().into_owned()));
+        }
+        // Numbers of other libraries (numpy, torch) say what they are through
+        // __index__ and __float__.
+        if let Ok(n) = value.extract::<i64>() {
+            return Ok(Value::from(n));
+        }
+        if let Ok(x) = value.extract::<f64>() {
+            return self.float(value, x);
+        }
+        let kind = value.get_type().name()?.to_string();
+        self.other(value, &format!("a value of type {kind}"))
     }
-    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-        let items = value
-            .try_iter()?
-            .map(|item| convert(&item?, other, depth + 1))
-            .collect::<PyResult<Vec<_>>>()?;
-        return Ok(Value::Array(items));
+
+    fn float(&self, value: &Bound<'_, PyAny>, x: f64) -> PyResult<Value> {
+        match serde_json::Number::from_f64(x) {
+            Some(number) => Ok(Value::Number(number)),
+            None if self.other == Other::AsText => Ok(Value::Null),
+            None => self.other(value, &format!("{x}, not a finite number,")),
+        }
     }
-    if let Ok(path) = value.extract::<std::path::PathBuf>() {
-        return Ok(Value::String(path.to_string_lossy().into_owned()));
-    }
-    // Numbers of other libraries (numpy, torch) say what they are through
-    // __index__ and __float__.
-    if let Ok(n) = value.extract::<i64>() {
-        return Ok(Value::from(n));
-    }
-    if let Ok(x) = value.extract::<f64>() {
-        return Ok(serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number));
-    }
-    match other {
-        Other::AsText => Ok(Value::String(value.str()?.to_string())),
-        Other::Refuse => Err(PyTypeError::new_err(format!(
-            "a value of type {} has no place in a configuration",
-            value.get_type().name()?
-        ))),
+
+    /// A value JSON has no place for: its text, or a `TypeError`.
+    fn other(&self, value: &Bound<'_, PyAny>, what: &str) -> PyResult<Value> {
+        match self.other {
+            Other::AsText => Ok(Value::String(value.str()?.to_string_lossy().into_owned())),
+            Other::Refuse => Err(PyTypeError::new_err(format!(
+                "{what} has no place in a configuration"
+            ))),
+        }
     }
 }
 

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyType};
+use pyo3::types::{PyDict, PyMapping, PyString, PyType};
 
 use crate::config::{config_error, Config};
 use crate::json::{self, Other};
@@ -107,20 +107,33 @@ impl Profiler {
 
     /// Starts the job's session; every rank calls this with the same name.
     /// Use it as a context manager, or call `finish()` on what it returns.
+    /// The rendezvous with the other ranks runs without the interpreter's
+    /// lock.
     #[pyo3(signature = (name, tags=None))]
-    fn session(&self, name: &str, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Session> {
+    fn session(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        tags: Option<&Bound<'_, PyMapping>>,
+    ) -> PyResult<Session> {
+        let text = |v: Bound<'_, PyAny>| -> PyResult<String> {
+            Ok(v.str()?.to_string_lossy().into_owned())
+        };
         let tags: Vec<(String, String)> = match tags {
             Some(tags) => tags
+                .items()?
                 .iter()
-                .map(|(k, v)| Ok((k.str()?.to_string(), v.str()?.to_string())))
+                .map(|item| {
+                    let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+                    Ok((text(k)?, text(v)?))
+                })
                 .collect::<PyResult<_>>()?,
             None => Vec::new(),
         };
         let tags: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let session = self
-            .core
-            .profiler
-            .session(name, &tags)
+        let profiler = &self.core.profiler;
+        let session = py
+            .detach(|| profiler.session(name, &tags))
             .map_err(|e| SessionError::new_err(chain(&e)))?;
         Ok(Session {
             core: Arc::clone(&self.core),
@@ -153,7 +166,7 @@ impl Profiler {
             py,
             Stage {
                 core: Arc::clone(&self.core),
-                name: rankscope::StageName::new(name.to_str()?),
+                name: rankscope::StageName::new(&name.to_string_lossy()),
                 metadata,
                 gpu_calls: Mutex::new(Vec::new()),
             },
@@ -310,8 +323,10 @@ impl Profiler {
     /// the GPU: `begin()` returns a handle, `end(name, handle)` takes it.
     fn _set_gpu_timer(&self, timer: Option<Py<PyAny>>) {
         let on = timer.is_some();
-        *lock(&self.core.gpu_timer) = timer;
+        let previous = std::mem::replace(&mut *lock(&self.core.gpu_timer), timer);
         self.core.gpu_timer_on.store(on, Ordering::Release);
+        // Dropped (its `__del__` run) with the lock released.
+        drop(previous);
     }
 
     /// The GPU timer set, if any.
@@ -360,9 +375,30 @@ impl Stage {
     ) -> PyResult<bool> {
         self.core.profiler.end_named(&self.name);
         if self.core.gpu_timer_on.load(Ordering::Acquire) {
-            self.gpu_end(py)?;
+            // The GPU timer never replaces the exception leaving the stage.
+            if let Err(e) = self.gpu_end(py) {
+                warn(
+                    py,
+                    &format!("GPU time of stage {:?} lost: {e}", self.name.as_str()),
+                )?;
+            }
         }
         Ok(false)
+    }
+
+    /// Begins a call that `_end` ends, by its id, whatever else runs on the
+    /// thread meanwhile (what the decorators use for coroutines, whose
+    /// calls interleave on one thread). `None` when not recording.
+    fn _begin(&self) -> Option<u64> {
+        self.core
+            .profiler
+            .begin(&self.name, self.metadata.as_ref())
+            .map(|id| id.get())
+    }
+
+    /// Ends a call `_begin` began.
+    fn _end(&self, id: u64) {
+        self.core.profiler.end(rankscope::OpenStageId::from_raw(id));
     }
 
     fn __repr__(&self) -> String {
@@ -430,16 +466,20 @@ impl Session {
         if let Some(done) = self.outcome(py) {
             return Ok(done);
         }
+        // CUDA events resolve here, once, not on the hot path. A timer that
+        // fails (a CUDA error) costs the GPU times, never the session.
+        self.core.gpu_timer_on.store(false, Ordering::Release);
+        let timer = lock(&self.core.gpu_timer).take();
+        if let Some(timer) = timer {
+            if let Err(e) = timer.call_method0(py, "resolve") {
+                warn(py, &format!("the session's GPU times are lost: {e}"))?;
+            }
+        }
         let Some(session) = lock(&self.running).take() else {
             return Err(SessionError::new_err(
-                "the session is finishing on another thread",
+                "the session was finished already, by a call that failed or runs on another thread",
             ));
         };
-        self.core.gpu_timer_on.store(false, Ordering::Release);
-        if let Some(timer) = lock(&self.core.gpu_timer).take() {
-            // CUDA events resolve here, once, not on the hot path.
-            timer.call_method0(py, "resolve")?;
-        }
         let finished = py.detach(|| session.finish());
         let outcome = finished.map_err(|e| SessionError::new_err(chain(&e)))?;
         if let Some(report) = &outcome.report {
@@ -552,6 +592,12 @@ fn profiler_error(error: rankscope::ProfilerError) -> PyErr {
 /// An error and its causes, one line.
 fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     rankscope::Chain(error).to_string()
+}
+
+/// Issues a `RuntimeWarning` (an error only where warnings are made errors).
+fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
+    let text = std::ffi::CString::new(message.replace('\0', " ")).expect("no NUL left");
+    PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &text, 1)
 }
 
 /// Locks `mutex`; a panic elsewhere while it was held leaves its data usable.
