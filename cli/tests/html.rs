@@ -103,7 +103,10 @@ fn the_demo_report_opens_offline_with_every_chart_drawn() {
 /// Strings a rank could send that would run script if they reached the
 /// page unescaped.
 const SCRIPT_CLOSE: &str = "</script><script>window.pwned=1</script>";
-const IMG_ONERROR: &str = "<img src=x onerror=\"window.pwned=2\">";
+/// With control characters, which HTML cannot carry, after it: the page
+/// shows them as `?` (IMG_SHOWN).
+const IMG_ONERROR: &str = "<img src=x onerror=\"window.pwned=2\">\u{1b}[2J\u{0}";
+const IMG_SHOWN: &str = "<img src=x onerror=\"window.pwned=2\">?[2J?";
 
 /// A rank's payload whose every name is hostile.
 fn hostile_rank(rank: u32) -> Payload {
@@ -206,6 +209,10 @@ fn hostile_names_show_as_text_and_run_nothing() {
     let html = dir.path().join("report.html");
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(!page.contains(SCRIPT_CLOSE) && !page.contains(IMG_ONERROR));
+    assert!(
+        !page.contains('\u{1b}') && !page.contains('\u{0}'),
+        "control characters reach the page"
+    );
 
     let mut browser = Browser::launch(1200);
     browser.open(&html, CHARTS_READY);
@@ -232,7 +239,7 @@ fn hostile_names_show_as_text_and_run_nothing() {
     let stages = browser.eval("document.getElementById('stage-table').textContent");
     let stages = stages.as_str().unwrap();
     assert!(
-        stages.contains(SCRIPT_CLOSE) && stages.contains(IMG_ONERROR),
+        stages.contains(SCRIPT_CLOSE) && stages.contains(IMG_SHOWN),
         "{stages}"
     );
     let title = browser.eval("document.title");

@@ -15,12 +15,20 @@ fn is_unsafe(c: char) -> bool {
 
 /// `text` with every character that could drive a terminal replaced by `?`.
 pub fn terminal(text: &str) -> Cow<'_, str> {
-    if text.chars().any(is_unsafe) {
-        Cow::Owned(
-            text.chars()
-                .map(|c| if is_unsafe(c) { '?' } else { c })
-                .collect(),
-        )
+    replace_unsafe(text, |_| true)
+}
+
+/// A rendered page with the characters HTML cannot carry (controls other
+/// than line breaks and tabs) or that could reorder its text replaced by `?`.
+pub fn markup(page: &str) -> Cow<'_, str> {
+    replace_unsafe(page, |c| !matches!(c, '\n' | '\r' | '\t'))
+}
+
+/// `text` with each [`is_unsafe`] character that `replaced` accepts made `?`.
+fn replace_unsafe(text: &str, replaced: impl Fn(char) -> bool) -> Cow<'_, str> {
+    let bad = |c: char| is_unsafe(c) && replaced(c);
+    if text.chars().any(bad) {
+        Cow::Owned(text.chars().map(|c| if bad(c) { '?' } else { c }).collect())
     } else {
         Cow::Borrowed(text)
     }

@@ -41,7 +41,10 @@ pub fn write_html(report: &Report, out: &mut impl Write) -> std::io::Result<()> 
     let page = tera
         .render("report.html", &context)
         .map_err(std::io::Error::other)?;
-    let mut rest = page.as_str();
+    // Names are the ranks' own: no control character of theirs reaches the
+    // page (the data slot's JSON escapes them).
+    let page = rankscope_common::text::markup(&page);
+    let mut rest = page.as_ref();
     for slot in [DATA_SLOT, ECHARTS_SLOT, SCRIPT_SLOT] {
         let (before, after) = rest.split_once(slot).ok_or_else(|| {
             std::io::Error::other(format!("the page template lost its slot {slot}"))
