@@ -66,6 +66,23 @@ def main() -> None:
             with x:
                 pass
 
+    def bursts(body: Callable[[int], None]) -> Callable[[int], float]:
+        """`body` in bursts of 2,000 blocks, the agent's events paired in
+        between (by get_current_metrics, as the sampler thread does at each
+        reading): what the recording thread pays when it does not fill its
+        event log between two readings. Returns ns per block of the bursts."""
+
+        def timed(n: int) -> float:
+            total = 0
+            for _ in range(n // 2000):
+                start = time.perf_counter_ns()
+                body(2000)
+                total += time.perf_counter_ns() - start
+                prof.get_current_metrics()
+            return total / n
+
+        return timed
+
     def disabled_named(n: int) -> None:
         stage = off.stage
         for _ in range(n):
@@ -110,11 +127,17 @@ def main() -> None:
     except ImportError:
         print("torch is not installed: record_function not measured", file=sys.stderr)
 
+    paired_between = {
+        "rankscope, name given each time, bursts paired between": bursts(named),
+        "rankscope, kept stage object, bursts paired between": bursts(kept),
+    }
     results: Dict[str, List[float]] = defaultdict(list)
     with prof.session("bench"):
         for _ in range(rounds):
             for name, body in variants.items():
                 results[name].append(per_block_ns(body, iterations))
+            for name, timed in paired_between.items():
+                results[name].append(timed(iterations))
                 # Each round's rows are forgotten, so memory stays flat.
                 pure.times.clear()
     median = {name: statistics.median(values) for name, values in results.items()}
