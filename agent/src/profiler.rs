@@ -255,8 +255,8 @@ impl Profiler {
         ))
     }
 
-    /// Ends a stage [`Profiler::begin`] began on this thread (and any
-    /// stage it holds open inside it, as their guards would).
+    /// Ends a stage [`Profiler::begin`] began on this thread. Stages begun
+    /// inside it and still open stay open (and nested in it) until they end.
     #[inline]
     pub fn end(&self, stage: OpenStageId) {
         if let Some(shared) = self.enabled.as_deref() {

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use rustc_hash::FxHashMap;
 
-use rankscope_common::names::{NameId, Names};
+use rankscope_common::names::{NameId, Names, OTHER};
 use rankscope_common::payload::Overflow;
 use rankscope_common::table::{Builders, Records, StageRecord, Table};
 use rankscope_common::Config;
@@ -34,7 +34,7 @@ use rankscope_common::Config;
 use crate::events::{Event, EventLog};
 use crate::stage::StageName;
 use crate::sync::lock;
-use crate::ticks::Clock;
+use crate::ticks::{Clock, Scale};
 
 /// Source of recorder ids: thread-locals are keyed by them.
 static NEXT_RECORDER_ID: AtomicU64 = AtomicU64::new(1);
@@ -110,8 +110,7 @@ pub(crate) struct ThreadData {
     metadata: Vec<(u32, String)>,
     /// Stages begun while the open stack was full.
     too_deep: u64,
-    /// The session's rows, one queue per table (stage rows in ticks until
-    /// they leave the buffer).
+    /// The session's rows, one queue per table.
     pub(crate) records: Records,
 }
 
@@ -200,6 +199,10 @@ impl Registry {
     /// them into stage rows.
     fn pair(&self, buffer: &ThreadBuffer, data: &mut ThreadData, generation: u64) {
         let (events, end) = buffer.events.read(data.paired);
+        if end == data.paired {
+            return;
+        }
+        let scale = self.clock.scale();
         for event in events {
             match event {
                 Event::Begin { seq, name, ticks } => {
@@ -221,7 +224,7 @@ impl Registry {
                 }
                 Event::End { seq, ticks } => {
                     if let Some(pos) = data.open.iter().rposition(|s| s.seq == seq) {
-                        self.close(data, pos, ticks, generation);
+                        self.close(data, pos, ticks, generation, &scale);
                     }
                 }
             }
@@ -229,9 +232,17 @@ impl Registry {
         data.paired = end;
     }
 
-    /// Removes open stage `pos` and keeps it as a stage row, if it began in
-    /// session `generation` and the table has room.
-    fn close(&self, data: &mut ThreadData, pos: usize, end_ticks: u64, generation: u64) {
+    /// Removes open stage `pos` and keeps it as a stage row, its ticks made
+    /// nanoseconds by `scale`, if it began in session `generation` and the
+    /// table has room.
+    fn close(
+        &self,
+        data: &mut ThreadData,
+        pos: usize,
+        end_ticks: u64,
+        generation: u64,
+        scale: &Scale,
+    ) {
         let open = data.open.remove(pos);
         if open.generation == 0 || open.generation != generation || !self.admit(Table::Stages) {
             return;
@@ -244,24 +255,17 @@ impl Registry {
             stage_id: open.stage_id,
             parent_id,
             depth: pos as u32,
-            // Ticks until the record leaves the buffer (`take_rows`).
-            start_ns: open.start_ticks,
-            end_ns: end_ticks,
+            start_ns: scale.session_ns(open.start_ticks),
+            end_ns: scale.session_ns(end_ticks),
             call_index: open.call_index,
             metadata: open.metadata,
         });
     }
 
-    /// Pairs a thread's events, then appends its records to `builders`,
-    /// its stages' ticks made nanoseconds; the records stay, for the caller
-    /// to clear.
+    /// Pairs a thread's events, then appends its records to `builders`;
+    /// the records stay, for the caller to clear.
     fn take_rows(&self, builders: &mut Builders, buffer: &ThreadBuffer, data: &mut ThreadData) {
         self.pair(buffer, data, self.session_generation());
-        let scale = self.clock.scale();
-        for stage in &mut data.records.stages {
-            stage.start_ns = scale.session_ns(stage.start_ns);
-            stage.end_ns = scale.session_ns(stage.end_ns);
-        }
         builders.append(&data.records, &data.names);
     }
 
@@ -289,6 +293,15 @@ impl Registry {
             false
         }
     }
+}
+
+/// Interns `name` in `buffer`; says whether the id may be kept for later
+/// calls: not when the name was folded into `(other)`, so that every call
+/// of a folded name is counted as such.
+fn intern(buffer: &ThreadBuffer, name: &str) -> (NameId, bool) {
+    let names = &mut buffer.lock().names;
+    let id = names.intern(name);
+    (id, names.name(id) != OTHER || name == OTHER)
 }
 
 /// Ends one call of the refused run at `pos`.
@@ -319,6 +332,9 @@ const TABLES: usize = Table::ALL.len();
 
 /// The id of a stage begun past the open-stage limit: no stage has it.
 const NOT_OPENED: u64 = u64::MAX;
+
+/// A refused run's name when its calls had several names: any.
+const ANY_NAME: NameId = NameId::MAX;
 
 impl Recorder {
     /// A recorder with the limits of `config`.
@@ -363,6 +379,9 @@ impl Recorder {
     /// Forgets rows recorded outside a session, starts the session clock and
     /// starts recording.
     pub(crate) fn begin_session(&self) {
+        // From here until the new generation is set, whatever pairs (the
+        // clear below, a live view, a full log) keeps nothing.
+        self.registry.ended.store(0, Ordering::Relaxed);
         for thread in self.registry.threads() {
             let mut data = thread.lock();
             // Events since the last drain belong to no session.
@@ -372,7 +391,6 @@ impl Recorder {
         *lock(&self.registry.retired) = Retired::default();
         self.take_dropped();
         self.registry.clock.start_session();
-        self.registry.ended.store(0, Ordering::Relaxed);
         let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
         self.registry
             .generation
@@ -381,8 +399,10 @@ impl Recorder {
 
     /// Stops recording; returns the session's length in nanoseconds.
     pub(crate) fn end_session(&self) -> u64 {
-        let ended = self.registry.generation.swap(0, Ordering::AcqRel);
-        self.registry.ended.store(ended, Ordering::Relaxed);
+        // `ended` first: a pairing in between sees the session either way.
+        let ending = self.registry.generation.load(Ordering::Acquire);
+        self.registry.ended.store(ending, Ordering::Release);
+        self.registry.generation.store(0, Ordering::Release);
         self.now_ns()
     }
 
@@ -400,6 +420,9 @@ impl Recorder {
             add_overflow(&mut retired.overflow, &mut data);
             data.clear_rows();
         }
+        // The ended session is drained: stages that end from now on belong
+        // to none.
+        self.registry.ended.store(0, Ordering::Relaxed);
         let Retired { builders, overflow } = std::mem::take(&mut *retired);
         (builders, overflow)
     }
@@ -443,9 +466,13 @@ impl Recorder {
                 local.buffer.lock().too_deep += 1;
                 let runs = local.refused.len();
                 match local.refused.last_mut() {
-                    Some((last, calls)) if *last == name => *calls += 1,
+                    Some((last, calls)) if *last == name || *last == ANY_NAME => *calls += 1,
                     _ if runs < self.max_open_stages => local.refused.push((name, 1)),
-                    _ => {}
+                    // No room for another run: the innermost becomes a run
+                    // of any name (ends by name end its calls first, which
+                    // are innermost whatever their names).
+                    Some(last) => *last = (ANY_NAME, last.1 + 1),
+                    None => unreachable!("max_open_stages is at least 1"),
                 }
                 return NOT_OPENED;
             }
@@ -510,7 +537,11 @@ impl Recorder {
             };
             // A refused stage is deeper than every open one: if it has the
             // name, it is the innermost.
-            if let Some(pos) = local.refused.iter().rposition(|&(n, _)| n == name) {
+            if let Some(pos) = local
+                .refused
+                .iter()
+                .rposition(|&(n, _)| n == name || n == ANY_NAME)
+            {
                 end_refused(&mut local.refused, pos);
                 return true;
             }
@@ -552,8 +583,8 @@ impl Recorder {
         if let Some(&id) = local.names.get(name) {
             return id;
         }
-        let id = local.buffer.lock().names.intern(name);
-        if local.names.len() < self.max_names {
+        let (id, cacheable) = intern(&local.buffer, name);
+        if cacheable && local.names.len() < self.max_names {
             local.names.insert(name.into(), id);
         }
         id
@@ -562,9 +593,7 @@ impl Recorder {
     /// The id of `name` on this thread, interned on its first use here.
     #[inline(always)]
     fn named_id(local: &Local, name: &StageName) -> NameId {
-        name.id_in(local.buffer.id, |text| {
-            local.buffer.lock().names.intern(text)
-        })
+        name.id_in(local.buffer.id, |text| intern(&local.buffer, text))
     }
 
     /// Records one row of `table`, stamped now, if the table has room.
@@ -823,6 +852,47 @@ mod tests {
         let stages = StagesView::new(&tables[&Table::Stages]).unwrap();
         assert_eq!(stages.len, 2);
         assert_eq!((stages.depth[0], stages.depth[1]), (1, 0));
+    }
+
+    /// Refused calls of more names than there is room for runs still end
+    /// before any open stage: the innermost run takes any name.
+    #[test]
+    fn refused_calls_past_the_room_for_runs_still_end_first() {
+        let recorder = Recorder::new(&Config {
+            max_open_stages: 1,
+            ..Config::default()
+        });
+        recorder.begin_session();
+        let (a, b) = (StageName::new("a"), StageName::new("b"));
+        let outer = recorder.begin_named_stage(&a, None);
+        assert_eq!(recorder.begin_named_stage(&b, None), NOT_OPENED);
+        assert_eq!(recorder.begin_named_stage(&a, None), NOT_OPENED);
+        assert!(recorder.stop_named_stage(&a), "the refused `a`");
+        assert!(recorder.stop_named_stage(&b), "the refused `b`");
+        assert_eq!(
+            recorder.open_stage_names(),
+            ["a"],
+            "the open `a` is untouched"
+        );
+        recorder.end_stage(outer);
+        assert!(recorder.open_stage_names().is_empty());
+    }
+
+    /// Once a session is drained, stages that end belong to no session:
+    /// nothing is held for it, and nothing reaches the next.
+    #[test]
+    fn stages_ending_after_the_drain_are_in_no_session() {
+        let recorder = Recorder::new(&Config::default());
+        recorder.begin_session();
+        let late = recorder.begin_stage("late", None);
+        recorder.end_session();
+        let _ = recorder.drain();
+        recorder.end_stage(late);
+        let held = |r: &Recorder| r.row_counts()[Table::Stages as usize].1;
+        assert_eq!(held(&recorder), 0);
+        recorder.begin_session();
+        recorder.end_session();
+        assert!(recorder.drain().0.finish().unwrap().is_empty());
     }
 
     /// A stage begun in one session and ended in the next is in neither.

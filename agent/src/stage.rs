@@ -97,16 +97,18 @@ impl StageName {
     }
 
     /// The name's id in thread buffer `buffer`, interned there by `intern`
-    /// on first use.
+    /// on first use (which also says whether the id may be kept).
     #[inline(always)]
-    pub(crate) fn id_in(&self, buffer: u32, intern: impl FnOnce(&str) -> NameId) -> NameId {
+    pub(crate) fn id_in(&self, buffer: u32, intern: impl FnOnce(&str) -> (NameId, bool)) -> NameId {
         let cached = self.interned.load(Ordering::Relaxed);
         if cached != Self::UNSET && (cached >> 32) as u32 == buffer {
             return cached as NameId;
         }
-        let id = intern(&self.name);
-        self.interned
-            .store(u64::from(buffer) << 32 | u64::from(id), Ordering::Relaxed);
+        let (id, keep) = intern(&self.name);
+        if keep {
+            self.interned
+                .store(u64::from(buffer) << 32 | u64::from(id), Ordering::Relaxed);
+        }
         id
     }
 }

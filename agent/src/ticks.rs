@@ -1,18 +1,23 @@
 //! The recorder's clock. Every row is stamped in nanoseconds since the
 //! session started, on the monotonic clock; stages, the hottest path, read
 //! the processor's time-stamp counter instead where it is invariant (it
-//! runs at one rate on every core, whatever the power state): one `rdtsc`
-//! costs a few nanoseconds, a monotonic clock reading about twenty. A
-//! stage's ticks become nanoseconds when its record leaves the thread's
-//! buffer, by the line through two readings of both clocks taken together:
-//! one when the clock was made and one at the conversion. That line is
-//! exact at both ends, so a stage's time is off by no more than the jitter
-//! of reading the two clocks together (tens of nanoseconds), however long
-//! the session. Without an invariant counter (other processors, some
-//! virtual machines), ticks are the monotonic clock's nanoseconds.
+//! runs at one rate on every core, whatever the power state) and the kernel
+//! keeps time by it: one `rdtsc` costs a few nanoseconds, a monotonic clock
+//! reading about twenty. A stage's ticks become nanoseconds when its events
+//! are paired (within a sampler interval of its end), by the line through
+//! two readings of both clocks taken together: one at the session's start
+//! and one at the pairing. The line is exact at both ends; between them a
+//! stage is off by the jitter of reading the two clocks together (tens of
+//! nanoseconds) plus however much the monotonic clock's rate changed over
+//! the session (NTP adjusts it by parts per million). Elsewhere (other
+//! processors, a kernel that distrusts the counter, some virtual machines)
+//! ticks are the monotonic clock's nanoseconds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
+
+use crate::sync::lock;
 
 /// The recorder's clock: the monotonic clock, the session's origin on it,
 /// and the stage clock's ticks.
@@ -21,9 +26,11 @@ pub(crate) struct Clock {
     epoch: Instant,
     /// Start of the running session, nanoseconds after `epoch`.
     origin_ns: AtomicU64,
-    /// Both clocks read together when the clock was made; `None` where
-    /// ticks are the monotonic clock's nanoseconds.
-    tsc_anchor: Option<Anchor>,
+    /// Whether ticks are the time-stamp counter's.
+    tsc: bool,
+    /// Both clocks read together at the session's start (or when the clock
+    /// was made), where ticks are the counter's.
+    anchor: Mutex<Anchor>,
 }
 
 /// A tick reading and a monotonic reading (nanoseconds after the epoch)
@@ -39,8 +46,9 @@ impl Clock {
     /// the monotonic clock.
     pub(crate) fn new() -> Self {
         let mut clock = Self::monotonic();
-        if tsc::invariant() {
-            clock.tsc_anchor = Some(clock.anchor());
+        if tsc::trusted() {
+            clock.tsc = true;
+            *lock(&clock.anchor) = clock.read_anchor();
         }
         clock
     }
@@ -50,7 +58,8 @@ impl Clock {
         Clock {
             epoch: Instant::now(),
             origin_ns: AtomicU64::new(0),
-            tsc_anchor: None,
+            tsc: false,
+            anchor: Mutex::new(Anchor { ticks: 0, ns: 0 }),
         }
     }
 
@@ -61,17 +70,20 @@ impl Clock {
             .saturating_sub(self.origin_ns.load(Ordering::Relaxed))
     }
 
-    /// Makes now the session's start.
+    /// Makes now the session's start, for both clocks.
     pub(crate) fn start_session(&self) {
+        if self.tsc {
+            *lock(&self.anchor) = self.read_anchor();
+        }
         self.origin_ns.store(self.epoch_ns(), Ordering::Relaxed);
     }
 
     /// A reading of the stage clock, to convert with [`Clock::scale`].
     #[inline(always)]
     pub(crate) fn ticks(&self) -> u64 {
-        match self.tsc_anchor {
-            Some(_) => tsc::read(),
-            None => self.epoch_ns(),
+        match self.tsc {
+            true => tsc::read(),
+            false => self.epoch_ns(),
         }
     }
 
@@ -79,15 +91,18 @@ impl Clock {
     /// session started.
     pub(crate) fn scale(&self) -> Scale {
         let origin_ns = self.origin_ns.load(Ordering::Relaxed);
-        let Some(start) = self.tsc_anchor else {
+        if !self.tsc {
             return Scale {
                 start: Anchor { ticks: 0, ns: 0 },
                 ns_per_tick: 1.0,
                 origin_ns,
             };
-        };
-        let end = self.anchor();
+        }
+        let start = *lock(&self.anchor);
+        let end = self.read_anchor();
         let ticks = end.ticks.saturating_sub(start.ticks);
+        // No stretch to measure the rate over (a pairing at the session's
+        // very start): every tick read so far converts to the start.
         let ns_per_tick = match ticks {
             0 => 1.0,
             _ => end.ns.saturating_sub(start.ns) as f64 / ticks as f64,
@@ -106,7 +121,7 @@ impl Clock {
     /// Both clocks read together: the monotonic clock between two counter
     /// readings, matched with their midpoint; the tightest of a few tries,
     /// so that a thread preempted in between does not skew the line.
-    fn anchor(&self) -> Anchor {
+    fn read_anchor(&self) -> Anchor {
         (0..5)
             .map(|_| {
                 let before = tsc::read();
@@ -150,8 +165,24 @@ impl Scale {
 mod tsc {
     use std::arch::x86_64::{__cpuid, _rdtsc, CpuidResult};
 
+    /// Whether stages may be timed by the counter: it is invariant and, on
+    /// Linux, the kernel keeps time by it (it switches away from a counter
+    /// it finds unstable).
+    pub(super) fn trusted() -> bool {
+        let kernel_agrees = || {
+            match std::fs::read_to_string(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            ) {
+                Ok(source) => source.trim() == "tsc",
+                // No such file (not Linux): the processor's word alone.
+                Err(_) => !cfg!(target_os = "linux"),
+            }
+        };
+        invariant() && kernel_agrees()
+    }
+
     /// Whether the counter is invariant: CPUID leaf 0x8000_0007, EDX bit 8.
-    pub(super) fn invariant() -> bool {
+    fn invariant() -> bool {
         let leaf = |id: u32| -> CpuidResult {
             #[allow(unused_unsafe)]
             // SAFETY: CPUID exists on every x86-64 processor.
@@ -175,7 +206,7 @@ mod tsc {
 /// Elsewhere: no counter; ticks are the monotonic clock's.
 #[cfg(not(target_arch = "x86_64"))]
 mod tsc {
-    pub(super) fn invariant() -> bool {
+    pub(super) fn trusted() -> bool {
         false
     }
 
