@@ -203,7 +203,8 @@ impl Registry {
             return;
         }
         let scale = self.clock.scale();
-        for event in events {
+        let mut events = events.peekable();
+        while let Some(event) = events.next() {
             match event {
                 Event::Begin { seq, name, ticks } => {
                     let metadata = match data.metadata.iter().position(|(s, _)| *s == seq) {
@@ -211,7 +212,7 @@ impl Registry {
                         None => None,
                     };
                     let call_index = data.next_call(name);
-                    data.open.push(OpenStage {
+                    let stage = OpenStage {
                         // Unique within the rank: the track in the high bits.
                         stage_id: u64::from(data.track) << 40 | u64::from(seq),
                         seq,
@@ -220,11 +221,23 @@ impl Registry {
                         start_ticks: ticks,
                         metadata,
                         generation,
-                    });
+                    };
+                    // A stage whose end comes next (none inside it, the
+                    // commonest kind) is a row at once.
+                    if let Some(&Event::End { seq: ending, ticks }) = events.peek() {
+                        if ending == seq {
+                            events.next();
+                            let depth = data.open.len();
+                            self.keep(data, stage, depth, ticks, generation, &scale);
+                            continue;
+                        }
+                    }
+                    data.open.push(stage);
                 }
                 Event::End { seq, ticks } => {
                     if let Some(pos) = data.open.iter().rposition(|s| s.seq == seq) {
-                        self.close(data, pos, ticks, generation, &scale);
+                        let stage = data.open.remove(pos);
+                        self.keep(data, stage, pos, ticks, generation, &scale);
                     }
                 }
             }
@@ -232,29 +245,29 @@ impl Registry {
         data.paired = end;
     }
 
-    /// Removes open stage `pos` and keeps it as a stage row, its ticks made
-    /// nanoseconds by `scale`, if it began in session `generation` and the
-    /// table has room.
-    fn close(
+    /// Keeps `stage`, ended at `end_ticks` at `depth` (under the open stage
+    /// there), as a stage row with its ticks made nanoseconds by `scale`, if
+    /// it began in session `generation` and the table has room.
+    fn keep(
         &self,
         data: &mut ThreadData,
-        pos: usize,
+        open: OpenStage,
+        depth: usize,
         end_ticks: u64,
         generation: u64,
         scale: &Scale,
     ) {
-        let open = data.open.remove(pos);
         if open.generation == 0 || open.generation != generation || !self.admit(Table::Stages) {
             return;
         }
-        let parent_id = pos.checked_sub(1).map(|p| data.open[p].stage_id);
+        let parent_id = depth.checked_sub(1).map(|p| data.open[p].stage_id);
         data.records.stages.push_back(StageRecord {
             name: open.name,
             thread: data.track,
             thread_name: data.thread_name,
             stage_id: open.stage_id,
             parent_id,
-            depth: pos as u32,
+            depth: depth as u32,
             start_ns: scale.session_ns(open.start_ticks),
             end_ns: scale.session_ns(end_ticks),
             call_index: open.call_index,
@@ -436,7 +449,8 @@ impl Recorder {
             let mut data = thread.lock();
             self.registry
                 .take_rows(&mut retired.builders, &thread, &mut data);
-            data.records = Records::default();
+            // The session goes on: its next rows reuse the memory.
+            data.records.clear();
         }
         std::mem::take(&mut retired.builders)
     }

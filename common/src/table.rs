@@ -87,6 +87,12 @@ macro_rules! tables {
         }
 
         impl Records {
+            /// Forgets every record and keeps the memory, for records that
+            /// come again (a flush in a running session).
+            pub fn clear(&mut self) {
+                $( self.$name.clear(); )*
+            }
+
             /// Records held for `table`.
             pub fn len(&self, table: Table) -> usize {
                 match table { $(Table::$variant => self.$name.len(),)* }
