@@ -28,7 +28,9 @@ use rustc_hash::FxHashMap;
 
 use rankscope_common::names::{NameId, Names, OTHER};
 use rankscope_common::payload::Overflow;
-use rankscope_common::table::{Builders, Records, StageRecord, Table};
+use rankscope_common::table::{
+    Builders, MetricRecord, Overhead, Records, StageRecord, Table, OVERHEAD_SECTION,
+};
 use rankscope_common::Config;
 
 use crate::events::{Event, EventLog};
@@ -610,6 +612,24 @@ impl Recorder {
         name.id_in(local.buffer.id, |text| intern(&local.buffer, text))
     }
 
+    /// Records what profiling cost (a row of the overhead section), whether
+    /// or not a session records: the session's end records its own. Outside
+    /// the row budget: a few rows a session (one a flush), which a program's
+    /// own metrics must not crowd out.
+    pub(crate) fn record_overhead(&self, what: Overhead, value: f64) {
+        let ts_ns = self.now_ns();
+        self.with_thread(|t| {
+            let section = t.names.intern(OVERHEAD_SECTION);
+            let name = t.names.intern(what.name());
+            t.records.metrics.push_back(MetricRecord {
+                ts_ns,
+                section,
+                name,
+                value,
+            });
+        });
+    }
+
     /// Records one row of `table`, stamped now, if the table has room.
     #[inline]
     pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
@@ -751,6 +771,26 @@ impl Recorder {
         }
         out
     }
+}
+
+/// What one stage costs on this machine, nanoseconds: 2,000 stages begun,
+/// ended and paired into rows on a private recorder, timed together.
+/// Measured once per process.
+pub(crate) fn stage_cost_ns() -> f64 {
+    static MEASURED: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *MEASURED.get_or_init(|| {
+        const STAGES: u32 = 2_000;
+        let recorder = Recorder::new(&Config::default());
+        recorder.begin_session();
+        let name = StageName::from_static("rankscope calibration");
+        let started = std::time::Instant::now();
+        for _ in 0..STAGES {
+            let stage = recorder.begin_named_stage(&name, None);
+            recorder.end_stage(stage);
+        }
+        recorder.pair_events();
+        started.elapsed().as_nanos() as f64 / f64::from(STAGES)
+    })
 }
 
 impl Drop for Recorder {

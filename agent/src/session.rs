@@ -15,6 +15,7 @@ use rankscope_common::payload::{
     SamplerStats, SessionMeta,
 };
 use rankscope_common::spill::{self, SpillName};
+use rankscope_common::table::Overhead;
 use rankscope_common::text::rank_ranges;
 use rankscope_common::{ArrowError, Config};
 
@@ -463,6 +464,11 @@ fn finish_state(
     }
     let duration_ns = shared.recorder.end_session();
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
+    // What the stages cost, for the report's profiler overhead (the sampler
+    // and the flushes recorded theirs).
+    shared
+        .recorder
+        .record_overhead(Overhead::StageNsPerCall, crate::recorder::stage_cost_ns());
     let result = build_payload(shared, &state, duration_ns, sampler)
         .and_then(|payload| hand_on(shared, &mut state, payload, finishing, gather));
     state.transport.close();
@@ -653,6 +659,16 @@ fn build_payload(
 /// Writes what the running session recorded since the last flush as its
 /// `seq`-th part. Nothing when no session runs.
 pub(crate) fn flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
+    let started = Instant::now();
+    let result = write_flush(shared, seq);
+    shared
+        .recorder
+        .record_overhead(Overhead::FlushMs, started.elapsed().as_secs_f64() * 1e3);
+    result
+}
+
+/// Writes a periodic flush: the records since the last one, as a part file.
+fn write_flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
     let now = shared.recorder.now_ns();
     let Some((dir, name, header)) = shared.session.with_running(|state| {
         let mut header = header(shared, state, now, SamplerStats::default());

@@ -18,6 +18,15 @@ fn profiler(out: &std::path::Path, tweak: impl FnOnce(&mut Config)) -> Profiler 
     Profiler::with_rank_env(config, RankEnv::single())
 }
 
+/// The program's own metrics rows: not the agent's overhead rows.
+fn own_metrics(payload: &Payload) -> usize {
+    payload.view::<MetricsView>().unwrap().map_or(0, |m| {
+        (0..m.len)
+            .filter(|&i| m.section.get(i) != OVERHEAD_SECTION)
+            .count()
+    })
+}
+
 fn spilled(outcome: &rankscope::Outcome) -> Payload {
     payload::decode(&std::fs::read(&outcome.spill_file).unwrap()).unwrap()
 }
@@ -161,6 +170,46 @@ fn stage_gpu_times_are_reported_beside_host_times() {
 }
 
 #[test]
+fn the_report_says_what_profiling_cost_each_rank() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| {
+        c.max_data_points = 100;
+        c.max_open_stages = 4;
+    });
+    let session = profiler.session("overhead", &[]).unwrap();
+    for _ in 0..150 {
+        let _s = profiler.stage("s");
+    }
+    let guards: Vec<_> = (0..6).map(|_| profiler.stage("deep")).collect();
+    drop(guards);
+    let report = session.finish().unwrap().report.unwrap();
+    let json = report
+        .files
+        .iter()
+        .find(|f| f.ends_with("report.json"))
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    let overhead = &json["ranks"][0]["overhead"];
+    // 156 stages begun: 100 rows kept, 54 past the row budget, 2 refused
+    // past the open-stage limit.
+    assert_eq!(overhead["stage_calls"], 156, "{overhead}");
+    let per_call = overhead["stage_ns_per_call"].as_f64().unwrap();
+    assert!(per_call > 0.0);
+    let stages_s = overhead["stages_s"].as_f64().unwrap();
+    assert!((stages_s - 156.0 * per_call / 1e9).abs() < 1e-12);
+    assert!(
+        overhead["sampler_cpu_s"].is_number(),
+        "the host sampler ran"
+    );
+    assert!(overhead["total_s"].as_f64().unwrap() >= stages_s);
+    assert!(
+        report.summary.contains("Profiler overhead:"),
+        "{}",
+        report.summary
+    );
+}
+
+#[test]
 fn every_record_call_lands_in_its_table() {
     let out = tempfile::tempdir().unwrap();
     let profiler = profiler(out.path(), |_| {});
@@ -203,6 +252,7 @@ fn every_record_call_lands_in_its_table() {
     );
     let metrics = MetricsView::new(payload.table(Table::Metrics).unwrap()).unwrap();
     let got: Vec<_> = (0..metrics.len)
+        .filter(|&i| metrics.section.get(i) != OVERHEAD_SECTION)
         .map(|i| {
             (
                 metrics.section.get(i),
@@ -275,7 +325,7 @@ fn tables_are_bounded_and_drops_are_counted() {
     }
     let payload = spilled(&session.finish().unwrap());
     assert_eq!(payload.rows(Table::Stages), 10);
-    assert_eq!(payload.rows(Table::Metrics), 10);
+    assert_eq!(own_metrics(&payload), 10);
     let dropped: Vec<_> = payload
         .header
         .dropped
@@ -288,7 +338,7 @@ fn tables_are_bounded_and_drops_are_counted() {
     let session = profiler.session("bounded", &[]).unwrap();
     profiler.record_metric("m", 1.0);
     let payload = spilled(&session.finish().unwrap());
-    assert_eq!(payload.rows(Table::Metrics), 1);
+    assert_eq!(own_metrics(&payload), 1);
     assert!(payload.header.dropped.is_empty());
 }
 
@@ -328,7 +378,7 @@ fn nothing_is_recorded_outside_a_session_and_stale_stages_are_dropped() {
     let stages = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
     assert_eq!(stages.len, 1);
     assert_eq!(stages.name.get(0), "inside");
-    assert!(payload.table(Table::Metrics).is_none());
+    assert_eq!(own_metrics(&payload), 0);
 }
 
 #[test]
@@ -344,7 +394,7 @@ fn a_dropped_session_still_spills_its_payload() {
         .files;
     assert_eq!(files.len(), 1);
     let payload = payload::decode(&std::fs::read(&files[0]).unwrap()).unwrap();
-    assert_eq!(payload.rows(Table::Metrics), 1);
+    assert_eq!(own_metrics(&payload), 1);
 }
 
 #[test]

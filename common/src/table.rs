@@ -22,6 +22,34 @@ use crate::names::Names;
 /// metric's name is the stage's, its value milliseconds.
 pub const STAGE_GPU_SECTION: &str = "stage_gpu_ms";
 
+/// The `metrics` section in which the agent says what profiling cost the
+/// rank: the rows named by [`Overhead`].
+pub const OVERHEAD_SECTION: &str = "rankscope_overhead";
+
+/// What the agent measures of its own cost, each a `metrics` row of
+/// [`OVERHEAD_SECTION`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overhead {
+    /// One stage (begin, end, its row), nanoseconds, measured on the rank's
+    /// machine at the session's end; one row.
+    StageNsPerCall,
+    /// CPU time of the telemetry sampler's thread, milliseconds; one row.
+    SamplerCpuMs,
+    /// Wall time of one periodic flush, milliseconds; a row per flush.
+    FlushMs,
+}
+
+impl Overhead {
+    /// The row's metric name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overhead::StageNsPerCall => "stage_ns_per_call",
+            Overhead::SamplerCpuMs => "sampler_cpu_ms",
+            Overhead::FlushMs => "flush_ms",
+        }
+    }
+}
+
 /// A typed view of one table's batch; lets [`crate::Payload::view`] find
 /// the batch of the view's table.
 pub trait TableView<'a>: Sized {

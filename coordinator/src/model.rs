@@ -172,6 +172,33 @@ pub struct RankSummary {
     /// Rows the rank recorded, by table (as in `raw/`).
     #[serde(default)]
     pub rows: BTreeMap<String, u64>,
+    /// What profiling cost the rank, as its agent measured it; `null` from
+    /// an agent that did not.
+    #[serde(default)]
+    pub overhead: Option<RankOverhead>,
+}
+
+/// What profiling cost one rank: its stages (calls × the cost of one,
+/// measured on the rank's machine), the sampler thread's CPU time and the
+/// periodic flushes' wall time. The final payload's encoding is not in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankOverhead {
+    /// Stages begun: rows kept, dropped past the row budget, and refused
+    /// past the open-stage limit.
+    pub stage_calls: u64,
+    /// Cost of one stage on the rank's machine, nanoseconds.
+    pub stage_ns_per_call: Option<f64>,
+    /// `stage_calls` × `stage_ns_per_call`, seconds.
+    pub stages_s: Option<f64>,
+    /// CPU time of the telemetry sampler's thread, seconds (`null`: no
+    /// sampler ran, or its time could not be read).
+    pub sampler_cpu_s: Option<f64>,
+    /// Wall time of the periodic flushes, seconds.
+    pub flushes_s: f64,
+    /// The three together, seconds.
+    pub total_s: f64,
+    /// `total_s` over the rank's session time, percent.
+    pub share_pct: f64,
 }
 
 /// One rank's host over the session.

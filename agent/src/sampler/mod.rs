@@ -20,7 +20,7 @@ use rankscope_common::config::DisplayRanks;
 use rankscope_common::env::RankEnv;
 use rankscope_common::error::Chain;
 use rankscope_common::payload::{GpuMeta, GpuSource, SamplerStats};
-use rankscope_common::table::{EventRecord, GpuSampleRecord, HostSampleRecord, Table};
+use rankscope_common::table::{EventRecord, GpuSampleRecord, HostSampleRecord, Overhead, Table};
 use rankscope_common::Config;
 
 use crate::notice::notice;
@@ -292,6 +292,11 @@ fn run(
         // off the recording threads.
         sampled.recorder.pair_events();
         if stopping {
+            if let Some(cpu_ms) = thread_cpu_ms() {
+                sampled
+                    .recorder
+                    .record_overhead(Overhead::SamplerCpuMs, cpu_ms);
+            }
             let (gpu_readings, gpu_read_ns_mean, gpu_read_ns_max) = gpu_cost.summary();
             let (host_readings, host_read_ns_mean, host_read_ns_max) = host_cost.summary();
             return SamplerStats {
@@ -338,6 +343,17 @@ impl Cost {
         let mean = self.total.as_nanos() as u64 / self.count.max(1);
         (self.count, mean, self.max.as_nanos() as u64)
     }
+}
+
+/// CPU time this thread has used, milliseconds, where the system says.
+fn thread_cpu_ms() -> Option<f64> {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `time` is a valid timespec for the call to fill.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
+    (read == 0).then(|| time.tv_sec as f64 * 1e3 + time.tv_nsec as f64 / 1e6)
 }
 
 /// Prints a live display line with one write, so that the lines of ranks

@@ -13,8 +13,8 @@ use rankscope_common::{Config, Payload, PayloadHeader};
 use super::bottlenecks::BottleneckRule;
 use super::diffusion::RankDiffusion;
 use super::times::RankStages;
-use super::{gpus, series};
-use crate::model::{GpuSeries, GpuSummary, HostSummary, RankTimeline};
+use super::{gpus, overhead, series};
+use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimeline};
 
 /// One rank's payload reduced to what the analysis reads: its header, its
 /// stage calls by name, a summary per GPU and of its host, and its
@@ -37,6 +37,8 @@ pub struct RankDigest {
     pub(super) diffusion: RankDiffusion,
     /// Rows of each of its tables.
     pub(super) rows: BTreeMap<String, u64>,
+    /// What profiling cost it, where its agent measured that.
+    pub(super) overhead: Option<RankOverhead>,
     /// Which input it came from, for a reader that reads it again: the
     /// position the reader gave it.
     pub input: usize,
@@ -75,6 +77,7 @@ impl RankDigest {
                 .iter()
                 .map(|(table, batch)| (table.name().to_string(), batch.num_rows() as u64))
                 .collect(),
+            overhead: overhead::rank_overhead(payload),
             input: 0,
         }
     }

@@ -4,6 +4,7 @@ pub mod bottlenecks;
 mod diffusion;
 mod digest;
 pub mod gpus;
+mod overhead;
 mod recommend;
 pub mod series;
 mod stages;
@@ -216,6 +217,7 @@ fn rank_summary(digest: &RankDigest, reference_start_ns: i64) -> RankSummary {
         overflow: h.overflow.clone(),
         sampler: h.sampler.clone(),
         rows: digest.rows.clone(),
+        overhead: digest.overhead.clone(),
     }
 }
 

@@ -643,8 +643,14 @@ fn overhead(report: &Report) -> Table {
         .map(|r| {
             let s = &r.sampler;
             let dropped = dropped_by_rank.get(&r.rank).copied().unwrap_or(0);
+            let o = r.overhead.as_ref();
             vec![
                 Cell::number(Some(f64::from(r.rank)), 0),
+                Cell::number(o.map(|o| o.stage_calls as f64), 0),
+                Cell::number(o.and_then(|o| o.stages_s).map(|s| s * 1e3), 2),
+                Cell::number(o.and_then(|o| o.sampler_cpu_s).map(|s| s * 1e3), 2),
+                Cell::number(o.map(|o| o.flushes_s * 1e3), 2),
+                Cell::number(o.map(|o| o.share_pct), 3),
                 Cell::number(Some(s.gpu_readings as f64), 0),
                 Cell::number(Some(s.gpu_read_ns_mean as f64 / 1e3), 1),
                 Cell::number(Some(s.gpu_read_ns_max as f64 / 1e3), 1),
@@ -659,6 +665,11 @@ fn overhead(report: &Report) -> Table {
     Table::new(
         &[
             ("Rank", true),
+            ("Stage calls", true),
+            ("Stages ms", true),
+            ("Sampler CPU ms", true),
+            ("Flushes ms", true),
+            ("Overhead % of session", true),
             ("GPU readings", true),
             ("GPU reading mean µs", true),
             ("GPU reading max µs", true),

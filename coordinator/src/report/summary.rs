@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::stage_tree;
-use crate::model::{HostSummary, LockstepStage, Report, Spread, StageStats};
+use crate::model::{HostSummary, LockstepStage, RankOverhead, Report, Spread, StageStats};
 use rankscope_common::payload::GpuSource;
 use rankscope_common::text::{cell, column, rank_ranges, wrap};
 
@@ -192,6 +192,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     }
     write_gpus(out, report)?;
     write_hosts(out, report)?;
+    write_overhead(out, report)?;
     if let Some(blocks) = &report.diffusion.blocks {
         writeln!(
             out,
@@ -264,6 +265,39 @@ fn write_gpu_times(out: &mut String, report: &Report) -> std::fmt::Result {
         )?;
     }
     Ok(())
+}
+
+/// What profiling cost the ranks that measured it, all together.
+fn write_overhead(out: &mut String, report: &Report) -> std::fmt::Result {
+    let measured: Vec<(&RankOverhead, f64)> = report
+        .ranks
+        .iter()
+        .filter_map(|r| Some((r.overhead.as_ref()?, r.duration_s)))
+        .collect();
+    if measured.is_empty() {
+        return Ok(());
+    }
+    let sum = |f: &dyn Fn(&RankOverhead) -> f64| measured.iter().map(|(o, _)| f(o)).sum::<f64>();
+    let total = sum(&|o| o.total_s);
+    let session: f64 = measured.iter().map(|(_, d)| d).sum();
+    let share = if session > 0.0 {
+        total / session * 100.0
+    } else {
+        0.0
+    };
+    write_wrapped(
+        out,
+        "",
+        &format!(
+            "Profiler overhead: {:.3} ms of the ranks' {session:.3} s ({share:.3}%): stages \
+             {:.3} ms ({} calls), sampler CPU {:.3} ms, flushes {:.3} ms",
+            total * 1e3,
+            sum(&|o| o.stages_s.unwrap_or(0.0)) * 1e3,
+            measured.iter().map(|(o, _)| o.stage_calls).sum::<u64>(),
+            sum(&|o| o.sampler_cpu_s.unwrap_or(0.0)) * 1e3,
+            sum(&|o| o.flushes_s) * 1e3,
+        ),
+    )
 }
 
 fn write_lockstep(out: &mut String, report: &Report) -> std::fmt::Result {
