@@ -8,7 +8,7 @@
 //! whose action the program set itself (Python's SIGINT, a server's
 //! graceful shutdown) is left alone: that program finishes its session.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -76,6 +76,17 @@ fn start_watcher() {
             return;
         }
     };
+    // A forked child (a data-loader worker) has the handlers but not the
+    // watcher thread that acts on them: it gets the default actions back,
+    // so that a stop signal ends it.
+    for &signal in &wanted {
+        TAKEN.fetch_or(signal_bit(signal), Ordering::Relaxed);
+    }
+    // SAFETY: the child handler only loads an atomic and calls `signal`,
+    // both async-signal-safe, as a handler run after fork must be.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(default_actions_in_child));
+    }
     let started = std::thread::Builder::new()
         .name("rankscope-signals".into())
         .spawn(move || {
@@ -88,6 +99,31 @@ fn start_watcher() {
         });
     if let Err(e) = started {
         say!("stop signals will not spill the session's data: {e}");
+    }
+}
+
+/// The stop signals the watcher took (their action was the default), as
+/// bits of [`signal_bit`].
+static TAKEN: AtomicU8 = AtomicU8::new(0);
+
+fn signal_bit(signal: i32) -> u8 {
+    match signal {
+        SIGTERM => 1,
+        _ => 2,
+    }
+}
+
+/// In a forked child: the stop signals the watcher took get their default
+/// action back; the others keep what the program set.
+extern "C" fn default_actions_in_child() {
+    let taken = TAKEN.load(Ordering::Relaxed);
+    for signal in [SIGTERM, SIGINT] {
+        if taken & signal_bit(signal) != 0 {
+            // SAFETY: restoring the default action is async-signal-safe.
+            unsafe {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+        }
     }
 }
 

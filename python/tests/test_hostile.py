@@ -295,3 +295,19 @@ def test_a_forked_child_leaves_the_parents_session_alone(tmp_path: Path) -> None
     outcome = session.finish()
     names = {s["name"] for s in report_of(outcome)["stages"]}
     assert names == {"parent_before", "parent_after"}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork")
+def test_a_forked_child_dies_of_sigterm(tmp_path: Path) -> None:
+    import signal
+
+    prof = rankscope.Profiler(rankscope.Config(output_dir=tmp_path, gpu_source="none",
+                                               collect_host=False))
+    with prof.session("signals"):  # the stop-signal watcher is on from here
+        pid = os.fork()
+        if pid == 0:  # the child has the handler, not the watcher's thread
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+            os._exit(42)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
