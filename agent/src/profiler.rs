@@ -1,5 +1,6 @@
 //! The profiler: the handle a rank records through, and its builder.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rankscope_common::config::ConfigError;
@@ -55,6 +56,8 @@ pub(crate) struct Shared {
     /// Flushes of the running session that could not be written: merged
     /// into its final payload.
     pub(crate) unflushed: Mutex<Vec<rankscope_common::Payload>>,
+    /// Wall time of the running session's periodic flushes, nanoseconds.
+    pub(crate) flush_ns: AtomicU64,
 }
 
 /// Makes a [`Profiler`] with a rank environment, transport or reporter of
@@ -135,6 +138,7 @@ impl ProfilerBuilder {
                 transport: Mutex::new(self.transport),
                 reporter,
                 unflushed: Mutex::default(),
+                flush_ns: AtomicU64::new(0),
             })),
         }
     }

@@ -466,9 +466,17 @@ fn finish_state(
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
     // What the stages cost, for the report's profiler overhead (the sampler
     // and the flushes recorded theirs).
+    if let Some(ns) = crate::recorder::stage_cost_ns() {
+        shared
+            .recorder
+            .record_overhead(Overhead::StageNsPerCall, ns);
+    }
+    let flushed_ns = shared
+        .flush_ns
+        .swap(0, std::sync::atomic::Ordering::Relaxed);
     shared
         .recorder
-        .record_overhead(Overhead::StageNsPerCall, crate::recorder::stage_cost_ns());
+        .record_overhead(Overhead::FlushMs, flushed_ns as f64 / 1e6);
     let result = build_payload(shared, &state, duration_ns, sampler)
         .and_then(|payload| hand_on(shared, &mut state, payload, finishing, gather));
     state.transport.close();
@@ -660,15 +668,21 @@ fn build_payload(
 /// `seq`-th part. Nothing when no session runs.
 pub(crate) fn flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
     let started = Instant::now();
-    let result = write_flush(shared, seq);
-    shared
-        .recorder
-        .record_overhead(Overhead::FlushMs, started.elapsed().as_secs_f64() * 1e3);
-    result
+    let wrote = write_flush(shared, seq)?;
+    if wrote {
+        // Kept beside the recording (a row would make the next flush write
+        // it, and an idle session write forever): one row at the end.
+        let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        shared
+            .flush_ns
+            .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
 }
 
-/// Writes a periodic flush: the records since the last one, as a part file.
-fn write_flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
+/// Writes a periodic flush: the records since the last one, as a part
+/// file; `false` when there were none.
+fn write_flush(shared: &Shared, seq: u32) -> Result<bool, SessionError> {
     let now = shared.recorder.now_ns();
     let Some((dir, name, header)) = shared.session.with_running(|state| {
         let mut header = header(shared, state, now, SamplerStats::default());
@@ -679,7 +693,7 @@ fn write_flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
             header,
         )
     }) else {
-        return Ok(());
+        return Ok(false);
     };
     let tables = shared
         .recorder
@@ -687,7 +701,7 @@ fn write_flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
         .finish()
         .map_err(SessionError::Batch)?;
     if tables.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let mut payload = Payload { header, tables };
     let written = payload::encode_capped(
@@ -709,7 +723,7 @@ fn write_flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
         // Out of the recorder already: kept for the final payload instead.
         lock(&shared.unflushed).push(payload);
     }
-    written
+    written.map(|()| true)
 }
 
 fn header(

@@ -197,6 +197,7 @@ fn the_report_says_what_profiling_cost_each_rank() {
     assert!(per_call > 0.0);
     let stages_s = overhead["stages_s"].as_f64().unwrap();
     assert!((stages_s - 156.0 * per_call / 1e9).abs() < 1e-12);
+    assert_eq!(overhead["flushes_s"], 0.0, "no flush in this session");
     assert!(
         overhead["sampler_cpu_s"].is_number(),
         "the host sampler ran"
@@ -207,6 +208,50 @@ fn the_report_says_what_profiling_cost_each_rank() {
         "{}",
         report.summary
     );
+}
+
+#[test]
+fn a_program_with_many_names_still_gets_its_overhead() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| c.max_names = 16);
+    let session = profiler.session("names", &[]).unwrap();
+    for i in 0..40 {
+        drop(profiler.stage(&format!("stage {i}")));
+    }
+    let outcome = session.finish().unwrap();
+    let payload = spilled(&outcome);
+    let folded = payload.header.overflow.names_folded;
+    let json = outcome
+        .report
+        .unwrap()
+        .files
+        .into_iter()
+        .find(|f| f.ends_with("report.json"));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(json.unwrap()).unwrap()).unwrap();
+    assert_eq!(json["ranks"][0]["overhead"]["stage_calls"], 40);
+    // The program's names fold; the profiler's own never do, nor count.
+    assert_eq!(
+        folded,
+        40 - (16 - 1 - 4),
+        "16 names: the thread's, the profiler's 4, 11 stages"
+    );
+}
+
+#[test]
+fn an_idle_session_writes_no_flush() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| {
+        c.flush_interval_s = 0.05;
+        c.collect_host = false;
+        c.gpu_source = rankscope_common::config::GpuSourceKind::None;
+    });
+    let session = profiler.session("idle", &[]).unwrap();
+    let dir = session.dir().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let parts = std::fs::read_dir(&dir).unwrap().count();
+    session.finish().unwrap();
+    assert_eq!(parts, 0, "nothing recorded, nothing flushed");
 }
 
 #[test]

@@ -30,16 +30,25 @@ pub const OVERHEAD_SECTION: &str = "rankscope_overhead";
 /// [`OVERHEAD_SECTION`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overhead {
-    /// One stage (begin, end, its row), nanoseconds, measured on the rank's
-    /// machine at the session's end; one row.
+    /// What one stage costs the thread that records it, nanoseconds,
+    /// measured on the rank's machine once per process (at the first
+    /// session's end); one row a session.
     StageNsPerCall,
     /// CPU time of the telemetry sampler's thread, milliseconds; one row.
     SamplerCpuMs,
-    /// Wall time of one periodic flush, milliseconds; a row per flush.
+    /// Wall time of the session's periodic flushes, milliseconds, all
+    /// together; one row.
     FlushMs,
 }
 
 impl Overhead {
+    /// Every kind of row.
+    pub const ALL: &'static [Overhead] = &[
+        Overhead::StageNsPerCall,
+        Overhead::SamplerCpuMs,
+        Overhead::FlushMs,
+    ];
+
     /// The row's metric name.
     pub fn name(self) -> &'static str {
         match self {

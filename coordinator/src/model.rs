@@ -178,27 +178,30 @@ pub struct RankSummary {
     pub overhead: Option<RankOverhead>,
 }
 
-/// What profiling cost one rank: its stages (calls × the cost of one,
-/// measured on the rank's machine), the sampler thread's CPU time and the
-/// periodic flushes' wall time. The final payload's encoding is not in it.
+/// What profiling cost one rank: its stages on the threads that record them
+/// (calls × the cost of one, measured on the rank's machine), and on
+/// threads of the profiler's own, the sampler's CPU time and the periodic
+/// flushes' wall time. The final payload's encoding is not in it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankOverhead {
     /// Stages begun: rows kept, dropped past the row budget, and refused
     /// past the open-stage limit.
     pub stage_calls: u64,
-    /// Cost of one stage on the rank's machine, nanoseconds.
-    pub stage_ns_per_call: Option<f64>,
+    /// What one stage costs the thread recording it, nanoseconds.
+    pub stage_ns_per_call: f64,
     /// `stage_calls` × `stage_ns_per_call`, seconds.
-    pub stages_s: Option<f64>,
+    pub stages_s: f64,
     /// CPU time of the telemetry sampler's thread, seconds (`null`: no
     /// sampler ran, or its time could not be read).
     pub sampler_cpu_s: Option<f64>,
     /// Wall time of the periodic flushes, seconds.
     pub flushes_s: f64,
-    /// The three together, seconds.
+    /// The three together (the sampler's where measured), seconds.
     pub total_s: f64,
-    /// `total_s` over the rank's session time, percent.
-    pub share_pct: f64,
+    /// `total_s` over the rank's session time, percent (the profiler's own
+    /// threads counted as if the program waited for them); `null` for a
+    /// session of no length.
+    pub share_pct: Option<f64>,
 }
 
 /// One rank's host over the session.

@@ -116,7 +116,7 @@ def test_records_reach_their_tables(prof: rankscope.Profiler, tmp_path: Path) ->
     assert rows["diffusion_steps"] == 2
     assert rows["blocks"] == 1
     assert rows["model_parameters"] == 1
-    assert rows["metrics"] == 4, "three of the program's (a metric, throughput's two) and the profiler's cost"
+    assert rows["metrics"] == 5, "three of the program's (a metric, throughput's two), two of its cost"
     assert rows["events"] == 2
     assert rows["memory_snapshots"] == 1
     assert report["diffusion"]["model_parameters"]["transformer"] == 1_300_000_000
@@ -126,7 +126,7 @@ def test_records_reach_their_tables(prof: rankscope.Profiler, tmp_path: Path) ->
     own = [(m["section"], m["name"]) for m in metrics if m["section"] != "rankscope_overhead"]
     assert own == [("custom", "tokens"), ("throughput", "items"), ("throughput", "items_per_s")]
     assert [m["name"] for m in metrics if m["section"] == "rankscope_overhead"] == [
-        "stage_ns_per_call"], "the profiler's own cost (no sampler in this test)"
+        "stage_ns_per_call", "flush_ms"], "the profiler's own cost (no sampler in this test)"
     events = pyarrow.ipc.open_file(raw / "events.arrow").read_all().to_pylist()
     payload = [e for e in events if e["name"] == "milestone"][0]["payload"]
     assert json.loads(payload) == {"progress": 0.5, "path": str(tmp_path), "nested": [1, [2, 3]]}

@@ -280,21 +280,23 @@ fn write_overhead(out: &mut String, report: &Report) -> std::fmt::Result {
     let sum = |f: &dyn Fn(&RankOverhead) -> f64| measured.iter().map(|(o, _)| f(o)).sum::<f64>();
     let total = sum(&|o| o.total_s);
     let session: f64 = measured.iter().map(|(_, d)| d).sum();
-    let share = if session > 0.0 {
-        total / session * 100.0
-    } else {
-        0.0
+    let share = match session > 0.0 {
+        true => format!(" ({:.3}%)", total / session * 100.0),
+        false => String::new(),
+    };
+    let sampler = match measured.iter().any(|(o, _)| o.sampler_cpu_s.is_some()) {
+        true => format!("{:.3} ms", sum(&|o| o.sampler_cpu_s.unwrap_or(0.0)) * 1e3),
+        false => "not measured".into(),
     };
     write_wrapped(
         out,
         "",
         &format!(
-            "Profiler overhead: {:.3} ms of the ranks' {session:.3} s ({share:.3}%): stages \
-             {:.3} ms ({} calls), sampler CPU {:.3} ms, flushes {:.3} ms",
+            "Profiler overhead: {:.3} ms of {session:.3} s of rank time{share}: stages {:.3} ms \
+             ({} calls), sampler CPU {sampler}, flushes {:.3} ms",
             total * 1e3,
-            sum(&|o| o.stages_s.unwrap_or(0.0)) * 1e3,
+            sum(&|o| o.stages_s) * 1e3,
             measured.iter().map(|(o, _)| o.stage_calls).sum::<u64>(),
-            sum(&|o| o.sampler_cpu_s.unwrap_or(0.0)) * 1e3,
             sum(&|o| o.flushes_s) * 1e3,
         ),
     )

@@ -17,7 +17,7 @@ use std::io::Write;
 use rankscope_common::names::{cut, cut_to};
 use rankscope_common::table::{
     BlocksView, DiffusionStepsView, EventsView, GpuSamplesView, MemorySnapshotsView, MetricsView,
-    StagesView,
+    StagesView, OVERHEAD_SECTION,
 };
 use rankscope_common::{Payload, Table};
 use serde::Serialize;
@@ -362,7 +362,8 @@ fn counters(
     if let Ok(Some(v)) = payload.view::<MetricsView>() {
         let mut by_name: BTreeMap<(&str, &str), Samples> = BTreeMap::new();
         for i in 0..v.len {
-            if v.value[i].is_finite() {
+            // The profiler's own cost is in the report, not on the timeline.
+            if v.value[i].is_finite() && v.section.get(i) != OVERHEAD_SECTION {
                 let one = by_name
                     .entry((v.section.get(i), v.name.get(i)))
                     .or_default();
