@@ -204,7 +204,11 @@ impl Registry {
         if end == data.paired {
             return;
         }
-        let scale = self.clock.scale();
+        let mut pass = Pass {
+            generation,
+            scale: self.clock.scale(),
+            rows: Grant::new(self, Table::Stages),
+        };
         let mut events = events.peekable();
         while let Some(event) = events.next() {
             match event {
@@ -234,7 +238,7 @@ impl Registry {
                         if ending == seq {
                             events.next();
                             let depth = data.open.len();
-                            self.close(data, stage, depth, end_ticks, generation, &scale);
+                            Self::close(data, stage, depth, end_ticks, &mut pass);
                             continue;
                         }
                     }
@@ -243,7 +247,7 @@ impl Registry {
                 Event::End { seq, ticks } => {
                     if let Some(pos) = data.open.iter().rposition(|s| s.seq == seq) {
                         let stage = data.open.remove(pos);
-                        self.close(data, stage, pos, ticks, generation, &scale);
+                        Self::close(data, stage, pos, ticks, &mut pass);
                     }
                 }
             }
@@ -252,18 +256,16 @@ impl Registry {
     }
 
     /// Closes `stage`, ended at `end_ticks` at `depth` (inside the open
-    /// stage below it): a stage row with its ticks made nanoseconds by
-    /// `scale`, if it began in session `generation` and the table has room.
+    /// stage below it): a stage row with its ticks made nanoseconds, if it
+    /// began in the session `pass` pairs for and the table has room.
     fn close(
-        &self,
         data: &mut ThreadData,
         stage: OpenStage,
         depth: usize,
         end_ticks: u64,
-        generation: u64,
-        scale: &Scale,
+        pass: &mut Pass<'_>,
     ) {
-        if stage.generation == 0 || stage.generation != generation || !self.admit(Table::Stages) {
+        if stage.generation == 0 || stage.generation != pass.generation || !pass.rows.take() {
             return;
         }
         let parent_id = depth.checked_sub(1).map(|p| data.open[p].stage_id);
@@ -274,8 +276,8 @@ impl Registry {
             stage_id: stage.stage_id,
             parent_id,
             depth: depth as u32,
-            start_ns: scale.session_ns(stage.start_ticks),
-            end_ns: scale.session_ns(end_ticks),
+            start_ns: pass.scale.session_ns(stage.start_ticks),
+            end_ns: pass.scale.session_ns(end_ticks),
             call_index: stage.call_index,
             metadata: stage.metadata,
         });
@@ -312,6 +314,83 @@ impl Registry {
             false
         }
     }
+}
+
+/// One pairing pass: the session its stages must have begun in, the
+/// conversion of their ticks, and the rows it may keep.
+struct Pass<'a> {
+    generation: u64,
+    scale: Scale,
+    rows: Grant<'a>,
+}
+
+/// Rows of a table's budget taken a chunk at a time, so that threads
+/// pairing at once seldom write the shared counter; what is not used goes
+/// back when the grant is dropped.
+struct Grant<'a> {
+    registry: &'a Registry,
+    table: Table,
+    /// Rows taken and not used yet.
+    left: u64,
+    /// Rows refused for want of budget, counted as dropped at the end.
+    refused: u64,
+}
+
+impl<'a> Grant<'a> {
+    /// Rows taken from the shared counter at once.
+    const CHUNK: u64 = 256;
+
+    fn new(registry: &'a Registry, table: Table) -> Self {
+        Grant {
+            registry,
+            table,
+            left: 0,
+            refused: 0,
+        }
+    }
+
+    /// One row: `false` when the budget is spent.
+    #[inline]
+    fn take(&mut self) -> bool {
+        if self.left == 0 {
+            let kept = &self.registry.kept[self.table as usize];
+            let before = kept.fetch_add(Self::CHUNK, Ordering::Relaxed);
+            self.left = (self.registry.max_rows as u64)
+                .saturating_sub(before)
+                .min(Self::CHUNK);
+            // Taken past the budget: back at once, so that the counter is
+            // exact.
+            give_back(kept, Self::CHUNK - self.left);
+        }
+        match self.left.checked_sub(1) {
+            Some(left) => {
+                self.left = left;
+                true
+            }
+            None => {
+                self.refused += 1;
+                false
+            }
+        }
+    }
+}
+
+impl Drop for Grant<'_> {
+    fn drop(&mut self) {
+        let slot = self.table as usize;
+        give_back(&self.registry.kept[slot], self.left);
+        if self.refused > 0 {
+            self.registry.dropped[slot].fetch_add(self.refused, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Takes `rows` off a budget counter, never below 0: a session's start
+/// resets the counter, maybe while a grant is out.
+fn give_back(kept: &AtomicU64, rows: u64) {
+    let _ = kept.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
+        Some(taken.saturating_sub(rows))
+    });
 }
 
 /// Interns `name` in `buffer`; says whether the id may be kept for later
@@ -969,6 +1048,41 @@ mod tests {
         recorder.begin_session();
         recorder.end_session();
         assert!(recorder.drain().0.finish().unwrap().is_empty());
+    }
+
+    /// Threads pairing at once take the row budget a chunk at a time, and
+    /// it still comes out exact: what fits is kept, the rest counted.
+    #[test]
+    fn the_row_budget_is_exact_with_threads_pairing_at_once() {
+        let recorder = Arc::new(Recorder::new(&Config {
+            max_data_points: 2_500,
+            ..Config::default()
+        }));
+        recorder.begin_session();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let recorder = Arc::clone(&recorder);
+                std::thread::spawn(move || {
+                    let name = StageName::new("work");
+                    for _ in 0..LOG_EVENTS {
+                        let stage = recorder.begin_named_stage(&name, None);
+                        recorder.end_stage(stage);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        recorder.end_session();
+        let (builders, _) = recorder.drain();
+        let tables = builders.finish().unwrap();
+        assert_eq!(tables[&Table::Stages].num_rows(), 2_500);
+        let dropped = recorder.take_dropped();
+        assert_eq!(
+            dropped,
+            vec![(Table::Stages, (4 * LOG_EVENTS - 2_500) as u64)]
+        );
     }
 
     /// A stage begun in one session and ended in the next is in neither.
