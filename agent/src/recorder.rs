@@ -332,7 +332,8 @@ struct Grant<'a> {
     table: Table,
     /// Rows taken and not used yet.
     left: u64,
-    /// Rows refused for want of budget, counted as dropped at the end.
+    /// Rows refused for want of budget, counted as dropped at the end;
+    /// once one is, the pass asks no more.
     refused: u64,
 }
 
@@ -352,7 +353,7 @@ impl<'a> Grant<'a> {
     /// One row: `false` when the budget is spent.
     #[inline]
     fn take(&mut self) -> bool {
-        if self.left == 0 {
+        if self.left == 0 && self.refused == 0 {
             let kept = &self.registry.kept[self.table as usize];
             let before = kept.fetch_add(Self::CHUNK, Ordering::Relaxed);
             self.left = (self.registry.max_rows as u64)
@@ -388,6 +389,9 @@ impl Drop for Grant<'_> {
 /// Takes `rows` off a budget counter, never below 0: a session's start
 /// resets the counter, maybe while a grant is out.
 fn give_back(kept: &AtomicU64, rows: u64) {
+    if rows == 0 {
+        return;
+    }
     let _ = kept.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
         Some(taken.saturating_sub(rows))
     });
