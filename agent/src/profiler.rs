@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rankscope_common::config::ConfigError;
 use rankscope_common::env::{self, EnvError, RankEnv};
 use rankscope_common::table::{
-    BlockRecord, DiffusionStepRecord, EventRecord, MemorySnapshotRecord, MetricRecord,
-    ModelParameterRecord, Table, STAGE_GPU_SECTION,
+    BlockRecord, DiffusionStepRecord, EventRecord, MemorySnapshotRecord, ModelParameterRecord,
+    Table, STAGE_GPU_SECTION,
 };
 use rankscope_common::Config;
 
@@ -289,7 +289,9 @@ impl Profiler {
         let recorder = &shared.recorder;
         LiveState {
             session: shared.session.with_running(|s| s.name.clone()),
-            elapsed_s: recorder.recording().map(|_| recorder.now_ns() as f64 / 1e9),
+            elapsed_s: recorder
+                .is_recording()
+                .then(|| recorder.now_ns() as f64 / 1e9),
             open_stages: recorder.open_stage_names(),
             rows: recorder
                 .row_counts()
@@ -452,7 +454,7 @@ impl Profiler {
     #[inline(always)]
     fn recording(&self) -> Option<&Recorder> {
         let recorder = &*self.enabled.as_deref()?.recorder;
-        recorder.recording().map(|_| recorder)
+        recorder.is_recording().then_some(recorder)
     }
 }
 
@@ -487,13 +489,6 @@ fn json_text(value: &serde_json::Value) -> String {
 
 fn record_metric(recorder: &Recorder, section: &str, name: &str, value: f64) {
     recorder.record_row(Table::Metrics, |t, ts_ns| {
-        let section = t.names.intern(section);
-        let name = t.names.intern(name);
-        t.records.metrics.push_back(MetricRecord {
-            ts_ns,
-            section,
-            name,
-            value,
-        });
+        t.push_metric(ts_ns, section, name, value)
     });
 }

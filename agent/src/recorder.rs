@@ -128,6 +128,18 @@ impl ThreadData {
         call
     }
 
+    /// Appends a `metrics` row.
+    pub(crate) fn push_metric(&mut self, ts_ns: u64, section: &str, name: &str, value: f64) {
+        let section = self.names.intern(section);
+        let name = self.names.intern(name);
+        self.records.metrics.push_back(MetricRecord {
+            ts_ns,
+            section,
+            name,
+            value,
+        });
+    }
+
     /// Forgets the session's rows and call counts, and frees their memory;
     /// names stay interned.
     fn clear_rows(&mut self) {
@@ -465,11 +477,10 @@ impl Recorder {
         self.registry.max_rows
     }
 
-    /// The generation of the session recording now, if one is.
+    /// Whether a session is recording.
     #[inline(always)]
-    pub(crate) fn recording(&self) -> Option<u64> {
-        let generation = self.registry.generation.load(Ordering::Relaxed);
-        (generation != 0).then_some(generation)
+    pub(crate) fn is_recording(&self) -> bool {
+        self.registry.generation.load(Ordering::Relaxed) != 0
     }
 
     /// Nanoseconds since the session started, on the monotonic clock.
@@ -709,16 +720,7 @@ impl Recorder {
             return;
         }
         let ts_ns = self.now_ns();
-        self.with_thread(|t| {
-            let section = t.names.intern(OVERHEAD_SECTION);
-            let name = t.names.intern(what.name());
-            t.records.metrics.push_back(MetricRecord {
-                ts_ns,
-                section,
-                name,
-                value,
-            });
-        });
+        self.with_thread(|t| t.push_metric(ts_ns, OVERHEAD_SECTION, what.name(), value));
     }
 
     /// Records one row of `table`, stamped now, if the table has room.

@@ -18,6 +18,12 @@ fn profiler(out: &std::path::Path, tweak: impl FnOnce(&mut Config)) -> Profiler 
     Profiler::with_rank_env(config, RankEnv::single())
 }
 
+/// The report.json rank 0 wrote for `outcome`'s session.
+fn report_json(outcome: &rankscope::Outcome) -> serde_json::Value {
+    let path = outcome.session_dir.join("report.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
 /// The program's own metrics rows: not the agent's overhead rows.
 fn own_metrics(payload: &Payload) -> usize {
     payload.view::<MetricsView>().unwrap().map_or(0, |m| {
@@ -141,13 +147,8 @@ fn stage_gpu_times_are_reported_beside_host_times() {
         let _encode = profiler.stage("encode");
     }
     let outcome = session.finish().unwrap();
+    let json = report_json(&outcome);
     let report = outcome.report.expect("rank 0 reports");
-    let json = report
-        .files
-        .iter()
-        .find(|f| f.ends_with("report.json"))
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
     let stage = |name: &str| {
         json["stages"]
             .as_array()
@@ -182,13 +183,9 @@ fn the_report_says_what_profiling_cost_each_rank() {
     }
     let guards: Vec<_> = (0..6).map(|_| profiler.stage("deep")).collect();
     drop(guards);
-    let report = session.finish().unwrap().report.unwrap();
-    let json = report
-        .files
-        .iter()
-        .find(|f| f.ends_with("report.json"))
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    let outcome = session.finish().unwrap();
+    let json = report_json(&outcome);
+    let report = outcome.report.unwrap();
     let overhead = &json["ranks"][0]["overhead"];
     // 156 stages begun: 100 rows kept, 54 past the row budget, 2 refused
     // past the open-stage limit.
@@ -221,14 +218,7 @@ fn a_program_with_many_names_still_gets_its_overhead() {
     let outcome = session.finish().unwrap();
     let payload = spilled(&outcome);
     let folded = payload.header.overflow.names_folded;
-    let json = outcome
-        .report
-        .unwrap()
-        .files
-        .into_iter()
-        .find(|f| f.ends_with("report.json"));
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(json.unwrap()).unwrap()).unwrap();
+    let json = report_json(&outcome);
     assert_eq!(json["ranks"][0]["overhead"]["stage_calls"], 40);
     // The program's names fold; the profiler's own never do, nor count.
     assert_eq!(
@@ -572,16 +562,14 @@ fn a_reused_session_id_never_mixes_two_runs() {
     let run2_rank0 = Profiler::with_rank_env(config.clone(), env(0, "none.1"));
     let session = run2_rank0.session("job", &[]).unwrap();
     let outcome = session.finish().unwrap();
-    let gathered = outcome.gathered.unwrap();
+    let gathered = outcome.gathered.as_ref().unwrap();
     assert_eq!(gathered.reporting, vec![0]);
     assert_eq!(
         gathered.missing,
         vec![1],
         "run 1's fresh rank-1 file is not run 2's"
     );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(outcome.session_dir.join("report.json")).unwrap())
-            .unwrap();
+    let report = report_json(&outcome);
     assert_eq!(report["session"]["run_id"], "none.1");
     assert!(!report.to_string().contains("run-1-work"));
 
