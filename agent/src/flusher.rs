@@ -28,10 +28,8 @@ impl Flusher {
         let thread = std::thread::Builder::new()
             .name("rankscope-flusher".into())
             .spawn(move || {
-                let mut seq = 0;
                 while !thread_signal.wait(interval) {
-                    seq += 1;
-                    if let Err(e) = session::flush(&shared, seq) {
+                    if let Err(e) = session::flush(&shared) {
                         notice!(
                             "a periodic flush failed: {}",
                             rankscope_common::error::Chain(&e)

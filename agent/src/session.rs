@@ -4,6 +4,7 @@
 //! transport and, on rank 0, has the reporter write the report.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -134,6 +135,8 @@ pub(crate) struct SessionState {
     sampler: Option<Sampler>,
     /// The session's periodic flushes.
     flusher: Option<Flusher>,
+    /// Flushes begun, periodic and asked for: each numbers its part.
+    flushes: AtomicU32,
 }
 
 impl SessionState {
@@ -351,6 +354,7 @@ impl Session {
                     )
                 })
                 .flatten(),
+            flushes: AtomicU32::new(0),
         });
         if shared.config.spill_on_signal {
             crate::signals::watch(&shared);
@@ -365,6 +369,24 @@ impl Session {
     pub fn dir(&self) -> Option<PathBuf> {
         let shared = self.shared.as_ref()?;
         shared.session.with_running(|s| s.dir.clone())
+    }
+
+    /// Writes what this rank recorded since the last flush to a part file
+    /// of its own now, as the periodic flushes (`flush_interval_s`) do;
+    /// the session goes on, and its rows' memory is kept for the next.
+    /// `false` when there was nothing new to write.
+    pub fn flush(&self) -> Result<bool, SessionError> {
+        let child = std::process::id();
+        if child != self.pid {
+            return Err(SessionError::Forked {
+                parent: self.pid,
+                child,
+            });
+        }
+        match &self.shared {
+            Some(shared) => flush(shared),
+            None => Ok(false),
+        }
     }
 
     /// Ends the session: spills this rank's payload, gathers on rank 0 (which
@@ -471,9 +493,7 @@ fn finish_state(
             .recorder
             .record_overhead(Overhead::StageNsPerCall, ns);
     }
-    let flushed_ns = shared
-        .flush_ns
-        .swap(0, std::sync::atomic::Ordering::Relaxed);
+    let flushed_ns = shared.flush_ns.swap(0, Ordering::Relaxed);
     shared
         .recorder
         .record_overhead(Overhead::FlushMs, flushed_ns as f64 / 1e6);
@@ -665,31 +685,31 @@ fn build_payload(
 }
 
 /// Writes what the running session recorded since the last flush as its
-/// `seq`-th part. Nothing when no session runs.
-pub(crate) fn flush(shared: &Shared, seq: u32) -> Result<(), SessionError> {
+/// next part; `false` when no session runs or it recorded nothing new.
+pub(crate) fn flush(shared: &Shared) -> Result<bool, SessionError> {
     let started = Instant::now();
-    let wrote = write_flush(shared, seq)?;
+    let wrote = write_flush(shared)?;
     if wrote {
         // Kept beside the recording (a row would make the next flush write
         // it, and an idle session write forever): one row at the end.
         let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-        shared
-            .flush_ns
-            .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        shared.flush_ns.fetch_add(ns, Ordering::Relaxed);
     }
-    Ok(())
+    Ok(wrote)
 }
 
 /// Writes a periodic flush: the records since the last one, as a part
 /// file; `false` when there were none.
-fn write_flush(shared: &Shared, seq: u32) -> Result<bool, SessionError> {
+fn write_flush(shared: &Shared) -> Result<bool, SessionError> {
     let now = shared.recorder.now_ns();
     let Some((dir, name, header)) = shared.session.with_running(|state| {
         let mut header = header(shared, state, now, SamplerStats::default());
         header.flushed_until_ns = Some(now);
         (
             state.dir.clone(),
-            state.spill_name(&shared.env).part_name(seq),
+            state
+                .spill_name(&shared.env)
+                .part_name(state.flushes.fetch_add(1, Ordering::Relaxed) + 1),
             header,
         )
     }) else {

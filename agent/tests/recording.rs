@@ -244,6 +244,50 @@ fn an_idle_session_writes_no_flush() {
     assert_eq!(parts, 0, "nothing recorded, nothing flushed");
 }
 
+/// A flush asked for writes what is new as a part of its own, while the
+/// session goes on; the final spill holds every row once.
+#[test]
+fn a_flush_writes_a_part_and_the_session_goes_on() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| {
+        c.flush_interval_s = 0.0;
+        c.collect_host = false;
+        c.gpu_source = rankscope_common::config::GpuSourceKind::None;
+    });
+    let session = profiler.session("flushed", &[]).unwrap();
+    let dir = session.dir().unwrap();
+    let parts = || {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert!(!session.flush().unwrap(), "nothing recorded yet");
+    assert!(parts().is_empty());
+    for _ in 0..3 {
+        drop(profiler.stage("before"));
+    }
+    assert!(session.flush().unwrap());
+    let written = parts();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let part = payload::decode(&std::fs::read(dir.join(&written[0])).unwrap()).unwrap();
+    assert_eq!(part.rows(Table::Stages), 3);
+    assert!(part.header.flushed_until_ns.is_some());
+    assert!(!session.flush().unwrap(), "nothing new since");
+    drop(profiler.stage("after"));
+    let payload = spilled(&session.finish().unwrap());
+    let stages = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
+    let names: Vec<&str> = (0..stages.len).map(|i| stages.name.get(i)).collect();
+    assert_eq!(names, ["before", "before", "before", "after"]);
+    assert!(
+        parts().iter().all(|p| !p.ends_with(".part")),
+        "the final spill replaced the part: {:?}",
+        parts()
+    );
+}
+
 #[test]
 fn every_record_call_lands_in_its_table() {
     let out = tempfile::tempdir().unwrap();

@@ -96,6 +96,10 @@ class Session:
     @property
     def outcome(self) -> Optional[Outcome]:
         """What finishing produced (None until then)."""
+    def flush(self) -> bool:
+        """Writes what this rank recorded since the last flush to a part file
+        now, as the periodic flushes do; the session goes on. False when
+        there was nothing new."""
     def finish(self) -> Outcome:
         """Ends the session (the interpreter's lock released meanwhile); the
         same outcome again on a second call."""

@@ -458,6 +458,21 @@ impl Session {
         lock(&self.outcome).as_ref().map(|o| o.clone_ref(py))
     }
 
+    /// Writes what this rank recorded since the last flush to a part file
+    /// now, as the periodic flushes (`flush_interval_s`) do; the session
+    /// goes on. `False` when there was nothing new (or the session is
+    /// finished). GPU times are written at finish, not here. The
+    /// interpreter's lock is released meanwhile.
+    fn flush(&self, py: Python<'_>) -> PyResult<bool> {
+        // The lock is taken without the interpreter's: a `finish` waiting
+        // for it holds the interpreter's lock only while it waits.
+        py.detach(|| match lock(&self.running).as_ref() {
+            Some(session) => session.flush(),
+            None => Ok(false),
+        })
+        .map_err(|e| SessionError::new_err(chain(&e)))
+    }
+
     /// Ends the session: GPU times are resolved, this rank's data spilled
     /// and gathered; rank 0 waits at most `gather_timeout_s` for the
     /// others and writes the report. The interpreter's lock is released

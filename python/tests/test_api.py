@@ -262,6 +262,24 @@ def test_a_session_twice_is_refused_with_a_clear_error(prof: rankscope.Profiler)
             prof.session("second")
 
 
+def test_a_flush_writes_a_part_now_and_the_session_goes_on(prof: rankscope.Profiler) -> None:
+    session = prof.session("flushed")
+    assert session.flush() is False, "nothing recorded yet"
+    with prof.stage("before"):
+        pass
+    assert session.flush() is True
+    parts = [p for p in Path(session.dir).iterdir() if p.suffix == ".part"]
+    assert len(parts) == 1, parts
+    assert session.flush() is False, "nothing new since"
+    with prof.stage("after"):
+        pass
+    outcome = session.finish()
+    assert session.flush() is False, "finished"
+    report = report_of(outcome)
+    assert sorted(s["name"] for s in report["stages"]) == ["after", "before"]
+    assert not any(p.suffix == ".part" for p in Path(outcome.session_dir).iterdir())
+
+
 def test_finish_returns_the_same_outcome_twice(prof: rankscope.Profiler) -> None:
     session = prof.session("twice")
     first = session.finish()
