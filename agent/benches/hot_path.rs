@@ -4,12 +4,15 @@
 //! nested) and a `tracing` span with a subscriber that does nothing; the
 //! floors any timer pays (two monotonic clock readings, two `rdtsc`). Each
 //! variant runs 200 000 calls per round, the rounds interleaved; the best
-//! of nine rounds is shown. Then the payload size of 100 000 stages.
+//! of nine rounds is shown. Between rounds the session is flushed, as its
+//! periodic flushes do, so that rows go into memory the session already
+//! holds: a long session's steady state. Then the payload size of 100 000
+//! stages.
 //!
 //! `cargo bench -p rankscope --bench hot_path`. Results go to BENCHMARKS.md.
 
 use std::hint::black_box;
-use std::sync::Barrier;
+use std::sync::{mpsc, Arc, Barrier};
 use std::time::Instant;
 
 use rankscope::{Config, Profiler, RankEnv};
@@ -69,7 +72,7 @@ fn main() {
         flush_interval_s: 0.0,
         ..Config::default()
     };
-    let enabled = Profiler::with_rank_env(config.clone(), RankEnv::single());
+    let enabled = Arc::new(Profiler::with_rank_env(config.clone(), RankEnv::single()));
     let disabled = Profiler::with_rank_env(
         Config {
             enabled: false,
@@ -89,21 +92,23 @@ fn main() {
         };
         round(&mut nested)
     };
-    // Two threads recording at once: the cost per stage on each.
-    let two_threads = || {
-        let barrier = Barrier::new(2);
-        let per_thread: Vec<f64> = std::thread::scope(|s| {
-            let threads: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
-                        barrier.wait();
-                        round(&mut |_| drop(black_box(rankscope::stage!(enabled, "decode"))))
-                    })
-                })
-                .collect();
-            threads.into_iter().map(|t| t.join().unwrap()).collect()
+    // Two threads recording at once, each into its own buffer through every
+    // round, as a job's threads do: the cost per stage on each.
+    let start = Arc::new(Barrier::new(3));
+    let (done, rounds_done) = mpsc::channel::<f64>();
+    for _ in 0..2 {
+        let (enabled, start, done) = (Arc::clone(&enabled), Arc::clone(&start), done.clone());
+        std::thread::spawn(move || loop {
+            start.wait();
+            let ns = round(&mut |_| drop(black_box(rankscope::stage!(enabled, "decode"))));
+            if done.send(ns).is_err() {
+                return;
+            }
         });
-        per_thread.iter().sum::<f64>() / 2.0
+    }
+    let two_threads = || {
+        start.wait();
+        (rounds_done.recv().unwrap() + rounds_done.recv().unwrap()) / 2.0
     };
     type Variant<'a> = (&'a str, Box<dyn FnMut() -> f64 + 'a>);
     let mut variants: Vec<Variant<'_>> = vec![
@@ -196,8 +201,10 @@ fn main() {
         for (slot, (_, run)) in best.iter_mut().zip(variants.iter_mut()) {
             *slot = slot.min(run());
         }
-        // puffin keeps its scopes until a frame ends.
+        // puffin keeps its scopes until a frame ends; rankscope's rows go
+        // to a part file, their memory kept for the next rounds.
         puffin::GlobalProfiler::lock().new_frame();
+        session.flush().unwrap();
     }
     drop(session);
 

@@ -61,24 +61,29 @@ impl Drop for StageGuard<'_> {
 
 /// A stage name made once and used for many stages, as a binding or a hot
 /// loop holds it ([`Profiler::begin`](crate::Profiler::begin)). Names are
-/// interned per thread; this one remembers its id in the thread that last
-/// used it, so that beginning a stage needs no hashing of the name.
+/// interned per thread; this one remembers its id in the first threads that
+/// use it, so that beginning a stage there needs no hashing of the name.
 #[derive(Debug)]
 pub struct StageName {
     name: Cow<'static, str>,
-    /// `buffer id << 32 | name id` of the last thread buffer that interned
-    /// the name, or [`StageName::UNSET`].
-    interned: AtomicU64,
+    /// `buffer id << 32 | name id` of the first thread buffers that
+    /// interned the name, filled in order; [`StageName::UNSET`] after them.
+    /// Written once per buffer, so threads that share the name share the
+    /// cache line only to read it.
+    interned: [AtomicU64; Self::SLOTS],
 }
 
 impl StageName {
     const UNSET: u64 = u64::MAX;
+    /// Thread buffers a name remembers its id in (one cache line); a thread
+    /// past them interns the name at each use.
+    const SLOTS: usize = 8;
 
     /// A stage name.
     pub fn new(name: &str) -> Self {
         StageName {
             name: Cow::Owned(name.to_string()),
-            interned: AtomicU64::new(Self::UNSET),
+            interned: [const { AtomicU64::new(Self::UNSET) }; Self::SLOTS],
         }
     }
 
@@ -87,7 +92,7 @@ impl StageName {
     pub const fn from_static(name: &'static str) -> Self {
         StageName {
             name: Cow::Borrowed(name),
-            interned: AtomicU64::new(Self::UNSET),
+            interned: [const { AtomicU64::new(Self::UNSET) }; Self::SLOTS],
         }
     }
 
@@ -100,14 +105,28 @@ impl StageName {
     /// on first use (which also says whether the id may be kept).
     #[inline(always)]
     pub(crate) fn id_in(&self, buffer: u32, intern: impl FnOnce(&str) -> (NameId, bool)) -> NameId {
-        let cached = self.interned.load(Ordering::Relaxed);
-        if cached != Self::UNSET && (cached >> 32) as u32 == buffer {
-            return cached as NameId;
+        for slot in &self.interned {
+            match slot.load(Ordering::Relaxed) {
+                Self::UNSET => break,
+                cached if (cached >> 32) as u32 == buffer => return cached as NameId,
+                _ => {}
+            }
         }
+        self.intern_in(buffer, intern)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn intern_in(&self, buffer: u32, intern: impl FnOnce(&str) -> (NameId, bool)) -> NameId {
         let (id, keep) = intern(&self.name);
         if keep {
-            self.interned
-                .store(u64::from(buffer) << 32 | u64::from(id), Ordering::Relaxed);
+            let cached = u64::from(buffer) << 32 | u64::from(id);
+            // The first free slot: slots taken at once by other threads are
+            // passed over, so the filled ones stay in front.
+            let _ = self.interned.iter().find(|slot| {
+                slot.compare_exchange(Self::UNSET, cached, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            });
         }
         id
     }
@@ -129,5 +148,42 @@ impl OpenStageId {
     /// ends nothing.
     pub fn from_raw(id: u64) -> Self {
         OpenStageId(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn a_name_remembers_its_id_in_each_of_its_first_buffers() {
+        let name = StageName::new("decode");
+        let interned = Cell::new(0);
+        let intern = |id: NameId, keep: bool| {
+            let interned = &interned;
+            move |text: &str| {
+                assert_eq!(text, "decode");
+                interned.set(interned.get() + 1);
+                (id, keep)
+            }
+        };
+        let buffers = StageName::SLOTS as u32 + 2;
+        for _ in 0..2 {
+            for buffer in 0..buffers {
+                assert_eq!(name.id_in(buffer, intern(buffer + 100, true)), buffer + 100);
+            }
+        }
+        assert_eq!(
+            interned.get(),
+            buffers + 2,
+            "once per buffer, and again for the two past the slots"
+        );
+        // An id not to keep (a name folded into `(other)`) is asked for at
+        // each use.
+        let folded = StageName::new("decode");
+        folded.id_in(0, intern(1, false));
+        folded.id_in(0, intern(1, false));
+        assert_eq!(interned.get(), buffers + 4);
     }
 }
