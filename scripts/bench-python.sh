@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Python package's stage cost (scripts/bench_python_stage.py) on a
-# release build of the package, in the test environment (torch there gives
-# record_function to compare with).
+# The Python package's stage cost (scripts/bench_python_stage.py) on the
+# package as `pip install ./python` builds it (Cargo.toml's wheel profile),
+# in the test environment (torch there gives record_function to compare
+# with).
 #
 # usage: scripts/bench-python.sh [ITERATIONS] [ROUNDS]
 set -euo pipefail

@@ -94,7 +94,8 @@ fn main() {
         round(nested)
     };
     // Two threads recording at once, each into its own buffer through every
-    // round, as a job's threads do: the cost per stage on each.
+    // round, as a job's threads do: the cost per stage on each. They wait at
+    // the barrier for the next round until the process exits.
     let start = Arc::new(Barrier::new(3));
     let (done, rounds_done) = mpsc::channel::<f64>();
     for _ in 0..2 {

@@ -1,6 +1,5 @@
 //! The profiler: the handle a rank records through, and its builder.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rankscope_common::config::ConfigError;
@@ -13,7 +12,7 @@ use rankscope_common::Config;
 
 use crate::recorder::Recorder;
 use crate::sampler::Telemetry;
-use crate::session::{Session, SessionError, SessionState};
+use crate::session::{Flushes, Session, SessionError, SessionState};
 use crate::slot::Slot;
 use crate::stage::{OpenStageId, StageGuard, StageName};
 use crate::transport::Transport;
@@ -53,11 +52,8 @@ pub(crate) struct Shared {
     /// each session takes it while it runs.
     pub(crate) transport: Mutex<Option<Box<dyn Transport>>>,
     pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
-    /// Flushes of the running session that could not be written: merged
-    /// into its final payload.
-    pub(crate) unflushed: Mutex<Vec<rankscope_common::Payload>>,
-    /// Wall time of the running session's periodic flushes, nanoseconds.
-    pub(crate) flush_ns: AtomicU64,
+    /// The running session's flushes, one at a time.
+    pub(crate) flushes: Mutex<Flushes>,
 }
 
 /// Makes a [`Profiler`] with a rank environment, transport or reporter of
@@ -137,8 +133,7 @@ impl ProfilerBuilder {
                 session: Slot::default(),
                 transport: Mutex::new(self.transport),
                 reporter,
-                unflushed: Mutex::default(),
-                flush_ns: AtomicU64::new(0),
+                flushes: Mutex::default(),
             })),
         }
     }

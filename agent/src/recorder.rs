@@ -541,7 +541,7 @@ impl Recorder {
     }
 
     /// The records since the last call (or the session's start), in batch
-    /// builders, for a periodic flush; the session goes on recording (call
+    /// builders, for a flush; the session goes on recording (call
     /// counts, open stages and overflow counts stay).
     pub(crate) fn flush(&self) -> Builders {
         let mut retired = lock(&self.registry.retired);

@@ -4,7 +4,6 @@
 //! transport and, on rank 0, has the reporter write the report.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,7 @@ pub enum SessionError {
     /// This process is a fork of the one that started the session.
     #[error(
         "this process (pid {child}) is a fork of the rank process (pid {parent}) that started \
-         the session: only that process can finish it"
+         the session: only that process can flush or finish it"
     )]
     Forked {
         /// The process that started the session.
@@ -135,8 +134,20 @@ pub(crate) struct SessionState {
     sampler: Option<Sampler>,
     /// The session's periodic flushes.
     flusher: Option<Flusher>,
-    /// Flushes begun, periodic and asked for: each numbers its part.
-    flushes: AtomicU32,
+}
+
+/// A session's flushes so far (periodic and asked for), behind one lock:
+/// flushes run one at a time, each numbering its part after the last, and
+/// the session's end waits for the one under way.
+#[derive(Default)]
+pub(crate) struct Flushes {
+    /// Parts written or tried; the next is numbered one more.
+    parts: u32,
+    /// Flushes whose part could not be written: merged into the session's
+    /// final payload.
+    unwritten: Vec<Payload>,
+    /// Wall time of the flushes written, nanoseconds.
+    ns: u64,
 }
 
 impl SessionState {
@@ -335,7 +346,7 @@ impl Session {
             }
         };
         shared.recorder.begin_session();
-        lock(&shared.unflushed).clear();
+        *lock(&shared.flushes) = Flushes::default();
         starting.running(SessionState {
             id,
             name,
@@ -354,7 +365,6 @@ impl Session {
                     )
                 })
                 .flatten(),
-            flushes: AtomicU32::new(0),
         });
         if shared.config.spill_on_signal {
             crate::signals::watch(&shared);
@@ -374,15 +384,11 @@ impl Session {
     /// Writes what this rank recorded since the last flush to a part file
     /// of its own now, as the periodic flushes (`flush_interval_s`) do;
     /// the session goes on, and its rows' memory is kept for the next.
-    /// `false` when there was nothing new to write.
+    /// `false` when there was nothing new to write, or no session records
+    /// (a disabled profiler, a session a stop signal ended). Rows whose
+    /// part cannot be written stay for the final spill file.
     pub fn flush(&self) -> Result<bool, SessionError> {
-        let child = std::process::id();
-        if child != self.pid {
-            return Err(SessionError::Forked {
-                parent: self.pid,
-                child,
-            });
-        }
+        self.check_process()?;
         match &self.shared {
             Some(shared) => flush(shared),
             None => Ok(false),
@@ -404,17 +410,25 @@ impl Session {
     /// threads (sampler, flusher) do not exist there, and its state must
     /// never be dropped there (that would wait for them).
     fn leave_if_forked(&mut self) -> Result<(), SessionError> {
+        let forked = self.check_process();
+        if forked.is_err() {
+            if let Some(shared) = self.shared.take() {
+                std::mem::forget(shared);
+            }
+        }
+        forked
+    }
+
+    /// `Forked` in a process other than the one that started the session.
+    fn check_process(&self) -> Result<(), SessionError> {
         let child = std::process::id();
-        if child == self.pid {
-            return Ok(());
+        match child == self.pid {
+            true => Ok(()),
+            false => Err(SessionError::Forked {
+                parent: self.pid,
+                child,
+            }),
         }
-        if let Some(shared) = self.shared.take() {
-            std::mem::forget(shared);
-        }
-        Err(SessionError::Forked {
-            parent: self.pid,
-            child,
-        })
     }
 }
 
@@ -484,6 +498,9 @@ fn finish_state(
     if let Some(flusher) = state.flusher.take() {
         flusher.stop();
     }
+    // Waits for a flush asked for and under way; none comes after (the
+    // session is out of its slot).
+    let mut flushes = lock(&shared.flushes);
     let duration_ns = shared.recorder.end_session();
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
     // What the stages cost, for the report's profiler overhead (the sampler
@@ -493,11 +510,12 @@ fn finish_state(
             .recorder
             .record_overhead(Overhead::StageNsPerCall, ns);
     }
-    let flushed_ns = shared.flush_ns.swap(0, Ordering::Relaxed);
     shared
         .recorder
-        .record_overhead(Overhead::FlushMs, flushed_ns as f64 / 1e6);
-    let result = build_payload(shared, &state, duration_ns, sampler)
+        .record_overhead(Overhead::FlushMs, flushes.ns as f64 / 1e6);
+    let unwritten = std::mem::take(&mut flushes.unwritten);
+    drop(flushes);
+    let result = build_payload(shared, &state, duration_ns, sampler, unwritten)
         .and_then(|payload| hand_on(shared, &mut state, payload, finishing, gather));
     state.transport.close();
     put_back(shared, state.transport);
@@ -642,6 +660,7 @@ fn build_payload(
     state: &SessionState,
     duration_ns: u64,
     sampler: SamplerStats,
+    unwritten: Vec<Payload>,
 ) -> Result<Payload, SessionError> {
     let (builders, overflow) = shared.recorder.drain();
     let mut header = header(shared, state, duration_ns, sampler);
@@ -660,10 +679,9 @@ fn build_payload(
         header,
         tables: builders.finish().map_err(SessionError::Batch)?,
     };
-    // What periodic flushes wrote (or could not write) comes first; the
+    // What the flushes wrote (or could not write) comes first; the
     // final file replaces the parts.
     let parts = spill::parts(&state.dir, &state.spill_name(&shared.env)).unwrap_or_default();
-    let unwritten = std::mem::take(&mut *lock(&shared.unflushed));
     if parts.is_empty() && unwritten.is_empty() {
         return Ok(last);
     }
@@ -687,31 +705,28 @@ fn build_payload(
 /// Writes what the running session recorded since the last flush as its
 /// next part; `false` when no session runs or it recorded nothing new.
 pub(crate) fn flush(shared: &Shared) -> Result<bool, SessionError> {
+    let mut flushes = lock(&shared.flushes);
     let started = Instant::now();
-    let wrote = write_flush(shared)?;
+    let wrote = write_flush(shared, &mut flushes)?;
     if wrote {
         // Kept beside the recording (a row would make the next flush write
         // it, and an idle session write forever): one row at the end.
         let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-        shared.flush_ns.fetch_add(ns, Ordering::Relaxed);
+        flushes.ns = flushes.ns.saturating_add(ns);
     }
     Ok(wrote)
 }
 
-/// Writes a periodic flush: the records since the last one, as a part
-/// file; `false` when there were none.
-fn write_flush(shared: &Shared) -> Result<bool, SessionError> {
+/// Writes the records since the last flush as the session's next part;
+/// `false` when there were none.
+fn write_flush(shared: &Shared, flushes: &mut Flushes) -> Result<bool, SessionError> {
     let now = shared.recorder.now_ns();
+    let seq = flushes.parts + 1;
     let Some((dir, name, header)) = shared.session.with_running(|state| {
         let mut header = header(shared, state, now, SamplerStats::default());
         header.flushed_until_ns = Some(now);
-        (
-            state.dir.clone(),
-            state
-                .spill_name(&shared.env)
-                .part_name(state.flushes.fetch_add(1, Ordering::Relaxed) + 1),
-            header,
-        )
+        let name = state.spill_name(&shared.env).part_name(seq);
+        (state.dir.clone(), name, header)
     }) else {
         return Ok(false);
     };
@@ -723,6 +738,7 @@ fn write_flush(shared: &Shared) -> Result<bool, SessionError> {
     if tables.is_empty() {
         return Ok(false);
     }
+    flushes.parts = seq;
     let mut payload = Payload { header, tables };
     let written = payload::encode_capped(
         &mut payload,
@@ -741,7 +757,7 @@ fn write_flush(shared: &Shared) -> Result<bool, SessionError> {
     });
     if written.is_err() {
         // Out of the recorder already: kept for the final payload instead.
-        lock(&shared.unflushed).push(payload);
+        flushes.unwritten.push(payload);
     }
     written.map(|()| true)
 }

@@ -61,29 +61,34 @@ impl Drop for StageGuard<'_> {
 
 /// A stage name made once and used for many stages, as a binding or a hot
 /// loop holds it ([`Profiler::begin`](crate::Profiler::begin)). Names are
-/// interned per thread; this one remembers its id in the first threads that
-/// use it, so that beginning a stage there needs no hashing of the name.
+/// interned per thread; this one remembers its id in the threads that use
+/// it, so that beginning a stage there needs no hashing of the name.
 #[derive(Debug)]
 pub struct StageName {
     name: Cow<'static, str>,
-    /// `buffer id << 32 | name id` of the first thread buffers that
-    /// interned the name, filled in order; [`StageName::UNSET`] after them.
-    /// Written once per buffer, so threads that share the name share the
-    /// cache line only to read it.
-    interned: [AtomicU64; Self::SLOTS],
+    interned: Slots,
 }
+
+/// Where a [`StageName`] remembers its ids: `buffer id << 32 | name id`, or
+/// [`StageName::UNSET`]. The first slots are each written once, by the
+/// first thread buffers to intern the name, in order; threads past them
+/// take turns in the last slot. Threads sharing the name write the slots
+/// only when they first use it (or take the last slot); after that they
+/// only read them. (Not aligned to a cache line: a `StageName` lives in
+/// Python objects too, which the interpreter aligns to 16 bytes.)
+#[derive(Debug)]
+struct Slots([AtomicU64; StageName::SLOTS]);
 
 impl StageName {
     const UNSET: u64 = u64::MAX;
-    /// Thread buffers a name remembers its id in (one cache line); a thread
-    /// past them interns the name at each use.
+    /// Slots in all: `SLOTS - 1` kept, one taken in turns.
     const SLOTS: usize = 8;
 
     /// A stage name.
     pub fn new(name: &str) -> Self {
         StageName {
             name: Cow::Owned(name.to_string()),
-            interned: [const { AtomicU64::new(Self::UNSET) }; Self::SLOTS],
+            interned: Slots([const { AtomicU64::new(Self::UNSET) }; Self::SLOTS]),
         }
     }
 
@@ -92,7 +97,7 @@ impl StageName {
     pub const fn from_static(name: &'static str) -> Self {
         StageName {
             name: Cow::Borrowed(name),
-            interned: [const { AtomicU64::new(Self::UNSET) }; Self::SLOTS],
+            interned: Slots([const { AtomicU64::new(Self::UNSET) }; Self::SLOTS]),
         }
     }
 
@@ -105,7 +110,10 @@ impl StageName {
     /// on first use (which also says whether the id may be kept).
     #[inline(always)]
     pub(crate) fn id_in(&self, buffer: u32, intern: impl FnOnce(&str) -> (NameId, bool)) -> NameId {
-        for slot in &self.interned {
+        let (kept, [turns]) = self.interned.0.split_at(Self::SLOTS - 1) else {
+            unreachable!("one slot taken in turns");
+        };
+        for slot in kept.iter().chain([turns]) {
             match slot.load(Ordering::Relaxed) {
                 Self::UNSET => break,
                 cached if (cached >> 32) as u32 == buffer => return cached as NameId,
@@ -119,14 +127,24 @@ impl StageName {
     #[inline(never)]
     fn intern_in(&self, buffer: u32, intern: impl FnOnce(&str) -> (NameId, bool)) -> NameId {
         let (id, keep) = intern(&self.name);
-        if keep {
-            let cached = u64::from(buffer) << 32 | u64::from(id);
-            // The first free slot: slots taken at once by other threads are
-            // passed over, so the filled ones stay in front.
-            let _ = self.interned.iter().find(|slot| {
-                slot.compare_exchange(Self::UNSET, cached, Ordering::Relaxed, Ordering::Relaxed)
+        if !keep {
+            return id;
+        }
+        let cached = u64::from(buffer) << 32 | u64::from(id);
+        let (kept, [turns]) = self.interned.0.split_at(Self::SLOTS - 1) else {
+            unreachable!("one slot taken in turns");
+        };
+        // The first free kept slot (read before the write is tried, so that
+        // threads past them write no slot but the last); one taken at once
+        // by another thread is passed over, so the filled ones stay in front.
+        let claimed = kept.iter().any(|slot| {
+            slot.load(Ordering::Relaxed) == Self::UNSET
+                && slot
+                    .compare_exchange(Self::UNSET, cached, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
-            });
+        });
+        if !claimed {
+            turns.store(cached, Ordering::Relaxed);
         }
         id
     }
@@ -176,14 +194,20 @@ mod tests {
         }
         assert_eq!(
             interned.get(),
-            buffers + 2,
-            "once per buffer, and again for the two past the slots"
+            buffers + 3,
+            "once per buffer, and again for the three that take turns in the last slot"
+        );
+        assert_eq!(name.id_in(buffers - 1, intern(0, true)), buffers - 1 + 100);
+        assert_eq!(
+            interned.get(),
+            buffers + 3,
+            "the last to intern holds the last slot"
         );
         // An id not to keep (a name folded into `(other)`) is asked for at
         // each use.
         let folded = StageName::new("decode");
         folded.id_in(0, intern(1, false));
         folded.id_in(0, intern(1, false));
-        assert_eq!(interned.get(), buffers + 4);
+        assert_eq!(interned.get(), buffers + 5);
     }
 }

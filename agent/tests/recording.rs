@@ -18,6 +18,12 @@ fn profiler(out: &std::path::Path, tweak: impl FnOnce(&mut Config)) -> Profiler 
     Profiler::with_rank_env(config, RankEnv::single())
 }
 
+/// No sampler: a session whose only rows are the test's.
+fn no_telemetry(config: &mut Config) {
+    config.collect_host = false;
+    config.gpu_source = rankscope_common::config::GpuSourceKind::None;
+}
+
 /// The report.json rank 0 wrote for `outcome`'s session.
 fn report_json(outcome: &rankscope::Outcome) -> serde_json::Value {
     let path = outcome.session_dir.join("report.json");
@@ -232,9 +238,8 @@ fn a_program_with_many_names_still_gets_its_overhead() {
 fn an_idle_session_writes_no_flush() {
     let out = tempfile::tempdir().unwrap();
     let profiler = profiler(out.path(), |c| {
+        no_telemetry(c);
         c.flush_interval_s = 0.05;
-        c.collect_host = false;
-        c.gpu_source = rankscope_common::config::GpuSourceKind::None;
     });
     let session = profiler.session("idle", &[]).unwrap();
     let dir = session.dir().unwrap();
@@ -250,13 +255,12 @@ fn an_idle_session_writes_no_flush() {
 fn a_flush_writes_a_part_and_the_session_goes_on() {
     let out = tempfile::tempdir().unwrap();
     let profiler = profiler(out.path(), |c| {
+        no_telemetry(c);
         c.flush_interval_s = 0.0;
-        c.collect_host = false;
-        c.gpu_source = rankscope_common::config::GpuSourceKind::None;
     });
     let session = profiler.session("flushed", &[]).unwrap();
     let dir = session.dir().unwrap();
-    let parts = || {
+    let files = || {
         let mut names: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -265,12 +269,12 @@ fn a_flush_writes_a_part_and_the_session_goes_on() {
         names
     };
     assert!(!session.flush().unwrap(), "nothing recorded yet");
-    assert!(parts().is_empty());
+    assert!(files().is_empty());
     for _ in 0..3 {
         drop(profiler.stage("before"));
     }
     assert!(session.flush().unwrap());
-    let written = parts();
+    let written = files();
     assert_eq!(written.len(), 1, "{written:?}");
     let part = payload::decode(&std::fs::read(dir.join(&written[0])).unwrap()).unwrap();
     assert_eq!(part.rows(Table::Stages), 3);
@@ -282,10 +286,41 @@ fn a_flush_writes_a_part_and_the_session_goes_on() {
     let names: Vec<&str> = (0..stages.len).map(|i| stages.name.get(i)).collect();
     assert_eq!(names, ["before", "before", "before", "after"]);
     assert!(
-        parts().iter().all(|p| !p.ends_with(".part")),
+        files().iter().all(|p| !p.ends_with(".part")),
         "the final spill replaced the part: {:?}",
-        parts()
+        files()
     );
+}
+
+/// Flushes asked for on two threads while the periodic ones run: every
+/// stage lands in the final spill once, in the order recorded.
+#[test]
+fn flushes_from_several_threads_keep_every_row_once_in_order() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| {
+        no_telemetry(c);
+        c.flush_interval_s = 0.05;
+    });
+    let session = profiler.session("flushed", &[]).unwrap();
+    let stages = 400;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..stages / 4 {
+                session.flush().unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+        });
+        for i in 0..stages {
+            drop(profiler.stage("step"));
+            if i % 3 == 0 {
+                session.flush().unwrap();
+            }
+        }
+    });
+    let payload = spilled(&session.finish().unwrap());
+    let steps = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
+    assert_eq!(steps.call_index.to_vec(), (0..stages).collect::<Vec<u32>>());
+    assert!(steps.start_ns.windows(2).all(|w| w[0] <= w[1]));
 }
 
 #[test]

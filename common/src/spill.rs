@@ -44,7 +44,8 @@ impl SpillName<'_> {
     /// The name of the rank's `seq`-th periodic flush: the rows recorded
     /// since the one before. The final spill file replaces them all.
     pub fn part_name(&self, seq: u32) -> String {
-        format!("{}.{seq:06}.{PART_EXTENSION}", self.stem())
+        // Ten digits hold every u32: the names sort as the numbers do.
+        format!("{}.{seq:010}.{PART_EXTENSION}", self.stem())
     }
 
     fn stem(&self) -> String {

@@ -36,7 +36,7 @@ pub enum Overhead {
     StageNsPerCall,
     /// CPU time of the telemetry sampler's thread, milliseconds; one row.
     SamplerCpuMs,
-    /// Wall time of the session's periodic flushes, milliseconds, all
+    /// Wall time of the session's flushes (periodic and asked for), milliseconds, all
     /// together; one row.
     FlushMs,
 }

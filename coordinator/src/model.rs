@@ -180,7 +180,7 @@ pub struct RankSummary {
 
 /// What profiling cost one rank: its stages on the threads that record them
 /// (calls × the cost of one, measured on the rank's machine), and on
-/// threads of the profiler's own, the sampler's CPU time and the periodic
+/// threads of the profiler's own, the sampler's CPU time and the
 /// flushes' wall time. The final payload's encoding is not in it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankOverhead {
@@ -194,7 +194,7 @@ pub struct RankOverhead {
     /// CPU time of the telemetry sampler's thread, seconds (`null`: no
     /// sampler ran, or its time could not be read).
     pub sampler_cpu_s: Option<f64>,
-    /// Wall time of the periodic flushes, seconds.
+    /// Wall time of the flushes (periodic and asked for), seconds.
     pub flushes_s: f64,
     /// The three together (the sampler's where measured), seconds.
     pub total_s: f64,

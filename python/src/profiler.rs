@@ -139,6 +139,7 @@ impl Profiler {
             core: Arc::clone(&self.core),
             running: Mutex::new(Some(session)),
             outcome: Mutex::new(None),
+            pid: std::process::id(),
         })
     }
 
@@ -440,16 +441,21 @@ impl Stage {
 #[pyclass(frozen, module = "rankscope._rankscope", name = "Session")]
 pub struct Session {
     core: Arc<Core>,
+    /// Taken without the interpreter's lock: a flush holds it while it
+    /// writes.
     running: Mutex<Option<rankscope::Session>>,
     outcome: Mutex<Option<Py<Outcome>>>,
+    /// The process that started the session.
+    pid: u32,
 }
 
 #[pymethods]
 impl Session {
     /// The session directory (`None` when disabled or finished).
     #[getter]
-    fn dir(&self) -> Option<PathBuf> {
-        lock(&self.running).as_ref().and_then(|s| s.dir())
+    fn dir(&self, py: Python<'_>) -> Option<PathBuf> {
+        self.check_process().ok()?;
+        py.detach(|| lock(&self.running).as_ref().and_then(|s| s.dir()))
     }
 
     /// What finishing produced (`None` until then).
@@ -464,8 +470,7 @@ impl Session {
     /// finished). GPU times are written at finish, not here. The
     /// interpreter's lock is released meanwhile.
     fn flush(&self, py: Python<'_>) -> PyResult<bool> {
-        // The lock is taken without the interpreter's: a `finish` waiting
-        // for it holds the interpreter's lock only while it waits.
+        self.check_process()?;
         py.detach(|| match lock(&self.running).as_ref() {
             Some(session) => session.flush(),
             None => Ok(false),
@@ -481,6 +486,7 @@ impl Session {
         if let Some(done) = self.outcome(py) {
             return Ok(done);
         }
+        self.check_process()?;
         // CUDA events resolve here, once, not on the hot path. A timer that
         // fails (a CUDA error) costs the GPU times, never the session.
         self.core.gpu_timer_on.store(false, Ordering::Release);
@@ -490,7 +496,7 @@ impl Session {
                 warn(py, &format!("the session's GPU times are lost: {e}"))?;
             }
         }
-        let Some(session) = lock(&self.running).take() else {
+        let Some(session) = py.detach(|| lock(&self.running).take()) else {
             return Err(SessionError::new_err(
                 "the session was finished already, by a call that failed or runs on another thread",
             ));
@@ -518,6 +524,24 @@ impl Session {
     ) -> PyResult<bool> {
         self.finish(py)?;
         Ok(false)
+    }
+}
+
+impl Session {
+    /// A `SessionError` in a process other than the one that started the
+    /// session (a fork), before anything waits on a lock its parent's
+    /// threads may have held when it forked.
+    fn check_process(&self) -> PyResult<()> {
+        let child = std::process::id();
+        match child == self.pid {
+            true => Ok(()),
+            false => Err(SessionError::new_err(chain(
+                &rankscope::SessionError::Forked {
+                    parent: self.pid,
+                    child,
+                },
+            ))),
+        }
     }
 }
 

@@ -277,19 +277,23 @@ def test_a_forked_child_leaves_the_parents_session_alone(tmp_path: Path) -> None
         pass
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: its finish is refused, its exit is clean
-        try:
-            session.finish()
-            message = b"finished"
-        except rankscope.SessionError as e:
-            message = str(e).encode()
-        os.write(write, message)
+    if pid == 0:  # the child: its flush and finish are refused, its exit is clean
+        said = [f"dir={session.dir}"]
+        for call in (session.flush, session.finish):
+            try:
+                call()
+                said.append(f"{call.__name__} went through")
+            except rankscope.SessionError as e:
+                said.append(str(e))
+        os.write(write, "|".join(said).encode())
         os._exit(0)
     os.close(write)
     _, status = os.waitpid(pid, 0)
-    child_said = os.read(read, 4096).decode()
+    child_said = os.read(read, 4096).decode().split("|")
     assert status == 0
-    assert "is a fork of the rank process" in child_said, child_said
+    assert child_said[0] == "dir=None", child_said
+    assert all("is a fork of the rank process" in m for m in child_said[1:]), child_said
+    assert len(child_said) == 3, child_said
     with prof.stage("parent_after"):
         pass
     outcome = session.finish()
