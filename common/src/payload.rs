@@ -19,6 +19,9 @@
 //! ..      4     CRC-32 of every byte before it
 //! ```
 //!
+//! From version 3 the timestamp and stage-id columns hold differences from
+//! the row before ([`delta`]); the schema is the table's either way.
+//!
 //! The IPC stream itself is written uncompressed and compressed whole: the
 //! Arrow reader trusts the uncompressed sizes inside a compressed IPC body
 //! and allocates them up front, so a hostile length could abort the process.
@@ -41,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::table::{SchemaMismatch, Table, TableView};
 
+mod delta;
 mod header;
 
 pub use header::{
@@ -50,9 +54,10 @@ pub use header::{
 
 /// The four bytes every payload starts with.
 pub const MAGIC: [u8; 4] = *b"RSPL";
-/// The format version this build writes (and the newest it reads). Version
-/// 1 (no run identity, no measured clock offset) is still read.
-pub const FORMAT_VERSION: u16 = 2;
+/// The format version this build writes (and the newest it reads).
+/// Versions 1 (no run identity, no measured clock offset) and 2 (every
+/// column stored as values) are still read.
+pub const FORMAT_VERSION: u16 = 3;
 /// Largest header accepted.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// Largest payload accepted: 4 GiB.
@@ -274,6 +279,23 @@ pub fn encode_within(
     compression: Compression,
     limits: &Limits,
 ) -> Result<Vec<u8>, PayloadError> {
+    encode_as(FORMAT_VERSION, payload, compression, limits)
+}
+
+/// [`encode_within`] in an older format `version`, for a reader that knows
+/// no newer one: 2 (every column stored as values) or [`FORMAT_VERSION`].
+pub fn encode_as(
+    version: u16,
+    payload: &Payload,
+    compression: Compression,
+    limits: &Limits,
+) -> Result<Vec<u8>, PayloadError> {
+    if !(2..=FORMAT_VERSION).contains(&version) {
+        return Err(PayloadError::UnsupportedVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
     let header = bincode::serde::encode_to_vec(&payload.header, bincode::config::standard())
         .map_err(|e| PayloadError::Header(e.to_string()))?;
     if header.len() > MAX_HEADER_BYTES {
@@ -288,7 +310,7 @@ pub fn encode_within(
         .map_err(|e| PayloadError::Header(format!("would not decode: {e}")))?;
     let mut out = Vec::with_capacity(PREAMBLE_BYTES + header.len() + 1024);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&0u64.to_le_bytes()); // total length, filled in below
     out.extend_from_slice(&(header.len() as u32).to_le_bytes());
@@ -302,7 +324,10 @@ pub fn encode_within(
     out.extend_from_slice(&(tables.len() as u16).to_le_bytes());
     let mut largest: Option<(usize, Table)> = None;
     for (&table, batch) in tables {
-        let stream = write_stream(table, batch)?;
+        let stream = match version {
+            3.. => write_stream(table, &delta::encode(batch))?,
+            _ => write_stream(table, batch)?,
+        };
         if stream.len() as u64 > limits.table_bytes {
             return Err(PayloadError::TableTooLarge {
                 table,
@@ -508,7 +533,8 @@ pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadEr
         )));
     }
     let header_bytes = reader.take(header_len, "header")?;
-    let header = match format_version(bytes) {
+    let version = format_version(bytes);
+    let header = match version {
         1 => decode_header::<header::v1::PayloadHeader>(header_bytes)?.into(),
         _ => decode_header::<PayloadHeader>(header_bytes)?,
     };
@@ -533,7 +559,10 @@ pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadEr
                     reason,
                 }
             })?;
-        let batch = read_stream(table, &stream)?;
+        let batch = match version {
+            3.. => delta::decode(&read_stream(table, &stream)?),
+            _ => read_stream(table, &stream)?,
+        };
         if tables.insert(table, batch).is_some() {
             return Err(PayloadError::Layout(format!(
                 "table `{}` appears twice",

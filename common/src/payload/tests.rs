@@ -173,6 +173,29 @@ fn round_trip_every_table_with_every_codec() {
     assert_eq!(gpu.sm_clock_mhz.get(0), Some(1980));
 }
 
+/// Version 2 stored every column as values; it reads as it was written,
+/// and version 3 stores the same rows differently.
+#[test]
+fn a_version_2_payload_still_decodes() {
+    let original = sample();
+    let v2 = encode_as(2, &original, Compression::Zstd, &Limits::DEFAULT).unwrap();
+    let v3 = encode(&original, Compression::Zstd).unwrap();
+    assert_eq!(format_version(&v2), 2);
+    assert_eq!(format_version(&v3), 3);
+    for bytes in [v2, v3] {
+        let decoded = decode(&bytes).unwrap();
+        assert_eq!(decoded.header, original.header);
+        assert_eq!(decoded.tables, original.tables);
+    }
+    // Read as version 2, version 3's stages show their differences.
+    let mut relabelled = encode(&original, Compression::None).unwrap();
+    relabelled[4..6].copy_from_slice(&2u16.to_le_bytes());
+    reseal(&mut relabelled);
+    let decoded = decode(&relabelled).unwrap();
+    let stages = StagesView::new(decoded.table(Table::Stages).unwrap()).unwrap();
+    assert_eq!(stages.start_ns, [0, 100, 100, 100]);
+}
+
 #[test]
 fn empty_tables_are_left_out() {
     let mut payload = sample();
