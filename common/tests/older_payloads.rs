@@ -1,18 +1,21 @@
-//! A payload written by the first format version, kept so that every later
-//! build still reads it (or says clearly that it no longer does).
+//! Payloads written by older format versions (rank 2 of `rankscope demo`,
+//! captured from the build of their time), kept so that every later build
+//! still reads them (or says clearly that it no longer does).
 
-use rankscope_common::payload::{self, GpuSource};
+use rankscope_common::payload::{self, GpuSource, Payload, TransportName};
 use rankscope_common::table::{StagesView, Table};
 
-#[test]
-fn a_version_1_capture_still_decodes() {
-    let bytes = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/payload-v1.rsp"
-    ))
-    .unwrap();
-    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 1);
-    let payload = payload::decode(&bytes).unwrap();
+/// The capture `name`, checked to be of format `version`, decoded.
+fn capture(name: &str, version: u16) -> Payload {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), version);
+    payload::decode(&bytes).unwrap()
+}
+
+/// What every capture of the demo's rank 2 holds; `metrics` rows differ by
+/// version (version 2 adds the profiler's own cost).
+fn check_demo_rank_2(payload: &Payload, metrics: usize) {
     let h = &payload.header;
     assert_eq!(h.session.name, "t2v-demo");
     assert_eq!((h.rank.rank, h.rank.world_size), (2, 4));
@@ -28,7 +31,7 @@ fn a_version_1_capture_still_decodes() {
             (Table::HostSamples, payload.rows(Table::HostSamples)),
             (Table::DiffusionSteps, 12),
             (Table::Blocks, 3),
-            (Table::Metrics, 2),
+            (Table::Metrics, metrics),
             (Table::Events, 1),
             (Table::MemorySnapshots, 0),
             (Table::ModelParameters, 3),
@@ -42,4 +45,21 @@ fn a_version_1_capture_still_decodes() {
     // Rank 2 was the demo's straggler: its decode took ~140 ms.
     let ms = (stages.end_ns[vae] - stages.start_ns[vae]) as f64 / 1e6;
     assert!((130.0..200.0).contains(&ms), "{ms}");
+}
+
+#[test]
+fn a_version_1_capture_still_decodes() {
+    check_demo_rank_2(&capture("payload-v1.rsp", 1), 2);
+}
+
+#[test]
+fn a_version_2_capture_still_decodes() {
+    let payload = capture("payload-v2.rsp", 2);
+    assert_eq!(
+        payload.header.transport,
+        TransportName::Tcp,
+        "a field new in version 2"
+    );
+    assert!(!payload.header.agent_version.is_empty());
+    check_demo_rank_2(&payload, 5);
 }
