@@ -565,7 +565,7 @@ impl Recorder {
     /// interned once.
     #[inline]
     pub(crate) fn begin_named_stage(&self, name: &StageName, metadata: Option<String>) -> u64 {
-        self.begin_stage_as(|local| Self::named_id(local, name), metadata)
+        self.begin_stage_as(|local| self.named_id(local, name), metadata)
     }
 
     #[inline(always)]
@@ -639,7 +639,7 @@ impl Recorder {
     /// `false` if there is none.
     #[inline]
     pub(crate) fn stop_named_stage(&self, name: &StageName) -> bool {
-        self.stop_stage_as(|local| Some(Self::named_id(local, name)))
+        self.stop_stage_as(|local| Some(self.named_id(local, name)))
     }
 
     #[inline(always)]
@@ -694,20 +694,29 @@ impl Recorder {
     /// else interned under the buffer's lock (and cached, up to `max_names`).
     #[inline]
     fn name_id(&self, local: &mut Local, name: &str) -> NameId {
+        self.cached_name_id(local, name).0
+    }
+
+    /// [`Recorder::name_id`], and whether the id may be kept (see
+    /// [`intern`]).
+    #[inline]
+    fn cached_name_id(&self, local: &mut Local, name: &str) -> (NameId, bool) {
         if let Some(&id) = local.names.get(name) {
-            return id;
+            return (id, true);
         }
         let (id, cacheable) = intern(&local.buffer, name);
         if cacheable && local.names.len() < self.max_names {
             local.names.insert(name.into(), id);
         }
-        id
+        (id, cacheable)
     }
 
-    /// The id of `name` on this thread, interned on its first use here.
+    /// The id of `name` on this thread: remembered by the name itself, else
+    /// from the thread's cache of names by text.
     #[inline(always)]
-    fn named_id(local: &Local, name: &StageName) -> NameId {
-        name.id_in(local.buffer.id, |text| intern(&local.buffer, text))
+    fn named_id(&self, local: &mut Local, name: &StageName) -> NameId {
+        let buffer = local.buffer.id;
+        name.id_in(buffer, |text| self.cached_name_id(local, text))
     }
 
     /// Records a row of what profiling cost (the overhead section). It takes

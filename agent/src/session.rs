@@ -375,8 +375,10 @@ impl Session {
         })
     }
 
-    /// The session directory (`None` for a disabled profiler).
+    /// The session directory (`None` for a disabled profiler, or in a
+    /// forked child).
     pub fn dir(&self) -> Option<PathBuf> {
+        self.check_process().ok()?;
         let shared = self.shared.as_ref()?;
         shared.session.with_running(|s| s.dir.clone())
     }

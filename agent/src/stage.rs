@@ -70,18 +70,18 @@ pub struct StageName {
 }
 
 /// Where a [`StageName`] remembers its ids: `buffer id << 32 | name id`, or
-/// [`StageName::UNSET`]. The first slots are each written once, by the
-/// first thread buffers to intern the name, in order; threads past them
-/// take turns in the last slot. Threads sharing the name write the slots
-/// only when they first use it (or take the last slot); after that they
-/// only read them. (Not aligned to a cache line: a `StageName` lives in
-/// Python objects too, which the interpreter aligns to 16 bytes.)
+/// [`StageName::UNSET`]. Each slot is written once, by one of the first
+/// thread buffers to intern the name, in order; after that, threads only
+/// read them. A thread past them finds the name in its own cache of names
+/// by text (a hash, no lock, no write others see). (Not aligned to a cache
+/// line: a `StageName` lives in Python objects too, which the interpreter
+/// aligns to 16 bytes.)
 #[derive(Debug)]
 struct Slots([AtomicU64; StageName::SLOTS]);
 
 impl StageName {
     const UNSET: u64 = u64::MAX;
-    /// Slots in all: `SLOTS - 1` kept, one taken in turns.
+    /// Thread buffers a name remembers its id in.
     const SLOTS: usize = 8;
 
     /// A stage name.
@@ -110,10 +110,7 @@ impl StageName {
     /// on first use (which also says whether the id may be kept).
     #[inline(always)]
     pub(crate) fn id_in(&self, buffer: u32, intern: impl FnOnce(&str) -> (NameId, bool)) -> NameId {
-        let (kept, [turns]) = self.interned.0.split_at(Self::SLOTS - 1) else {
-            unreachable!("one slot taken in turns");
-        };
-        for slot in kept.iter().chain([turns]) {
+        for slot in &self.interned.0 {
             match slot.load(Ordering::Relaxed) {
                 Self::UNSET => break,
                 cached if (cached >> 32) as u32 == buffer => return cached as NameId,
@@ -131,20 +128,17 @@ impl StageName {
             return id;
         }
         let cached = u64::from(buffer) << 32 | u64::from(id);
-        let (kept, [turns]) = self.interned.0.split_at(Self::SLOTS - 1) else {
-            unreachable!("one slot taken in turns");
-        };
-        // The first free kept slot (read before the write is tried, so that
-        // threads past them write no slot but the last); one taken at once
-        // by another thread is passed over, so the filled ones stay in front.
-        let claimed = kept.iter().any(|slot| {
-            slot.load(Ordering::Relaxed) == Self::UNSET
+        // The first free slot, read before a write is tried (threads past
+        // the slots write none); one taken at once by another thread is
+        // passed over, so the filled ones stay in front.
+        for slot in &self.interned.0 {
+            if slot.load(Ordering::Relaxed) == Self::UNSET
                 && slot
                     .compare_exchange(Self::UNSET, cached, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
-        });
-        if !claimed {
-            turns.store(cached, Ordering::Relaxed);
+            {
+                break;
+            }
         }
         id
     }
@@ -194,20 +188,14 @@ mod tests {
         }
         assert_eq!(
             interned.get(),
-            buffers + 3,
-            "once per buffer, and again for the three that take turns in the last slot"
-        );
-        assert_eq!(name.id_in(buffers - 1, intern(0, true)), buffers - 1 + 100);
-        assert_eq!(
-            interned.get(),
-            buffers + 3,
-            "the last to intern holds the last slot"
+            buffers + 2,
+            "once per buffer, and again for the two past the slots"
         );
         // An id not to keep (a name folded into `(other)`) is asked for at
         // each use.
         let folded = StageName::new("decode");
         folded.id_in(0, intern(1, false));
         folded.id_in(0, intern(1, false));
-        assert_eq!(interned.get(), buffers + 5);
+        assert_eq!(interned.get(), buffers + 4);
     }
 }

@@ -86,8 +86,8 @@ fn gpu_readings(readings: u64, rng: &mut Rng) -> GpuSamplesBuilder {
     builder
 }
 
-/// `steps` denoising steps of 10 stages each, one inside the step, with
-/// durations of a few milliseconds.
+/// `steps` denoising steps of 10 stages each (the step and nine inside
+/// it) of a few milliseconds.
 fn stages(steps: u64, rng: &mut Rng) -> StagesBuilder {
     let mut builder = StagesBuilder::default();
     let mut now = 1_000_000u64;

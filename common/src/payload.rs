@@ -216,6 +216,11 @@ pub enum PayloadError {
         /// Newest version this build reads.
         supported: u16,
     },
+    /// [`encode_as`] was asked for a version this build does not write.
+    #[error(
+        "payload format version {0} cannot be written (this build writes 2 and {FORMAT_VERSION})"
+    )]
+    UnwritableVersion(u16),
     /// The length field is out of bounds.
     #[error("payload length {0} bytes is out of bounds")]
     BadLength(u64),
@@ -282,8 +287,11 @@ pub fn encode_within(
     encode_as(FORMAT_VERSION, payload, compression, limits)
 }
 
-/// [`encode_within`] in an older format `version`, for a reader that knows
-/// no newer one: 2 (every column stored as values) or [`FORMAT_VERSION`].
+/// [`encode_within`] in format `version`: 2 (every column stored as
+/// values, what builds before version 3 read) or [`FORMAT_VERSION`]. The
+/// agent writes the newest; the older one is for comparing the two (`cargo
+/// bench -p rankscope-common --bench wire_size`) and for tests that a
+/// version-2 payload still reads.
 pub fn encode_as(
     version: u16,
     payload: &Payload,
@@ -291,10 +299,7 @@ pub fn encode_as(
     limits: &Limits,
 ) -> Result<Vec<u8>, PayloadError> {
     if !(2..=FORMAT_VERSION).contains(&version) {
-        return Err(PayloadError::UnsupportedVersion {
-            found: version,
-            supported: FORMAT_VERSION,
-        });
+        return Err(PayloadError::UnwritableVersion(version));
     }
     let header = bincode::serde::encode_to_vec(&payload.header, bincode::config::standard())
         .map_err(|e| PayloadError::Header(e.to_string()))?;

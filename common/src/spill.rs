@@ -41,8 +41,8 @@ impl SpillName<'_> {
         format!("{}.{EXTENSION}", self.stem())
     }
 
-    /// The name of the rank's `seq`-th periodic flush: the rows recorded
-    /// since the one before. The final spill file replaces them all.
+    /// The name of the rank's `seq`-th flush (periodic or asked for): the
+    /// rows recorded since the one before. The final spill file replaces them all.
     pub fn part_name(&self, seq: u32) -> String {
         // Ten digits hold every u32: the names sort as the numbers do.
         format!("{}.{seq:010}.{PART_EXTENSION}", self.stem())

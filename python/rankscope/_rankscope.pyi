@@ -92,14 +92,14 @@ class Session:
 
     @property
     def dir(self) -> Optional[Path]:
-        """The session directory (None when disabled or finished)."""
+        """The session directory (None when disabled or finished, or in a forked child)."""
     @property
     def outcome(self) -> Optional[Outcome]:
         """What finishing produced (None until then)."""
     def flush(self) -> bool:
         """Writes what this rank recorded since the last flush to a part file
         now, as the periodic flushes do; the session goes on. False when
-        there was nothing new."""
+        there was nothing new. A forked child's call raises SessionError."""
     def finish(self) -> Outcome:
         """Ends the session (the interpreter's lock released meanwhile); the
         same outcome again on a second call."""

@@ -529,8 +529,8 @@ impl Session {
 
 impl Session {
     /// A `SessionError` in a process other than the one that started the
-    /// session (a fork), before anything waits on a lock its parent's
-    /// threads may have held when it forked.
+    /// session (a fork), before anything waits on `running`, which a
+    /// parent's thread may have held (flushing) when it forked.
     fn check_process(&self) -> PyResult<()> {
         let child = std::process::id();
         match child == self.pid {

@@ -1,6 +1,7 @@
 //! The payload header: everything about a rank's payload that is not table
-//! data. Encoded with bincode (standard configuration, serde). Version 2 is
-//! written; version 1 headers are still read and converted.
+//! data. Encoded with bincode (standard configuration, serde). Format
+//! versions 2 and 3 share this header; version 1 headers are still read and
+//! converted.
 
 use serde::{Deserialize, Serialize};
 
@@ -195,7 +196,7 @@ pub struct PayloadHeader {
     pub dropped: Vec<DroppedRows>,
     /// Other limits reached.
     pub overflow: Overflow,
-    /// For a payload merged from a rank's periodic flushes, the rank never
+    /// For a payload merged from a rank's flushes, the rank never
     /// having finished: how far into the session it reaches, nanoseconds.
     pub flushed_until_ns: Option<u64>,
     /// What the agent told (or, on a quiet rank, kept from) the user:

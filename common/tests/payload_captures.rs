@@ -1,4 +1,4 @@
-//! Payloads written by older format versions (rank 2 of `rankscope demo`,
+//! Payloads written by each format version (rank 2 of `rankscope demo`,
 //! captured from the build of their time), kept so that every later build
 //! still reads them (or says clearly that it no longer does).
 
@@ -62,4 +62,9 @@ fn a_version_2_capture_still_decodes() {
     );
     assert!(!payload.header.agent_version.is_empty());
     check_demo_rank_2(&payload, 5);
+}
+
+#[test]
+fn a_version_3_capture_decodes() {
+    check_demo_rank_2(&capture("payload-v3.rsp", 3), 5);
 }
