@@ -806,6 +806,7 @@ fn header(
         flushed_until_ns: None,
         notices: Vec::new(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        encode_ns: None,
     }
 }
 

@@ -205,6 +205,10 @@ fn the_report_says_what_profiling_cost_each_rank() {
         overhead["sampler_cpu_s"].is_number(),
         "the host sampler ran"
     );
+    assert!(
+        overhead["encode_s"].as_f64().is_some_and(|s| s > 0.0),
+        "the final payload's encoding, measured: {overhead}"
+    );
     assert!(overhead["total_s"].as_f64().unwrap() >= stages_s);
     assert!(
         report.summary.contains("Profiler overhead:"),

@@ -47,6 +47,7 @@ use crate::table::{SchemaMismatch, Table, TableView};
 mod delta;
 mod header;
 
+use header::HeaderTail;
 pub use header::{
     ClockMeta, ClockOffset, ClockSync, DroppedRows, GpuMeta, GpuSource, Overflow, PayloadHeader,
     RankMeta, SamplerStats, SessionMeta, TransportName,
@@ -298,34 +299,93 @@ pub fn encode_as(
     compression: Compression,
     limits: &Limits,
 ) -> Result<Vec<u8>, PayloadError> {
+    encode_measured(version, payload, compression, limits, false).map(|(bytes, _)| bytes)
+}
+
+/// The payload's bytes, and the `encode_ns` their header holds: the
+/// payload's own or, with `measure`, how long its tables took to encode
+/// here.
+fn encode_measured(
+    version: u16,
+    payload: &Payload,
+    compression: Compression,
+    limits: &Limits,
+    measure: bool,
+) -> Result<(Vec<u8>, Option<u64>), PayloadError> {
     if !(2..=FORMAT_VERSION).contains(&version) {
         return Err(PayloadError::UnwritableVersion(version));
     }
-    let header = bincode::serde::encode_to_vec(&payload.header, bincode::config::standard())
-        .map_err(|e| PayloadError::Header(e.to_string()))?;
-    if header.len() > MAX_HEADER_BYTES {
-        return Err(PayloadError::Header(format!(
-            "{} bytes exceeds the {MAX_HEADER_BYTES}-byte limit",
-            header.len()
-        )));
-    }
-    // The decoder's own bounds (bincode's allocation limit among them) are
-    // the judge: a header it would refuse is never written.
-    decode_header::<PayloadHeader>(&header)
-        .map_err(|e| PayloadError::Header(format!("would not decode: {e}")))?;
-    let mut out = Vec::with_capacity(PREAMBLE_BYTES + header.len() + 1024);
+    let started = std::time::Instant::now();
+    let (tables, largest) = encode_tables(version, payload, compression, limits)?;
+    let encode_ns = match measure {
+        true => Some(started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64),
+        false => payload.header.encode_ns,
+    };
+    let header = encode_header(version, &payload.header, encode_ns)?;
+    let mut out = Vec::with_capacity(PREAMBLE_BYTES + header.len() + tables.len() + CHECKSUM_BYTES);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&0u64.to_le_bytes()); // total length, filled in below
     out.extend_from_slice(&(header.len() as u32).to_le_bytes());
     out.extend_from_slice(&header);
+    out.extend_from_slice(&tables);
 
+    let total = (out.len() + CHECKSUM_BYTES) as u64;
+    if total > limits.payload_bytes {
+        return Err(PayloadError::TooLarge {
+            bytes: total,
+            limit: limits.payload_bytes,
+            largest,
+        });
+    }
+    out[8..16].copy_from_slice(&total.to_le_bytes());
+    let checksum = crc32fast::hash(&out);
+    out.extend_from_slice(&checksum.to_le_bytes());
+    Ok((out, encode_ns))
+}
+
+/// The header's bytes in format `version` (format 3 adds the
+/// [`HeaderTail`]), refused if the decoder would refuse them.
+fn encode_header(
+    version: u16,
+    header: &PayloadHeader,
+    encode_ns: Option<u64>,
+) -> Result<Vec<u8>, PayloadError> {
+    let config = bincode::config::standard();
+    let fail = |e: bincode::error::EncodeError| PayloadError::Header(e.to_string());
+    let mut bytes = bincode::serde::encode_to_vec(header, config).map_err(fail)?;
+    if version >= 3 {
+        let tail = HeaderTail { encode_ns };
+        bytes.extend(bincode::serde::encode_to_vec(&tail, config).map_err(fail)?);
+    }
+    if bytes.len() > MAX_HEADER_BYTES {
+        return Err(PayloadError::Header(format!(
+            "{} bytes exceeds the {MAX_HEADER_BYTES}-byte limit",
+            bytes.len()
+        )));
+    }
+    // The decoder's own bounds (bincode's allocation limit among them) are
+    // the judge: a header it would refuse is never written.
+    decode_header_of(version, &bytes)
+        .map_err(|e| PayloadError::Header(format!("would not decode: {e}")))?;
+    Ok(bytes)
+}
+
+/// The tables' part of a payload (their count, then each one framed), and
+/// the table whose compressed stream is the largest.
+fn encode_tables(
+    version: u16,
+    payload: &Payload,
+    compression: Compression,
+    limits: &Limits,
+) -> Result<(Vec<u8>, Option<Table>), PayloadError> {
     let tables: Vec<_> = payload
         .tables
         .iter()
         .filter(|(_, batch)| batch.num_rows() > 0)
         .collect();
+    let mut out = Vec::new();
     out.extend_from_slice(&(tables.len() as u16).to_le_bytes());
     let mut largest: Option<(usize, Table)> = None;
     for (&table, batch) in tables {
@@ -360,19 +420,7 @@ pub fn encode_as(
         out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
         out.extend_from_slice(&compressed);
     }
-
-    let total = (out.len() + CHECKSUM_BYTES) as u64;
-    if total > limits.payload_bytes {
-        return Err(PayloadError::TooLarge {
-            bytes: total,
-            limit: limits.payload_bytes,
-            largest: largest.map(|(_, table)| table),
-        });
-    }
-    out[8..16].copy_from_slice(&total.to_le_bytes());
-    let checksum = crc32fast::hash(&out);
-    out.extend_from_slice(&checksum.to_le_bytes());
-    Ok(out)
+    Ok((out, largest.map(|(_, table)| table)))
 }
 
 /// Encodes `payload` within `limits`, making it fit if it does not: the
@@ -385,7 +433,11 @@ pub fn encode_capped(
     limits: &Limits,
 ) -> Result<Vec<u8>, PayloadError> {
     loop {
-        let result = encode_within(payload, compression, limits);
+        let result = encode_measured(FORMAT_VERSION, payload, compression, limits, true);
+        if let Ok((bytes, encode_ns)) = result {
+            payload.header.encode_ns = encode_ns;
+            return Ok(bytes);
+        }
         let (table, keep) = match &result {
             Err(PayloadError::TableTooLarge {
                 table,
@@ -402,11 +454,11 @@ pub fn encode_capped(
                 largest: Some(table),
                 ..
             }) => (*table, payload.rows(*table) / 2),
-            _ => return result,
+            _ => return result.map(|(bytes, _)| bytes),
         };
         if keep >= payload.rows(table) {
             // Nothing left to cut: the error stands.
-            return result;
+            return result.map(|(bytes, _)| bytes);
         }
         let batch = &payload.tables[&table];
         let cut = (batch.num_rows() - keep) as u64;
@@ -539,10 +591,7 @@ pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadEr
     }
     let header_bytes = reader.take(header_len, "header")?;
     let version = format_version(bytes);
-    let header = match version {
-        1 => decode_header::<header::v1::PayloadHeader>(header_bytes)?.into(),
-        _ => decode_header::<PayloadHeader>(header_bytes)?,
-    };
+    let header = decode_header_of(version, header_bytes)?;
 
     let table_count = reader.u16("table count")?;
     let mut tables = BTreeMap::new();
@@ -589,13 +638,33 @@ fn format_version(bytes: &[u8]) -> u16 {
     u16::from_le_bytes([bytes[4], bytes[5]])
 }
 
-/// Decodes a header that must fill `bytes` exactly.
-fn decode_header<H: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<H, PayloadError> {
-    let (header, used): (H, usize) = bincode::serde::decode_from_slice(
+/// The header of a payload of format `version`, which must fill `bytes`
+/// exactly.
+fn decode_header_of(version: u16, bytes: &[u8]) -> Result<PayloadHeader, PayloadError> {
+    match version {
+        1 => Ok(decode_header::<header::v1::PayloadHeader>(bytes)?.into()),
+        2 => decode_header(bytes),
+        _ => {
+            let (mut header, used) = decode_prefix::<PayloadHeader>(bytes)?;
+            let tail: HeaderTail = decode_header(&bytes[used..])?;
+            header.encode_ns = tail.encode_ns;
+            Ok(header)
+        }
+    }
+}
+
+/// Decodes an `H` from the start of `bytes`; returns it and the bytes used.
+fn decode_prefix<H: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<(H, usize), PayloadError> {
+    bincode::serde::decode_from_slice(
         bytes,
         bincode::config::standard().with_limit::<MAX_HEADER_BYTES>(),
     )
-    .map_err(|e| PayloadError::Header(e.to_string()))?;
+    .map_err(|e| PayloadError::Header(e.to_string()))
+}
+
+/// Decodes an `H` that must fill `bytes` exactly.
+fn decode_header<H: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<H, PayloadError> {
+    let (header, used) = decode_prefix::<H>(bytes)?;
     if used != bytes.len() {
         return Err(PayloadError::Header(format!(
             "{} trailing bytes after the header",

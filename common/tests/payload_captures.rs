@@ -66,5 +66,10 @@ fn a_version_2_capture_still_decodes() {
 
 #[test]
 fn a_version_3_capture_decodes() {
-    check_demo_rank_2(&capture("payload-v3.rsp", 3), 5);
+    let payload = capture("payload-v3.rsp", 3);
+    assert!(
+        payload.header.encode_ns.is_some(),
+        "a field new in version 3"
+    );
+    check_demo_rank_2(&payload, 5);
 }

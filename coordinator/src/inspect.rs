@@ -94,6 +94,9 @@ pub fn inspect(path: &Path) -> Result<String, InspectError> {
             )?;
         }
         writeln!(w, "agent     {}", terminal(&h.agent_version))?;
+        if let Some(ns) = h.encode_ns {
+            writeln!(w, "encoded   in {:.3} ms", ns as f64 / 1e6)?;
+        }
         writeln!(w, "tables:")?;
         for table in Table::ALL {
             let dropped = h

@@ -181,7 +181,7 @@ pub struct RankSummary {
 /// What profiling cost one rank: its stages on the threads that record them
 /// (calls × the cost of one, measured on the rank's machine), and on
 /// threads of the profiler's own, the sampler's CPU time and the
-/// flushes' wall time. The final payload's encoding is not in it.
+/// flushes' wall time; and the encoding of the rank's final payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankOverhead {
     /// Stages begun: rows kept, dropped past the row budget, and refused
@@ -196,7 +196,10 @@ pub struct RankOverhead {
     pub sampler_cpu_s: Option<f64>,
     /// Wall time of the flushes (periodic and asked for), seconds.
     pub flushes_s: f64,
-    /// The three together (the sampler's where measured), seconds.
+    /// Time the agent took to encode the rank's final payload, seconds
+    /// (`null`: not measured, as by agents writing payload format 2).
+    pub encode_s: Option<f64>,
+    /// All of these together (those not measured left out), seconds.
     pub total_s: f64,
     /// `total_s` over the rank's session time, percent (the profiler's own
     /// threads counted as if the program waited for them); `null` for a

@@ -204,6 +204,20 @@ pub struct PayloadHeader {
     pub notices: Vec<String>,
     /// Version of the agent that wrote the payload.
     pub agent_version: String,
+    /// Time the agent took to encode this payload's tables when it last
+    /// wrote it, nanoseconds: a cost of profiling at the session's end.
+    /// `None` where not measured (format 2 and older, payloads written by
+    /// other means). Format 3 carries it after the rest of the header
+    /// ([`HeaderTail`]).
+    #[serde(skip)]
+    pub encode_ns: Option<u64>,
+}
+
+/// What format 3 writes after the header's fields: the fields that came
+/// after format 2, which a format-2 header lacks.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct HeaderTail {
+    pub(super) encode_ns: Option<u64>,
 }
 
 impl PayloadHeader {
@@ -255,6 +269,7 @@ impl PayloadHeader {
             flushed_until_ns: None,
             notices: Vec::new(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            encode_ns: None,
         }
     }
 }
@@ -327,6 +342,7 @@ pub(super) mod v1 {
                 flushed_until_ns: None,
                 notices: Vec::new(),
                 agent_version: v1.agent_version,
+                encode_ns: None,
             }
         }
     }

@@ -187,13 +187,44 @@ fn a_version_2_payload_still_decodes() {
         assert_eq!(decoded.header, original.header);
         assert_eq!(decoded.tables, original.tables);
     }
-    // Read as version 2, version 3's stages show their differences.
-    let mut relabelled = encode(&original, Compression::None).unwrap();
-    relabelled[4..6].copy_from_slice(&2u16.to_le_bytes());
-    reseal(&mut relabelled);
-    let decoded = decode(&relabelled).unwrap();
+    // Read as version 2 (the header's tail, one byte for no encode time,
+    // taken off), version 3's stages show their differences.
+    let mut bytes = encode(&original, Compression::None).unwrap();
+    let header_len = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    assert_eq!(bytes[20 + header_len - 1], 0, "the tail: no encode time");
+    bytes.remove(20 + header_len - 1);
+    bytes[16..20].copy_from_slice(&(header_len as u32 - 1).to_le_bytes());
+    let total = bytes.len() as u64;
+    bytes[8..16].copy_from_slice(&total.to_le_bytes());
+    bytes[4..6].copy_from_slice(&2u16.to_le_bytes());
+    reseal(&mut bytes);
+    let decoded = decode(&bytes).unwrap();
     let stages = StagesView::new(decoded.table(Table::Stages).unwrap()).unwrap();
     assert_eq!(stages.start_ns, [0, 100, 100, 100]);
+}
+
+/// The agent's encoder (`encode_capped`) measures how long the tables took
+/// and writes it after the header; format 2 has no room for it.
+#[test]
+fn the_encode_time_travels_in_format_3_only() {
+    let mut payload = sample();
+    let bytes = encode_capped(&mut payload, Compression::Zstd, &Limits::DEFAULT).unwrap();
+    let measured = payload.header.encode_ns;
+    assert!(measured.is_some_and(|ns| ns > 0), "{measured:?}");
+    assert_eq!(decode(&bytes).unwrap().header.encode_ns, measured);
+    // Other encoders write the header's value as it is.
+    assert_eq!(
+        decode(&encode(&payload, Compression::Lz4).unwrap())
+            .unwrap()
+            .header,
+        payload.header
+    );
+    let v2 = encode_as(2, &payload, Compression::Lz4, &Limits::DEFAULT).unwrap();
+    assert_eq!(decode(&v2).unwrap().header.encode_ns, None);
+    assert!(matches!(
+        encode_as(1, &payload, Compression::Lz4, &Limits::DEFAULT),
+        Err(PayloadError::UnwritableVersion(1))
+    ));
 }
 
 #[test]

@@ -42,7 +42,8 @@ pub fn rank_overhead(payload: &Payload) -> Option<RankOverhead> {
     let stages_s = stage_calls as f64 * stage_ns_per_call / 1e9;
     let sampler_cpu_s = sampler_cpu_ms.map(|ms| ms / 1e3);
     let flushes_s = flushes_ms.unwrap_or(0.0) / 1e3;
-    let total_s = stages_s + sampler_cpu_s.unwrap_or(0.0) + flushes_s;
+    let encode_s = header.encode_ns.map(|ns| ns as f64 / 1e9);
+    let total_s = stages_s + sampler_cpu_s.unwrap_or(0.0) + flushes_s + encode_s.unwrap_or(0.0);
     if !total_s.is_finite() {
         return None;
     }
@@ -53,6 +54,7 @@ pub fn rank_overhead(payload: &Payload) -> Option<RankOverhead> {
         stages_s,
         sampler_cpu_s,
         flushes_s,
+        encode_s,
         total_s,
         share_pct: (session_s > 0.0).then(|| total_s / session_s * 100.0),
     })
@@ -87,18 +89,20 @@ mod tests {
 
     #[test]
     fn the_rows_add_up_with_the_calls_counted() {
-        let overhead = rank_overhead(&payload(&[
+        let mut measured = payload(&[
             (OVERHEAD_SECTION, "stage_ns_per_call", 100.0),
             (OVERHEAD_SECTION, "sampler_cpu_ms", 4.0),
             (OVERHEAD_SECTION, "flush_ms", 6.0),
             ("custom", "stage_ns_per_call", 1e9),
-        ]))
-        .unwrap();
+        ]);
+        measured.header.encode_ns = Some(3_000_000);
+        let overhead = rank_overhead(&measured).unwrap();
         assert_eq!(overhead.stage_calls, 10, "7 dropped, 3 refused, no rows");
         assert_eq!(overhead.stages_s, 10.0 * 100.0 / 1e9);
         assert_eq!(overhead.sampler_cpu_s, Some(0.004));
         assert_eq!(overhead.flushes_s, 0.006);
-        assert!((overhead.total_s - (1e-6 + 0.010)).abs() < 1e-12);
+        assert_eq!(overhead.encode_s, Some(0.003));
+        assert!((overhead.total_s - (1e-6 + 0.013)).abs() < 1e-12);
         assert!((overhead.share_pct.unwrap() - overhead.total_s / 2.0 * 100.0).abs() < 1e-12);
     }
 
@@ -122,5 +126,6 @@ mod tests {
         ]);
         let overhead = rank_overhead(&odd).unwrap();
         assert_eq!((overhead.sampler_cpu_s, overhead.flushes_s), (None, 0.0));
+        assert_eq!(overhead.encode_s, None, "format 2 carries no encode time");
     }
 }

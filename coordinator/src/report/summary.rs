@@ -284,16 +284,21 @@ fn write_overhead(out: &mut String, report: &Report) -> std::fmt::Result {
         true => format!(" ({:.3}%)", total / session * 100.0),
         false => String::new(),
     };
-    let sampler = match measured.iter().any(|(o, _)| o.sampler_cpu_s.is_some()) {
-        true => format!("{:.3} ms", sum(&|o| o.sampler_cpu_s.unwrap_or(0.0)) * 1e3),
+    let measured_ms = |of: fn(&RankOverhead) -> Option<f64>| match measured
+        .iter()
+        .any(|(o, _)| of(o).is_some())
+    {
+        true => format!("{:.3} ms", sum(&|o| of(o).unwrap_or(0.0)) * 1e3),
         false => "not measured".into(),
     };
+    let sampler = measured_ms(|o| o.sampler_cpu_s);
+    let encode = measured_ms(|o| o.encode_s);
     write_wrapped(
         out,
         "",
         &format!(
             "Profiler overhead: {:.3} ms of {session:.3} s of rank time{share}: stages {:.3} ms \
-             ({} calls), sampler CPU {sampler}, flushes {:.3} ms",
+             ({} calls), sampler CPU {sampler}, flushes {:.3} ms, final payload encoding {encode}",
             total * 1e3,
             sum(&|o| o.stages_s) * 1e3,
             measured.iter().map(|(o, _)| o.stage_calls).sum::<u64>(),
