@@ -6,11 +6,11 @@ use rankscope_common::config::ConfigError;
 use rankscope_common::env::{self, EnvError, RankEnv};
 use rankscope_common::table::{
     BlockRecord, DiffusionStepRecord, EventRecord, MemorySnapshotRecord, ModelParameterRecord,
-    Table, STAGE_GPU_SECTION,
+    Table,
 };
 use rankscope_common::Config;
 
-use crate::recorder::Recorder;
+use crate::recorder::{Recorder, Section};
 use crate::sampler::Telemetry;
 use crate::session::{Flushes, Session, SessionError, SessionState};
 use crate::slot::Slot;
@@ -319,7 +319,7 @@ impl Profiler {
     #[inline]
     pub fn record_metric(&self, name: &str, value: f64) {
         if let Some(rec) = self.recording() {
-            record_metric(rec, "custom", name, value);
+            record_metric(rec, Section::Custom, name, value);
         }
     }
 
@@ -328,9 +328,9 @@ impl Profiler {
     pub fn record_throughput(&self, items: f64, seconds: Option<f64>) {
         if let Some(rec) = self.recording() {
             let seconds = seconds.unwrap_or_else(|| rec.now_ns() as f64 / 1e9);
-            record_metric(rec, "throughput", "items", items);
+            record_metric(rec, Section::Throughput, "items", items);
             if seconds > 0.0 {
-                record_metric(rec, "throughput", "items_per_s", items / seconds);
+                record_metric(rec, Section::Throughput, "items_per_s", items / seconds);
             }
         }
     }
@@ -340,7 +340,7 @@ impl Profiler {
     /// shows it beside the stage's host time.
     pub fn record_stage_gpu_time(&self, name: &str, ms: f64) {
         if let Some(rec) = self.recording() {
-            record_metric(rec, STAGE_GPU_SECTION, name, ms);
+            record_metric(rec, Section::StageGpu, name, ms);
         }
     }
 
@@ -348,10 +348,10 @@ impl Profiler {
     pub fn add_event(&self, name: &str, payload: &serde_json::Value) {
         if let Some(rec) = self.recording() {
             let payload = (!payload.is_null()).then(|| json_text(payload));
-            rec.record_row(Table::Events, |t, ts_ns| {
+            rec.record_row(Table::Events, |t, ticks| {
                 let name = t.names.intern(name);
                 t.records.events.push_back(EventRecord {
-                    ts_ns,
+                    ts_ns: ticks,
                     name,
                     payload,
                 });
@@ -363,9 +363,9 @@ impl Profiler {
     #[inline]
     pub fn record_diffusion_step(&self, step: DiffusionStep) {
         if let Some(rec) = self.recording() {
-            rec.record_row(Table::DiffusionSteps, |t, ts_ns| {
+            rec.record_row(Table::DiffusionSteps, |t, ticks| {
                 t.records.diffusion_steps.push_back(DiffusionStepRecord {
-                    ts_ns,
+                    ts_ns: ticks,
                     step: step.step,
                     timestep: step.timestep,
                     block_size: step.block_size,
@@ -380,9 +380,9 @@ impl Profiler {
     #[inline]
     pub fn record_block_computation(&self, block: BlockComputation) {
         if let Some(rec) = self.recording() {
-            rec.record_row(Table::Blocks, |t, ts_ns| {
+            rec.record_row(Table::Blocks, |t, ticks| {
                 t.records.blocks.push_back(BlockRecord {
-                    ts_ns,
+                    ts_ns: ticks,
                     block_index: block.block_index,
                     block_size: block.block_size,
                     computation_ms: block.computation_ms,
@@ -430,11 +430,11 @@ impl Profiler {
             None
         };
         let (source, reading) = read.unwrap_or((source, reading));
-        rec.record_row(Table::MemorySnapshots, |t, ts_ns| {
+        rec.record_row(Table::MemorySnapshots, |t, ticks| {
             let label = t.names.intern(label);
             let source = t.names.intern(source);
             t.records.memory_snapshots.push_back(MemorySnapshotRecord {
-                ts_ns,
+                ts_ns: ticks,
                 label,
                 source,
                 gpu: reading.gpu,
@@ -482,8 +482,8 @@ fn json_text(value: &serde_json::Value) -> String {
         .to_string()
 }
 
-fn record_metric(recorder: &Recorder, section: &str, name: &str, value: f64) {
-    recorder.record_row(Table::Metrics, |t, ts_ns| {
-        t.push_metric(ts_ns, section, name, value)
+fn record_metric(recorder: &Recorder, section: Section, name: &str, value: f64) {
+    recorder.record_row(Table::Metrics, |t, ticks| {
+        t.push_metric(ticks, section, name, value)
     });
 }

@@ -503,8 +503,10 @@ fn finish_state(
     // Waits for a flush asked for and under way; none comes after (the
     // session is out of its slot).
     let mut flushes = lock(&shared.flushes);
-    let duration_ns = shared.recorder.end_session();
+    // The sampler's last reading, taken as it stops, falls inside the
+    // session.
     let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
+    let duration_ns = shared.recorder.end_session();
     // What the stages cost, for the report's profiler overhead (the sampler
     // and the flushes recorded theirs).
     if let Some(ns) = crate::recorder::stage_cost_ns() {

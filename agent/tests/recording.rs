@@ -233,8 +233,8 @@ fn a_program_with_many_names_still_gets_its_overhead() {
     // The program's names fold; the profiler's own never do, nor count.
     assert_eq!(
         folded,
-        40 - (16 - 1 - 4),
-        "16 names: the thread's, the profiler's 4, 11 stages"
+        40 - (16 - 1 - 7),
+        "16 names: the thread's, the profiler's 7 (4 sections, 3 overhead rows), 8 stages"
     );
 }
 
@@ -325,6 +325,81 @@ fn flushes_from_several_threads_keep_every_row_once_in_order() {
     let steps = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
     assert_eq!(steps.call_index.to_vec(), (0..stages).collect::<Vec<u32>>());
     assert!(steps.start_ns.windows(2).all(|w| w[0] <= w[1]));
+}
+
+/// Rows are stamped with the recorder's clock on the hot path and turned
+/// into session nanoseconds when they leave the thread: a metric recorded
+/// between two stages lands between them, telemetry inside the session.
+#[test]
+fn row_times_fall_between_the_stages_around_them() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| {
+        c.gpu_source = rankscope_common::config::GpuSourceKind::Simulated;
+        c.gpu_interval_s = 0.01;
+    });
+    let session = profiler.session("times", &[]).unwrap();
+    drop(profiler.stage("before"));
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    profiler.record_metric("between", 1.0);
+    profiler.add_event("between", &serde_json::json!(null));
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    drop(profiler.stage("after"));
+    let payload = spilled(&session.finish().unwrap());
+    let stages = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
+    let (before, after) = (stages.end_ns[0], stages.start_ns[1]);
+    let metrics = MetricsView::new(payload.table(Table::Metrics).unwrap()).unwrap();
+    let metric = (0..metrics.len)
+        .find(|&i| metrics.name.get(i) == "between")
+        .unwrap();
+    let events = EventsView::new(payload.table(Table::Events).unwrap()).unwrap();
+    for ts in [metrics.ts_ns[metric], events.ts_ns[0]] {
+        assert!(before <= ts && ts <= after, "{before} <= {ts} <= {after}");
+    }
+    let duration = payload.header.clock.duration_ns;
+    let gpu = GpuSamplesView::new(payload.table(Table::GpuSamples).unwrap()).unwrap();
+    assert!(gpu.len > 0);
+    assert!(
+        gpu.ts_ns.iter().all(|&ts| ts <= duration),
+        "{:?} past {duration}",
+        gpu.ts_ns
+    );
+}
+
+/// Each thread takes the row budget a chunk at a time; what a thread that
+/// exits did not use goes back, so short-lived threads cannot spend the
+/// budget of the ones that stay. Threads that use theirs keep it exact.
+#[test]
+fn the_budget_of_record_rows_is_shared_fairly_and_exactly() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), |c| {
+        no_telemetry(c);
+        c.max_data_points = 150;
+    });
+    let session = profiler.session("budget", &[]).unwrap();
+    for _ in 0..50 {
+        std::thread::scope(|s| {
+            s.spawn(|| profiler.record_metric("short", 1.0));
+        });
+    }
+    // 100 left: two threads of 100 rows each keep 100 between them.
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..100 {
+                    profiler.record_metric("long", 1.0);
+                }
+            });
+        }
+    });
+    let payload = spilled(&session.finish().unwrap());
+    assert_eq!(own_metrics(&payload), 150);
+    let dropped: Vec<_> = payload
+        .header
+        .dropped
+        .iter()
+        .map(|d| (d.table.as_str(), d.rows))
+        .collect();
+    assert_eq!(dropped, [("metrics", 100)]);
 }
 
 #[test]

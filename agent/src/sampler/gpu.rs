@@ -34,12 +34,13 @@ pub(crate) trait GpuReader: Send {
     fn follows_stages(&self) -> bool {
         false
     }
-    /// Reads every device once, appending one row per device to `out`;
-    /// `open_stages` is what the rank is running now, `pcie` whether to read
-    /// PCIe throughput this time.
+    /// Reads every device once, appending one row per device to `out`,
+    /// stamped `ticks` (the recorder's clock); `open_stages` is what the
+    /// rank is running now, `pcie` whether to read PCIe throughput this
+    /// time.
     fn sample(
         &mut self,
-        ts_ns: u64,
+        ticks: u64,
         open_stages: &[String],
         pcie: bool,
         out: &mut Vec<GpuSampleRecord>,

@@ -172,7 +172,7 @@ impl GpuReader for NvmlReader {
 
     fn sample(
         &mut self,
-        ts_ns: u64,
+        ticks: u64,
         _open_stages: &[String],
         pcie: bool,
         out: &mut Vec<GpuSampleRecord>,
@@ -195,7 +195,7 @@ impl GpuReader for NvmlReader {
                 (None, None)
             };
             let row = GpuSampleRecord {
-                ts_ns,
+                ts_ns: ticks,
                 gpu: gpu as u32,
                 memory_used_bytes: memory.as_ref().map(|m| m.used),
                 memory_total_bytes: memory.as_ref().map(|m| m.total),
