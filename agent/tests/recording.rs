@@ -378,7 +378,11 @@ fn the_budget_of_record_rows_is_shared_fairly_and_exactly() {
     let session = profiler.session("budget", &[]).unwrap();
     for _ in 0..50 {
         std::thread::scope(|s| {
-            s.spawn(|| profiler.record_metric("short", 1.0));
+            // Joined by hand: that waits for the thread's exit, when its
+            // buffer is retired (the scope's own wait ends before).
+            s.spawn(|| profiler.record_metric("short", 1.0))
+                .join()
+                .unwrap();
         });
     }
     // 100 left: two threads of 100 rows each keep 100 between them.
