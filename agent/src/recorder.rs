@@ -26,7 +26,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use rustc_hash::FxHashMap;
 
-use rankscope_common::column::Recorded;
 use rankscope_common::names::{NameId, Names, OTHER};
 use rankscope_common::payload::Overflow;
 use rankscope_common::table::{
@@ -138,8 +137,6 @@ pub(crate) struct ThreadData {
     thread_name: NameId,
     /// The agent's own metric sections, interned, by [`Section`].
     sections: [NameId; Section::ALL.len()],
-    /// What this thread took of each table's row budget and has not used.
-    allowances: [Allowance; TABLES],
     /// Stages begun and not ended as paired so far, innermost last.
     open: Vec<OpenStage>,
     /// Calls so far per stage name id, for `call_index`.
@@ -166,12 +163,12 @@ impl ThreadData {
         call
     }
 
-    /// Appends a `metrics` row, stamped `ticks`.
-    pub(crate) fn push_metric(&mut self, ticks: u64, section: Section, name: &str, value: f64) {
+    /// Appends a `metrics` row.
+    pub(crate) fn push_metric(&mut self, ts_ns: u64, section: Section, name: &str, value: f64) {
         let section = self.sections[section as usize];
         let name = self.names.intern(name);
         self.records.metrics.push_back(MetricRecord {
-            ts_ns: ticks,
+            ts_ns,
             section,
             name,
             value,
@@ -183,8 +180,6 @@ impl ThreadData {
     fn clear_rows(&mut self) {
         self.calls = Vec::new();
         self.records = Records::default();
-        // Taken from a budget that is reset next.
-        self.allowances = Default::default();
         self.too_deep = 0;
         self.names.take_folded();
     }
@@ -339,12 +334,7 @@ impl Registry {
     /// the records stay, for the caller to clear.
     fn take_rows(&self, builders: &mut Builders, buffer: &ThreadBuffer, data: &mut ThreadData) {
         self.pair(buffer, data, self.session_generation());
-        let scale = self.clock.scale();
-        let recorded = Recorded {
-            names: &data.names,
-            session_ns: &|ticks| scale.session_ns(ticks),
-        };
-        builders.append(&data.records, &recorded);
+        builders.append(&data.records, &data.names);
     }
 
     /// Moves an exited thread's records into the builders and forgets its buffer.
@@ -355,13 +345,21 @@ impl Registry {
             let mut data = buffer.lock();
             self.take_rows(&mut retired.builders, buffer, &mut data);
             add_overflow(&mut retired.overflow, &mut data);
-            // What the thread took of the budget and did not use, for others.
-            for (table, allowance) in Table::ALL.iter().zip(&mut data.allowances) {
-                allowance.give_back(self, *table);
-            }
             data.clear_rows();
         }
         lock(&self.threads).retain(|b| !Arc::ptr_eq(b, buffer));
+    }
+
+    /// Takes one row of `table`'s budget: `false` (and the drop counted) when full.
+    #[inline]
+    fn admit(&self, table: Table) -> bool {
+        let slot = table as usize;
+        if self.kept[slot].fetch_add(1, Ordering::Relaxed) < self.max_rows as u64 {
+            true
+        } else {
+            self.dropped[slot].fetch_add(1, Ordering::Relaxed);
+            false
+        }
     }
 }
 
@@ -373,29 +371,41 @@ struct Pass<'a> {
     rows: Grant<'a>,
 }
 
-/// Rows of one table's budget taken from the shared counter a chunk at a
-/// time, so that threads recording at once seldom write it.
-#[derive(Debug, Default, Clone, Copy)]
-struct Allowance {
+/// Rows of a table's budget taken a chunk at a time, so that threads
+/// pairing at once seldom write the shared counter; what is not used goes
+/// back when the grant is dropped.
+struct Grant<'a> {
+    registry: &'a Registry,
+    table: Table,
     /// Rows taken and not used yet.
     left: u64,
+    /// Rows refused for want of budget, counted as dropped at the end;
+    /// once one is, the pass asks no more.
+    refused: u64,
 }
 
-impl Allowance {
+impl<'a> Grant<'a> {
     /// Rows taken from the shared counter at once.
-    const CHUNK: u64 = 64;
+    const CHUNK: u64 = 256;
 
-    /// One row of `table`'s budget: `false` when the budget is spent.
+    fn new(registry: &'a Registry, table: Table) -> Self {
+        Grant {
+            registry,
+            table,
+            left: 0,
+            refused: 0,
+        }
+    }
+
+    /// One row: `false` when the budget is spent.
     #[inline]
-    fn take(&mut self, registry: &Registry, table: Table) -> bool {
-        if self.left == 0 {
-            let kept = &registry.kept[table as usize];
-            let max_rows = registry.max_rows as u64;
-            if kept.load(Ordering::Relaxed) >= max_rows {
-                return false;
-            }
+    fn take(&mut self) -> bool {
+        if self.left == 0 && self.refused == 0 {
+            let kept = &self.registry.kept[self.table as usize];
             let before = kept.fetch_add(Self::CHUNK, Ordering::Relaxed);
-            self.left = max_rows.saturating_sub(before).min(Self::CHUNK);
+            self.left = (self.registry.max_rows as u64)
+                .saturating_sub(before)
+                .min(Self::CHUNK);
             // Taken past the budget: back at once, so that the counter is
             // exact.
             give_back(kept, Self::CHUNK - self.left);
@@ -405,56 +415,20 @@ impl Allowance {
                 self.left = left;
                 true
             }
-            None => false,
+            None => {
+                self.refused += 1;
+                false
+            }
         }
-    }
-
-    /// Gives the rows not used back to `table`'s budget.
-    fn give_back(&mut self, registry: &Registry, table: Table) {
-        give_back(
-            &registry.kept[table as usize],
-            std::mem::take(&mut self.left),
-        );
-    }
-}
-
-/// The stage rows one pairing pass may keep; what it does not use goes back
-/// when the grant is dropped.
-struct Grant<'a> {
-    registry: &'a Registry,
-    table: Table,
-    rows: Allowance,
-    /// Rows refused for want of budget, counted as dropped at the end;
-    /// once one is, the pass asks no more.
-    refused: u64,
-}
-
-impl<'a> Grant<'a> {
-    fn new(registry: &'a Registry, table: Table) -> Self {
-        Grant {
-            registry,
-            table,
-            rows: Allowance::default(),
-            refused: 0,
-        }
-    }
-
-    /// One row: `false` when the budget is spent.
-    #[inline]
-    fn take(&mut self) -> bool {
-        let taken = self.refused == 0 && self.rows.take(self.registry, self.table);
-        if !taken {
-            self.refused += 1;
-        }
-        taken
     }
 }
 
 impl Drop for Grant<'_> {
     fn drop(&mut self) {
-        self.rows.give_back(self.registry, self.table);
+        let slot = self.table as usize;
+        give_back(&self.registry.kept[slot], self.left);
         if self.refused > 0 {
-            self.registry.dropped[self.table as usize].fetch_add(self.refused, Ordering::Relaxed);
+            self.registry.dropped[slot].fetch_add(self.refused, Ordering::Relaxed);
         }
     }
 }
@@ -548,14 +522,6 @@ impl Recorder {
     #[inline(always)]
     pub(crate) fn now_ns(&self) -> u64 {
         self.registry.clock.now_ns()
-    }
-
-    /// A reading of the recorder's clock, what rows are stamped with: made
-    /// nanoseconds since the session started when the rows leave the
-    /// thread's buffer.
-    #[inline(always)]
-    pub(crate) fn ticks(&self) -> u64 {
-        self.registry.clock.ticks()
     }
 
     /// Forgets rows recorded outside a session, starts the session clock and
@@ -797,24 +763,17 @@ impl Recorder {
         if LOCALS.try_with(|_| ()).is_err() {
             return;
         }
-        let ticks = self.ticks();
-        self.with_thread(|t| t.push_metric(ticks, Section::Overhead, what.name(), value));
+        let ts_ns = self.now_ns();
+        self.with_thread(|t| t.push_metric(ts_ns, Section::Overhead, what.name(), value));
     }
 
-    /// Records one row of `table`, stamped now (in [`Recorder::ticks`]), if
-    /// the table has room (the drop counted if not).
+    /// Records one row of `table`, stamped now, if the table has room.
     #[inline]
     pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
-        let ticks = self.ticks();
-        let registry = &*self.registry;
-        self.with_thread(
-            |t| match t.allowances[table as usize].take(registry, table) {
-                true => push(t, ticks),
-                false => {
-                    registry.dropped[table as usize].fetch_add(1, Ordering::Relaxed);
-                }
-            },
-        );
+        let ts_ns = self.now_ns();
+        if self.registry.admit(table) {
+            self.with_thread(|t| push(t, ts_ns));
+        }
     }
 
     /// Runs `f` on this thread's locked buffer, registering the thread on
@@ -862,7 +821,6 @@ impl Recorder {
                 track,
                 thread_name,
                 sections,
-                allowances: Default::default(),
                 open: Vec::new(),
                 calls: Vec::new(),
                 paired: 0,

@@ -4,8 +4,7 @@
 //!
 //! A value has two owned forms: the *value* a row holds (strings as
 //! `String`), and the *record* the agent keeps while recording (strings that
-//! repeat as interned [`NameId`]s, so that recording a row allocates nothing;
-//! times as its clock's ticks, which cost less to read than nanoseconds).
+//! repeat as interned [`NameId`]s, so that recording a row allocates nothing).
 
 use std::sync::Arc;
 
@@ -20,17 +19,6 @@ use arrow_array::{
 use arrow_schema::DataType;
 
 use crate::names::{NameId, Names};
-
-/// What turns the agent's records into rows: the names their ids stand for,
-/// and the conversion of its clock's ticks to nanoseconds since the session
-/// started.
-pub struct Recorded<'a> {
-    /// The names the records' ids were interned in.
-    pub names: &'a Names,
-    /// Ticks of the recorder's clock to nanoseconds since the session
-    /// started.
-    pub session_ns: &'a dyn Fn(u64) -> u64,
-}
 
 /// One kind of column: the owned value a row holds, the builder that collects
 /// it and the typed view a reader gets back.
@@ -49,8 +37,8 @@ pub trait ColumnKind {
     fn data_type() -> DataType;
     /// Appends one row's value.
     fn append(builder: &mut Self::Builder, value: &Self::Value);
-    /// Appends one recorded value, made a row's value by `recorded`.
-    fn append_record(builder: &mut Self::Builder, record: &Self::Record, recorded: &Recorded<'_>);
+    /// Appends one recorded value, looking interned names up in `names`.
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, names: &Names);
     /// Finishes the builder into an array.
     fn finish(builder: &mut Self::Builder) -> ArrayRef;
     /// Views a decoded array; `None` when its type or nulls do not match.
@@ -133,7 +121,7 @@ macro_rules! primitive_kind {
             fn append(builder: &mut Self::Builder, value: &Self::Value) {
                 builder.append_value(*value);
             }
-            fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Recorded<'_>) {
+            fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Names) {
                 Self::append(builder, record);
             }
             fn finish(builder: &mut Self::Builder) -> ArrayRef {
@@ -162,7 +150,7 @@ macro_rules! primitive_kind {
             fn append(builder: &mut Self::Builder, value: &Self::Value) {
                 builder.append_option(*value);
             }
-            fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Recorded<'_>) {
+            fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Names) {
                 Self::append(builder, record);
             }
             fn finish(builder: &mut Self::Builder) -> ArrayRef {
@@ -188,35 +176,6 @@ primitive_kind!(
     F64, OptF64, f64, Float64Type, Float64Builder
 );
 
-/// A time in nanoseconds since the session started, recorded as the
-/// recorder's clock ticks (the value read on the hot path) and converted
-/// when the rows leave the recording thread.
-#[derive(Debug)]
-pub struct SessionNs;
-
-impl ColumnKind for SessionNs {
-    type Value = u64;
-    type Record = u64;
-    type Builder = UInt64Builder;
-    type View<'a> = &'a [u64];
-    const NULLABLE: bool = false;
-    fn data_type() -> DataType {
-        U64::data_type()
-    }
-    fn append(builder: &mut Self::Builder, value: &Self::Value) {
-        builder.append_value(*value);
-    }
-    fn append_record(builder: &mut Self::Builder, ticks: &Self::Record, recorded: &Recorded<'_>) {
-        builder.append_value((recorded.session_ns)(*ticks));
-    }
-    fn finish(builder: &mut Self::Builder) -> ArrayRef {
-        U64::finish(builder)
-    }
-    fn view(array: &ArrayRef) -> Option<Self::View<'_>> {
-        U64::view(array)
-    }
-}
-
 /// Plain UTF-8 strings, for values that rarely repeat.
 #[derive(Debug)]
 pub struct Str;
@@ -233,8 +192,8 @@ impl ColumnKind for Str {
     fn append(builder: &mut Self::Builder, value: &Self::Value) {
         builder.append_value(value);
     }
-    fn append_record(builder: &mut Self::Builder, record: &Self::Record, recorded: &Recorded<'_>) {
-        builder.append_value(recorded.names.name(*record));
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, names: &Names) {
+        builder.append_value(names.name(*record));
     }
     fn finish(builder: &mut Self::Builder) -> ArrayRef {
         Arc::new(builder.finish())
@@ -260,7 +219,7 @@ impl ColumnKind for OptStr {
     fn append(builder: &mut Self::Builder, value: &Self::Value) {
         builder.append_option(value.as_deref());
     }
-    fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Recorded<'_>) {
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, _: &Names) {
         Self::append(builder, record);
     }
     fn finish(builder: &mut Self::Builder) -> ArrayRef {
@@ -290,8 +249,8 @@ impl ColumnKind for DictStr {
     fn append(builder: &mut Self::Builder, value: &Self::Value) {
         builder.append_value(value);
     }
-    fn append_record(builder: &mut Self::Builder, record: &Self::Record, recorded: &Recorded<'_>) {
-        builder.append_value(recorded.names.name(*record));
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, names: &Names) {
+        builder.append_value(names.name(*record));
     }
     fn finish(builder: &mut Self::Builder) -> ArrayRef {
         Arc::new(builder.finish())

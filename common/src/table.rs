@@ -15,9 +15,8 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
-use crate::column::{
-    ColumnKind, DictStr, OptF64, OptStr, OptU32, OptU64, Recorded, SessionNs, Str, F64, U32, U64,
-};
+use crate::column::{ColumnKind, DictStr, OptF64, OptStr, OptU32, OptU64, Str, F64, U32, U64};
+use crate::names::Names;
 
 /// The `metrics` section whose rows are GPU times of stage calls: the
 /// metric's name is the stage's, its value milliseconds.
@@ -145,9 +144,9 @@ macro_rules! tables {
         }
 
         impl Builders {
-            /// Appends every record of `records`, made rows by `recorded`.
-            pub fn append(&mut self, records: &Records, recorded: &Recorded<'_>) {
-                $( for record in &records.$name { self.$name.append_record(record, recorded); } )*
+            /// Appends every record of `records`, whose names are in `names`.
+            pub fn append(&mut self, records: &Records, names: &Names) {
+                $( for record in &records.$name { self.$name.append_record(record, names); } )*
             }
 
             /// The non-empty tables as batches.
@@ -196,9 +195,9 @@ macro_rules! tables {
                     $( <$kind as ColumnKind>::append(&mut self.$field, &row.$field); )*
                 }
 
-                /// Appends one record, made a row by `recorded`.
-                pub fn append_record(&mut self, record: &$record, recorded: &Recorded<'_>) {
-                    $( <$kind as ColumnKind>::append_record(&mut self.$field, &record.$field, recorded); )*
+                /// Appends one record, looking its interned names up in `names`.
+                pub fn append_record(&mut self, record: &$record, names: &Names) {
+                    $( <$kind as ColumnKind>::append_record(&mut self.$field, &record.$field, names); )*
                 }
 
                 /// Finishes the rows into one batch.
@@ -267,7 +266,7 @@ tables! {
     /// One NVML reading of one GPU.
     GpuSamples = 2, gpu_samples, GpuSampleRow, GpuSampleRecord, GpuSamplesBuilder, GpuSamplesView {
         /// Time of the reading, nanoseconds since the session started.
-        ts_ns: SessionNs,
+        ts_ns: U64,
         /// Index of the GPU in the payload header's GPU list.
         gpu: U32,
         /// Device memory in use, bytes.
@@ -300,7 +299,7 @@ tables! {
     /// One reading of the host.
     HostSamples = 3, host_samples, HostSampleRow, HostSampleRecord, HostSamplesBuilder, HostSamplesView {
         /// Time of the reading, nanoseconds since the session started.
-        ts_ns: SessionNs,
+        ts_ns: U64,
         /// CPU use over all cores, percent.
         cpu_pct: OptF64,
         /// Host memory in use, bytes.
@@ -319,7 +318,7 @@ tables! {
     /// One denoising step of a diffusion model.
     DiffusionSteps = 4, diffusion_steps, DiffusionStepRow, DiffusionStepRecord, DiffusionStepsBuilder, DiffusionStepsView {
         /// When the step was recorded, nanoseconds since the session started.
-        ts_ns: SessionNs,
+        ts_ns: U64,
         /// Step number.
         step: U64,
         /// Scheduler timestep.
@@ -334,7 +333,7 @@ tables! {
     /// One block computation (a group of frames generated together).
     Blocks = 5, blocks, BlockRow, BlockRecord, BlocksBuilder, BlocksView {
         /// When the block was recorded, nanoseconds since the session started.
-        ts_ns: SessionNs,
+        ts_ns: U64,
         /// Block number.
         block_index: U64,
         /// Frames in the block.
@@ -348,7 +347,7 @@ tables! {
     /// [`STAGE_GPU_SECTION`]: the GPU time of one stage call).
     Metrics = 6, metrics, MetricRow, MetricRecord, MetricsBuilder, MetricsView {
         /// When it was recorded, nanoseconds since the session started.
-        ts_ns: SessionNs,
+        ts_ns: U64,
         /// Group: `custom`, `throughput`, ...
         section: DictStr,
         /// Metric name.
@@ -359,7 +358,7 @@ tables! {
     /// One custom event.
     Events = 7, events, EventRow, EventRecord, EventsBuilder, EventsView {
         /// When it happened, nanoseconds since the session started.
-        ts_ns: SessionNs,
+        ts_ns: U64,
         /// Event name.
         name: DictStr,
         /// Payload as JSON text.
@@ -368,7 +367,7 @@ tables! {
     /// One labelled memory snapshot.
     MemorySnapshots = 8, memory_snapshots, MemorySnapshotRow, MemorySnapshotRecord, MemorySnapshotsBuilder, MemorySnapshotsView {
         /// When it was taken, nanoseconds since the session started.
-        ts_ns: SessionNs,
+        ts_ns: U64,
         /// Caller's label.
         label: Str,
         /// Where the numbers came from: `caller`, `nvml`, `torch`, `simulated`.

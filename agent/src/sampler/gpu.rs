@@ -34,13 +34,12 @@ pub(crate) trait GpuReader: Send {
     fn follows_stages(&self) -> bool {
         false
     }
-    /// Reads every device once, appending one row per device to `out`,
-    /// stamped `ticks` (the recorder's clock); `open_stages` is what the
-    /// rank is running now, `pcie` whether to read PCIe throughput this
-    /// time.
+    /// Reads every device once, appending one row per device to `out`;
+    /// `open_stages` is what the rank is running now, `pcie` whether to read
+    /// PCIe throughput this time.
     fn sample(
         &mut self,
-        ticks: u64,
+        ts_ns: u64,
         open_stages: &[String],
         pcie: bool,
         out: &mut Vec<GpuSampleRecord>,

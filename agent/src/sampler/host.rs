@@ -22,8 +22,8 @@ impl HostReader {
         }
     }
 
-    /// One reading, stamped `ticks` (the recorder's clock).
-    pub(crate) fn sample(&mut self, ticks: u64) -> HostSampleRecord {
+    /// One reading.
+    pub(crate) fn sample(&mut self, ts_ns: u64) -> HostSampleRecord {
         self.system.refresh_cpu_usage();
         self.system.refresh_memory();
         self.system.refresh_processes_specifics(
@@ -41,7 +41,7 @@ impl HostReader {
             None
         };
         HostSampleRecord {
-            ts_ns: ticks,
+            ts_ns,
             cpu_pct,
             memory_used_bytes: self.system.used_memory(),
             memory_total_bytes: self.system.total_memory(),

@@ -252,7 +252,7 @@ fn run(
                 gpu_rows.clear();
                 let started = Instant::now();
                 reader.sample(
-                    sampled.recorder.ticks(),
+                    sampled.recorder.now_ns(),
                     &open_stages,
                     pcie,
                     &mut gpu_rows,
@@ -266,7 +266,7 @@ fn run(
         if let Some(reader) = host.as_mut() {
             if host_timer.due(now) || stopping {
                 let started = Instant::now();
-                let row = reader.sample(sampled.recorder.ticks());
+                let row = reader.sample(sampled.recorder.now_ns());
                 host_cost.add(started.elapsed());
                 record_host(&sampled.recorder, &row);
                 last_host = Some(row);
@@ -385,10 +385,10 @@ fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu:
     recorder.count_dropped(Table::GpuSamples, dropped);
     for event in events.drain(..) {
         notice!("{} {}", event.name, event.payload);
-        recorder.record_row(Table::Events, |t, ticks| {
+        recorder.record_row(Table::Events, |t, ts_ns| {
             let name = t.names.intern(event.name);
             t.records.events.push_back(EventRecord {
-                ts_ns: ticks,
+                ts_ns,
                 name,
                 payload: Some(event.payload.to_string()),
             });

@@ -172,7 +172,7 @@ impl GpuReader for NvmlReader {
 
     fn sample(
         &mut self,
-        ticks: u64,
+        ts_ns: u64,
         _open_stages: &[String],
         pcie: bool,
         out: &mut Vec<GpuSampleRecord>,
@@ -195,7 +195,7 @@ impl GpuReader for NvmlReader {
                 (None, None)
             };
             let row = GpuSampleRecord {
-                ts_ns: ticks,
+                ts_ns,
                 gpu: gpu as u32,
                 memory_used_bytes: memory.as_ref().map(|m| m.used),
                 memory_total_bytes: memory.as_ref().map(|m| m.total),

@@ -105,7 +105,7 @@ impl GpuReader for SimulatedReader {
 
     fn sample(
         &mut self,
-        ticks: u64,
+        ts_ns: u64,
         open_stages: &[String],
         _pcie: bool,
         out: &mut Vec<GpuSampleRecord>,
@@ -130,7 +130,7 @@ impl GpuReader for SimulatedReader {
             (if busy { 68.0 } else { 45.0 } + wobble, 0, MAX_SM_CLOCK_MHZ)
         };
         out.push(GpuSampleRecord {
-            ts_ns: ticks,
+            ts_ns,
             gpu: 0,
             memory_used_bytes: Some(self.memory_used),
             memory_total_bytes: Some(MEMORY_TOTAL),
