@@ -8,7 +8,9 @@
 //! 6       2     reserved, zero
 //! 8       8     total length of the payload in bytes, checksum included
 //! 16      4     header length H
-//! 20      H     header: PayloadHeader, bincode (standard config, serde)
+//! 20      H     header: PayloadHeader, bincode (standard config, serde);
+//!               from version 3 followed by its tail (the fields added
+//!               since version 2: the encode time)
 //! ..      2     number of tables T
 //! T times:
 //!         1     table id (see Table::id)
@@ -299,27 +301,27 @@ pub fn encode_as(
     compression: Compression,
     limits: &Limits,
 ) -> Result<Vec<u8>, PayloadError> {
-    encode_measured(version, payload, compression, limits, false).map(|(bytes, _)| bytes)
+    encode_measured(version, payload, compression, limits, None).map(|(bytes, _)| bytes)
 }
 
 /// The payload's bytes, and the `encode_ns` their header holds: the
-/// payload's own or, with `measure`, how long its tables took to encode
-/// here.
+/// payload's own or, when `spent_ns` is given, that plus how long its
+/// tables took to encode here.
 fn encode_measured(
     version: u16,
     payload: &Payload,
     compression: Compression,
     limits: &Limits,
-    measure: bool,
+    spent_ns: Option<u64>,
 ) -> Result<(Vec<u8>, Option<u64>), PayloadError> {
     if !(2..=FORMAT_VERSION).contains(&version) {
         return Err(PayloadError::UnwritableVersion(version));
     }
     let started = std::time::Instant::now();
     let (tables, largest) = encode_tables(version, payload, compression, limits)?;
-    let encode_ns = match measure {
-        true => Some(started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64),
-        false => payload.header.encode_ns,
+    let encode_ns = match spent_ns {
+        Some(spent) => Some(spent.saturating_add(elapsed_ns(started))),
+        None => payload.header.encode_ns,
     };
     let header = encode_header(version, &payload.header, encode_ns)?;
     let mut out = Vec::with_capacity(PREAMBLE_BYTES + header.len() + tables.len() + CHECKSUM_BYTES);
@@ -426,18 +428,23 @@ fn encode_tables(
 /// Encodes `payload` within `limits`, making it fit if it does not: the
 /// largest offending table keeps the rows that fit (its first ones) and the
 /// rows cut are counted in the header's `dropped`, as rows past
-/// `max_data_points` are.
+/// `max_data_points` are. The agent's encoder: the time it spends
+/// (attempts that did not fit included) is added to the header's
+/// `encode_ns`, in the bytes and in `payload`.
 pub fn encode_capped(
     payload: &mut Payload,
     compression: Compression,
     limits: &Limits,
 ) -> Result<Vec<u8>, PayloadError> {
+    let mut spent_ns = payload.header.encode_ns.unwrap_or(0);
     loop {
-        let result = encode_measured(FORMAT_VERSION, payload, compression, limits, true);
+        let started = std::time::Instant::now();
+        let result = encode_measured(FORMAT_VERSION, payload, compression, limits, Some(spent_ns));
         if let Ok((bytes, encode_ns)) = result {
             payload.header.encode_ns = encode_ns;
             return Ok(bytes);
         }
+        spent_ns = spent_ns.saturating_add(elapsed_ns(started));
         let (table, keep) = match &result {
             Err(PayloadError::TableTooLarge {
                 table,
@@ -466,6 +473,11 @@ pub fn encode_capped(
         payload.tables.insert(table, kept);
         payload.header.add_dropped(table.name(), cut);
     }
+}
+
+/// Nanoseconds since `started`, saturating.
+fn elapsed_ns(started: std::time::Instant) -> u64 {
+    started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
 fn write_stream(table: Table, batch: &RecordBatch) -> Result<Vec<u8>, PayloadError> {

@@ -196,8 +196,10 @@ pub struct RankOverhead {
     pub sampler_cpu_s: Option<f64>,
     /// Wall time of the flushes (periodic and asked for), seconds.
     pub flushes_s: f64,
-    /// Time the agent took to encode the rank's final payload, seconds
-    /// (`null`: not measured, as by agents writing payload format 2).
+    /// Time the agent took to encode the rank's final payload (each time
+    /// it did: again after a clock resync), seconds (`null`: not measured,
+    /// as by agents writing payload format 2). Paid after the session's
+    /// end, counted in `share_pct` as if within it.
     pub encode_s: Option<f64>,
     /// All of these together (those not measured left out), seconds.
     pub total_s: f64,

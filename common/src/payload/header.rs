@@ -214,7 +214,8 @@ pub struct PayloadHeader {
 }
 
 /// What format 3 writes after the header's fields: the fields that came
-/// after format 2, which a format-2 header lacks.
+/// after format 2, which a format-2 header lacks. (A field added later
+/// needs a tail of its own version: bincode knows no optional fields.)
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct HeaderTail {
     pub(super) encode_ns: Option<u64>,

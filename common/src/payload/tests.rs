@@ -212,6 +212,11 @@ fn the_encode_time_travels_in_format_3_only() {
     let measured = payload.header.encode_ns;
     assert!(measured.is_some_and(|ns| ns > 0), "{measured:?}");
     assert_eq!(decode(&bytes).unwrap().header.encode_ns, measured);
+    // A second encoding (after a clock resync) adds its time.
+    let again = encode_capped(&mut payload, Compression::Zstd, &Limits::DEFAULT).unwrap();
+    let total = payload.header.encode_ns.unwrap();
+    assert!(total > measured.unwrap());
+    assert_eq!(decode(&again).unwrap().header.encode_ns, Some(total));
     // Other encoders write the header's value as it is.
     assert_eq!(
         decode(&encode(&payload, Compression::Lz4).unwrap())
