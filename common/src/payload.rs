@@ -293,7 +293,7 @@ pub fn encode_within(
 /// [`encode_within`] in format `version`: 2 (every column stored as
 /// values, what builds before version 3 read) or [`FORMAT_VERSION`]. The
 /// agent writes the newest; the older one is for comparing the two (`cargo
-/// bench -p rankscope-common --bench wire_size`) and for tests that a
+/// bench -p rankscope-coordinator --bench wire_size`) and for tests that a
 /// version-2 payload still reads.
 pub fn encode_as(
     version: u16,

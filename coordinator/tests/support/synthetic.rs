@@ -57,10 +57,10 @@ pub const SLOW_RANK: u32 = 7;
 
 /// A small repeatable generator (xorshift64*), so every run writes the same
 /// files.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -68,7 +68,7 @@ impl Rng {
     }
 
     /// Uniform in `low..high`.
-    fn between(&mut self, low: u64, high: u64) -> u64 {
+    pub(crate) fn between(&mut self, low: u64, high: u64) -> u64 {
         low + self.next() % (high - low)
     }
 }

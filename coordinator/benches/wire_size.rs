@@ -5,7 +5,7 @@
 //! in MiB steps that moves, clocks that step between a few values) and
 //! stages of a diffusion loop.
 //!
-//! `cargo bench -p rankscope-common --bench wire_size`. Results go to
+//! `cargo bench -p rankscope-coordinator --bench wire_size`. Results go to
 //! BENCHMARKS.md.
 
 use std::collections::BTreeMap;
@@ -13,29 +13,22 @@ use std::collections::BTreeMap;
 use rankscope_common::payload::{self, Compression, Limits, Payload, PayloadHeader};
 use rankscope_common::table::{GpuSampleRow, GpuSamplesBuilder, StageRow, StagesBuilder, Table};
 
-/// A small deterministic generator (xorshift64*): the same rows every run.
-struct Rng(u64);
+// The synthetic job's generator: the same rows every run.
+#[path = "../tests/support/synthetic.rs"]
+mod synthetic;
+use synthetic::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
+/// Uniform in `0..n`.
+fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.between(0, n)
+}
 
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// About normal, mean 0 and deviation `sd` (a sum of uniforms).
-    fn noise(&mut self, sd: f64) -> f64 {
-        let sum: f64 = (0..12)
-            .map(|_| self.below(1 << 20) as f64 / f64::from(1 << 20))
-            .sum();
-        (sum - 6.0) * sd
-    }
+/// About normal, mean 0 and deviation `sd` (a sum of uniforms).
+fn noise(rng: &mut Rng, sd: f64) -> f64 {
+    let sum: f64 = (0..12)
+        .map(|_| below(rng, 1 << 20) as f64 / f64::from(1 << 20))
+        .sum();
+    (sum - 6.0) * sd
 }
 
 const MIB: u64 = 1 << 20;
@@ -47,10 +40,10 @@ fn gpu_readings(readings: u64, rng: &mut Rng) -> GpuSamplesBuilder {
     let mut memory_mib = [40_000u64; 8];
     let mut temperature = [60.0f64; 8];
     for round in 0..readings {
-        let at = 5_000_000 + round * 500_000_000 + rng.below(200_000);
+        let at = 5_000_000 + round * 500_000_000 + below(rng, 200_000);
         for gpu in 0..8u32 {
             let g = gpu as usize;
-            memory_mib[g] = match rng.below(12) {
+            memory_mib[g] = match below(rng, 12) {
                 0 => memory_mib[g] + 64,
                 1 => memory_mib[g].saturating_sub(64),
                 2 => memory_mib[g] + 2,
@@ -58,12 +51,12 @@ fn gpu_readings(readings: u64, rng: &mut Rng) -> GpuSamplesBuilder {
                 _ => memory_mib[g],
             };
             temperature[g] = (temperature[g]
-                + [-1.0, 0.0, 0.0, 0.0, 0.0, 1.0][rng.below(6) as usize] * 0.2)
+                + [-1.0, 0.0, 0.0, 0.0, 0.0, 1.0][below(rng, 6) as usize] * 0.2)
                 .clamp(40.0, 90.0);
             let percent = |rng: &mut Rng, mean: f64, sd: f64| {
-                (mean + rng.noise(sd)).clamp(0.0, 100.0).round()
+                (mean + noise(rng, sd)).clamp(0.0, 100.0).round()
             };
-            let power_mw = (300_000.0 + rng.noise(40_000.0)) as u32;
+            let power_mw = (300_000.0 + noise(rng, 40_000.0)) as u32;
             builder.append(&GpuSampleRow {
                 ts_ns: at + u64::from(gpu) * 150_000,
                 gpu,
@@ -75,9 +68,9 @@ fn gpu_readings(readings: u64, rng: &mut Rng) -> GpuSamplesBuilder {
                 temperature_c: Some(temperature[g].round()),
                 power_w: Some(f64::from(power_mw) / 1e3),
                 power_limit_w: Some(700.0),
-                sm_clock_mhz: Some([1980, 1980, 1980, 1965, 1950, 1755][rng.below(6) as usize]),
+                sm_clock_mhz: Some([1980, 1980, 1980, 1965, 1950, 1755][below(rng, 6) as usize]),
                 mem_clock_mhz: Some(2619),
-                throttle_reasons: Some([0, 0, 0, 0, 4, 1][rng.below(6) as usize]),
+                throttle_reasons: Some([0, 0, 0, 0, 4, 1][below(rng, 6) as usize]),
                 pcie_tx_kbps: None,
                 pcie_rx_kbps: None,
             });
@@ -103,8 +96,8 @@ fn stages(steps: u64, rng: &mut Rng) -> StagesBuilder {
         .enumerate()
         {
             id += 1;
-            let start = now + rng.below(20_000);
-            now = start + 1_000_000 + rng.below(3_000_000);
+            let start = now + below(rng, 20_000);
+            now = start + 1_000_000 + below(rng, 3_000_000);
             inner.push((name, id, start, now, i));
         }
         // Rows as pairing writes them: inner stages as they end, the step last.
@@ -122,7 +115,7 @@ fn stages(steps: u64, rng: &mut Rng) -> StagesBuilder {
                 metadata: None,
             });
         }
-        now += rng.below(50_000);
+        now += below(rng, 50_000);
         builder.append(&StageRow {
             name: "step".into(),
             thread: 0,
