@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../common"
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
 mkdir -p fuzz/corpus/decode
-# Seed with the captured payload of every older format version.
+# Seed with the captured payload of every format version.
 cp tests/data/*.rsp fuzz/corpus/decode/ 2>/dev/null || true
 RUSTC_BOOTSTRAP=1 cargo fuzz run decode fuzz/corpus/decode -- \
     -max_total_time="${1:-300}" -rss_limit_mb=4096

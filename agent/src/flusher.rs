@@ -3,7 +3,8 @@
 //! (a part, next to where its spill file will be). A rank killed mid-session
 //! loses at most one interval; `rankscope aggregate` merges its parts into a
 //! report marked partial. At finish the parts are merged into the final
-//! spill file and removed. Each flush writes only what is new.
+//! spill file and removed. Each flush writes only what is new. (A program
+//! can also flush when it chooses: `Session::flush`, the same flush.)
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

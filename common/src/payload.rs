@@ -132,8 +132,8 @@ impl Payload {
 
 impl Payload {
     /// One payload of the rows of every part, in order, under the last
-    /// part's header (the parts of one rank's session: its periodic
-    /// flushes, then its finish), the telemetry tables (GPU and host
+    /// part's header (the parts of one rank's session: its flushes, then
+    /// its finish), the telemetry tables (GPU and host
     /// readings: rings, whose newest count) kept to their newest
     /// `max_telemetry` rows, the cut counted as dropped. Parts are taken one
     /// at a time: however long the session, no more than one part and the

@@ -14,7 +14,8 @@ fn capture(name: &str, version: u16) -> Payload {
 }
 
 /// What every capture of the demo's rank 2 holds; `metrics` rows differ by
-/// version (version 2 adds the profiler's own cost).
+/// the agent that wrote them (the builds since version 2 add the
+/// profiler's own cost).
 fn check_demo_rank_2(payload: &Payload, metrics: usize) {
     let h = &payload.header;
     assert_eq!(h.session.name, "t2v-demo");

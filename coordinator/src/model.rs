@@ -155,8 +155,8 @@ pub struct RankSummary {
     pub clock_drift_ns: Option<i64>,
     /// Session length on this rank, seconds.
     pub duration_s: f64,
-    /// Whether the rank never finished: its data is what its periodic
-    /// flushes wrote, up to `duration_s`.
+    /// Whether the rank never finished: its data is what its flushes
+    /// wrote, up to `duration_s`.
     pub partial: bool,
     /// GPUs the rank sampled.
     pub gpus: Vec<RankGpu>,

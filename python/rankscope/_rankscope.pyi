@@ -99,7 +99,8 @@ class Session:
     def flush(self) -> bool:
         """Writes what this rank recorded since the last flush to a part file
         now, as the periodic flushes do; the session goes on. False when
-        there was nothing new. A forked child's call raises SessionError."""
+        there was nothing new (or the session is finished). A forked
+        child's call raises SessionError."""
     def finish(self) -> Outcome:
         """Ends the session (the interpreter's lock released meanwhile); the
         same outcome again on a second call."""

@@ -451,7 +451,8 @@ pub struct Session {
 
 #[pymethods]
 impl Session {
-    /// The session directory (`None` when disabled or finished).
+    /// The session directory (`None` when disabled or finished, or in a
+    /// forked child).
     #[getter]
     fn dir(&self, py: Python<'_>) -> Option<PathBuf> {
         self.check_process().ok()?;

@@ -262,7 +262,10 @@ def test_a_session_twice_is_refused_with_a_clear_error(prof: rankscope.Profiler)
             prof.session("second")
 
 
-def test_a_flush_writes_a_part_now_and_the_session_goes_on(prof: rankscope.Profiler) -> None:
+def test_a_flush_writes_a_part_now_and_the_session_goes_on(tmp_path: Path) -> None:
+    # No periodic flush: the parts are the test's own.
+    prof = rankscope.Profiler(rankscope.Config(output_dir=tmp_path / "out", gpu_source="none",
+                                               collect_host=False, flush_interval_s=0))
     session = prof.session("flushed")
     assert session.flush() is False, "nothing recorded yet"
     with prof.stage("before"):

@@ -126,6 +126,6 @@ mod tests {
         ]);
         let overhead = rank_overhead(&odd).unwrap();
         assert_eq!((overhead.sampler_cpu_s, overhead.flushes_s), (None, 0.0));
-        assert_eq!(overhead.encode_s, None, "format 2 carries no encode time");
+        assert_eq!(overhead.encode_s, None, "no encode time in the header");
     }
 }

@@ -5,7 +5,8 @@
 //! ([`Shape`]). Rank 7 (where there is one) is 30 % slower in `stage_07`.
 //! The GPUs are labelled simulated.
 //! Shared by the aggregation benchmark's generator
-//! (`examples/gen_payloads.rs`) and the aggregation tests.
+//! (`examples/gen_payloads.rs`), the aggregation tests and, for its
+//! generator, the wire-size benchmark (`benches/wire_size.rs`).
 
 use std::io::Write;
 use std::path::Path;
