@@ -348,10 +348,10 @@ impl Profiler {
     pub fn add_event(&self, name: &str, payload: &serde_json::Value) {
         if let Some(rec) = self.recording() {
             let payload = (!payload.is_null()).then(|| json_text(payload));
-            rec.record_row(Table::Events, |t, ts_ns| {
+            rec.record_row(Table::Events, |t, ticks| {
                 let name = t.names.intern(name);
                 t.records.events.push_back(EventRecord {
-                    ts_ns,
+                    ts_ns: ticks,
                     name,
                     payload,
                 });
@@ -363,9 +363,9 @@ impl Profiler {
     #[inline]
     pub fn record_diffusion_step(&self, step: DiffusionStep) {
         if let Some(rec) = self.recording() {
-            rec.record_row(Table::DiffusionSteps, |t, ts_ns| {
+            rec.record_row(Table::DiffusionSteps, |t, ticks| {
                 t.records.diffusion_steps.push_back(DiffusionStepRecord {
-                    ts_ns,
+                    ts_ns: ticks,
                     step: step.step,
                     timestep: step.timestep,
                     block_size: step.block_size,
@@ -380,9 +380,9 @@ impl Profiler {
     #[inline]
     pub fn record_block_computation(&self, block: BlockComputation) {
         if let Some(rec) = self.recording() {
-            rec.record_row(Table::Blocks, |t, ts_ns| {
+            rec.record_row(Table::Blocks, |t, ticks| {
                 t.records.blocks.push_back(BlockRecord {
-                    ts_ns,
+                    ts_ns: ticks,
                     block_index: block.block_index,
                     block_size: block.block_size,
                     computation_ms: block.computation_ms,
@@ -430,11 +430,11 @@ impl Profiler {
             None
         };
         let (source, reading) = read.unwrap_or((source, reading));
-        rec.record_row(Table::MemorySnapshots, |t, ts_ns| {
+        rec.record_row(Table::MemorySnapshots, |t, ticks| {
             let label = t.names.intern(label);
             let source = t.names.intern(source);
             t.records.memory_snapshots.push_back(MemorySnapshotRecord {
-                ts_ns,
+                ts_ns: ticks,
                 label,
                 source,
                 gpu: reading.gpu,
@@ -483,7 +483,7 @@ fn json_text(value: &serde_json::Value) -> String {
 }
 
 fn record_metric(recorder: &Recorder, section: Section, name: &str, value: f64) {
-    recorder.record_row(Table::Metrics, |t, ts_ns| {
-        t.push_metric(ts_ns, section, name, value)
+    recorder.record_row(Table::Metrics, |t, ticks| {
+        t.push_metric(ticks, section, name, value)
     });
 }

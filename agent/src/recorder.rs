@@ -143,6 +143,9 @@ pub(crate) struct ThreadData {
     calls: Vec<u32>,
     /// Where pairing stopped in the thread's event log.
     paired: usize,
+    /// Per table, the records whose clock ticks are made nanoseconds
+    /// already (see [`Records::to_session_ns`]): those before it.
+    converted: [usize; TABLES],
     /// Metadata of stages whose begin is not paired yet, by sequence number.
     metadata: Vec<(u32, String)>,
     /// Stages begun while the open stack was full.
@@ -163,12 +166,12 @@ impl ThreadData {
         call
     }
 
-    /// Appends a `metrics` row.
-    pub(crate) fn push_metric(&mut self, ts_ns: u64, section: Section, name: &str, value: f64) {
+    /// Appends a `metrics` row, stamped `ticks` of the recorder's clock.
+    pub(crate) fn push_metric(&mut self, ticks: u64, section: Section, name: &str, value: f64) {
         let section = self.sections[section as usize];
         let name = self.names.intern(name);
         self.records.metrics.push_back(MetricRecord {
-            ts_ns,
+            ts_ns: ticks,
             section,
             name,
             value,
@@ -180,6 +183,7 @@ impl ThreadData {
     fn clear_rows(&mut self) {
         self.calls = Vec::new();
         self.records = Records::default();
+        self.converted = [0; TABLES];
         self.too_deep = 0;
         self.names.take_folded();
     }
@@ -247,13 +251,18 @@ impl Registry {
     /// stages of session `generation` (0: of none, never kept), ends close
     /// them into stage rows.
     fn pair(&self, buffer: &ThreadBuffer, data: &mut ThreadData, generation: u64) {
+        let scale = self.clock.scale();
+        // The other rows recorded since the last pass: their ticks made
+        // nanoseconds on the line the stages of this pass take.
+        data.records
+            .to_session_ns(&mut data.converted, &|ticks| scale.session_ns(ticks));
         let (events, end) = buffer.events.read(data.paired);
         if end == data.paired {
             return;
         }
         let mut pass = Pass {
             generation,
-            scale: self.clock.scale(),
+            scale,
             rows: Grant::new(self, Table::Stages),
         };
         let mut events = events.peekable();
@@ -586,6 +595,7 @@ impl Recorder {
                 .take_rows(&mut retired.builders, &thread, &mut data);
             // The session goes on: its next rows reuse the memory.
             data.records.clear();
+            data.converted = [0; TABLES];
         }
         std::mem::take(&mut retired.builders)
     }
@@ -763,16 +773,18 @@ impl Recorder {
         if LOCALS.try_with(|_| ()).is_err() {
             return;
         }
-        let ts_ns = self.now_ns();
-        self.with_thread(|t| t.push_metric(ts_ns, Section::Overhead, what.name(), value));
+        let ticks = self.registry.clock.ticks();
+        self.with_thread(|t| t.push_metric(ticks, Section::Overhead, what.name(), value));
     }
 
-    /// Records one row of `table`, stamped now, if the table has room.
+    /// Records one row of `table`, stamped now in the clock's ticks (made
+    /// nanoseconds at the next pairing pass, as stages are), if the table
+    /// has room.
     #[inline]
     pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
-        let ts_ns = self.now_ns();
+        let ticks = self.registry.clock.ticks();
         if self.registry.admit(table) {
-            self.with_thread(|t| push(t, ts_ns));
+            self.with_thread(|t| push(t, ticks));
         }
     }
 
@@ -824,6 +836,7 @@ impl Recorder {
                 open: Vec::new(),
                 calls: Vec::new(),
                 paired: 0,
+                converted: [0; TABLES],
                 metadata: Vec::new(),
                 too_deep: 0,
                 records: Records::default(),
@@ -987,6 +1000,37 @@ mod tests {
             200,
             "and its records kept"
         );
+    }
+
+    /// A row's clock ticks become session nanoseconds at the first pairing
+    /// pass after it is recorded, and only then: later passes leave it be.
+    #[test]
+    fn rows_are_stamped_in_ticks_and_converted_once_at_a_pass() {
+        let recorder = Recorder::new(&Config::default());
+        recorder.begin_session();
+        let metric = |i: usize| recorder.with_thread(|t| t.records.metrics[i].ts_ns);
+        let record = |value| {
+            recorder.record_row(Table::Metrics, |t, ticks| {
+                t.push_metric(ticks, Section::Custom, "m", value)
+            })
+        };
+        record(1.0);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let before = recorder.now_ns();
+        recorder.pair_events();
+        let first = metric(0);
+        assert!(first <= before, "{first} ns, before {before} ns");
+        record(2.0);
+        recorder.pair_events();
+        recorder.pair_events();
+        assert_eq!(metric(0), first, "converted once");
+        let second = metric(1);
+        assert!(first < second && second <= recorder.now_ns());
+        recorder.end_session();
+        let (builders, _) = recorder.drain();
+        let tables = builders.finish().unwrap();
+        let metrics = rankscope_common::table::MetricsView::new(&tables[&Table::Metrics]).unwrap();
+        assert_eq!(metrics.ts_ns, [first, second]);
     }
 
     /// Many times the log's size of nested stages, read while they are

@@ -4,7 +4,9 @@
 //!
 //! A value has two owned forms: the *value* a row holds (strings as
 //! `String`), and the *record* the agent keeps while recording (strings that
-//! repeat as interned [`NameId`]s, so that recording a row allocates nothing).
+//! repeat as interned [`NameId`]s, so that recording a row allocates nothing;
+//! times of [`SessionNs`] columns as the recorder's clock ticks until the
+//! agent converts them in place).
 
 use std::sync::Arc;
 
@@ -39,6 +41,10 @@ pub trait ColumnKind {
     fn append(builder: &mut Self::Builder, value: &Self::Value);
     /// Appends one recorded value, looking interned names up in `names`.
     fn append_record(builder: &mut Self::Builder, record: &Self::Record, names: &Names);
+    /// Makes a recorded time of the recorder's clock nanoseconds since the
+    /// session started, by `session_ns`: what only [`SessionNs`] columns
+    /// hold.
+    fn to_session_ns(_record: &mut Self::Record, _session_ns: &dyn Fn(u64) -> u64) {}
     /// Finishes the builder into an array.
     fn finish(builder: &mut Self::Builder) -> ArrayRef;
     /// Views a decoded array; `None` when its type or nulls do not match.
@@ -175,6 +181,39 @@ primitive_kind!(
     /// 64-bit floats.
     F64, OptF64, f64, Float64Type, Float64Builder
 );
+
+/// A time in nanoseconds since the session started, recorded as the
+/// recorder's clock ticks (a counter reading, cheaper than the monotonic
+/// clock) and converted in place by [`ColumnKind::to_session_ns`] before the
+/// record becomes a row.
+#[derive(Debug)]
+pub struct SessionNs;
+
+impl ColumnKind for SessionNs {
+    type Value = u64;
+    type Record = u64;
+    type Builder = UInt64Builder;
+    type View<'a> = &'a [u64];
+    const NULLABLE: bool = false;
+    fn data_type() -> DataType {
+        U64::data_type()
+    }
+    fn append(builder: &mut Self::Builder, value: &Self::Value) {
+        U64::append(builder, value);
+    }
+    fn append_record(builder: &mut Self::Builder, record: &Self::Record, names: &Names) {
+        U64::append_record(builder, record, names);
+    }
+    fn to_session_ns(ticks: &mut Self::Record, session_ns: &dyn Fn(u64) -> u64) {
+        *ticks = session_ns(*ticks);
+    }
+    fn finish(builder: &mut Self::Builder) -> ArrayRef {
+        U64::finish(builder)
+    }
+    fn view(array: &ArrayRef) -> Option<Self::View<'_>> {
+        U64::view(array)
+    }
+}
 
 /// Plain UTF-8 strings, for values that rarely repeat.
 #[derive(Debug)]

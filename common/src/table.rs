@@ -15,7 +15,9 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
-use crate::column::{ColumnKind, DictStr, OptF64, OptStr, OptU32, OptU64, Str, F64, U32, U64};
+use crate::column::{
+    ColumnKind, DictStr, OptF64, OptStr, OptU32, OptU64, SessionNs, Str, F64, U32, U64,
+};
 use crate::names::Names;
 
 /// The `metrics` section whose rows are GPU times of stage calls: the
@@ -133,6 +135,25 @@ macro_rules! tables {
             /// Records held for `table`.
             pub fn len(&self, table: Table) -> usize {
                 match table { $(Table::$variant => self.$name.len(),)* }
+            }
+
+            /// Makes the times recorded as clock ticks ([`SessionNs`]
+            /// columns) nanoseconds since the session started, in the
+            /// records after `converted` (per table, as [`Table`] numbers
+            /// them), which then moves to the end.
+            pub fn to_session_ns(
+                &mut self,
+                converted: &mut [usize; Table::ALL.len()],
+                session_ns: &dyn Fn(u64) -> u64,
+            ) {
+                $(
+                    let done = &mut converted[Table::$variant as usize];
+                    let from = (*done).min(self.$name.len());
+                    for record in self.$name.range_mut(from..) {
+                        $( <$kind as ColumnKind>::to_session_ns(&mut record.$field, session_ns); )*
+                    }
+                    *done = self.$name.len();
+                )*
             }
         }
 
@@ -318,7 +339,7 @@ tables! {
     /// One denoising step of a diffusion model.
     DiffusionSteps = 4, diffusion_steps, DiffusionStepRow, DiffusionStepRecord, DiffusionStepsBuilder, DiffusionStepsView {
         /// When the step was recorded, nanoseconds since the session started.
-        ts_ns: U64,
+        ts_ns: SessionNs,
         /// Step number.
         step: U64,
         /// Scheduler timestep.
@@ -333,7 +354,7 @@ tables! {
     /// One block computation (a group of frames generated together).
     Blocks = 5, blocks, BlockRow, BlockRecord, BlocksBuilder, BlocksView {
         /// When the block was recorded, nanoseconds since the session started.
-        ts_ns: U64,
+        ts_ns: SessionNs,
         /// Block number.
         block_index: U64,
         /// Frames in the block.
@@ -347,7 +368,7 @@ tables! {
     /// [`STAGE_GPU_SECTION`]: the GPU time of one stage call).
     Metrics = 6, metrics, MetricRow, MetricRecord, MetricsBuilder, MetricsView {
         /// When it was recorded, nanoseconds since the session started.
-        ts_ns: U64,
+        ts_ns: SessionNs,
         /// Group: `custom`, `throughput`, ...
         section: DictStr,
         /// Metric name.
@@ -358,7 +379,7 @@ tables! {
     /// One custom event.
     Events = 7, events, EventRow, EventRecord, EventsBuilder, EventsView {
         /// When it happened, nanoseconds since the session started.
-        ts_ns: U64,
+        ts_ns: SessionNs,
         /// Event name.
         name: DictStr,
         /// Payload as JSON text.
@@ -367,7 +388,7 @@ tables! {
     /// One labelled memory snapshot.
     MemorySnapshots = 8, memory_snapshots, MemorySnapshotRow, MemorySnapshotRecord, MemorySnapshotsBuilder, MemorySnapshotsView {
         /// When it was taken, nanoseconds since the session started.
-        ts_ns: U64,
+        ts_ns: SessionNs,
         /// Caller's label.
         label: Str,
         /// Where the numbers came from: `caller`, `nvml`, `torch`, `simulated`.

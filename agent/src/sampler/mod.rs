@@ -385,10 +385,10 @@ fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu:
     recorder.count_dropped(Table::GpuSamples, dropped);
     for event in events.drain(..) {
         notice!("{} {}", event.name, event.payload);
-        recorder.record_row(Table::Events, |t, ts_ns| {
+        recorder.record_row(Table::Events, |t, ticks| {
             let name = t.names.intern(event.name);
             t.records.events.push_back(EventRecord {
-                ts_ns,
+                ts_ns: ticks,
                 name,
                 payload: Some(event.payload.to_string()),
             });
