@@ -1,13 +1,15 @@
 //! The recorder's clock. Every row is stamped in nanoseconds since the
-//! session started, on the monotonic clock; stages, the hottest path, read
-//! the processor's time-stamp counter instead where it is invariant (it
-//! runs at one rate on every core, whatever the power state) and the kernel
-//! keeps time by it: one `rdtsc` costs a few nanoseconds, a monotonic clock
-//! reading about twenty. A stage's ticks become nanoseconds when its events
-//! are paired (within a sampler interval of its end), by the line through
-//! two readings of both clocks taken together: one at the session's start
-//! and one at the pairing. The line is exact at both ends; between them a
-//! stage is off by the jitter of reading the two clocks together (tens of
+//! session started, on the monotonic clock; the hot paths (stages and the
+//! `record_*` calls) read the processor's time-stamp counter instead where
+//! it is invariant (it runs at one rate on every core, whatever the power
+//! state) and the kernel keeps time by it: one `rdtsc` costs a few
+//! nanoseconds, a monotonic clock reading about twenty. (Telemetry rows,
+//! stamped on the sampler's thread, keep the monotonic clock.) Ticks become
+//! nanoseconds at the pairing pass after they were read (within a sampler
+//! interval): stages as their events are paired, other rows in place. The
+//! conversion is the line through two readings of both clocks taken
+//! together: one at the session's start and one at the pass. The line is
+//! exact at both ends; between them a time is off by the jitter of reading the two clocks together (tens of
 //! nanoseconds) plus however much the monotonic clock's rate changed over
 //! the session (NTP adjusts it by parts per million). Elsewhere (other
 //! processors, a kernel that distrusts the counter, some virtual machines)
