@@ -88,7 +88,7 @@ pub(crate) struct OpenStage {
     seq: u32,
     name: NameId,
     call_index: u32,
-    /// When it began, in the stage clock's ticks.
+    /// When it began, in the clock's ticks.
     start_ticks: u64,
     metadata: Option<String>,
     /// The session it began in (0: none).
@@ -143,9 +143,6 @@ pub(crate) struct ThreadData {
     calls: Vec<u32>,
     /// Where pairing stopped in the thread's event log.
     paired: usize,
-    /// Per table, the records whose clock ticks are made nanoseconds
-    /// already (see [`Records::to_session_ns`]): those before it.
-    converted: [usize; TABLES],
     /// Metadata of stages whose begin is not paired yet, by sequence number.
     metadata: Vec<(u32, String)>,
     /// Stages begun while the open stack was full.
@@ -183,7 +180,6 @@ impl ThreadData {
     fn clear_rows(&mut self) {
         self.calls = Vec::new();
         self.records = Records::default();
-        self.converted = [0; TABLES];
         self.too_deep = 0;
         self.names.take_folded();
     }
@@ -212,7 +208,7 @@ impl ThreadBuffer {
 struct Registry {
     threads: Mutex<Vec<Arc<ThreadBuffer>>>,
     retired: Mutex<Retired>,
-    /// The session clock, and the stage clock's ticks.
+    /// The session clock, and the hot paths' ticks.
     clock: Clock,
     /// Generation of the running session; 0 when none records.
     generation: AtomicU64,
@@ -251,12 +247,16 @@ impl Registry {
     /// stages of session `generation` (0: of none, never kept), ends close
     /// them into stage rows.
     fn pair(&self, buffer: &ThreadBuffer, data: &mut ThreadData, generation: u64) {
+        let (events, end) = buffer.events.read(data.paired);
+        if end == data.paired && !data.records.unconverted() {
+            return;
+        }
+        // After the read: every tick this pass converts was read before
+        // the line's end. (Rows are pushed under the buffer's lock, held.)
         let scale = self.clock.scale();
         // The other rows recorded since the last pass: their ticks made
         // nanoseconds on the line the stages of this pass take.
-        data.records
-            .to_session_ns(&mut data.converted, &|ticks| scale.session_ns(ticks));
-        let (events, end) = buffer.events.read(data.paired);
+        data.records.to_session_ns(&|ticks| scale.session_ns(ticks));
         if end == data.paired {
             return;
         }
@@ -595,7 +595,6 @@ impl Recorder {
                 .take_rows(&mut retired.builders, &thread, &mut data);
             // The session goes on: its next rows reuse the memory.
             data.records.clear();
-            data.converted = [0; TABLES];
         }
         std::mem::take(&mut retired.builders)
     }
@@ -836,7 +835,6 @@ impl Recorder {
                 open: Vec::new(),
                 calls: Vec::new(),
                 paired: 0,
-                converted: [0; TABLES],
                 metadata: Vec::new(),
                 too_deep: 0,
                 records: Records::default(),
@@ -1007,6 +1005,9 @@ mod tests {
     #[test]
     fn rows_are_stamped_in_ticks_and_converted_once_at_a_pass() {
         let recorder = Recorder::new(&Config::default());
+        // The session starts well after the clock's epoch: a time left in
+        // monotonic nanoseconds since the epoch would show.
+        std::thread::sleep(std::time::Duration::from_millis(5));
         recorder.begin_session();
         let metric = |i: usize| recorder.with_thread(|t| t.records.metrics[i].ts_ns);
         let record = |value| {
@@ -1014,23 +1015,38 @@ mod tests {
                 t.push_metric(ticks, Section::Custom, "m", value)
             })
         };
-        record(1.0);
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let before = recorder.now_ns();
+        let lo = recorder.now_ns();
+        record(1.0);
+        let hi = recorder.now_ns();
         recorder.pair_events();
         let first = metric(0);
-        assert!(first <= before, "{first} ns, before {before} ns");
+        // The line's jitter: tens of nanoseconds; 100 µs of room.
+        assert!(
+            lo.saturating_sub(100_000) <= first && first <= hi + 100_000,
+            "{lo} <= {first} <= {hi} ns"
+        );
         record(2.0);
         recorder.pair_events();
         recorder.pair_events();
         assert_eq!(metric(0), first, "converted once");
         let second = metric(1);
         assert!(first < second && second <= recorder.now_ns());
+        // A flush takes the rows and keeps the memory: the next rows, fewer
+        // than before, are converted all the same.
+        let flushed = recorder.flush().finish().unwrap();
+        let metrics = rankscope_common::table::MetricsView::new(&flushed[&Table::Metrics]).unwrap();
+        assert_eq!(metrics.ts_ns, [first, second]);
+        let lo = recorder.now_ns();
+        record(3.0);
+        let third_hi = recorder.now_ns();
         recorder.end_session();
         let (builders, _) = recorder.drain();
         let tables = builders.finish().unwrap();
         let metrics = rankscope_common::table::MetricsView::new(&tables[&Table::Metrics]).unwrap();
-        assert_eq!(metrics.ts_ns, [first, second]);
+        let third = metrics.ts_ns[0];
+        assert!(lo.saturating_sub(100_000) <= third && third <= third_hi + 100_000);
+        assert_eq!(metrics.len, 1);
     }
 
     /// Many times the log's size of nested stages, read while they are

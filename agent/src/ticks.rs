@@ -1,15 +1,16 @@
-//! The recorder's clock. Every row is stamped in nanoseconds since the
-//! session started, on the monotonic clock; the hot paths (stages and the
+//! The recorder's clock. Every row holds nanoseconds since the session
+//! started, on the monotonic clock. The hot paths (stages and the
 //! `record_*` calls) read the processor's time-stamp counter instead where
 //! it is invariant (it runs at one rate on every core, whatever the power
 //! state) and the kernel keeps time by it: one `rdtsc` costs a few
 //! nanoseconds, a monotonic clock reading about twenty. (Telemetry rows,
-//! stamped on the sampler's thread, keep the monotonic clock.) Ticks become
-//! nanoseconds at the pairing pass after they were read (within a sampler
-//! interval): stages as their events are paired, other rows in place. The
-//! conversion is the line through two readings of both clocks taken
-//! together: one at the session's start and one at the pass. The line is
-//! exact at both ends; between them a time is off by the jitter of reading the two clocks together (tens of
+//! stamped on the sampler's thread, read the monotonic clock.) Ticks become
+//! nanoseconds at a pairing pass (each sampler reading, a full event log, a
+//! flush, the session's end): a row's at the first pass after it, a stage's
+//! start and end at the pass that pairs its end. The conversion is the line
+//! through two readings of both clocks taken together: one at the session's
+//! start and one at the pass. The line is exact at both ends; between them
+//! a time is off by the jitter of reading the two clocks together (tens of
 //! nanoseconds) plus however much the monotonic clock's rate changed over
 //! the session (NTP adjusts it by parts per million). Elsewhere (other
 //! processors, a kernel that distrusts the counter, some virtual machines)
@@ -22,7 +23,7 @@ use std::time::Instant;
 use crate::sync::lock;
 
 /// The recorder's clock: the monotonic clock, the session's origin on it,
-/// and the stage clock's ticks.
+/// and the hot paths' ticks.
 pub(crate) struct Clock {
     /// The monotonic clock's zero.
     epoch: Instant,
@@ -80,7 +81,8 @@ impl Clock {
         self.origin_ns.store(self.epoch_ns(), Ordering::Relaxed);
     }
 
-    /// A reading of the stage clock, to convert with [`Clock::scale`].
+    /// A reading of the hot paths' clock (ticks), to convert with
+    /// [`Clock::scale`].
     #[inline(always)]
     pub(crate) fn ticks(&self) -> u64 {
         match self.tsc {

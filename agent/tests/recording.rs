@@ -327,10 +327,10 @@ fn flushes_from_several_threads_keep_every_row_once_in_order() {
     assert!(steps.start_ns.windows(2).all(|w| w[0] <= w[1]));
 }
 
-/// A metric or event recorded between two stages lands between them (rows
-/// on the monotonic clock, stages converted from the counter's ticks);
-/// telemetry falls inside the session (the sampler stops before the
-/// session's length is read).
+/// A metric or event recorded between two stages lands between them (both
+/// stamped in the counter's ticks, converted at a pairing pass); telemetry
+/// falls inside the session (the sampler stops before the session's length
+/// is read).
 #[test]
 fn row_times_fall_between_the_stages_around_them() {
     let out = tempfile::tempdir().unwrap();

@@ -119,10 +119,15 @@ macro_rules! tables {
         }
 
         /// The agent's storage of one recording thread: one queue of records
-        /// per table.
+        /// per table. The times of [`SessionNs`] columns are the recorder's
+        /// clock ticks until [`Records::to_session_ns`] converts them; those
+        /// queues only grow between clears.
         #[derive(Debug, Default)]
         pub struct Records {
             $( #[doc = concat!("`", stringify!($name), "` records.")] pub $name: VecDeque<$record>, )*
+            /// Per table, as [`Table`] numbers them: the records before it
+            /// have their times converted.
+            converted: [usize; Table::ALL.len()],
         }
 
         impl Records {
@@ -130,6 +135,7 @@ macro_rules! tables {
             /// come again (a flush in a running session).
             pub fn clear(&mut self) {
                 $( self.$name.clear(); )*
+                self.converted = [0; Table::ALL.len()];
             }
 
             /// Records held for `table`.
@@ -137,17 +143,18 @@ macro_rules! tables {
                 match table { $(Table::$variant => self.$name.len(),)* }
             }
 
+            /// Whether records wait for [`Records::to_session_ns`].
+            pub fn unconverted(&self) -> bool {
+                false $( || self.converted[Table::$variant as usize] != self.$name.len() )*
+            }
+
             /// Makes the times recorded as clock ticks ([`SessionNs`]
-            /// columns) nanoseconds since the session started, in the
-            /// records after `converted` (per table, as [`Table`] numbers
-            /// them), which then moves to the end.
-            pub fn to_session_ns(
-                &mut self,
-                converted: &mut [usize; Table::ALL.len()],
-                session_ns: &dyn Fn(u64) -> u64,
-            ) {
+            /// columns) nanoseconds since the session started by
+            /// `session_ns`, in the records not converted yet.
+            pub fn to_session_ns(&mut self, session_ns: &dyn Fn(u64) -> u64) {
                 $(
-                    let done = &mut converted[Table::$variant as usize];
+                    let done = &mut self.converted[Table::$variant as usize];
+                    debug_assert!(*done <= self.$name.len(), "a queue of ticks shrank");
                     let from = (*done).min(self.$name.len());
                     for record in self.$name.range_mut(from..) {
                         $( <$kind as ColumnKind>::to_session_ns(&mut record.$field, session_ns); )*
