@@ -1,11 +1,13 @@
 //! `report.html`: one self-contained page (no network: the chart library and
 //! the data are inlined) rendered with tera, autoescaping on. The tables are
-//! rendered here; the charts are drawn in the browser by the vendored
-//! Apache ECharts build from `report.series`.
+//! written here, row by row into their slots of the page; the charts are
+//! drawn in the browser by the vendored Apache ECharts build from
+//! `report.series`.
 //!
 //! Every string from a rank (stage names, tags, hosts, messages) reaches the
-//! page either through tera's autoescaping or inside the JSON data block,
-//! where [`script_json`] escapes what could end the `<script>` element.
+//! page through tera's autoescaping (in the template, or by
+//! [`tera::escape_html`] in a table) or inside the JSON data block, where
+//! [`script_json`] escapes what could end the `<script>` element.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -14,6 +16,7 @@ use serde::Serialize;
 
 use super::stage_tree;
 use rankscope_common::payload::GpuSource;
+use rankscope_common::text::markup;
 
 use crate::model::{RankValue, Report, Series, Severity};
 
@@ -22,15 +25,51 @@ const STYLE: &str = include_str!("../../assets/report.css");
 const SCRIPT: &str = include_str!("../../assets/report.js");
 const ECHARTS: &str = include_str!("../../assets/echarts/echarts.min.js");
 
-/// Where the template's large parts go: literal text of the template,
-/// which no rendered value can produce (autoescaping turns every `<` of a
-/// value into `&lt;`), filled in as the page is written.
-const DATA_SLOT: &str = "<script type=\"application/json\" id=\"report-data\">";
-const ECHARTS_SLOT: &str = "<script id=\"echarts\">";
-const SCRIPT_SLOT: &str = "<script id=\"report-script\">";
+/// Where the template's large parts go, in page order: literal text of the
+/// template, which no rendered value can produce (autoescaping turns every
+/// `<` of a value into `&lt;`), filled in as the page is written. A table's
+/// comment gives way to the table; a script element keeps its tag.
+const SLOTS: [(&str, Slot); 9] = [
+    (
+        "<!--table stage-table-->",
+        Slot::Table("stage-table", stages),
+    ),
+    (
+        "<!--table straggler-table-->",
+        Slot::Table("straggler-table", stragglers),
+    ),
+    (
+        "<!--table lockstep-table-->",
+        Slot::Table("lockstep-table", lockstep),
+    ),
+    ("<!--table gpu-table-->", Slot::Table("gpu-table", gpus)),
+    ("<!--table rank-table-->", Slot::Table("rank-table", ranks)),
+    (
+        "<!--table overhead-table-->",
+        Slot::Table("overhead-table", overhead),
+    ),
+    (
+        "<script type=\"application/json\" id=\"report-data\">",
+        Slot::Data,
+    ),
+    ("<script id=\"echarts\">", Slot::Script(ECHARTS)),
+    ("<script id=\"report-script\">", Slot::Script(SCRIPT)),
+];
 
-/// Writes the page of `report` to `out`. The data and the scripts are
-/// streamed into their slots, never copied into the rendered template.
+/// What fills a slot of the page.
+#[derive(Clone, Copy)]
+enum Slot {
+    /// The table of this id, made from the report by the function.
+    Table(&'static str, fn(&Report) -> Table),
+    /// The charts' data, as JSON.
+    Data,
+    /// A script of the page's own.
+    Script(&'static str),
+}
+
+/// Writes the page of `report` to `out`. The tables, the data and the
+/// scripts are streamed into their slots, never copied into the rendered
+/// template; each table is made only when its turn comes.
 pub fn write_html(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     let mut tera = tera::Tera::default();
     // The name ends in `.html`: tera autoescapes every `{{ }}` in it.
@@ -43,22 +82,33 @@ pub fn write_html(report: &Report, out: &mut impl Write) -> std::io::Result<()> 
         .map_err(std::io::Error::other)?;
     // Names are the ranks' own: no control character of theirs reaches the
     // page (the data slot's JSON escapes them).
-    let page = rankscope_common::text::markup(&page);
+    let page = markup(&page);
     let mut rest = page.as_ref();
-    for slot in [DATA_SLOT, ECHARTS_SLOT, SCRIPT_SLOT] {
-        let (before, after) = rest.split_once(slot).ok_or_else(|| {
-            std::io::Error::other(format!("the page template lost its slot {slot}"))
+    for (marker, slot) in SLOTS {
+        let (before, after) = rest.split_once(marker).ok_or_else(|| {
+            std::io::Error::other(format!("the page template lost its slot {marker}"))
         })?;
         out.write_all(before.as_bytes())?;
-        out.write_all(slot.as_bytes())?;
         match slot {
-            DATA_SLOT => write_script_json(&ChartData::new(report), out)?,
-            ECHARTS_SLOT => out.write_all(ECHARTS.as_bytes())?,
-            _ => out.write_all(SCRIPT.as_bytes())?,
+            Slot::Table(id, table) => table(report).write_html(id, out)?,
+            Slot::Data => {
+                out.write_all(marker.as_bytes())?;
+                write_script_json(&ChartData::new(report), out)?;
+            }
+            Slot::Script(script) => {
+                out.write_all(marker.as_bytes())?;
+                out.write_all(script.as_bytes())?;
+            }
         }
         rest = after;
     }
     out.write_all(rest.as_bytes())
+}
+
+/// `text` as the page shows it: control characters made `?`, then
+/// escaped as tera's autoescaping escapes a value.
+fn escaped(text: &str) -> String {
+    tera::escape_html(&markup(text))
 }
 
 /// Writes `value` as JSON that can sit inside a `<script>` element: `<`,
@@ -161,15 +211,9 @@ struct Page {
     headline: Vec<(String, String)>,
     top_finding: Option<Finding>,
     findings: Vec<Finding>,
-    stages: Table,
-    stragglers: Table,
-    lockstep: Table,
-    gpus: Table,
     diffusion: Vec<(String, String)>,
-    ranks: Table,
     session: Vec<(String, String)>,
     notes: Vec<String>,
-    overhead: Table,
     coalesced_timelines: usize,
     style: &'static str,
 }
@@ -187,7 +231,7 @@ const MAX_TABLE_ROWS: usize = 2_000;
 
 /// A table: its column heads and rows of cells, at most
 /// [`MAX_TABLE_ROWS`] of them, and how many more there were.
-#[derive(Serialize, Default)]
+#[derive(Default)]
 struct Table {
     heads: Vec<Head>,
     rows: Vec<Vec<Cell>>,
@@ -209,9 +253,46 @@ impl Table {
             more,
         }
     }
+
+    /// Writes the table as `<table id="{id}">`, sortable by its columns
+    /// (the page's script sorts a numeric column by its cells' `data-sort`).
+    fn write_html(&self, id: &str, out: &mut impl Write) -> std::io::Result<()> {
+        if self.rows.is_empty() {
+            return out.write_all(b"<p class=\"none\">None.</p>");
+        }
+        write!(
+            out,
+            "<div class=\"scroll\"><table class=\"sortable\" id=\"{id}\">\n<thead><tr>"
+        )?;
+        for head in &self.heads {
+            write!(
+                out,
+                "<th class=\"{}\" data-numeric=\"{}\" title=\"Sort\">{}</th>",
+                if head.numeric { "num" } else { "" },
+                head.numeric,
+                escaped(head.label)
+            )?;
+        }
+        out.write_all(b"</tr></thead>\n<tbody>")?;
+        for row in &self.rows {
+            out.write_all(b"\n<tr>")?;
+            for cell in row {
+                cell.write_html(out)?;
+            }
+            out.write_all(b"</tr>")?;
+        }
+        out.write_all(b"\n</tbody></table></div>")?;
+        if self.more > 0 {
+            write!(
+                out,
+                "<p class=\"hint\">… and {} more rows, in report.json.</p>",
+                self.more
+            )?;
+        }
+        Ok(())
+    }
 }
 
-#[derive(Serialize)]
 struct Head {
     label: &'static str,
     numeric: bool,
@@ -219,7 +300,7 @@ struct Head {
 
 /// One cell: its text, the number it sorts by (numeric columns), how deep
 /// it is indented (nested stages) and badges (GPU bottlenecks).
-#[derive(Serialize, Default)]
+#[derive(Default)]
 struct Cell {
     text: String,
     sort: Option<f64>,
@@ -228,6 +309,35 @@ struct Cell {
 }
 
 impl Cell {
+    fn write_html(&self, out: &mut impl Write) -> std::io::Result<()> {
+        // A number that is not finite sorts as text, as JSON has no
+        // number for it.
+        match self.sort.filter(|v| v.is_finite()) {
+            Some(sort) => write!(out, "<td class=\"num\" data-sort=\"{sort}\"")?,
+            None => out.write_all(b"<td class=\"\"")?,
+        }
+        if self.depth > 0 {
+            let indent = self.depth as f64 * 1.2 + 0.4;
+            write!(
+                out,
+                " style=\"padding-left: {indent:.1}em\"><span class=\"nest\">└ </span>"
+            )?;
+        } else {
+            out.write_all(b">")?;
+        }
+        out.write_all(escaped(&self.text).as_bytes())?;
+        for (kind, evidence) in &self.badges {
+            write!(
+                out,
+                "<div><span class=\"badge {}\">{}</span> <span class=\"evidence\">{}</span></div>",
+                escaped(kind),
+                escaped(&kind.replace('_', " ")),
+                escaped(evidence)
+            )?;
+        }
+        out.write_all(b"</td>")
+    }
+
     fn text(text: impl Into<String>) -> Self {
         Cell {
             text: text.into(),
@@ -299,15 +409,9 @@ impl Page {
             headline,
             top_finding,
             findings,
-            stages: stages(report),
-            stragglers: stragglers(report),
-            lockstep: lockstep(report),
-            gpus: gpus(report),
             diffusion: diffusion(report),
-            ranks: ranks(report),
             session: session(report),
             notes: notes(report),
-            overhead: overhead(report),
             coalesced_timelines: report
                 .series
                 .timelines
