@@ -523,10 +523,10 @@ fn expansion_allowed(compressed: usize, raw: u64) -> bool {
     raw <= EXPANSION_FLOOR || raw <= (compressed as u64).saturating_mul(MAX_EXPANSION)
 }
 
-/// Decompresses the zstd frames `compressed` into at most `capacity` bytes,
-/// with one decompression context per thread (making one per table cost as
-/// much as decompressing a small table).
-fn unzstd(compressed: &[u8], capacity: usize) -> Result<Vec<u8>, String> {
+/// Decompresses the zstd frames `compressed` into `out`, at most
+/// `capacity` bytes, with one decompression context per thread (making one
+/// per table cost as much as decompressing a small table).
+fn unzstd(compressed: &[u8], capacity: usize, out: &mut Vec<u8>) -> Result<(), String> {
     thread_local! {
         static CONTEXT: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
             const { RefCell::new(None) };
@@ -536,15 +536,27 @@ fn unzstd(compressed: &[u8], capacity: usize) -> Result<Vec<u8>, String> {
             Some(context) => context,
             None => context.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
         };
-        context
-            .decompress(compressed, capacity)
-            .map_err(|e| format!("decompressing ({capacity} announced): {e}"))
+        // Into a slice of exactly `capacity` bytes: a longer stream fails
+        // rather than growing `out`.
+        out.resize(capacity, 0);
+        let written = context
+            .decompress_to_buffer(compressed, out.as_mut_slice())
+            .map_err(|e| format!("decompressing ({capacity} announced): {e}"))?;
+        out.truncate(written);
+        Ok(())
     })
 }
 
-/// Decompresses `compressed` with codec `codec`, refusing to produce more
-/// (or less) than the announced `raw_len` bytes.
-fn decompress(codec: u8, compressed: &[u8], raw_len: u64, limit: u64) -> Result<Vec<u8>, String> {
+/// Decompresses `compressed` with codec `codec` into `out` (what it held
+/// is dropped; its memory is reused), refusing to produce more (or less)
+/// than the announced `raw_len` bytes.
+fn decompress(
+    codec: u8,
+    compressed: &[u8],
+    raw_len: u64,
+    limit: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
     if raw_len > limit {
         return Err(format!(
             "announced size {raw_len} bytes exceeds the {limit}-byte limit"
@@ -559,26 +571,26 @@ fn decompress(codec: u8, compressed: &[u8], raw_len: u64, limit: u64) -> Result<
     }
     // Both bounds above cap `raw_len`, so it can be allocated up front.
     let capacity = usize::try_from(raw_len).map_err(|_| format!("{raw_len} bytes announced"))?;
-    let out = match codec {
-        0 => compressed.to_vec(),
+    out.clear();
+    match codec {
+        0 => out.extend_from_slice(compressed),
         1 => {
-            let mut out = Vec::with_capacity(capacity);
+            out.reserve(capacity);
             lz4_flex::frame::FrameDecoder::new(compressed)
                 .take(raw_len + 1)
-                .read_to_end(&mut out)
+                .read_to_end(out)
                 .map_err(|e| format!("decompressing: {e}"))?;
-            out
         }
-        2 => unzstd(compressed, capacity)?,
+        2 => unzstd(compressed, capacity, out)?,
         other => return Err(format!("unknown codec {other}")),
-    };
+    }
     if out.len() as u64 != raw_len {
         return Err(format!(
             "decompressed to {} bytes, {raw_len} announced",
             out.len()
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Decodes a payload from untrusted bytes, within the default [`Limits`].
@@ -607,6 +619,8 @@ pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadEr
 
     let table_count = reader.u16("table count")?;
     let mut tables = BTreeMap::new();
+    // One buffer for every table's stream: the reader copies what it keeps.
+    let mut stream = Vec::new();
     for _ in 0..table_count {
         let id = reader.u8("table id")?;
         let table = Table::from_id(id)
@@ -618,13 +632,12 @@ pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadEr
             usize::try_from(len).map_err(|_| PayloadError::BadLength(len))?,
             table.name(),
         )?;
-        let stream =
-            decompress(codec, compressed, raw_len, limits.table_bytes).map_err(|reason| {
-                PayloadError::Table {
-                    table: table.name(),
-                    reason,
-                }
-            })?;
+        decompress(codec, compressed, raw_len, limits.table_bytes, &mut stream).map_err(
+            |reason| PayloadError::Table {
+                table: table.name(),
+                reason,
+            },
+        )?;
         let batch = match version {
             3.. => delta::decode(&read_stream(table, &stream)?),
             _ => read_stream(table, &stream)?,

@@ -530,7 +530,14 @@ fn a_decompression_bomb_is_refused_before_it_expands() {
     let zeros = vec![0u8; 200 << 20];
     let bomb = zstd::bulk::compress(&zeros, 3).unwrap();
     assert!(bomb.len() < 100_000);
-    let err = decompress(2, &bomb, zeros.len() as u64, MAX_TABLE_BYTES).unwrap_err();
+    let err = decompress(
+        2,
+        &bomb,
+        zeros.len() as u64,
+        MAX_TABLE_BYTES,
+        &mut Vec::new(),
+    )
+    .unwrap_err();
     assert!(err.contains("decompression bomb"), "{err}");
     // The encoder never writes one: such a table is stored uncompressed.
     assert!(!expansion_allowed(bomb.len(), zeros.len() as u64));

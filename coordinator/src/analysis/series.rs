@@ -148,7 +148,7 @@ pub fn series(
                 .iter()
                 .map(|rank| {
                     let calls = by_rank?.get(&rank.rank)?;
-                    Some(round(calls.iter().sum(), 6))
+                    Some(round(StageTimes::total(calls), 6))
                 })
                 .collect()
         })

@@ -30,7 +30,11 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
                         .collect::<Vec<_>>(),
                 )
             });
-            let mut per_call_ms: Vec<f64> = by_rank.values().flatten().map(|s| s * 1e3).collect();
+            let mut per_call_ms: Vec<f64> = by_rank
+                .values()
+                .flatten()
+                .map(|&s| f64::from(s) * 1e3)
+                .collect();
             let mut sorted_totals: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
             sorted_totals.sort_by(f64::total_cmp);
             Some(StageStats {
@@ -63,16 +67,17 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::times::CallSeconds;
     use std::collections::BTreeMap;
 
     /// A stage name and, per rank, its call durations.
-    type StageCalls<'a> = (&'a str, &'a [(u32, &'a [f64])]);
+    type StageCalls<'a> = (&'a str, &'a [(u32, &'a [CallSeconds])]);
 
     /// Stages with nothing nested: self time is all of their time.
     fn times(stages: &[StageCalls<'_>]) -> StageTimes {
         let mut times = StageTimes::default();
         for (name, ranks) in stages {
-            let ranks: BTreeMap<u32, Vec<f64>> = ranks
+            let ranks: BTreeMap<u32, Vec<CallSeconds>> = ranks
                 .iter()
                 .map(|(r, calls)| (*r, calls.to_vec()))
                 .collect();

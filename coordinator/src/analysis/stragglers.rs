@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::stats::median_without;
-use super::times::StageTimes;
+use super::times::{CallSeconds, StageTimes};
 use crate::model::{GpuSummary, LockstepRank, LockstepStage, RankSummary, Straggler};
 
 /// A host whose mean CPU use reaches this share of all cores is saturated, %.
@@ -121,22 +121,23 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
                 (rank, entry)
             })
             .collect();
-        let by_rank: Vec<(u32, &[f64])> = by_rank
+        let by_rank: Vec<(u32, &[CallSeconds])> = by_rank
             .iter()
             .map(|(&rank, calls)| (rank, &calls[..]))
             .collect();
         for k in 0..calls {
-            let (slowest, max) = by_rank.iter().map(|&(rank, calls)| (rank, calls[k])).fold(
-                (u32::MAX, f64::NEG_INFINITY),
-                |best, (rank, t)| {
+            let call = |calls: &[CallSeconds]| f64::from(calls[k]);
+            let (slowest, max) = by_rank
+                .iter()
+                .map(|&(rank, calls)| (rank, call(calls)))
+                .fold((u32::MAX, f64::NEG_INFINITY), |best, (rank, t)| {
                     if t > best.1 {
                         (rank, t)
                     } else {
                         best
                     }
-                },
-            );
-            let wait: f64 = by_rank.iter().map(|(_, calls)| max - calls[k]).sum();
+                });
+            let wait: f64 = by_rank.iter().map(|(_, calls)| max - call(calls)).sum();
             if let Some(entry) = per_rank.get_mut(&slowest) {
                 entry.slowest_calls += 1;
                 entry.wait_imposed_s += wait;
@@ -154,6 +155,10 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How close a result from single-precision call times
+    /// ([`CallSeconds`]) is to the exact one.
+    const CLOSE: f64 = 1e-6;
 
     fn decode_times() -> StageTimes {
         // Two calls per rank. Call 0: rank 2 slowest at 1.4 s, others 1.0 →
@@ -179,10 +184,10 @@ mod tests {
         assert_eq!(l[0].calls, 2);
         let rank2 = &l[0].ranks[2];
         assert_eq!(rank2.slowest_calls, 1);
-        assert!((rank2.wait_imposed_s - 1.2).abs() < 1e-9);
+        assert!((rank2.wait_imposed_s - 1.2).abs() < CLOSE);
         let rank0 = &l[0].ranks[0];
         assert_eq!(rank0.slowest_calls, 1);
-        assert!((rank0.wait_imposed_s - 0.25).abs() < 1e-9);
+        assert!((rank0.wait_imposed_s - 0.25).abs() < CLOSE);
     }
 
     #[test]
@@ -199,9 +204,9 @@ mod tests {
         let found = stragglers(&times, &l, rule);
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].rank, found[0].stage.as_str()), (2, "decode"));
-        assert!((found[0].slowdown - 2.45 / 2.0).abs() < 1e-9);
-        assert!((found[0].excess_s - 0.45).abs() < 1e-9);
-        assert!((found[0].wait_s - 1.2).abs() < 1e-9);
+        assert!((found[0].slowdown - 2.45 / 2.0).abs() < CLOSE);
+        assert!((found[0].excess_s - 0.45).abs() < CLOSE);
+        assert!((found[0].wait_s - 1.2).abs() < CLOSE);
 
         let strict_floor = StragglerRule {
             threshold_pct: 10.0,
@@ -228,7 +233,7 @@ mod tests {
         let found = stragglers(&times, &lockstep(&times), rule);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].rank, 1);
-        assert!((found[0].slowdown - 1.4).abs() < 1e-9);
-        assert!((found[0].excess_s - 0.4).abs() < 1e-9);
+        assert!((found[0].slowdown - 1.4).abs() < CLOSE);
+        assert!((found[0].excess_s - 0.4).abs() < CLOSE);
     }
 }
