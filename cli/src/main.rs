@@ -155,16 +155,20 @@ enum Commands {
     },
 }
 
-/// Makes glibc's allocator use one arena for every thread. The aggregation
-/// decodes on every core, and per-thread arenas keep what each thread freed:
-/// at 1024 ranks the peak was 85 MB with them and 49 MB without, for 15 %
-/// more time (BENCHMARKS.md). Only the command does this, never a rank.
-fn one_malloc_arena() {
+/// Makes glibc's allocator use at most two arenas: the main thread's, and
+/// one more that the decoding threads share with it. The aggregation
+/// decodes on every core, and each arena keeps what its threads freed; with
+/// two, what the decoding threads freed in the main arena serves the
+/// analysis after them. At 1024 ranks on 2 cores (BENCHMARKS.md): one per
+/// thread 0.35 s and 36.6 MiB, two 0.35 s and 33.4 MiB, one 0.55 s and
+/// 33–53 MiB (the threads wait for its lock). Only the command does this,
+/// never a rank.
+fn two_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt sets an allocator parameter; it is called before the
     // aggregation starts its threads.
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_ARENA_MAX, 2);
     }
 }
 
@@ -248,7 +252,7 @@ fn run(cli: Cli) -> Result<Finished> {
             report_only,
         } => {
             let config = Config::from_env().context("loading the configuration")?;
-            one_malloc_arena();
+            two_malloc_arenas();
             let outputs = if report_only {
                 aggregate::Outputs::ReportOnly
             } else {

@@ -35,11 +35,14 @@ pub struct StageTimes {
 /// call durations and self time, and where its calls ran.
 #[derive(Debug, Default)]
 pub struct RankStages {
+    /// The stage names the rank's calls and their enclosing stages have,
+    /// each once; the fields below refer to them by position.
+    names: Vec<String>,
     /// Per stage name: call durations in seconds in start order (the
     /// warm-up calls left out) and their summed self time.
-    calls: Vec<(String, Vec<CallSeconds>, f64)>,
+    calls: Vec<(u32, Vec<CallSeconds>, f64)>,
     /// (name, enclosing name or `None` for the top, calls).
-    parents: Vec<(String, Option<String>, u64)>,
+    parents: Vec<(u32, Option<u32>, u64)>,
     /// Per stage name: GPU time in seconds summed over the calls the rank
     /// timed on the GPU (metrics of section [`STAGE_GPU_SECTION`]).
     gpu_s: BTreeMap<String, f64>,
@@ -60,7 +63,15 @@ impl RankStages {
             }
         }
         let dictionary = stages.name.dictionary();
-        let name_of = |key: usize| dictionary.value(key).to_string();
+        // Each dictionary key's position in `names`, once it has one.
+        let mut names = Vec::new();
+        let mut position: Vec<Option<u32>> = vec![None; dictionary.len()];
+        let mut name_of = |key: usize| {
+            *position[key].get_or_insert_with(|| {
+                names.push(dictionary.value(key).to_string());
+                (names.len() - 1) as u32
+            })
+        };
         // One key per name: a dictionary can hold a name under several keys
         // (batches concatenated without merging their dictionaries), so
         // each key stands for the first key of its text.
@@ -101,8 +112,8 @@ impl RankStages {
             );
             placed.sort_unstable();
             for run in placed.chunk_by(|a, b| a == b) {
-                let parent = run[0].checked_sub(1).map(name_of);
-                parents.push((name.clone(), parent, run.len() as u64));
+                let parent = run[0].checked_sub(1).map(&mut name_of);
+                parents.push((name, parent, run.len() as u64));
             }
             let durations = kept
                 .iter()
@@ -121,7 +132,10 @@ impl RankStages {
                 (stages.start_ns[i], stages.end_ns[i], name)
             })
             .collect();
+        calls.shrink_to_fit();
+        parents.shrink_to_fit();
         let stages = RankStages {
+            names,
             calls,
             parents,
             gpu_s: BTreeMap::new(),
@@ -160,13 +174,14 @@ fn enclosing_rows(stages: &StagesView<'_>) -> Vec<Option<usize>> {
 impl StageTimes {
     /// Adds the stages of `rank`.
     pub fn add(&mut self, rank: u32, stages: RankStages) {
-        for (name, durations, self_s) in stages.calls {
+        let name = |at: u32| stages.names[at as usize].clone();
+        for (at, durations, self_s) in stages.calls {
             self.self_by_name
-                .entry(name.clone())
+                .entry(name(at))
                 .or_default()
                 .insert(rank, self_s);
             self.by_name
-                .entry(name)
+                .entry(name(at))
                 .or_default()
                 .insert(rank, durations);
         }
@@ -176,12 +191,12 @@ impl StageTimes {
                 .or_default()
                 .insert(rank, gpu_s);
         }
-        for (name, parent, calls) in stages.parents {
+        for (at, parent, calls) in stages.parents {
             *self
                 .parent_counts
-                .entry(name)
+                .entry(name(at))
                 .or_default()
-                .entry(parent)
+                .entry(parent.map(name))
                 .or_default() += calls;
         }
     }

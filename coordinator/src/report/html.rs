@@ -60,7 +60,7 @@ const SLOTS: [(&str, Slot); 9] = [
 #[derive(Clone, Copy)]
 enum Slot {
     /// The table of this id, made from the report by the function.
-    Table(&'static str, fn(&Report) -> Table),
+    Table(&'static str, fn(&Report) -> Table<'_>),
     /// The charts' data, as JSON.
     Data,
     /// A script of the page's own.
@@ -69,7 +69,7 @@ enum Slot {
 
 /// Writes the page of `report` to `out`. The tables, the data and the
 /// scripts are streamed into their slots, never copied into the rendered
-/// template; each table is made only when its turn comes.
+/// template; each table's rows are made one at a time as it is written.
 pub fn write_html(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     let mut tera = tera::Tera::default();
     // The name ends in `.html`: tera autoescapes every `{{ }}` in it.
@@ -229,35 +229,31 @@ struct Finding {
 /// Rows a table shows at most; the rest are in report.json.
 const MAX_TABLE_ROWS: usize = 2_000;
 
-/// A table: its column heads and rows of cells, at most
-/// [`MAX_TABLE_ROWS`] of them, and how many more there were.
-#[derive(Default)]
-struct Table {
+/// A table: its column heads, and its rows of cells, made one at a time as
+/// the table is written (the page shows [`MAX_TABLE_ROWS`] of them and
+/// counts the rest).
+struct Table<'r> {
     heads: Vec<Head>,
-    rows: Vec<Vec<Cell>>,
-    more: usize,
+    rows: Box<dyn Iterator<Item = Vec<Cell>> + 'r>,
 }
 
-impl Table {
-    /// A table of `heads` and the first [`MAX_TABLE_ROWS`] of `rows`.
-    fn new(heads: &[(&'static str, bool)], rows: Vec<Vec<Cell>>) -> Self {
-        let more = rows.len().saturating_sub(MAX_TABLE_ROWS);
-        let mut rows = rows;
-        rows.truncate(MAX_TABLE_ROWS);
+impl<'r> Table<'r> {
+    /// A table of `heads` and `rows`.
+    fn new(heads: &[(&'static str, bool)], rows: impl Iterator<Item = Vec<Cell>> + 'r) -> Self {
         Table {
             heads: heads
                 .iter()
                 .map(|&(label, numeric)| Head { label, numeric })
                 .collect(),
-            rows,
-            more,
+            rows: Box::new(rows),
         }
     }
 
     /// Writes the table as `<table id="{id}">`, sortable by its columns
     /// (the page's script sorts a numeric column by its cells' `data-sort`).
-    fn write_html(&self, id: &str, out: &mut impl Write) -> std::io::Result<()> {
-        if self.rows.is_empty() {
+    fn write_html(self, id: &str, out: &mut impl Write) -> std::io::Result<()> {
+        let mut rows = self.rows.peekable();
+        if rows.peek().is_none() {
             return out.write_all(b"<p class=\"none\">None.</p>");
         }
         write!(
@@ -274,7 +270,7 @@ impl Table {
             )?;
         }
         out.write_all(b"</tr></thead>\n<tbody>")?;
-        for row in &self.rows {
+        for row in rows.by_ref().take(MAX_TABLE_ROWS) {
             out.write_all(b"\n<tr>")?;
             for cell in row {
                 cell.write_html(out)?;
@@ -282,11 +278,11 @@ impl Table {
             out.write_all(b"</tr>")?;
         }
         out.write_all(b"\n</tbody></table></div>")?;
-        if self.more > 0 {
+        let more = rows.count();
+        if more > 0 {
             write!(
                 out,
-                "<p class=\"hint\">… and {} more rows, in report.json.</p>",
-                self.more
+                "<p class=\"hint\">… and {more} more rows, in report.json.</p>"
             )?;
         }
         Ok(())
@@ -431,13 +427,13 @@ fn gpu_source(source: GpuSource) -> &'static str {
     }
 }
 
-fn stages(report: &Report) -> Table {
+fn stages(report: &Report) -> Table<'_> {
     // GPU time (the Python package's CUDA events) beside the host time,
     // where some rank measured it.
     let gpu_timed = report.stages.iter().any(|s| s.gpu_s.is_some());
     let rows = stage_tree(&report.stages)
         .into_iter()
-        .map(|(stage, depth)| {
+        .map(move |(stage, depth)| {
             let mut row = vec![
                 Cell {
                     depth,
@@ -459,8 +455,7 @@ fn stages(report: &Report) -> Table {
                 row.insert(7, Cell::number(stage.gpu_s.map(|g| g.avg), 3));
             }
             row
-        })
-        .collect();
+        });
     let mut heads = vec![
         ("Stage", false),
         ("Calls", true),
@@ -481,30 +476,26 @@ fn stages(report: &Report) -> Table {
     Table::new(&heads, rows)
 }
 
-fn stragglers(report: &Report) -> Table {
-    let rows = report
-        .stragglers
-        .iter()
-        .map(|s| {
-            let evidence = if s.evidence.is_empty() {
-                "none found".to_string()
-            } else {
-                s.evidence.join("; ")
-            };
-            vec![
-                Cell::number(Some(f64::from(s.rank)), 0),
-                Cell::text(s.stage.clone()),
-                Cell {
-                    text: format!("{:.2}×", s.slowdown),
-                    sort: Some(s.slowdown),
-                    ..Cell::default()
-                },
-                Cell::number(Some(s.excess_s), 3),
-                Cell::number(Some(s.wait_s), 3),
-                Cell::text(evidence),
-            ]
-        })
-        .collect();
+fn stragglers(report: &Report) -> Table<'_> {
+    let rows = report.stragglers.iter().map(|s| {
+        let evidence = if s.evidence.is_empty() {
+            "none found".to_string()
+        } else {
+            s.evidence.join("; ")
+        };
+        vec![
+            Cell::number(Some(f64::from(s.rank)), 0),
+            Cell::text(s.stage.clone()),
+            Cell {
+                text: format!("{:.2}×", s.slowdown),
+                sort: Some(s.slowdown),
+                ..Cell::default()
+            },
+            Cell::number(Some(s.excess_s), 3),
+            Cell::number(Some(s.wait_s), 3),
+            Cell::text(evidence),
+        ]
+    });
     Table::new(
         &[
             ("Rank", true),
@@ -518,27 +509,23 @@ fn stragglers(report: &Report) -> Table {
     )
 }
 
-fn lockstep(report: &Report) -> Table {
-    let rows = report
-        .lockstep
-        .iter()
-        .filter_map(|stage| {
-            let worst = stage.ranks.iter().max_by(|a, b| {
-                a.wait_imposed_s
-                    .total_cmp(&b.wait_imposed_s)
-                    .then(b.rank.cmp(&a.rank))
-            })?;
-            let total: f64 = stage.ranks.iter().map(|r| r.wait_imposed_s).sum();
-            Some(vec![
-                Cell::text(stage.stage.clone()),
-                Cell::number(Some(stage.calls as f64), 0),
-                Cell::number(Some(f64::from(worst.rank)), 0),
-                Cell::number(Some(worst.slowest_calls as f64), 0),
-                Cell::number(Some(worst.wait_imposed_s), 3),
-                Cell::number(Some(total), 3),
-            ])
-        })
-        .collect();
+fn lockstep(report: &Report) -> Table<'_> {
+    let rows = report.lockstep.iter().filter_map(|stage| {
+        let worst = stage.ranks.iter().max_by(|a, b| {
+            a.wait_imposed_s
+                .total_cmp(&b.wait_imposed_s)
+                .then(b.rank.cmp(&a.rank))
+        })?;
+        let total: f64 = stage.ranks.iter().map(|r| r.wait_imposed_s).sum();
+        Some(vec![
+            Cell::text(stage.stage.clone()),
+            Cell::number(Some(stage.calls as f64), 0),
+            Cell::number(Some(f64::from(worst.rank)), 0),
+            Cell::number(Some(worst.slowest_calls as f64), 0),
+            Cell::number(Some(worst.wait_imposed_s), 3),
+            Cell::number(Some(total), 3),
+        ])
+    });
     Table::new(
         &[
             ("Stage", false),
@@ -552,39 +539,35 @@ fn lockstep(report: &Report) -> Table {
     )
 }
 
-fn gpus(report: &Report) -> Table {
-    let rows = report
-        .gpus
-        .iter()
-        .map(|g| {
-            let sampled_by: Vec<String> = g.sampled_by.iter().map(u32::to_string).collect();
-            vec![
-                Cell::text(format!("{} #{}", g.host, g.index)),
-                Cell::text(sampled_by.join(", ")),
-                Cell::text(g.name.clone()),
-                Cell::number(g.memory_peak_mb, 0),
-                Cell::number(g.memory_total_mb, 0),
-                Cell::number(g.util_avg, 1),
-                Cell::number(g.temp_max_c, 0),
-                Cell::number(g.power_avg_w, 0),
-                Cell::number(g.sm_clock_avg_mhz, 0),
-                Cell::number(g.throttled_pct, 1),
-                Cell {
-                    text: if g.bottlenecks.is_empty() {
-                        "none".into()
-                    } else {
-                        String::new()
-                    },
-                    badges: g
-                        .bottlenecks
-                        .iter()
-                        .map(|b| (b.kind.as_str().to_string(), b.evidence.clone()))
-                        .collect(),
-                    ..Cell::default()
+fn gpus(report: &Report) -> Table<'_> {
+    let rows = report.gpus.iter().map(|g| {
+        let sampled_by: Vec<String> = g.sampled_by.iter().map(u32::to_string).collect();
+        vec![
+            Cell::text(format!("{} #{}", g.host, g.index)),
+            Cell::text(sampled_by.join(", ")),
+            Cell::text(g.name.clone()),
+            Cell::number(g.memory_peak_mb, 0),
+            Cell::number(g.memory_total_mb, 0),
+            Cell::number(g.util_avg, 1),
+            Cell::number(g.temp_max_c, 0),
+            Cell::number(g.power_avg_w, 0),
+            Cell::number(g.sm_clock_avg_mhz, 0),
+            Cell::number(g.throttled_pct, 1),
+            Cell {
+                text: if g.bottlenecks.is_empty() {
+                    "none".into()
+                } else {
+                    String::new()
                 },
-            ]
-        })
-        .collect();
+                badges: g
+                    .bottlenecks
+                    .iter()
+                    .map(|b| (b.kind.as_str().to_string(), b.evidence.clone()))
+                    .collect(),
+                ..Cell::default()
+            },
+        ]
+    });
     Table::new(
         &[
             ("GPU", false),
@@ -631,32 +614,28 @@ fn diffusion(report: &Report) -> Vec<(String, String)> {
     lines
 }
 
-fn ranks(report: &Report) -> Table {
-    let rows = report
-        .ranks
-        .iter()
-        .map(|r| {
-            let gpus: Vec<String> = r
-                .gpus
-                .iter()
-                .map(|g| format!("#{} {}", g.index, g.uuid))
-                .collect();
-            let host = r.host_telemetry.as_ref();
-            vec![
-                Cell::number(Some(f64::from(r.rank)), 0),
-                Cell::text(r.host.clone()),
-                Cell::number(Some(f64::from(r.pid)), 0),
-                Cell::number(Some(f64::from(r.local_rank)), 0),
-                Cell::number(r.clock_offset_ns.map(|ns| ns as f64 / 1e6), 3),
-                Cell::number(Some(r.started_s), 3),
-                Cell::number(Some(r.duration_s), 3),
-                Cell::text(if r.partial { "partial" } else { "whole" }),
-                Cell::number(host.and_then(|h| h.cpu_avg_pct), 1),
-                Cell::number(host.and_then(|h| h.process_rss_peak_mb), 0),
-                Cell::text(gpus.join(", ")),
-            ]
-        })
-        .collect();
+fn ranks(report: &Report) -> Table<'_> {
+    let rows = report.ranks.iter().map(|r| {
+        let gpus: Vec<String> = r
+            .gpus
+            .iter()
+            .map(|g| format!("#{} {}", g.index, g.uuid))
+            .collect();
+        let host = r.host_telemetry.as_ref();
+        vec![
+            Cell::number(Some(f64::from(r.rank)), 0),
+            Cell::text(r.host.clone()),
+            Cell::number(Some(f64::from(r.pid)), 0),
+            Cell::number(Some(f64::from(r.local_rank)), 0),
+            Cell::number(r.clock_offset_ns.map(|ns| ns as f64 / 1e6), 3),
+            Cell::number(Some(r.started_s), 3),
+            Cell::number(Some(r.duration_s), 3),
+            Cell::text(if r.partial { "partial" } else { "whole" }),
+            Cell::number(host.and_then(|h| h.cpu_avg_pct), 1),
+            Cell::number(host.and_then(|h| h.process_rss_peak_mb), 0),
+            Cell::text(gpus.join(", ")),
+        ]
+    });
     Table::new(
         &[
             ("Rank", true),
@@ -736,37 +715,33 @@ fn notes(report: &Report) -> Vec<String> {
     notes
 }
 
-fn overhead(report: &Report) -> Table {
+fn overhead(report: &Report) -> Table<'_> {
     let mut dropped_by_rank: BTreeMap<u32, u64> = BTreeMap::new();
     for d in &report.session.dropped_rows {
         *dropped_by_rank.entry(d.rank).or_default() += d.rows;
     }
-    let rows = report
-        .ranks
-        .iter()
-        .map(|r| {
-            let s = &r.sampler;
-            let dropped = dropped_by_rank.get(&r.rank).copied().unwrap_or(0);
-            let o = r.overhead.as_ref();
-            vec![
-                Cell::number(Some(f64::from(r.rank)), 0),
-                Cell::number(o.map(|o| o.stage_calls as f64), 0),
-                Cell::number(o.map(|o| o.stages_s * 1e3), 2),
-                Cell::number(o.and_then(|o| o.sampler_cpu_s).map(|s| s * 1e3), 2),
-                Cell::number(o.map(|o| o.flushes_s * 1e3), 2),
-                Cell::number(o.and_then(|o| o.encode_s).map(|s| s * 1e3), 2),
-                Cell::number(o.and_then(|o| o.share_pct), 3),
-                Cell::number(Some(s.gpu_readings as f64), 0),
-                Cell::number(Some(s.gpu_read_ns_mean as f64 / 1e3), 1),
-                Cell::number(Some(s.gpu_read_ns_max as f64 / 1e3), 1),
-                Cell::number(Some(s.host_readings as f64), 0),
-                Cell::number(Some(s.host_read_ns_mean as f64 / 1e3), 1),
-                Cell::number(Some(dropped as f64), 0),
-                Cell::number(Some(r.overflow.names_folded as f64), 0),
-                Cell::number(Some(r.overflow.stages_too_deep as f64), 0),
-            ]
-        })
-        .collect();
+    let rows = report.ranks.iter().map(move |r| {
+        let s = &r.sampler;
+        let dropped = dropped_by_rank.get(&r.rank).copied().unwrap_or(0);
+        let o = r.overhead.as_ref();
+        vec![
+            Cell::number(Some(f64::from(r.rank)), 0),
+            Cell::number(o.map(|o| o.stage_calls as f64), 0),
+            Cell::number(o.map(|o| o.stages_s * 1e3), 2),
+            Cell::number(o.and_then(|o| o.sampler_cpu_s).map(|s| s * 1e3), 2),
+            Cell::number(o.map(|o| o.flushes_s * 1e3), 2),
+            Cell::number(o.and_then(|o| o.encode_s).map(|s| s * 1e3), 2),
+            Cell::number(o.and_then(|o| o.share_pct), 3),
+            Cell::number(Some(s.gpu_readings as f64), 0),
+            Cell::number(Some(s.gpu_read_ns_mean as f64 / 1e3), 1),
+            Cell::number(Some(s.gpu_read_ns_max as f64 / 1e3), 1),
+            Cell::number(Some(s.host_readings as f64), 0),
+            Cell::number(Some(s.host_read_ns_mean as f64 / 1e3), 1),
+            Cell::number(Some(dropped as f64), 0),
+            Cell::number(Some(r.overflow.names_folded as f64), 0),
+            Cell::number(Some(r.overflow.stages_too_deep as f64), 0),
+        ]
+    });
     Table::new(
         &[
             ("Rank", true),
@@ -836,6 +811,39 @@ mod tests {
         for asset in [ECHARTS, SCRIPT] {
             assert!(!asset.to_ascii_lowercase().contains("</script"));
         }
+    }
+
+    fn table_html(rows: Vec<Vec<Cell>>) -> String {
+        let mut out = Vec::new();
+        Table::new(&[("Name", false), ("Value", true)], rows.into_iter())
+            .write_html("t", &mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_table_escapes_its_cells_and_counts_the_rows_it_leaves_out() {
+        assert_eq!(table_html(Vec::new()), "<p class=\"none\">None.</p>");
+        let row = |i: usize| {
+            vec![
+                Cell::text(format!("<b>'{i}'</b>\u{7}")),
+                Cell::number(Some(if i == 1 { f64::NAN } else { i as f64 }), 0),
+            ]
+        };
+        let page = table_html((0..MAX_TABLE_ROWS + 3).map(row).collect());
+        assert!(page.contains("<td class=\"\">&lt;b&gt;&#x27;0&#x27;&lt;&#x2F;b&gt;?</td>"));
+        assert!(!page.contains("<b>"), "no markup from a cell");
+        assert!(page.contains("<td class=\"num\" data-sort=\"2\">2</td>"));
+        assert!(
+            page.contains("<td class=\"\">NaN</td>"),
+            "a number that is not finite sorts as text"
+        );
+        assert_eq!(
+            page.matches("<tr>").count(),
+            MAX_TABLE_ROWS + 1,
+            "heads and rows"
+        );
+        assert!(page.ends_with("<p class=\"hint\">… and 3 more rows, in report.json.</p>"));
     }
 
     #[test]
