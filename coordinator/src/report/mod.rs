@@ -62,16 +62,35 @@ pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<Report
 /// Writes the files rendered from the report alone — `report.json`,
 /// `report.html`, `summary.txt` and `stages.csv` — into `dir`.
 pub fn write_reports(report: &Report, dir: &Path) -> Result<ReportFiles, WriteError> {
+    // report.json, the largest, is written on a thread of its own beside
+    // the others.
+    std::thread::scope(|scope| {
+        let json = scope.spawn(|| {
+            write_with(&dir.join(REPORT_JSON), |out| {
+                serde_json::to_writer_pretty(out, report).map_err(std::io::Error::other)
+            })
+        });
+        let others = write_pages(report, dir);
+        let json = json
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let (others, summary) = others?;
+        let mut files = vec![json?];
+        files.extend(others);
+        Ok(ReportFiles { files, summary })
+    })
+}
+
+/// Writes report.html, summary.txt and stages.csv; returns their paths and
+/// the summary.
+fn write_pages(report: &Report, dir: &Path) -> Result<(Vec<PathBuf>, String), WriteError> {
     let summary = summary(report);
     let files = vec![
-        write_with(&dir.join(REPORT_JSON), |out| {
-            serde_json::to_writer_pretty(out, report).map_err(std::io::Error::other)
-        })?,
         write_html_file(report, &dir.join(REPORT_HTML))?,
         write_file(&dir.join(SUMMARY_TXT), summary.as_bytes())?,
         write_file(&dir.join(STAGES_CSV), csv::stages_csv(report).as_bytes())?,
     ];
-    Ok(ReportFiles { files, summary })
+    Ok((files, summary))
 }
 
 /// The stages in tree order: each top-level stage (the largest total
