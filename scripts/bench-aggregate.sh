@@ -26,8 +26,8 @@ fi
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-printf '| ranks | payload MB | report only s | peak MiB | peak / payload | all files s | peak MiB | DuckDB CSV s | DuckDB Parquet s | report only / Parquet |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|\n'
+printf '| ranks | payload MB | report only s | peak MiB | peak / payload | all files s | peak MiB | peak / payload | DuckDB CSV s | DuckDB Parquet s | report only / Parquet |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
 # The median wall time and peak resident memory of RUNS aggregations of
 # $dir with the extra arguments given.
 measure() {
@@ -55,6 +55,6 @@ pyarrow.parquet.write_table(pyarrow.csv.read_csv('$dir/stage_rows.csv'), '$dir/s
         "$dir/stage_rows.csv" "$dir/stages.parquet" "$runs")
     awk -v r="$ranks" -v p="$payload" -v w="$wall" -v k="$peak_kb" -v aw="$all_wall" \
         -v ak="$all_peak_kb" -v c="$duck_csv" -v q="$duck_parquet" \
-        'BEGIN { printf "| %d | %.1f | %.2f | %.0f | %.1f | %.2f | %.0f | %.3f | %.3f | %.1f |\n",
-                 r, p / 1e6, w, k / 1024, k * 1024 / p, aw, ak / 1024, c, q, w / q }'
+        'BEGIN { printf "| %d | %.1f | %.2f | %.0f | %.2f | %.2f | %.0f | %.2f | %.3f | %.3f | %.1f |\n",
+                 r, p / 1e6, w, k / 1024, k * 1024 / p, aw, ak / 1024, ak * 1024 / p, c, q, w / q }'
 done
