@@ -1,26 +1,28 @@
 //! A thread's stage events. Beginning or ending a stage appends one
 //! fixed-size event (what happened, the stage's sequence number and name,
-//! the stage clock's ticks) to a log that only the thread writes, with no
-//! lock: a few plain stores and one release store of the length. The
-//! recorder pairs the events into stage rows in batches, holding the
-//! thread buffer's lock: when the log is full (the thread itself, then it
-//! starts the log again) and whenever anything reads the thread's rows
-//! (the session's finish and flushes, the live view, the thread's exit).
+//! the stage clock's ticks) to a chunk of the thread's log that only the
+//! thread writes, with no lock: a few plain stores and one release store
+//! of the length. The recorder pairs the events into stage rows in
+//! batches, holding the thread buffer's lock, whenever anything reads the
+//! thread's rows (the sampler's readings, the session's finish and
+//! flushes, the live view, the thread's exit). When the chunk is full the
+//! thread hands it over unpaired for the next of those to pair, and writes
+//! on in a fresh one; past the recorder's budget of chunks, it pairs its
+//! events itself and starts its chunk again.
 //!
 //! Single writer, many readers one at a time: only the owning thread
-//! writes the slots and the length, and it empties the log only while it
-//! holds the buffer's lock, so a reader (who holds that lock) never sees a
-//! slot rewritten under it. The slots are atomics written and read relaxed;
-//! the length's release store and acquire load order them.
+//! writes the slots, the length and which chunk is current, and it empties
+//! or replaces the chunk only while it holds the buffer's lock, so a reader
+//! (who holds that lock) never sees a slot rewritten under it. The slots
+//! are atomics written and read relaxed; the length's release store and
+//! acquire load order them.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use rankscope_common::names::NameId;
 
-/// Events a log holds: 128 KiB per thread and recorder. The sampler thread
-/// pairs every log at each reading, so a thread pairs its own log only when
-/// it begins and ends more than 4,096 stages between two readings.
-pub(crate) const LOG_EVENTS: usize = 8192;
+/// Events a chunk holds: 128 KiB.
+pub(crate) const CHUNK_EVENTS: usize = 8192;
 
 /// A stage's begin or end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,55 +60,104 @@ impl Event {
     }
 }
 
-/// One thread's event log.
-pub(crate) struct EventLog {
+/// [`CHUNK_EVENTS`] slots for events.
+pub(crate) struct Chunk {
     words: Box<[AtomicU64]>,
     ticks: Box<[AtomicU64]>,
-    /// Events written; only the owning thread stores it.
+}
+
+impl Chunk {
+    pub(crate) fn new() -> Self {
+        let slots = || (0..CHUNK_EVENTS).map(|_| AtomicU64::new(0)).collect();
+        Chunk {
+            words: slots(),
+            ticks: slots(),
+        }
+    }
+
+    /// The events in slots `from..end`.
+    pub(crate) fn events(&self, from: usize, end: usize) -> impl Iterator<Item = Event> + '_ {
+        (from.min(end)..end).map(|i| {
+            Event::unpack(
+                self.words[i].load(Ordering::Relaxed),
+                self.ticks[i].load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+/// One thread's event log: the chunk it writes now.
+pub(crate) struct EventLog {
+    /// The chunk, owned by the log: replaced only by the owning thread,
+    /// holding the thread buffer's lock (so a reader, who holds it, sees
+    /// one chunk throughout).
+    current: AtomicPtr<Chunk>,
+    /// Events written in it; only the owning thread stores it.
     len: AtomicUsize,
 }
 
 impl EventLog {
     pub(crate) fn new() -> Self {
-        let slots = || (0..LOG_EVENTS).map(|_| AtomicU64::new(0)).collect();
         EventLog {
-            words: slots(),
-            ticks: slots(),
+            current: AtomicPtr::new(Box::into_raw(Box::new(Chunk::new()))),
             len: AtomicUsize::new(0),
         }
     }
 
-    /// Appends `event`; `false` when the log is full. Owning thread only.
+    fn chunk(&self) -> &Chunk {
+        // SAFETY: `current` always holds a chunk from `Box::into_raw`, freed
+        // only when the log is dropped or handed over by `replace`, which
+        // the owning thread calls holding the buffer's lock: the owning
+        // thread itself, and a reader holding the lock, never see it freed
+        // while they use it.
+        unsafe { &*self.current.load(Ordering::Relaxed) }
+    }
+
+    /// Appends `event`; `false` when the chunk is full. Owning thread only.
     #[inline(always)]
     pub(crate) fn push(&self, event: Event) -> bool {
         let len = self.len.load(Ordering::Relaxed);
-        if len == LOG_EVENTS {
+        if len == CHUNK_EVENTS {
             return false;
         }
+        let chunk = self.chunk();
         let (word, ticks) = event.pack();
-        self.words[len].store(word, Ordering::Relaxed);
-        self.ticks[len].store(ticks, Ordering::Relaxed);
+        chunk.words[len].store(word, Ordering::Relaxed);
+        chunk.ticks[len].store(ticks, Ordering::Relaxed);
         self.len.store(len + 1, Ordering::Release);
         true
     }
 
-    /// The events from `from` on, and the position after them. The caller
-    /// holds the thread buffer's lock.
+    /// The events of the current chunk from `from` on, and the position
+    /// after them. The caller holds the thread buffer's lock.
     pub(crate) fn read(&self, from: usize) -> (impl Iterator<Item = Event> + '_, usize) {
         let end = self.len.load(Ordering::Acquire);
-        let events = (from.min(end)..end).map(|i| {
-            Event::unpack(
-                self.words[i].load(Ordering::Relaxed),
-                self.ticks[i].load(Ordering::Relaxed),
-            )
-        });
-        (events, end)
+        (self.chunk().events(from, end), end)
     }
 
-    /// Empties the log. Owning thread only, holding the thread buffer's
+    /// Empties the chunk. Owning thread only, holding the thread buffer's
     /// lock, after every event was read.
     pub(crate) fn clear(&self) {
         self.len.store(0, Ordering::Release);
+    }
+
+    /// Hands over the (full) chunk and goes on in `fresh`, empty. Owning
+    /// thread only, holding the thread buffer's lock.
+    pub(crate) fn replace(&self, fresh: Chunk) -> Chunk {
+        let full = self
+            .current
+            .swap(Box::into_raw(Box::new(fresh)), Ordering::Relaxed);
+        self.len.store(0, Ordering::Release);
+        // SAFETY: from `Box::into_raw`, and no longer reachable through
+        // `current`.
+        *unsafe { Box::from_raw(full) }
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        // SAFETY: from `Box::into_raw`; nobody else holds the log.
+        drop(unsafe { Box::from_raw(*self.current.get_mut()) });
     }
 }
 
@@ -136,7 +187,7 @@ mod tests {
         let (read, end) = log.read(1);
         assert_eq!(read.collect::<Vec<_>>(), events[1..]);
         assert_eq!(end, 3);
-        for i in 3..LOG_EVENTS {
+        for i in 3..CHUNK_EVENTS {
             assert!(log.push(Event::End {
                 seq: i as u32,
                 ticks: 0

@@ -8,8 +8,11 @@
 //! Stages take no lock at all: a begin or an end is one event in the
 //! thread's event log ([`crate::events`]), and the thread keeps the stages
 //! it has open beside it, so `stop` and a guard's end need nobody else.
-//! The events become stage rows in batches, under the buffer's mutex: when
-//! the log fills, and whenever the rows are read. Other records (metrics,
+//! The events become stage rows in batches, under the buffer's mutex,
+//! whenever the rows are read (the sampler's readings among them). A full
+//! chunk of the log is handed over for that, unpaired, while the
+//! recorder's budget of chunks lasts; past it the thread pairs its own
+//! events. Other records (metrics,
 //! events, telemetry) take the buffer's mutex, uncontended while the job
 //! runs: other threads take it only at session boundaries (start, finish,
 //! flushes, a thread's exit) and for the live view of open stages. When a
@@ -18,10 +21,13 @@
 //!
 //! Memory is bounded by configuration: rows by `max_data_points` per table,
 //! distinct names by `max_names` per thread (more fold into `(other)`), open
-//! stages by `max_open_stages` per thread, events by the log's size.
+//! stages by `max_open_stages` per thread, events by a chunk per thread and
+//! the chunks handed over, which hold at most `max_data_points` stages
+//! across the threads.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use rustc_hash::FxHashMap;
@@ -34,7 +40,7 @@ use rankscope_common::table::{
 };
 use rankscope_common::Config;
 
-use crate::events::{Event, EventLog};
+use crate::events::{Chunk, Event, EventLog, CHUNK_EVENTS};
 use crate::stage::StageName;
 use crate::sync::lock;
 use crate::ticks::{Clock, Scale};
@@ -141,8 +147,13 @@ pub(crate) struct ThreadData {
     open: Vec<OpenStage>,
     /// Calls so far per stage name id, for `call_index`.
     calls: Vec<u32>,
-    /// Where pairing stopped in the thread's event log.
+    /// Where pairing stopped in the thread's current chunk of events.
     paired: usize,
+    /// Full chunks of the thread's events handed over, oldest first, each
+    /// with where pairing stopped in it.
+    full: VecDeque<(Chunk, usize)>,
+    /// Chunks paired, for the thread's events again.
+    spare: Vec<Chunk>,
     /// Metadata of stages whose begin is not paired yet, by sequence number.
     metadata: Vec<(u32, String)>,
     /// Stages begun while the open stack was full.
@@ -219,6 +230,11 @@ struct Registry {
     max_rows: usize,
     kept: [AtomicU64; TABLES],
     dropped: [AtomicU64; TABLES],
+    /// Chunks of events the threads hold besides the one each writes
+    /// (handed over, or paired and spare), and how many they may: as many
+    /// as hold `max_rows` stages, in less memory than their rows take.
+    chunks: AtomicUsize,
+    max_chunks: usize,
 }
 
 /// The records of threads that exited during the session, already in
@@ -243,12 +259,13 @@ impl Registry {
         }
     }
 
-    /// Pairs the events of `buffer` not paired yet: begins become open
-    /// stages of session `generation` (0: of none, never kept), ends close
-    /// them into stage rows.
+    /// Pairs the events of `buffer` not paired yet, the chunks handed over
+    /// first: begins become open stages of session `generation` (0: of
+    /// none, never kept), ends close them into stage rows.
     fn pair(&self, buffer: &ThreadBuffer, data: &mut ThreadData, generation: u64) {
         let (events, end) = buffer.events.read(data.paired);
-        if end == data.paired && !data.records.unconverted() {
+        let unpaired = end != data.paired || !data.full.is_empty();
+        if !unpaired && !data.records.unconverted() {
             return;
         }
         // After the read: every tick this pass converts was read before
@@ -257,7 +274,7 @@ impl Registry {
         // The other rows recorded since the last pass: their ticks made
         // nanoseconds on the line the stages of this pass take.
         data.records.to_session_ns(&|ticks| scale.session_ns(ticks));
-        if end == data.paired {
+        if !unpaired {
             return;
         }
         let mut pass = Pass {
@@ -265,6 +282,20 @@ impl Registry {
             scale,
             rows: Grant::new(self, Table::Stages),
         };
+        while let Some((chunk, from)) = data.full.pop_front() {
+            Self::pair_events(data, chunk.events(from, CHUNK_EVENTS), &mut pass);
+            data.spare.push(chunk);
+        }
+        Self::pair_events(data, events, &mut pass);
+        data.paired = end;
+    }
+
+    /// Pairs `events`, the next of the thread's, in `pass`.
+    fn pair_events(
+        data: &mut ThreadData,
+        events: impl Iterator<Item = Event>,
+        pass: &mut Pass<'_>,
+    ) {
         let mut events = events.peekable();
         while let Some(event) = events.next() {
             match event {
@@ -282,7 +313,7 @@ impl Registry {
                         call_index,
                         start_ticks: ticks,
                         metadata,
-                        generation,
+                        generation: pass.generation,
                     };
                     // A stage whose end comes next (none inside it, the
                     // commonest kind) is a row at once.
@@ -294,7 +325,7 @@ impl Registry {
                         if ending == seq {
                             events.next();
                             let depth = data.open.len();
-                            Self::close(data, stage, depth, end_ticks, &mut pass);
+                            Self::close(data, stage, depth, end_ticks, pass);
                             continue;
                         }
                     }
@@ -303,12 +334,26 @@ impl Registry {
                 Event::End { seq, ticks } => {
                     if let Some(pos) = data.open.iter().rposition(|s| s.seq == seq) {
                         let stage = data.open.remove(pos);
-                        Self::close(data, stage, pos, ticks, &mut pass);
+                        Self::close(data, stage, pos, ticks, pass);
                     }
                 }
             }
         }
-        data.paired = end;
+    }
+
+    /// A chunk for `data`'s thread to write its events in while its full
+    /// one waits to be paired: a spare one, else a new one if the budget of
+    /// chunks allows.
+    fn take_chunk(&self, data: &mut ThreadData) -> Option<Chunk> {
+        if let Some(chunk) = data.spare.pop() {
+            return Some(chunk);
+        }
+        if self.chunks.fetch_add(1, Ordering::Relaxed) < self.max_chunks {
+            Some(Chunk::new())
+        } else {
+            self.chunks.fetch_sub(1, Ordering::Relaxed);
+            None
+        }
     }
 
     /// Closes `stage`, ended at `end_ticks` at `depth` (inside the open
@@ -355,6 +400,9 @@ impl Registry {
             self.take_rows(&mut retired.builders, buffer, &mut data);
             add_overflow(&mut retired.overflow, &mut data);
             data.clear_rows();
+            // Paired, so none is full: its chunks back to the budget.
+            self.chunks
+                .fetch_sub(std::mem::take(&mut data.spare).len(), Ordering::Relaxed);
         }
         lock(&self.threads).retain(|b| !Arc::ptr_eq(b, buffer));
     }
@@ -508,6 +556,8 @@ impl Recorder {
                 max_rows: config.max_data_points,
                 kept: Default::default(),
                 dropped: Default::default(),
+                chunks: AtomicUsize::new(0),
+                max_chunks: config.max_data_points.saturating_mul(2) / CHUNK_EVENTS,
             }),
             next_track: AtomicU32::new(0),
             max_names: config.max_names,
@@ -714,24 +764,36 @@ impl Recorder {
         })
     }
 
-    /// Appends a stage event to this thread's log; a full log is paired
-    /// (under the buffer's lock) and started again first.
+    /// Appends a stage event to this thread's log; a full chunk is handed
+    /// over first (or paired, past the budget of chunks).
     #[inline(always)]
     fn push_event(&self, local: &Local, event: Event) {
         if !local.buffer.events.push(event) {
-            self.pair_full_log(&local.buffer);
+            self.chunk_full(&local.buffer);
             local.buffer.events.push(event);
         }
     }
 
+    /// Under the buffer's lock: hands the full chunk over to be paired and
+    /// goes on in another, or, when the recorder holds all the chunks it
+    /// may, pairs the events and starts the chunk again.
     #[cold]
     #[inline(never)]
-    fn pair_full_log(&self, buffer: &ThreadBuffer) {
+    fn chunk_full(&self, buffer: &ThreadBuffer) {
         let mut data = buffer.lock();
-        self.registry
-            .pair(buffer, &mut data, self.registry.session_generation());
-        buffer.events.clear();
-        data.paired = 0;
+        match self.registry.take_chunk(&mut data) {
+            Some(fresh) => {
+                let full = buffer.events.replace(fresh);
+                let from = std::mem::replace(&mut data.paired, 0);
+                data.full.push_back((full, from));
+            }
+            None => {
+                self.registry
+                    .pair(buffer, &mut data, self.registry.session_generation());
+                buffer.events.clear();
+                data.paired = 0;
+            }
+        }
     }
 
     /// The id of stage name `name` on this thread: from the thread's cache,
@@ -835,6 +897,8 @@ impl Recorder {
                 open: Vec::new(),
                 calls: Vec::new(),
                 paired: 0,
+                full: VecDeque::new(),
+                spare: Vec::new(),
                 metadata: Vec::new(),
                 too_deep: 0,
                 records: Records::default(),
@@ -971,7 +1035,7 @@ impl Drop for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::LOG_EVENTS;
+    use crate::events::CHUNK_EVENTS;
     use rankscope_common::table::StagesView;
 
     #[test]
@@ -1056,7 +1120,7 @@ mod tests {
     fn stages_past_many_full_logs_pair_into_nested_rows() {
         let recorder = Recorder::new(&Config::default());
         recorder.begin_session();
-        let outer_calls = LOG_EVENTS * 3 / 4 + 7;
+        let outer_calls = CHUNK_EVENTS * 3 / 4 + 7;
         for i in 0..outer_calls {
             let outer = recorder.begin_stage("outer", Some(format!("{{\"i\":{i}}}")));
             let inner = recorder.begin_stage("inner", None);
@@ -1087,6 +1151,66 @@ mod tests {
             assert!(stages.start_ns[outer] <= stages.start_ns[inner]);
             assert!(stages.end_ns[inner] <= stages.end_ns[outer]);
         }
+    }
+
+    /// A thread hands its full chunks over unpaired while the recorder's
+    /// budget of chunks lasts, then pairs its own; a reader pairs what was
+    /// handed over, in order; an exiting thread gives its chunks back.
+    #[test]
+    fn full_chunks_wait_for_a_reader_within_the_budget_of_chunks() {
+        let recorder = Arc::new(Recorder::new(&Config {
+            // Room for 4 chunks besides the one each thread writes.
+            max_data_points: 2 * CHUNK_EVENTS,
+            ..Config::default()
+        }));
+        assert_eq!(recorder.registry.max_chunks, 4);
+        let chunk_of_stages = |recorder: &Recorder, chunks: usize| {
+            for _ in 0..chunks * CHUNK_EVENTS / 2 {
+                let stage = recorder.begin_stage("s", None);
+                recorder.end_stage(stage);
+            }
+        };
+        let held = |recorder: &Recorder| {
+            let thread = recorder.registry.threads()[0].clone();
+            let data = thread.lock();
+            (data.full.len(), data.records.stages.len())
+        };
+        recorder.begin_session();
+        let thread = {
+            let recorder = Arc::clone(&recorder);
+            std::thread::spawn(move || {
+                // Three chunks of events: two handed over, the third full
+                // and still the thread's; nothing paired.
+                chunk_of_stages(&recorder, 3);
+                assert_eq!(held(&recorder), (2, 0));
+                // Two more: the budget of 4 chunks is spent.
+                chunk_of_stages(&recorder, 2);
+                assert_eq!(held(&recorder), (4, 0));
+                // At the next event the thread pairs the five full chunks
+                // itself: rows up to the row budget (4 chunks' worth).
+                chunk_of_stages(&recorder, 1);
+                assert_eq!(held(&recorder), (0, 2 * CHUNK_EVENTS));
+                assert_eq!(recorder.registry.chunks.load(Ordering::Relaxed), 4);
+            })
+        };
+        thread.join().unwrap();
+        assert_eq!(
+            recorder.registry.chunks.load(Ordering::Relaxed),
+            0,
+            "the exited thread's chunks are given back"
+        );
+        recorder.end_session();
+        let tables = recorder.drain().0.finish().unwrap();
+        let stages = StagesView::new(&tables[&Table::Stages]).unwrap();
+        assert_eq!(stages.len, 2 * CHUNK_EVENTS);
+        assert!(
+            (0..stages.len).all(|i| stages.call_index[i] == i as u32),
+            "every stage once, in order"
+        );
+        assert_eq!(
+            recorder.take_dropped(),
+            vec![(Table::Stages, (CHUNK_EVENTS) as u64)]
+        );
     }
 
     /// A stage refused as too deep, ended by name or by its guard, never
@@ -1175,7 +1299,7 @@ mod tests {
                 let recorder = Arc::clone(&recorder);
                 std::thread::spawn(move || {
                     let name = StageName::new("work");
-                    for _ in 0..LOG_EVENTS {
+                    for _ in 0..CHUNK_EVENTS {
                         let stage = recorder.begin_named_stage(&name, None);
                         recorder.end_stage(stage);
                     }
@@ -1192,7 +1316,7 @@ mod tests {
         let dropped = recorder.take_dropped();
         assert_eq!(
             dropped,
-            vec![(Table::Stages, (4 * LOG_EVENTS - 2_500) as u64)]
+            vec![(Table::Stages, (4 * CHUNK_EVENTS - 2_500) as u64)]
         );
     }
 
