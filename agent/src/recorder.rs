@@ -694,6 +694,7 @@ impl Recorder {
             self.push_event(local, Event::Begin { seq, name, ticks });
             u64::from(seq)
         })
+        .unwrap_or(NOT_OPENED)
     }
 
     /// Ends the stage `stage_id` of this thread ([`NOT_OPENED`]: the
@@ -762,6 +763,7 @@ impl Recorder {
                 None => false,
             }
         })
+        .unwrap_or(false)
     }
 
     /// Appends a stage event to this thread's log; a full chunk is handed
@@ -831,9 +833,6 @@ impl Recorder {
     /// session's end writes its rows after recording stopped, before the
     /// drain). Nothing is recorded by a thread being torn down.
     pub(crate) fn record_overhead(&self, what: Overhead, value: f64) {
-        if LOCALS.try_with(|_| ()).is_err() {
-            return;
-        }
         let ticks = self.registry.clock.ticks();
         self.with_thread(|t| t.push_metric(ticks, Section::Overhead, what.name(), value));
     }
@@ -850,25 +849,30 @@ impl Recorder {
     }
 
     /// Runs `f` on this thread's locked buffer, registering the thread on
-    /// first use.
+    /// first use (`None` as [`Recorder::with_local`] says).
     #[inline]
-    pub(crate) fn with_thread<R>(&self, f: impl FnOnce(&mut ThreadData) -> R) -> R {
+    pub(crate) fn with_thread<R>(&self, f: impl FnOnce(&mut ThreadData) -> R) -> Option<R> {
         self.with_local(|local| f(&mut local.buffer.lock()))
     }
 
     /// Runs `f` on what this thread keeps for the recorder, registering
-    /// the thread on first use. `f` never records, so the thread-local is
+    /// the thread on first use; `None`, running nothing, on a thread whose
+    /// thread-locals are being destroyed (a stage another thread-local's
+    /// destructor records). `f` never records, so the thread-local is
     /// never borrowed twice.
     #[inline(always)]
-    fn with_local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> R {
-        LOCALS.with(|locals| {
-            let mut locals = locals.0.borrow_mut();
-            let at = match locals.iter().position(|l| l.recorder == self.id) {
-                Some(at) => at,
-                None => self.register_thread(&mut locals),
-            };
-            f(&mut locals[at])
-        })
+    fn with_local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> Option<R> {
+        // `try_with`, which inlines, reaches the thread-local directly.
+        LOCALS
+            .try_with(|locals| {
+                let mut locals = locals.0.borrow_mut();
+                let at = match locals.iter().position(|l| l.recorder == self.id) {
+                    Some(at) => at,
+                    None => self.register_thread(&mut locals),
+                };
+                f(&mut locals[at])
+            })
+            .ok()
     }
 
     #[cold]
@@ -1064,6 +1068,46 @@ mod tests {
         );
     }
 
+    /// A stage that another thread-local's destructor records after the
+    /// recorder's thread-local is gone (destructors run last registered
+    /// first) is not recorded, and the thread exits without a panic (a
+    /// panic in a thread-local's destructor aborts the process).
+    #[test]
+    fn a_stage_recorded_while_the_thread_is_torn_down_is_left_out() {
+        struct StageAtExit(Arc<Recorder>);
+        impl Drop for StageAtExit {
+            fn drop(&mut self) {
+                let late = self.0.begin_stage("late", None);
+                assert_eq!(late, NOT_OPENED);
+                self.0.end_stage(late);
+                assert!(!self.0.stop_stage("work"));
+                self.0
+                    .record_row(Table::Metrics, |_, _| unreachable!("no buffer"));
+            }
+        }
+        thread_local! {
+            static AT_EXIT: RefCell<Option<StageAtExit>> = const { RefCell::new(None) };
+        }
+        let recorder = Arc::new(Recorder::new(&Config::default()));
+        recorder.begin_session();
+        let at_exit = StageAtExit(Arc::clone(&recorder));
+        let thread_recorder = Arc::clone(&recorder);
+        std::thread::spawn(move || {
+            let recorder = thread_recorder;
+            // Registered before the recorder's thread-local: destroyed
+            // after it.
+            AT_EXIT.with(|slot| *slot.borrow_mut() = Some(at_exit));
+            let work = recorder.begin_stage("work", None);
+            recorder.end_stage(work);
+        })
+        .join()
+        .unwrap();
+        recorder.end_session();
+        let tables = recorder.drain().0.finish().unwrap();
+        let stages = StagesView::new(&tables[&Table::Stages]).unwrap();
+        assert_eq!((stages.len, stages.name.get(0)), (1, "work"));
+    }
+
     /// A row's clock ticks become session nanoseconds at the first pairing
     /// pass after it is recorded, and only then: later passes leave it be.
     #[test]
@@ -1073,7 +1117,11 @@ mod tests {
         // monotonic nanoseconds since the epoch would show.
         std::thread::sleep(std::time::Duration::from_millis(5));
         recorder.begin_session();
-        let metric = |i: usize| recorder.with_thread(|t| t.records.metrics[i].ts_ns);
+        let metric = |i: usize| {
+            recorder
+                .with_thread(|t| t.records.metrics[i].ts_ns)
+                .unwrap()
+        };
         let record = |value| {
             recorder.record_row(Table::Metrics, |t, ticks| {
                 t.push_metric(ticks, Section::Custom, "m", value)

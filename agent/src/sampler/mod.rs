@@ -377,11 +377,13 @@ fn push_ring<T>(ring: &mut VecDeque<T>, row: T, max: usize) -> bool {
 fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu::GpuEvent>) {
     let recorder = &sampled.recorder;
     let max = recorder.max_rows();
-    let dropped = recorder.with_thread(|t| {
-        rows.iter()
-            .map(|row| u64::from(push_ring(&mut t.records.gpu_samples, row.clone(), max)))
-            .sum()
-    });
+    let dropped = recorder
+        .with_thread(|t| {
+            rows.iter()
+                .map(|row| u64::from(push_ring(&mut t.records.gpu_samples, row.clone(), max)))
+                .sum()
+        })
+        .unwrap_or(0);
     recorder.count_dropped(Table::GpuSamples, dropped);
     for event in events.drain(..) {
         notice!("{} {}", event.name, event.payload);
@@ -398,8 +400,9 @@ fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu:
 
 fn record_host(recorder: &Recorder, row: &HostSampleRecord) {
     let max = recorder.max_rows();
-    let dropped =
-        recorder.with_thread(|t| push_ring(&mut t.records.host_samples, row.clone(), max));
+    let dropped = recorder
+        .with_thread(|t| push_ring(&mut t.records.host_samples, row.clone(), max))
+        .unwrap_or(false);
     recorder.count_dropped(Table::HostSamples, u64::from(dropped));
 }
 
