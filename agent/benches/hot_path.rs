@@ -137,6 +137,10 @@ fn main() {
             Box::new(|| round(|_| drop(black_box(disabled.stage("decode"))))),
         ),
         (
+            "stage!, disabled profiler",
+            Box::new(|| round(|_| drop(black_box(rankscope::stage!(disabled, "decode"))))),
+        ),
+        (
             "stage(\"decode\"), in a session",
             Box::new(|| round(|_| drop(black_box(enabled.stage("decode"))))),
         ),
