@@ -105,11 +105,11 @@ impl EventLog {
     }
 
     fn chunk(&self) -> &Chunk {
-        // SAFETY: `current` always holds a chunk from `Box::into_raw`, freed
-        // only when the log is dropped or handed over by `replace`, which
-        // the owning thread calls holding the buffer's lock: the owning
-        // thread itself, and a reader holding the lock, never see it freed
-        // while they use it.
+        // SAFETY: `current` always holds a chunk from `Box::into_raw`, which
+        // leaves it only when the log is dropped or by `replace`, which the
+        // owning thread calls holding the buffer's lock: the owning thread
+        // itself, and a reader holding the lock (as `read` requires), never
+        // see it go while they use it.
         unsafe { &*self.current.load(Ordering::Relaxed) }
     }
 
@@ -129,8 +129,13 @@ impl EventLog {
     }
 
     /// The events of the current chunk from `from` on, and the position
-    /// after them. The caller holds the thread buffer's lock.
-    pub(crate) fn read(&self, from: usize) -> (impl Iterator<Item = Event> + '_, usize) {
+    /// after them.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the thread buffer's lock until it drops the
+    /// iterator: the chunk is replaced only under that lock.
+    pub(crate) unsafe fn read(&self, from: usize) -> (impl Iterator<Item = Event> + '_, usize) {
         let end = self.len.load(Ordering::Acquire);
         (self.chunk().events(from, end), end)
     }
@@ -141,9 +146,14 @@ impl EventLog {
         self.len.store(0, Ordering::Release);
     }
 
-    /// Hands over the (full) chunk and goes on in `fresh`, empty. Owning
-    /// thread only, holding the thread buffer's lock.
-    pub(crate) fn replace(&self, fresh: Chunk) -> Chunk {
+    /// Hands over the (full) chunk and goes on in `fresh`, empty.
+    ///
+    /// # Safety
+    ///
+    /// Called by the owning thread (the one that pushes), holding the
+    /// thread buffer's lock: nobody else reads the chunk then, and nobody
+    /// writes it but this thread.
+    pub(crate) unsafe fn replace(&self, fresh: Chunk) -> Chunk {
         let full = self
             .current
             .swap(Box::into_raw(Box::new(fresh)), Ordering::Relaxed);
@@ -184,7 +194,8 @@ mod tests {
         for event in events {
             assert!(log.push(event));
         }
-        let (read, end) = log.read(1);
+        // SAFETY: nobody else has the log.
+        let (read, end) = unsafe { log.read(1) };
         assert_eq!(read.collect::<Vec<_>>(), events[1..]);
         assert_eq!(end, 3);
         for i in 3..CHUNK_EVENTS {
@@ -195,6 +206,6 @@ mod tests {
         }
         assert!(!log.push(Event::End { seq: 0, ticks: 0 }), "full");
         log.clear();
-        assert_eq!(log.read(0).1, 0);
+        assert_eq!(unsafe { log.read(0) }.1, 0);
     }
 }

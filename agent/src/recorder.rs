@@ -12,9 +12,9 @@
 //! whenever the rows are read (the sampler's readings among them). A full
 //! chunk of the log is handed over for that, unpaired, while the
 //! recorder's budget of chunks lasts; past it the thread pairs its own
-//! events. Other records (metrics,
-//! events, telemetry) take the buffer's mutex, uncontended while the job
-//! runs: other threads take it only at session boundaries (start, finish,
+//! events. Other records (metrics, events, telemetry) take the buffer's
+//! mutex, seldom contended while the job runs: other threads take it
+//! briefly at each sampler reading, at session boundaries (start, finish,
 //! flushes, a thread's exit) and for the live view of open stages. When a
 //! thread exits, its records move into the recorder's batch builders and
 //! its buffer is freed, so short-lived threads cost no memory once gone.
@@ -22,8 +22,9 @@
 //! Memory is bounded by configuration: rows by `max_data_points` per table,
 //! distinct names by `max_names` per thread (more fold into `(other)`), open
 //! stages by `max_open_stages` per thread, events by a chunk per thread and
-//! the chunks handed over, which hold at most `max_data_points` stages
-//! across the threads.
+//! the recorder's other chunks (handed over, or spare for any thread),
+//! which hold at most `max_data_points` stages. (A thread that outlives
+//! its recorder keeps what it handed over until it exits.)
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -152,8 +153,6 @@ pub(crate) struct ThreadData {
     /// Full chunks of the thread's events handed over, oldest first, each
     /// with where pairing stopped in it.
     full: VecDeque<(Chunk, usize)>,
-    /// Chunks paired, for the thread's events again.
-    spare: Vec<Chunk>,
     /// Metadata of stages whose begin is not paired yet, by sequence number.
     metadata: Vec<(u32, String)>,
     /// Stages begun while the open stack was full.
@@ -230,9 +229,12 @@ struct Registry {
     max_rows: usize,
     kept: [AtomicU64; TABLES],
     dropped: [AtomicU64; TABLES],
-    /// Chunks of events the threads hold besides the one each writes
-    /// (handed over, or paired and spare), and how many they may: as many
-    /// as hold `max_rows` stages, in less memory than their rows take.
+    /// Chunks of events paired, for any of the threads to write in again.
+    spare_chunks: Mutex<Vec<Chunk>>,
+    /// Chunks there are besides the one each thread writes (handed over
+    /// and waiting to be paired, or spare), and how many there may be: as
+    /// many as hold `max_rows` stages, in less memory than their rows take.
+    /// Never freed before the recorder.
     chunks: AtomicUsize,
     max_chunks: usize,
 }
@@ -263,7 +265,9 @@ impl Registry {
     /// first: begins become open stages of session `generation` (0: of
     /// none, never kept), ends close them into stage rows.
     fn pair(&self, buffer: &ThreadBuffer, data: &mut ThreadData, generation: u64) {
-        let (events, end) = buffer.events.read(data.paired);
+        // SAFETY: `data` is the buffer's, locked: the lock is held while
+        // the events are read.
+        let (events, end) = unsafe { buffer.events.read(data.paired) };
         let unpaired = end != data.paired || !data.full.is_empty();
         if !unpaired && !data.records.unconverted() {
             return;
@@ -282,9 +286,13 @@ impl Registry {
             scale,
             rows: Grant::new(self, Table::Stages),
         };
-        while let Some((chunk, from)) = data.full.pop_front() {
-            Self::pair_events(data, chunk.events(from, CHUNK_EVENTS), &mut pass);
-            data.spare.push(chunk);
+        if !data.full.is_empty() {
+            let mut paired = Vec::with_capacity(data.full.len());
+            while let Some((chunk, from)) = data.full.pop_front() {
+                Self::pair_events(data, chunk.events(from, CHUNK_EVENTS), &mut pass);
+                paired.push(chunk);
+            }
+            lock(&self.spare_chunks).append(&mut paired);
         }
         Self::pair_events(data, events, &mut pass);
         data.paired = end;
@@ -341,11 +349,11 @@ impl Registry {
         }
     }
 
-    /// A chunk for `data`'s thread to write its events in while its full
-    /// one waits to be paired: a spare one, else a new one if the budget of
+    /// A chunk for a thread to write its events in while its full one
+    /// waits to be paired: a spare one, else a new one if the budget of
     /// chunks allows.
-    fn take_chunk(&self, data: &mut ThreadData) -> Option<Chunk> {
-        if let Some(chunk) = data.spare.pop() {
+    fn take_chunk(&self) -> Option<Chunk> {
+        if let Some(chunk) = lock(&self.spare_chunks).pop() {
             return Some(chunk);
         }
         if self.chunks.fetch_add(1, Ordering::Relaxed) < self.max_chunks {
@@ -400,9 +408,6 @@ impl Registry {
             self.take_rows(&mut retired.builders, buffer, &mut data);
             add_overflow(&mut retired.overflow, &mut data);
             data.clear_rows();
-            // Paired, so none is full: its chunks back to the budget.
-            self.chunks
-                .fetch_sub(std::mem::take(&mut data.spare).len(), Ordering::Relaxed);
         }
         lock(&self.threads).retain(|b| !Arc::ptr_eq(b, buffer));
     }
@@ -556,6 +561,7 @@ impl Recorder {
                 max_rows: config.max_data_points,
                 kept: Default::default(),
                 dropped: Default::default(),
+                spare_chunks: Mutex::default(),
                 chunks: AtomicUsize::new(0),
                 max_chunks: config.max_data_points.saturating_mul(2) / CHUNK_EVENTS,
             }),
@@ -587,7 +593,8 @@ impl Recorder {
     /// starts recording.
     pub(crate) fn begin_session(&self) {
         // From here until the new generation is set, whatever pairs (the
-        // clear below, a live view, a full log) keeps nothing.
+        // clear below, a live view, a thread past the budget of chunks)
+        // keeps nothing.
         self.registry.ended.store(0, Ordering::Relaxed);
         for thread in self.registry.threads() {
             let mut data = thread.lock();
@@ -786,9 +793,11 @@ impl Recorder {
     #[inline(never)]
     fn chunk_full(&self, buffer: &ThreadBuffer) {
         let mut data = buffer.lock();
-        match self.registry.take_chunk(&mut data) {
+        match self.registry.take_chunk() {
             Some(fresh) => {
-                let full = buffer.events.replace(fresh);
+                // SAFETY: the owning thread (in a stage call), holding the
+                // buffer's lock.
+                let full = unsafe { buffer.events.replace(fresh) };
                 let from = std::mem::replace(&mut data.paired, 0);
                 data.full.push_back((full, from));
             }
@@ -846,8 +855,9 @@ impl Recorder {
     #[inline]
     pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
         let ticks = self.registry.clock.ticks();
-        if self.registry.admit(table) {
-            self.with_thread(|t| push(t, ticks));
+        if self.registry.admit(table) && self.with_thread(|t| push(t, ticks)).is_none() {
+            // Not recorded (the thread is torn down): its row back.
+            give_back(&self.registry.kept[table as usize], 1);
         }
     }
 
@@ -905,7 +915,6 @@ impl Recorder {
                 calls: Vec::new(),
                 paired: 0,
                 full: VecDeque::new(),
-                spare: Vec::new(),
                 metadata: Vec::new(),
                 too_deep: 0,
                 records: Records::default(),
@@ -1072,20 +1081,23 @@ mod tests {
     }
 
     /// A stage that another thread-local's destructor records after the
-    /// recorder's thread-local is gone (destructors run last registered
-    /// first) is not recorded, and the thread exits without a panic (a
-    /// panic in a thread-local's destructor aborts the process).
+    /// recorder's thread-local is gone (on Linux destructors run last
+    /// registered first) is not recorded, and the thread exits without a
+    /// panic (a panic in a thread-local's destructor aborts the process).
     #[test]
     fn a_stage_recorded_while_the_thread_is_torn_down_is_left_out() {
-        struct StageAtExit(Arc<Recorder>);
+        /// Records at its drop; what the calls returned goes to the slot.
+        struct StageAtExit(Arc<Recorder>, Arc<Mutex<Option<(u64, bool)>>>);
         impl Drop for StageAtExit {
             fn drop(&mut self) {
-                let late = self.0.begin_stage("late", None);
-                assert_eq!(late, NOT_OPENED);
-                self.0.end_stage(late);
-                assert!(!self.0.stop_stage("work"));
-                self.0
-                    .record_row(Table::Metrics, |_, _| unreachable!("no buffer"));
+                let recorder = &self.0;
+                let late = recorder.begin_stage("late", None);
+                recorder.end_stage(late);
+                let stopped = recorder.stop_stage("work");
+                recorder.record_row(Table::Metrics, |t, ticks| {
+                    t.push_metric(ticks, Section::Custom, "late", 1.0);
+                });
+                *lock(&self.1) = Some((late, stopped));
             }
         }
         thread_local! {
@@ -1093,7 +1105,8 @@ mod tests {
         }
         let recorder = Arc::new(Recorder::new(&Config::default()));
         recorder.begin_session();
-        let at_exit = StageAtExit(Arc::clone(&recorder));
+        let outcome = Arc::new(Mutex::new(None));
+        let at_exit = StageAtExit(Arc::clone(&recorder), Arc::clone(&outcome));
         let thread_recorder = Arc::clone(&recorder);
         std::thread::spawn(move || {
             let recorder = thread_recorder;
@@ -1105,10 +1118,17 @@ mod tests {
         })
         .join()
         .unwrap();
+        assert_eq!(*lock(&outcome), Some((NOT_OPENED, false)));
+        assert_eq!(
+            recorder.registry.kept[Table::Metrics as usize].load(Ordering::Relaxed),
+            0,
+            "the metric's row budget given back"
+        );
         recorder.end_session();
         let tables = recorder.drain().0.finish().unwrap();
         let stages = StagesView::new(&tables[&Table::Stages]).unwrap();
         assert_eq!((stages.len, stages.name.get(0)), (1, "work"));
+        assert!(!tables.contains_key(&Table::Metrics));
     }
 
     /// A row's clock ticks become session nanoseconds at the first pairing
@@ -1205,62 +1225,77 @@ mod tests {
     }
 
     /// A thread hands its full chunks over unpaired while the recorder's
-    /// budget of chunks lasts, then pairs its own; a reader pairs what was
-    /// handed over, in order; an exiting thread gives its chunks back.
+    /// budget of chunks lasts, and pairs its own past it; a reader pairs
+    /// what was handed over, in order; paired chunks serve any thread.
     #[test]
     fn full_chunks_wait_for_a_reader_within_the_budget_of_chunks() {
+        // S stages fill a chunk; the row budget holds 4 S stages, and 4
+        // chunks besides the one each thread writes.
+        const S: usize = CHUNK_EVENTS / 2;
         let recorder = Arc::new(Recorder::new(&Config {
-            // Room for 4 chunks besides the one each thread writes.
-            max_data_points: 2 * CHUNK_EVENTS,
+            max_data_points: 4 * S,
             ..Config::default()
         }));
         assert_eq!(recorder.registry.max_chunks, 4);
-        let chunk_of_stages = |recorder: &Recorder, chunks: usize| {
-            for _ in 0..chunks * CHUNK_EVENTS / 2 {
+        let stages = |recorder: &Recorder, count: usize| {
+            for _ in 0..count {
                 let stage = recorder.begin_stage("s", None);
                 recorder.end_stage(stage);
             }
         };
-        let held = |recorder: &Recorder| {
+        // (chunks handed over, stage rows) of the one live thread, chunks
+        // besides the threads' own, spare chunks.
+        let state = |recorder: &Recorder| {
             let thread = recorder.registry.threads()[0].clone();
             let data = thread.lock();
-            (data.full.len(), data.records.stages.len())
+            (
+                data.full.len(),
+                data.records.stages.len(),
+                recorder.registry.chunks.load(Ordering::Relaxed),
+                lock(&recorder.registry.spare_chunks).len(),
+            )
         };
         recorder.begin_session();
         let thread = {
             let recorder = Arc::clone(&recorder);
             std::thread::spawn(move || {
-                // Three chunks of events: two handed over, the third full
-                // and still the thread's; nothing paired.
-                chunk_of_stages(&recorder, 3);
-                assert_eq!(held(&recorder), (2, 0));
-                // Two more: the budget of 4 chunks is spent.
-                chunk_of_stages(&recorder, 2);
-                assert_eq!(held(&recorder), (4, 0));
-                // At the next event the thread pairs the five full chunks
-                // itself: rows up to the row budget (4 chunks' worth).
-                chunk_of_stages(&recorder, 1);
-                assert_eq!(held(&recorder), (0, 2 * CHUNK_EVENTS));
-                assert_eq!(recorder.registry.chunks.load(Ordering::Relaxed), 4);
+                // Three chunks' worth: two handed over, the third full and
+                // still the thread's; nothing paired on the thread.
+                stages(&recorder, 3 * S);
+                assert_eq!(state(&recorder), (2, 0, 2, 0));
+                // A reader (the sampler's pass) pairs them, oldest first.
+                recorder.pair_events();
+                assert_eq!(state(&recorder), (0, 3 * S, 2, 2));
+                // Four more: the spares and two new chunks, the budget.
+                stages(&recorder, 4 * S);
+                assert_eq!(state(&recorder), (4, 3 * S, 4, 0));
+                // At the next, the thread pairs its own: what the row
+                // budget leaves room for is kept, the rest counted.
+                stages(&recorder, 1);
+                assert_eq!(state(&recorder), (0, 4 * S, 4, 4));
             })
         };
         thread.join().unwrap();
-        assert_eq!(
-            recorder.registry.chunks.load(Ordering::Relaxed),
-            0,
-            "the exited thread's chunks are given back"
-        );
+        // Another thread writes in the chunks the first one used.
+        let thread = {
+            let recorder = Arc::clone(&recorder);
+            std::thread::spawn(move || {
+                stages(&recorder, 3 * S);
+                assert_eq!(state(&recorder), (2, 0, 4, 2));
+            })
+        };
+        thread.join().unwrap();
         recorder.end_session();
         let tables = recorder.drain().0.finish().unwrap();
-        let stages = StagesView::new(&tables[&Table::Stages]).unwrap();
-        assert_eq!(stages.len, 2 * CHUNK_EVENTS);
+        let rows = StagesView::new(&tables[&Table::Stages]).unwrap();
+        assert_eq!(rows.len, 4 * S);
         assert!(
-            (0..stages.len).all(|i| stages.call_index[i] == i as u32),
-            "every stage once, in order"
+            (1..rows.len).all(|i| rows.start_ns[i - 1] <= rows.start_ns[i]),
+            "the first thread's first stages, in the order they ran"
         );
         assert_eq!(
             recorder.take_dropped(),
-            vec![(Table::Stages, (CHUNK_EVENTS) as u64)]
+            vec![(Table::Stages, (6 * S + 1) as u64)]
         );
     }
 

@@ -6,10 +6,11 @@
 //! nanoseconds, a monotonic clock reading about twenty. (Telemetry rows,
 //! stamped on the sampler's thread, read the monotonic clock.) Ticks become
 //! nanoseconds at a pairing pass (each sampler reading, a flush, the
-//! session's end, a thread past the budget of event chunks): a row's at the first pass after it, a stage's
-//! start and end at the pass that pairs its end. The conversion is the line
-//! through two readings of both clocks taken together: one at the session's
-//! start and one at the pass. The line is exact at both ends; between them
+//! session's end, a thread past its recorder's budget of event chunks): a
+//! row's at the first pass after it, a stage's start and end at the pass
+//! that pairs its end. The conversion is the line through two readings of
+//! both clocks taken together: one at the session's start and one at the
+//! pass. The line is exact at both ends; between them
 //! a time is off by the jitter of reading the two clocks together (tens of
 //! nanoseconds) plus however much the monotonic clock's rate changed over
 //! the session (NTP adjusts it by parts per million). Elsewhere (other
