@@ -160,9 +160,9 @@ enum Commands {
 /// decodes on every core, and each arena keeps what its threads freed; with
 /// two, what the decoding threads freed in the main arena serves the
 /// analysis after them. At 1024 ranks on 2 cores (BENCHMARKS.md): one per
-/// thread 0.35 s and 36.6 MiB, two 0.35 s and 33.4 MiB, one 0.55 s and
-/// 33–53 MiB (the threads wait for its lock). Only the command does this,
-/// never a rank.
+/// thread 0.35 s and 35.8 MiB, two 0.35 s and 32.5–33.0 MiB, one 0.55 s
+/// and 32–51.5 MiB (the threads wait for its lock). Only the command does
+/// this, never a rank.
 fn two_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt sets an allocator parameter; it is called before the

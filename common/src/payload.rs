@@ -536,13 +536,13 @@ fn unzstd(compressed: &[u8], capacity: usize, out: &mut Vec<u8>) -> Result<(), S
             Some(context) => context,
             None => context.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
         };
-        // Into a slice of exactly `capacity` bytes: a longer stream fails
-        // rather than growing `out`.
-        out.resize(capacity, 0);
-        let written = context
-            .decompress_to_buffer(compressed, out.as_mut_slice())
+        // Into `out`'s spare room, never grown (a longer stream fails, or
+        // is refused by the caller's length check): `capacity` bytes, or
+        // what an earlier table of the payload left.
+        out.reserve(capacity);
+        context
+            .decompress_to_buffer(compressed, out)
             .map_err(|e| format!("decompressing ({capacity} announced): {e}"))?;
-        out.truncate(written);
         Ok(())
     })
 }

@@ -176,6 +176,9 @@ impl StageTimes {
     pub fn add(&mut self, rank: u32, stages: RankStages) {
         let name = |at: u32| stages.names[at as usize].clone();
         for (at, durations, self_s) in stages.calls {
+            // Self time is summed from nanoseconds, the total from the
+            // calls' single-precision seconds: never more than the total.
+            let self_s = self_s.min(Self::total(&durations));
             self.self_by_name
                 .entry(name(at))
                 .or_default()

@@ -62,23 +62,29 @@ pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<Report
 /// Writes the files rendered from the report alone — `report.json`,
 /// `report.html`, `summary.txt` and `stages.csv` — into `dir`.
 pub fn write_reports(report: &Report, dir: &Path) -> Result<ReportFiles, WriteError> {
+    let write_json = || {
+        write_with(&dir.join(REPORT_JSON), |out| {
+            serde_json::to_writer_pretty(out, report).map_err(std::io::Error::other)
+        })
+    };
     // report.json, the largest, is written on a thread of its own beside
-    // the others.
-    std::thread::scope(|scope| {
-        let json = scope.spawn(|| {
-            write_with(&dir.join(REPORT_JSON), |out| {
-                serde_json::to_writer_pretty(out, report).map_err(std::io::Error::other)
-            })
-        });
-        let others = write_pages(report, dir);
-        let json = json
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        let (others, summary) = others?;
-        let mut files = vec![json?];
-        files.extend(others);
-        Ok(ReportFiles { files, summary })
-    })
+    // the others (here, when no thread can be had).
+    let (json, others) = std::thread::scope(|scope| {
+        match std::thread::Builder::new().spawn_scoped(scope, write_json) {
+            Ok(json) => {
+                let others = write_pages(report, dir);
+                let json = json
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (json, others)
+            }
+            Err(_) => (write_json(), write_pages(report, dir)),
+        }
+    });
+    let mut files = vec![json?];
+    let (others, summary) = others?;
+    files.extend(others);
+    Ok(ReportFiles { files, summary })
 }
 
 /// Writes report.html, summary.txt and stages.csv; returns their paths and
