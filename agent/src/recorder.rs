@@ -23,8 +23,7 @@
 //! distinct names by `max_names` per thread (more fold into `(other)`), open
 //! stages by `max_open_stages` per thread, events by a chunk per thread and
 //! the recorder's other chunks (handed over, or spare for any thread),
-//! which hold at most `max_data_points` stages. (A thread that outlives
-//! its recorder keeps what it handed over until it exits.)
+//! which hold at most `max_data_points` stages.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -1038,6 +1037,11 @@ pub(crate) fn stage_cost_ns() -> Option<f64> {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
+        // The chunks the live threads handed over, unpaired, are of no use
+        // now: freed (their buffers go when the threads exit).
+        for thread in self.registry.threads() {
+            thread.lock().full.clear();
+        }
         // Forget this thread's entry; other threads' entries go when they exit.
         let id = self.id;
         let _ = LOCALS.try_with(|locals| {

@@ -536,13 +536,23 @@ fn unzstd(compressed: &[u8], capacity: usize, out: &mut Vec<u8>) -> Result<(), S
             Some(context) => context,
             None => context.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
         };
-        // Into `out`'s spare room, never grown (a longer stream fails, or
-        // is refused by the caller's length check): `capacity` bytes, or
-        // what an earlier table of the payload left.
-        out.reserve(capacity);
-        context
-            .decompress_to_buffer(compressed, out)
-            .map_err(|e| format!("decompressing ({capacity} announced): {e}"))?;
+        let failed = |e: std::io::Error| format!("decompressing ({capacity} announced): {e}");
+        // zstd writes at most as far as the buffer it is given: exactly
+        // `capacity` bytes either way, so a longer stream fails.
+        if out.capacity() > capacity {
+            // The room a larger table left: a slice of its memory.
+            out.resize(capacity, 0);
+            let written = context
+                .decompress_to_buffer(compressed, out.as_mut_slice())
+                .map_err(failed)?;
+            out.truncate(written);
+        } else {
+            // New room, written only as far as the stream goes.
+            out.reserve_exact(capacity);
+            context
+                .decompress_to_buffer(compressed, out)
+                .map_err(failed)?;
+        }
         Ok(())
     })
 }

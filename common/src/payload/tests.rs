@@ -348,6 +348,29 @@ fn an_announced_table_size_past_the_limit_is_refused_before_allocating() {
     assert!(err.contains("7 announced"), "{err}");
 }
 
+#[test]
+fn a_table_decompresses_no_further_than_announced_after_a_larger_one() {
+    let zstd = |bytes: &[u8]| zstd::bulk::compress(bytes, 3).unwrap();
+    let (large, small) = (vec![7u8; 100_000], vec![9u8; 1_000]);
+    // One buffer for the tables of a payload, as `decode` keeps it.
+    let mut out = Vec::new();
+    decompress(
+        2,
+        &zstd(&large),
+        large.len() as u64,
+        MAX_TABLE_BYTES,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out, large);
+    // 1 000 bytes announced as 10: zstd stops at 10, in the room the
+    // larger table left.
+    let err = decompress(2, &zstd(&small), 10, MAX_TABLE_BYTES, &mut out).unwrap_err();
+    assert!(err.starts_with("decompressing (10 announced)"), "{err}");
+    decompress(2, &zstd(&small), 1_000, MAX_TABLE_BYTES, &mut out).unwrap();
+    assert_eq!(out, small);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
