@@ -49,9 +49,12 @@ pub enum AggregateError {
     Write(#[from] WriteError),
 }
 
+/// The first 20 inputs refused, a line each, and how many more there were.
 fn describe(skipped: &[Skipped]) -> String {
-    skipped
+    const LISTED: usize = 20;
+    let mut lines: String = skipped
         .iter()
+        .take(LISTED)
         .map(|s| {
             format!(
                 "\n  {}: {}",
@@ -59,7 +62,11 @@ fn describe(skipped: &[Skipped]) -> String {
                 rankscope_common::error::Chain(&s.reason)
             )
         })
-        .collect()
+        .collect();
+    if skipped.len() > LISTED {
+        lines += &format!("\n  … and {} more", skipped.len() - LISTED);
+    }
+    lines
 }
 
 /// Which files [`aggregate`] writes.
@@ -210,4 +217,26 @@ fn write_rows(
         });
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankscope_common::Rejection;
+
+    #[test]
+    fn a_directory_of_refused_files_names_the_first_twenty() {
+        let skipped: Vec<Skipped> = (0..25)
+            .map(|i| Skipped {
+                source: format!("rank-{i:05}.rsp"),
+                reason: Rejection::NotAFile,
+            })
+            .collect();
+        let text = describe(&skipped);
+        assert_eq!(text.lines().count(), 1 + 20 + 1, "{text}");
+        assert!(text.contains("rank-00019.rsp: not a regular file"));
+        assert!(!text.contains("rank-00020.rsp"));
+        assert!(text.ends_with("\n  … and 5 more"), "{text}");
+        assert_eq!(describe(&skipped[..2]).lines().count(), 3);
+    }
 }
