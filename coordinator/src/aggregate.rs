@@ -155,7 +155,8 @@ pub fn aggregate(
         })
         .collect();
     let mut report = analyze_digests(gathered, config);
-    // The digests are gone: what they took goes back before the second pass.
+    // The digests are gone, then the second pass's rows: what each took
+    // goes back before the next phase.
     release_freed_memory();
     let row_files = match outputs {
         Outputs::All => write_rows(&accepted, output, &mut report, config)?,
@@ -164,6 +165,7 @@ pub fn aggregate(
             Vec::new()
         }
     };
+    release_freed_memory();
     let mut files = write_reports(&report, output)?;
     files.files.extend(row_files);
     Ok(Aggregated { report, files })
@@ -172,7 +174,7 @@ pub fn aggregate(
 /// Gives the memory the allocator holds free back to the system, so that
 /// the next phase starts from what is in use (glibc keeps what threads
 /// freed in their arenas; at 1024 ranks this takes ~1 MiB off the peak of
-/// an aggregation that writes every file).
+/// an aggregation that writes every file, as the last file is written).
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free memory; it is safe to call at
@@ -182,8 +184,9 @@ fn release_freed_memory() {
     }
 }
 
-/// The second pass: the inputs of the report decoded again, a few at a time
-/// on every core, and written into the trace and raw files by rank. An
+/// The second pass: the inputs of the report decoded again, one per core at
+/// a time (two per core cost 1 MiB more at 1024 ranks, for 3 % less time),
+/// and written into the trace and raw files by rank. An
 /// input that no longer decodes to what it did (its file changed
 /// meanwhile) is named in the report.
 fn write_rows(
@@ -193,7 +196,7 @@ fn write_rows(
     config: &Config,
 ) -> Result<Vec<PathBuf>, AggregateError> {
     let mut rows = RowWriters::create(output, report, config)?;
-    let at_once = 2 * std::thread::available_parallelism().map_or(1, |n| n.get());
+    let at_once = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut changed = Vec::new();
     for chunk in accepted.chunks(at_once) {
         let inputs: Vec<Input> = chunk.iter().map(|(input, _)| input.clone()).collect();
