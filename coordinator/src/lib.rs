@@ -33,6 +33,7 @@ pub mod aggregate;
 pub mod analysis;
 pub mod compare;
 pub mod inspect;
+mod join;
 pub mod model;
 pub mod read;
 pub mod report;

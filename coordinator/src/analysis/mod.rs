@@ -22,6 +22,7 @@ use rankscope_common::gather::Headed;
 use rankscope_common::payload::GpuSource;
 use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
+use crate::join::join;
 use crate::model::{
     DroppedRows, Notice, RankGpu, RankSummary, Report, Series, SessionSummary, SkippedInput,
     MISSING_LISTED, SCHEMA_VERSION,
@@ -62,21 +63,32 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
     let other_runs: Vec<SkippedInput> = other_runs.iter().map(input).collect();
     let mut skipped: Vec<SkippedInput> = refused.iter().map(input).collect();
     // The parts of each digest that are merged across ranks, taken out.
-    let mut times = StageTimes::default();
+    let mut stages_by_rank = Vec::with_capacity(ranks.len());
     let mut gpus_by_rank = Vec::with_capacity(ranks.len());
     let mut timelines = Vec::with_capacity(ranks.len());
     for digest in &mut ranks {
         gpus_by_rank.push(std::mem::take(&mut digest.gpus));
         timelines.push(std::mem::take(&mut digest.timeline));
-        let rank = digest.header.rank.rank;
-        match std::mem::replace(&mut digest.stages, Ok(RankStages::default())) {
-            Ok(stages) => times.add(rank, stages),
-            Err(reason) => skipped.push(SkippedInput {
-                source: format!("rank {rank} stages"),
-                reason,
-            }),
-        }
+        let stages = std::mem::replace(&mut digest.stages, Ok(RankStages::default()));
+        stages_by_rank.push((digest.header.rank.rank, stages));
     }
+    // The GPUs merged beside the stages.
+    let ((gpus, gpu_series), times) = join(
+        || gpus::gpu_summaries(gpus_by_rank, &BottleneckRule::from_config(config)),
+        || {
+            let mut times = StageTimes::default();
+            for (rank, stages) in stages_by_rank {
+                match stages {
+                    Ok(stages) => times.add(rank, stages),
+                    Err(reason) => skipped.push(SkippedInput {
+                        source: format!("rank {rank} stages"),
+                        reason,
+                    }),
+                }
+            }
+            times
+        },
+    );
 
     let durations: Vec<f64> = ranks
         .iter()
@@ -87,7 +99,11 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         threshold_pct: config.straggler_threshold_pct,
         min_excess_s: config.straggler_min_s,
     };
-    let lockstep = stragglers::lockstep(&times);
+    // The per-call analysis beside the per-stage statistics.
+    let (lockstep, stages) = join(
+        || stragglers::lockstep(&times),
+        || stages::stage_stats(&times, session_total_s),
+    );
     // The timeline's zero: rank 0's session start, else the earliest rank's.
     let reference_start_ns = ranks
         .iter()
@@ -104,8 +120,6 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         .iter()
         .map(|r| (r.header.rank.rank, &r.diffusion))
         .collect();
-    let (gpus, gpu_series) =
-        gpus::gpu_summaries(gpus_by_rank, &BottleneckRule::from_config(config));
 
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
@@ -118,7 +132,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
             .iter()
             .map(|r| rank_summary(r, reference_start_ns))
             .collect(),
-        stages: stages::stage_stats(&times, session_total_s),
+        stages,
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
         gpus,

@@ -42,23 +42,40 @@ pub fn mean_std(values: &[f64]) -> Option<(f64, f64)> {
 /// two nearest (numpy's default). Selects rather than sorts (linear time),
 /// reordering `values`.
 pub fn quantile(values: &mut [f64], q: f64) -> f64 {
-    match values.len() {
-        0 => f64::NAN,
-        1 => values[0],
-        n => {
-            let position = q.clamp(0.0, 1.0) * (n - 1) as f64;
-            let below = position.floor() as usize;
-            let fraction = position - below as f64;
-            let (_, &mut at_below, above) = values.select_nth_unstable_by(below, f64::total_cmp);
-            // The next value in order is the least of those above.
-            let at_above = above
-                .iter()
-                .copied()
-                .min_by(f64::total_cmp)
-                .unwrap_or(at_below);
-            at_below + (at_above - at_below) * fraction
+    quantiles(values, [q])[0]
+}
+
+/// The quantiles `qs` of `values`, as [`quantile`] computes each. Given in
+/// ascending order, each is selected among the values from the one before
+/// up, not among all of them.
+pub fn quantiles<const N: usize>(values: &mut [f64], qs: [f64; N]) -> [f64; N] {
+    let n = values.len();
+    // values[from..] are the largest values, every one before them no larger.
+    let mut from = 0;
+    qs.map(|q| {
+        if n == 0 {
+            return f64::NAN;
         }
-    }
+        let position = q.clamp(0.0, 1.0) * (n - 1) as f64;
+        let below = position.floor() as usize;
+        if below < from {
+            from = 0;
+        }
+        let (_, &mut at_below, above) =
+            values[from..].select_nth_unstable_by(below - from, f64::total_cmp);
+        from = below;
+        let fraction = position - below as f64;
+        if fraction == 0.0 {
+            return at_below;
+        }
+        // The next value in order is the least of those above.
+        let at_above = above
+            .iter()
+            .copied()
+            .min_by(f64::total_cmp)
+            .unwrap_or(at_below);
+        at_below + (at_above - at_below) * fraction
+    })
 }
 
 /// p50 / p95 / p99, min, mean and max of `values` (reordered in place).
@@ -71,10 +88,11 @@ pub fn percentiles(values: &mut [f64]) -> Option<Percentiles> {
         |pick: fn(f64, f64) -> f64| values.iter().copied().reduce(pick).unwrap_or(f64::NAN);
     let (min, max) = (extreme(f64::min), extreme(f64::max));
     let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let [p50, p95, p99] = quantiles(values, [0.50, 0.95, 0.99]);
     Some(Percentiles {
-        p50: quantile(values, 0.50),
-        p95: quantile(values, 0.95),
-        p99: quantile(values, 0.99),
+        p50,
+        p95,
+        p99,
         min,
         mean,
         max,
@@ -138,6 +156,25 @@ mod tests {
         assert!((p.p99 - 9.91).abs() < 1e-12);
         assert_eq!((p.min, p.mean, p.max), (1.0, 5.5, 10.0));
         assert!(percentiles(&mut []).is_none());
+    }
+
+    #[test]
+    fn quantiles_in_any_order_agree_with_the_sorted_values() {
+        // 37 values in a scrambled order, repeats among them.
+        let values: Vec<f64> = (0..37u32).map(|i| f64::from(i * 17 % 23)).collect();
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        let by_sorting = |q: f64| {
+            let position = q * (sorted.len() - 1) as f64;
+            let (below, fraction) = (position.floor() as usize, position.fract());
+            let above = sorted.get(below + 1).copied().unwrap_or(sorted[below]);
+            sorted[below] + (above - sorted[below]) * fraction
+        };
+        let qs = [0.0, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0, 0.1, 0.5];
+        let found = quantiles(&mut values.clone(), qs);
+        for (q, value) in qs.into_iter().zip(found) {
+            assert!((value - by_sorting(q)).abs() < 1e-12, "q {q}: {value}");
+        }
     }
 
     #[test]

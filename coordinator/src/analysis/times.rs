@@ -80,19 +80,17 @@ impl RankStages {
             .map(|key| *first_key.entry(dictionary.value(key)).or_insert(key))
             .collect();
         let name_key = |i: usize| canonical[stages.name.key(i)];
-        // The rows grouped by name, each group in table order: (key, row)
-        // packed in one integer, sorted.
-        let mut by_name: Vec<u64> = (0..rows)
-            .map(|i| (name_key(i) as u64) << 32 | i as u64)
-            .collect();
-        by_name.sort_unstable();
+        let (mut by_name, group_ends) = group_by_key(rows, canonical.len(), name_key);
         let mut calls = Vec::new();
         let mut parents = Vec::new();
         let mut placed = Vec::new();
-        for group in by_name.chunk_by(|a, b| a >> 32 == b >> 32) {
-            let key = (group[0] >> 32) as usize;
-            let mut group: Vec<usize> =
-                group.iter().map(|&packed| packed as u32 as usize).collect();
+        let mut group_start = 0;
+        for (key, &group_end) in group_ends.iter().enumerate() {
+            let group = &mut by_name[group_start..group_end];
+            group_start = group_end;
+            if group.is_empty() {
+                continue;
+            }
             // Rows are written as stages end, which is start order unless a
             // stage ran inside another of its name.
             if !group.is_sorted_by_key(|&i| stages.start_ns[i]) {
@@ -157,36 +155,80 @@ impl RankStages {
     }
 }
 
+/// The rows `0..rows` grouped by `key` (each below `keys`), keys ascending,
+/// each group in row order (a counting sort); and where each key's group
+/// ends.
+fn group_by_key(
+    rows: usize,
+    keys: usize,
+    key: impl Fn(usize) -> usize,
+) -> (Vec<usize>, Vec<usize>) {
+    let mut ends = vec![0usize; keys];
+    for i in 0..rows {
+        ends[key(i)] += 1;
+    }
+    let mut next = 0;
+    for end in &mut ends {
+        next += *end;
+        *end = next;
+    }
+    // Filled from the back: each group's last row first.
+    let mut grouped = vec![0usize; rows];
+    let mut fill = ends.clone();
+    for i in (0..rows).rev() {
+        let at = &mut fill[key(i)];
+        *at -= 1;
+        grouped[*at] = i;
+    }
+    (grouped, ends)
+}
+
 /// Each row's enclosing row, where the table holds it (stage ids are
-/// unique within a rank): a binary search over the rows sorted by id.
+/// unique within a rank): a binary search over the rows sorted by id,
+/// once per run of rows with the same parent (siblings end one after
+/// another, so their rows are adjacent).
 fn enclosing_rows(stages: &StagesView<'_>) -> Vec<Option<usize>> {
     let mut by_id: Vec<(u64, usize)> = (0..stages.len).map(|i| (stages.stage_id[i], i)).collect();
     by_id.sort_unstable();
+    let find = |parent: u64| {
+        let at = by_id.binary_search_by_key(&parent, |&(id, _)| id).ok()?;
+        Some(by_id[at].1)
+    };
+    let mut last: Option<(u64, Option<usize>)> = None;
     (0..stages.len)
         .map(|i| {
             let parent = stages.parent_id.get(i)?;
-            let at = by_id.binary_search_by_key(&parent, |&(id, _)| id).ok()?;
-            Some(by_id[at].1)
+            match last {
+                Some((id, row)) if id == parent => row,
+                _ => {
+                    let row = find(parent);
+                    last = Some((parent, row));
+                    row
+                }
+            }
         })
         .collect()
+}
+
+/// The value of `name` in `map`, made when missing: the name is copied
+/// only then (once per stage name, not once per rank).
+fn named<'m, V: Default>(map: &'m mut BTreeMap<String, V>, name: &str) -> &'m mut V {
+    if !map.contains_key(name) {
+        map.insert(name.to_string(), V::default());
+    }
+    map.get_mut(name).expect("inserted above")
 }
 
 impl StageTimes {
     /// Adds the stages of `rank`.
     pub fn add(&mut self, rank: u32, stages: RankStages) {
-        let name = |at: u32| stages.names[at as usize].clone();
+        let name = |at: u32| stages.names[at as usize].as_str();
         for (at, durations, self_s) in stages.calls {
             // Self time is summed from nanoseconds, the total from the
             // calls' single-precision seconds: never more than the total.
             let self_s = self_s.min(Self::total(&durations));
-            self.self_by_name
-                .entry(name(at))
-                .or_default()
-                .insert(rank, self_s);
-            self.by_name
-                .entry(name(at))
-                .or_default()
-                .insert(rank, durations);
+            named(&mut self.self_by_name, name(at)).insert(rank, self_s);
+            named(&mut self.by_name, name(at)).insert(rank, durations);
         }
         for (name, gpu_s) in stages.gpu_s {
             self.gpu_by_name
@@ -195,11 +237,8 @@ impl StageTimes {
                 .insert(rank, gpu_s);
         }
         for (at, parent, calls) in stages.parents {
-            *self
-                .parent_counts
-                .entry(name(at))
-                .or_default()
-                .entry(parent.map(name))
+            *named(&mut self.parent_counts, name(at))
+                .entry(parent.map(|at| name(at).to_string()))
                 .or_default() += calls;
         }
     }

@@ -20,6 +20,7 @@ use rankscope_common::gather::{Gathered, ReportFiles};
 use rankscope_common::Config;
 
 use crate::analysis::analyze;
+use crate::join::join;
 use crate::model::{Report, StageStats};
 
 pub use rows::{RowWriters, TRACE_JSON_GZ};
@@ -67,20 +68,8 @@ pub fn write_reports(report: &Report, dir: &Path) -> Result<ReportFiles, WriteEr
             serde_json::to_writer_pretty(out, report).map_err(std::io::Error::other)
         })
     };
-    // report.json, the largest, is written on a thread of its own beside
-    // the others (here, when no thread can be had).
-    let (json, others) = std::thread::scope(|scope| {
-        match std::thread::Builder::new().spawn_scoped(scope, write_json) {
-            Ok(json) => {
-                let others = write_pages(report, dir);
-                let json = json
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (json, others)
-            }
-            Err(_) => (write_json(), write_pages(report, dir)),
-        }
-    });
+    // report.json, the largest, is written beside the others.
+    let (json, others) = join(write_json, || write_pages(report, dir));
     let mut files = vec![json?];
     let (others, summary) = others?;
     files.extend(others);
