@@ -37,10 +37,9 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{Cursor, Read, Write};
+use std::io::{Read, Write};
 
 use arrow_array::RecordBatch;
-use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
 use serde::{Deserialize, Serialize};
 
@@ -48,12 +47,14 @@ use crate::table::{SchemaMismatch, Table, TableView};
 
 mod delta;
 mod header;
+mod stream;
 
 use header::HeaderTail;
 pub use header::{
     ClockMeta, ClockOffset, ClockSync, DroppedRows, GpuMeta, GpuSource, Overflow, PayloadHeader,
     RankMeta, SamplerStats, SessionMeta, TransportName,
 };
+use stream::read_stream;
 
 /// The four bytes every payload starts with.
 pub const MAGIC: [u8; 4] = *b"RSPL";
@@ -525,8 +526,9 @@ fn expansion_allowed(compressed: usize, raw: u64) -> bool {
 
 /// Decompresses the zstd frames `compressed` into `out`, at most
 /// `capacity` bytes, with one decompression context per thread (making one
-/// per table cost as much as decompressing a small table).
-fn unzstd(compressed: &[u8], capacity: usize, out: &mut Vec<u8>) -> Result<(), String> {
+/// per table cost as much as decompressing a small table). The room is
+/// reserved, and written only as far as the frames go.
+fn unzstd(compressed: &[u8], capacity: usize) -> Result<Vec<u8>, String> {
     thread_local! {
         static CONTEXT: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
             const { RefCell::new(None) };
@@ -536,37 +538,19 @@ fn unzstd(compressed: &[u8], capacity: usize, out: &mut Vec<u8>) -> Result<(), S
             Some(context) => context,
             None => context.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
         };
-        let failed = |e: std::io::Error| format!("decompressing ({capacity} announced): {e}");
-        // zstd writes at most as far as the buffer it is given: exactly
-        // `capacity` bytes either way, so a longer stream fails.
-        if out.capacity() > capacity {
-            // The room a larger table left: a slice of its memory.
-            out.resize(capacity, 0);
-            let written = context
-                .decompress_to_buffer(compressed, out.as_mut_slice())
-                .map_err(failed)?;
-            out.truncate(written);
-        } else {
-            // New room, written only as far as the stream goes.
-            out.reserve_exact(capacity);
-            context
-                .decompress_to_buffer(compressed, out)
-                .map_err(failed)?;
-        }
-        Ok(())
+        // zstd writes no further than the room it is given: a longer
+        // stream fails.
+        let mut out = Vec::with_capacity(capacity);
+        context
+            .decompress_to_buffer(compressed, &mut out)
+            .map_err(|e| format!("decompressing ({capacity} announced): {e}"))?;
+        Ok(out)
     })
 }
 
-/// Decompresses `compressed` with codec `codec` into `out` (what it held
-/// is dropped; its memory is reused), refusing to produce more (or less)
-/// than the announced `raw_len` bytes.
-fn decompress(
-    codec: u8,
-    compressed: &[u8],
-    raw_len: u64,
-    limit: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), String> {
+/// Decompresses `compressed` with codec `codec`, refusing to produce more
+/// (or less) than the announced `raw_len` bytes.
+fn decompress(codec: u8, compressed: &[u8], raw_len: u64, limit: u64) -> Result<Vec<u8>, String> {
     if raw_len > limit {
         return Err(format!(
             "announced size {raw_len} bytes exceeds the {limit}-byte limit"
@@ -581,26 +565,26 @@ fn decompress(
     }
     // Both bounds above cap `raw_len`, so it can be allocated up front.
     let capacity = usize::try_from(raw_len).map_err(|_| format!("{raw_len} bytes announced"))?;
-    out.clear();
-    match codec {
-        0 => out.extend_from_slice(compressed),
+    let out = match codec {
+        0 => compressed.to_vec(),
         1 => {
-            out.reserve(capacity);
+            let mut out = Vec::with_capacity(capacity);
             lz4_flex::frame::FrameDecoder::new(compressed)
                 .take(raw_len + 1)
-                .read_to_end(out)
+                .read_to_end(&mut out)
                 .map_err(|e| format!("decompressing: {e}"))?;
+            out
         }
-        2 => unzstd(compressed, capacity, out)?,
+        2 => unzstd(compressed, capacity)?,
         other => return Err(format!("unknown codec {other}")),
-    }
+    };
     if out.len() as u64 != raw_len {
         return Err(format!(
             "decompressed to {} bytes, {raw_len} announced",
             out.len()
         ));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Decodes a payload from untrusted bytes, within the default [`Limits`].
@@ -629,8 +613,6 @@ pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadEr
 
     let table_count = reader.u16("table count")?;
     let mut tables = BTreeMap::new();
-    // One buffer for every table's stream: the reader copies what it keeps.
-    let mut stream = Vec::new();
     for _ in 0..table_count {
         let id = reader.u8("table id")?;
         let table = Table::from_id(id)
@@ -642,15 +624,16 @@ pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadEr
             usize::try_from(len).map_err(|_| PayloadError::BadLength(len))?,
             table.name(),
         )?;
-        decompress(codec, compressed, raw_len, limits.table_bytes, &mut stream).map_err(
-            |reason| PayloadError::Table {
-                table: table.name(),
-                reason,
-            },
-        )?;
+        let stream =
+            decompress(codec, compressed, raw_len, limits.table_bytes).map_err(|reason| {
+                PayloadError::Table {
+                    table: table.name(),
+                    reason,
+                }
+            })?;
         let batch = match version {
-            3.. => delta::decode(&read_stream(table, &stream)?),
-            _ => read_stream(table, &stream)?,
+            3.. => delta::decode(&read_stream(table, stream)?),
+            _ => read_stream(table, stream)?,
         };
         if tables.insert(table, batch).is_some() {
             return Err(PayloadError::Layout(format!(
@@ -767,90 +750,6 @@ pub fn announced_length(bytes: &[u8], limit: u64) -> Result<u64, PayloadError> {
         return Err(PayloadError::Reserved(reserved));
     }
     Ok(total)
-}
-
-fn read_stream(table: Table, stream: &[u8]) -> Result<RecordBatch, PayloadError> {
-    let fail = |reason: String| PayloadError::Table {
-        table: table.name(),
-        reason,
-    };
-    check_stream_framing(stream)
-        .map_err(|reason| fail(format!("malformed Arrow IPC stream: {reason}")))?;
-    // The Arrow IPC reader validates what it reads, but is not promised to be
-    // panic-free on hostile input: a panic becomes this table's error.
-    let read = crate::error::catch_quietly(|| -> Result<Vec<RecordBatch>, String> {
-        let reader = StreamReader::try_new(Cursor::new(stream), None).map_err(|e| e.to_string())?;
-        reader
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())
-    })
-    .map_err(|_| fail("malformed Arrow IPC stream (reader panicked)".into()))?;
-    let mut batches = read.map_err(|e| fail(format!("malformed Arrow IPC stream: {e}")))?;
-    if batches.len() != 1 {
-        return Err(fail(format!(
-            "expected one record batch, found {}",
-            batches.len()
-        )));
-    }
-    let batch = batches.pop().expect("one batch");
-    let expected = table.schema();
-    if batch.schema().fields() != expected.fields() {
-        return Err(fail(format!(
-            "schema does not match: expected {:?}",
-            expected
-                .fields()
-                .iter()
-                .map(|f| f.name().as_str())
-                .collect::<Vec<_>>()
-        )));
-    }
-    Ok(batch)
-}
-
-/// Walks the messages of an Arrow IPC stream and checks that each one's
-/// metadata and body lie inside the stream. The Arrow reader allocates a
-/// message's announced body length before reading it; this check keeps a
-/// hostile length from becoming a huge allocation.
-fn check_stream_framing(stream: &[u8]) -> Result<(), String> {
-    const CONTINUATION: [u8; 4] = [0xff; 4];
-    let mut pos = 0usize;
-    loop {
-        let word = |at: usize| -> Result<[u8; 4], String> {
-            stream
-                .get(at..at + 4)
-                .map(|w| w.try_into().expect("4 bytes"))
-                .ok_or_else(|| format!("message header at byte {at} runs past the end"))
-        };
-        let mut first = word(pos)?;
-        if first == CONTINUATION {
-            pos += 4;
-            first = word(pos)?;
-        }
-        pos += 4;
-        let meta_len = i32::from_le_bytes(first);
-        if meta_len == 0 {
-            return Ok(()); // end of stream
-        }
-        let meta_len = usize::try_from(meta_len)
-            .map_err(|_| format!("negative metadata length {meta_len}"))?;
-        let meta = stream
-            .get(pos..pos.saturating_add(meta_len))
-            .ok_or_else(|| {
-                format!("metadata of {meta_len} bytes at byte {pos} runs past the end")
-            })?;
-        let message =
-            arrow_ipc::root_as_message(meta).map_err(|e| format!("message at byte {pos}: {e}"))?;
-        let body_len = usize::try_from(message.bodyLength())
-            .map_err(|_| format!("negative body length at byte {pos}"))?;
-        pos += meta_len;
-        if body_len > stream.len() - pos {
-            return Err(format!(
-                "message body of {body_len} bytes at byte {pos}, {} left",
-                stream.len() - pos
-            ));
-        }
-        pos += body_len;
-    }
 }
 
 /// Reads little-endian fields with bounds checks.

@@ -349,26 +349,13 @@ fn an_announced_table_size_past_the_limit_is_refused_before_allocating() {
 }
 
 #[test]
-fn a_table_decompresses_no_further_than_announced_after_a_larger_one() {
-    let zstd = |bytes: &[u8]| zstd::bulk::compress(bytes, 3).unwrap();
-    let (large, small) = (vec![7u8; 100_000], vec![9u8; 1_000]);
-    // One buffer for the tables of a payload, as `decode` keeps it.
-    let mut out = Vec::new();
-    decompress(
-        2,
-        &zstd(&large),
-        large.len() as u64,
-        MAX_TABLE_BYTES,
-        &mut out,
-    )
-    .unwrap();
-    assert_eq!(out, large);
-    // 1 000 bytes announced as 10: zstd stops at 10, in the room the
-    // larger table left.
-    let err = decompress(2, &zstd(&small), 10, MAX_TABLE_BYTES, &mut out).unwrap_err();
+fn a_table_decompresses_no_further_than_announced() {
+    let small = vec![9u8; 1_000];
+    let zstd = zstd::bulk::compress(&small, 3).unwrap();
+    // 1 000 bytes announced as 10: zstd stops at 10.
+    let err = decompress(2, &zstd, 10, MAX_TABLE_BYTES).unwrap_err();
     assert!(err.starts_with("decompressing (10 announced)"), "{err}");
-    decompress(2, &zstd(&small), 1_000, MAX_TABLE_BYTES, &mut out).unwrap();
-    assert_eq!(out, small);
+    assert_eq!(decompress(2, &zstd, 1_000, MAX_TABLE_BYTES).unwrap(), small);
 }
 
 proptest! {
@@ -553,14 +540,7 @@ fn a_decompression_bomb_is_refused_before_it_expands() {
     let zeros = vec![0u8; 200 << 20];
     let bomb = zstd::bulk::compress(&zeros, 3).unwrap();
     assert!(bomb.len() < 100_000);
-    let err = decompress(
-        2,
-        &bomb,
-        zeros.len() as u64,
-        MAX_TABLE_BYTES,
-        &mut Vec::new(),
-    )
-    .unwrap_err();
+    let err = decompress(2, &bomb, zeros.len() as u64, MAX_TABLE_BYTES).unwrap_err();
     assert!(err.contains("decompression bomb"), "{err}");
     // The encoder never writes one: such a table is stored uncompressed.
     assert!(!expansion_allowed(bomb.len(), zeros.len() as u64));
