@@ -164,12 +164,15 @@ enum Commands {
 ///   analysis after them. One per thread: 0.35 s and 35.8 MiB; two: 0.35 s
 ///   and 32.5–33.0 MiB; one: 0.55 s and 32–51.5 MiB (the threads wait for
 ///   its lock).
-/// - Up to 1 MiB freed at the top of an arena stays there (glibc's default
-///   is 128 KiB), and the rest goes back when the aggregation says so
-///   (`malloc_trim` after the analysis). Handing back each decoded table's
-///   memory (a rank's stage table takes about 140 KB) and faulting it in
-///   again for the next took a sixth of the time: 0.31 → 0.27 s, the peak
-///   unchanged.
+/// - Up to 1 MiB freed at the top of an arena stays there for the next
+///   table instead of being handed back as it is freed (glibc starts at
+///   128 KiB and raises it as large blocks are freed, which a set value
+///   stops: blocks of 128 KiB and more, such as a rank's stage table of
+///   about 140 KB, are then mapped and unmapped each time). What is held
+///   goes back at `malloc_trim` after the analysis. Handing back and
+///   faulting in the tables' memory table by table took a sixth of the
+///   time: 0.31 → 0.27 s, the peak unchanged with the report files only
+///   and about 1 MiB higher with every file (BENCHMARKS.md).
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt sets an allocator parameter; it is called before the

@@ -11,6 +11,19 @@ pub(crate) fn join<A: Send, B>(
     task: impl FnOnce() -> A + Send,
     here: impl FnOnce() -> B,
 ) -> (A, B) {
+    join_spawning(
+        std::thread::Builder::new().name("rankscope-join".into()),
+        task,
+        here,
+    )
+}
+
+/// [`join`], the task's thread made by `builder`.
+fn join_spawning<A: Send, B>(
+    builder: std::thread::Builder,
+    task: impl FnOnce() -> A + Send,
+    here: impl FnOnce() -> B,
+) -> (A, B) {
     // Whichever thread takes the task runs it: the spawned one, or this
     // one when the spawn failed (the closure it was given is dropped).
     let task = Mutex::new(Some(task));
@@ -19,7 +32,7 @@ pub(crate) fn join<A: Send, B>(
         task.map(|task| task())
     };
     std::thread::scope(|scope| {
-        let spawned = std::thread::Builder::new().spawn_scoped(scope, run);
+        let spawned = builder.spawn_scoped(scope, run);
         let b = here();
         let a = match spawned {
             Ok(thread) => thread
@@ -43,6 +56,17 @@ mod tests {
         let here = std::thread::current().id();
         let (task_thread, sum) = join(|| std::thread::current().id(), || 2 + 2);
         assert_ne!(task_thread, here);
+        assert_eq!(sum, 4);
+    }
+
+    #[test]
+    fn without_a_thread_the_task_runs_here() {
+        // No thread has a stack this large: the spawn fails.
+        let impossible = std::thread::Builder::new().stack_size(usize::MAX);
+        let here = std::thread::current().id();
+        let (task_thread, sum) =
+            join_spawning(impossible, || std::thread::current().id(), || 2 + 2);
+        assert_eq!(task_thread, here);
         assert_eq!(sum, 4);
     }
 

@@ -1,5 +1,6 @@
-//! One table's Arrow IPC stream, read from untrusted bytes: one schema
-//! message, the dictionaries, one record batch.
+//! One table's Arrow IPC stream, read from untrusted bytes: the schema,
+//! one dictionary per dictionary id, one record batch and the end marker,
+//! in that order and nothing else, as this build writes it.
 //!
 //! The messages are walked here rather than by Arrow's `StreamReader`, for
 //! three reasons. Each message's metadata and body are checked to lie
@@ -23,62 +24,104 @@ use super::PayloadError;
 use crate::table::Table;
 
 /// Reads the one record batch of `table`'s IPC stream `stream`, whose
-/// schema must be the table's. The batch's columns share `stream`'s memory.
+/// schema must be the table's. The batch's columns are slices of `stream`,
+/// which they keep alive.
 pub(super) fn read_stream(table: Table, stream: Vec<u8>) -> Result<RecordBatch, PayloadError> {
     let fail = |reason: String| PayloadError::Table {
         table: table.name(),
         reason,
     };
-    let stream = Buffer::from_vec(stream);
+    // Made here, not under the panic guard below: a fault of this build
+    // shows as itself.
+    let written = written_schema(table);
+    // Every buffer of a message lies 8-aligned in its body (checked below),
+    // so a body 8-aligned in memory leaves Arrow nothing to copy.
+    let stream = if stream.as_ptr().align_offset(8) == 0 {
+        Buffer::from_vec(stream)
+    } else {
+        Buffer::from(stream.as_slice())
+    };
     // Arrow validates what it reads, but is not promised to be panic-free
     // on hostile input: a panic becomes this table's error.
-    crate::error::catch_quietly(|| read_batch(table, &stream))
-        .map_err(|_| fail("malformed Arrow IPC stream (reader panicked)".into()))?
+    crate::error::catch_quietly(|| read_batch(written, &stream))
+        .map_err(|_| fail(malformed("the reader panicked")))?
         .map_err(fail)
 }
 
-fn read_batch(table: Table, stream: &Buffer) -> Result<RecordBatch, String> {
-    let malformed = |e: arrow_schema::ArrowError| format!("malformed Arrow IPC stream: {e}");
-    let mut messages = messages(stream.as_slice())
-        .map_err(|reason| format!("malformed Arrow IPC stream: {reason}"))?
-        .into_iter();
-    let schema = match messages.next() {
-        Some(first) => schema_of(table, &first)?,
-        None => return Err("malformed Arrow IPC stream: no schema".into()),
+/// The error of a stream that is not what this build writes.
+fn malformed(reason: impl std::fmt::Display) -> String {
+    format!("malformed Arrow IPC stream: {reason}")
+}
+
+/// The stream's messages in the order this build writes them: the schema,
+/// one dictionary per dictionary id, one record batch, the end marker.
+/// Each is read as it is framed, so a stream is refused at its first fault.
+fn read_batch(written: &WrittenSchema, stream: &Buffer) -> Result<RecordBatch, String> {
+    let mut frames = Frames {
+        stream: stream.as_slice(),
+        pos: 0,
     };
+    let first = frames.next().ok_or_else(|| malformed("no schema"))?;
+    let schema = schema_of(written, &first?)?;
     let mut dictionaries: HashMap<i64, ArrayRef> = HashMap::new();
-    let mut batches = Vec::new();
-    for message in messages {
-        let body = stream.slice_with_length(message.body.start, message.body.len());
-        let version = message.message.version();
-        let header = message.message.header_type();
-        if let Some(dictionary) = message.message.header_as_dictionary_batch() {
+    let batch = loop {
+        let frame = frames
+            .next()
+            .ok_or_else(|| "expected one record batch, found 0".to_string())??;
+        let body = stream.slice_with_length(frame.body.start, frame.body.len());
+        let version = frame.message.version();
+        if let Some(dictionary) = frame.message.header_as_dictionary_batch() {
+            let id = dictionary.id();
+            if dictionary.isDelta() || dictionaries.contains_key(&id) {
+                return Err(malformed(format!("a second dictionary for id {id}")));
+            }
+            let data = dictionary
+                .data()
+                .ok_or_else(|| malformed(format!("dictionary {id} without data")))?;
+            check_buffers(&data, frame.body.len())?;
             read_dictionary(&body, dictionary, &schema, &mut dictionaries, &version)
                 .map_err(malformed)?;
-        } else if let Some(batch) = message.message.header_as_record_batch() {
-            batches.push(
-                read_record_batch(&body, batch, schema.clone(), &dictionaries, None, &version)
-                    .map_err(malformed)?,
-            );
+        } else if let Some(batch) = frame.message.header_as_record_batch() {
+            check_buffers(&batch, frame.body.len())?;
+            break read_record_batch(&body, batch, schema.clone(), &dictionaries, None, &version)
+                .map_err(malformed)?;
         } else {
-            return Err(format!(
-                "malformed Arrow IPC stream: unexpected {header:?} message"
-            ));
+            return Err(malformed(format!(
+                "unexpected {:?} message",
+                frame.message.header_type()
+            )));
         }
-    }
-    match <[RecordBatch; 1]>::try_from(batches) {
-        Ok([batch]) => Ok(batch),
-        Err(batches) => Err(format!(
-            "expected one record batch, found {}",
-            batches.len()
-        )),
+    };
+    match frames.next() {
+        None => Ok(batch),
+        Some(Err(reason)) => Err(reason),
+        Some(Ok(_)) => Err("expected one record batch, found more".into()),
     }
 }
 
-/// The schema of the stream's first message, which must be `table`'s. The
-/// schema this build writes for the table is parsed once per process.
-fn schema_of(table: Table, first: &Message<'_>) -> Result<SchemaRef, String> {
-    let written = written_schema(table);
+/// Checks that every buffer of a batch's message lies inside its body of
+/// `body_len` bytes, 8-aligned: Arrow would copy a misaligned buffer
+/// whole, and a hostile message can point many buffers at the same bytes.
+fn check_buffers(batch: &arrow_ipc::RecordBatch<'_>, body_len: usize) -> Result<(), String> {
+    for buffer in batch.buffers().into_iter().flatten() {
+        let (offset, length) = (buffer.offset(), buffer.length());
+        let inside = usize::try_from(offset)
+            .ok()
+            .zip(usize::try_from(length).ok())
+            .and_then(|(offset, length)| offset.checked_add(length))
+            .is_some_and(|end| end <= body_len);
+        if !inside || offset % 8 != 0 {
+            return Err(malformed(format!(
+                "a buffer of {length} bytes at {offset} in a body of {body_len}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The schema of the stream's first message, which must be the table's.
+/// The schema this build writes for the table is parsed once per process.
+fn schema_of(written: &WrittenSchema, first: &Framed<'_>) -> Result<SchemaRef, String> {
     if first.meta == written.meta {
         return Ok(written.schema.clone());
     }
@@ -86,7 +129,7 @@ fn schema_of(table: Table, first: &Message<'_>) -> Result<SchemaRef, String> {
         .message
         .header_as_schema()
         .map(|schema| Arc::new(arrow_ipc::convert::fb_to_schema(schema)))
-        .ok_or("malformed Arrow IPC stream: the first message is not a schema")?;
+        .ok_or_else(|| malformed("the first message is not a schema"))?;
     if schema.fields() != written.schema.fields() {
         return Err(format!(
             "schema does not match: expected {:?}",
@@ -116,9 +159,13 @@ fn written_schema(table: Table) -> &'static WrittenSchema {
             .map(|&table| {
                 let stream = super::write_stream(table, &RecordBatch::new_empty(table.schema()))
                     .expect("an empty batch of a table's own schema is written");
-                let first = messages(&stream)
-                    .expect("a stream this build wrote is well framed")
-                    .swap_remove(0);
+                let first = Frames {
+                    stream: &stream,
+                    pos: 0,
+                }
+                .next()
+                .expect("a stream starts with its schema")
+                .expect("a stream this build wrote is well framed");
                 let schema = first
                     .message
                     .header_as_schema()
@@ -131,67 +178,101 @@ fn written_schema(table: Table) -> &'static WrittenSchema {
             })
             .collect()
     });
-    &written[Table::ALL
-        .iter()
-        .position(|&t| t == table)
-        .expect("every table is in Table::ALL")]
+    &written[table as usize]
 }
 
 /// One message of a stream: its metadata, verified as a flatbuffer, and
 /// where its body lies.
-struct Message<'a> {
+struct Framed<'a> {
     meta: &'a [u8],
     message: arrow_ipc::Message<'a>,
     body: Range<usize>,
 }
 
-/// The messages of `stream` up to its end marker, each one's metadata and
-/// body checked to lie inside the stream.
-fn messages(stream: &[u8]) -> Result<Vec<Message<'_>>, String> {
-    const CONTINUATION: [u8; 4] = [0xff; 4];
-    let word = |at: usize| -> Result<[u8; 4], String> {
-        stream
-            .get(at..at.saturating_add(4))
-            .map(|w| w.try_into().expect("4 bytes"))
-            .ok_or_else(|| format!("message header at byte {at} runs past the end"))
-    };
-    let mut messages = Vec::new();
-    let mut pos = 0usize;
-    loop {
-        let mut first = word(pos)?;
-        if first == CONTINUATION {
-            pos += 4;
-            first = word(pos)?;
+/// The messages of a stream up to its end marker, each one's metadata and
+/// body checked to lie inside the stream before it is handed out (Arrow
+/// would allocate a message's announced body length first).
+struct Frames<'a> {
+    stream: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<Framed<'a>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = self.frame().transpose();
+        if matches!(item, Some(Err(_))) {
+            self.pos = self.stream.len() + 1; // nothing after a fault
         }
-        pos += 4;
+        item
+    }
+}
+
+impl<'a> Frames<'a> {
+    const CONTINUATION: [u8; 4] = [0xff; 4];
+
+    /// The next message; `None` at the end marker.
+    fn frame(&mut self) -> Result<Option<Framed<'a>>, String> {
+        let stream = self.stream;
+        if self.pos > stream.len() {
+            return Ok(None);
+        }
+        let word = |at: usize| -> Result<[u8; 4], String> {
+            stream
+                .get(at..at.saturating_add(4))
+                .map(|w| w.try_into().expect("4 bytes"))
+                .ok_or_else(|| {
+                    malformed(format!(
+                        "message header at byte {at} runs past the end (no end marker)"
+                    ))
+                })
+        };
+        let mut first = word(self.pos)?;
+        if first == Self::CONTINUATION {
+            self.pos += 4;
+            first = word(self.pos)?;
+        }
+        self.pos += 4;
         let meta_len = i32::from_le_bytes(first);
         if meta_len == 0 {
-            return Ok(messages); // the end marker
+            let after = stream.len().saturating_sub(self.pos);
+            self.pos = stream.len() + 1;
+            return match after {
+                0 => Ok(None),
+                _ => Err(malformed(format!("{after} bytes after the end marker"))),
+            };
         }
+        let pos = self.pos;
         let meta_len = usize::try_from(meta_len)
-            .map_err(|_| format!("negative metadata length {meta_len}"))?;
+            .map_err(|_| malformed(format!("negative metadata length {meta_len}")))?;
         let meta = stream
             .get(pos..pos.saturating_add(meta_len))
             .ok_or_else(|| {
-                format!("metadata of {meta_len} bytes at byte {pos} runs past the end")
+                malformed(format!(
+                    "metadata of {meta_len} bytes at byte {pos} runs past the end"
+                ))
             })?;
-        let message =
-            arrow_ipc::root_as_message(meta).map_err(|e| format!("message at byte {pos}: {e}"))?;
+        let message = arrow_ipc::root_as_message(meta)
+            .map_err(|e| malformed(format!("message at byte {pos}: {e}")))?;
+        let left = stream.len() - pos - meta_len;
         let body_len = usize::try_from(message.bodyLength())
-            .map_err(|_| format!("negative body length at byte {pos}"))?;
-        pos += meta_len;
-        if body_len > stream.len() - pos {
-            return Err(format!(
-                "message body of {body_len} bytes at byte {pos}, {} left",
-                stream.len() - pos
-            ));
-        }
-        messages.push(Message {
+            .ok()
+            .filter(|&len| len <= left)
+            .ok_or_else(|| {
+                malformed(format!(
+                    "message body of {} bytes at byte {}, {left} left",
+                    message.bodyLength(),
+                    pos + meta_len
+                ))
+            })?;
+        let body = pos + meta_len..pos + meta_len + body_len;
+        self.pos = body.end;
+        Ok(Some(Framed {
             meta,
             message,
-            body: pos..pos + body_len,
-        });
-        pos += body_len;
+            body,
+        }))
     }
 }
 
@@ -217,14 +298,55 @@ mod tests {
         builder.finish().unwrap()
     }
 
+    fn written(batch: &RecordBatch) -> Vec<u8> {
+        super::super::write_stream(Table::Stages, batch).unwrap()
+    }
+
+    /// The bytes of each message of a well-framed `stream`, its prefix
+    /// included, and the end marker last.
+    fn messages(stream: &[u8]) -> Vec<Vec<u8>> {
+        let mut frames = Frames { stream, pos: 0 };
+        let mut out = Vec::new();
+        loop {
+            let start = frames.pos;
+            match frames.next() {
+                Some(frame) => {
+                    frame.unwrap();
+                    out.push(stream[start..frames.pos].to_vec());
+                }
+                None => {
+                    out.push(stream[start..].to_vec());
+                    return out;
+                }
+            }
+        }
+    }
+
+    fn error_of(stream: Vec<u8>) -> String {
+        read_stream(Table::Stages, stream).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_table_has_its_written_schema() {
+        for &table in Table::ALL {
+            let written = written_schema(table);
+            assert_eq!(
+                written.schema.fields(),
+                table.schema().fields(),
+                "{table:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_stream_this_build_wrote_is_read_back_without_parsing_its_schema_again() {
         let batch = stages();
-        let stream = super::super::write_stream(Table::Stages, &batch).unwrap();
-        let first = messages(&stream).unwrap().swap_remove(0);
-        assert_eq!(first.meta, written_schema(Table::Stages).meta);
-        let read = read_stream(Table::Stages, stream).unwrap();
+        let read = read_stream(Table::Stages, written(&batch)).unwrap();
         assert_eq!(read, batch);
+        assert!(Arc::ptr_eq(
+            &read.schema(),
+            &written_schema(Table::Stages).schema
+        ));
     }
 
     #[test]
@@ -234,13 +356,61 @@ mod tests {
         let batch = stages();
         let mut schema = batch.schema().as_ref().clone();
         schema.metadata.insert("writer".into(), "another".into());
-        let other = batch.clone().with_schema(Arc::new(schema)).unwrap();
-        let stream = super::super::write_stream(Table::Stages, &other).unwrap();
-        let read = read_stream(Table::Stages, stream).unwrap();
+        let other = written(&batch.clone().with_schema(Arc::new(schema)).unwrap());
+        let read = read_stream(Table::Stages, other.clone()).unwrap();
         assert_eq!(read.columns(), batch.columns());
-        // Another table's schema is refused by name.
-        let stream = super::super::write_stream(Table::Stages, &other).unwrap();
-        let err = read_stream(Table::Events, stream).unwrap_err().to_string();
+        assert!(!Arc::ptr_eq(
+            &read.schema(),
+            &written_schema(Table::Stages).schema
+        ));
+        // Read as another table, its fields differ.
+        let err = read_stream(Table::Events, other).unwrap_err().to_string();
         assert!(err.contains("schema does not match"), "{err}");
+    }
+
+    #[test]
+    fn messages_out_of_the_written_order_are_refused() {
+        // schema, two dictionaries (name, thread_name), the batch, the end.
+        let parts = messages(&written(&stages()));
+        assert_eq!(parts.len(), 5);
+        let join =
+            |order: &[usize]| -> Vec<u8> { order.iter().flat_map(|&i| parts[i].clone()).collect() };
+        let cases: [(&[usize], &str); 5] = [
+            (&[3, 4], "the first message is not a schema"),
+            (&[0, 1, 2, 4], "expected one record batch, found 0"),
+            (&[0, 1, 2, 3, 3, 4], "expected one record batch, found more"),
+            (&[0, 1, 1, 2, 3, 4], "a second dictionary for id"),
+            (&[0, 1, 2, 3, 2, 4], "expected one record batch, found more"),
+        ];
+        for (order, expected) in cases {
+            let err = error_of(join(order));
+            assert!(err.contains(expected), "{order:?}: {err}");
+        }
+        // A batch whose dictionaries are missing: Arrow refuses it.
+        let err = error_of(join(&[0, 3, 4]));
+        assert!(err.contains("malformed Arrow IPC stream"), "{err}");
+        assert!(read_stream(Table::Stages, join(&[0, 1, 2, 3, 4])).is_ok());
+    }
+
+    #[test]
+    fn framing_faults_are_named() {
+        let stream = written(&stages());
+        let cases: [(Vec<u8>, &str); 4] = [
+            (stream[..stream.len() - 8].to_vec(), "no end marker"),
+            (stream[..stream.len() - 20].to_vec(), "left"),
+            (
+                [0xff, 0xff, 0xff, 0xff, 0xf0, 0xff, 0xff, 0xff].to_vec(),
+                "negative metadata length",
+            ),
+            (
+                [stream.as_slice(), &[0; 3]].concat(),
+                "3 bytes after the end marker",
+            ),
+        ];
+        for (bytes, expected) in cases {
+            let err = error_of(bytes);
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+        assert!(error_of(Vec::new()).contains("runs past the end"));
     }
 }

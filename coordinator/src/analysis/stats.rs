@@ -38,16 +38,12 @@ pub fn mean_std(values: &[f64]) -> Option<(f64, f64)> {
     Some((mean, variance.sqrt()))
 }
 
-/// The `q` quantile (0..=1) of `values`, interpolating linearly between the
-/// two nearest (numpy's default). Selects rather than sorts (linear time),
-/// reordering `values`.
-pub fn quantile(values: &mut [f64], q: f64) -> f64 {
-    quantiles(values, [q])[0]
-}
-
-/// The quantiles `qs` of `values`, as [`quantile`] computes each. Given in
-/// ascending order, each is selected among the values from the one before
-/// up, not among all of them.
+/// The quantiles `qs` (each 0..=1) of `values`, each interpolated linearly
+/// between the two nearest values (numpy's default). Selects rather than
+/// sorts (linear time), reordering `values`; given in ascending order, each
+/// quantile is selected among the values from the one before up, not among
+/// all of them. A quantile that falls on a value is that value, whatever
+/// its neighbour (an infinite one included).
 pub fn quantiles<const N: usize>(values: &mut [f64], qs: [f64; N]) -> [f64; N] {
     let n = values.len();
     // values[from..] are the largest values, every one before them no larger.
@@ -65,15 +61,16 @@ pub fn quantiles<const N: usize>(values: &mut [f64], qs: [f64; N]) -> [f64; N] {
             values[from..].select_nth_unstable_by(below - from, f64::total_cmp);
         from = below;
         let fraction = position - below as f64;
-        if fraction == 0.0 {
-            return at_below;
-        }
         // The next value in order is the least of those above.
-        let at_above = above
-            .iter()
-            .copied()
-            .min_by(f64::total_cmp)
-            .unwrap_or(at_below);
+        let at_above = if fraction == 0.0 {
+            at_below
+        } else {
+            above
+                .iter()
+                .copied()
+                .min_by(f64::total_cmp)
+                .unwrap_or(at_below)
+        };
         at_below + (at_above - at_below) * fraction
     })
 }
@@ -178,6 +175,16 @@ mod tests {
     }
 
     #[test]
+    fn a_quantile_on_a_value_is_that_value_beside_an_infinity() {
+        // p50 of three values falls on the middle one.
+        let [p50] = quantiles(&mut [1.0, 2.0, f64::INFINITY], [0.5]);
+        assert_eq!(p50, 2.0);
+        // Between a value and an infinity, interpolation is infinite.
+        let [p75] = quantiles(&mut [1.0, 2.0, f64::INFINITY], [0.75]);
+        assert_eq!(p75, f64::INFINITY);
+    }
+
+    #[test]
     fn imbalance_is_the_slowest_rank_against_the_median_of_the_others() {
         assert_eq!(imbalance_pct(&[1.0, 1.0, 1.0, 2.0]), 100.0);
         assert!(
@@ -202,7 +209,10 @@ mod tests {
             for i in 0..sorted.len() {
                 let mut others = sorted.clone();
                 others.remove(i);
-                assert_eq!(median_without(&sorted, i), Some(quantile(&mut others, 0.5)));
+                assert_eq!(
+                    median_without(&sorted, i),
+                    Some(quantiles(&mut others, [0.5])[0])
+                );
             }
         }
     }

@@ -185,8 +185,9 @@ fn group_by_key(
 
 /// Each row's enclosing row, where the table holds it (stage ids are
 /// unique within a rank): a binary search over the rows sorted by id,
-/// once per run of rows with the same parent (siblings end one after
-/// another, so their rows are adjacent).
+/// once per run of rows with the same parent (stages with nothing inside
+/// them that run one after another in the same enclosing stage end one
+/// after another, so their rows are adjacent).
 fn enclosing_rows(stages: &StagesView<'_>) -> Vec<Option<usize>> {
     let mut by_id: Vec<(u64, usize)> = (0..stages.len).map(|i| (stages.stage_id[i], i)).collect();
     by_id.sort_unstable();
@@ -211,8 +212,9 @@ fn enclosing_rows(stages: &StagesView<'_>) -> Vec<Option<usize>> {
 }
 
 /// The value of `name` in `map`, made when missing: the name is copied
-/// only then (once per stage name, not once per rank).
-fn named<'m, V: Default>(map: &'m mut BTreeMap<String, V>, name: &str) -> &'m mut V {
+/// only then (once per stage name, not once per rank). Looked up again
+/// after the insert, as the borrow checker asks.
+fn entry_of<'m, V: Default>(map: &'m mut BTreeMap<String, V>, name: &str) -> &'m mut V {
     if !map.contains_key(name) {
         map.insert(name.to_string(), V::default());
     }
@@ -227,8 +229,8 @@ impl StageTimes {
             // Self time is summed from nanoseconds, the total from the
             // calls' single-precision seconds: never more than the total.
             let self_s = self_s.min(Self::total(&durations));
-            named(&mut self.self_by_name, name(at)).insert(rank, self_s);
-            named(&mut self.by_name, name(at)).insert(rank, durations);
+            entry_of(&mut self.self_by_name, name(at)).insert(rank, self_s);
+            entry_of(&mut self.by_name, name(at)).insert(rank, durations);
         }
         for (name, gpu_s) in stages.gpu_s {
             self.gpu_by_name
@@ -237,7 +239,7 @@ impl StageTimes {
                 .insert(rank, gpu_s);
         }
         for (at, parent, calls) in stages.parents {
-            *named(&mut self.parent_counts, name(at))
+            *entry_of(&mut self.parent_counts, name(at))
                 .entry(parent.map(|at| name(at).to_string()))
                 .or_default() += calls;
         }
@@ -385,6 +387,15 @@ pub(super) mod tests {
         assert_eq!(times.parent("decode"), None, "nor where it ran");
         let none = times_of(&[payload], 0);
         assert_eq!(none.by_name["step"][&0], [5.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn rows_grouped_by_key_keep_their_order_within_each_key() {
+        // Keys of rows 0..6; key 1 has no row.
+        let keys = [2, 0, 2, 3, 0, 2];
+        let (grouped, ends) = group_by_key(keys.len(), 4, |i| keys[i]);
+        assert_eq!(grouped, [1, 4, 0, 2, 5, 3]);
+        assert_eq!(ends, [2, 2, 5, 6]);
     }
 
     #[test]
