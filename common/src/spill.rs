@@ -187,6 +187,9 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
         Ok(_) => {}
         Err(e) => return Err(Rejection::Payload(e)),
     }
+    // The length was checked against the announced one: read in one go.
+    let size = usize::try_from(opened.len()).unwrap_or(0);
+    bytes.reserve_exact(size.saturating_sub(bytes.len()));
     file.read_to_end(&mut bytes).map_err(Rejection::Io)?;
     if bytes.len() as u64 != opened.len() {
         return Err(Rejection::Io(std::io::Error::other(
