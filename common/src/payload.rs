@@ -17,7 +17,8 @@
 //!         1     codec: 0 none, 1 LZ4 frame, 2 Zstandard
 //!         8     length R of the table's Arrow IPC stream
 //!         8     length L of the compressed stream
-//!         L     the compressed Arrow IPC stream: one schema, one record batch
+//!         L     the compressed Arrow IPC stream: the schema, its dictionaries,
+//!               one record batch
 //! ..      4     CRC-32 of every byte before it
 //! ```
 //!

@@ -67,22 +67,25 @@ fn read_batch(written: &WrittenSchema, stream: &Buffer) -> Result<RecordBatch, S
     let batch = loop {
         let frame = frames
             .next()
-            .ok_or_else(|| "expected one record batch, found 0".to_string())??;
+            .ok_or_else(|| malformed("no record batch"))??;
         let body = stream.slice_with_length(frame.body.start, frame.body.len());
         let version = frame.message.version();
         if let Some(dictionary) = frame.message.header_as_dictionary_batch() {
             let id = dictionary.id();
-            if dictionary.isDelta() || dictionaries.contains_key(&id) {
+            if dictionary.isDelta() {
+                return Err(malformed(format!("a delta dictionary for id {id}")));
+            }
+            if dictionaries.contains_key(&id) {
                 return Err(malformed(format!("a second dictionary for id {id}")));
             }
             let data = dictionary
                 .data()
                 .ok_or_else(|| malformed(format!("dictionary {id} without data")))?;
-            check_buffers(&data, frame.body.len())?;
+            check_batch(&data, frame.body.len())?;
             read_dictionary(&body, dictionary, &schema, &mut dictionaries, &version)
                 .map_err(malformed)?;
         } else if let Some(batch) = frame.message.header_as_record_batch() {
-            check_buffers(&batch, frame.body.len())?;
+            check_batch(&batch, frame.body.len())?;
             break read_record_batch(&body, batch, schema.clone(), &dictionaries, None, &version)
                 .map_err(malformed)?;
         } else {
@@ -95,14 +98,33 @@ fn read_batch(written: &WrittenSchema, stream: &Buffer) -> Result<RecordBatch, S
     match frames.next() {
         None => Ok(batch),
         Some(Err(reason)) => Err(reason),
-        Some(Ok(_)) => Err("expected one record batch, found more".into()),
+        Some(Ok(after)) => Err(malformed(format!(
+            "a {:?} message after the record batch",
+            after.message.header_type()
+        ))),
     }
 }
 
-/// Checks that every buffer of a batch's message lies inside its body of
-/// `body_len` bytes, 8-aligned: Arrow would copy a misaligned buffer
-/// whole, and a hostile message can point many buffers at the same bytes.
-fn check_buffers(batch: &arrow_ipc::RecordBatch<'_>, body_len: usize) -> Result<(), String> {
+/// Checks a batch's message (a record batch's, or a dictionary's data)
+/// before Arrow reads it:
+/// - its buffers lie inside its body of `body_len` bytes, each 8-aligned
+///   (enough for every column type of the tables: see the test
+///   `no_column_needs_more_than_8_byte_alignment`). Arrow would copy a
+///   misaligned buffer whole, and a hostile message can point many buffers
+///   at the same bytes;
+/// - its body is not compressed by Arrow (the payload compresses whole
+///   streams; Arrow would allocate the sizes a compressed body announces);
+/// - it has no variadic buffers (no table has a column that uses them).
+fn check_batch(batch: &arrow_ipc::RecordBatch<'_>, body_len: usize) -> Result<(), String> {
+    if batch.compression().is_some() {
+        return Err(malformed("a body compressed by Arrow"));
+    }
+    if batch
+        .variadicBufferCounts()
+        .is_some_and(|counts| !counts.is_empty())
+    {
+        return Err(malformed("variadic buffers"));
+    }
     for buffer in batch.buffers().into_iter().flatten() {
         let (offset, length) = (buffer.offset(), buffer.length());
         let inside = usize::try_from(offset)
@@ -122,14 +144,17 @@ fn check_buffers(batch: &arrow_ipc::RecordBatch<'_>, body_len: usize) -> Result<
 /// The schema of the stream's first message, which must be the table's.
 /// The schema this build writes for the table is parsed once per process.
 fn schema_of(written: &WrittenSchema, first: &Framed<'_>) -> Result<SchemaRef, String> {
-    if first.meta == written.meta {
-        return Ok(written.schema.clone());
-    }
     let schema = first
         .message
         .header_as_schema()
-        .map(|schema| Arc::new(arrow_ipc::convert::fb_to_schema(schema)))
         .ok_or_else(|| malformed("the first message is not a schema"))?;
+    if !first.body.is_empty() {
+        return Err(malformed("a schema message with a body"));
+    }
+    if first.meta == written.meta {
+        return Ok(written.schema.clone());
+    }
+    let schema = Arc::new(arrow_ipc::convert::fb_to_schema(schema));
     if schema.fields() != written.schema.fields() {
         return Err(format!(
             "schema does not match: expected {:?}",
@@ -189,9 +214,11 @@ struct Framed<'a> {
     body: Range<usize>,
 }
 
-/// The messages of a stream up to its end marker, each one's metadata and
-/// body checked to lie inside the stream before it is handed out (Arrow
-/// would allocate a message's announced body length first).
+/// The messages of a stream up to its end marker, each framed as this
+/// build writes them (a continuation marker, then the metadata's length)
+/// and its metadata and body checked to lie inside the stream, the body
+/// 8-aligned, before it is handed out (Arrow would allocate a message's
+/// announced body length first).
 struct Frames<'a> {
     stream: &'a [u8],
     pos: usize,
@@ -228,13 +255,14 @@ impl<'a> Frames<'a> {
                     ))
                 })
         };
-        let mut first = word(self.pos)?;
-        if first == Self::CONTINUATION {
-            self.pos += 4;
-            first = word(self.pos)?;
+        if word(self.pos)? != Self::CONTINUATION {
+            return Err(malformed(format!(
+                "no continuation marker at byte {}",
+                self.pos
+            )));
         }
-        self.pos += 4;
-        let meta_len = i32::from_le_bytes(first);
+        let meta_len = i32::from_le_bytes(word(self.pos + 4)?);
+        self.pos += 8;
         if meta_len == 0 {
             let after = stream.len().saturating_sub(self.pos);
             self.pos = stream.len() + 1;
@@ -267,6 +295,11 @@ impl<'a> Frames<'a> {
                 ))
             })?;
         let body = pos + meta_len..pos + meta_len + body_len;
+        // Buffers are checked 8-aligned within their body; the body itself
+        // must be, within a stream that is.
+        if body.start % 8 != 0 {
+            return Err(malformed(format!("a body at byte {}", body.start)));
+        }
         self.pos = body.end;
         Ok(Some(Framed {
             meta,
@@ -280,6 +313,7 @@ impl<'a> Frames<'a> {
 mod tests {
     use super::*;
     use crate::table::{StageRow, StagesBuilder};
+    use arrow_schema::DataType;
 
     fn stages() -> RecordBatch {
         let mut builder = StagesBuilder::default();
@@ -369,35 +403,124 @@ mod tests {
     }
 
     #[test]
+    fn no_column_needs_more_than_8_byte_alignment() {
+        // What `check_batch` assumes: a new column type that needs more
+        // (a 128-bit decimal, say) must come with a check of its own.
+        fn widest(data_type: &DataType) -> usize {
+            match data_type {
+                DataType::Dictionary(key, value) => widest(key).max(widest(value)),
+                DataType::Utf8 => 4,
+                other => other
+                    .primitive_width()
+                    .unwrap_or_else(|| panic!("{other} is not checked here")),
+            }
+        }
+        for &table in Table::ALL {
+            for field in table.schema().fields() {
+                assert!(widest(field.data_type()) <= 8, "{table:?} {field}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_columns_read_are_slices_of_the_stream() {
+        let stream = written(&stages());
+        let range = stream.as_ptr_range();
+        let (start, end) = (range.start as usize, range.end as usize);
+        let read = read_stream(Table::Stages, stream).unwrap();
+        for column in read.columns() {
+            for buffer in column.to_data().buffers() {
+                let at = buffer.as_ptr() as usize;
+                assert!((start..end).contains(&at), "{:?}", column.data_type());
+            }
+        }
+    }
+
+    #[test]
     fn messages_out_of_the_written_order_are_refused() {
         // schema, two dictionaries (name, thread_name), the batch, the end.
         let parts = messages(&written(&stages()));
         assert_eq!(parts.len(), 5);
         let join =
             |order: &[usize]| -> Vec<u8> { order.iter().flat_map(|&i| parts[i].clone()).collect() };
-        let cases: [(&[usize], &str); 5] = [
+        let cases: [(&[usize], &str); 7] = [
+            (&[4], "no schema"),
             (&[3, 4], "the first message is not a schema"),
-            (&[0, 1, 2, 4], "expected one record batch, found 0"),
-            (&[0, 1, 2, 3, 3, 4], "expected one record batch, found more"),
+            (&[0, 1, 2, 4], "no record batch"),
+            (&[0, 0, 1, 2, 3, 4], "unexpected Schema message"),
             (&[0, 1, 1, 2, 3, 4], "a second dictionary for id"),
-            (&[0, 1, 2, 3, 2, 4], "expected one record batch, found more"),
+            (
+                &[0, 1, 2, 3, 3, 4],
+                "a RecordBatch message after the record batch",
+            ),
+            (
+                &[0, 1, 2, 3, 2, 4],
+                "a DictionaryBatch message after the record batch",
+            ),
         ];
         for (order, expected) in cases {
             let err = error_of(join(order));
             assert!(err.contains(expected), "{order:?}: {err}");
         }
-        // A batch whose dictionaries are missing: Arrow refuses it.
         let err = error_of(join(&[0, 3, 4]));
-        assert!(err.contains("malformed Arrow IPC stream"), "{err}");
+        assert!(err.contains("Cannot find a dictionary batch"), "{err}");
         assert!(read_stream(Table::Stages, join(&[0, 1, 2, 3, 4])).is_ok());
+    }
+
+    /// `part`, a record batch message, with its last buffer's offset and
+    /// length changed by `change`.
+    fn with_last_buffer(part: &[u8], change: impl Fn(i64, i64) -> (i64, i64)) -> Vec<u8> {
+        let meta_len = i32::from_le_bytes(part[4..8].try_into().unwrap()) as usize;
+        let message = arrow_ipc::root_as_message(&part[8..8 + meta_len]).unwrap();
+        let last = message.header_as_record_batch().unwrap().buffers().unwrap();
+        let last = last.get(last.len() - 1);
+        let (offset, length) = (last.offset(), last.length());
+        let was = [offset.to_le_bytes(), length.to_le_bytes()].concat();
+        let (offset, length) = change(offset, length);
+        let now = [offset.to_le_bytes(), length.to_le_bytes()].concat();
+        let at = part[8..8 + meta_len]
+            .windows(16)
+            .position(|w| w == was.as_slice())
+            .expect("the buffer's bytes in the metadata")
+            + 8;
+        let mut part = part.to_vec();
+        part[at..at + 16].copy_from_slice(&now);
+        part
+    }
+
+    #[test]
+    fn buffers_outside_their_body_or_misaligned_are_refused() {
+        let parts = messages(&written(&stages()));
+        let with_batch = |batch: Vec<u8>| -> Vec<u8> {
+            [&parts[0][..], &parts[1], &parts[2], &batch, &parts[4]].concat()
+        };
+        let body = |part: &[u8]| {
+            let meta_len = i32::from_le_bytes(part[4..8].try_into().unwrap()) as i64;
+            part.len() as i64 - 8 - meta_len
+        };
+        let body_len = body(&parts[3]);
+        let past = with_last_buffer(&parts[3], |offset, _| (offset, body_len));
+        let err = error_of(with_batch(past));
+        assert!(err.contains(&format!("in a body of {body_len}")), "{err}");
+        let misaligned = with_last_buffer(&parts[3], |offset, length| (offset + 4, length - 4));
+        let err = error_of(with_batch(misaligned));
+        assert!(err.contains("a buffer of"), "{err}");
+        // The metadata padded by 4 bytes: the body starts off the 8-byte grid.
+        let meta_len = i32::from_le_bytes(parts[3][4..8].try_into().unwrap()) as usize;
+        let mut shifted = parts[3][..8 + meta_len].to_vec();
+        shifted.extend_from_slice(&[0; 4]);
+        shifted.extend_from_slice(&parts[3][8 + meta_len..]);
+        shifted[4..8].copy_from_slice(&(meta_len as i32 + 4).to_le_bytes());
+        let err = error_of(with_batch(shifted));
+        assert!(err.contains("a body at byte"), "{err}");
     }
 
     #[test]
     fn framing_faults_are_named() {
         let stream = written(&stages());
-        let cases: [(Vec<u8>, &str); 4] = [
+        let cases: [(Vec<u8>, &str); 6] = [
             (stream[..stream.len() - 8].to_vec(), "no end marker"),
-            (stream[..stream.len() - 20].to_vec(), "left"),
+            (stream[..stream.len() - 20].to_vec(), "message body of"),
             (
                 [0xff, 0xff, 0xff, 0xff, 0xf0, 0xff, 0xff, 0xff].to_vec(),
                 "negative metadata length",
@@ -406,11 +529,13 @@ mod tests {
                 [stream.as_slice(), &[0; 3]].concat(),
                 "3 bytes after the end marker",
             ),
+            // Framing from before Arrow 0.15: no continuation marker.
+            (stream[4..].to_vec(), "no continuation marker at byte 0"),
+            (Vec::new(), "runs past the end"),
         ];
         for (bytes, expected) in cases {
             let err = error_of(bytes);
             assert!(err.contains(expected), "{expected}: {err}");
         }
-        assert!(error_of(Vec::new()).contains("runs past the end"));
     }
 }
