@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use rankscope_common::column::OptColumn;
 use rankscope_common::table::{GpuSamplesView, HostSamplesView};
 use rankscope_common::Payload;
 
@@ -26,7 +25,8 @@ pub struct GpuMetric {
 }
 
 /// The metrics followed over time, in the order of
-/// [`GpuSeries::metrics_mut`].
+/// [`GpuSeries::metrics_mut`] (and of the names [`rank_gpus`] gives their
+/// readings).
 pub const GPU_METRICS: [GpuMetric; 5] = [
     GpuMetric {
         label: "utilisation %",
@@ -152,39 +152,35 @@ pub fn rank_gpus(
                 ..GpuSeries::default()
             };
             if let Some(v) = &view {
-                let values = |column: OptColumn<'_, _>| -> Vec<Option<f64>> {
-                    rows.iter().map(|&i| finite(column.get(i))).collect()
-                };
-                summary.memory_peak_mb = max(rows
-                    .iter()
-                    .filter_map(|&i| v.memory_used_bytes.get(i))
-                    .map(|b| b as f64 / MB));
+                // Each metric's readings, taken once: the summary and the
+                // series both read them.
+                let readings = GPU_METRICS.map(|metric| -> Vec<Option<f64>> {
+                    rows.iter().map(|&i| finite((metric.value)(v, i))).collect()
+                });
+                let [util, memory_mb, temperature, power, sm_clock] = &readings;
+                fn all(values: &[Option<f64>]) -> impl Iterator<Item = f64> + '_ {
+                    values.iter().flatten().copied()
+                }
+                summary.memory_peak_mb = max(all(memory_mb));
                 summary.memory_total_mb = summary.memory_total_mb.or_else(|| {
                     max(rows
                         .iter()
                         .filter_map(|&i| v.memory_total_bytes.get(i))
                         .map(|b| b as f64 / MB))
                 });
-                summary.util_avg = mean(values(v.util_gpu_pct).into_iter().flatten());
-                summary.temp_max_c = max(values(v.temperature_c).into_iter().flatten());
-                let power = values(v.power_w);
-                summary.power_avg_w = mean(power.iter().flatten().copied());
+                summary.util_avg = mean(all(util));
+                summary.temp_max_c = max(all(temperature));
+                summary.power_avg_w = mean(all(power));
                 let ts: Vec<u64> = rows.iter().map(|&i| v.ts_ns[i]).collect();
-                summary.energy_j = energy_joules(&ts, &power);
-                summary.sm_clock_avg_mhz = mean(
-                    rows.iter()
-                        .filter_map(|&i| v.sm_clock_mhz.get(i))
-                        .map(f64::from),
-                );
+                summary.energy_j = energy_joules(&ts, power);
+                summary.sm_clock_avg_mhz = mean(all(sm_clock));
                 let counts = reading_counts(v, &rows, busy_spans, rule);
                 summary.throttled_pct = bottlenecks::share(counts.throttled, counts.with_reasons);
                 summary.bottlenecks = bottlenecks::own_bottlenecks(&summary, &counts, rule);
 
                 let t: Vec<f64> = ts.iter().map(|&ns| ns as f64 / 1e9).collect();
-                for (metric, timed) in GPU_METRICS.iter().zip(series.metrics_mut()) {
-                    let values: Vec<Option<f64>> =
-                        rows.iter().map(|&i| (metric.value)(v, i)).collect();
-                    *timed = series::readings(&t, &values, points);
+                for (values, timed) in readings.iter().zip(series.metrics_mut()) {
+                    *timed = series::readings(&t, values, points);
                 }
             }
             (summary, series)
