@@ -81,10 +81,14 @@ pub fn percentiles(values: &mut [f64]) -> Option<Percentiles> {
     if values.is_empty() {
         return None;
     }
-    let extreme =
-        |pick: fn(f64, f64) -> f64| values.iter().copied().reduce(pick).unwrap_or(f64::NAN);
-    let (min, max) = (extreme(f64::min), extreme(f64::max));
-    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    // One pass for the least, the greatest and the sum.
+    let first = values[0];
+    let (min, max, sum) = values[1..]
+        .iter()
+        .fold((first, first, first), |(min, max, sum), &v| {
+            (min.min(v), max.max(v), sum + v)
+        });
+    let mean = sum / values.len() as f64;
     let [p50, p95, p99] = quantiles(values, [0.50, 0.95, 0.99]);
     Some(Percentiles {
         p50,
