@@ -99,11 +99,6 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         threshold_pct: config.straggler_threshold_pct,
         min_excess_s: config.straggler_min_s,
     };
-    // The per-call analysis beside the per-stage statistics.
-    let (lockstep, stages) = join(
-        || stragglers::lockstep(&times),
-        || stages::stage_stats(&times, session_total_s),
-    );
     // The timeline's zero: rank 0's session start, else the earliest rank's.
     let reference_start_ns = ranks
         .iter()
@@ -120,6 +115,21 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         .iter()
         .map(|r| (r.header.rank.rank, &r.diffusion))
         .collect();
+    // The per-call analysis, the ranks and the diffusion steps beside the
+    // per-stage statistics.
+    let ((lockstep, rank_summaries, diffusion_stats), stages) = join(
+        || {
+            (
+                stragglers::lockstep(&times),
+                ranks
+                    .iter()
+                    .map(|r| rank_summary(r, reference_start_ns))
+                    .collect(),
+                diffusion::diffusion(&diffusion),
+            )
+        },
+        || stages::stage_stats(&times, session_total_s),
+    );
 
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
@@ -128,15 +138,12 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
             warmup_calls: config.warmup_calls,
             ..session_summary(gathered, &ranks, skipped, &durations)
         },
-        ranks: ranks
-            .iter()
-            .map(|r| rank_summary(r, reference_start_ns))
-            .collect(),
+        ranks: rank_summaries,
         stages,
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
         lockstep,
         gpus,
-        diffusion: diffusion::diffusion(&diffusion),
+        diffusion: diffusion_stats,
         recommendations: Vec::new(),
         series: Series::default(),
     };
