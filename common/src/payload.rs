@@ -588,6 +588,14 @@ fn decompress(codec: u8, compressed: &[u8], raw_len: u64, limit: u64) -> Result<
     Ok(out)
 }
 
+/// Reads one table's Arrow IPC stream as [`decode`] reads each table of a
+/// payload once its checksum held and it was decompressed: the stream
+/// reader, for fuzzing on its own (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub fn read_table_stream(table: Table, stream: Vec<u8>) -> Result<RecordBatch, PayloadError> {
+    read_stream(table, stream)
+}
+
 /// Decodes a payload from untrusted bytes, within the default [`Limits`].
 pub fn decode(bytes: &[u8]) -> Result<Payload, PayloadError> {
     decode_within(bytes, &Limits::DEFAULT)

@@ -426,12 +426,18 @@ mod tests {
     fn the_columns_read_are_slices_of_the_stream() {
         let stream = written(&stages());
         let range = stream.as_ptr_range();
-        let (start, end) = (range.start as usize, range.end as usize);
+        let inside = (range.start as usize)..(range.end as usize);
         let read = read_stream(Table::Stages, stream).unwrap();
+        // Every buffer: values, offsets, validity, and the dictionaries'.
+        fn buffers(data: &arrow_data::ArrayData) -> Vec<usize> {
+            let own = data.buffers().iter().map(|b| b.as_ptr() as usize);
+            let nulls = data.nulls().map(|n| n.buffer().as_ptr() as usize);
+            let children = data.child_data().iter().flat_map(buffers);
+            own.chain(nulls).chain(children).collect()
+        }
         for column in read.columns() {
-            for buffer in column.to_data().buffers() {
-                let at = buffer.as_ptr() as usize;
-                assert!((start..end).contains(&at), "{:?}", column.data_type());
+            for at in buffers(&column.to_data()) {
+                assert!(inside.contains(&at), "{:?}", column.data_type());
             }
         }
     }
@@ -467,25 +473,26 @@ mod tests {
         assert!(read_stream(Table::Stages, join(&[0, 1, 2, 3, 4])).is_ok());
     }
 
-    /// `part`, a record batch message, with its last buffer's offset and
-    /// length changed by `change`.
-    fn with_last_buffer(part: &[u8], change: impl Fn(i64, i64) -> (i64, i64)) -> Vec<u8> {
+    /// `part`, a record batch message, with the offset and length of its
+    /// first buffer of at least 8 bytes changed by `change`; also that
+    /// buffer's offset and length as written.
+    fn with_a_buffer(
+        part: &[u8],
+        change: impl Fn(i64, i64) -> (i64, i64),
+    ) -> (Vec<u8>, (i64, i64)) {
         let meta_len = i32::from_le_bytes(part[4..8].try_into().unwrap()) as usize;
         let message = arrow_ipc::root_as_message(&part[8..8 + meta_len]).unwrap();
-        let last = message.header_as_record_batch().unwrap().buffers().unwrap();
-        let last = last.get(last.len() - 1);
-        let (offset, length) = (last.offset(), last.length());
-        let was = [offset.to_le_bytes(), length.to_le_bytes()].concat();
-        let (offset, length) = change(offset, length);
-        let now = [offset.to_le_bytes(), length.to_le_bytes()].concat();
-        let at = part[8..8 + meta_len]
-            .windows(16)
-            .position(|w| w == was.as_slice())
-            .expect("the buffer's bytes in the metadata")
-            + 8;
+        let buffers = message.header_as_record_batch().unwrap().buffers().unwrap();
+        let buffer = buffers.iter().find(|b| b.length() >= 8).unwrap();
+        // The buffer's place in the metadata: a flatbuffer struct is read
+        // where it lies.
+        let at = buffer as *const arrow_ipc::Buffer as usize - part.as_ptr() as usize;
+        let written = (buffer.offset(), buffer.length());
+        let (offset, length) = change(written.0, written.1);
         let mut part = part.to_vec();
-        part[at..at + 16].copy_from_slice(&now);
-        part
+        part[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        part[at + 8..at + 16].copy_from_slice(&length.to_le_bytes());
+        (part, written)
     }
 
     #[test]
@@ -499,12 +506,20 @@ mod tests {
             part.len() as i64 - 8 - meta_len
         };
         let body_len = body(&parts[3]);
-        let past = with_last_buffer(&parts[3], |offset, _| (offset, body_len));
+        let (past, (offset, _)) = with_a_buffer(&parts[3], |offset, _| (offset, body_len));
         let err = error_of(with_batch(past));
-        assert!(err.contains(&format!("in a body of {body_len}")), "{err}");
-        let misaligned = with_last_buffer(&parts[3], |offset, length| (offset + 4, length - 4));
+        let expected = format!("a buffer of {body_len} bytes at {offset} in a body of {body_len}");
+        assert!(err.contains(&expected), "{err}");
+        // 4 bytes further on, 4 bytes shorter: inside the body, off the grid.
+        let (misaligned, (offset, length)) =
+            with_a_buffer(&parts[3], |offset, length| (offset + 4, length - 4));
         let err = error_of(with_batch(misaligned));
-        assert!(err.contains("a buffer of"), "{err}");
+        let expected = format!(
+            "a buffer of {} bytes at {} in a body of {body_len}",
+            length - 4,
+            offset + 4
+        );
+        assert!(err.contains(&expected), "{err}");
         // The metadata padded by 4 bytes: the body starts off the 8-byte grid.
         let meta_len = i32::from_le_bytes(parts[3][4..8].try_into().unwrap()) as usize;
         let mut shifted = parts[3][..8 + meta_len].to_vec();
