@@ -171,8 +171,8 @@ enum Commands {
 ///   about 140 KB, are then mapped and unmapped each time). What is held
 ///   goes back at `malloc_trim` after the analysis. Handing back and
 ///   faulting in the tables' memory table by table took a sixth of the
-///   time: 0.31 → 0.27 s, the peak unchanged with the report files only
-///   and about 1 MiB higher with every file (BENCHMARKS.md).
+///   time: 0.31 → 0.27 s, the peak unchanged (it moves by a MiB from run
+///   to run with every file; BENCHMARKS.md).
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt sets an allocator parameter; it is called before the

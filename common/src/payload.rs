@@ -525,10 +525,10 @@ fn expansion_allowed(compressed: usize, raw: u64) -> bool {
     raw <= EXPANSION_FLOOR || raw <= (compressed as u64).saturating_mul(MAX_EXPANSION)
 }
 
-/// Decompresses the zstd frames `compressed` into `out`, at most
-/// `capacity` bytes, with one decompression context per thread (making one
-/// per table cost as much as decompressing a small table). The room is
-/// reserved, and written only as far as the frames go.
+/// Decompresses the zstd frames `compressed`, at most `capacity` bytes, with
+/// one decompression context per thread (making one per table cost as much
+/// as decompressing a small table). The room is reserved, and written only
+/// as far as the frames go.
 fn unzstd(compressed: &[u8], capacity: usize) -> Result<Vec<u8>, String> {
     thread_local! {
         static CONTEXT: RefCell<Option<zstd::bulk::Decompressor<'static>>> =

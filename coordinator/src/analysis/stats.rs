@@ -46,12 +46,12 @@ pub fn mean_std(values: &[f64]) -> Option<(f64, f64)> {
 /// its neighbour (an infinite one included).
 pub fn quantiles<const N: usize>(values: &mut [f64], qs: [f64; N]) -> [f64; N] {
     let n = values.len();
+    if n == 0 {
+        return [f64::NAN; N];
+    }
     // values[from..] are the largest values, every one before them no larger.
     let mut from = 0;
     qs.map(|q| {
-        if n == 0 {
-            return f64::NAN;
-        }
         let position = q.clamp(0.0, 1.0) * (n - 1) as f64;
         let below = position.floor() as usize;
         if below < from {
