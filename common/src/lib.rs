@@ -31,6 +31,7 @@ pub mod env;
 pub mod error;
 pub mod file;
 pub mod gather;
+pub mod kineto;
 pub mod names;
 pub mod payload;
 pub mod spill;

@@ -1,0 +1,184 @@
+//! Kineto traces: what torch.profiler writes (`…trace.json` or
+//! `.json.gz`, Chrome trace format with Kineto's categories and arguments),
+//! read as a stream into compact columns, one rank at a time.
+//!
+//! - [`read_trace`]: a trace file → [`RankTrace`], never holding the JSON
+//!   as a document: events are taken one by one, each bounded in size, and
+//!   only the rows the analysis needs are kept, within [`TraceLimits`];
+//! - [`KernelCategory`]: compute, communication or memory, by the kernel's
+//!   name, as Holistic Trace Analysis (HTA) classifies them;
+//! - [`rank_from_file_name`]: the rank of a file named as torch.profiler,
+//!   sglang and cache-dit name them (`…rank-3…`, `…rank_3…`, `…rank3…`).
+//!
+//! What is kept of a trace: GPU activities (kernels, memory copies and
+//! sets: events with a CUDA stream and a correlation id), the CPU events
+//! that launched them (those with a correlation id), the `ProfilerStep#N`
+//! spans, and collective calls as the host saw them (`nccl:all_reduce`,
+//! `gloo:broadcast`, `record_param_comms`, with the process group and bytes
+//! where the trace gives them). Timestamps stay on the trace's own clock,
+//! in nanoseconds (Kineto writes wall-clock microseconds).
+
+mod classify;
+mod read;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+
+pub use classify::{collective_kind, KernelCategory};
+pub use read::{rank_from_file_name, read_trace, read_trace_from};
+
+/// The bounds a trace is read within.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceLimits {
+    /// The most rows kept of each kind (GPU activities, launches,
+    /// collectives); the rest are counted in [`TraceCut`].
+    pub max_rows: usize,
+    /// The most distinct names kept; events of further names are counted
+    /// and left out.
+    pub max_names: usize,
+    /// The longest name kept, in bytes; a longer one is cut (at a
+    /// character boundary) and counted.
+    pub max_name_bytes: usize,
+    /// The most bytes one event may take in the file: a larger one (a
+    /// string of gigabytes) ends the read with an error.
+    pub max_event_bytes: u64,
+}
+
+impl Default for TraceLimits {
+    fn default() -> Self {
+        TraceLimits {
+            max_rows: 4_000_000,
+            max_names: 200_000,
+            max_name_bytes: 4096,
+            max_event_bytes: 16 << 20,
+        }
+    }
+}
+
+/// One rank's trace: the rows the analysis needs, by column.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RankTrace {
+    /// The rank, from the trace's `distributedInfo` (or the file name, set
+    /// by the caller).
+    pub rank: Option<u32>,
+    /// The world size, from `distributedInfo`.
+    pub world_size: Option<u32>,
+    /// The distributed backend (`nccl`, `gloo`), from `distributedInfo`.
+    pub backend: Option<String>,
+    /// `baseTimeNanoseconds`: the Unix time, in nanoseconds, that the
+    /// trace's timestamps count from (newer Kineto); `None` where the
+    /// timestamps are Unix times themselves.
+    pub base_time_ns: Option<i64>,
+    /// Names of kernels, launches and collectives, by id.
+    pub names: Vec<String>,
+    /// GPU activities: kernels, memory copies and sets.
+    pub gpu: GpuRows,
+    /// CPU events with a correlation id: the runtime calls that launched
+    /// the GPU activities.
+    pub launches: LaunchRows,
+    /// `ProfilerStep#N` spans on the host: `(start_ns, end_ns)`.
+    pub steps: Vec<(i64, i64)>,
+    /// Collective calls as the host saw them.
+    pub collectives: CollectiveRows,
+    /// Trace events read.
+    pub events: u64,
+    /// What was left out, and why.
+    pub cut: TraceCut,
+}
+
+/// GPU activities by column.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuRows {
+    /// Name id (into [`RankTrace::names`]).
+    pub name: Vec<u32>,
+    /// Category, from the name.
+    pub category: Vec<KernelCategory>,
+    /// CUDA stream.
+    pub stream: Vec<i64>,
+    /// Device index (-1 when the trace does not say).
+    pub device: Vec<i64>,
+    /// Start, nanoseconds on the trace's clock.
+    pub start_ns: Vec<i64>,
+    /// Duration, nanoseconds.
+    pub dur_ns: Vec<i64>,
+    /// Correlation id with the launching CPU event.
+    pub correlation: Vec<i64>,
+}
+
+/// CPU events with a correlation id, by column.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LaunchRows {
+    /// Name id.
+    pub name: Vec<u32>,
+    /// Start, nanoseconds on the trace's clock.
+    pub start_ns: Vec<i64>,
+    /// Correlation id.
+    pub correlation: Vec<i64>,
+}
+
+/// Collective calls on the host, by column.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CollectiveRows {
+    /// Kind id (into [`RankTrace::names`]): `all_reduce`, `broadcast`, …
+    pub kind: Vec<u32>,
+    /// Process group name id, where the trace gives one.
+    pub group: Vec<Option<u32>>,
+    /// Bytes of the input, where the trace gives them.
+    pub bytes: Vec<Option<u64>>,
+    /// Start, nanoseconds on the trace's clock.
+    pub start_ns: Vec<i64>,
+    /// Duration, nanoseconds.
+    pub dur_ns: Vec<i64>,
+}
+
+/// What a read left out of a [`RankTrace`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TraceCut {
+    /// Rows past [`TraceLimits::max_rows`].
+    pub rows: u64,
+    /// Events whose name was past [`TraceLimits::max_names`].
+    pub names: u64,
+    /// Names cut to [`TraceLimits::max_name_bytes`].
+    pub long_names: u64,
+    /// Events with a negative, non-finite or overflowing time.
+    pub bad_times: u64,
+}
+
+impl TraceCut {
+    /// Whether anything was left out.
+    pub fn is_empty(&self) -> bool {
+        *self == TraceCut::default()
+    }
+}
+
+/// A trace that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceError {
+    /// The file could not be opened or read (a truncated gzip stream too).
+    #[error("reading {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a Kineto trace: invalid JSON, a field of the wrong
+    /// type, nesting past serde_json's limit, an event past the size limit.
+    #[error("{path} is not a readable trace")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong, and where.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Valid JSON with no `traceEvents` array.
+    #[error("{path} has no traceEvents array: not a torch.profiler / Kineto trace")]
+    NoEvents {
+        /// The file.
+        path: PathBuf,
+    },
+}

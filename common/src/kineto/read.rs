@@ -1,0 +1,678 @@
+//! The streaming reader: serde visitors walk the trace's top-level object
+//! and its `traceEvents` array one event at a time, keeping the rows
+//! [`RankTrace`] holds and nothing else.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+
+use flate2::read::MultiGzDecoder;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use super::classify::{collective_kind, normalize_kind, KernelCategory};
+use super::{CollectiveRows, RankTrace, TraceError, TraceLimits};
+
+/// Reads the Kineto trace at `path` (plain JSON, or gzip by its magic
+/// bytes, whatever the file is named).
+pub fn read_trace(path: &Path, limits: &TraceLimits) -> Result<RankTrace, TraceError> {
+    let io_error = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = BufReader::new(File::open(path).map_err(io_error)?);
+    let gzip = file
+        .fill_buf()
+        .map_err(io_error)?
+        .starts_with(&[0x1f, 0x8b]);
+    if gzip {
+        read_trace_from(MultiGzDecoder::new(file), path, limits)
+    } else {
+        read_trace_from(file, path, limits)
+    }
+}
+
+/// Reads a Kineto trace from `input`; `path` names it in errors.
+pub fn read_trace_from(
+    input: impl Read,
+    path: &Path,
+    limits: &TraceLimits,
+) -> Result<RankTrace, TraceError> {
+    let since_event = Cell::new(0);
+    let counted = CountingReader {
+        inner: input,
+        since_event: &since_event,
+        limit: limits.max_event_bytes,
+    };
+    // Buffered above the counter: serde_json reads byte by byte, which
+    // std makes cheap for a BufReader.
+    let mut json =
+        serde_json::Deserializer::from_reader(BufReader::with_capacity(64 << 10, counted));
+    let mut builder = Builder::new(limits, &since_event);
+    let found = json
+        .deserialize_any(TraceVisitor(&mut builder))
+        .and_then(|found| json.end().map(|()| found))
+        .map_err(|error| {
+            if error.is_io() {
+                TraceError::Io {
+                    path: path.to_path_buf(),
+                    source: error.into(),
+                }
+            } else {
+                TraceError::Format {
+                    path: path.to_path_buf(),
+                    source: error,
+                }
+            }
+        })?;
+    if !found {
+        return Err(TraceError::NoEvents {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(builder.finish())
+}
+
+/// The rank in a file name as torch.profiler's users name their files:
+/// the number after the last `rank` (`rank-3`, `rank_3`, `rank3`, any case).
+pub fn rank_from_file_name(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    name.rmatch_indices("rank").find_map(|(at, _)| {
+        let rest = name[at + 4..].trim_start_matches(['-', '_']);
+        let digits: &str = &rest[..rest.bytes().take_while(u8::is_ascii_digit).count()];
+        digits.parse().ok()
+    })
+}
+
+/// Counts the bytes read since the last event ended and refuses to read on
+/// past the limit: one event (a string of gigabytes) cannot take memory
+/// past it. Counted in the chunks the buffer above asks for.
+struct CountingReader<'a, R> {
+    inner: R,
+    since_event: &'a Cell<u64>,
+    limit: u64,
+}
+
+impl<R: Read> Read for CountingReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.since_event.get() > self.limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "an event (or a top-level field) is larger than {} MiB",
+                    self.limit >> 20
+                ),
+            ));
+        }
+        let read = self.inner.read(buf)?;
+        self.since_event.set(self.since_event.get() + read as u64);
+        Ok(read)
+    }
+}
+
+/// The rows of one trace as they are read.
+struct Builder<'a> {
+    limits: &'a TraceLimits,
+    since_event: &'a Cell<u64>,
+    trace: RankTrace,
+    /// Name → id, with what the name says about the event.
+    ids: HashMap<Box<str>, u32>,
+    info: Vec<NameInfo>,
+    /// Collectives from `nccl:…` / `gloo:…` annotations, and from
+    /// `record_param_comms` with its arguments: the second are used where
+    /// the trace has them (newer torch), the first otherwise.
+    annotated: CollectiveRows,
+    described: CollectiveRows,
+}
+
+/// What a name says about its event, worked out once per distinct name.
+#[derive(Clone, Copy)]
+struct NameInfo {
+    category: KernelCategory,
+    /// `ProfilerStep#N`.
+    step: bool,
+    /// The collective kind's name id, for `backend:kind` annotations.
+    collective: Option<u32>,
+    /// `record_param_comms`.
+    param_comms: bool,
+}
+
+impl<'a> Builder<'a> {
+    fn new(limits: &'a TraceLimits, since_event: &'a Cell<u64>) -> Self {
+        Builder {
+            limits,
+            since_event,
+            trace: RankTrace::default(),
+            ids: HashMap::new(),
+            info: Vec::new(),
+            annotated: CollectiveRows::default(),
+            described: CollectiveRows::default(),
+        }
+    }
+
+    /// The id of `name`, interned; `None` past the name budget.
+    fn intern(&mut self, name: &str) -> Option<u32> {
+        if let Some(&id) = self.ids.get(name) {
+            return Some(id);
+        }
+        let mut kept = name;
+        if kept.len() > self.limits.max_name_bytes {
+            let mut end = self.limits.max_name_bytes;
+            while !kept.is_char_boundary(end) {
+                end -= 1;
+            }
+            kept = &kept[..end];
+            self.trace.cut.long_names += 1;
+            if let Some(&id) = self.ids.get(kept) {
+                return Some(id);
+            }
+        }
+        if self.ids.len() >= self.limits.max_names {
+            return None;
+        }
+        let id = u32::try_from(self.trace.names.len()).ok()?;
+        self.trace.names.push(kept.to_string());
+        self.ids.insert(kept.into(), id);
+        self.info.push(NameInfo {
+            category: KernelCategory::of(kept),
+            step: kept.starts_with("ProfilerStep#"),
+            collective: None,
+            param_comms: kept == "record_param_comms",
+        });
+        // The kind's own name, interned once this name's info is in place.
+        if let Some(kind) = collective_kind(kept) {
+            self.info[id as usize].collective = self.intern(&kind);
+        }
+        Some(id)
+    }
+
+    /// Keeps what `event` adds to the trace.
+    fn add(&mut self, event: Event) {
+        self.trace.events += 1;
+        if !event.complete || event.category == Category::GpuAnnotation {
+            return;
+        }
+        let Some(name) = event.name else { return };
+        let Some(name) = name else {
+            self.trace.cut.names += 1;
+            return;
+        };
+        let (Some(start_ns), Some(dur_ns)) = (
+            event.ts.and_then(micros_to_nanos),
+            event.dur.and_then(micros_to_nanos),
+        ) else {
+            self.trace.cut.bad_times += 1;
+            return;
+        };
+        let info = self.info[name as usize];
+        let args = event.args;
+        let max_rows = self.limits.max_rows;
+        let trace = &mut self.trace;
+        match (args.stream, args.correlation) {
+            (Some(stream), Some(correlation)) if stream >= 0 && correlation >= 0 => {
+                let gpu = &mut trace.gpu;
+                if keep(gpu.name.len(), max_rows, &mut trace.cut.rows) {
+                    gpu.name.push(name);
+                    gpu.category.push(info.category);
+                    gpu.stream.push(stream);
+                    gpu.device.push(args.device.unwrap_or(-1));
+                    gpu.start_ns.push(start_ns);
+                    gpu.dur_ns.push(dur_ns);
+                    gpu.correlation.push(correlation);
+                }
+                return;
+            }
+            (_, Some(correlation)) if correlation >= 0 => {
+                let launches = &mut trace.launches;
+                if keep(launches.name.len(), max_rows, &mut trace.cut.rows) {
+                    launches.name.push(name);
+                    launches.start_ns.push(start_ns);
+                    launches.correlation.push(correlation);
+                }
+            }
+            _ => {}
+        }
+        if event.category != Category::HostOp {
+            return;
+        }
+        if info.step && keep(trace.steps.len(), max_rows, &mut trace.cut.rows) {
+            trace
+                .steps
+                .push((start_ns, start_ns.saturating_add(dur_ns)));
+        }
+        let kind = if info.param_comms {
+            args.collective
+                .as_deref()
+                .and_then(|kind| self.intern(&normalize_kind(kind)))
+        } else {
+            info.collective
+        };
+        let Some(kind) = kind else { return };
+        let group = args.group.as_deref().and_then(|group| self.intern(group));
+        let bytes = args
+            .elements
+            .zip(args.dtype.as_deref().and_then(dtype_bytes));
+        let rows = if info.param_comms {
+            &mut self.described
+        } else {
+            &mut self.annotated
+        };
+        if keep(rows.kind.len(), max_rows, &mut self.trace.cut.rows) {
+            rows.kind.push(kind);
+            rows.group.push(group);
+            rows.bytes
+                .push(bytes.map(|(n, size)| n.saturating_mul(size)));
+            rows.start_ns.push(start_ns);
+            rows.dur_ns.push(dur_ns);
+        }
+    }
+
+    fn finish(mut self) -> RankTrace {
+        self.trace.collectives = if self.described.kind.is_empty() {
+            self.annotated
+        } else {
+            self.described
+        };
+        self.trace
+    }
+}
+
+/// Whether a table of `len` rows takes one more; counts it in `cut` if not.
+fn keep(len: usize, max_rows: usize, cut: &mut u64) -> bool {
+    if len < max_rows {
+        true
+    } else {
+        *cut += 1;
+        false
+    }
+}
+
+/// Kineto's microseconds (fractional) as whole nanoseconds; `None` for a
+/// negative, non-finite or overflowing time. The whole microseconds and
+/// the fraction are converted apart: a wall-clock time in nanoseconds is
+/// past f64's exact integers.
+fn micros_to_nanos(micros: f64) -> Option<i64> {
+    if !micros.is_finite() || micros < 0.0 || micros >= 9.0e15 {
+        return None;
+    }
+    let whole = micros.trunc();
+    let fraction = ((micros - whole) * 1000.0).round() as i64;
+    (whole as i64).checked_mul(1000)?.checked_add(fraction)
+}
+
+/// Bytes per element of a torch dtype, as `record_param_comms` names it.
+fn dtype_bytes(dtype: &str) -> Option<u64> {
+    Some(match dtype.to_ascii_lowercase().as_str() {
+        "double" | "long" | "complexfloat" | "float64" | "int64" => 8,
+        "float" | "int" | "float32" | "int32" => 4,
+        "half" | "bfloat16" | "short" | "float16" | "int16" => 2,
+        "byte" | "char" | "bool" | "uint8" | "int8" | "float8_e4m3fn" | "float8_e5m2" => 1,
+        _ => return None,
+    })
+}
+
+/// The categories of Kineto events the reader tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Category {
+    /// `cpu_op`, `user_annotation`: operators and `record_function` spans.
+    HostOp,
+    /// `gpu_user_annotation`: a `record_function` span drawn on a GPU stream.
+    GpuAnnotation,
+    #[default]
+    Other,
+}
+
+/// The fields of one event the reader uses.
+#[derive(Default)]
+struct Event {
+    complete: bool,
+    category: Category,
+    /// `None`: no name; `Some(None)`: a name past the budget.
+    name: Option<Option<u32>>,
+    ts: Option<f64>,
+    dur: Option<f64>,
+    args: Args,
+}
+
+/// The arguments of one event the reader uses.
+#[derive(Default)]
+struct Args {
+    correlation: Option<i64>,
+    stream: Option<i64>,
+    device: Option<i64>,
+    collective: Option<String>,
+    group: Option<String>,
+    elements: Option<u64>,
+    dtype: Option<String>,
+}
+
+/// An integer argument as HTA reads one (pandas' `to_numeric`): a number,
+/// or a string that holds one; anything else is absent.
+fn integer(value: Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 9e18)
+                .map(|f| f as i64)
+        }),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(value: Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The top-level value: Kineto's object, or a bare array of events (the
+/// Chrome trace format allows both). Yields whether events were found.
+struct TraceVisitor<'b, 'a>(&'b mut Builder<'a>);
+
+impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a trace object with traceEvents, or an array of events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<bool, A::Error> {
+        EventsSeed(self.0).visit_seq(seq).map(|()| true)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let builder = self.0;
+        let mut found = false;
+        while let Some(key) = map.next_key::<Key<TopField>>()? {
+            match key.0 {
+                TopField::TraceEvents => {
+                    map.next_value_seed(EventsSeed(builder))?;
+                    found = true;
+                }
+                TopField::DistributedInfo => {
+                    let info: DistributedInfo = map.next_value()?;
+                    let count = |v: Option<Value>| integer(v?).and_then(|n| u32::try_from(n).ok());
+                    builder.trace.rank = count(info.rank);
+                    builder.trace.world_size = count(info.world_size);
+                    builder.trace.backend = info.backend.and_then(text);
+                }
+                TopField::BaseTime => {
+                    builder.trace.base_time_ns = map.next_value().ok().and_then(integer);
+                }
+                TopField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            builder.since_event.set(0);
+        }
+        Ok(found)
+    }
+}
+
+/// `distributedInfo`: the rank, the world and the backend.
+#[derive(serde::Deserialize)]
+struct DistributedInfo {
+    rank: Option<Value>,
+    world_size: Option<Value>,
+    backend: Option<Value>,
+}
+
+/// The `traceEvents` array, event by event into the builder.
+struct EventsSeed<'b, 'a>(&'b mut Builder<'a>);
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let builder = self.0;
+        while let Some(event) = seq.next_element_seed(EventSeed(builder))? {
+            builder.add(event);
+            builder.since_event.set(0);
+        }
+        Ok(())
+    }
+}
+
+/// One event: its fields read as they come, its name interned.
+struct EventSeed<'b, 'a>(&'b mut Builder<'a>);
+
+impl<'de> DeserializeSeed<'de> for EventSeed<'_, '_> {
+    type Value = Event;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Event, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventSeed<'_, '_> {
+    type Value = Event;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a trace event object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+        let mut event = Event::default();
+        while let Some(key) = map.next_key::<Key<EventField>>()? {
+            match key.0 {
+                EventField::Ph => {
+                    event.complete = map.next_value::<Key<Phase>>()?.0 == Phase::Complete
+                }
+                EventField::Cat => event.category = map.next_value::<Key<Category>>()?.0,
+                EventField::Name => event.name = Some(map.next_value_seed(NameSeed(self.0))?),
+                EventField::Ts => event.ts = Some(map.next_value()?),
+                EventField::Dur => event.dur = Some(map.next_value()?),
+                EventField::Args => event.args = map.next_value_seed(ArgsSeed)?,
+                EventField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(event)
+    }
+}
+
+/// An event's name, interned as it is read (no allocation for a name seen
+/// before).
+struct NameSeed<'b, 'a>(&'b mut Builder<'a>);
+
+impl<'de> DeserializeSeed<'de> for NameSeed<'_, '_> {
+    type Value = Option<u32>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<u32>, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NameSeed<'_, '_> {
+    type Value = Option<u32>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an event name (a string)")
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Option<u32>, E> {
+        Ok(self.0.intern(name))
+    }
+}
+
+/// The arguments the reader uses; the rest are skipped unread.
+struct ArgsSeed;
+
+impl<'de> DeserializeSeed<'de> for ArgsSeed {
+    type Value = Args;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Args, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArgsSeed {
+    type Value = Args;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of event arguments")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Args, A::Error> {
+        let mut args = Args::default();
+        while let Some(key) = map.next_key::<Key<ArgField>>()? {
+            if key.0 == ArgField::Other {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let value: Value = map.next_value()?;
+            match key.0 {
+                ArgField::Correlation => args.correlation = integer(value),
+                ArgField::Stream => args.stream = integer(value),
+                ArgField::Device => args.device = integer(value),
+                ArgField::Collective => args.collective = text(value),
+                ArgField::Group => args.group = text(value),
+                ArgField::Elements => {
+                    args.elements = integer(value).and_then(|n| u64::try_from(n).ok())
+                }
+                ArgField::Dtype => args.dtype = text(value),
+                ArgField::Other => {}
+            }
+        }
+        Ok(args)
+    }
+}
+
+/// A word the reader knows, read from a string without allocating.
+trait Word: Sized {
+    fn from_word(word: &str) -> Self;
+}
+
+/// A [`Word`] read from JSON.
+struct Key<W>(W);
+
+impl<'de, W: Word> serde::Deserialize<'de> for Key<W> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct WordVisitor<W>(std::marker::PhantomData<W>);
+        impl<W: Word> Visitor<'_> for WordVisitor<W> {
+            type Value = Key<W>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, word: &str) -> Result<Key<W>, E> {
+                Ok(Key(W::from_word(word)))
+            }
+        }
+        deserializer.deserialize_str(WordVisitor(std::marker::PhantomData))
+    }
+}
+
+#[derive(PartialEq)]
+enum TopField {
+    TraceEvents,
+    DistributedInfo,
+    BaseTime,
+    Other,
+}
+
+impl Word for TopField {
+    fn from_word(word: &str) -> Self {
+        match word {
+            "traceEvents" => TopField::TraceEvents,
+            "distributedInfo" => TopField::DistributedInfo,
+            "baseTimeNanoseconds" => TopField::BaseTime,
+            _ => TopField::Other,
+        }
+    }
+}
+
+#[derive(PartialEq)]
+enum EventField {
+    Ph,
+    Cat,
+    Name,
+    Ts,
+    Dur,
+    Args,
+    Other,
+}
+
+impl Word for EventField {
+    fn from_word(word: &str) -> Self {
+        match word {
+            "ph" => EventField::Ph,
+            "cat" => EventField::Cat,
+            "name" => EventField::Name,
+            "ts" => EventField::Ts,
+            "dur" => EventField::Dur,
+            "args" => EventField::Args,
+            _ => EventField::Other,
+        }
+    }
+}
+
+#[derive(PartialEq)]
+enum Phase {
+    Complete,
+    Other,
+}
+
+impl Word for Phase {
+    fn from_word(word: &str) -> Self {
+        if word == "X" {
+            Phase::Complete
+        } else {
+            Phase::Other
+        }
+    }
+}
+
+impl Word for Category {
+    fn from_word(word: &str) -> Self {
+        match word {
+            "cpu_op" | "user_annotation" | "Operator" => Category::HostOp,
+            "gpu_user_annotation" => Category::GpuAnnotation,
+            _ => Category::Other,
+        }
+    }
+}
+
+#[derive(PartialEq)]
+enum ArgField {
+    Correlation,
+    Stream,
+    Device,
+    Collective,
+    Group,
+    Elements,
+    Dtype,
+    Other,
+}
+
+impl Word for ArgField {
+    fn from_word(word: &str) -> Self {
+        match word {
+            "correlation" => ArgField::Correlation,
+            "stream" => ArgField::Stream,
+            "device" => ArgField::Device,
+            "Collective name" => ArgField::Collective,
+            "Process Group Name" => ArgField::Group,
+            "In msg nelems" => ArgField::Elements,
+            "dtype" => ArgField::Dtype,
+            _ => ArgField::Other,
+        }
+    }
+}

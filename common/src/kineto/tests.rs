@@ -1,0 +1,240 @@
+//! The reader on real traces (HTA's fixtures) and on hostile ones.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/kineto")
+        .join(name)
+}
+
+fn read_str(json: &str) -> Result<RankTrace, TraceError> {
+    read_trace_from(
+        json.as_bytes(),
+        Path::new("t.json"),
+        &TraceLimits::default(),
+    )
+}
+
+#[test]
+fn a_real_gpu_trace_is_read_into_its_rows() {
+    let trace = read_trace(
+        &fixture("hta-sampled/sampled_rank-0.json.gz"),
+        &TraceLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(trace.rank, Some(0));
+    assert_eq!(trace.world_size, Some(128));
+    assert_eq!(trace.backend.as_deref(), Some("nccl"));
+    // 1154 kernels, 40 copies and 10 sets, each with a stream and a correlation.
+    assert_eq!(trace.gpu.name.len(), 1154 + 40 + 10);
+    // The 1204 CUDA runtime calls carry correlation ids.
+    assert_eq!(trace.launches.name.len(), 1204);
+    assert_eq!(trace.steps.len(), 2);
+    assert_eq!(trace.events, 4855);
+    assert!(trace.cut.is_empty(), "{:?}", trace.cut);
+    let memory = trace
+        .gpu
+        .category
+        .iter()
+        .filter(|c| **c == KernelCategory::Memory)
+        .count();
+    assert_eq!(memory, 50);
+    // Kineto's microseconds, whole: 1682725898082228 µs.
+    let first = trace
+        .gpu
+        .name
+        .iter()
+        .position(|n| trace.names[*n as usize].contains("permute_2D"))
+        .unwrap();
+    assert_eq!(trace.gpu.start_ns[first], 1_682_725_898_082_228_000);
+    assert_eq!(trace.gpu.dur_ns[first], 10_000);
+    // nccl:all_reduce ×4, nccl:all_to_all ×4, nccl:_all_gather_base ×2.
+    let kinds: Vec<&str> = trace
+        .collectives
+        .kind
+        .iter()
+        .map(|k| trace.names[*k as usize].as_str())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "all_reduce").count(), 4);
+    assert_eq!(kinds.iter().filter(|k| **k == "all_to_all").count(), 4);
+    assert_eq!(kinds.iter().filter(|k| **k == "all_gather").count(), 2);
+}
+
+#[test]
+fn a_cpu_only_gloo_trace_gives_its_collectives_and_base_time() {
+    let trace = read_trace(
+        &fixture("hta-gloo-cpu/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"),
+        &TraceLimits::default(),
+    )
+    .unwrap();
+    assert_eq!((trace.rank, trace.world_size), (Some(34), Some(300)));
+    assert_eq!(trace.base_time_ns, Some(1_719_853_884_000_000_000));
+    assert!(trace.gpu.name.is_empty());
+    assert_eq!(trace.collectives.kind.len(), 10);
+    assert_eq!(trace.steps.len(), 1);
+    // 1212075548353.304 µs, to the nanosecond.
+    assert!(trace.collectives.start_ns.contains(&1_212_075_548_353_304));
+}
+
+#[test]
+fn record_param_comms_gives_group_and_bytes() {
+    let trace = read_str(
+        r#"{"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 10, "dur": 5,
+         "args": {"Collective name": "allreduce", "Process Group Name": "0", "In msg nelems": 1024,
+                  "dtype": "Float"}},
+        {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "ts": 11, "dur": 3}
+    ]}"#,
+    )
+    .unwrap();
+    let rows = &trace.collectives;
+    assert_eq!(
+        rows.kind.len(),
+        1,
+        "record_param_comms is used where the trace has it"
+    );
+    assert_eq!(trace.names[rows.kind[0] as usize], "all_reduce");
+    assert_eq!(
+        rows.group[0].map(|g| trace.names[g as usize].as_str()),
+        Some("0")
+    );
+    assert_eq!(rows.bytes[0], Some(4096));
+}
+
+#[test]
+fn a_bare_array_of_events_is_a_trace() {
+    let trace = read_str(
+        r#"[{"ph": "X", "name": "k", "ts": 1, "dur": 2, "args": {"stream": 7, "correlation": 3}}]"#,
+    )
+    .unwrap();
+    assert_eq!(trace.gpu.stream, vec![7]);
+}
+
+#[test]
+fn json_without_trace_events_is_refused() {
+    assert!(matches!(
+        read_str(r#"{"schemaVersion": 1}"#),
+        Err(TraceError::NoEvents { .. })
+    ));
+}
+
+#[test]
+fn invalid_json_names_the_file_and_the_place() {
+    let error = read_str(r#"{"traceEvents": [{"ph": "X", "name": }]}"#).unwrap_err();
+    assert!(matches!(error, TraceError::Format { .. }));
+    let text = crate::error::Chain(&error).to_string();
+    assert!(text.contains("t.json is not a readable trace"), "{text}");
+    assert!(text.contains("line 1 column"), "{text}");
+}
+
+#[test]
+fn a_truncated_gzip_trace_is_an_io_error() {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(br#"{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 2}]}"#)
+        .unwrap();
+    let bytes = gz.finish().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank-1.json.gz");
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let error = read_trace(&path, &TraceLimits::default()).unwrap_err();
+    assert!(matches!(error, TraceError::Io { .. }), "{error:?}");
+    assert!(crate::error::Chain(&error)
+        .to_string()
+        .contains("rank-1.json.gz"));
+}
+
+#[test]
+fn a_two_gigabyte_string_stops_at_the_event_limit() {
+    // Never materialised: the reader stops after the limit, 16 MiB here.
+    let head = br#"{"traceEvents": [{"ph": "X", "name": ""#.as_slice();
+    let input = head.chain(std::io::repeat(b'a').take(2 << 30));
+    let error = read_trace_from(input, Path::new("big.json"), &TraceLimits::default()).unwrap_err();
+    let text = crate::error::Chain(&error).to_string();
+    assert!(text.contains("larger than 16 MiB"), "{text}");
+}
+
+#[test]
+fn deep_nesting_is_skipped_or_refused_never_a_stack_overflow() {
+    let nested = |field: &str| {
+        format!(
+            r#"{{"traceEvents": [{{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {{"{field}": {}{}}}}}]}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        )
+    };
+    // An argument the reader does not use is skipped without recursion.
+    let trace = read_str(&nested("Input Dims")).unwrap();
+    assert_eq!(trace.events, 1);
+    // One it reads is refused at serde_json's depth limit.
+    let error = read_str(&nested("stream")).unwrap_err();
+    assert!(
+        crate::error::Chain(&error)
+            .to_string()
+            .contains("recursion limit"),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn negative_and_overflowing_times_are_counted_and_left_out() {
+    let trace = read_str(
+        r#"{"traceEvents": [
+        {"ph": "X", "name": "a", "ts": -5, "dur": 1, "args": {"stream": 7, "correlation": 1}},
+        {"ph": "X", "name": "b", "ts": 1e300, "dur": 1, "args": {"stream": 7, "correlation": 2}},
+        {"ph": "X", "name": "c", "ts": 1, "dur": -1, "args": {"stream": 7, "correlation": 3}},
+        {"ph": "X", "name": "d", "ts": 1, "dur": 2, "args": {"stream": 7, "correlation": 4}}
+    ]}"#,
+    )
+    .unwrap();
+    assert_eq!(trace.cut.bad_times, 3);
+    assert_eq!(trace.gpu.correlation, vec![4]);
+}
+
+#[test]
+fn distinct_names_and_rows_past_the_budget_are_counted() {
+    let limits = TraceLimits {
+        max_rows: 50,
+        max_names: 100,
+        max_name_bytes: 8,
+        ..TraceLimits::default()
+    };
+    let mut json = String::from(r#"{"traceEvents": ["#);
+    for i in 0..1000 {
+        json += &format!(
+            r#"{{"ph": "X", "name": "kernel_{i}", "ts": {i}, "dur": 1, "args": {{"stream": 7, "correlation": {i}}}}},"#
+        );
+    }
+    json += r#"{"ph": "X", "name": "last", "ts": 1, "dur": 1}]}"#;
+    let trace = read_trace_from(json.as_bytes(), Path::new("t"), &limits).unwrap();
+    // Names cut to 8 bytes: kernel_1 … kernel_9, then kernel_1 again for
+    // kernel_10…: 9 distinct kept, every one past 8 bytes counted.
+    assert_eq!(trace.cut.long_names, 990);
+    assert_eq!(trace.gpu.name.len(), 50);
+    assert_eq!(trace.cut.rows, 950);
+    let limits = TraceLimits {
+        max_names: 100,
+        ..TraceLimits::default()
+    };
+    let trace = read_trace_from(json.as_bytes(), Path::new("t"), &limits).unwrap();
+    assert_eq!(trace.names.len(), 100);
+    assert_eq!(trace.cut.names, 901);
+}
+
+#[test]
+fn the_rank_in_a_file_name() {
+    let cases = [
+        ("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", Some(34)),
+        ("sampled_rank-1.json.gz", Some(1)),
+        ("host_123.1700000000000-rank_7.pt.trace.json", Some(7)),
+        ("trace-TP-RANK3.json", Some(3)),
+        ("ranked-rank12.json", Some(12)),
+        ("trace.json", None),
+    ];
+    for (name, rank) in cases {
+        assert_eq!(rank_from_file_name(Path::new(name)), rank, "{name}");
+    }
+}
