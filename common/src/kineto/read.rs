@@ -295,7 +295,7 @@ fn keep(len: usize, max_rows: usize, cut: &mut u64) -> bool {
 /// the fraction are converted apart: a wall-clock time in nanoseconds is
 /// past f64's exact integers.
 fn micros_to_nanos(micros: f64) -> Option<i64> {
-    if !micros.is_finite() || micros < 0.0 || micros >= 9.0e15 {
+    if !(0.0..9.0e15).contains(&micros) {
         return None;
     }
     let whole = micros.trunc();
