@@ -38,6 +38,24 @@ pub struct Report {
     /// Absent from reports written before it existed.
     #[serde(default)]
     pub series: Series,
+    /// Per rank and GPU, how its time went, from kernel traces (HTA's
+    /// definitions). Empty without kernel traces.
+    #[serde(default)]
+    pub gpu_time: Vec<GpuTime>,
+    /// GPU kernels across ranks, the largest total first; the rest folded
+    /// into one row. Empty without kernel traces.
+    #[serde(default)]
+    pub kernels: Vec<KernelStats>,
+    /// Kernels slower on one rank than on the others.
+    #[serde(default)]
+    pub kernel_stragglers: Vec<KernelStraggler>,
+    /// Collectives per rank, kind and process group, split into waiting
+    /// for the last rank to arrive and the rest.
+    #[serde(default)]
+    pub collectives: Vec<CollectiveStats>,
+    /// The kernel traces the report read: one per rank.
+    #[serde(default)]
+    pub kernel_traces: Vec<KernelTraceInput>,
 }
 
 /// The session as a whole.
@@ -325,6 +343,128 @@ pub struct Straggler {
     /// it sampled, its host's CPU saturation. Empty when none was found.
     #[serde(default)]
     pub evidence: Vec<String>,
+}
+
+/// How one rank's GPU spent the window its kernel trace covers, with the
+/// definitions of Holistic Trace Analysis (HTA): the window runs from the
+/// first GPU activity's start to the last one's end; idle is the time no
+/// activity ran on any stream; compute is the union of compute kernels;
+/// non-compute the rest of the busy time (communication, memory, other).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuTime {
+    /// The rank.
+    pub rank: u32,
+    /// The device index in the trace; `null` where the trace gives none.
+    pub gpu: Option<i64>,
+    /// From the first activity's start to the last one's end, seconds.
+    pub window_s: f64,
+    /// No activity on any stream, seconds.
+    pub idle_s: f64,
+    /// Some compute kernel running, seconds.
+    pub compute_s: f64,
+    /// Busy but no compute kernel running, seconds.
+    pub non_compute_s: f64,
+    /// Some communication kernel running (overlapped or not), seconds.
+    pub communication_s: f64,
+    /// Some memory copy or set running (overlapped or not), seconds.
+    pub memory_s: f64,
+    /// `idle_s` of `window_s`, %.
+    pub idle_pct: f64,
+    /// `compute_s` of `window_s`, %.
+    pub compute_pct: f64,
+    /// `non_compute_s` of `window_s`, %.
+    pub non_compute_pct: f64,
+    /// The share of communication time during which a compute kernel ran
+    /// too, %; `null` without communication kernels.
+    pub comm_overlap_pct: Option<f64>,
+}
+
+/// One GPU kernel (or copy or set) name across ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelStats {
+    /// The kernel's name as the trace gives it; the folded row is
+    /// `(N other kernels)`.
+    pub name: String,
+    /// `compute`, `communication`, `memory` or `other`.
+    pub category: String,
+    /// Launches on all ranks.
+    pub calls: u64,
+    /// Time on all ranks, seconds.
+    pub total_s: f64,
+    /// The least per-rank total, seconds, and its rank.
+    pub min_s: f64,
+    /// The rank of `min_s`.
+    pub min_rank: u32,
+    /// The greatest per-rank total, seconds.
+    pub max_s: f64,
+    /// The rank of `max_s`.
+    pub max_rank: u32,
+    /// The mean per-rank total over the ranks with kernel traces, seconds.
+    pub avg_s: f64,
+    /// The slowest rank against the median of the others, %.
+    pub imbalance_pct: f64,
+}
+
+/// A kernel whose total on one rank is past the straggler rule over the
+/// median of the other ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelStraggler {
+    /// The slow rank.
+    pub rank: u32,
+    /// The kernel.
+    pub kernel: String,
+    /// Its category.
+    pub category: String,
+    /// Its total over the median of the other ranks' totals.
+    pub slowdown: f64,
+    /// Its total minus that median, seconds.
+    pub excess_s: f64,
+    /// What else the report knows of the rank: its stage stragglers and
+    /// its GPUs' bottlenecks.
+    #[serde(default)]
+    pub evidence: Vec<String>,
+}
+
+/// One kind of collective in one process group on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveStats {
+    /// The rank.
+    pub rank: u32,
+    /// `all_reduce`, `all_gather`, `broadcast`, …
+    pub kind: String,
+    /// The process group, where the trace names it.
+    pub group: Option<String>,
+    /// Calls.
+    pub calls: u64,
+    /// Time in the calls on the host, seconds.
+    pub total_s: f64,
+    /// Of that, waiting for the last rank to arrive, seconds: for the k-th
+    /// call of this kind and group on every rank, the time from this
+    /// rank's start to the last rank's start (at most the call's length).
+    /// `null` where no other rank's calls can be matched.
+    pub wait_s: Option<f64>,
+    /// Calls in which this rank arrived last.
+    pub last_to_arrive: u64,
+    /// The wait this rank imposed on the others by arriving last,
+    /// rank-seconds.
+    pub wait_imposed_s: f64,
+    /// Bytes of the inputs, where the trace gives them.
+    pub bytes: Option<u64>,
+}
+
+/// One kernel trace a report read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelTraceInput {
+    /// The rank.
+    pub rank: u32,
+    /// The file, or where the trace came from.
+    pub source: String,
+    /// Events read.
+    pub events: u64,
+    /// GPU activities kept.
+    pub gpu_activities: u64,
+    /// What was left out, and why.
+    pub cut: rankscope_common::kineto::TraceCut,
 }
 
 /// One stage, call by call across ranks.

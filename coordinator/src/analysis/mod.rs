@@ -4,6 +4,7 @@ pub mod bottlenecks;
 mod diffusion;
 mod digest;
 pub mod gpus;
+pub mod kernels;
 mod overhead;
 mod recommend;
 pub mod series;
@@ -146,6 +147,11 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         diffusion: diffusion_stats,
         recommendations: Vec::new(),
         series: Series::default(),
+        gpu_time: Vec::new(),
+        kernels: Vec::new(),
+        kernel_stragglers: Vec::new(),
+        collectives: Vec::new(),
+        kernel_traces: Vec::new(),
     };
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
     report.recommendations = recommend::recommend(&report);

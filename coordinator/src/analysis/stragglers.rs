@@ -19,6 +19,42 @@ pub struct StragglerRule {
     pub min_excess_s: f64,
 }
 
+/// A rank past a [`StragglerRule`]: its total and the other ranks' median.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlowRank {
+    /// The rank.
+    pub rank: u32,
+    /// Its total, seconds.
+    pub total: f64,
+    /// The median of the other ranks' totals, seconds.
+    pub median: f64,
+}
+
+impl StragglerRule {
+    /// The ranks of `totals` (rank, seconds) past the rule: slower than
+    /// the median of the others by both margins. Needs two ranks.
+    pub fn slow_ranks(&self, mut totals: Vec<(u32, f64)>) -> Vec<SlowRank> {
+        totals.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let sorted: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
+        let mut slow = Vec::new();
+        for (position, &(rank, total)) in totals.iter().enumerate() {
+            let Some(median) = median_without(&sorted, position).filter(|&m| m > 0.0) else {
+                continue;
+            };
+            if total > median * (1.0 + self.threshold_pct / 100.0)
+                && total - median > self.min_excess_s
+            {
+                slow.push(SlowRank {
+                    rank,
+                    total,
+                    median,
+                });
+            }
+        }
+        slow
+    }
+}
+
 /// Ranks whose total in a stage exceeds the other ranks' median by the rule's
 /// margins, slowest first. Needs at least two ranks in the stage.
 pub fn stragglers(
@@ -34,29 +70,19 @@ pub fn stragglers(
         if by_rank.len() < 2 {
             continue;
         }
-        let mut totals = StageTimes::totals(by_rank);
-        totals.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let sorted: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
-        for (position, &(rank, total)) in totals.iter().enumerate() {
-            // The reference: the median of the other ranks.
-            let Some(median) = median_without(&sorted, position).filter(|&m| m > 0.0) else {
-                continue;
-            };
-            let excess_s = total - median;
-            if total > median * (1.0 + rule.threshold_pct / 100.0) && excess_s > rule.min_excess_s {
-                let wait_s = lockstep_of
-                    .get(stage.as_str())
-                    .and_then(|l| l.ranks.iter().find(|r| r.rank == rank))
-                    .map_or(0.0, |r| r.wait_imposed_s);
-                found.push(Straggler {
-                    rank,
-                    stage: stage.clone(),
-                    slowdown: total / median,
-                    excess_s,
-                    wait_s,
-                    evidence: Vec::new(),
-                });
-            }
+        for slow in rule.slow_ranks(StageTimes::totals(by_rank)) {
+            let wait_s = lockstep_of
+                .get(stage.as_str())
+                .and_then(|l| l.ranks.iter().find(|r| r.rank == slow.rank))
+                .map_or(0.0, |r| r.wait_imposed_s);
+            found.push(Straggler {
+                rank: slow.rank,
+                stage: stage.clone(),
+                slowdown: slow.total / slow.median,
+                excess_s: slow.total - slow.median,
+                wait_s,
+                evidence: Vec::new(),
+            });
         }
     }
     found.sort_by(|a, b| b.excess_s.total_cmp(&a.excess_s));

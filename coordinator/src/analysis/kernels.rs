@@ -1,0 +1,603 @@
+//! Kernel traces: each rank's GPU time broken down as Holistic Trace
+//! Analysis (HTA) breaks it down, kernels and collectives compared across
+//! ranks. A rank's trace is digested ([`RankKernels::digest`]) as soon as it
+//! is read, so that only its digest is kept; [`analyze_kernels`] merges the
+//! digests.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use rankscope_common::kineto::{KernelCategory, RankTrace};
+
+use super::stats::imbalance_pct;
+use super::StragglerRule;
+use crate::model::{
+    CollectiveStats, GpuTime, KernelStats, KernelStraggler, KernelTraceInput, Straggler,
+};
+
+/// How many kernel names `kernels[]` lists; the rest are folded, one row
+/// per category.
+pub const KERNELS_LISTED: usize = 50;
+/// How many kernel stragglers are kept, the largest excess first.
+pub const KERNEL_STRAGGLERS_LISTED: usize = 50;
+
+/// What the analysis keeps of one rank's kernel trace.
+#[derive(Debug, Clone)]
+pub struct RankKernels {
+    /// The rank.
+    pub rank: u32,
+    /// Where the trace came from, and what was cut of it.
+    pub input: KernelTraceInput,
+    /// Per GPU, its time broken down.
+    pub gpu_time: Vec<GpuTime>,
+    /// Per kernel name: its category, launches and total nanoseconds.
+    pub kernels: HashMap<String, (KernelCategory, u64, i64)>,
+    /// Collective calls on the host, in start order.
+    pub collectives: Vec<CollectiveCall>,
+}
+
+/// One collective call on a rank's host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectiveCall {
+    /// `all_reduce`, …
+    pub kind: String,
+    /// The process group, where the trace names it.
+    pub group: Option<String>,
+    /// Input bytes, where the trace gives them.
+    pub bytes: Option<u64>,
+    /// Start, Unix nanoseconds (the trace's clock taken as the host's).
+    pub start_ns: i64,
+    /// Length, nanoseconds.
+    pub dur_ns: i64,
+}
+
+impl RankKernels {
+    /// The digest of `trace`, rank `rank`'s, read from `source`.
+    pub fn digest(rank: u32, source: String, trace: &RankTrace) -> Self {
+        let kept = traced_activities(trace);
+        let gpu = &trace.gpu;
+        let mut by_device: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        let mut kernels: HashMap<String, (KernelCategory, u64, i64)> = HashMap::new();
+        for &i in &kept {
+            by_device.entry(gpu.device[i]).or_default().push(i);
+            let name = &trace.names[gpu.name[i] as usize];
+            let entry = kernels
+                .entry(name.clone())
+                .or_insert((gpu.category[i], 0, 0));
+            entry.1 += 1;
+            entry.2 = entry.2.saturating_add(gpu.dur_ns[i]);
+        }
+        let gpu_time = by_device
+            .into_iter()
+            .map(|(device, rows)| gpu_time(rank, (device >= 0).then_some(device), trace, &rows))
+            .collect();
+        let base_ns = trace.base_time_ns.unwrap_or(0);
+        let rows = &trace.collectives;
+        let name = |id: u32| trace.names[id as usize].clone();
+        let mut collectives: Vec<CollectiveCall> = (0..rows.kind.len())
+            .map(|i| CollectiveCall {
+                kind: name(rows.kind[i]),
+                group: rows.group[i].map(name),
+                bytes: rows.bytes[i],
+                start_ns: base_ns.saturating_add(rows.start_ns[i]),
+                dur_ns: rows.dur_ns[i],
+            })
+            .collect();
+        collectives.sort_by_key(|c| c.start_ns);
+        RankKernels {
+            rank,
+            input: KernelTraceInput {
+                rank,
+                source,
+                events: trace.events,
+                gpu_activities: gpu.name.len() as u64,
+                cut: trace.cut,
+            },
+            gpu_time,
+            kernels,
+            collectives,
+        }
+    }
+}
+
+/// The GPU activities HTA analyses: with two or more `ProfilerStep`s,
+/// those launched before the last step began (HTA drops the last,
+/// incomplete iteration: `Trace._filter_irrelevant_gpu_kernels`); else all.
+fn traced_activities(trace: &RankTrace) -> Vec<usize> {
+    let all = 0..trace.gpu.name.len();
+    let Some(last_step) = trace
+        .steps
+        .iter()
+        .map(|s| s.0)
+        .max()
+        .filter(|_| trace.steps.len() >= 2)
+    else {
+        return all.collect();
+    };
+    let launched: HashSet<i64> = (0..trace.launches.name.len())
+        .filter(|&i| trace.launches.start_ns[i] < last_step)
+        .map(|i| trace.launches.correlation[i])
+        .collect();
+    all.filter(|&i| launched.contains(&trace.gpu.correlation[i]))
+        .collect()
+}
+
+/// One GPU's time, from its activities `rows`.
+fn gpu_time(rank: u32, gpu: Option<i64>, trace: &RankTrace, rows: &[usize]) -> GpuTime {
+    let g = &trace.gpu;
+    let merged_of = |category: Option<KernelCategory>| {
+        merge(
+            rows.iter()
+                .filter(|&&i| category.is_none_or(|c| g.category[i] == c))
+                .map(|&i| (g.start_ns[i], g.start_ns[i].saturating_add(g.dur_ns[i]))),
+        )
+    };
+    let busy = merged_of(None);
+    let compute = merged_of(Some(KernelCategory::Compute));
+    let communication = merged_of(Some(KernelCategory::Communication));
+    let memory = merged_of(Some(KernelCategory::Memory));
+    let window = match (busy.first(), busy.last()) {
+        (Some(first), Some(last)) => last.1 - first.0,
+        _ => 0,
+    };
+    let idle = window - length(&busy);
+    let compute_ns = length(&compute);
+    let communication_ns = length(&communication);
+    let seconds = |ns: i64| ns as f64 / 1e9;
+    let pct = |ns: i64| {
+        if window > 0 {
+            ns as f64 / window as f64 * 100.0
+        } else {
+            0.0
+        }
+    };
+    GpuTime {
+        rank,
+        gpu,
+        window_s: seconds(window),
+        idle_s: seconds(idle),
+        compute_s: seconds(compute_ns),
+        non_compute_s: seconds(window - compute_ns - idle),
+        communication_s: seconds(communication_ns),
+        memory_s: seconds(length(&memory)),
+        idle_pct: pct(idle),
+        compute_pct: pct(compute_ns),
+        non_compute_pct: pct(window - compute_ns - idle),
+        comm_overlap_pct: (communication_ns > 0)
+            .then(|| overlap(&communication, &compute) as f64 / communication_ns as f64 * 100.0),
+    }
+}
+
+/// `intervals` (start, end) merged into disjoint ones in start order; an
+/// interval that starts where another ends joins it, as in HTA's
+/// `merge_kernel_intervals`.
+fn merge(intervals: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
+    let mut sorted: Vec<(i64, i64)> = intervals.collect();
+    sorted.sort_unstable();
+    let mut merged: Vec<(i64, i64)> = Vec::with_capacity(sorted.len());
+    for (start, end) in sorted {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
+}
+
+/// The total length of disjoint intervals.
+fn length(merged: &[(i64, i64)]) -> i64 {
+    merged.iter().map(|(start, end)| end - start).sum()
+}
+
+/// The length of the intersection of two lists of disjoint, sorted
+/// intervals.
+fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
+    let (mut i, mut j, mut total) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        let start = a[i].0.max(b[j].0);
+        let end = a[i].1.min(b[j].1);
+        total += (end - start).max(0);
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    total
+}
+
+/// The report's kernel sections, from every rank's digest.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KernelAnalysis {
+    /// `gpu_time[]`.
+    pub gpu_time: Vec<GpuTime>,
+    /// `kernels[]`.
+    pub kernels: Vec<KernelStats>,
+    /// `kernel_stragglers[]`.
+    pub kernel_stragglers: Vec<KernelStraggler>,
+    /// `collectives[]`.
+    pub collectives: Vec<CollectiveStats>,
+    /// `kernel_traces[]`.
+    pub kernel_traces: Vec<KernelTraceInput>,
+}
+
+/// Merges the digests of every rank's kernel trace.
+pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> KernelAnalysis {
+    ranks.sort_by_key(|r| r.rank);
+    let (kernels, kernel_stragglers) = kernels_across_ranks(&ranks, rule);
+    let collectives = collectives(&ranks);
+    let mut analysis = KernelAnalysis {
+        kernels,
+        kernel_stragglers,
+        collectives,
+        ..KernelAnalysis::default()
+    };
+    for rank in ranks {
+        analysis.gpu_time.extend(rank.gpu_time);
+        analysis.kernel_traces.push(rank.input);
+    }
+    analysis
+}
+
+/// One kernel name's launches and per-rank totals.
+struct KernelAcross {
+    category: KernelCategory,
+    calls: u64,
+    /// Seconds, by rank: every rank with GPU activity, 0 where it ran none.
+    totals: BTreeMap<u32, f64>,
+}
+
+impl KernelAcross {
+    fn new(category: KernelCategory, ranks: &[u32]) -> Self {
+        KernelAcross {
+            category,
+            calls: 0,
+            totals: ranks.iter().map(|&r| (r, 0.0)).collect(),
+        }
+    }
+
+    fn stats(&self, name: String) -> KernelStats {
+        let totals: Vec<(u32, f64)> = self.totals.iter().map(|(&r, &t)| (r, t)).collect();
+        let least = totals.iter().min_by(|a, b| a.1.total_cmp(&b.1)).copied();
+        let most = totals.iter().max_by(|a, b| a.1.total_cmp(&b.1)).copied();
+        let mut sorted: Vec<f64> = totals.iter().map(|t| t.1).collect();
+        sorted.sort_by(f64::total_cmp);
+        let total_s: f64 = sorted.iter().sum();
+        KernelStats {
+            name,
+            category: self.category.as_str().to_string(),
+            calls: self.calls,
+            total_s,
+            min_s: least.map_or(0.0, |t| t.1),
+            min_rank: least.map_or(0, |t| t.0),
+            max_s: most.map_or(0.0, |t| t.1),
+            max_rank: most.map_or(0, |t| t.0),
+            avg_s: total_s / sorted.len().max(1) as f64,
+            imbalance_pct: imbalance_pct(&sorted),
+        }
+    }
+}
+
+/// `kernels[]`, the largest total first (the top [`KERNELS_LISTED`], the
+/// rest folded per category), and the kernel stragglers.
+fn kernels_across_ranks(
+    ranks: &[RankKernels],
+    rule: StragglerRule,
+) -> (Vec<KernelStats>, Vec<KernelStraggler>) {
+    let with_gpu: Vec<u32> = ranks
+        .iter()
+        .filter(|r| !r.kernels.is_empty())
+        .map(|r| r.rank)
+        .collect();
+    let mut by_name: HashMap<&str, KernelAcross> = HashMap::new();
+    for rank in ranks {
+        for (name, &(category, calls, total_ns)) in &rank.kernels {
+            let across = by_name
+                .entry(name.as_str())
+                .or_insert_with(|| KernelAcross::new(category, &with_gpu));
+            across.calls += calls;
+            across.totals.insert(rank.rank, total_ns as f64 / 1e9);
+        }
+    }
+    let mut stragglers: Vec<KernelStraggler> = by_name
+        .iter()
+        .flat_map(|(name, across)| {
+            let totals = across.totals.iter().map(|(&r, &t)| (r, t)).collect();
+            rule.slow_ranks(totals)
+                .into_iter()
+                .map(|slow| KernelStraggler {
+                    rank: slow.rank,
+                    kernel: (*name).to_string(),
+                    category: across.category.as_str().to_string(),
+                    slowdown: slow.total / slow.median,
+                    excess_s: slow.total - slow.median,
+                    evidence: Vec::new(),
+                })
+        })
+        .collect();
+    stragglers.sort_by(|a, b| {
+        b.excess_s
+            .total_cmp(&a.excess_s)
+            .then(a.kernel.cmp(&b.kernel))
+    });
+    stragglers.truncate(KERNEL_STRAGGLERS_LISTED);
+
+    let mut named: Vec<(&str, KernelAcross)> = by_name.into_iter().collect();
+    named.sort_by(|a, b| {
+        let total = |k: &KernelAcross| k.totals.values().sum::<f64>();
+        total(&b.1).total_cmp(&total(&a.1)).then(a.0.cmp(b.0))
+    });
+    let rest = named.split_off(named.len().min(KERNELS_LISTED));
+    let mut stats: Vec<KernelStats> = named
+        .into_iter()
+        .map(|(name, across)| across.stats(name.to_string()))
+        .collect();
+    let mut folded: BTreeMap<KernelCategory, (usize, KernelAcross)> = BTreeMap::new();
+    for (_, across) in rest {
+        let (count, fold) = folded
+            .entry(across.category)
+            .or_insert_with(|| (0, KernelAcross::new(across.category, &with_gpu)));
+        *count += 1;
+        fold.calls += across.calls;
+        for (rank, total) in across.totals {
+            *fold.totals.entry(rank).or_default() += total;
+        }
+    }
+    for (category, (count, fold)) in folded {
+        stats.push(fold.stats(format!("({count} other {} kernels)", category.as_str())));
+    }
+    (stats, stragglers)
+}
+
+/// `collectives[]`: per rank, kind and group, the time in the calls and
+/// how much of it was waiting for the last rank to arrive. The k-th call
+/// of a kind and group on each rank are taken as one collective.
+fn collectives(ranks: &[RankKernels]) -> Vec<CollectiveStats> {
+    type Key<'a> = (&'a str, Option<&'a str>);
+    let mut calls: BTreeMap<Key, BTreeMap<u32, Vec<&CollectiveCall>>> = BTreeMap::new();
+    for rank in ranks {
+        for call in &rank.collectives {
+            calls
+                .entry((call.kind.as_str(), call.group.as_deref()))
+                .or_default()
+                .entry(rank.rank)
+                .or_default()
+                .push(call);
+        }
+    }
+    let mut stats = Vec::new();
+    for ((kind, group), by_rank) in calls {
+        let matched = if by_rank.len() >= 2 {
+            by_rank.values().map(Vec::len).min().unwrap_or(0)
+        } else {
+            0
+        };
+        let mut rows: BTreeMap<u32, CollectiveStats> = by_rank
+            .iter()
+            .map(|(&rank, calls)| {
+                let bytes = calls.iter().map(|c| c.bytes).sum::<Option<u64>>();
+                let total_ns: i64 = calls.iter().map(|c| c.dur_ns).sum();
+                (
+                    rank,
+                    CollectiveStats {
+                        rank,
+                        kind: kind.to_string(),
+                        group: group.map(str::to_string),
+                        calls: calls.len() as u64,
+                        total_s: total_ns as f64 / 1e9,
+                        wait_s: (matched > 0).then_some(0.0),
+                        last_to_arrive: 0,
+                        wait_imposed_s: 0.0,
+                        bytes,
+                    },
+                )
+            })
+            .collect();
+        for k in 0..matched {
+            let Some((&last_rank, last)) =
+                by_rank.iter().max_by_key(|(_, calls)| calls[k].start_ns)
+            else {
+                continue;
+            };
+            let last_start = last[k].start_ns;
+            let mut imposed = 0.0;
+            for (rank, calls) in &by_rank {
+                let call = calls[k];
+                let wait = (last_start - call.start_ns).clamp(0, call.dur_ns) as f64 / 1e9;
+                imposed += wait;
+                if let Some(row) = rows.get_mut(rank) {
+                    *row.wait_s.get_or_insert(0.0) += wait;
+                }
+            }
+            if let Some(row) = rows.get_mut(&last_rank) {
+                row.last_to_arrive += 1;
+                row.wait_imposed_s += imposed;
+            }
+        }
+        stats.extend(rows.into_values());
+    }
+    stats.sort_by_key(|s| s.rank);
+    stats
+}
+
+/// Joins each kernel straggler to what the report already says of its
+/// rank: its stage stragglers and their evidence.
+pub fn attribute_kernels(kernel_stragglers: &mut [KernelStraggler], stragglers: &[Straggler]) {
+    for kernel in kernel_stragglers {
+        for stage in stragglers.iter().filter(|s| s.rank == kernel.rank) {
+            kernel.evidence.push(format!(
+                "rank {} is {:.0} % slower in stage `{}`",
+                stage.rank,
+                (stage.slowdown - 1.0) * 100.0,
+                stage.stage
+            ));
+            kernel.evidence.extend(stage.evidence.iter().cloned());
+        }
+        kernel.evidence.dedup();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankscope_common::kineto::{read_trace_from, TraceLimits};
+    use std::path::Path;
+
+    fn trace(json: &str) -> RankTrace {
+        read_trace_from(json.as_bytes(), Path::new("t"), &TraceLimits::default()).unwrap()
+    }
+
+    /// A GPU activity on stream 7: `name`, from `ts` for `dur` µs.
+    fn kernel(name: &str, ts: u32, dur: u32, correlation: u32) -> String {
+        format!(
+            r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "ts": {ts}, "dur": {dur},
+                "args": {{"stream": 7, "correlation": {correlation}, "device": 0}}}}"#
+        )
+    }
+
+    #[test]
+    fn temporal_breakdown_and_overlap_by_hand() {
+        // compute 0–10 and 5–20 (merged 0–20), NCCL 15–40, a copy 50–60:
+        // window 0–60, busy 0–40 and 50–60 (50), idle 10; compute 20;
+        // non-compute 30; communication 25, 5 of it under compute.
+        let events = [
+            kernel("gemm", 0, 10, 1),
+            kernel("gemm", 5, 15, 2),
+            kernel("ncclDevKernel_AllReduce_Sum_f32", 15, 25, 3),
+            kernel("Memcpy DtoD", 50, 10, 4),
+        ]
+        .join(",");
+        let trace = trace(&format!(r#"{{"traceEvents": [{events}]}}"#));
+        let digest = RankKernels::digest(3, "t".into(), &trace);
+        let [time] = digest.gpu_time.as_slice() else {
+            panic!("{:?}", digest.gpu_time)
+        };
+        assert_eq!((time.rank, time.gpu), (3, Some(0)));
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(close(time.window_s, 60e-6));
+        assert!(close(time.idle_s, 10e-6));
+        assert!(close(time.compute_s, 20e-6));
+        assert!(close(time.non_compute_s, 30e-6));
+        assert!(close(time.communication_s, 25e-6));
+        assert!(close(time.memory_s, 10e-6));
+        assert!(close(time.comm_overlap_pct.unwrap(), 20.0));
+        assert!(close(
+            time.idle_pct + time.compute_pct + time.non_compute_pct,
+            100.0
+        ));
+        assert_eq!(digest.kernels["gemm"], (KernelCategory::Compute, 2, 25_000));
+    }
+
+    #[test]
+    fn the_last_profiler_step_is_left_out_as_hta_does() {
+        let events = [
+            r#"{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100}"#.to_string(),
+            r#"{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "ts": 100, "dur": 100}"#.to_string(),
+            r#"{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10, "dur": 1, "args": {"correlation": 1}}"#.to_string(),
+            r#"{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 110, "dur": 1, "args": {"correlation": 2}}"#.to_string(),
+            kernel("early", 20, 10, 1),
+            kernel("late", 120, 10, 2),
+        ]
+        .join(",");
+        let digest = RankKernels::digest(
+            0,
+            "t".into(),
+            &trace(&format!(r#"{{"traceEvents": [{events}]}}"#)),
+        );
+        assert!(digest.kernels.contains_key("early"));
+        assert!(!digest.kernels.contains_key("late"));
+    }
+
+    fn rank_with(rank: u32, kernels: &[(&str, i64)]) -> RankKernels {
+        RankKernels {
+            rank,
+            input: KernelTraceInput {
+                rank,
+                source: format!("rank{rank}"),
+                events: 0,
+                gpu_activities: 0,
+                cut: Default::default(),
+            },
+            gpu_time: Vec::new(),
+            kernels: kernels
+                .iter()
+                .map(|&(name, ns)| (name.to_string(), (KernelCategory::of(name), 1, ns)))
+                .collect(),
+            collectives: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_kernel_slower_on_one_rank_is_its_straggler() {
+        let rule = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.0,
+        };
+        let ranks = (0..4)
+            .map(|r| {
+                let conv = if r == 2 { 1_380_000_000 } else { 1_000_000_000 };
+                rank_with(r, &[("conv2d", conv), ("gemm", 500_000_000)])
+            })
+            .collect();
+        let analysis = analyze_kernels(ranks, rule);
+        let [straggler] = analysis.kernel_stragglers.as_slice() else {
+            panic!("{:?}", analysis.kernel_stragglers)
+        };
+        assert_eq!((straggler.rank, straggler.kernel.as_str()), (2, "conv2d"));
+        assert!((straggler.slowdown - 1.38).abs() < 1e-9);
+        let conv = &analysis.kernels[0];
+        assert_eq!(
+            (conv.name.as_str(), conv.max_rank, conv.calls),
+            ("conv2d", 2, 4)
+        );
+        assert!((conv.imbalance_pct - 38.0).abs() < 1e-9);
+        assert!((conv.total_s - 4.38).abs() < 1e-9);
+    }
+
+    #[test]
+    fn kernels_past_the_listed_are_folded_per_category() {
+        let names: Vec<String> = (0..KERNELS_LISTED + 5)
+            .map(|i| format!("k{i:03}"))
+            .collect();
+        let kernels: Vec<(&str, i64)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), 1_000 * (1 + i as i64)))
+            .collect();
+        let rule = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.0,
+        };
+        let analysis = analyze_kernels(vec![rank_with(0, &kernels)], rule);
+        assert_eq!(analysis.kernels.len(), KERNELS_LISTED + 1);
+        let folded = analysis.kernels.last().unwrap();
+        assert_eq!(folded.name, "(5 other compute kernels)");
+        assert_eq!(folded.calls, 5);
+    }
+
+    #[test]
+    fn a_late_rank_is_blamed_for_the_others_wait() {
+        let call = |start_ns, dur_ns| CollectiveCall {
+            kind: "all_reduce".into(),
+            group: Some("0".into()),
+            bytes: Some(8),
+            start_ns,
+            dur_ns,
+        };
+        let mut ranks: Vec<RankKernels> = (0..3).map(|r| rank_with(r, &[])).collect();
+        // Ranks 0 and 1 arrive at 0 and wait for rank 2, which arrives at 900.
+        ranks[0].collectives = vec![call(0, 1000)];
+        ranks[1].collectives = vec![call(0, 1000)];
+        ranks[2].collectives = vec![call(900, 100)];
+        let rule = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.0,
+        };
+        let stats = analyze_kernels(ranks, rule).collectives;
+        assert_eq!(stats.len(), 3);
+        let waits: Vec<Option<f64>> = stats.iter().map(|s| s.wait_s).collect();
+        assert_eq!(waits, vec![Some(900e-9), Some(900e-9), Some(0.0)]);
+        assert_eq!(stats[2].last_to_arrive, 1);
+        assert!((stats[2].wait_imposed_s - 1800e-9).abs() < 1e-15);
+        assert_eq!(stats[0].bytes, Some(8));
+    }
+}
