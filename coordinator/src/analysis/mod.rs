@@ -30,6 +30,19 @@ use crate::model::{
 };
 use times::{RankStages, StageTimes};
 
+/// Puts the analysis of kernel traces into `report`: its kernel sections,
+/// the kernel stragglers joined to the stage stragglers, and the
+/// recommendations made again with both.
+pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
+    report.gpu_time = analysis.gpu_time;
+    report.kernels = analysis.kernels;
+    report.kernel_stragglers = analysis.kernel_stragglers;
+    report.collectives = analysis.collectives;
+    report.kernel_traces = analysis.kernel_traces;
+    kernels::attribute_kernels(&mut report.kernel_stragglers, &report.stragglers);
+    report.recommendations = recommend::recommend(report);
+}
+
 /// Analyses everything rank 0 gathered.
 pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
     let ranks = gathered
@@ -402,6 +415,49 @@ mod tests {
             .filter(|r| r.severity != crate::model::Severity::Info)
             .collect();
         assert_eq!(alarms, Vec::<&crate::model::Recommendation>::new());
+    }
+
+    #[test]
+    fn a_collective_that_waits_for_a_straggler_is_told_as_that_wait_not_as_work() {
+        // Four ranks in lockstep: `attention` then `all_reduce`. Rank 2's
+        // attention takes 4 s, the others' 1 s; they then wait in
+        // all_reduce until rank 2 arrives, and all finish at 5 s.
+        let payloads = (0..4)
+            .map(|rank| {
+                let attention_end = if rank == 2 { 4.0 } else { 1.0 };
+                super::times::tests::rank_with_stages(
+                    rank,
+                    &[
+                        (1, None, "attention", 0.0, attention_end),
+                        (2, None, "all_reduce", attention_end, 5.0),
+                    ],
+                )
+            })
+            .collect();
+        let report = analyze(&gathered(payloads), &Config::default());
+        assert_eq!(report.stragglers[0].stage, "attention");
+        let stage_advice: Vec<&str> = report
+            .recommendations
+            .iter()
+            .filter(|r| r.category == "stage")
+            .map(|r| r.message.as_str())
+            .collect();
+        let all_reduce = stage_advice
+            .iter()
+            .find(|m| m.contains("`all_reduce`"))
+            .unwrap();
+        assert!(
+            all_reduce.contains("mostly waiting for rank 2, the straggler in `attention`"),
+            "{all_reduce}"
+        );
+        assert!(!all_reduce.contains("place to optimise"), "{all_reduce}");
+        // attention is then the first place to optimise.
+        assert!(
+            stage_advice
+                .iter()
+                .any(|m| m.contains("`attention`") && m.contains("the first place to optimise")),
+            "{stage_advice:?}"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use rankscope_common::text::cell;
 
 use super::stragglers::owns;
-use crate::model::{GpuSummary, Recommendation, Report, Severity};
+use crate::model::{GpuSummary, Recommendation, Report, Severity, StageStats, Straggler};
 
 /// A stage taking more than this share of the session is worth a look.
 const HOT_STAGE_PCT: f64 = 30.0;
@@ -99,7 +99,25 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
         .filter(|s| s.share_pct > HOT_STAGE_PCT)
         .collect();
     hot.sort_by(|a, b| b.share_pct.total_cmp(&a.share_pct));
-    for (i, stage) in hot.iter().enumerate() {
+    let mut to_optimise = 0;
+    for stage in hot {
+        if let Some(late) = mostly_waiting(report, stage) {
+            add(
+                Severity::Info,
+                "stage",
+                format!(
+                    "`{}` takes {:.0}% of the session, but mostly waiting for rank {}, the \
+                     straggler in `{}`: the wait is that rank's slowness, not work to optimise \
+                     in `{}`",
+                    stage.name, stage.share_pct, late.rank, late.stage, stage.name
+                ),
+                format!(
+                    "rank {} spends {:.3} s in it, the ranks on average {:.3} s",
+                    late.rank, stage.self_s.min, stage.self_s.avg
+                ),
+            );
+            continue;
+        }
         add(
             Severity::Info,
             "stage",
@@ -107,7 +125,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                 "`{}` takes {:.0}% of the session in its own work (nested stages not counted): {}",
                 stage.name,
                 stage.share_pct,
-                if i == 0 {
+                if to_optimise == 0 {
                     "the first place to optimise"
                 } else {
                     "the next place to optimise"
@@ -118,6 +136,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                 stage.self_s.avg, stage.total_s.avg, stage.count
             ),
         );
+        to_optimise += 1;
     }
     for dropped in &session.dropped_rows {
         add(
@@ -157,6 +176,109 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             );
         }
     }
+    out.extend(kernel_findings(report));
     out.sort_by_key(|r| r.severity);
+    out
+}
+
+/// A stage whose least self time is under this share of its mean is
+/// mostly waiting on the other ranks, when the rank with the least is a
+/// straggler elsewhere.
+const WAITING_STAGE_SHARE: f64 = 0.5;
+
+/// The straggler `stage`'s time mostly waits for: a rank slow in another
+/// stage that spends far less in this one than the others do (it arrives
+/// last, so it waits least). A collective behind a straggler looks so.
+fn mostly_waiting<'a>(report: &'a Report, stage: &StageStats) -> Option<&'a Straggler> {
+    if stage.self_s.min >= WAITING_STAGE_SHARE * stage.self_s.avg {
+        return None;
+    }
+    report
+        .stragglers
+        .iter()
+        .find(|s| s.rank == stage.self_s.min_rank && s.stage != stage.name)
+}
+
+/// A GPU idle for more than this share of its traced window is starved.
+const IDLE_GPU_PCT: f64 = 50.0;
+/// At most this many kernel stragglers are told as recommendations.
+const KERNEL_STRAGGLERS_TOLD: usize = 5;
+
+/// What the kernel traces say: kernels slower on one rank, ranks the
+/// others waited for in collectives (the wait told as the late rank's,
+/// never as work to optimise in the collective), GPUs left idle.
+fn kernel_findings(report: &Report) -> Vec<Recommendation> {
+    let mut out = Vec::new();
+    for k in report.kernel_stragglers.iter().take(KERNEL_STRAGGLERS_TOLD) {
+        out.push(Recommendation {
+            severity: Severity::Warning,
+            category: "kernel".into(),
+            message: format!(
+                "{} kernel `{}` takes {:.0}% longer on rank {} than the median of the other ranks",
+                k.category,
+                cell(&k.kernel, 80),
+                (k.slowdown - 1.0) * 100.0,
+                k.rank
+            ),
+            evidence: std::iter::once(format!("{:.6} s over the other ranks' median", k.excess_s))
+                .chain(k.evidence.iter().cloned())
+                .collect::<Vec<_>>()
+                .join("; "),
+        });
+    }
+    for c in report.collectives.iter().filter(|c| c.last_to_arrive > 0) {
+        let Some(others) = report
+            .collectives
+            .iter()
+            .filter(|o| o.kind == c.kind && o.group == c.group && o.rank != c.rank)
+            .map(|o| o.calls)
+            .max()
+        else {
+            continue;
+        };
+        // A rank last at most calls holds the others back; one last now
+        // and then is ordinary.
+        if c.last_to_arrive * 2 <= others.min(c.calls) {
+            continue;
+        }
+        out.push(Recommendation {
+            severity: Severity::Warning,
+            category: "straggler".into(),
+            message: format!(
+                "rank {} arrived last at {} of {} `{}` calls{}: the time the other ranks spend in \
+                 them is mostly waiting for it; speed up rank {}, not the collective",
+                c.rank,
+                c.last_to_arrive,
+                c.calls,
+                c.kind,
+                c.group
+                    .as_deref()
+                    .map(|g| format!(" (group {})", cell(g, 40)))
+                    .unwrap_or_default(),
+                c.rank
+            ),
+            evidence: format!(
+                "the other ranks waited {:.6} rank-seconds for it to arrive",
+                c.wait_imposed_s
+            ),
+        });
+    }
+    for g in report.gpu_time.iter().filter(|g| g.idle_pct > IDLE_GPU_PCT) {
+        out.push(Recommendation {
+            severity: Severity::Info,
+            category: "gpu".into(),
+            message: format!(
+                "rank {}'s GPU{} was idle {:.0}% of its traced window: the host does not keep it \
+                 busy (launch overhead, synchronisation, data loading or waiting for other ranks)",
+                g.rank,
+                g.gpu.map(|i| format!(" {i}")).unwrap_or_default(),
+                g.idle_pct
+            ),
+            evidence: format!(
+                "{:.6} s idle of {:.6} s from its first kernel to its last",
+                g.idle_s, g.window_s
+            ),
+        });
+    }
     out
 }
