@@ -11,9 +11,10 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use rankscope_common::error::Chain;
+use rankscope_common::kineto::TraceLimits;
 use rankscope_common::text::terminal;
 use rankscope_common::Config;
-use rankscope_coordinator::{aggregate, compare, inspect, read, report};
+use rankscope_coordinator::{aggregate, compare, import, inspect, read, report};
 
 /// Exit status of an error.
 const EXIT_ERROR: u8 = 1;
@@ -138,6 +139,29 @@ enum Commands {
         /// Where to write the page (default: report.html beside report.json).
         #[arg(long)]
         html: Option<PathBuf>,
+    },
+    /// Read per-rank torch.profiler / Kineto traces (`.json`, `.json.gz`,
+    /// as torch.profiler, sglang and cache-dit write them) into one report:
+    /// each rank's GPU time (idle, compute, communication, memory, with
+    /// HTA's definitions), kernels across ranks, kernel stragglers, and
+    /// collectives split into waiting for the last rank and the rest.
+    ///
+    /// A trace's rank comes from its `distributedInfo`, else from its name
+    /// (`rank-3`, `rank_3`, `rank3`). Traces that cannot be used (truncated,
+    /// not a trace, no rank, a second one for a rank) are named with the
+    /// reason; the others are reported. Exit status 3 says the report is
+    /// partial.
+    Import {
+        /// Trace files, or directories whose .json and .json.gz files are read.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Where to write the report.
+        #[arg(long, default_value = "profiling_reports/import")]
+        out: PathBuf,
+        /// The most rows kept of each kind per trace (GPU activities,
+        /// launches, collectives); what is past it is counted in the report.
+        #[arg(long, default_value_t = TraceLimits::default().max_rows)]
+        max_rows: usize,
     },
     /// Show what a payload (spill) file holds: its header and the rows in
     /// each table.
@@ -332,6 +356,30 @@ fn run(cli: Cli) -> Result<Finished> {
                 report::write_html_file(&report, &html)?.display()
             );
             true
+        }
+        Commands::Import {
+            paths,
+            out,
+            max_rows,
+        } => {
+            let config = Config::from_env().context("loading the configuration")?;
+            let limits = TraceLimits {
+                max_rows,
+                ..TraceLimits::default()
+            };
+            let imported = import::import(&paths, &out, &limits, &config)?;
+            print!("{}", imported.files.summary);
+            for file in &imported.files.files {
+                println!("wrote {}", file.display());
+            }
+            for skipped in &imported.report.session.skipped {
+                eprintln!(
+                    "rankscope: skipped {}: {}",
+                    terminal(&skipped.source),
+                    terminal(&skipped.reason)
+                );
+            }
+            imported.is_complete()
         }
         Commands::Inspect { file } => {
             print!("{}", inspect::inspect(&file)?);

@@ -9,7 +9,8 @@
 //!   report already analysed;
 //! - [`aggregate::aggregate`]: the offline path over a directory of spill files;
 //! - [`inspect::inspect`]: what one payload file holds;
-//! - [`compare::compare`]: two reports side by side, regressions flagged.
+//! - [`compare::compare`]: two reports side by side, regressions flagged;
+//! - [`import::import`]: per-rank torch.profiler traces into one report.
 //!
 //! ```
 //! use rankscope_common::gather::{accept, Candidate, Expect};
@@ -32,6 +33,7 @@
 pub mod aggregate;
 pub mod analysis;
 pub mod compare;
+pub mod import;
 pub mod inspect;
 mod join;
 pub mod model;

@@ -40,6 +40,9 @@ pub enum TransportName {
     Mpi,
     /// Authenticated TCP connections to rank 0.
     Tcp,
+    /// None: torch.profiler traces read by `rankscope import` (a report's
+    /// session only, never a payload's).
+    Import,
 }
 
 /// How the ranks' clock offsets to rank 0 were obtained.

@@ -1,9 +1,12 @@
 //! Recommendations: rules with thresholds, each with the evidence that fired it.
 
+use rankscope_common::payload::TransportName;
 use rankscope_common::text::cell;
 
 use super::stragglers::owns;
-use crate::model::{GpuSummary, Recommendation, Report, Severity, StageStats, Straggler};
+use crate::model::{
+    CollectiveStats, GpuSummary, Recommendation, Report, Severity, StageStats, Straggler,
+};
 
 /// A stage taking more than this share of the session is worth a look.
 const HOT_STAGE_PCT: f64 = 30.0;
@@ -24,11 +27,19 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
         add(
             Severity::Critical,
             "data",
-            format!(
-                "ranks {} sent no data: they crashed, hung or could not reach rank 0; \
-                 statistics cover the other ranks only",
-                session.missing_text()
-            ),
+            if session.transport == TransportName::Import {
+                format!(
+                    "ranks {} have no trace among those imported; statistics cover the traced \
+                     ranks only",
+                    session.missing_text()
+                )
+            } else {
+                format!(
+                    "ranks {} sent no data: they crashed, hung or could not reach rank 0; \
+                     statistics cover the other ranks only",
+                    session.missing_text()
+                )
+            },
             format!(
                 "{} of {} ranks reported",
                 session.ranks_reporting.len(),
@@ -227,18 +238,22 @@ fn kernel_findings(report: &Report) -> Vec<Recommendation> {
         });
     }
     for c in report.collectives.iter().filter(|c| c.last_to_arrive > 0) {
-        let Some(others) = report
+        let others: Vec<&CollectiveStats> = report
             .collectives
             .iter()
             .filter(|o| o.kind == c.kind && o.group == c.group && o.rank != c.rank)
+            .collect();
+        let others_s: f64 = others.iter().map(|o| o.total_s).sum();
+        let calls = others
+            .iter()
             .map(|o| o.calls)
             .max()
-        else {
-            continue;
-        };
-        // A rank last at most calls holds the others back; one last now
+            .unwrap_or(0)
+            .min(c.calls);
+        // A rank last at most calls, for whom the others spend most of
+        // their time in the calls waiting, holds them back; one last now
         // and then is ordinary.
-        if c.last_to_arrive * 2 <= others.min(c.calls) {
+        if c.last_to_arrive * 2 <= calls || c.wait_imposed_s < WAITING_STAGE_SHARE * others_s {
             continue;
         }
         out.push(Recommendation {
@@ -258,8 +273,9 @@ fn kernel_findings(report: &Report) -> Vec<Recommendation> {
                 c.rank
             ),
             evidence: format!(
-                "the other ranks waited {:.6} rank-seconds for it to arrive",
-                c.wait_imposed_s
+                "the other ranks waited {:.6} rank-seconds for it to arrive, of {:.6} s they \
+                 spent in these calls",
+                c.wait_imposed_s, others_s
             ),
         });
     }

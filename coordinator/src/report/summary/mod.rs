@@ -1,10 +1,12 @@
 //! `summary.txt`: the terminal table of the top stages across ranks (nested
-//! stages indented under their parent), then stragglers, lockstep waits,
+//! stages indented under their parent), the kernel traces' sections, then stragglers, lockstep waits,
 //! missing ranks, skipped inputs, GPUs, hosts and recommendations; every
 //! line at most [`WIDTH`] columns.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+
+mod kernels;
 
 use super::stage_tree;
 use crate::model::{HostSummary, LockstepStage, RankOverhead, Report, Spread, StageStats};
@@ -141,6 +143,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         writeln!(out, "(no stages recorded)")?;
     }
     write_gpu_times(out, report)?;
+    kernels::write_kernels(out, report)?;
     writeln!(out)?;
 
     if report.stragglers.is_empty() {
@@ -225,9 +228,6 @@ const LOCKSTEP_STAGES: usize = 10;
 /// Ranks named per lockstep stage, those that imposed the most wait first.
 const LOCKSTEP_RANKS: usize = 3;
 
-/// Per stage, call by call: which ranks were slowest and the wait they
-/// imposed on the others (the number that matters most for
-/// tensor-parallel jobs).
 /// Host and GPU time side by side, for the stages some rank timed on the
 /// GPU (the Python package's CUDA events).
 fn write_gpu_times(out: &mut String, report: &Report) -> std::fmt::Result {
@@ -307,6 +307,9 @@ fn write_overhead(out: &mut String, report: &Report) -> std::fmt::Result {
     )
 }
 
+/// Per stage, call by call: which ranks were slowest and the wait they
+/// imposed on the others (the number that matters most for
+/// tensor-parallel jobs).
 fn write_lockstep(out: &mut String, report: &Report) -> std::fmt::Result {
     let total_wait = |l: &LockstepStage| l.ranks.iter().map(|r| r.wait_imposed_s).sum::<f64>();
     let mut stages: Vec<&LockstepStage> = report

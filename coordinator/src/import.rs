@@ -1,0 +1,266 @@
+//! `rankscope import`: per-rank torch.profiler / Kineto traces into one
+//! report, the same files an in-job report has. Traces are read as
+//! streams, one per core at a time, each digested and dropped before the
+//! next: memory is bounded by the row budget and the number of cores, not
+//! by the size of the traces.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use rankscope_common::gather::{Gathered, ReportFiles};
+use rankscope_common::kineto::{self, TraceError, TraceLimits};
+use rankscope_common::payload::TransportName;
+use rankscope_common::Config;
+
+use crate::analysis::kernels::{analyze_kernels, RankKernels};
+use crate::analysis::{add_kernels, analyze, StragglerRule};
+use crate::model::{Report, SkippedInput};
+use crate::report::{write_reports, WriteError};
+
+/// Why no report could be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// A path given could not be read.
+    #[error("reading {path}")]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No `.json` or `.json.gz` file among the paths.
+    #[error("no trace (.json or .json.gz) in {}", .paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    NoTraces {
+        /// The paths given.
+        paths: Vec<PathBuf>,
+    },
+    /// Not one trace could be used.
+    #[error("no usable trace:{}", .skipped.iter().map(|s| format!("\n  {}: {}", s.source, s.reason)).collect::<String>())]
+    NothingUsable {
+        /// Every trace refused, with the reason.
+        skipped: Vec<SkippedInput>,
+    },
+    /// The output directory could not be made.
+    #[error("creating {path}")]
+    Output {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A report file could not be written.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// A written report of imported traces.
+#[derive(Debug)]
+pub struct Imported {
+    /// The analysed report.
+    pub report: Report,
+    /// The files written.
+    pub files: ReportFiles,
+}
+
+impl Imported {
+    /// Whether every rank of the traces' world is in the report and every
+    /// trace was used.
+    pub fn is_complete(&self) -> bool {
+        let session = &self.report.session;
+        session.ranks_missing.is_empty() && session.skipped.is_empty()
+    }
+}
+
+/// Reads the traces at `paths` (files, or directories whose `.json` and
+/// `.json.gz` files are taken) and writes their report into `out`.
+pub fn import(
+    paths: &[PathBuf],
+    out: &Path,
+    limits: &TraceLimits,
+    config: &Config,
+) -> Result<Imported, ImportError> {
+    let files = trace_files(paths)?;
+    let mut skipped = Vec::new();
+    let mut ranks: BTreeMap<u32, RankKernels> = BTreeMap::new();
+    let mut world_size = 0;
+    for (file, read) in files.iter().zip(read_all(&files, limits)) {
+        let source = file.display().to_string();
+        match read {
+            Ok(read) if ranks.contains_key(&read.digest.rank) => skipped.push(SkippedInput {
+                reason: format!(
+                    "a second trace for rank {} (the first: {})",
+                    read.digest.rank, ranks[&read.digest.rank].input.source
+                ),
+                source,
+            }),
+            Ok(read) => {
+                world_size = world_size
+                    .max(read.world_size.unwrap_or(0))
+                    .max(read.digest.rank + 1);
+                ranks.insert(read.digest.rank, read.digest);
+            }
+            Err(reason) => skipped.push(SkippedInput { source, reason }),
+        }
+    }
+    if ranks.is_empty() {
+        return Err(ImportError::NothingUsable { skipped });
+    }
+    std::fs::create_dir_all(out).map_err(|source| ImportError::Output {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let report = report(paths, ranks, world_size, skipped, config);
+    let files = write_reports(&report, out)?;
+    Ok(Imported { report, files })
+}
+
+/// The trace files among `paths`, in name order within a directory.
+fn trace_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ImportError> {
+    let is_trace = |path: &Path| {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        name.ends_with(".json") || name.ends_with(".json.gz")
+    };
+    let mut files = Vec::new();
+    for path in paths {
+        let read_error = |source| ImportError::Read {
+            path: path.clone(),
+            source,
+        };
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(read_error)?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && is_trace(p))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            std::fs::metadata(path).map_err(read_error)?;
+            files.push(path.clone());
+        }
+    }
+    if files.is_empty() {
+        return Err(ImportError::NoTraces {
+            paths: paths.to_vec(),
+        });
+    }
+    Ok(files)
+}
+
+/// One trace, read and digested.
+struct ReadTrace {
+    digest: RankKernels,
+    world_size: Option<u32>,
+}
+
+/// Reads and digests every file, one per core at a time; each result is a
+/// digest or why the file was refused.
+fn read_all(files: &[PathBuf], limits: &TraceLimits) -> Vec<Result<ReadTrace, String>> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<ReadTrace, String>>>> =
+        Mutex::new((0..files.len()).map(|_| None).collect());
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(file) = files.get(i) else { break };
+        let read = read_one(file, limits);
+        results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(read);
+    };
+    let workers = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(files.len());
+    std::thread::scope(|scope| {
+        // Where a thread cannot be had, the work left is done here.
+        for _ in 1..workers {
+            let _ = std::thread::Builder::new()
+                .name("rankscope-import".into())
+                .spawn_scoped(scope, work);
+        }
+        work();
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("not read".into())))
+        .collect()
+}
+
+/// Reads one trace and digests it. Its rank comes from its
+/// `distributedInfo`, else from its name; a trace whose two disagree is
+/// refused.
+fn read_one(file: &Path, limits: &TraceLimits) -> Result<ReadTrace, String> {
+    let trace = kineto::read_trace(file, limits)
+        .map_err(|e: TraceError| rankscope_common::error::Chain(&e).to_string())?;
+    let named = kineto::rank_from_file_name(file);
+    let rank = match (trace.rank, named) {
+        (Some(claimed), Some(named)) if claimed != named => {
+            return Err(format!(
+                "its distributedInfo says rank {claimed}, its name rank {named}: which rank it \
+                 is cannot be told"
+            ))
+        }
+        (Some(rank), _) | (None, Some(rank)) => rank,
+        (None, None) => {
+            return Err(
+                "no rank: neither a distributedInfo in the trace nor `rank<N>` in its \
+                        name"
+                    .into(),
+            )
+        }
+    };
+    if let Some(world) = trace.world_size.filter(|&w| rank >= w) {
+        return Err(format!("rank {rank} is outside its world of {world} ranks"));
+    }
+    Ok(ReadTrace {
+        world_size: trace.world_size,
+        digest: RankKernels::digest(rank, file.display().to_string(), &trace),
+    })
+}
+
+/// The report of the digested ranks: a session of no stages, with the
+/// kernel sections.
+fn report(
+    paths: &[PathBuf],
+    ranks: BTreeMap<u32, RankKernels>,
+    world_size: u32,
+    skipped: Vec<SkippedInput>,
+    config: &Config,
+) -> Report {
+    let gathered: Gathered = Gathered {
+        world_size,
+        missing: (0..world_size).filter(|r| !ranks.contains_key(r)).collect(),
+        ..Gathered::default()
+    };
+    let mut report = analyze(&gathered, config);
+    let session = &mut report.session;
+    session.id = "import".into();
+    session.name = paths
+        .first()
+        .and_then(|p| p.file_name())
+        .map_or_else(|| "import".into(), |n| n.to_string_lossy().into_owned());
+    session.launcher = "torch.profiler".into();
+    session.transport = TransportName::Import;
+    session.ranks_reporting = ranks.keys().copied().collect();
+    session.skipped = skipped;
+    session.duration_s = ranks
+        .values()
+        .flat_map(|r| r.gpu_time.iter().map(|g| g.window_s))
+        .fold(0.0, f64::max);
+    let rule = StragglerRule {
+        threshold_pct: config.straggler_threshold_pct,
+        min_excess_s: config.straggler_min_s,
+    };
+    add_kernels(
+        &mut report,
+        analyze_kernels(ranks.into_values().collect(), rule),
+    );
+    report
+}
