@@ -6,10 +6,11 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # A virtual environment under target/ (the tests find it there): pyarrow for
 # the tests that read raw/ as a Python user would; maturin, pytest, mypy and
-# torch (the CPU path runs torchrun and gloo) for the Python package.
+# torch (the CPU path runs torchrun and gloo) for the Python package;
+# HolisticTraceAnalysis, whose figures `rankscope import` must agree with.
 venv=target/test-venv
-python_packages=(pyarrow numpy torch maturin pytest mypy)
-if ! "$venv/bin/python" -c 'import pyarrow, numpy, torch, maturin, pytest, mypy' >/dev/null 2>&1; then
+python_packages=(pyarrow numpy torch maturin pytest mypy HolisticTraceAnalysis)
+if ! "$venv/bin/python" -c 'import pyarrow, numpy, torch, maturin, pytest, mypy, hta' >/dev/null 2>&1; then
     echo "== python3 -m venv $venv; pip install ${python_packages[*]}"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q "${python_packages[@]}"

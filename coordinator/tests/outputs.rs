@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use rankscope_common::{Config, Gathered};
@@ -15,6 +15,7 @@ use rankscope_coordinator::report;
 use serde_json::Value;
 
 mod support;
+use support::python;
 use support::synthetic::{rank_payload, write_job, BENCH, HOUR};
 
 const RANKS: u32 = 6;
@@ -176,21 +177,6 @@ fn a_trace_past_its_bound_is_cut_and_the_report_says_so() {
     // The statistics still count every call.
     let steps = report.stages.iter().find(|s| s.name == "step").unwrap();
     assert_eq!(steps.count, 100 * u64::from(RANKS));
-}
-
-/// The Python of the test environment `scripts/test.sh` makes (with
-/// pyarrow): `RANKSCOPE_TEST_PYTHON`, else `target/test-venv/bin/python`.
-fn python() -> PathBuf {
-    if let Some(python) = std::env::var_os("RANKSCOPE_TEST_PYTHON") {
-        return python.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python");
-    assert!(
-        venv.exists(),
-        "{} is missing: scripts/test.sh makes it (python3 -m venv, pip install pyarrow)",
-        venv.display()
-    );
-    venv
 }
 
 #[test]

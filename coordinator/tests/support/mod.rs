@@ -1,3 +1,23 @@
 //! Test support shared by the coordinator's tests.
 
 pub mod synthetic;
+
+use std::path::{Path, PathBuf};
+
+/// The Python of the test environment `scripts/test.sh` makes (with
+/// pyarrow and HolisticTraceAnalysis): `RANKSCOPE_TEST_PYTHON`, else
+/// `target/test-venv/bin/python`.
+#[allow(dead_code)] // each test file uses its own share
+pub fn python() -> PathBuf {
+    if let Some(python) = std::env::var_os("RANKSCOPE_TEST_PYTHON") {
+        return python.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python");
+    assert!(
+        venv.exists(),
+        "{} is missing: scripts/test.sh makes it (python3 -m venv, pip install pyarrow \
+         HolisticTraceAnalysis)",
+        venv.display()
+    );
+    venv
+}

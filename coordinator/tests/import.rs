@@ -1,0 +1,219 @@
+//! `import` on real torch.profiler traces agrees with Holistic Trace
+//! Analysis (HTA, run in the same test on the same files), and keeps
+//! reporting when some traces are hostile.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rankscope_common::kineto::TraceLimits;
+use rankscope_common::Config;
+use rankscope_coordinator::import::import;
+use rankscope_coordinator::model::Report;
+use serde_json::Value;
+
+mod support;
+use support::python;
+
+fn fixtures(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/kineto")
+        .join(name)
+}
+
+fn import_dir(dir: &Path) -> (tempfile::TempDir, Report) {
+    let out = tempfile::tempdir().unwrap();
+    let imported = import(
+        &[dir.to_path_buf()],
+        out.path(),
+        &TraceLimits::default(),
+        &Config::default(),
+    )
+    .unwrap();
+    (out, imported.report)
+}
+
+/// HTA's figures for the traces in `dir` (scripts/hta_figures.py).
+fn hta(dir: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/hta_figures.py");
+    let run = Command::new(python())
+        .arg(script)
+        .arg(dir)
+        .output()
+        .expect("running HTA");
+    assert!(
+        run.status.success(),
+        "HTA failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
+#[test]
+fn gpu_time_agrees_with_htas_temporal_breakdown_and_overlap() {
+    let dir = fixtures("hta-sampled");
+    let (_out, report) = import_dir(&dir);
+    let figures = hta(&dir);
+    let temporal = figures["temporal"].as_array().unwrap();
+    assert_eq!(report.gpu_time.len(), 2);
+    assert_eq!(temporal.len(), 2);
+    for theirs in temporal {
+        let rank = theirs["rank"].as_u64().unwrap() as u32;
+        let ours = report.gpu_time.iter().find(|g| g.rank == rank).unwrap();
+        for (mine, field) in [
+            (ours.idle_pct, "idle_time_pctg"),
+            (ours.compute_pct, "compute_time_pctg"),
+            (ours.non_compute_pct, "non_compute_time_pctg"),
+        ] {
+            let hta = theirs[field].as_f64().unwrap();
+            assert!(
+                (mine - hta).abs() <= 0.5,
+                "rank {rank} {field}: ours {mine}, HTA {hta}"
+            );
+        }
+        let window_us = theirs["kernel_time(us)"].as_f64().unwrap();
+        assert!(
+            (ours.window_s * 1e6 - window_us).abs() < 1.0,
+            "rank {rank} window"
+        );
+    }
+    for theirs in figures["overlap"].as_array().unwrap() {
+        let rank = theirs["rank"].as_u64().unwrap() as u32;
+        let ours = report.gpu_time.iter().find(|g| g.rank == rank).unwrap();
+        let hta = theirs["comp_comm_overlap_pctg"].as_f64().unwrap();
+        let mine = ours.comm_overlap_pct.unwrap();
+        assert!(
+            (mine - hta).abs() <= 0.5,
+            "rank {rank} overlap: ours {mine}, HTA {hta}"
+        );
+    }
+}
+
+#[test]
+fn per_rank_kernel_totals_agree_with_htas_kernel_breakdown() {
+    let dir = fixtures("hta-sampled");
+    let (_out, report) = import_dir(&dir);
+    let figures = hta(&dir);
+    // HTA: one row per (kernel, rank), its sum in µs.
+    let hta_sums: HashMap<(String, u32), f64> = figures["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let key = (
+                row["name"].as_str().unwrap().to_string(),
+                row["rank"].as_u64().unwrap() as u32,
+            );
+            (key, row["sum (us)"].as_f64().unwrap())
+        })
+        .collect();
+    // With two ranks, a kernel's least and greatest per-rank totals are
+    // both ranks' totals.
+    let mut compared = 0;
+    for kernel in report.kernels.iter().filter(|k| !k.name.starts_with('(')) {
+        for (rank, seconds) in [
+            (kernel.min_rank, kernel.min_s),
+            (kernel.max_rank, kernel.max_s),
+        ] {
+            let theirs = hta_sums
+                .get(&(kernel.name.clone(), rank))
+                .copied()
+                .unwrap_or(0.0);
+            assert!(
+                (seconds * 1e6 - theirs).abs() < 0.01,
+                "{} on rank {rank}: ours {} µs, HTA {theirs} µs",
+                kernel.name,
+                seconds * 1e6
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 100, "the 50 listed kernels on both ranks");
+}
+
+#[test]
+fn a_cpu_only_gloo_trace_reports_its_collectives() {
+    let (_out, report) = import_dir(&fixtures("hta-gloo-cpu"));
+    assert_eq!(report.session.ranks_reporting, [34]);
+    assert_eq!(report.session.world_size, 300);
+    assert!(report.gpu_time.is_empty());
+    let [all_reduce] = report.collectives.as_slice() else {
+        panic!("{:?}", report.collectives)
+    };
+    assert_eq!(
+        (all_reduce.rank, all_reduce.kind.as_str(), all_reduce.calls),
+        (34, "all_reduce", 10)
+    );
+    // One rank: nobody to wait for, so the wait is not known.
+    assert_eq!(all_reduce.wait_s, None);
+    let total_us: f64 = [
+        173209.713, 180293.695, 380183.168, 162768.957, 178343.122, 170471.258, 175412.585,
+        380583.378, 156666.049, 177523.993,
+    ]
+    .iter()
+    .sum();
+    assert!((all_reduce.total_s * 1e6 - total_us).abs() < 0.01);
+}
+
+#[test]
+fn hostile_traces_are_named_and_the_others_still_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = fixtures("hta-sampled/sampled_rank-0.json.gz");
+    std::fs::copy(&good, dir.path().join("sampled_rank-0.json.gz")).unwrap();
+    let bytes = std::fs::read(fixtures("hta-sampled/sampled_rank-1.json.gz")).unwrap();
+    std::fs::write(
+        dir.path().join("truncated_rank-1.json.gz"),
+        &bytes[..bytes.len() / 3],
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("invalid_rank-2.json"),
+        b"{\"traceEvents\": [{\"ph\": ",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("claims_rank-3.json"),
+        br#"{"distributedInfo": {"rank": 0}, "traceEvents": []}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("nothing.json"), br#"{"traceEvents": []}"#).unwrap();
+    std::fs::copy(&good, dir.path().join("second_rank-0.json.gz")).unwrap();
+    std::fs::write(dir.path().join("README.txt"), b"not a trace").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let imported = import(
+        &[dir.path().to_path_buf()],
+        out.path(),
+        &TraceLimits::default(),
+        &Config::default(),
+    )
+    .unwrap();
+    assert!(!imported.is_complete());
+    let report = imported.report;
+    assert_eq!(report.session.ranks_reporting, [0]);
+    assert_eq!(report.gpu_time.len(), 1);
+    let reason = |file: &str| {
+        report
+            .session
+            .skipped
+            .iter()
+            .find(|s| s.source.ends_with(file))
+            .unwrap_or_else(|| panic!("{file} not named: {:?}", report.session.skipped))
+            .reason
+            .clone()
+    };
+    assert!(
+        reason("truncated_rank-1.json.gz").contains("reading"),
+        "{}",
+        reason("truncated_rank-1.json.gz")
+    );
+    assert!(reason("invalid_rank-2.json").contains("is not a readable trace"));
+    assert!(reason("claims_rank-3.json").contains("distributedInfo says rank 0, its name rank 3"));
+    assert!(reason("nothing.json").contains("no rank"));
+    assert!(reason("second_rank-0.json.gz").contains("a second trace for rank 0"));
+    assert_eq!(
+        report.session.skipped.len(),
+        5,
+        "README.txt is not a trace: not read"
+    );
+    assert!(out.path().join("report.json").exists());
+}
