@@ -254,6 +254,26 @@
     });
   })();
 
+  // GPU time per rank from kernel traces: idle, compute and non-compute
+  // shares of each GPU's window, stacked.
+  (function () {
+    var rows = data.gpu_time;
+    var label = function (g) { return 'rank ' + g.rank + (g.gpu === null ? '' : ' GPU ' + g.gpu); };
+    var bar = function (name, field, colour) {
+      return { name: name, type: 'bar', stack: 'time', itemStyle: { color: colour },
+               data: rows.map(function (g) { return g[field]; }) };
+    };
+    draw('chart-gpu-time', rows.length, {
+      tooltip: { trigger: 'axis', valueFormatter: function (v) { return fixed(v, 1) + ' %'; } },
+      legend: { bottom: 0 },
+      grid: { left: 64, right: 24, top: 32, bottom: 56 },
+      xAxis: { type: 'category', data: rows.map(label) },
+      yAxis: { type: 'value', name: '% of window', max: 100 },
+      series: [bar('compute', 'compute_pct', palette[2]), bar('non-compute', 'non_compute_pct', palette[1]),
+               bar('idle', 'idle_pct', palette[8])]
+    });
+  })();
+
   // Sortable tables: a click on a head sorts by that column (numbers by
   // their data-sort value, missing ones last), a second click reverses.
   Array.prototype.forEach.call(document.querySelectorAll('table.sortable'), function (table) {

@@ -9,6 +9,8 @@
 //! [`tera::escape_html`] in a table) or inside the JSON data block, where
 //! [`script_json`] escapes what could end the `<script>` element.
 
+mod kernels;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -18,18 +20,18 @@ use super::stage_tree;
 use rankscope_common::payload::GpuSource;
 use rankscope_common::text::markup;
 
-use crate::model::{RankValue, Report, Series, Severity};
+use crate::model::{GpuTime, RankValue, Report, Series, Severity};
 
-const TEMPLATE: &str = include_str!("../../templates/report.html");
-const STYLE: &str = include_str!("../../assets/report.css");
-const SCRIPT: &str = include_str!("../../assets/report.js");
-const ECHARTS: &str = include_str!("../../assets/echarts/echarts.min.js");
+const TEMPLATE: &str = include_str!("../../../templates/report.html");
+const STYLE: &str = include_str!("../../../assets/report.css");
+const SCRIPT: &str = include_str!("../../../assets/report.js");
+const ECHARTS: &str = include_str!("../../../assets/echarts/echarts.min.js");
 
 /// Where the template's large parts go, in page order: literal text of the
 /// template, which no rendered value can produce (autoescaping turns every
 /// `<` of a value into `&lt;`), filled in as the page is written. A table's
 /// comment gives way to the table; a script element keeps its tag.
-const SLOTS: [(&str, Slot); 9] = [
+const SLOTS: [(&str, Slot); 13] = [
     (
         "<!--table stage-table-->",
         Slot::Table("stage-table", stages),
@@ -41,6 +43,22 @@ const SLOTS: [(&str, Slot); 9] = [
     (
         "<!--table lockstep-table-->",
         Slot::Table("lockstep-table", lockstep),
+    ),
+    (
+        "<!--table gpu-time-table-->",
+        Slot::Table("gpu-time-table", kernels::gpu_time),
+    ),
+    (
+        "<!--table kernel-table-->",
+        Slot::Table("kernel-table", kernels::kernels),
+    ),
+    (
+        "<!--table kernel-straggler-table-->",
+        Slot::Table("kernel-straggler-table", kernels::kernel_stragglers),
+    ),
+    (
+        "<!--table collective-table-->",
+        Slot::Table("collective-table", kernels::collectives),
     ),
     ("<!--table gpu-table-->", Slot::Table("gpu-table", gpus)),
     ("<!--table rank-table-->", Slot::Table("rank-table", ranks)),
@@ -172,6 +190,8 @@ struct ChartData<'a> {
     /// their own when there are too many GPUs to draw each.
     flagged_gpus: Vec<usize>,
     series: &'a Series,
+    /// Each rank's GPU time from kernel traces.
+    gpu_time: &'a [GpuTime],
 }
 
 impl<'a> ChartData<'a> {
@@ -195,6 +215,7 @@ impl<'a> ChartData<'a> {
                 .map(|(i, _)| i)
                 .collect(),
             series: &report.series,
+            gpu_time: &report.gpu_time,
         }
     }
 }
