@@ -30,6 +30,7 @@
 
 mod events;
 mod flusher;
+mod kernel_trace;
 mod notice;
 mod profiler;
 mod recorder;
@@ -45,11 +46,13 @@ mod sync;
 mod ticks;
 pub mod transport;
 
+pub use kernel_trace::KernelTraceRows;
 pub use profiler::{LiveState, Profiler, ProfilerBuilder, ProfilerError};
 pub use rankscope_common::config::ConfigError;
 pub use rankscope_common::env::RankEnv;
 pub use rankscope_common::error::Chain;
 pub use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
+pub use rankscope_common::kineto::{TraceCut, TraceError};
 pub use rankscope_common::Config;
 pub use records::{BlockComputation, DiffusionStep, MemoryReading};
 #[cfg(feature = "report")]

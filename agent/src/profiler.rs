@@ -447,7 +447,7 @@ impl Profiler {
 
     /// The recorder, when a session is recording.
     #[inline(always)]
-    fn recording(&self) -> Option<&Recorder> {
+    pub(crate) fn recording(&self) -> Option<&Recorder> {
         let recorder = &*self.enabled.as_deref()?.recorder;
         recorder.is_recording().then_some(recorder)
     }

@@ -416,6 +416,39 @@ tables! {
         /// Number of parameters.
         count: U64,
     }
+    /// GPU activities (kernels, memory copies and sets) of torch.profiler
+    /// windows: those HTA analyses (`kineto::RankTrace::analysed_activities`).
+    Kernels = 10, kernels, KernelRow, KernelRecord, KernelsBuilder, KernelsView {
+        /// The window of the session it ran in, from 1.
+        window: U32,
+        /// The kernel's name as the trace gives it.
+        name: DictStr,
+        /// `compute`, `communication`, `memory` or `other`.
+        category: DictStr,
+        /// The CUDA stream.
+        stream: U64,
+        /// The device index, where the trace gives one.
+        device: OptU32,
+        /// Start on the session clock (the trace's wall-clock time mapped to it), ns.
+        start_ns: U64,
+        /// Length, ns.
+        dur_ns: U64,
+    }
+    /// Collective calls on the host in torch.profiler windows.
+    Collectives = 11, collectives, CollectiveRow, CollectiveRecord, CollectivesBuilder, CollectivesView {
+        /// The window of the session it ran in, from 1.
+        window: U32,
+        /// `all_reduce`, `all_gather`, ...
+        kind: DictStr,
+        /// The process group, where the trace names it.
+        group: OptStr,
+        /// Input bytes, where the trace gives them.
+        bytes: OptU64,
+        /// Start on the session clock, ns.
+        start_ns: U64,
+        /// Length, ns.
+        dur_ns: U64,
+    }
 }
 
 #[cfg(test)]

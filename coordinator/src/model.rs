@@ -459,12 +459,14 @@ pub struct KernelTraceInput {
     pub rank: u32,
     /// The file, or where the trace came from.
     pub source: String,
-    /// Events read.
-    pub events: u64,
+    /// Events read; `null` for windows a rank read itself (its payload
+    /// carries the rows, not the count).
+    pub events: Option<u64>,
     /// GPU activities kept.
     pub gpu_activities: u64,
-    /// What was left out, and why.
-    pub cut: rankscope_common::kineto::TraceCut,
+    /// What the read left out, and why; `null` for windows a rank read
+    /// itself (rows past its budget are its dropped rows of `kernels`).
+    pub cut: Option<rankscope_common::kineto::TraceCut>,
 }
 
 /// One stage, call by call across ranks.

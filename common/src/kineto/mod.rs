@@ -23,6 +23,7 @@ mod read;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 pub use classify::{collective_kind, KernelCategory};
@@ -85,6 +86,26 @@ pub struct RankTrace {
     pub events: u64,
     /// What was left out, and why.
     pub cut: TraceCut,
+}
+
+impl RankTrace {
+    /// The GPU activities HTA analyses, by row: with two or more
+    /// `ProfilerStep`s, those launched before the last step began (HTA
+    /// drops the last, incomplete iteration:
+    /// `Trace._filter_irrelevant_gpu_kernels`); else all.
+    pub fn analysed_activities(&self) -> Vec<usize> {
+        let all = 0..self.gpu.name.len();
+        let last_step = self.steps.iter().map(|s| s.0).max();
+        let Some(last_step) = last_step.filter(|_| self.steps.len() >= 2) else {
+            return all.collect();
+        };
+        let launched: HashSet<i64> = (0..self.launches.name.len())
+            .filter(|&i| self.launches.start_ns[i] < last_step)
+            .map(|i| self.launches.correlation[i])
+            .collect();
+        all.filter(|&i| launched.contains(&self.gpu.correlation[i]))
+            .collect()
+    }
 }
 
 /// GPU activities by column.

@@ -12,6 +12,7 @@ use rankscope_common::{Config, Payload, PayloadHeader};
 
 use super::bottlenecks::BottleneckRule;
 use super::diffusion::RankDiffusion;
+use super::kernels::RankKernels;
 use super::times::RankStages;
 use super::{gpus, overhead, series};
 use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimeline};
@@ -39,6 +40,9 @@ pub struct RankDigest {
     pub(super) rows: BTreeMap<String, u64>,
     /// What profiling cost it, where its agent measured that.
     pub(super) overhead: Option<RankOverhead>,
+    /// Its torch.profiler windows, where it recorded any, or why its
+    /// kernel tables were refused.
+    pub(super) kernels: Result<Option<RankKernels>, String>,
     /// Which input it came from, for a reader that reads it again: the
     /// position the reader gave it.
     pub input: usize,
@@ -78,6 +82,7 @@ impl RankDigest {
                 .map(|(table, batch)| (table.name().to_string(), batch.num_rows() as u64))
                 .collect(),
             overhead: overhead::rank_overhead(payload),
+            kernels: RankKernels::from_payload(payload),
             input: 0,
         }
     }

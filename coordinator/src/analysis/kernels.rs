@@ -4,12 +4,14 @@
 //! is read, so that only its digest is kept; [`analyze_kernels`] merges the
 //! digests.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use rankscope_common::kineto::{KernelCategory, RankTrace};
+use rankscope_common::table::{CollectivesView, KernelsView};
+use rankscope_common::Payload;
 
 use super::stats::imbalance_pct;
-use super::StragglerRule;
+use super::{timeline, StragglerRule};
 use crate::model::{
     CollectiveStats, GpuTime, KernelStats, KernelStraggler, KernelTraceInput, Straggler,
 };
@@ -53,7 +55,7 @@ pub struct CollectiveCall {
 impl RankKernels {
     /// The digest of `trace`, rank `rank`'s, read from `source`.
     pub fn digest(rank: u32, source: String, trace: &RankTrace) -> Self {
-        let kept = traced_activities(trace);
+        let kept = trace.analysed_activities();
         let gpu = &trace.gpu;
         let mut by_device: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
         let mut kernels: HashMap<String, (KernelCategory, u64, i64)> = HashMap::new();
@@ -88,9 +90,9 @@ impl RankKernels {
             input: KernelTraceInput {
                 rank,
                 source,
-                events: trace.events,
-                gpu_activities: gpu.name.len() as u64,
-                cut: trace.cut,
+                events: Some(trace.events),
+                gpu_activities: kept.len() as u64,
+                cut: Some(trace.cut),
             },
             gpu_time,
             kernels,
@@ -99,26 +101,141 @@ impl RankKernels {
     }
 }
 
-/// The GPU activities HTA analyses: with two or more `ProfilerStep`s,
-/// those launched before the last step began (HTA drops the last,
-/// incomplete iteration: `Trace._filter_irrelevant_gpu_kernels`); else all.
-fn traced_activities(trace: &RankTrace) -> Vec<usize> {
-    let all = 0..trace.gpu.name.len();
-    let Some(last_step) = trace
-        .steps
-        .iter()
-        .map(|s| s.0)
-        .max()
-        .filter(|_| trace.steps.len() >= 2)
-    else {
-        return all.collect();
+impl RankKernels {
+    /// The digest of the `kernels` and `collectives` tables of a rank's
+    /// payload, window by window; `None` where it has neither. Times move
+    /// from the rank's session clock onto the shared timeline (its start on
+    /// rank 0's clock, offsets applied where they were measured).
+    pub fn from_payload(payload: &Payload) -> Result<Option<Self>, String> {
+        let kernels = payload.view::<KernelsView>().map_err(|e| e.to_string())?;
+        let calls = payload
+            .view::<CollectivesView>()
+            .map_err(|e| e.to_string())?;
+        if kernels.is_none() && calls.is_none() {
+            return Ok(None);
+        }
+        let header = &payload.header;
+        let rank = header.rank.rank;
+        let mut windows: BTreeMap<u32, TraceOf> = BTreeMap::new();
+        let ns = |value: u64| i64::try_from(value).ok();
+        if let Some(k) = &kernels {
+            for i in 0..k.len {
+                let (Some(start_ns), Some(dur_ns)) = (ns(k.start_ns[i]), ns(k.dur_ns[i])) else {
+                    continue;
+                };
+                let trace = windows.entry(k.window[i]).or_default();
+                let name = trace.intern(k.name.get(i));
+                let gpu = &mut trace.trace.gpu;
+                gpu.name.push(name);
+                gpu.category.push(KernelCategory::of(k.name.get(i)));
+                gpu.stream.push(ns(k.stream[i]).unwrap_or(0));
+                gpu.device.push(k.device.get(i).map_or(-1, i64::from));
+                gpu.start_ns.push(start_ns);
+                gpu.dur_ns.push(dur_ns);
+                gpu.correlation.push(i as i64);
+            }
+        }
+        if let Some(c) = &calls {
+            for i in 0..c.len {
+                let (Some(start_ns), Some(dur_ns)) = (ns(c.start_ns[i]), ns(c.dur_ns[i])) else {
+                    continue;
+                };
+                let trace = windows.entry(c.window[i]).or_default();
+                let kind = trace.intern(c.kind.get(i));
+                let group = c.group.get(i).map(|g| trace.intern(g));
+                let rows = &mut trace.trace.collectives;
+                rows.kind.push(kind);
+                rows.group.push(group);
+                rows.bytes.push(c.bytes.get(i));
+                rows.start_ns.push(start_ns);
+                rows.dur_ns.push(dur_ns);
+            }
+        }
+        let source = format!("rank {rank}'s torch.profiler windows");
+        let mut digests = windows.into_values().map(|mut of| {
+            of.trace.base_time_ns = Some(timeline::aligned_start_ns(header));
+            RankKernels::digest(rank, source.clone(), &of.trace)
+        });
+        let Some(mut digest) = digests.next() else {
+            return Ok(None);
+        };
+        for window in digests {
+            digest.absorb(window);
+        }
+        digest.input.events = None;
+        digest.input.cut = None;
+        Ok(Some(digest))
+    }
+
+    /// Adds another window of the same rank: its times to this one's,
+    /// GPU by GPU (the gap between windows is no GPU's idle time).
+    fn absorb(&mut self, other: RankKernels) {
+        self.input.gpu_activities += other.input.gpu_activities;
+        for (name, (category, calls, total_ns)) in other.kernels {
+            let entry = self.kernels.entry(name).or_insert((category, 0, 0));
+            entry.1 += calls;
+            entry.2 = entry.2.saturating_add(total_ns);
+        }
+        self.collectives.extend(other.collectives);
+        self.collectives.sort_by_key(|c| c.start_ns);
+        for time in other.gpu_time {
+            match self.gpu_time.iter_mut().find(|g| g.gpu == time.gpu) {
+                Some(mine) => *mine = sum_gpu_times(mine, &time),
+                None => self.gpu_time.push(time),
+            }
+        }
+    }
+}
+
+/// Two windows' times of one GPU as one.
+fn sum_gpu_times(a: &GpuTime, b: &GpuTime) -> GpuTime {
+    let overlap_s = |g: &GpuTime| g.comm_overlap_pct.unwrap_or(0.0) / 100.0 * g.communication_s;
+    let window_s = a.window_s + b.window_s;
+    let idle_s = a.idle_s + b.idle_s;
+    let compute_s = a.compute_s + b.compute_s;
+    let non_compute_s = a.non_compute_s + b.non_compute_s;
+    let communication_s = a.communication_s + b.communication_s;
+    let pct = |s: f64| {
+        if window_s > 0.0 {
+            s / window_s * 100.0
+        } else {
+            0.0
+        }
     };
-    let launched: HashSet<i64> = (0..trace.launches.name.len())
-        .filter(|&i| trace.launches.start_ns[i] < last_step)
-        .map(|i| trace.launches.correlation[i])
-        .collect();
-    all.filter(|&i| launched.contains(&trace.gpu.correlation[i]))
-        .collect()
+    GpuTime {
+        rank: a.rank,
+        gpu: a.gpu,
+        window_s,
+        idle_s,
+        compute_s,
+        non_compute_s,
+        communication_s,
+        memory_s: a.memory_s + b.memory_s,
+        idle_pct: pct(idle_s),
+        compute_pct: pct(compute_s),
+        non_compute_pct: pct(non_compute_s),
+        comm_overlap_pct: (communication_s > 0.0)
+            .then(|| (overlap_s(a) + overlap_s(b)) / communication_s * 100.0),
+    }
+}
+
+/// A trace being rebuilt from payload rows, with its names interned.
+#[derive(Default)]
+struct TraceOf {
+    trace: RankTrace,
+    ids: HashMap<String, u32>,
+}
+
+impl TraceOf {
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.trace.names.len() as u32;
+        self.trace.names.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        id
+    }
 }
 
 /// One GPU's time, from its activities `rows`.
@@ -513,9 +630,9 @@ mod tests {
             input: KernelTraceInput {
                 rank,
                 source: format!("rank{rank}"),
-                events: 0,
+                events: None,
                 gpu_activities: 0,
-                cut: Default::default(),
+                cut: None,
             },
             gpu_time: Vec::new(),
             kernels: kernels

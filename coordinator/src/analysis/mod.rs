@@ -77,6 +77,18 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
     let other_runs: Vec<SkippedInput> = other_runs.iter().map(input).collect();
     let mut skipped: Vec<SkippedInput> = refused.iter().map(input).collect();
     // The parts of each digest that are merged across ranks, taken out.
+    let mut kernels_by_rank = Vec::new();
+    for digest in &mut ranks {
+        let rank = digest.header.rank.rank;
+        match std::mem::replace(&mut digest.kernels, Ok(None)) {
+            Ok(Some(kernels)) => kernels_by_rank.push(kernels),
+            Ok(None) => {}
+            Err(reason) => skipped.push(SkippedInput {
+                source: format!("rank {rank} kernel traces"),
+                reason,
+            }),
+        }
+    }
     let mut stages_by_rank = Vec::with_capacity(ranks.len());
     let mut gpus_by_rank = Vec::with_capacity(ranks.len());
     let mut timelines = Vec::with_capacity(ranks.len());
@@ -173,6 +185,9 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         .map(|(rank, diffusion)| (*rank, diffusion.steps_ms()))
         .collect();
     report.series = series::series(&report, &times, timelines, gpu_series, &steps);
+    if !kernels_by_rank.is_empty() {
+        add_kernels(&mut report, kernels::analyze_kernels(kernels_by_rank, rule));
+    }
     report
 }
 

@@ -200,14 +200,17 @@ fn write_collectives(out: &mut String, report: &Report) -> std::fmt::Result {
 
 /// What the traces' budgets left out, per rank that lost anything.
 fn write_cuts(out: &mut String, report: &Report) -> std::fmt::Result {
-    for t in report.kernel_traces.iter().filter(|t| !t.cut.is_empty()) {
+    for t in &report.kernel_traces {
+        let Some(cut) = t.cut.filter(|cut| !cut.is_empty()) else {
+            continue;
+        };
         write_wrapped(
             out,
             "",
             &format!(
                 "Trace of rank {} cut: {} rows past the row budget, {} events past the name \
                  budget, {} names shortened, {} events with unusable times",
-                t.rank, t.cut.rows, t.cut.names, t.cut.long_names, t.cut.bad_times
+                t.rank, cut.rows, cut.names, cut.long_names, cut.bad_times
             ),
         )?;
     }

@@ -1,0 +1,113 @@
+//! torch.profiler windows into the rank's data: a Kineto trace the rank
+//! wrote is read as a stream (`rankscope_common::kineto`), and what HTA
+//! analyses of it — GPU activities of the complete iterations, and the
+//! collectives — becomes rows of the `kernels` and `collectives` tables,
+//! their times mapped onto the session clock. The trace file itself is not
+//! kept: the rows travel in the payload to rank 0 with everything else.
+
+use std::path::Path;
+
+use rankscope_common::kineto::{self, RankTrace, TraceCut, TraceError, TraceLimits};
+use rankscope_common::table::{CollectiveRecord, KernelRecord, Table};
+
+use crate::recorder::Recorder;
+use crate::transport::clock;
+use crate::Profiler;
+
+/// What [`Profiler::add_kernel_trace`] kept of one trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelTraceRows {
+    /// Trace events read.
+    pub events: u64,
+    /// GPU activities offered to the `kernels` table (past the row budget
+    /// they are counted as the table's dropped rows).
+    pub kernels: u64,
+    /// Collective calls offered to the `collectives` table.
+    pub collectives: u64,
+    /// Rows left out because they began before the session did.
+    pub before_session: u64,
+    /// What the read itself cut (names, rows past the per-trace budget,
+    /// unusable times).
+    pub cut: TraceCut,
+}
+
+impl Profiler {
+    /// Reads the torch.profiler / Kineto trace at `path`, written by this
+    /// rank during the running session, into the session's `kernels` and
+    /// `collectives` tables; `window` numbers the trace's window in the
+    /// session, from 1. Kineto stamps wall-clock microseconds: they are
+    /// mapped onto the session clock through this process's wall clock.
+    /// Without a recording session, nothing is read.
+    pub fn add_kernel_trace(
+        &self,
+        path: &Path,
+        window: u32,
+    ) -> Result<KernelTraceRows, TraceError> {
+        let Some(recorder) = self.recording() else {
+            return Ok(KernelTraceRows::default());
+        };
+        let limits = TraceLimits {
+            max_rows: recorder.max_rows(),
+            ..TraceLimits::default()
+        };
+        let trace = kineto::read_trace(path, &limits)?;
+        Ok(keep(recorder, &trace, window))
+    }
+}
+
+/// Records the rows of `trace` HTA analyses.
+fn keep(recorder: &Recorder, trace: &RankTrace, window: u32) -> KernelTraceRows {
+    // The Unix time of the session's start, on this process's clock (not
+    // shifted by `clock_shift_ns`: Kineto's clock is not).
+    let session_start = clock::wall_now_ns(0).saturating_sub(recorder.now_ns() as i64);
+    let base = trace.base_time_ns.unwrap_or(0);
+    let on_session_clock = |start: i64| {
+        let unix = base.checked_add(start)?;
+        u64::try_from(unix.checked_sub(session_start)?).ok()
+    };
+    let mut rows = KernelTraceRows {
+        events: trace.events,
+        cut: trace.cut,
+        ..KernelTraceRows::default()
+    };
+    let gpu = &trace.gpu;
+    for i in trace.analysed_activities() {
+        let Some(start_ns) = on_session_clock(gpu.start_ns[i]) else {
+            rows.before_session += 1;
+            continue;
+        };
+        rows.kernels += 1;
+        recorder.record_row(Table::Kernels, |t, _| {
+            let record = KernelRecord {
+                window,
+                name: t.names.intern(&trace.names[gpu.name[i] as usize]),
+                category: t.names.intern(gpu.category[i].as_str()),
+                stream: gpu.stream[i].unsigned_abs(),
+                device: u32::try_from(gpu.device[i]).ok(),
+                start_ns,
+                dur_ns: gpu.dur_ns[i].unsigned_abs(),
+            };
+            t.records.kernels.push_back(record);
+        });
+    }
+    let calls = &trace.collectives;
+    for i in 0..calls.kind.len() {
+        let Some(start_ns) = on_session_clock(calls.start_ns[i]) else {
+            rows.before_session += 1;
+            continue;
+        };
+        rows.collectives += 1;
+        recorder.record_row(Table::Collectives, |t, _| {
+            let record = CollectiveRecord {
+                window,
+                kind: t.names.intern(&trace.names[calls.kind[i] as usize]),
+                group: calls.group[i].map(|g| trace.names[g as usize].clone()),
+                bytes: calls.bytes[i],
+                start_ns,
+                dur_ns: calls.dur_ns[i].unsigned_abs(),
+            };
+            t.records.collectives.push_back(record);
+        });
+    }
+    rows
+}
