@@ -1,14 +1,15 @@
 //! torch.profiler windows into the rank's data: a Kineto trace the rank
 //! wrote is read as a stream (`rankscope_common::kineto`), and what HTA
-//! analyses of it — GPU activities of the complete iterations, and the
-//! collectives — becomes rows of the `kernels` and `collectives` tables,
+//! analyses of it — GPU activities of the complete iterations, the
+//! collectives, and each CPU operator's calls and time — becomes rows of
+//! the `kernels`, `collectives` and `cpu_ops` tables,
 //! their times mapped onto the session clock. The trace file itself is not
 //! kept: the rows travel in the payload to rank 0 with everything else.
 
 use std::path::Path;
 
 use rankscope_common::kineto::{self, RankTrace, TraceCut, TraceError, TraceLimits};
-use rankscope_common::table::{CollectiveRecord, KernelRecord, Table};
+use rankscope_common::table::{CollectiveRecord, CpuOpRecord, KernelRecord, Table};
 
 use crate::recorder::Recorder;
 use crate::transport::clock;
@@ -24,6 +25,8 @@ pub struct KernelTraceRows {
     pub kernels: u64,
     /// Collective calls offered to the `collectives` table.
     pub collectives: u64,
+    /// CPU operator names offered to the `cpu_ops` table.
+    pub cpu_ops: u64,
     /// Rows left out because they began before the session did.
     pub before_session: u64,
     /// What the read itself cut (names, rows past the per-trace budget,
@@ -107,6 +110,19 @@ fn keep(recorder: &Recorder, trace: &RankTrace, window: u32) -> KernelTraceRows 
                 dur_ns: calls.dur_ns[i].unsigned_abs(),
             };
             t.records.collectives.push_back(record);
+        });
+    }
+    let ops = &trace.cpu_ops;
+    for i in 0..ops.name.len() {
+        rows.cpu_ops += 1;
+        recorder.record_row(Table::CpuOps, |t, _| {
+            let record = CpuOpRecord {
+                window,
+                name: t.names.intern(&trace.names[ops.name[i] as usize]),
+                calls: ops.calls[i],
+                total_ns: ops.total_ns[i].unsigned_abs(),
+            };
+            t.records.cpu_ops.push_back(record);
         });
     }
     rows

@@ -68,6 +68,21 @@ pub enum GpuTiming {
     Off,
 }
 
+/// What torch.profiler windows record (the Python package).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum TorchActivities {
+    /// CPU operators only.
+    #[serde(rename = "cpu")]
+    Cpu,
+    /// CUDA kernels, copies and sets only.
+    #[serde(rename = "cuda")]
+    Cuda,
+    /// Both (CUDA left out where torch has no CUDA).
+    #[default]
+    #[serde(rename = "cpu,cuda")]
+    CpuCuda,
+}
+
 /// Which ranks print the live display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -130,6 +145,26 @@ pub struct Config {
     pub gpu_devices: Option<String>,
     /// How the Python package times stages on the GPU when torch uses CUDA.
     pub gpu_timing: GpuTiming,
+    /// torch.profiler windows on every rank (the Python package), on the
+    /// schedule torch.profiler's users know: skip `wait` steps, warm up
+    /// for `warmup`, record `active`, `repeat` times (0: until the session
+    /// ends). Steps are `prof.step()` calls. This many steps are skipped
+    /// before each window's warm-up.
+    pub torch_profiler_wait: u32,
+    /// Steps warmed up (recorded and thrown away) before each window.
+    pub torch_profiler_warmup: u32,
+    /// Steps each window records; 0 (the default) turns the windows off.
+    pub torch_profiler_active: u32,
+    /// Windows in a session; 0: windows until the session ends.
+    pub torch_profiler_repeat: u32,
+    /// What the windows record: `cpu`, `cuda` or `cpu,cuda`.
+    pub torch_profiler_activities: TorchActivities,
+    /// torch.profiler's `record_shapes`.
+    pub torch_profiler_record_shapes: bool,
+    /// torch.profiler's `profile_memory`.
+    pub torch_profiler_profile_memory: bool,
+    /// torch.profiler's `with_stack`.
+    pub torch_profiler_with_stack: bool,
     /// Rank 0's TCP listener address (default: MASTER_ADDR).
     pub addr: Option<String>,
     /// Rank 0's TCP listener port (default: MASTER_PORT + 1).
@@ -274,6 +309,14 @@ impl Config {
             pcie_interval_s: None,
             gpu_devices: None,
             gpu_timing: GpuTiming::Events,
+            torch_profiler_wait: 1,
+            torch_profiler_warmup: 1,
+            torch_profiler_active: 0,
+            torch_profiler_repeat: 1,
+            torch_profiler_activities: TorchActivities::CpuCuda,
+            torch_profiler_record_shapes: false,
+            torch_profiler_profile_memory: false,
+            torch_profiler_with_stack: false,
             addr: None,
             port: None,
             token: None,
@@ -504,6 +547,22 @@ impl Config {
             ("clock_shift_ns", Some(self.clock_shift_ns as f64)),
             ("max_frame_bytes", Some(self.max_frame_bytes as f64)),
             ("flush_interval_s", Some(self.flush_interval_s)),
+            (
+                "torch_profiler_wait",
+                Some(f64::from(self.torch_profiler_wait)),
+            ),
+            (
+                "torch_profiler_warmup",
+                Some(f64::from(self.torch_profiler_warmup)),
+            ),
+            (
+                "torch_profiler_active",
+                Some(f64::from(self.torch_profiler_active)),
+            ),
+            (
+                "torch_profiler_repeat",
+                Some(f64::from(self.torch_profiler_repeat)),
+            ),
         ];
         if self.flush_interval_s > 0.0 && self.flush_interval_s < 0.05 {
             return Err(ConfigError::Invalid {
@@ -558,6 +617,10 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("clock_shift_ns", -86_400e9, 86_400e9),
     ("max_frame_bytes", 4096.0, 4_294_967_296.0),
     ("flush_interval_s", 0.0, 86_400.0),
+    ("torch_profiler_wait", 0.0, 1_000_000.0),
+    ("torch_profiler_warmup", 0.0, 1_000_000.0),
+    ("torch_profiler_active", 0.0, 1_000_000.0),
+    ("torch_profiler_repeat", 0.0, 1_000_000.0),
 ];
 
 /// Refuses a `RANKSCOPE_*` variable whose value is not UTF-8, which would

@@ -449,6 +449,17 @@ tables! {
         /// Length, ns.
         dur_ns: U64,
     }
+    /// CPU operators of torch.profiler windows, per window and name.
+    CpuOps = 12, cpu_ops, CpuOpRow, CpuOpRecord, CpuOpsBuilder, CpuOpsView {
+        /// The window of the session, from 1.
+        window: U32,
+        /// The operator (`aten::mm`, ...).
+        name: DictStr,
+        /// Calls in the window.
+        calls: U64,
+        /// Time in the calls, nested operators included, ns.
+        total_ns: U64,
+    }
 }
 
 #[cfg(test)]

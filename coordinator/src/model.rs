@@ -46,7 +46,11 @@ pub struct Report {
     /// into one row. Empty without kernel traces.
     #[serde(default)]
     pub kernels: Vec<KernelStats>,
-    /// Kernels slower on one rank than on the others.
+    /// CPU operators across ranks (torch.profiler's `cpu_op` events), as
+    /// `kernels[]`, category `cpu_op`. Empty without kernel traces.
+    #[serde(default)]
+    pub cpu_ops: Vec<KernelStats>,
+    /// Kernels (and CPU operators) slower on one rank than on the others.
     #[serde(default)]
     pub kernel_stragglers: Vec<KernelStraggler>,
     /// Collectives per rank, kind and process group, split into waiting
@@ -385,7 +389,8 @@ pub struct KernelStats {
     /// The kernel's name as the trace gives it; the folded row is
     /// `(N other kernels)`.
     pub name: String,
-    /// `compute`, `communication`, `memory` or `other`.
+    /// `compute`, `communication`, `memory` or `other` (`cpu_op` in
+    /// `cpu_ops[]`).
     pub category: String,
     /// Launches on all ranks.
     pub calls: u64,

@@ -23,7 +23,7 @@ import functools
 import inspect
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar, overload
 
-from . import _rankscope, _torch
+from . import _rankscope, _torch, _torch_profiler
 from ._rankscope import Config, ConfigError, Outcome, Session, SessionError, Stage
 
 __all__ = [
@@ -65,7 +65,32 @@ class Profiler(_rankscope.Profiler):
         config = self.config
         if config is not None:
             self._set_gpu_timer(_torch.gpu_timer(config.gpu_timing, self, config.max_data_points))
+            self._torch_windows = _torch_profiler.windows(config, self)
+            self._set_torch_windows(self._torch_windows)
         return session
+
+    def step(self) -> None:
+        """A step boundary (a denoising step, a decode step, a batch): the
+        torch.profiler windows (``torch_profiler_*`` settings) advance here.
+        Without a call to it, each ``record_diffusion_step`` advances them."""
+        windows = getattr(self, "_torch_windows", None)
+        if windows is not None:
+            windows.step()
+
+    def record_diffusion_step(
+        self,
+        step: int,
+        timestep: float = 0.0,
+        block_size: int = 0,
+        computation_time_ms: float = 0.0,
+        guidance_scale: Optional[float] = None,
+    ) -> None:
+        """Records one denoising step (and, in a program that does not call
+        ``step()``, advances the torch.profiler windows)."""
+        super().record_diffusion_step(step, timestep, block_size, computation_time_ms, guidance_scale)
+        windows = getattr(self, "_torch_windows", None)
+        if windows is not None:
+            windows.step(explicit=False)
 
     def memory_snapshot(
         self,

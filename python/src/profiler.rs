@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
-use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning};
+use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyString, PyType};
 
@@ -24,6 +24,9 @@ struct Core {
     gpu_timer_on: AtomicBool,
     /// The summary text of the last session this process reported.
     last_summary: Mutex<Option<String>>,
+    /// The session's torch.profiler windows, a Python object whose
+    /// `close()` ends the last window when the session finishes.
+    torch_windows: Mutex<Option<Py<PyAny>>>,
 }
 
 /// The agent of one rank. `Profiler(config)` uses `config` as given;
@@ -57,6 +60,7 @@ impl Profiler {
                 gpu_timer: Mutex::new(None),
                 gpu_timer_on: AtomicBool::new(false),
                 last_summary: Mutex::new(None),
+                torch_windows: Mutex::new(None),
             }),
             stages: PyDict::new(py).unbind(),
         })
@@ -314,6 +318,39 @@ impl Profiler {
         Ok(out)
     }
 
+    /// Reads the torch.profiler trace of window `window` (from 1) this rank
+    /// wrote at `path` into the session's `kernels` and `collectives`
+    /// tables, without the interpreter's lock; returns what it kept. A
+    /// trace that cannot be read raises `ValueError` naming the file.
+    fn _add_kernel_trace<'py>(
+        &self,
+        py: Python<'py>,
+        path: PathBuf,
+        window: u32,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let profiler = &self.core.profiler;
+        let rows = py
+            .detach(|| profiler.add_kernel_trace(&path, window))
+            .map_err(|e| PyValueError::new_err(chain(&e)))?;
+        let kept = PyDict::new(py);
+        kept.set_item("events", rows.events)?;
+        kept.set_item("kernels", rows.kernels)?;
+        kept.set_item("collectives", rows.collectives)?;
+        kept.set_item("cpu_ops", rows.cpu_ops)?;
+        kept.set_item("before_session", rows.before_session)?;
+        kept.set_item("rows_cut", rows.cut.rows)?;
+        kept.set_item("names_cut", rows.cut.names)?;
+        Ok(kept)
+    }
+
+    /// Sets (or, with `None`, clears) the session's torch.profiler windows:
+    /// their `close()` runs when the session finishes, before the rank's
+    /// data is gathered.
+    fn _set_torch_windows(&self, windows: Option<Py<PyAny>>) {
+        let previous = std::mem::replace(&mut *lock(&self.core.torch_windows), windows);
+        drop(previous);
+    }
+
     /// The summary table of the last report this process wrote (rank 0),
     /// else `None`.
     fn get_summary(&self) -> Option<String> {
@@ -488,6 +525,18 @@ impl Session {
             return Ok(done);
         }
         self.check_process()?;
+        // The last torch.profiler window ends and is read into the
+        // session's tables; one that fails costs its kernels, never the
+        // session.
+        let windows = lock(&self.core.torch_windows).take();
+        if let Some(windows) = windows {
+            if let Err(e) = windows.call_method0(py, "close") {
+                warn(
+                    py,
+                    &format!("the session's last torch.profiler window is lost: {e}"),
+                )?;
+            }
+        }
         // CUDA events resolve here, once, not on the hot path. A timer that
         // fails (a CUDA error) costs the GPU times, never the session.
         self.core.gpu_timer_on.store(false, Ordering::Release);

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, List, Tuple
@@ -376,3 +378,58 @@ def test_stage_objects_are_shared_by_name_unless_they_carry_metadata(
     raw = Path(session.outcome.session_dir) / "raw" / "stages.arrow"
     depths = sorted(row["depth"] for row in pyarrow.ipc.open_file(raw).read_all().to_pylist())
     assert depths == [0, 1, 2, 3]
+
+
+def test_torch_profiler_windows_off_import_no_torch(tmp_path: Path) -> None:
+    """Without windows configured, a session never imports torch."""
+    code = (
+        "import sys, rankscope\n"
+        f"prof = rankscope.Profiler(rankscope.Config(output_dir={str(tmp_path)!r}, gpu_source='none',"
+        " collect_host=False))\n"
+        "with prof.session('no-torch'):\n"
+        "    prof.step()\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_torch_profiler_windows_without_torch_warn_and_record_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A None in sys.modules makes `import torch` raise ImportError.
+    monkeypatch.setitem(sys.modules, "torch", None)
+    prof = rankscope.Profiler(rankscope.Config(
+        output_dir=tmp_path, gpu_source="none", collect_host=False, torch_profiler_active=2))
+    with pytest.warns(RuntimeWarning, match="torch_profiler_active is 2 but torch cannot be imported"):
+        session = prof.session("no-torch")
+    with prof.stage("work"):
+        prof.step()
+    report = report_of(session.finish())
+    assert report["kernel_traces"] == []
+    assert stage_of(report, "work")["count"] == 1
+
+
+def test_torch_profiler_windows_on_cpu_reach_the_report(tmp_path: Path) -> None:
+    """A real torch.profiler window on this process (CPU activities): its
+    operators in the report, the window's steps counted by prof.step(); a
+    window still open at the session's end is read as it stands."""
+    import torch
+
+    config = rankscope.Config(output_dir=tmp_path, gpu_source="none", collect_host=False,
+                              torch_profiler_wait=0, torch_profiler_warmup=1,
+                              torch_profiler_active=2, torch_profiler_repeat=2,
+                              torch_profiler_activities="cpu")
+    prof = rankscope.Profiler(config)
+    x = torch.randn(32, 32)
+    with prof.session("windows") as session:
+        # torch's schedule: step 0 warms up, 1–2 are window 1; 3 warms up,
+        # 4–5 are window 2, still open when the session ends after step 4.
+        for _ in range(5):
+            with prof.stage("step"):
+                torch.mm(x, x)
+            prof.step()
+    report = report_of(session.outcome)
+    mm = [op for op in report["cpu_ops"] if op["name"] == "aten::mm"]
+    assert mm and mm[0]["calls"] == 3, report["cpu_ops"]
+    assert report["kernel_traces"][0]["rank"] == 0

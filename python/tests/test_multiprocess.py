@@ -83,3 +83,47 @@ def test_torchrun_names_the_straggler(tmp_path: Path) -> None:
     assert report["session"]["launcher"] == "torchrun"
     assert report["session"]["run_id"], "torchrun's TORCHELASTIC_RUN_ID identifies the run"
     assert_names_rank_2(report, "tcp")
+
+
+KERNELS_EXAMPLE = ROOT / "examples" / "python" / "torch_kernels.py"
+
+
+def test_torchrun_torch_profiler_windows_name_the_slow_op_and_the_wait(tmp_path: Path) -> None:
+    """Real torch.profiler (CPU activities) on 4 real torchrun ranks over
+    gloo, windows set by variables alone: rank 0's report holds every
+    rank's operators and collectives on one clock, names rank 2's slow
+    `load_kv` with its stage, and tells the all-reduce's time as waiting
+    for rank 2, not as work to optimise."""
+    assert TORCHRUN.exists(), f"{TORCHRUN}: torch is installed by scripts/test.sh"
+    env = dict(os.environ, RANKSCOPE_GPU_SOURCE="none", RANKSCOPE_GATHER_TIMEOUT_S="60",
+               RANKSCOPE_TORCH_PROFILER_WAIT="1", RANKSCOPE_TORCH_PROFILER_WARMUP="1",
+               RANKSCOPE_TORCH_PROFILER_ACTIVE="3", RANKSCOPE_TORCH_PROFILER_ACTIVITIES="cpu")
+    done = subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc_per_node=4", str(KERNELS_EXAMPLE),
+         "--output-dir", str(tmp_path), "--steps", "7", "--load-ms", "25"],
+        env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    reports = list(tmp_path.glob("torch-kernels-*/report.json"))
+    assert len(reports) == 1, reports
+    report = json.loads(reports[0].read_text())
+    assert report["session"]["ranks_reporting"] == [0, 1, 2, 3]
+    traces = report["kernel_traces"]
+    assert [t["rank"] for t in traces] == [0, 1, 2, 3]
+    assert all(t["source"] == f"rank {t['rank']}'s torch.profiler windows" for t in traces)
+
+    load = [op for op in report["cpu_ops"] if op["name"] == "load_kv"]
+    assert len(load) == 1, [op["name"] for op in report["cpu_ops"]]
+    assert (load[0]["calls"], load[0]["max_rank"]) == (4 * 3, 2), "3 steps of 4 ranks in the window"
+    assert any(op["name"] == "aten::mm" for op in report["cpu_ops"])
+    slow = [k for k in report["kernel_stragglers"] if k["kernel"] == "load_kv"]
+    assert [(k["rank"], k["category"]) for k in slow] == [(2, "cpu_op")], report["kernel_stragglers"]
+    assert any("stage `attention`" in e for e in slow[0]["evidence"]), slow[0]
+
+    collectives = {c["rank"]: c for c in report["collectives"] if c["kind"] == "all_reduce"}
+    assert sorted(collectives) == [0, 1, 2, 3]
+    assert all(c["calls"] == 3 and c["wait_s"] is not None for c in collectives.values())
+    assert collectives[2]["last_to_arrive"] >= 2, collectives
+    assert all(collectives[2]["wait_s"] < c["wait_s"] for r, c in collectives.items() if r != 2)
+    messages = [r["message"] for r in report["recommendations"]]
+    assert any("speed up rank 2, not the collective" in m for m in messages), messages
+    assert not any("`all_reduce`" in m and "place to optimise" in m for m in messages), messages

@@ -17,10 +17,13 @@ pub enum KernelCategory {
     Memory,
     /// Neither: synchronisation and stream waits.
     Other,
+    /// Not a GPU activity: a CPU operator (a `cpu_op` event), compared
+    /// across ranks as kernels are.
+    CpuOp,
 }
 
 impl KernelCategory {
-    /// The category of the activity named `name`.
+    /// The category of the GPU activity named `name`.
     pub fn of(name: &str) -> KernelCategory {
         if is_communication(name) {
             KernelCategory::Communication
@@ -40,6 +43,7 @@ impl KernelCategory {
             KernelCategory::Communication => "communication",
             KernelCategory::Memory => "memory",
             KernelCategory::Other => "other",
+            KernelCategory::CpuOp => "cpu_op",
         }
     }
 }

@@ -82,6 +82,10 @@ pub struct RankTrace {
     pub steps: Vec<(i64, i64)>,
     /// Collective calls as the host saw them.
     pub collectives: CollectiveRows,
+    /// CPU operators (`cpu_op` events) and `record_function` spans
+    /// (`user_annotation`, but for `ProfilerStep#N` and collectives), per
+    /// name: calls and inclusive time.
+    pub cpu_ops: OpTotals,
     /// Trace events read.
     pub events: u64,
     /// What was left out, and why.
@@ -151,6 +155,17 @@ pub struct CollectiveRows {
     pub start_ns: Vec<i64>,
     /// Duration, nanoseconds.
     pub dur_ns: Vec<i64>,
+}
+
+/// Calls and inclusive time per operator name, by column.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpTotals {
+    /// Name id.
+    pub name: Vec<u32>,
+    /// Calls.
+    pub calls: Vec<u64>,
+    /// Time in the calls, nested operators included, nanoseconds.
+    pub total_ns: Vec<i64>,
 }
 
 /// What a read left out of a [`RankTrace`].

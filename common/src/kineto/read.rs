@@ -126,6 +126,8 @@ struct Builder<'a> {
     /// the trace has them (newer torch), the first otherwise.
     annotated: CollectiveRows,
     described: CollectiveRows,
+    /// CPU operator totals by name id: (calls, nanoseconds).
+    ops: HashMap<u32, (u64, i64)>,
 }
 
 /// What a name says about its event, worked out once per distinct name.
@@ -150,6 +152,7 @@ impl<'a> Builder<'a> {
             info: Vec::new(),
             annotated: CollectiveRows::default(),
             described: CollectiveRows::default(),
+            ops: HashMap::new(),
         }
     }
 
@@ -235,7 +238,17 @@ impl<'a> Builder<'a> {
             }
             _ => {}
         }
-        if event.category != Category::HostOp {
+        // Operators, and `record_function` spans other than the steps and
+        // the collectives (counted apart).
+        let annotation = event.category == Category::Annotation;
+        if event.category == Category::CpuOp
+            || (annotation && !info.step && info.collective.is_none())
+        {
+            let totals = self.ops.entry(name).or_insert((0, 0));
+            totals.0 += 1;
+            totals.1 = totals.1.saturating_add(dur_ns);
+        }
+        if !event.category.is_host_op() {
             return;
         }
         if info.step && keep(trace.steps.len(), max_rows, &mut trace.cut.rows) {
@@ -271,6 +284,13 @@ impl<'a> Builder<'a> {
     }
 
     fn finish(mut self) -> RankTrace {
+        let mut ops: Vec<(u32, (u64, i64))> = self.ops.into_iter().collect();
+        ops.sort_unstable_by_key(|(name, _)| *name);
+        for (name, (calls, total_ns)) in ops {
+            self.trace.cpu_ops.name.push(name);
+            self.trace.cpu_ops.calls.push(calls);
+            self.trace.cpu_ops.total_ns.push(total_ns);
+        }
         self.trace.collectives = if self.described.kind.is_empty() {
             self.annotated
         } else {
@@ -317,8 +337,10 @@ fn dtype_bytes(dtype: &str) -> Option<u64> {
 /// The categories of Kineto events the reader tells apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Category {
-    /// `cpu_op`, `user_annotation`: operators and `record_function` spans.
-    HostOp,
+    /// `cpu_op` (`Operator` in older traces): an operator.
+    CpuOp,
+    /// `user_annotation`: a `record_function` span.
+    Annotation,
     /// `gpu_user_annotation`: a `record_function` span drawn on a GPU stream.
     GpuAnnotation,
     #[default]
@@ -640,10 +662,18 @@ impl Word for Phase {
     }
 }
 
+impl Category {
+    /// An operator or a `record_function` span on the host.
+    fn is_host_op(self) -> bool {
+        matches!(self, Category::CpuOp | Category::Annotation)
+    }
+}
+
 impl Word for Category {
     fn from_word(word: &str) -> Self {
         match word {
-            "cpu_op" | "user_annotation" | "Operator" => Category::HostOp,
+            "cpu_op" | "Operator" => Category::CpuOp,
+            "user_annotation" => Category::Annotation,
             "gpu_user_annotation" => Category::GpuAnnotation,
             _ => Category::Other,
         }

@@ -133,6 +133,38 @@ fn sample() -> Payload {
     });
     tables.insert(Table::ModelParameters, params.finish().unwrap());
 
+    let mut kernels = KernelsBuilder::default();
+    kernels.append(&KernelRow {
+        window: 1,
+        name: "sm90_gemm".into(),
+        category: "compute".into(),
+        stream: 7,
+        device: Some(0),
+        start_ns: 12,
+        dur_ns: 13,
+    });
+    tables.insert(Table::Kernels, kernels.finish().unwrap());
+
+    let mut collectives = CollectivesBuilder::default();
+    collectives.append(&CollectiveRow {
+        window: 1,
+        kind: "all_reduce".into(),
+        group: None,
+        bytes: Some(4096),
+        start_ns: 14,
+        dur_ns: 15,
+    });
+    tables.insert(Table::Collectives, collectives.finish().unwrap());
+
+    let mut ops = CpuOpsBuilder::default();
+    ops.append(&CpuOpRow {
+        window: 1,
+        name: "aten::mm".into(),
+        calls: 16,
+        total_ns: 17,
+    });
+    tables.insert(Table::CpuOps, ops.finish().unwrap());
+
     assert_eq!(tables.len(), Table::ALL.len(), "sample covers every table");
     Payload { header, tables }
 }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rankscope_common::kineto::{KernelCategory, RankTrace};
-use rankscope_common::table::{CollectivesView, KernelsView};
+use rankscope_common::table::{CollectivesView, CpuOpsView, KernelsView};
 use rankscope_common::Payload;
 
 use super::stats::imbalance_pct;
@@ -33,6 +33,9 @@ pub struct RankKernels {
     pub gpu_time: Vec<GpuTime>,
     /// Per kernel name: its category, launches and total nanoseconds.
     pub kernels: HashMap<String, (KernelCategory, u64, i64)>,
+    /// Per CPU operator name: [`KernelCategory::CpuOp`], calls and
+    /// inclusive nanoseconds.
+    pub ops: HashMap<String, (KernelCategory, u64, i64)>,
     /// Collective calls on the host, in start order.
     pub collectives: Vec<CollectiveCall>,
 }
@@ -85,6 +88,13 @@ impl RankKernels {
             })
             .collect();
         collectives.sort_by_key(|c| c.start_ns);
+        let cpu = &trace.cpu_ops;
+        let ops = (0..cpu.name.len())
+            .map(|i| {
+                let totals = (KernelCategory::CpuOp, cpu.calls[i], cpu.total_ns[i]);
+                (name(cpu.name[i]), totals)
+            })
+            .collect();
         RankKernels {
             rank,
             input: KernelTraceInput {
@@ -96,6 +106,7 @@ impl RankKernels {
             },
             gpu_time,
             kernels,
+            ops,
             collectives,
         }
     }
@@ -111,7 +122,8 @@ impl RankKernels {
         let calls = payload
             .view::<CollectivesView>()
             .map_err(|e| e.to_string())?;
-        if kernels.is_none() && calls.is_none() {
+        let ops = payload.view::<CpuOpsView>().map_err(|e| e.to_string())?;
+        if kernels.is_none() && calls.is_none() && ops.is_none() {
             return Ok(None);
         }
         let header = &payload.header;
@@ -151,6 +163,19 @@ impl RankKernels {
                 rows.dur_ns.push(dur_ns);
             }
         }
+        if let Some(o) = &ops {
+            for i in 0..o.len {
+                let Some(total_ns) = ns(o.total_ns[i]) else {
+                    continue;
+                };
+                let trace = windows.entry(o.window[i]).or_default();
+                let name = trace.intern(o.name.get(i));
+                let totals = &mut trace.trace.cpu_ops;
+                totals.name.push(name);
+                totals.calls.push(o.calls[i]);
+                totals.total_ns.push(total_ns);
+            }
+        }
         let source = format!("rank {rank}'s torch.profiler windows");
         let mut digests = windows.into_values().map(|mut of| {
             of.trace.base_time_ns = Some(timeline::aligned_start_ns(header));
@@ -171,10 +196,15 @@ impl RankKernels {
     /// GPU by GPU (the gap between windows is no GPU's idle time).
     fn absorb(&mut self, other: RankKernels) {
         self.input.gpu_activities += other.input.gpu_activities;
-        for (name, (category, calls, total_ns)) in other.kernels {
-            let entry = self.kernels.entry(name).or_insert((category, 0, 0));
-            entry.1 += calls;
-            entry.2 = entry.2.saturating_add(total_ns);
+        for (mine, theirs) in [
+            (&mut self.kernels, other.kernels),
+            (&mut self.ops, other.ops),
+        ] {
+            for (name, (category, calls, total_ns)) in theirs {
+                let entry = mine.entry(name).or_insert((category, 0, 0));
+                entry.1 += calls;
+                entry.2 = entry.2.saturating_add(total_ns);
+            }
         }
         self.collectives.extend(other.collectives);
         self.collectives.sort_by_key(|c| c.start_ns);
@@ -329,6 +359,8 @@ pub struct KernelAnalysis {
     pub gpu_time: Vec<GpuTime>,
     /// `kernels[]`.
     pub kernels: Vec<KernelStats>,
+    /// `cpu_ops[]`.
+    pub cpu_ops: Vec<KernelStats>,
     /// `kernel_stragglers[]`.
     pub kernel_stragglers: Vec<KernelStraggler>,
     /// `collectives[]`.
@@ -340,10 +372,19 @@ pub struct KernelAnalysis {
 /// Merges the digests of every rank's kernel trace.
 pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> KernelAnalysis {
     ranks.sort_by_key(|r| r.rank);
-    let (kernels, kernel_stragglers) = kernels_across_ranks(&ranks, rule);
+    let (kernels, mut kernel_stragglers) = across_ranks(&ranks, |r| &r.kernels, rule);
+    let (cpu_ops, op_stragglers) = across_ranks(&ranks, |r| &r.ops, rule);
+    kernel_stragglers.extend(op_stragglers);
+    kernel_stragglers.sort_by(|a, b| {
+        b.excess_s
+            .total_cmp(&a.excess_s)
+            .then(a.kernel.cmp(&b.kernel))
+    });
+    kernel_stragglers.truncate(KERNEL_STRAGGLERS_LISTED);
     let collectives = collectives(&ranks);
     let mut analysis = KernelAnalysis {
         kernels,
+        cpu_ops,
         kernel_stragglers,
         collectives,
         ..KernelAnalysis::default()
@@ -394,20 +435,22 @@ impl KernelAcross {
     }
 }
 
-/// `kernels[]`, the largest total first (the top [`KERNELS_LISTED`], the
-/// rest folded per category), and the kernel stragglers.
-fn kernels_across_ranks(
+/// Names of the table `of` each rank across ranks (`kernels[]` or
+/// `cpu_ops[]`), the largest total first (the top [`KERNELS_LISTED`], the
+/// rest folded per category), and their stragglers.
+fn across_ranks(
     ranks: &[RankKernels],
+    of: fn(&RankKernels) -> &HashMap<String, (KernelCategory, u64, i64)>,
     rule: StragglerRule,
 ) -> (Vec<KernelStats>, Vec<KernelStraggler>) {
     let with_gpu: Vec<u32> = ranks
         .iter()
-        .filter(|r| !r.kernels.is_empty())
+        .filter(|r| !of(r).is_empty())
         .map(|r| r.rank)
         .collect();
     let mut by_name: HashMap<&str, KernelAcross> = HashMap::new();
     for rank in ranks {
-        for (name, &(category, calls, total_ns)) in &rank.kernels {
+        for (name, &(category, calls, total_ns)) in of(rank) {
             let across = by_name
                 .entry(name.as_str())
                 .or_insert_with(|| KernelAcross::new(category, &with_gpu));
@@ -460,7 +503,12 @@ fn kernels_across_ranks(
         }
     }
     for (category, (count, fold)) in folded {
-        stats.push(fold.stats(format!("({count} other {} kernels)", category.as_str())));
+        let what = if category == KernelCategory::CpuOp {
+            "CPU operators".to_string()
+        } else {
+            format!("{} kernels", category.as_str())
+        };
+        stats.push(fold.stats(format!("({count} other {what})")));
     }
     (stats, stragglers)
 }
@@ -542,7 +590,7 @@ pub fn attribute_kernels(kernel_stragglers: &mut [KernelStraggler], stragglers: 
     for kernel in kernel_stragglers {
         for stage in stragglers.iter().filter(|s| s.rank == kernel.rank) {
             kernel.evidence.push(format!(
-                "rank {} is {:.0} % slower in stage `{}`",
+                "rank {} is {:.0}% slower in stage `{}`",
                 stage.rank,
                 (stage.slowdown - 1.0) * 100.0,
                 stage.stage
@@ -639,6 +687,7 @@ mod tests {
                 .iter()
                 .map(|&(name, ns)| (name.to_string(), (KernelCategory::of(name), 1, ns)))
                 .collect(),
+            ops: HashMap::new(),
             collectives: Vec::new(),
         }
     }

@@ -36,6 +36,7 @@ use times::{RankStages, StageTimes};
 pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
     report.gpu_time = analysis.gpu_time;
     report.kernels = analysis.kernels;
+    report.cpu_ops = analysis.cpu_ops;
     report.kernel_stragglers = analysis.kernel_stragglers;
     report.collectives = analysis.collectives;
     report.kernel_traces = analysis.kernel_traces;
@@ -174,6 +175,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         series: Series::default(),
         gpu_time: Vec::new(),
         kernels: Vec::new(),
+        cpu_ops: Vec::new(),
         kernel_stragglers: Vec::new(),
         collectives: Vec::new(),
         kernel_traces: Vec::new(),

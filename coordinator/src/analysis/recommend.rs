@@ -1,5 +1,6 @@
 //! Recommendations: rules with thresholds, each with the evidence that fired it.
 
+use rankscope_common::kineto::KernelCategory;
 use rankscope_common::payload::TransportName;
 use rankscope_common::text::cell;
 
@@ -56,6 +57,29 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
         );
     }
     for s in &report.stragglers {
+        // Slower in a stage that mostly waits for another rank: the wait,
+        // told as that rank's.
+        let stage = report.stages.iter().find(|stage| stage.name == s.stage);
+        if let Some(late) = stage
+            .and_then(|stage| mostly_waiting(report, stage))
+            .filter(|late| late.rank != s.rank)
+        {
+            add(
+                Severity::Info,
+                "straggler",
+                format!(
+                    "rank {} spends {:.0}% longer than the other ranks in `{}` waiting there for \
+                     rank {}, the straggler in `{}`",
+                    s.rank,
+                    (s.slowdown - 1.0) * 100.0,
+                    s.stage,
+                    late.rank,
+                    late.stage
+                ),
+                format!("{:.3} s over the other ranks' median", s.excess_s),
+            );
+            continue;
+        }
         // The first finding explains it in the message; the others follow
         // the numbers in the evidence.
         let (explanation, more) = match s.evidence.split_first() {
@@ -210,6 +234,15 @@ fn mostly_waiting<'a>(report: &'a Report, stage: &StageStats) -> Option<&'a Stra
         .find(|s| s.rank == stage.self_s.min_rank && s.stage != stage.name)
 }
 
+/// What a kernel straggler's category calls the thing that is slow.
+fn kind_of(category: &str) -> String {
+    if category == KernelCategory::CpuOp.as_str() {
+        "CPU operator".into()
+    } else {
+        format!("{category} kernel")
+    }
+}
+
 /// A GPU idle for more than this share of its traced window is starved.
 const IDLE_GPU_PCT: f64 = 50.0;
 /// At most this many kernel stragglers are told as recommendations.
@@ -225,8 +258,8 @@ fn kernel_findings(report: &Report) -> Vec<Recommendation> {
             severity: Severity::Warning,
             category: "kernel".into(),
             message: format!(
-                "{} kernel `{}` takes {:.0}% longer on rank {} than the median of the other ranks",
-                k.category,
+                "{} `{}` takes {:.0}% longer on rank {} than the median of the other ranks",
+                kind_of(&k.category),
                 cell(&k.kernel, 80),
                 (k.slowdown - 1.0) * 100.0,
                 k.rank

@@ -4,7 +4,7 @@
 use rankscope_common::text::cell;
 
 use super::{Cell, Table};
-use crate::model::Report;
+use crate::model::{KernelStats, Report};
 
 /// The longest kernel name a table shows (C++ template names run to
 /// kilobytes); report.json has them whole.
@@ -46,7 +46,16 @@ pub(super) fn gpu_time(report: &Report) -> Table<'_> {
 }
 
 pub(super) fn kernels(report: &Report) -> Table<'_> {
-    let rows = report.kernels.iter().map(|k| {
+    names_across_ranks(&report.kernels, "Kernel")
+}
+
+pub(super) fn cpu_ops(report: &Report) -> Table<'_> {
+    names_across_ranks(&report.cpu_ops, "CPU operator")
+}
+
+/// `kernels[]` or `cpu_ops[]`, the first column headed `what`.
+fn names_across_ranks<'r>(rows: &'r [KernelStats], what: &'static str) -> Table<'r> {
+    let rows = rows.iter().map(|k| {
         vec![
             Cell::text(cell(&k.name, KERNEL_NAME_SHOWN)),
             Cell::text(k.category.clone()),
@@ -60,7 +69,7 @@ pub(super) fn kernels(report: &Report) -> Table<'_> {
     });
     Table::new(
         &[
-            ("Kernel", false),
+            (what, false),
             ("Category", false),
             ("Calls", true),
             ("Total s", true),

@@ -31,7 +31,7 @@ const ECHARTS: &str = include_str!("../../../assets/echarts/echarts.min.js");
 /// template, which no rendered value can produce (autoescaping turns every
 /// `<` of a value into `&lt;`), filled in as the page is written. A table's
 /// comment gives way to the table; a script element keeps its tag.
-const SLOTS: [(&str, Slot); 13] = [
+const SLOTS: [(&str, Slot); 14] = [
     (
         "<!--table stage-table-->",
         Slot::Table("stage-table", stages),
@@ -51,6 +51,10 @@ const SLOTS: [(&str, Slot); 13] = [
     (
         "<!--table kernel-table-->",
         Slot::Table("kernel-table", kernels::kernels),
+    ),
+    (
+        "<!--table cpu-op-table-->",
+        Slot::Table("cpu-op-table", kernels::cpu_ops),
     ),
     (
         "<!--table kernel-straggler-table-->",

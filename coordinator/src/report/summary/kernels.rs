@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::{column, fit, write_wrapped, NAME_WIDTH};
-use crate::model::{CollectiveStats, Report};
+use crate::model::{CollectiveStats, KernelStats, Report};
 use rankscope_common::text::cell;
 
 /// GPUs shown in the GPU time table; the rest are counted.
@@ -21,7 +21,16 @@ const COLLECTIVE_ROWS: usize = 10;
 /// Every kernel section that has data.
 pub(super) fn write_kernels(out: &mut String, report: &Report) -> std::fmt::Result {
     write_gpu_time(out, report)?;
-    write_kernel_table(out, report)?;
+    write_kernel_table(
+        out,
+        "Kernels across ranks (by total time):",
+        &report.kernels,
+    )?;
+    write_kernel_table(
+        out,
+        "CPU operators across ranks (by total time, nested operators included):",
+        &report.cpu_ops,
+    )?;
     write_kernel_stragglers(out, report)?;
     write_collectives(out, report)?;
     write_cuts(out, report)
@@ -73,17 +82,18 @@ fn write_gpu_time(out: &mut String, report: &Report) -> std::fmt::Result {
     Ok(())
 }
 
-fn write_kernel_table(out: &mut String, report: &Report) -> std::fmt::Result {
-    if report.kernels.is_empty() {
+/// `kernels[]` or `cpu_ops[]` under `title`.
+fn write_kernel_table(out: &mut String, title: &str, rows: &[KernelStats]) -> std::fmt::Result {
+    if rows.is_empty() {
         return Ok(());
     }
-    writeln!(out, "\nKernels across ranks (by total time):")?;
+    writeln!(out, "\n{title}")?;
     writeln!(
         out,
         "{:<NAME_WIDTH$} {:<13} {:>8} {:>10} {:>14} {:>14} {:>7}",
-        "Kernel", "Kind", "Calls", "Total s", "Least rank", "Most rank", "Imbal%"
+        "Name", "Kind", "Calls", "Total s", "Least rank", "Most rank", "Imbal%"
     )?;
-    for k in report.kernels.iter().take(KERNEL_ROWS) {
+    for k in rows.iter().take(KERNEL_ROWS) {
         writeln!(
             out,
             "{} {} {:>8} {:>10} {:>14} {:>14} {:>7}",
@@ -96,11 +106,11 @@ fn write_kernel_table(out: &mut String, report: &Report) -> std::fmt::Result {
             fit(k.imbalance_pct, 1, 7),
         )?;
     }
-    if report.kernels.len() > KERNEL_ROWS {
+    if rows.len() > KERNEL_ROWS {
         writeln!(
             out,
             "... and {} more rows (report.json has them)",
-            report.kernels.len() - KERNEL_ROWS
+            rows.len() - KERNEL_ROWS
         )?;
     }
     Ok(())
@@ -110,7 +120,7 @@ fn write_kernel_stragglers(out: &mut String, report: &Report) -> std::fmt::Resul
     if report.kernel_stragglers.is_empty() {
         return Ok(());
     }
-    writeln!(out, "\nKernel stragglers:")?;
+    writeln!(out, "\nKernel and operator stragglers:")?;
     for k in report.kernel_stragglers.iter().take(KERNEL_STRAGGLER_ROWS) {
         write_wrapped(
             out,

@@ -1,0 +1,116 @@
+"""torch.profiler windows on every rank, driven by rankscope's settings.
+
+The schedule is torch.profiler's own (``wait``, ``warmup``, ``active``,
+``repeat``), set by the ``torch_profiler_*`` keys of the configuration (or
+``RANKSCOPE_TORCH_PROFILER_*`` variables), so that a job is profiled with no
+code of its own. Every rank counts the same steps, so every rank opens and
+closes its windows on the same ones. When a window closes, its trace is
+written to a private temporary file, read by the agent into the session's
+``kernels`` and ``collectives`` tables (which travel to rank 0 with the
+rest of the rank's data), and deleted.
+
+torch is imported only when windows are configured.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import tempfile
+import warnings
+from typing import Any, Optional
+
+from ._rankscope import Config
+
+
+class TorchWindows:
+    """One session's torch.profiler windows.
+
+    Steps are ``prof.step()`` calls; a program that never calls it but
+    records diffusion steps (``record_diffusion_step``) advances the
+    windows with each of those instead.
+    """
+
+    def __init__(self, torch: Any, config: Config, profiler: Any) -> None:
+        self._profiler = profiler
+        self._windows = 0
+        self._explicit_steps = False
+        self._dir = tempfile.mkdtemp(prefix="rankscope-torch-")
+        activity = torch.profiler.ProfilerActivity
+        wanted = config.torch_profiler_activities
+        activities = []
+        if wanted in ("cpu", "cpu,cuda"):
+            activities.append(activity.CPU)
+        if wanted in ("cuda", "cpu,cuda") and torch.cuda.is_available():
+            activities.append(activity.CUDA)
+        self._torch = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(
+                wait=config.torch_profiler_wait,
+                warmup=config.torch_profiler_warmup,
+                active=config.torch_profiler_active,
+                repeat=config.torch_profiler_repeat,
+            ),
+            on_trace_ready=self._window_ready,
+            record_shapes=config.torch_profiler_record_shapes,
+            profile_memory=config.torch_profiler_profile_memory,
+            with_stack=config.torch_profiler_with_stack,
+        )
+        self._torch.start()
+
+    @property
+    def windows(self) -> int:
+        """Windows read so far."""
+        return self._windows
+
+    def step(self, explicit: bool = True) -> None:
+        """A step boundary: ``prof.step()`` (explicit), or a diffusion step
+        recorded by a program that does not call ``prof.step()``."""
+        if explicit:
+            self._explicit_steps = True
+        elif self._explicit_steps:
+            return
+        self._torch.step()
+
+    def _window_ready(self, torch_profile: Any) -> None:
+        self._windows += 1
+        path = os.path.join(self._dir, f"window-{self._windows}.pt.trace.json")
+        try:
+            torch_profile.export_chrome_trace(path)
+            self._profiler._add_kernel_trace(path, self._windows)
+        except Exception as error:  # a lost window must not stop the job
+            warnings.warn(
+                f"rankscope: torch.profiler window {self._windows} is lost: {error}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        finally:
+            if os.path.exists(path):
+                os.remove(path)
+
+    def close(self) -> None:
+        """Ends the windows: one still recording is read as it stands."""
+        try:
+            self._torch.stop()
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def windows(config: Config, profiler: Any) -> Optional[TorchWindows]:
+    """The session's windows, or None when none are configured (or torch
+    is not installed: then a warning says so)."""
+    if config.torch_profiler_active == 0 or not profiler.enabled:
+        return None
+    try:
+        torch = importlib.import_module("torch")
+        importlib.import_module("torch.profiler")
+    except ImportError as error:
+        warnings.warn(
+            f"rankscope: torch_profiler_active is {config.torch_profiler_active} but torch "
+            f"cannot be imported ({error}): no torch.profiler windows",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return TorchWindows(torch, config, profiler)
