@@ -22,6 +22,9 @@ pub const KERNELS_LISTED: usize = 50;
 /// How many kernel stragglers are kept, the largest excess first.
 pub const KERNEL_STRAGGLERS_LISTED: usize = 50;
 
+/// Per name: its category, calls and total nanoseconds.
+pub type Totals = HashMap<String, (KernelCategory, u64, i64)>;
+
 /// What the analysis keeps of one rank's kernel trace.
 #[derive(Debug, Clone)]
 pub struct RankKernels {
@@ -32,10 +35,10 @@ pub struct RankKernels {
     /// Per GPU, its time broken down.
     pub gpu_time: Vec<GpuTime>,
     /// Per kernel name: its category, launches and total nanoseconds.
-    pub kernels: HashMap<String, (KernelCategory, u64, i64)>,
+    pub kernels: Totals,
     /// Per CPU operator name: [`KernelCategory::CpuOp`], calls and
     /// inclusive nanoseconds.
-    pub ops: HashMap<String, (KernelCategory, u64, i64)>,
+    pub ops: Totals,
     /// Collective calls on the host, in start order.
     pub collectives: Vec<CollectiveCall>,
 }
@@ -61,7 +64,7 @@ impl RankKernels {
         let kept = trace.analysed_activities();
         let gpu = &trace.gpu;
         let mut by_device: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
-        let mut kernels: HashMap<String, (KernelCategory, u64, i64)> = HashMap::new();
+        let mut kernels = Totals::new();
         for &i in &kept {
             by_device.entry(gpu.device[i]).or_default().push(i);
             let name = &trace.names[gpu.name[i] as usize];
@@ -440,7 +443,7 @@ impl KernelAcross {
 /// rest folded per category), and their stragglers.
 fn across_ranks(
     ranks: &[RankKernels],
-    of: fn(&RankKernels) -> &HashMap<String, (KernelCategory, u64, i64)>,
+    of: fn(&RankKernels) -> &Totals,
     rule: StragglerRule,
 ) -> (Vec<KernelStats>, Vec<KernelStraggler>) {
     let with_gpu: Vec<u32> = ranks
