@@ -7,7 +7,10 @@ per copy, correlation and External ids by 10,000,000, ``ProfilerStep#N``
 are renumbered. Events are written one at a time, so the generator never
 holds more than the source.
 
-usage: make_large_traces.py SOURCE_DIR OUT_DIR --ranks N --mb MB
+With ``--start-us T`` the first event of every rank is moved to the Unix
+time T (µs): a trace a running session can take as its own window.
+
+usage: make_large_traces.py SOURCE_DIR OUT_DIR --ranks N --mb MB [--start-us T]
 """
 
 import argparse
@@ -29,6 +32,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--ranks", type=int, required=True)
     parser.add_argument("--mb", type=float, required=True)
+    parser.add_argument("--start-us", type=float, default=None)
     args = parser.parse_args()
     sources = [load(os.path.join(args.source, name))
                for name in sorted(os.listdir(args.source)) if ".json" in name]
@@ -39,6 +43,7 @@ def main() -> None:
         events = [e for e in source["traceEvents"] if e.get("ph") == "X"]
         times = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
         span = max(times) - min(times) + 1000
+        shift = 0.0 if args.start_us is None else args.start_us - min(times)
         steps = sum(1 for e in events if step.match(e.get("name", "")))
         head = {k: v for k, v in source.items() if k != "traceEvents"}
         head["distributedInfo"] = dict(head.get("distributedInfo", {}), rank=rank,
@@ -50,7 +55,7 @@ def main() -> None:
             while written < args.mb * 1e6:
                 for event in events:
                     e = dict(event)
-                    e["ts"] = e["ts"] + copy * span
+                    e["ts"] = e["ts"] + copy * span + shift
                     if "args" in e:
                         a = dict(e["args"])
                         for key in ("correlation", "External id"):
