@@ -117,6 +117,36 @@ fn a_window_trace_becomes_rows_on_the_session_clock_and_the_reports_gpu_time() {
         serde_json::Value::Null
     );
     assert!(outcome.session_dir.join("raw/kernels.arrow").exists());
+
+    // The merged timeline: the GPU stream's slices beside the rank's stages.
+    let gz = std::fs::File::open(outcome.session_dir.join("trace.json.gz")).unwrap();
+    let trace: serde_json::Value =
+        serde_json::from_reader(flate2::read::GzDecoder::new(gz)).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let named = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"] == name)
+            .map(|e| e["tid"].clone())
+    };
+    let stream = named("GPU 0 stream 7").expect("a track for the GPU stream");
+    let collectives = named("collectives (host)").expect("a track for the collectives");
+    let slice = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["ph"] == "X" && e["name"] == name)
+            .unwrap_or_else(|| panic!("no slice {name}"))
+    };
+    let gemm = slice("sm90_gemm");
+    assert_eq!(
+        (&gemm["tid"], &gemm["cat"]),
+        (&stream, &serde_json::json!("kernel"))
+    );
+    assert_eq!(gemm["dur"], 10_000.0);
+    let nccl = slice("ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+    let gap_us = nccl["ts"].as_f64().unwrap() - gemm["ts"].as_f64().unwrap();
+    assert!((gap_us - 5_000.0).abs() < 1e-3, "{gap_us}");
+    assert_eq!(slice("all_reduce")["tid"], collectives);
 }
 
 #[test]

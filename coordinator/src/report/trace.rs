@@ -3,7 +3,9 @@
 //! (`rank N @ host`, sorted by rank), each recording thread a track; stages
 //! are complete (`X`) events with their call number and metadata, diffusion
 //! steps, blocks, events and memory snapshots instants (`i`) on a track of
-//! their own, GPU readings and metrics counters (`C`).
+//! their own, GPU readings and metrics counters (`C`); the GPU activities
+//! and collectives of torch.profiler windows slices on a track per GPU
+//! stream and one for the collectives, beside the rank's stages.
 //!
 //! Bounded whatever the rank sent: each rank's first `trace_max_stages`
 //! stages and as many instants in time order, [`COUNTER_TRACKS`] counters
@@ -16,8 +18,8 @@ use std::io::Write;
 
 use rankscope_common::names::{cut, cut_to};
 use rankscope_common::table::{
-    BlocksView, DiffusionStepsView, EventsView, GpuSamplesView, MemorySnapshotsView, MetricsView,
-    StagesView, OVERHEAD_SECTION,
+    BlocksView, CollectivesView, DiffusionStepsView, EventsView, GpuSamplesView, KernelsView,
+    MemorySnapshotsView, MetricsView, StagesView, OVERHEAD_SECTION,
 };
 use rankscope_common::{Payload, Table};
 use serde::Serialize;
@@ -38,6 +40,12 @@ pub const COUNTER_TRACKS: usize = 256;
 const MARKS_TRACK: u32 = 1 << 30;
 /// Thread tracks stay below the instants' track.
 const MAX_THREAD_TRACK: u32 = MARKS_TRACK - 1;
+/// The track of a rank's collective calls (torch.profiler windows), after
+/// the instants'; each GPU stream's track follows, at most
+/// [`STREAM_TRACKS`] of them (the last takes the streams past them).
+const COLLECTIVES_TRACK: u32 = MARKS_TRACK + 1;
+/// GPU stream tracks per rank.
+const STREAM_TRACKS: u32 = 256;
 /// Longest metadata or event payload text kept in an event's arguments.
 const MAX_ARG_BYTES: usize = 64 << 10;
 
@@ -100,6 +108,9 @@ pub enum Cut {
     Instants,
     /// Counters past the rank's first [`COUNTER_TRACKS`].
     Counters,
+    /// GPU activities and collective calls of torch.profiler windows past
+    /// the rank's first `trace_max_stages`.
+    Kernels,
 }
 
 impl Cut {
@@ -112,6 +123,10 @@ impl Cut {
                 format!("trace_max_stages ({limit})"),
             ),
             Cut::Counters => ("counter tracks", COUNTER_TRACKS.to_string()),
+            Cut::Kernels => (
+                "GPU activities and collectives (torch.profiler windows)",
+                format!("trace_max_stages ({limit})"),
+            ),
         };
         format!(
             "{count} {what} past each rank's first {bound} left out of {TRACE_JSON_GZ}; \
@@ -222,6 +237,15 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
     if marks(payload, &mut events, &mut left_out, pid, &at, max_events) {
         threads.insert(MARKS_TRACK, "diffusion, events, memory".into());
     }
+    gpu_activities(
+        payload,
+        &mut events,
+        &mut left_out,
+        &mut threads,
+        pid,
+        &at,
+        max_events,
+    );
     for (tid, name) in threads {
         events.push(&Event {
             tid: Some(tid),
@@ -320,6 +344,73 @@ fn marks(
         });
     }
     !rows.is_empty()
+}
+
+/// Adds the GPU activities (kernels, copies, sets) and collective calls of
+/// the rank's torch.profiler windows as slices: one track per GPU stream
+/// (`GPU d stream s`), one for the collectives; the earliest `max` of them.
+fn gpu_activities(
+    payload: &Payload,
+    events: &mut EventList,
+    left_out: &mut Vec<(Cut, u64)>,
+    threads: &mut BTreeMap<u32, String>,
+    pid: u32,
+    at: &impl Fn(u64) -> f64,
+    max: usize,
+) {
+    let kernels = payload.view::<KernelsView>().ok().flatten();
+    let calls = payload.view::<CollectivesView>().ok().flatten();
+    // (start, whether a kernel, row)
+    let mut rows: Vec<(u64, bool, usize)> = Vec::new();
+    if let Some(k) = &kernels {
+        rows.extend((0..k.len).map(|i| (k.start_ns[i], true, i)));
+    }
+    if let Some(c) = &calls {
+        rows.extend((0..c.len).map(|i| (c.start_ns[i], false, i)));
+    }
+    rows.sort_unstable();
+    if rows.len() > max {
+        left_out.push((Cut::Kernels, (rows.len() - max) as u64));
+        rows.truncate(max);
+    }
+    let mut streams: BTreeMap<(Option<u32>, u64), u32> = BTreeMap::new();
+    for (start, kernel, i) in rows {
+        let (tid, name, dur, category, args) = match (kernel, &kernels, &calls) {
+            (true, Some(k), _) => {
+                let key = (k.device.get(i), k.stream[i]);
+                let next = COLLECTIVES_TRACK + 1 + (streams.len() as u32).min(STREAM_TRACKS - 1);
+                let tid = *streams.entry(key).or_insert(next);
+                threads.entry(tid).or_insert_with(|| match key.0 {
+                    Some(device) => format!("GPU {device} stream {}", key.1),
+                    None => format!("GPU stream {}", key.1),
+                });
+                let args = json!({ "category": cut(k.category.get(i)), "window": k.window[i] });
+                (tid, k.name.get(i), k.dur_ns[i], "kernel", args)
+            }
+            (false, _, Some(c)) => {
+                threads
+                    .entry(COLLECTIVES_TRACK)
+                    .or_insert_with(|| "collectives (host)".into());
+                let args = json!({ "group": c.group.get(i).map(cut), "bytes": c.bytes.get(i),
+                                   "window": c.window[i] });
+                (
+                    COLLECTIVES_TRACK,
+                    c.kind.get(i),
+                    c.dur_ns[i],
+                    "collective",
+                    args,
+                )
+            }
+            _ => continue,
+        };
+        events.push(&Event {
+            tid: Some(tid),
+            ts: Some(at(start)),
+            dur: Some(dur as f64 / 1e3),
+            cat: Some(category),
+            ..Event::new("X", cut(name), pid, args)
+        });
+    }
 }
 
 /// Adds the rank's GPU readings and metrics as counters: each series' finite
