@@ -88,7 +88,7 @@ pub fn import(
     let mut skipped = Vec::new();
     let mut ranks: BTreeMap<u32, RankKernels> = BTreeMap::new();
     let mut world_size = 0;
-    for (file, read) in files.iter().zip(read_all(&files, limits)) {
+    for (file, read) in files.iter().zip(read_all(&files, limits, config.max_world_size)) {
         let source = file.display().to_string();
         match read {
             Ok(read) if ranks.contains_key(&read.digest.rank) => skipped.push(SkippedInput {
@@ -163,14 +163,18 @@ struct ReadTrace {
 
 /// Reads and digests every file, one per core at a time; each result is a
 /// digest or why the file was refused.
-fn read_all(files: &[PathBuf], limits: &TraceLimits) -> Vec<Result<ReadTrace, String>> {
+fn read_all(
+    files: &[PathBuf],
+    limits: &TraceLimits,
+    max_world_size: u32,
+) -> Vec<Result<ReadTrace, String>> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<ReadTrace, String>>>> =
         Mutex::new((0..files.len()).map(|_| None).collect());
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(file) = files.get(i) else { break };
-        let read = read_one(file, limits);
+        let read = read_one(file, limits, max_world_size);
         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(read);
     };
     let workers = std::thread::available_parallelism()
@@ -194,9 +198,9 @@ fn read_all(files: &[PathBuf], limits: &TraceLimits) -> Vec<Result<ReadTrace, St
 }
 
 /// Reads one trace and digests it. Its rank comes from its
-/// `distributedInfo`, else from its name; a trace whose two disagree is
-/// refused.
-fn read_one(file: &Path, limits: &TraceLimits) -> Result<ReadTrace, String> {
+/// `distributedInfo`, else from its name; a trace whose two disagree, or
+/// that claims a world (or a rank) past `max_world_size`, is refused.
+fn read_one(file: &Path, limits: &TraceLimits, max_world_size: u32) -> Result<ReadTrace, String> {
     let trace = kineto::read_trace(file, limits)
         .map_err(|e: TraceError| rankscope_common::error::Chain(&e).to_string())?;
     let named = kineto::rank_from_file_name(file);
@@ -216,7 +220,13 @@ fn read_one(file: &Path, limits: &TraceLimits) -> Result<ReadTrace, String> {
             )
         }
     };
-    if let Some(world) = trace.world_size.filter(|&w| rank >= w) {
+    let world = trace.world_size.unwrap_or(rank.saturating_add(1));
+    if world > max_world_size || rank >= max_world_size {
+        return Err(format!(
+            "it claims rank {rank} of {world}: past max_world_size ({max_world_size})"
+        ));
+    }
+    if rank >= world {
         return Err(format!("rank {rank} is outside its world of {world} ranks"));
     }
     Ok(ReadTrace {

@@ -177,6 +177,11 @@ fn hostile_traces_are_named_and_the_others_still_report() {
     )
     .unwrap();
     std::fs::write(dir.path().join("nothing.json"), br#"{"traceEvents": []}"#).unwrap();
+    std::fs::write(
+        dir.path().join("huge_rank-5.json"),
+        br#"{"distributedInfo": {"rank": 5, "world_size": 4294967295}, "traceEvents": []}"#,
+    )
+    .unwrap();
     std::fs::copy(&good, dir.path().join("second_rank-0.json.gz")).unwrap();
     std::fs::write(dir.path().join("README.txt"), b"not a trace").unwrap();
     let out = tempfile::tempdir().unwrap();
