@@ -1,7 +1,7 @@
 //! torch.profiler windows into the rank's data: a Kineto trace the rank
-//! wrote is read as a stream (`rankscope_common::kineto`), and what HTA
-//! analyses of it — GPU activities of the complete iterations, the
-//! collectives, and each CPU operator's calls and time — becomes rows of
+//! wrote is read as a stream (`rankscope_common::kineto`), and what the
+//! report analyses of it — its GPU activities, collectives, and each CPU
+//! operator's calls and time — becomes rows of
 //! the `kernels`, `collectives` and `cpu_ops` tables,
 //! their times mapped onto the session clock. The trace file itself is not
 //! kept: the rows travel in the payload to rank 0 with everything else.
@@ -74,7 +74,9 @@ fn keep(recorder: &Recorder, trace: &RankTrace, window: u32) -> KernelTraceRows 
         ..KernelTraceRows::default()
     };
     let gpu = &trace.gpu;
-    for i in trace.analysed_activities() {
+    // Every activity: a window rankscope drives holds complete steps (HTA's
+    // dropping of the last step is for traces cut off mid-step).
+    for i in 0..gpu.name.len() {
         let Some(start_ns) = on_session_clock(gpu.start_ns[i]) else {
             rows.before_session += 1;
             continue;

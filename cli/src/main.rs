@@ -162,6 +162,9 @@ enum Commands {
         /// launches, collectives); what is past it is counted in the report.
         #[arg(long, default_value_t = TraceLimits::default().max_rows)]
         max_rows: usize,
+        /// Traces read at once (default: the number of cores).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        jobs: Option<u32>,
     },
     /// Show what a payload (spill) file holds: its header and the rows in
     /// each table.
@@ -361,13 +364,18 @@ fn run(cli: Cli) -> Result<Finished> {
             paths,
             out,
             max_rows,
+            jobs,
         } => {
             let config = Config::from_env().context("loading the configuration")?;
-            let limits = TraceLimits {
-                max_rows,
-                ..TraceLimits::default()
+            let defaults = import::ImportOptions::default();
+            let options = import::ImportOptions {
+                limits: TraceLimits {
+                    max_rows,
+                    ..defaults.limits
+                },
+                jobs: jobs.map_or(defaults.jobs, |jobs| jobs as usize),
             };
-            let imported = import::import(&paths, &out, &limits, &config)?;
+            let imported = import::import(&paths, &out, &options, &config)?;
             print!("{}", imported.files.summary);
             for file in &imported.files.files {
                 println!("wrote {}", file.display());

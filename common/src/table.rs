@@ -417,7 +417,7 @@ tables! {
         count: U64,
     }
     /// GPU activities (kernels, memory copies and sets) of torch.profiler
-    /// windows: those HTA analyses (`kineto::RankTrace::analysed_activities`).
+    /// windows.
     Kernels = 10, kernels, KernelRow, KernelRecord, KernelsBuilder, KernelsView {
         /// The window of the session it ran in, from 1.
         window: U32,

@@ -1,8 +1,9 @@
 //! `rankscope import`: per-rank torch.profiler / Kineto traces into one
 //! report, the same files an in-job report has. Traces are read as
-//! streams, one per core at a time, each digested and dropped before the
-//! next: memory is bounded by the row budget and the number of cores, not
-//! by the size of the traces.
+//! streams, `jobs` at a time, each reduced to its rank's digest (kernel and
+//! operator totals, GPU times, collective calls) before the next: memory is
+//! set by the row budget, the jobs and the ranks' digests, not by the size
+//! of the traces.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use rankscope_common::Config;
 
 use crate::analysis::kernels::{analyze_kernels, RankKernels};
 use crate::analysis::{add_kernels, analyze, StragglerRule};
-use crate::model::{Report, SkippedInput};
+use crate::model::{Notice, Report, SkippedInput};
 use crate::report::{write_reports, WriteError};
 
 /// Why no report could be written.
@@ -76,19 +77,40 @@ impl Imported {
     }
 }
 
+/// How [`import`] reads the traces.
+#[derive(Debug, Clone, Copy)]
+pub struct ImportOptions {
+    /// The bounds of each trace's read.
+    pub limits: TraceLimits,
+    /// Traces read at once (default: the cores); each holds up to its row
+    /// budget while it is read.
+    pub jobs: usize,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            limits: TraceLimits::default(),
+            jobs: std::thread::available_parallelism().map_or(1, usize::from),
+        }
+    }
+}
+
 /// Reads the traces at `paths` (files, or directories whose `.json` and
 /// `.json.gz` files are taken) and writes their report into `out`.
 pub fn import(
     paths: &[PathBuf],
     out: &Path,
-    limits: &TraceLimits,
+    options: &ImportOptions,
     config: &Config,
 ) -> Result<Imported, ImportError> {
     let files = trace_files(paths)?;
     let mut skipped = Vec::new();
     let mut ranks: BTreeMap<u32, RankKernels> = BTreeMap::new();
+    let mut worlds = std::collections::BTreeSet::new();
     let mut world_size = 0;
-    for (file, read) in files.iter().zip(read_all(&files, limits, config.max_world_size)) {
+    let reads = read_all(&files, options, config.max_world_size);
+    for (file, read) in files.iter().zip(reads) {
         let source = file.display().to_string();
         match read {
             Ok(read) if ranks.contains_key(&read.digest.rank) => skipped.push(SkippedInput {
@@ -99,6 +121,7 @@ pub fn import(
                 source,
             }),
             Ok(read) => {
+                worlds.extend(read.world_size);
                 world_size = world_size
                     .max(read.world_size.unwrap_or(0))
                     .max(read.digest.rank + 1);
@@ -114,7 +137,17 @@ pub fn import(
         path: out.to_path_buf(),
         source,
     })?;
-    let report = report(paths, ranks, world_size, skipped, config);
+    let mut report = report(paths, ranks, world_size, skipped, config);
+    if worlds.len() > 1 {
+        let claims: Vec<String> = worlds.iter().map(u32::to_string).collect();
+        report.session.notices.push(Notice {
+            message: format!(
+                "the traces disagree on the world size ({}): the report takes the largest, {world_size}",
+                claims.join(", ")
+            ),
+            ranks: report.session.ranks_reporting.clone(),
+        });
+    }
     let files = write_reports(&report, out)?;
     Ok(Imported { report, files })
 }
@@ -165,7 +198,7 @@ struct ReadTrace {
 /// digest or why the file was refused.
 fn read_all(
     files: &[PathBuf],
-    limits: &TraceLimits,
+    options: &ImportOptions,
     max_world_size: u32,
 ) -> Vec<Result<ReadTrace, String>> {
     let next = AtomicUsize::new(0);
@@ -174,12 +207,10 @@ fn read_all(
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(file) = files.get(i) else { break };
-        let read = read_one(file, limits, max_world_size);
+        let read = read_one(file, &options.limits, max_world_size);
         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(read);
     };
-    let workers = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(files.len());
+    let workers = options.jobs.clamp(1, files.len().max(1));
     std::thread::scope(|scope| {
         // Where a thread cannot be had, the work left is done here.
         for _ in 1..workers {
@@ -231,7 +262,13 @@ fn read_one(file: &Path, limits: &TraceLimits, max_world_size: u32) -> Result<Re
     }
     Ok(ReadTrace {
         world_size: trace.world_size,
-        digest: RankKernels::digest(rank, file.display().to_string(), &trace),
+        digest: RankKernels::digest(
+            rank,
+            1,
+            file.display().to_string(),
+            &trace,
+            &trace.analysed_activities(),
+        ),
     })
 }
 

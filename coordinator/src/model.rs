@@ -443,16 +443,19 @@ pub struct CollectiveStats {
     pub calls: u64,
     /// Time in the calls on the host, seconds.
     pub total_s: f64,
-    /// Of that, waiting for the last rank to arrive, seconds: for the k-th
-    /// call of this kind and group on every rank, the time from this
-    /// rank's start to the last rank's start (at most the call's length).
-    /// `null` where no other rank's calls can be matched.
+    /// Calls matched with the other ranks' (the k-th call of this kind
+    /// and group in the same window on every rank).
+    pub compared: u64,
+    /// Of the time in the compared calls, waiting for the last rank to
+    /// arrive, seconds: per call, from this rank's start to the last
+    /// rank's (at most the call's length). `null` where no call could be
+    /// compared.
     pub wait_s: Option<f64>,
-    /// Calls in which this rank arrived last.
-    pub last_to_arrive: u64,
+    /// Compared calls in which this rank arrived last; `null` as `wait_s`.
+    pub last_to_arrive: Option<u64>,
     /// The wait this rank imposed on the others by arriving last,
-    /// rank-seconds.
-    pub wait_imposed_s: f64,
+    /// rank-seconds; `null` as `wait_s`.
+    pub wait_imposed_s: Option<f64>,
     /// Bytes of the inputs, where the trace gives them.
     pub bytes: Option<u64>,
 }

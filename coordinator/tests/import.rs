@@ -6,9 +6,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rankscope_common::kineto::TraceLimits;
 use rankscope_common::Config;
-use rankscope_coordinator::import::import;
+use rankscope_coordinator::import::{import, ImportOptions};
 use rankscope_coordinator::model::Report;
 use serde_json::Value;
 
@@ -26,7 +25,7 @@ fn import_dir(dir: &Path) -> (tempfile::TempDir, Report) {
     let imported = import(
         &[dir.to_path_buf()],
         out.path(),
-        &TraceLimits::default(),
+        &ImportOptions::default(),
         &Config::default(),
     )
     .unwrap();
@@ -188,7 +187,7 @@ fn hostile_traces_are_named_and_the_others_still_report() {
     let imported = import(
         &[dir.path().to_path_buf()],
         out.path(),
-        &TraceLimits::default(),
+        &ImportOptions::default(),
         &Config::default(),
     )
     .unwrap();

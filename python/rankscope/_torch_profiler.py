@@ -36,6 +36,7 @@ class TorchWindows:
         self._profiler = profiler
         self._windows = 0
         self._explicit_steps = False
+        self._closed = False
         self._dir = tempfile.mkdtemp(prefix="rankscope-torch-")
         activity = torch.profiler.ProfilerActivity
         wanted = config.torch_profiler_activities
@@ -67,6 +68,8 @@ class TorchWindows:
     def step(self, explicit: bool = True) -> None:
         """A step boundary: ``prof.step()`` (explicit), or a diffusion step
         recorded by a program that does not call ``prof.step()``."""
+        if self._closed:
+            return
         if explicit:
             self._explicit_steps = True
         elif self._explicit_steps:
@@ -90,7 +93,11 @@ class TorchWindows:
                 os.remove(path)
 
     def close(self) -> None:
-        """Ends the windows: one still recording is read as it stands."""
+        """Ends the windows: one still recording is read as it stands.
+        Steps after this (the session has ended) do nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._torch.stop()
         finally:

@@ -3,9 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A GPU activity's category, as Holistic Trace Analysis (HTA) names it
-/// (`hta/common/types.py`: its communication, memory and compute patterns,
-/// tried in that order).
+/// A GPU activity's category, as Holistic Trace Analysis (HTA) names it:
+/// the communication, memory and compute patterns of its repository's
+/// `hta/common/types.py` (commit f4d0062), tried in that order. HTA 0.5.0
+/// on PyPI (what the tests run) has older patterns (`^nccl.*Kernel`;
+/// `^Memcpy|^Memset|^dma`): they agree on NCCL kernels, copies, sets and
+/// CUDA compute kernels, and differ on names that start with `hip` or
+/// `hccl` (communication here) or hold `dma` after their start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelCategory {

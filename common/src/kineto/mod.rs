@@ -7,8 +7,10 @@
 //!   only the rows the analysis needs are kept, within [`TraceLimits`];
 //! - [`KernelCategory`]: compute, communication or memory, by the kernel's
 //!   name, as Holistic Trace Analysis (HTA) classifies them;
-//! - [`rank_from_file_name`]: the rank of a file named as torch.profiler,
-//!   sglang and cache-dit name them (`…rank-3…`, `…rank_3…`, `…rank3…`).
+//! - [`rank_from_file_name`]: the rank in a file name that carries one
+//!   (`…rank-3…`, `…rank_3…`, `…rank3…`, as HTA's test traces and many
+//!   jobs' trace handlers name them); a trace's own `distributedInfo` is
+//!   the first source.
 //!
 //! What is kept of a trace: GPU activities (kernels, memory copies and
 //! sets: events with a CUDA stream and a correlation id), the CPU events
@@ -103,7 +105,7 @@ impl RankTrace {
         let Some(last_step) = last_step.filter(|_| self.steps.len() >= 2) else {
             return all.collect();
         };
-        let launched: HashSet<i64> = (0..self.launches.name.len())
+        let launched: HashSet<i64> = (0..self.launches.start_ns.len())
             .filter(|&i| self.launches.start_ns[i] < last_step)
             .map(|i| self.launches.correlation[i])
             .collect();
@@ -134,8 +136,6 @@ pub struct GpuRows {
 /// CPU events with a correlation id, by column.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LaunchRows {
-    /// Name id.
-    pub name: Vec<u32>,
     /// Start, nanoseconds on the trace's clock.
     pub start_ns: Vec<i64>,
     /// Correlation id.
@@ -175,9 +175,10 @@ pub struct TraceCut {
     pub rows: u64,
     /// Events whose name was past [`TraceLimits::max_names`].
     pub names: u64,
-    /// Names cut to [`TraceLimits::max_name_bytes`].
+    /// Events whose name was past [`TraceLimits::max_name_bytes`] (kept cut).
     pub long_names: u64,
-    /// Events with a negative, non-finite or overflowing time.
+    /// Events with a negative, non-finite or overflowing time (and a
+    /// `baseTimeNanoseconds` that is no Unix time).
     pub bad_times: u64,
 }
 

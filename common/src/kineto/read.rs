@@ -76,8 +76,10 @@ pub fn read_trace_from(
     Ok(builder.finish())
 }
 
-/// The rank in a file name as torch.profiler's users name their files:
-/// the number after the last `rank` (`rank-3`, `rank_3`, `rank3`, any case).
+/// The rank in a file name that carries one: the number after the last
+/// `rank` (`rank-3`, `rank_3`, `rank3`, any case). torch.profiler's own
+/// trace handler names files by host and process, not rank: such a trace
+/// needs its `distributedInfo`.
 pub fn rank_from_file_name(path: &Path) -> Option<u32> {
     let name = path.file_name()?.to_str()?.to_ascii_lowercase();
     name.rmatch_indices("rank").find_map(|(at, _)| {
@@ -198,11 +200,6 @@ impl<'a> Builder<'a> {
         if !event.complete || event.category == Category::GpuAnnotation {
             return;
         }
-        let Some(name) = event.name else { return };
-        let Some(name) = name else {
-            self.trace.cut.names += 1;
-            return;
-        };
         let (Some(start_ns), Some(dur_ns)) = (
             event.ts.and_then(micros_to_nanos),
             event.dur.and_then(micros_to_nanos),
@@ -210,33 +207,45 @@ impl<'a> Builder<'a> {
             self.trace.cut.bad_times += 1;
             return;
         };
-        let info = self.info[name as usize];
         let args = event.args;
         let max_rows = self.limits.max_rows;
-        let trace = &mut self.trace;
-        match (args.stream, args.correlation) {
+        let gpu_activity = match (args.stream, args.correlation) {
             (Some(stream), Some(correlation)) if stream >= 0 && correlation >= 0 => {
-                let gpu = &mut trace.gpu;
-                if keep(gpu.name.len(), max_rows, &mut trace.cut.rows) {
-                    gpu.name.push(name);
-                    gpu.category.push(info.category);
-                    gpu.stream.push(stream);
-                    gpu.device.push(args.device.unwrap_or(-1));
-                    gpu.start_ns.push(start_ns);
-                    gpu.dur_ns.push(dur_ns);
-                    gpu.correlation.push(correlation);
-                }
-                return;
+                Some((stream, correlation))
             }
             (_, Some(correlation)) if correlation >= 0 => {
-                let launches = &mut trace.launches;
-                if keep(launches.name.len(), max_rows, &mut trace.cut.rows) {
-                    launches.name.push(name);
+                // A launch: its correlation and time, not its name.
+                let launches = &mut self.trace.launches;
+                if keep(launches.start_ns.len(), max_rows, &mut self.trace.cut.rows) {
                     launches.start_ns.push(start_ns);
                     launches.correlation.push(correlation);
                 }
+                None
             }
-            _ => {}
+            _ => None,
+        };
+        let name = match event.name {
+            Name::Id(id) => id,
+            Name::PastBudget => {
+                self.trace.cut.names += 1;
+                return;
+            }
+            Name::Absent | Name::Unneeded => return,
+        };
+        let info = self.info[name as usize];
+        let trace = &mut self.trace;
+        if let Some((stream, correlation)) = gpu_activity {
+            let gpu = &mut trace.gpu;
+            if keep(gpu.name.len(), max_rows, &mut trace.cut.rows) {
+                gpu.name.push(name);
+                gpu.category.push(info.category);
+                gpu.stream.push(stream);
+                gpu.device.push(args.device.unwrap_or(-1));
+                gpu.start_ns.push(start_ns);
+                gpu.dur_ns.push(dur_ns);
+                gpu.correlation.push(correlation);
+            }
+            return;
         }
         // Operators, and `record_function` spans other than the steps and
         // the collectives (counted apart).
@@ -343,6 +352,9 @@ enum Category {
     Annotation,
     /// `gpu_user_annotation`: a `record_function` span drawn on a GPU stream.
     GpuAnnotation,
+    /// Python frames (`python_function`, with `with_stack`) and runtime or
+    /// driver calls: their names are not used.
+    Unnamed,
     #[default]
     Other,
 }
@@ -352,11 +364,25 @@ enum Category {
 struct Event {
     complete: bool,
     category: Category,
-    /// `None`: no name; `Some(None)`: a name past the budget.
-    name: Option<Option<u32>>,
+    name: Name,
     ts: Option<f64>,
     dur: Option<f64>,
     args: Args,
+}
+
+/// An event's name as read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Name {
+    /// The event has none.
+    #[default]
+    Absent,
+    /// Interned.
+    Id(u32),
+    /// A new name past the name budget.
+    PastBudget,
+    /// Not kept: the event's category, read before its name, says the
+    /// name is of no use (Python frames, runtime calls).
+    Unneeded,
 }
 
 /// The arguments of one event the reader uses.
@@ -424,7 +450,14 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
                     builder.trace.backend = info.backend.and_then(text);
                 }
                 TopField::BaseTime => {
-                    builder.trace.base_time_ns = map.next_value().ok().and_then(integer);
+                    let value: Value = map.next_value()?;
+                    // A Unix time in nanoseconds, up to the year 2096.
+                    let base =
+                        integer(value).filter(|ns| (0..=4_000_000_000_000_000_000).contains(ns));
+                    if base.is_none() {
+                        builder.trace.cut.bad_times += 1;
+                    }
+                    builder.trace.base_time_ns = base;
                 }
                 TopField::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -498,7 +531,10 @@ impl<'de> Visitor<'de> for EventSeed<'_, '_> {
                     event.complete = map.next_value::<Key<Phase>>()?.0 == Phase::Complete
                 }
                 EventField::Cat => event.category = map.next_value::<Key<Category>>()?.0,
-                EventField::Name => event.name = Some(map.next_value_seed(NameSeed(self.0))?),
+                EventField::Name => {
+                    let needed = !event.category.name_unneeded();
+                    event.name = map.next_value_seed(NameSeed(self.0, needed))?;
+                }
                 EventField::Ts => event.ts = Some(map.next_value()?),
                 EventField::Dur => event.dur = Some(map.next_value()?),
                 EventField::Args => event.args = map.next_value_seed(ArgsSeed)?,
@@ -512,26 +548,29 @@ impl<'de> Visitor<'de> for EventSeed<'_, '_> {
 }
 
 /// An event's name, interned as it is read (no allocation for a name seen
-/// before).
-struct NameSeed<'b, 'a>(&'b mut Builder<'a>);
+/// before), where it is needed.
+struct NameSeed<'b, 'a>(&'b mut Builder<'a>, bool);
 
 impl<'de> DeserializeSeed<'de> for NameSeed<'_, '_> {
-    type Value = Option<u32>;
+    type Value = Name;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<u32>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Name, D::Error> {
         deserializer.deserialize_str(self)
     }
 }
 
 impl<'de> Visitor<'de> for NameSeed<'_, '_> {
-    type Value = Option<u32>;
+    type Value = Name;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an event name (a string)")
     }
 
-    fn visit_str<E: de::Error>(self, name: &str) -> Result<Option<u32>, E> {
-        Ok(self.0.intern(name))
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Name, E> {
+        if !self.1 {
+            return Ok(Name::Unneeded);
+        }
+        Ok(self.0.intern(name).map_or(Name::PastBudget, Name::Id))
     }
 }
 
@@ -667,6 +706,11 @@ impl Category {
     fn is_host_op(self) -> bool {
         matches!(self, Category::CpuOp | Category::Annotation)
     }
+
+    /// Whether an event of this category needs no name kept.
+    fn name_unneeded(self) -> bool {
+        matches!(self, Category::Unnamed | Category::GpuAnnotation)
+    }
 }
 
 impl Word for Category {
@@ -675,6 +719,9 @@ impl Word for Category {
             "cpu_op" | "Operator" => Category::CpuOp,
             "user_annotation" => Category::Annotation,
             "gpu_user_annotation" => Category::GpuAnnotation,
+            "python_function" | "cuda_runtime" | "cuda_driver" | "hip_runtime" | "Runtime" => {
+                Category::Unnamed
+            }
             _ => Category::Other,
         }
     }

@@ -32,7 +32,7 @@ fn a_real_gpu_trace_is_read_into_its_rows() {
     // 1154 kernels, 40 copies and 10 sets, each with a stream and a correlation.
     assert_eq!(trace.gpu.name.len(), 1154 + 40 + 10);
     // The 1204 CUDA runtime calls carry correlation ids.
-    assert_eq!(trace.launches.name.len(), 1204);
+    assert_eq!(trace.launches.start_ns.len(), 1204);
     assert_eq!(trace.steps.len(), 2);
     assert_eq!(trace.events, 4855);
     assert!(trace.cut.is_empty(), "{:?}", trace.cut);
@@ -233,6 +233,42 @@ fn distinct_names_and_rows_past_the_budget_are_counted() {
     let trace = read_trace_from(json.as_bytes(), Path::new("t"), &limits).unwrap();
     assert_eq!(trace.names.len(), 100);
     assert_eq!(trace.cut.names, 901);
+}
+
+#[test]
+fn names_of_python_frames_and_runtime_calls_are_not_kept() {
+    let mut json = String::from(r#"{"traceEvents": ["#);
+    for i in 0..1000 {
+        json += &format!(
+            r#"{{"ph": "X", "cat": "python_function", "name": "frame_{i}.py(1): f", "ts": {i}, "dur": 1}},
+               {{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunch_{i}", "ts": {i}, "dur": 1,
+                 "args": {{"correlation": {i}}}}},"#
+        );
+    }
+    json += r#"{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": 7, "correlation": 3}}]}"#;
+    let trace = read_str(&json).unwrap();
+    assert_eq!(trace.names, ["k"]);
+    assert_eq!(
+        trace.launches.correlation.len(),
+        1000,
+        "launches are kept without their names"
+    );
+    assert!(trace.cut.is_empty(), "{:?}", trace.cut);
+}
+
+#[test]
+fn a_base_time_that_is_no_unix_time_is_counted_and_left_out() {
+    for base in ["-9000000000000000000", "9000000000000000000", "\"soon\""] {
+        let trace = read_str(&format!(
+            r#"{{"baseTimeNanoseconds": {base}, "traceEvents": []}}"#
+        ))
+        .unwrap();
+        assert_eq!(
+            (trace.base_time_ns, trace.cut.bad_times),
+            (None, 1),
+            "{base}"
+        );
+    }
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! digests.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use rankscope_common::kineto::{KernelCategory, RankTrace};
 use rankscope_common::table::{CollectivesView, CpuOpsView, KernelsView};
@@ -46,10 +47,13 @@ pub struct RankKernels {
 /// One collective call on a rank's host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveCall {
+    /// The torch.profiler window it ran in (1 for an imported trace):
+    /// calls are matched across ranks within a window.
+    pub window: u32,
     /// `all_reduce`, …
-    pub kind: String,
+    pub kind: Arc<str>,
     /// The process group, where the trace names it.
-    pub group: Option<String>,
+    pub group: Option<Arc<str>>,
     /// Input bytes, where the trace gives them.
     pub bytes: Option<u64>,
     /// Start, Unix nanoseconds (the trace's clock taken as the host's).
@@ -59,13 +63,20 @@ pub struct CollectiveCall {
 }
 
 impl RankKernels {
-    /// The digest of `trace`, rank `rank`'s, read from `source`.
-    pub fn digest(rank: u32, source: String, trace: &RankTrace) -> Self {
-        let kept = trace.analysed_activities();
+    /// The digest of window `window` of rank `rank`, read from `source`:
+    /// the activities of `kept` (rows of `trace.gpu`), every collective
+    /// call and operator.
+    pub fn digest(
+        rank: u32,
+        window: u32,
+        source: String,
+        trace: &RankTrace,
+        kept: &[usize],
+    ) -> Self {
         let gpu = &trace.gpu;
         let mut by_device: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
         let mut kernels = Totals::new();
-        for &i in &kept {
+        for &i in kept {
             by_device.entry(gpu.device[i]).or_default().push(i);
             let name = &trace.names[gpu.name[i] as usize];
             let entry = kernels
@@ -76,15 +87,19 @@ impl RankKernels {
         }
         let gpu_time = by_device
             .into_iter()
-            .map(|(device, rows)| gpu_time(rank, (device >= 0).then_some(device), trace, &rows))
+            .filter_map(|(device, rows)| {
+                GpuParts::of_rows(trace, &rows).time(rank, (device >= 0).then_some(device))
+            })
             .collect();
         let base_ns = trace.base_time_ns.unwrap_or(0);
         let rows = &trace.collectives;
         let name = |id: u32| trace.names[id as usize].clone();
+        let shared: Vec<Arc<str>> = trace.names.iter().map(|n| Arc::from(n.as_str())).collect();
         let mut collectives: Vec<CollectiveCall> = (0..rows.kind.len())
             .map(|i| CollectiveCall {
-                kind: name(rows.kind[i]),
-                group: rows.group[i].map(name),
+                window,
+                kind: Arc::clone(&shared[rows.kind[i] as usize]),
+                group: rows.group[i].map(|g| Arc::clone(&shared[g as usize])),
                 bytes: rows.bytes[i],
                 start_ns: base_ns.saturating_add(rows.start_ns[i]),
                 dur_ns: rows.dur_ns[i],
@@ -142,6 +157,7 @@ impl RankKernels {
                 let name = trace.intern(k.name.get(i));
                 let gpu = &mut trace.trace.gpu;
                 gpu.name.push(name);
+                // From the name, as the rank did: not a payload's claim.
                 gpu.category.push(KernelCategory::of(k.name.get(i)));
                 gpu.stream.push(ns(k.stream[i]).unwrap_or(0));
                 gpu.device.push(k.device.get(i).map_or(-1, i64::from));
@@ -180,9 +196,11 @@ impl RankKernels {
             }
         }
         let source = format!("rank {rank}'s torch.profiler windows");
-        let mut digests = windows.into_values().map(|mut of| {
+        let mut digests = windows.into_iter().map(|(window, mut of)| {
             of.trace.base_time_ns = Some(timeline::aligned_start_ns(header));
-            RankKernels::digest(rank, source.clone(), &of.trace)
+            // Every row: the rank kept a window's complete steps only.
+            let all: Vec<usize> = (0..of.trace.gpu.name.len()).collect();
+            RankKernels::digest(rank, window, source.clone(), &of.trace, &all)
         });
         let Some(mut digest) = digests.next() else {
             return Ok(None);
@@ -213,42 +231,15 @@ impl RankKernels {
         self.collectives.sort_by_key(|c| c.start_ns);
         for time in other.gpu_time {
             match self.gpu_time.iter_mut().find(|g| g.gpu == time.gpu) {
-                Some(mine) => *mine = sum_gpu_times(mine, &time),
+                Some(mine) => {
+                    let both = GpuParts::of_time(mine).add(GpuParts::of_time(&time));
+                    if let Some(sum) = both.time(mine.rank, mine.gpu) {
+                        *mine = sum;
+                    }
+                }
                 None => self.gpu_time.push(time),
             }
         }
-    }
-}
-
-/// Two windows' times of one GPU as one.
-fn sum_gpu_times(a: &GpuTime, b: &GpuTime) -> GpuTime {
-    let overlap_s = |g: &GpuTime| g.comm_overlap_pct.unwrap_or(0.0) / 100.0 * g.communication_s;
-    let window_s = a.window_s + b.window_s;
-    let idle_s = a.idle_s + b.idle_s;
-    let compute_s = a.compute_s + b.compute_s;
-    let non_compute_s = a.non_compute_s + b.non_compute_s;
-    let communication_s = a.communication_s + b.communication_s;
-    let pct = |s: f64| {
-        if window_s > 0.0 {
-            s / window_s * 100.0
-        } else {
-            0.0
-        }
-    };
-    GpuTime {
-        rank: a.rank,
-        gpu: a.gpu,
-        window_s,
-        idle_s,
-        compute_s,
-        non_compute_s,
-        communication_s,
-        memory_s: a.memory_s + b.memory_s,
-        idle_pct: pct(idle_s),
-        compute_pct: pct(compute_s),
-        non_compute_pct: pct(non_compute_s),
-        comm_overlap_pct: (communication_s > 0.0)
-            .then(|| (overlap_s(a) + overlap_s(b)) / communication_s * 100.0),
     }
 }
 
@@ -271,49 +262,94 @@ impl TraceOf {
     }
 }
 
-/// One GPU's time, from its activities `rows`.
-fn gpu_time(rank: u32, gpu: Option<i64>, trace: &RankTrace, rows: &[usize]) -> GpuTime {
-    let g = &trace.gpu;
-    let merged_of = |category: Option<KernelCategory>| {
-        merge(
-            rows.iter()
-                .filter(|&&i| category.is_none_or(|c| g.category[i] == c))
-                .map(|&i| (g.start_ns[i], g.start_ns[i].saturating_add(g.dur_ns[i]))),
-        )
-    };
-    let busy = merged_of(None);
-    let compute = merged_of(Some(KernelCategory::Compute));
-    let communication = merged_of(Some(KernelCategory::Communication));
-    let memory = merged_of(Some(KernelCategory::Memory));
-    let window = match (busy.first(), busy.last()) {
-        (Some(first), Some(last)) => last.1 - first.0,
-        _ => 0,
-    };
-    let idle = window - length(&busy);
-    let compute_ns = length(&compute);
-    let communication_ns = length(&communication);
-    let seconds = |ns: i64| ns as f64 / 1e9;
-    let pct = |ns: i64| {
-        if window > 0 {
-            ns as f64 / window as f64 * 100.0
-        } else {
-            0.0
+/// One GPU's time in seconds, before its shares of the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct GpuParts {
+    window_s: f64,
+    idle_s: f64,
+    compute_s: f64,
+    communication_s: f64,
+    memory_s: f64,
+    /// Communication during which compute ran.
+    overlap_s: f64,
+}
+
+impl GpuParts {
+    /// One GPU's time from its activities `rows` of `trace.gpu`.
+    fn of_rows(trace: &RankTrace, rows: &[usize]) -> Self {
+        let g = &trace.gpu;
+        let merged_of = |category: Option<KernelCategory>| {
+            merge(
+                rows.iter()
+                    .filter(|&&i| category.is_none_or(|c| g.category[i] == c))
+                    .map(|&i| (g.start_ns[i], g.start_ns[i].saturating_add(g.dur_ns[i]))),
+            )
+        };
+        let busy = merged_of(None);
+        let compute = merged_of(Some(KernelCategory::Compute));
+        let communication = merged_of(Some(KernelCategory::Communication));
+        let window = match (busy.first(), busy.last()) {
+            (Some(first), Some(last)) => last.1 - first.0,
+            _ => 0,
+        };
+        let seconds = |ns: i64| ns as f64 / 1e9;
+        GpuParts {
+            window_s: seconds(window),
+            idle_s: seconds(window - length(&busy)),
+            compute_s: seconds(length(&compute)),
+            communication_s: seconds(length(&communication)),
+            memory_s: seconds(length(&merged_of(Some(KernelCategory::Memory)))),
+            overlap_s: seconds(overlap(&communication, &compute)),
         }
-    };
-    GpuTime {
-        rank,
-        gpu,
-        window_s: seconds(window),
-        idle_s: seconds(idle),
-        compute_s: seconds(compute_ns),
-        non_compute_s: seconds(window - compute_ns - idle),
-        communication_s: seconds(communication_ns),
-        memory_s: seconds(length(&memory)),
-        idle_pct: pct(idle),
-        compute_pct: pct(compute_ns),
-        non_compute_pct: pct(window - compute_ns - idle),
-        comm_overlap_pct: (communication_ns > 0)
-            .then(|| overlap(&communication, &compute) as f64 / communication_ns as f64 * 100.0),
+    }
+
+    /// The parts of a GPU time already worked out.
+    fn of_time(time: &GpuTime) -> Self {
+        GpuParts {
+            window_s: time.window_s,
+            idle_s: time.idle_s,
+            compute_s: time.compute_s,
+            communication_s: time.communication_s,
+            memory_s: time.memory_s,
+            overlap_s: time.comm_overlap_pct.unwrap_or(0.0) / 100.0 * time.communication_s,
+        }
+    }
+
+    /// Two windows of one GPU as one (the gap between them is no idle time).
+    fn add(self, other: Self) -> Self {
+        GpuParts {
+            window_s: self.window_s + other.window_s,
+            idle_s: self.idle_s + other.idle_s,
+            compute_s: self.compute_s + other.compute_s,
+            communication_s: self.communication_s + other.communication_s,
+            memory_s: self.memory_s + other.memory_s,
+            overlap_s: self.overlap_s + other.overlap_s,
+        }
+    }
+
+    /// The GPU time of rank `rank`'s GPU `gpu`, with its shares; `None`
+    /// for a window of no length, which has no shares.
+    fn time(self, rank: u32, gpu: Option<i64>) -> Option<GpuTime> {
+        if self.window_s <= 0.0 {
+            return None;
+        }
+        let non_compute_s = self.window_s - self.compute_s - self.idle_s;
+        let pct = |s: f64| s / self.window_s * 100.0;
+        Some(GpuTime {
+            rank,
+            gpu,
+            window_s: self.window_s,
+            idle_s: self.idle_s,
+            compute_s: self.compute_s,
+            non_compute_s,
+            communication_s: self.communication_s,
+            memory_s: self.memory_s,
+            idle_pct: pct(self.idle_s),
+            compute_pct: pct(self.compute_s),
+            non_compute_pct: pct(non_compute_s),
+            comm_overlap_pct: (self.communication_s > 0.0)
+                .then(|| self.overlap_s / self.communication_s * 100.0),
+        })
     }
 }
 
@@ -378,12 +414,7 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
     let (kernels, mut kernel_stragglers) = across_ranks(&ranks, |r| &r.kernels, rule);
     let (cpu_ops, op_stragglers) = across_ranks(&ranks, |r| &r.ops, rule);
     kernel_stragglers.extend(op_stragglers);
-    kernel_stragglers.sort_by(|a, b| {
-        b.excess_s
-            .total_cmp(&a.excess_s)
-            .then(a.kernel.cmp(&b.kernel))
-    });
-    kernel_stragglers.truncate(KERNEL_STRAGGLERS_LISTED);
+    largest_excess_first(&mut kernel_stragglers);
     let collectives = collectives(&ranks);
     let mut analysis = KernelAnalysis {
         kernels,
@@ -397,6 +428,17 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
         analysis.kernel_traces.push(rank.input);
     }
     analysis
+}
+
+/// Sorts kernel stragglers by excess, the largest first, and keeps the
+/// first [`KERNEL_STRAGGLERS_LISTED`].
+fn largest_excess_first(stragglers: &mut Vec<KernelStraggler>) {
+    stragglers.sort_by(|a, b| {
+        b.excess_s
+            .total_cmp(&a.excess_s)
+            .then(a.kernel.cmp(&b.kernel))
+    });
+    stragglers.truncate(KERNEL_STRAGGLERS_LISTED);
 }
 
 /// One kernel name's launches and per-rank totals.
@@ -477,12 +519,7 @@ fn across_ranks(
                 })
         })
         .collect();
-    stragglers.sort_by(|a, b| {
-        b.excess_s
-            .total_cmp(&a.excess_s)
-            .then(a.kernel.cmp(&b.kernel))
-    });
-    stragglers.truncate(KERNEL_STRAGGLERS_LISTED);
+    largest_excess_first(&mut stragglers);
 
     let mut named: Vec<(&str, KernelAcross)> = by_name.into_iter().collect();
     named.sort_by(|a, b| {
@@ -517,15 +554,20 @@ fn across_ranks(
 }
 
 /// `collectives[]`: per rank, kind and group, the time in the calls and
-/// how much of it was waiting for the last rank to arrive. The k-th call
-/// of a kind and group on each rank are taken as one collective.
+/// how much of it was waiting for the last rank to arrive. Within each
+/// window, the k-th call of a kind and group on each rank are taken as one
+/// collective.
 fn collectives(ranks: &[RankKernels]) -> Vec<CollectiveStats> {
     type Key<'a> = (&'a str, Option<&'a str>);
-    let mut calls: BTreeMap<Key, BTreeMap<u32, Vec<&CollectiveCall>>> = BTreeMap::new();
+    // Per kind and group: per window, per rank, its calls in start order.
+    let mut calls: BTreeMap<Key, BTreeMap<u32, BTreeMap<u32, Vec<&CollectiveCall>>>> =
+        BTreeMap::new();
     for rank in ranks {
         for call in &rank.collectives {
             calls
-                .entry((call.kind.as_str(), call.group.as_deref()))
+                .entry((&call.kind, call.group.as_deref()))
+                .or_default()
+                .entry(call.window)
                 .or_default()
                 .entry(rank.rank)
                 .or_default()
@@ -533,58 +575,77 @@ fn collectives(ranks: &[RankKernels]) -> Vec<CollectiveStats> {
         }
     }
     let mut stats = Vec::new();
-    for ((kind, group), by_rank) in calls {
-        let matched = if by_rank.len() >= 2 {
-            by_rank.values().map(Vec::len).min().unwrap_or(0)
-        } else {
-            0
-        };
-        let mut rows: BTreeMap<u32, CollectiveStats> = by_rank
-            .iter()
-            .map(|(&rank, calls)| {
-                let bytes = calls.iter().map(|c| c.bytes).sum::<Option<u64>>();
-                let total_ns: i64 = calls.iter().map(|c| c.dur_ns).sum();
-                (
+    for ((kind, group), windows) in calls {
+        let mut rows: BTreeMap<u32, CollectiveStats> = BTreeMap::new();
+        for by_rank in windows.values() {
+            for (&rank, calls) in by_rank {
+                let row = rows.entry(rank).or_insert_with(|| CollectiveStats {
                     rank,
-                    CollectiveStats {
-                        rank,
-                        kind: kind.to_string(),
-                        group: group.map(str::to_string),
-                        calls: calls.len() as u64,
-                        total_s: total_ns as f64 / 1e9,
-                        wait_s: (matched > 0).then_some(0.0),
-                        last_to_arrive: 0,
-                        wait_imposed_s: 0.0,
-                        bytes,
-                    },
-                )
-            })
-            .collect();
-        for k in 0..matched {
-            let Some((&last_rank, last)) =
-                by_rank.iter().max_by_key(|(_, calls)| calls[k].start_ns)
-            else {
-                continue;
-            };
-            let last_start = last[k].start_ns;
-            let mut imposed = 0.0;
-            for (rank, calls) in &by_rank {
-                let call = calls[k];
-                let wait = (last_start - call.start_ns).clamp(0, call.dur_ns) as f64 / 1e9;
-                imposed += wait;
-                if let Some(row) = rows.get_mut(rank) {
-                    *row.wait_s.get_or_insert(0.0) += wait;
-                }
+                    kind: kind.to_string(),
+                    group: group.map(str::to_string),
+                    calls: 0,
+                    total_s: 0.0,
+                    compared: 0,
+                    wait_s: None,
+                    last_to_arrive: None,
+                    wait_imposed_s: None,
+                    bytes: Some(0),
+                });
+                row.calls += calls.len() as u64;
+                row.total_s += calls.iter().map(|c| c.dur_ns as f64).sum::<f64>() / 1e9;
+                row.bytes = calls.iter().fold(row.bytes, |sum, c| {
+                    sum.zip(c.bytes)
+                        .map(|(sum, bytes)| sum.saturating_add(bytes))
+                });
             }
-            if let Some(row) = rows.get_mut(&last_rank) {
-                row.last_to_arrive += 1;
-                row.wait_imposed_s += imposed;
-            }
+            compare_arrivals(by_rank, &mut rows);
         }
         stats.extend(rows.into_values());
     }
     stats.sort_by_key(|s| s.rank);
     stats
+}
+
+/// Matches the k-th calls of one window across its ranks (`by_rank`, two
+/// or more): each rank's wait for the last to arrive, and the wait the
+/// last imposed, added to `rows`.
+fn compare_arrivals(
+    by_rank: &BTreeMap<u32, Vec<&CollectiveCall>>,
+    rows: &mut BTreeMap<u32, CollectiveStats>,
+) {
+    let matched = match by_rank.len() {
+        0 | 1 => 0,
+        _ => by_rank.values().map(Vec::len).min().unwrap_or(0),
+    };
+    for k in 0..matched {
+        let Some((&last_rank, last)) = by_rank.iter().max_by_key(|(_, calls)| calls[k].start_ns)
+        else {
+            continue;
+        };
+        let last_start = last[k].start_ns;
+        let mut imposed = 0.0;
+        for (rank, calls) in by_rank {
+            let call = calls[k];
+            let wait_ns = last_start
+                .saturating_sub(call.start_ns)
+                .clamp(0, call.dur_ns.max(0));
+            let wait = wait_ns as f64 / 1e9;
+            imposed += wait;
+            if let Some(row) = rows.get_mut(rank) {
+                row.compared += 1;
+                *row.wait_s.get_or_insert(0.0) += wait;
+                row.last_to_arrive.get_or_insert(0);
+                row.wait_imposed_s.get_or_insert(0.0);
+            }
+        }
+        // All arriving at once, none was last.
+        if imposed > 0.0 {
+            if let Some(row) = rows.get_mut(&last_rank) {
+                *row.last_to_arrive.get_or_insert(0) += 1;
+                *row.wait_imposed_s.get_or_insert(0.0) += imposed;
+            }
+        }
+    }
 }
 
 /// Joins each kernel straggler to what the report already says of its
@@ -635,7 +696,7 @@ mod tests {
         ]
         .join(",");
         let trace = trace(&format!(r#"{{"traceEvents": [{events}]}}"#));
-        let digest = RankKernels::digest(3, "t".into(), &trace);
+        let digest = RankKernels::digest(3, 1, "t".into(), &trace, &[0, 1, 2, 3]);
         let [time] = digest.gpu_time.as_slice() else {
             panic!("{:?}", digest.gpu_time)
         };
@@ -666,11 +727,8 @@ mod tests {
             kernel("late", 120, 10, 2),
         ]
         .join(",");
-        let digest = RankKernels::digest(
-            0,
-            "t".into(),
-            &trace(&format!(r#"{{"traceEvents": [{events}]}}"#)),
-        );
+        let trace = trace(&format!(r#"{{"traceEvents": [{events}]}}"#));
+        let digest = RankKernels::digest(0, 1, "t".into(), &trace, &trace.analysed_activities());
         assert!(digest.kernels.contains_key("early"));
         assert!(!digest.kernels.contains_key("late"));
     }
@@ -743,30 +801,74 @@ mod tests {
         assert_eq!(folded.calls, 5);
     }
 
-    #[test]
-    fn a_late_rank_is_blamed_for_the_others_wait() {
-        let call = |start_ns, dur_ns| CollectiveCall {
+    fn call(window: u32, start_ns: i64, dur_ns: i64) -> CollectiveCall {
+        CollectiveCall {
+            window,
             kind: "all_reduce".into(),
             group: Some("0".into()),
             bytes: Some(8),
             start_ns,
             dur_ns,
-        };
+        }
+    }
+
+    const RULE: StragglerRule = StragglerRule {
+        threshold_pct: 10.0,
+        min_excess_s: 0.0,
+    };
+
+    #[test]
+    fn a_late_rank_is_blamed_for_the_others_wait() {
         let mut ranks: Vec<RankKernels> = (0..3).map(|r| rank_with(r, &[])).collect();
         // Ranks 0 and 1 arrive at 0 and wait for rank 2, which arrives at 900.
-        ranks[0].collectives = vec![call(0, 1000)];
-        ranks[1].collectives = vec![call(0, 1000)];
-        ranks[2].collectives = vec![call(900, 100)];
-        let rule = StragglerRule {
-            threshold_pct: 10.0,
-            min_excess_s: 0.0,
-        };
-        let stats = analyze_kernels(ranks, rule).collectives;
+        ranks[0].collectives = vec![call(1, 0, 1000)];
+        ranks[1].collectives = vec![call(1, 0, 1000)];
+        ranks[2].collectives = vec![call(1, 900, 100)];
+        let stats = analyze_kernels(ranks, RULE).collectives;
         assert_eq!(stats.len(), 3);
         let waits: Vec<Option<f64>> = stats.iter().map(|s| s.wait_s).collect();
         assert_eq!(waits, vec![Some(900e-9), Some(900e-9), Some(0.0)]);
-        assert_eq!(stats[2].last_to_arrive, 1);
-        assert!((stats[2].wait_imposed_s - 1800e-9).abs() < 1e-15);
-        assert_eq!(stats[0].bytes, Some(8));
+        assert_eq!(stats[2].last_to_arrive, Some(1));
+        assert!((stats[2].wait_imposed_s.unwrap() - 1800e-9).abs() < 1e-15);
+        assert_eq!((stats[0].bytes, stats[0].compared), (Some(8), 1));
+    }
+
+    #[test]
+    fn calls_are_matched_within_their_window() {
+        // Rank 1 lost a call of window 1: window 2's calls still pair up
+        // (rank 1 late by 500 ns), not shifted by one.
+        let mut ranks: Vec<RankKernels> = (0..2).map(|r| rank_with(r, &[])).collect();
+        ranks[0].collectives = vec![call(1, 0, 100), call(1, 1000, 100), call(2, 5000, 1000)];
+        ranks[1].collectives = vec![call(1, 0, 100), call(2, 5500, 500)];
+        let stats = analyze_kernels(ranks, RULE).collectives;
+        assert_eq!((stats[0].calls, stats[0].compared), (3, 2));
+        assert_eq!(stats[0].wait_s, Some(500e-9));
+        assert_eq!(stats[1].last_to_arrive, Some(1));
+    }
+
+    #[test]
+    fn one_ranks_calls_compare_nothing_and_say_so() {
+        let mut ranks = vec![rank_with(0, &[])];
+        ranks[0].collectives = vec![call(1, 0, 100)];
+        let stats = analyze_kernels(ranks, RULE).collectives;
+        assert_eq!(
+            (stats[0].compared, stats[0].wait_s, stats[0].last_to_arrive),
+            (0, None, None)
+        );
+        assert_eq!(stats[0].wait_imposed_s, None);
+    }
+
+    #[test]
+    fn hostile_times_and_sizes_saturate_instead_of_overflowing() {
+        let mut ranks: Vec<RankKernels> = (0..2).map(|r| rank_with(r, &[])).collect();
+        let huge = |start_ns| CollectiveCall {
+            bytes: Some(u64::MAX / 2 + 1),
+            ..call(1, start_ns, i64::MAX)
+        };
+        ranks[0].collectives = vec![huge(i64::MIN), huge(i64::MIN)];
+        ranks[1].collectives = vec![huge(i64::MAX), huge(i64::MAX)];
+        let stats = analyze_kernels(ranks, RULE).collectives;
+        assert_eq!(stats[0].bytes, Some(u64::MAX));
+        assert!(stats[0].total_s > 1e10 && stats[0].wait_s.unwrap() > 1e10);
     }
 }

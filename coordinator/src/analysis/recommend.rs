@@ -5,9 +5,7 @@ use rankscope_common::payload::TransportName;
 use rankscope_common::text::cell;
 
 use super::stragglers::owns;
-use crate::model::{
-    CollectiveStats, GpuSummary, Recommendation, Report, Severity, StageStats, Straggler,
-};
+use crate::model::{GpuSummary, Recommendation, Report, Severity, StageStats, Straggler};
 
 /// A stage taking more than this share of the session is worth a look.
 const HOT_STAGE_PCT: f64 = 30.0;
@@ -270,34 +268,32 @@ fn kernel_findings(report: &Report) -> Vec<Recommendation> {
                 .join("; "),
         });
     }
-    for c in report.collectives.iter().filter(|c| c.last_to_arrive > 0) {
-        let others: Vec<&CollectiveStats> = report
+    for c in &report.collectives {
+        let (Some(last), Some(imposed_s)) = (c.last_to_arrive, c.wait_imposed_s) else {
+            continue;
+        };
+        let others_s: f64 = report
             .collectives
             .iter()
             .filter(|o| o.kind == c.kind && o.group == c.group && o.rank != c.rank)
-            .collect();
-        let others_s: f64 = others.iter().map(|o| o.total_s).sum();
-        let calls = others
-            .iter()
-            .map(|o| o.calls)
-            .max()
-            .unwrap_or(0)
-            .min(c.calls);
-        // A rank last at most calls, for whom the others spend most of
-        // their time in the calls waiting, holds them back; one last now
-        // and then is ordinary.
-        if c.last_to_arrive * 2 <= calls || c.wait_imposed_s < WAITING_STAGE_SHARE * others_s {
+            .map(|o| o.total_s)
+            .sum();
+        // A rank last at most of the compared calls, for whom the others
+        // spend most of their time in the calls waiting, holds them back;
+        // one last now and then is ordinary.
+        if last * 2 <= c.compared || imposed_s < WAITING_STAGE_SHARE * others_s {
             continue;
         }
         out.push(Recommendation {
             severity: Severity::Warning,
             category: "straggler".into(),
             message: format!(
-                "rank {} arrived last at {} of {} `{}` calls{}: the time the other ranks spend in \
-                 them is mostly waiting for it; speed up rank {}, not the collective",
+                "rank {} arrived last at {} of {} `{}` calls compared across ranks{}: the time \
+                 the other ranks spend in them is mostly waiting for it; speed up rank {}, not \
+                 the collective",
                 c.rank,
-                c.last_to_arrive,
-                c.calls,
+                last,
+                c.compared,
                 c.kind,
                 c.group
                     .as_deref()
@@ -306,9 +302,8 @@ fn kernel_findings(report: &Report) -> Vec<Recommendation> {
                 c.rank
             ),
             evidence: format!(
-                "the other ranks waited {:.6} rank-seconds for it to arrive, of {:.6} s they \
-                 spent in these calls",
-                c.wait_imposed_s, others_s
+                "the other ranks waited {imposed_s:.6} rank-seconds for it to arrive, of \
+                 {others_s:.6} s they spent in these calls"
             ),
         });
     }

@@ -381,6 +381,9 @@ fn gpu_activities(
                 let next = COLLECTIVES_TRACK + 1 + (streams.len() as u32).min(STREAM_TRACKS - 1);
                 let tid = *streams.entry(key).or_insert(next);
                 threads.entry(tid).or_insert_with(|| match key.0 {
+                    _ if tid == COLLECTIVES_TRACK + STREAM_TRACKS => {
+                        format!("GPU streams past the first {}", STREAM_TRACKS - 1)
+                    }
                     Some(device) => format!("GPU {device} stream {}", key.1),
                     None => format!("GPU stream {}", key.1),
                 });

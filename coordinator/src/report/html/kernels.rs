@@ -119,8 +119,9 @@ pub(super) fn collectives(report: &Report) -> Table<'_> {
             Cell::number(Some(c.calls as f64), 0),
             Cell::number(Some(c.total_s), 6),
             Cell::number(c.wait_s, 6),
-            Cell::number(Some(c.last_to_arrive as f64), 0),
-            Cell::number(Some(c.wait_imposed_s), 6),
+            Cell::number(Some(c.compared as f64), 0),
+            Cell::number(c.last_to_arrive.map(|n| n as f64), 0),
+            Cell::number(c.wait_imposed_s, 6),
             Cell::number(c.bytes.map(|b| b as f64), 0),
         ]
     });
@@ -132,6 +133,7 @@ pub(super) fn collectives(report: &Report) -> Table<'_> {
             ("Calls", true),
             ("Total s", true),
             ("Waiting s", true),
+            ("Compared", true),
             ("Last to arrive", true),
             ("Wait imposed, rank-s", true),
             ("Bytes", true),

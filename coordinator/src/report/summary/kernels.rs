@@ -182,10 +182,10 @@ fn write_collectives(out: &mut String, report: &Report) -> std::fmt::Result {
         };
         let late = ranks
             .iter()
-            .max_by_key(|c| c.last_to_arrive)
-            .filter(|c| c.last_to_arrive > 0)
-            .map_or("-".into(), |c| {
-                format!("r{} ({} of {})", c.rank, c.last_to_arrive, c.calls)
+            .filter_map(|c| Some((c, c.last_to_arrive.filter(|&n| n > 0)?)))
+            .max_by_key(|(_, last)| *last)
+            .map_or("-".into(), |(c, last)| {
+                format!("r{} ({last} of {})", c.rank, c.compared)
             });
         writeln!(
             out,
