@@ -214,10 +214,13 @@ fn hostile_traces_are_named_and_the_others_still_report() {
     assert!(reason("claims_rank-3.json").contains("distributedInfo says rank 0, its name rank 3"));
     assert!(reason("nothing.json").contains("no rank"));
     assert!(reason("second_rank-0.json.gz").contains("a second trace for rank 0"));
+    assert!(reason("huge_rank-5.json").contains("past max_world_size (65536)"));
     assert_eq!(
         report.session.skipped.len(),
-        5,
+        6,
         "README.txt is not a trace: not read"
     );
+    // The world is the traces' own (128), not the refused trace's claim.
+    assert_eq!(report.session.world_size, 128);
     assert!(out.path().join("report.json").exists());
 }
