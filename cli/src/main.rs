@@ -378,7 +378,7 @@ fn run(cli: Cli) -> Result<Finished> {
             let imported = import::import(&paths, &out, &options, &config)?;
             print!("{}", imported.files.summary);
             for file in &imported.files.files {
-                println!("wrote {}", file.display());
+                println!("wrote {}", terminal(&file.display().to_string()));
             }
             for skipped in &imported.report.session.skipped {
                 eprintln!(

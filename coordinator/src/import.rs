@@ -18,7 +18,7 @@ use rankscope_common::Config;
 use crate::analysis::kernels::{analyze_kernels, RankKernels};
 use crate::analysis::{add_kernels, analyze, StragglerRule};
 use crate::model::{Notice, Report, SkippedInput};
-use crate::report::{write_reports, WriteError};
+use crate::report::{write_reports, WriteError, REPORT_JSON};
 
 /// Why no report could be written.
 #[derive(Debug, thiserror::Error)]
@@ -69,11 +69,16 @@ pub struct Imported {
 }
 
 impl Imported {
-    /// Whether every rank of the traces' world is in the report and every
-    /// trace was used.
+    /// Whether every rank of the traces' world is in the report, every
+    /// trace was used, and none was cut by a budget.
     pub fn is_complete(&self) -> bool {
         let session = &self.report.session;
-        session.ranks_missing.is_empty() && session.skipped.is_empty()
+        let cut = self
+            .report
+            .kernel_traces
+            .iter()
+            .any(|t| t.cut.is_some_and(|c| !c.is_empty()));
+        session.ranks_missing.is_empty() && session.skipped.is_empty() && !cut
     }
 }
 
@@ -104,8 +109,12 @@ pub fn import(
     options: &ImportOptions,
     config: &Config,
 ) -> Result<Imported, ImportError> {
-    let files = trace_files(paths)?;
-    let mut skipped = Vec::new();
+    // A bad output directory is said before the traces are read.
+    std::fs::create_dir_all(out).map_err(|source| ImportError::Output {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let (files, mut skipped) = trace_files(paths)?;
     let mut ranks: BTreeMap<u32, RankKernels> = BTreeMap::new();
     let mut worlds = std::collections::BTreeSet::new();
     let mut world_size = 0;
@@ -133,10 +142,6 @@ pub fn import(
     if ranks.is_empty() {
         return Err(ImportError::NothingUsable { skipped });
     }
-    std::fs::create_dir_all(out).map_err(|source| ImportError::Output {
-        path: out.to_path_buf(),
-        source,
-    })?;
     let mut report = report(paths, ranks, world_size, skipped, config);
     if worlds.len() > 1 {
         let claims: Vec<String> = worlds.iter().map(u32::to_string).collect();
@@ -152,40 +157,54 @@ pub fn import(
     Ok(Imported { report, files })
 }
 
-/// The trace files among `paths`, in name order within a directory.
-fn trace_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ImportError> {
-    let is_trace = |path: &Path| {
+/// The trace files among `paths` (in name order within a directory), and
+/// the paths refused: what is not a regular file (a FIFO would block the
+/// read), cannot be read, or is a report of rankscope's own.
+fn trace_files(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<SkippedInput>), ImportError> {
+    let named_trace = |path: &Path| {
         let name = path
             .file_name()
-            .and_then(|n| n.to_str())
+            .map(|n| n.to_string_lossy())
             .unwrap_or_default();
-        name.ends_with(".json") || name.ends_with(".json.gz")
+        (name.ends_with(".json") || name.ends_with(".json.gz")) && name != REPORT_JSON
     };
     let mut files = Vec::new();
+    let mut skipped = Vec::new();
+    let mut take = |path: PathBuf, skipped: &mut Vec<SkippedInput>| match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_file() => files.push(path),
+        Ok(_) => skipped.push(SkippedInput {
+            source: path.display().to_string(),
+            reason: "not a regular file".into(),
+        }),
+        Err(error) => skipped.push(SkippedInput {
+            source: path.display().to_string(),
+            reason: format!("cannot be read: {error}"),
+        }),
+    };
     for path in paths {
-        let read_error = |source| ImportError::Read {
-            path: path.clone(),
-            source,
-        };
         if path.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(read_error)?
+            let entries = std::fs::read_dir(path).map_err(|source| ImportError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let mut found: Vec<PathBuf> = entries
                 .filter_map(|entry| entry.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && is_trace(p))
+                .filter(|p| named_trace(p))
                 .collect();
             found.sort();
-            files.extend(found);
+            for file in found {
+                take(file, &mut skipped);
+            }
         } else {
-            std::fs::metadata(path).map_err(read_error)?;
-            files.push(path.clone());
+            take(path.clone(), &mut skipped);
         }
     }
-    if files.is_empty() {
+    if files.is_empty() && skipped.is_empty() {
         return Err(ImportError::NoTraces {
             paths: paths.to_vec(),
         });
     }
-    Ok(files)
+    Ok((files, skipped))
 }
 
 /// One trace, read and digested.
@@ -234,6 +253,9 @@ fn read_all(
 fn read_one(file: &Path, limits: &TraceLimits, max_world_size: u32) -> Result<ReadTrace, String> {
     let trace = kineto::read_trace(file, limits)
         .map_err(|e: TraceError| rankscope_common::error::Chain(&e).to_string())?;
+    if let Some(field) = &trace.invalid_info {
+        return Err(format!("its distributedInfo has an unusable {field}"));
+    }
     let named = kineto::rank_from_file_name(file);
     let rank = match (trace.rank, named) {
         (Some(claimed), Some(named)) if claimed != named => {

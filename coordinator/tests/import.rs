@@ -224,3 +224,107 @@ fn hostile_traces_are_named_and_the_others_still_report() {
     assert_eq!(report.session.world_size, 128);
     assert!(out.path().join("report.json").exists());
 }
+
+#[test]
+fn a_fifo_or_missing_path_is_named_and_the_other_traces_still_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("rank-2.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let missing = dir.path().join("rank-3.json");
+    let good = fixtures("hta-sampled/sampled_rank-0.json.gz");
+    let out = tempfile::tempdir().unwrap();
+    // Opening the FIFO would block: it is refused by its type, unopened.
+    let imported = import(
+        &[good, fifo, missing],
+        out.path(),
+        &ImportOptions::default(),
+        &Config::default(),
+    )
+    .unwrap();
+    let skipped: Vec<(&str, &str)> = imported
+        .report
+        .session
+        .skipped
+        .iter()
+        .map(|s| (s.source.rsplit('/').next().unwrap(), s.reason.as_str()))
+        .collect();
+    assert_eq!(skipped[0], ("rank-2.json", "not a regular file"));
+    assert_eq!(skipped[1].0, "rank-3.json");
+    assert!(skipped[1].1.starts_with("cannot be read"), "{skipped:?}");
+    assert_eq!(imported.report.session.ranks_reporting, [0]);
+}
+
+#[test]
+fn an_unusable_rank_claim_or_a_second_event_array_refuses_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "a_rank-1.json",
+            r#"{"distributedInfo": {"rank": -1}, "traceEvents": []}"#,
+            "unusable rank (-1)",
+        ),
+        (
+            "b_rank-1.json",
+            r#"{"distributedInfo": {"rank": 1, "world_size": 1.5}, "traceEvents": []}"#,
+            "unusable world_size (1.5)",
+        ),
+        (
+            "c_rank-1.json",
+            r#"{"traceEvents": [], "traceEvents": []}"#,
+            "a second traceEvents array",
+        ),
+    ];
+    for (name, text, _) in cases {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    std::fs::copy(
+        fixtures("hta-sampled/sampled_rank-0.json.gz"),
+        dir.path().join("d_rank-0.json.gz"),
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let imported = import(
+        &[dir.path().to_path_buf()],
+        out.path(),
+        &ImportOptions::default(),
+        &Config::default(),
+    )
+    .unwrap();
+    for (name, _, reason) in cases {
+        let found = imported
+            .report
+            .session
+            .skipped
+            .iter()
+            .find(|s| s.source.ends_with(name))
+            .unwrap();
+        assert!(found.reason.contains(reason), "{name}: {}", found.reason);
+    }
+}
+
+#[test]
+fn a_trace_cut_by_its_budget_makes_a_partial_report_that_says_so() {
+    let dir = fixtures("hta-sampled");
+    let out = tempfile::tempdir().unwrap();
+    let options = ImportOptions {
+        limits: rankscope_common::kineto::TraceLimits {
+            max_rows: 100,
+            ..Default::default()
+        },
+        ..ImportOptions::default()
+    };
+    let imported = import(&[dir], out.path(), &options, &Config::default()).unwrap();
+    assert!(!imported.is_complete());
+    let warned: Vec<&str> = imported
+        .report
+        .recommendations
+        .iter()
+        .filter(|r| r.category == "data" && r.message.contains("trace was cut"))
+        .map(|r| r.message.as_str())
+        .collect();
+    assert_eq!(warned.len(), 2, "{warned:?}");
+}

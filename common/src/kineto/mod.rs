@@ -51,8 +51,8 @@ pub struct TraceLimits {
 impl Default for TraceLimits {
     fn default() -> Self {
         TraceLimits {
-            max_rows: 4_000_000,
-            max_names: 200_000,
+            max_rows: 1_000_000,
+            max_names: 20_000,
             max_name_bytes: 4096,
             max_event_bytes: 16 << 20,
         }
@@ -69,6 +69,10 @@ pub struct RankTrace {
     pub world_size: Option<u32>,
     /// The distributed backend (`nccl`, `gloo`), from `distributedInfo`.
     pub backend: Option<String>,
+    /// A `distributedInfo` field present but unusable (`rank: -1`,
+    /// `world_size: 1.5`), named with its value: the trace's rank cannot be
+    /// trusted.
+    pub invalid_info: Option<String>,
     /// `baseTimeNanoseconds`: the Unix time, in nanoseconds, that the
     /// trace's timestamps count from (newer Kineto); `None` where the
     /// timestamps are Unix times themselves.

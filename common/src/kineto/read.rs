@@ -120,7 +120,8 @@ struct Builder<'a> {
     limits: &'a TraceLimits,
     since_event: &'a Cell<u64>,
     trace: RankTrace,
-    /// Name → id, with what the name says about the event.
+    /// Name → id (each name held here only, until the read ends), with
+    /// what the name says about the event.
     ids: HashMap<Box<str>, u32>,
     info: Vec<NameInfo>,
     /// Collectives from `nccl:…` / `gloo:…` annotations, and from
@@ -178,8 +179,7 @@ impl<'a> Builder<'a> {
         if self.ids.len() >= self.limits.max_names {
             return None;
         }
-        let id = u32::try_from(self.trace.names.len()).ok()?;
-        self.trace.names.push(kept.to_string());
+        let id = u32::try_from(self.ids.len()).ok()?;
         self.ids.insert(kept.into(), id);
         self.info.push(NameInfo {
             category: KernelCategory::of(kept),
@@ -293,6 +293,10 @@ impl<'a> Builder<'a> {
     }
 
     fn finish(mut self) -> RankTrace {
+        // Each name was held once, as its key: now in id order.
+        let mut names: Vec<(u32, Box<str>)> = self.ids.into_iter().map(|(n, id)| (id, n)).collect();
+        names.sort_unstable_by_key(|(id, _)| *id);
+        self.trace.names = names.into_iter().map(|(_, n)| n.into_string()).collect();
         let mut ops: Vec<(u32, (u64, i64))> = self.ops.into_iter().collect();
         ops.sort_unstable_by_key(|(name, _)| *name);
         for (name, (calls, total_ns)) in ops {
@@ -439,15 +443,29 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
         while let Some(key) = map.next_key::<Key<TopField>>()? {
             match key.0 {
                 TopField::TraceEvents => {
+                    if found {
+                        return Err(de::Error::custom("a second traceEvents array"));
+                    }
                     map.next_value_seed(EventsSeed(builder))?;
                     found = true;
                 }
                 TopField::DistributedInfo => {
                     let info: DistributedInfo = map.next_value()?;
-                    let count = |v: Option<Value>| integer(v?).and_then(|n| u32::try_from(n).ok());
-                    builder.trace.rank = count(info.rank);
-                    builder.trace.world_size = count(info.world_size);
-                    builder.trace.backend = info.backend.and_then(text);
+                    let trace = &mut builder.trace;
+                    let mut count = |field: &str, value: Option<Value>| {
+                        let value = value.filter(|v| !v.is_null())?;
+                        let n = integer(value.clone()).and_then(|n| u32::try_from(n).ok());
+                        if n.is_none() {
+                            let shown: String = value.to_string().chars().take(40).collect();
+                            trace
+                                .invalid_info
+                                .get_or_insert(format!("{field} ({shown})"));
+                        }
+                        n
+                    };
+                    trace.rank = count("rank", info.rank);
+                    trace.world_size = count("world_size", info.world_size);
+                    trace.backend = info.backend.and_then(text);
                 }
                 TopField::BaseTime => {
                     let value: Value = map.next_value()?;

@@ -5,7 +5,7 @@ use rankscope_common::payload::TransportName;
 use rankscope_common::text::cell;
 
 use super::stragglers::owns;
-use crate::model::{GpuSummary, Recommendation, Report, Severity, StageStats, Straggler};
+use crate::model::{GpuSummary, GpuTime, Recommendation, Report, Severity, StageStats, Straggler};
 
 /// A stage taking more than this share of the session is worth a look.
 const HOT_STAGE_PCT: f64 = 30.0;
@@ -243,6 +243,8 @@ fn kind_of(category: &str) -> String {
 
 /// A GPU idle for more than this share of its traced window is starved.
 const IDLE_GPU_PCT: f64 = 50.0;
+/// At most this many idle GPUs are told one by one; the rest are counted.
+const IDLE_GPUS_TOLD: usize = 5;
 /// At most this many kernel stragglers are told as recommendations.
 const KERNEL_STRAGGLERS_TOLD: usize = 5;
 
@@ -307,7 +309,13 @@ fn kernel_findings(report: &Report) -> Vec<Recommendation> {
             ),
         });
     }
-    for g in report.gpu_time.iter().filter(|g| g.idle_pct > IDLE_GPU_PCT) {
+    let mut idle: Vec<&GpuTime> = report
+        .gpu_time
+        .iter()
+        .filter(|g| g.idle_pct > IDLE_GPU_PCT)
+        .collect();
+    idle.sort_by(|a, b| b.idle_pct.total_cmp(&a.idle_pct));
+    for g in idle.iter().take(IDLE_GPUS_TOLD) {
         out.push(Recommendation {
             severity: Severity::Info,
             category: "gpu".into(),
@@ -321,6 +329,36 @@ fn kernel_findings(report: &Report) -> Vec<Recommendation> {
             evidence: format!(
                 "{:.6} s idle of {:.6} s from its first kernel to its last",
                 g.idle_s, g.window_s
+            ),
+        });
+    }
+    if idle.len() > IDLE_GPUS_TOLD {
+        out.push(Recommendation {
+            severity: Severity::Info,
+            category: "gpu".into(),
+            message: format!(
+                "{} more GPUs were idle over {IDLE_GPU_PCT:.0}% of their traced windows",
+                idle.len() - IDLE_GPUS_TOLD
+            ),
+            evidence: "gpu_time[] in report.json has each".into(),
+        });
+    }
+    for trace in &report.kernel_traces {
+        let Some(cut) = trace.cut.filter(|c| !c.is_empty()) else {
+            continue;
+        };
+        out.push(Recommendation {
+            severity: Severity::Warning,
+            category: "data".into(),
+            message: format!(
+                "rank {}'s trace was cut: its figures cover only what was kept; raise \
+                 --max-rows for rows past the budget",
+                trace.rank
+            ),
+            evidence: format!(
+                "{} rows past the row budget, {} events past the name budget, {} events with \
+                 unusable times",
+                cut.rows, cut.names, cut.bad_times
             ),
         });
     }
