@@ -11,8 +11,9 @@
 # the whole process tree's (scripts/peak_rss.py: HTA parses in a pool of
 # processes). HTA at 64 ranks is skipped unless HTA64=1 (it needs more
 # memory than this 2-core, 24 GiB machine has to spare). Then the cost of
-# one window's reduction on a rank: the Python package reading a 100 MB
-# trace into a session (`Profiler._add_kernel_trace`), median of RUNS.
+# one window's reduction on a rank: a 100 MB trace read into a running
+# session (agent/examples/kernel_window.rs, the call the Python package
+# makes when a window closes), median of RUNS.
 #
 # usage: scripts/bench-import.sh [RUNS]   (default 3; needs target/test-venv
 # from scripts/test.sh, with HolisticTraceAnalysis and the rankscope package)
@@ -73,18 +74,5 @@ rm -rf "$window"
 "$python" scripts/make_large_traces.py tests/data/kineto/hta-sampled "$window" --ranks 1 --mb 100 \
     --start-us "$(( ($(date +%s) + 3600) * 1000000 ))"
 echo
-echo "One window's reduction on a rank (Python package, a trace of $(du -m --apparent-size "$window/rank-0.json" | cut -f1) MB):"
-"$python" - "$window/rank-0.json" "$runs" <<'PY'
-import statistics, sys, tempfile, time
-import rankscope
-path, runs = sys.argv[1], int(sys.argv[2])
-times = []
-for _ in range(runs):
-    with tempfile.TemporaryDirectory() as out:
-        prof = rankscope.Profiler(rankscope.Config(output_dir=out, gpu_source="none", collect_host=False))
-        with prof.session("bench"):
-            start = time.perf_counter()
-            kept = prof._add_kernel_trace(path, 1)
-            times.append(time.perf_counter() - start)
-print(f"{statistics.median(times):.2f} s (median of {runs}); kept {kept}")
-PY
+echo "One window's reduction on a rank (Profiler::add_kernel_trace, what the Python package calls):"
+cargo run --release -q -p rankscope --example kernel_window -- "$window/rank-0.json" "$runs"
