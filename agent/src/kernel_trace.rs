@@ -74,9 +74,10 @@ fn keep(recorder: &Recorder, trace: &RankTrace, window: u32) -> KernelTraceRows 
         ..KernelTraceRows::default()
     };
     let gpu = &trace.gpu;
+    let launches = trace.launch_times();
     // Every activity: a window rankscope drives holds complete steps (HTA's
     // dropping of the last step is for traces cut off mid-step).
-    for i in 0..gpu.name.len() {
+    for (i, launch) in launches.iter().enumerate() {
         let Some(start_ns) = on_session_clock(gpu.start_ns[i]) else {
             rows.before_session += 1;
             continue;
@@ -91,6 +92,7 @@ fn keep(recorder: &Recorder, trace: &RankTrace, window: u32) -> KernelTraceRows 
                 device: u32::try_from(gpu.device[i]).ok(),
                 start_ns,
                 dur_ns: gpu.dur_ns[i].unsigned_abs(),
+                launch_ns: launch.and_then(on_session_clock),
             };
             t.records.kernels.push_back(record);
         });

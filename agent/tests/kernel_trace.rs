@@ -27,8 +27,9 @@ fn now_us() -> u64 {
 }
 
 /// A Kineto trace of one window starting at `t0` µs (wall clock): a GEMM
-/// 0–10 ms, an NCCL all-reduce 5–25 ms, a copy 40–50 ms, the host's
-/// `nccl:all_reduce`, and a kernel from a minute before the session.
+/// 0–10 ms, an NCCL all-reduce 5–25 ms, a copy 40–50 ms (each launched
+/// about a millisecond before `t0`), the host's `nccl:all_reduce`, and a
+/// kernel from a minute before the session.
 fn write_trace(path: &Path, t0: u64) {
     let kernel = |name: &str, ts: u64, dur: u64, correlation: u32| {
         format!(
@@ -36,7 +37,17 @@ fn write_trace(path: &Path, t0: u64) {
                 "args": {{"stream": 7, "correlation": {correlation}, "device": 0}}}}"#
         )
     };
+    let launch = |correlation: u32| {
+        format!(
+            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": {}, "dur": 5,
+                "args": {{"correlation": {correlation}}}}}"#,
+            t0 - 1_000 + u64::from(correlation) * 10
+        )
+    };
     let events = [
+        launch(1),
+        launch(2),
+        launch(3),
         kernel("sm90_gemm", t0, 10_000, 1),
         kernel(
             "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
@@ -64,19 +75,24 @@ fn a_window_trace_becomes_rows_on_the_session_clock_and_the_reports_gpu_time() {
     let profiler = profiler(out.path());
     let session = profiler.session("kernels", &[]).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let t0 = now_us();
+    let t0 = {
+        // The launches, a millisecond before t0, happen inside `decode`.
+        let _decode = profiler.stage("decode");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let t0 = now_us();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        t0
+    };
     let trace = out.path().join("window-1.pt.trace.json");
     write_trace(&trace, t0);
     let rows = profiler.add_kernel_trace(&trace, 1).unwrap();
-    assert_eq!(
-        (
-            rows.events,
-            rows.kernels,
-            rows.collectives,
-            rows.before_session
-        ),
-        (5, 3, 1, 1)
+    let kept = (
+        rows.events,
+        rows.kernels,
+        rows.collectives,
+        rows.before_session,
     );
+    assert_eq!(kept, (8, 3, 1, 1));
     let outcome = session.finish().unwrap();
 
     let payload = payload::decode(&std::fs::read(&outcome.spill_file).unwrap()).unwrap();
@@ -116,6 +132,11 @@ fn a_window_trace_becomes_rows_on_the_session_clock_and_the_reports_gpu_time() {
         report["kernel_traces"][0]["events"],
         serde_json::Value::Null
     );
+    // Stages to kernels: the three activities were launched inside `decode`.
+    let decode = &report["stage_kernels"][0];
+    assert_eq!(decode["name"], "decode");
+    assert_eq!(decode["calls"], 3);
+    assert!((decode["total_s"].as_f64().unwrap() - 0.040).abs() < 1e-9);
     assert!(outcome.session_dir.join("raw/kernels.arrow").exists());
 
     // The merged timeline: the GPU stream's slices beside the rank's stages.

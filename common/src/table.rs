@@ -433,6 +433,9 @@ tables! {
         start_ns: U64,
         /// Length, ns.
         dur_ns: U64,
+        /// When the host launched it (its runtime call's start), on the
+        /// session clock, ns; null where the trace holds no launch.
+        launch_ns: OptU64,
     }
     /// Collective calls on the host in torch.profiler windows.
     Collectives = 11, collectives, CollectiveRow, CollectiveRecord, CollectivesBuilder, CollectivesView {

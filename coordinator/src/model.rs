@@ -50,6 +50,11 @@ pub struct Report {
     /// `kernels[]`, category `cpu_op`. Empty without kernel traces.
     #[serde(default)]
     pub cpu_ops: Vec<KernelStats>,
+    /// Per stage, the GPU time of the activities launched while it was the
+    /// innermost open stage, across ranks (as `kernels[]`, category
+    /// `stage`); beside `stages[]`' host time. From torch.profiler windows.
+    #[serde(default)]
+    pub stage_kernels: Vec<KernelStats>,
     /// Kernels (and CPU operators) slower on one rank than on the others.
     #[serde(default)]
     pub kernel_stragglers: Vec<KernelStraggler>,
@@ -424,6 +429,10 @@ pub struct KernelStraggler {
     pub slowdown: f64,
     /// Its total minus that median, seconds.
     pub excess_s: f64,
+    /// The stage that launched most of its GPU time on that rank, where
+    /// the rank recorded stages around its torch.profiler window.
+    #[serde(default)]
+    pub stage: Option<String>,
     /// What else the report knows of the rank: its stage stragglers and
     /// its GPUs' bottlenecks.
     #[serde(default)]

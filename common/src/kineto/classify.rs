@@ -24,6 +24,9 @@ pub enum KernelCategory {
     /// Not a GPU activity: a CPU operator (a `cpu_op` event), compared
     /// across ranks as kernels are.
     CpuOp,
+    /// Not a GPU activity: a rankscope stage, holding the GPU time of the
+    /// activities launched inside it.
+    Stage,
 }
 
 impl KernelCategory {
@@ -48,6 +51,7 @@ impl KernelCategory {
             KernelCategory::Memory => "memory",
             KernelCategory::Other => "other",
             KernelCategory::CpuOp => "cpu_op",
+            KernelCategory::Stage => "stage",
         }
     }
 }

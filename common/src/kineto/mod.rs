@@ -118,6 +118,22 @@ impl RankTrace {
     }
 }
 
+impl RankTrace {
+    /// When each GPU activity was launched on the host: the start of the
+    /// CPU event (a runtime call) with its correlation id, by row of
+    /// [`RankTrace::gpu`]; `None` where the trace holds no such event.
+    pub fn launch_times(&self) -> Vec<Option<i64>> {
+        let launched: std::collections::HashMap<i64, i64> = (0..self.launches.start_ns.len())
+            .map(|i| (self.launches.correlation[i], self.launches.start_ns[i]))
+            .collect();
+        self.gpu
+            .correlation
+            .iter()
+            .map(|c| launched.get(c).copied())
+            .collect()
+    }
+}
+
 /// GPU activities by column.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuRows {

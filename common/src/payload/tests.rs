@@ -142,6 +142,7 @@ fn sample() -> Payload {
         device: Some(0),
         start_ns: 12,
         dur_ns: 13,
+        launch_ns: Some(11),
     });
     tables.insert(Table::Kernels, kernels.finish().unwrap());
 

@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rankscope_common::kineto::{KernelCategory, RankTrace};
-use rankscope_common::table::{CollectivesView, CpuOpsView, KernelsView};
+use rankscope_common::table::{CollectivesView, CpuOpsView, KernelsView, StagesView};
 use rankscope_common::Payload;
 
+use super::launches::launching_stages;
 use super::stats::imbalance_pct;
 use super::{timeline, StragglerRule};
 use crate::model::{
@@ -40,6 +41,12 @@ pub struct RankKernels {
     /// Per CPU operator name: [`KernelCategory::CpuOp`], calls and
     /// inclusive nanoseconds.
     pub ops: Totals,
+    /// Per stage name: [`KernelCategory::Stage`], the GPU activities
+    /// launched while it was the innermost open stage, and their GPU
+    /// nanoseconds (in-job windows only: an imported trace has no stages).
+    pub by_stage: Totals,
+    /// Per kernel name, the stage that launched most of its GPU time.
+    pub kernel_stage: HashMap<String, String>,
     /// Collective calls on the host, in start order.
     pub collectives: Vec<CollectiveCall>,
 }
@@ -125,6 +132,8 @@ impl RankKernels {
             gpu_time,
             kernels,
             ops,
+            by_stage: Totals::new(),
+            kernel_stage: HashMap::new(),
             collectives,
         }
     }
@@ -210,7 +219,42 @@ impl RankKernels {
         }
         digest.input.events = None;
         digest.input.cut = None;
+        if let (Some(k), Ok(Some(stages))) = (&kernels, payload.view::<StagesView>()) {
+            digest.attribute_to_stages(k, &stages);
+        }
         Ok(Some(digest))
+    }
+
+    /// Each GPU activity's time to the stage that launched it:
+    /// `by_stage` and `kernel_stage`.
+    fn attribute_to_stages(&mut self, kernels: &KernelsView, stages: &StagesView) {
+        let launches: Vec<Option<u64>> =
+            (0..kernels.len).map(|i| kernels.launch_ns.get(i)).collect();
+        let mut per_kernel: HashMap<&str, HashMap<&str, i64>> = HashMap::new();
+        for (i, stage) in launching_stages(stages, &launches).into_iter().enumerate() {
+            let Some(stage) = stage.map(|row| stages.name.get(row)) else {
+                continue;
+            };
+            let dur_ns = i64::try_from(kernels.dur_ns[i]).unwrap_or(i64::MAX);
+            let totals =
+                self.by_stage
+                    .entry(stage.to_string())
+                    .or_insert((KernelCategory::Stage, 0, 0));
+            totals.1 += 1;
+            totals.2 = totals.2.saturating_add(dur_ns);
+            let time = per_kernel
+                .entry(kernels.name.get(i))
+                .or_default()
+                .entry(stage)
+                .or_default();
+            *time = time.saturating_add(dur_ns);
+        }
+        for (kernel, stages) in per_kernel {
+            if let Some((stage, _)) = stages.into_iter().max_by_key(|&(stage, ns)| (ns, stage)) {
+                self.kernel_stage
+                    .insert(kernel.to_string(), stage.to_string());
+            }
+        }
     }
 
     /// Adds another window of the same rank: its times to this one's,
@@ -400,6 +444,8 @@ pub struct KernelAnalysis {
     pub kernels: Vec<KernelStats>,
     /// `cpu_ops[]`.
     pub cpu_ops: Vec<KernelStats>,
+    /// `stage_kernels[]`.
+    pub stage_kernels: Vec<KernelStats>,
     /// `kernel_stragglers[]`.
     pub kernel_stragglers: Vec<KernelStraggler>,
     /// `collectives[]`.
@@ -413,12 +459,23 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
     ranks.sort_by_key(|r| r.rank);
     let (kernels, mut kernel_stragglers) = across_ranks(&ranks, |r| &r.kernels, rule);
     let (cpu_ops, op_stragglers) = across_ranks(&ranks, |r| &r.ops, rule);
+    let (stage_kernels, _) = across_ranks(&ranks, |r| &r.by_stage, rule);
     kernel_stragglers.extend(op_stragglers);
     largest_excess_first(&mut kernel_stragglers);
+    for straggler in &mut kernel_stragglers {
+        let rank = ranks.iter().find(|r| r.rank == straggler.rank);
+        if let Some(stage) = rank.and_then(|r| r.kernel_stage.get(&straggler.kernel)) {
+            straggler.stage = Some(stage.clone());
+            straggler
+                .evidence
+                .push(format!("launched inside stage `{stage}`"));
+        }
+    }
     let collectives = collectives(&ranks);
     let mut analysis = KernelAnalysis {
         kernels,
         cpu_ops,
+        stage_kernels,
         kernel_stragglers,
         collectives,
         ..KernelAnalysis::default()
@@ -515,6 +572,7 @@ fn across_ranks(
                     category: across.category.as_str().to_string(),
                     slowdown: slow.total / slow.median,
                     excess_s: slow.total - slow.median,
+                    stage: None,
                     evidence: Vec::new(),
                 })
         })
@@ -543,10 +601,10 @@ fn across_ranks(
         }
     }
     for (category, (count, fold)) in folded {
-        let what = if category == KernelCategory::CpuOp {
-            "CPU operators".to_string()
-        } else {
-            format!("{} kernels", category.as_str())
+        let what = match category {
+            KernelCategory::CpuOp => "CPU operators".to_string(),
+            KernelCategory::Stage => "stages".to_string(),
+            _ => format!("{} kernels", category.as_str()),
         };
         stats.push(fold.stats(format!("({count} other {what})")));
     }
@@ -649,10 +707,16 @@ fn compare_arrivals(
 }
 
 /// Joins each kernel straggler to what the report already says of its
-/// rank: its stage stragglers and their evidence.
+/// rank: its stage stragglers (the stage that launched the kernel first)
+/// and their evidence.
 pub fn attribute_kernels(kernel_stragglers: &mut [KernelStraggler], stragglers: &[Straggler]) {
     for kernel in kernel_stragglers {
-        for stage in stragglers.iter().filter(|s| s.rank == kernel.rank) {
+        let mut stages: Vec<&Straggler> = stragglers
+            .iter()
+            .filter(|s| s.rank == kernel.rank)
+            .collect();
+        stages.sort_by_key(|s| Some(&s.stage) != kernel.stage.as_ref());
+        for stage in stages {
             kernel.evidence.push(format!(
                 "rank {} is {:.0}% slower in stage `{}`",
                 stage.rank,
@@ -749,6 +813,8 @@ mod tests {
                 .map(|&(name, ns)| (name.to_string(), (KernelCategory::of(name), 1, ns)))
                 .collect(),
             ops: HashMap::new(),
+            by_stage: HashMap::new(),
+            kernel_stage: HashMap::new(),
             collectives: Vec::new(),
         }
     }

@@ -5,6 +5,7 @@ mod diffusion;
 mod digest;
 pub mod gpus;
 pub mod kernels;
+mod launches;
 mod overhead;
 mod recommend;
 pub mod series;
@@ -37,6 +38,7 @@ pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
     report.gpu_time = analysis.gpu_time;
     report.kernels = analysis.kernels;
     report.cpu_ops = analysis.cpu_ops;
+    report.stage_kernels = analysis.stage_kernels;
     report.kernel_stragglers = analysis.kernel_stragglers;
     report.collectives = analysis.collectives;
     report.kernel_traces = analysis.kernel_traces;
@@ -176,6 +178,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         gpu_time: Vec::new(),
         kernels: Vec::new(),
         cpu_ops: Vec::new(),
+        stage_kernels: Vec::new(),
         kernel_stragglers: Vec::new(),
         collectives: Vec::new(),
         kernel_traces: Vec::new(),

@@ -53,6 +53,10 @@ pub(super) fn cpu_ops(report: &Report) -> Table<'_> {
     names_across_ranks(&report.cpu_ops, "CPU operator")
 }
 
+pub(super) fn stage_kernels(report: &Report) -> Table<'_> {
+    names_across_ranks(&report.stage_kernels, "Stage")
+}
+
 /// `kernels[]` or `cpu_ops[]`, the first column headed `what`.
 fn names_across_ranks<'r>(rows: &'r [KernelStats], what: &'static str) -> Table<'r> {
     let rows = rows.iter().map(|k| {

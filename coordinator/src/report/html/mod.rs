@@ -31,7 +31,7 @@ const ECHARTS: &str = include_str!("../../../assets/echarts/echarts.min.js");
 /// template, which no rendered value can produce (autoescaping turns every
 /// `<` of a value into `&lt;`), filled in as the page is written. A table's
 /// comment gives way to the table; a script element keeps its tag.
-const SLOTS: [(&str, Slot); 14] = [
+const SLOTS: [(&str, Slot); 15] = [
     (
         "<!--table stage-table-->",
         Slot::Table("stage-table", stages),
@@ -55,6 +55,10 @@ const SLOTS: [(&str, Slot); 14] = [
     (
         "<!--table cpu-op-table-->",
         Slot::Table("cpu-op-table", kernels::cpu_ops),
+    ),
+    (
+        "<!--table stage-kernel-table-->",
+        Slot::Table("stage-kernel-table", kernels::stage_kernels),
     ),
     (
         "<!--table kernel-straggler-table-->",

@@ -31,6 +31,11 @@ pub(super) fn write_kernels(out: &mut String, report: &Report) -> std::fmt::Resu
         "CPU operators across ranks (by total time, nested operators included):",
         &report.cpu_ops,
     )?;
+    write_kernel_table(
+        out,
+        "GPU time of the kernels each stage launched (the innermost open stage; calls: kernels):",
+        &report.stage_kernels,
+    )?;
     write_kernel_stragglers(out, report)?;
     write_collectives(out, report)?;
     write_cuts(out, report)
