@@ -5,11 +5,14 @@
 //! the `kernels`, `collectives` and `cpu_ops` tables,
 //! their times mapped onto the session clock. The trace file itself is not
 //! kept: the rows travel in the payload to rank 0 with everything else.
+//! Collective calls can also be recorded one by one on the host
+//! ([`Profiler::record_collective`], window [`HOST_WINDOW`]), with or
+//! without a window.
 
 use std::path::Path;
 
 use rankscope_common::kineto::{self, RankTrace, TraceCut, TraceError, TraceLimits};
-use rankscope_common::table::{CollectiveRecord, CpuOpRecord, KernelRecord, Table};
+use rankscope_common::table::{CollectiveRecord, CpuOpRecord, KernelRecord, Table, HOST_WINDOW};
 
 use crate::recorder::Recorder;
 use crate::transport::clock;
@@ -35,6 +38,41 @@ pub struct KernelTraceRows {
 }
 
 impl Profiler {
+    /// The session clock now, nanoseconds, while a session records: the
+    /// start of a collective call for [`Profiler::record_collective`].
+    pub fn collective_begin(&self) -> Option<u64> {
+        self.recording().map(Recorder::now_ns)
+    }
+
+    /// Records one collective call that began at `start_ns` (from
+    /// [`Profiler::collective_begin`]) and ends now, as a `collectives` row
+    /// of window [`HOST_WINDOW`]: what the Python package records for each
+    /// `torch.distributed` collective, so that every report can split a
+    /// collective's time into waiting for the last rank and the rest.
+    pub fn record_collective(
+        &self,
+        kind: &str,
+        group: Option<&str>,
+        bytes: Option<u64>,
+        start_ns: u64,
+    ) {
+        let Some(recorder) = self.recording() else {
+            return;
+        };
+        let dur_ns = recorder.now_ns().saturating_sub(start_ns);
+        recorder.record_row(Table::Collectives, |t, _| {
+            let record = CollectiveRecord {
+                window: HOST_WINDOW,
+                kind: t.names.intern(kind),
+                group: group.map(str::to_string),
+                bytes,
+                start_ns,
+                dur_ns,
+            };
+            t.records.collectives.push_back(record);
+        });
+    }
+
     /// Reads the torch.profiler / Kineto trace at `path`, written by this
     /// rank during the running session, into the session's `kernels` and
     /// `collectives` tables; `window` numbers the trace's window in the

@@ -53,6 +53,7 @@ pub use rankscope_common::env::RankEnv;
 pub use rankscope_common::error::Chain;
 pub use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
 pub use rankscope_common::kineto::{TraceCut, TraceError};
+pub use rankscope_common::table::HOST_WINDOW;
 pub use rankscope_common::Config;
 pub use records::{BlockComputation, DiffusionStep, MemoryReading};
 #[cfg(feature = "report")]

@@ -165,6 +165,10 @@ pub struct Config {
     pub torch_profiler_profile_memory: bool,
     /// torch.profiler's `with_stack`.
     pub torch_profiler_with_stack: bool,
+    /// The Python package records each `torch.distributed` collective
+    /// call (kind, process group, bytes, host start and end) where the
+    /// program has imported torch.distributed, window or not.
+    pub record_collectives: bool,
     /// Rank 0's TCP listener address (default: MASTER_ADDR).
     pub addr: Option<String>,
     /// Rank 0's TCP listener port (default: MASTER_PORT + 1).
@@ -317,6 +321,7 @@ impl Config {
             torch_profiler_record_shapes: false,
             torch_profiler_profile_memory: false,
             torch_profiler_with_stack: false,
+            record_collectives: true,
             addr: None,
             port: None,
             token: None,

@@ -24,6 +24,10 @@ use crate::names::Names;
 /// metric's name is the stage's, its value milliseconds.
 pub const STAGE_GPU_SECTION: &str = "stage_gpu_ms";
 
+/// The window of the `collectives` rows a rank records on the host, call
+/// by call, outside any torch.profiler window (which count from 1).
+pub const HOST_WINDOW: u32 = 0;
+
 /// The `metrics` section in which the agent says what profiling cost the
 /// rank: the rows named by [`Overhead`].
 pub const OVERHEAD_SECTION: &str = "rankscope_overhead";

@@ -125,7 +125,11 @@ pub fn import(
             Ok(read) if ranks.contains_key(&read.digest.rank) => skipped.push(SkippedInput {
                 reason: format!(
                     "a second trace for rank {} (the first: {})",
-                    read.digest.rank, ranks[&read.digest.rank].input.source
+                    read.digest.rank,
+                    ranks[&read.digest.rank]
+                        .input
+                        .as_ref()
+                        .map_or("", |i| i.source.as_str())
                 ),
                 source,
             }),

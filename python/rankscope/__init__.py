@@ -23,7 +23,7 @@ import functools
 import inspect
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar, overload
 
-from . import _rankscope, _torch, _torch_profiler
+from . import _collectives, _rankscope, _torch, _torch_profiler
 from ._rankscope import Config, ConfigError, Outcome, Session, SessionError, Stage
 
 __all__ = [
@@ -66,7 +66,8 @@ class Profiler(_rankscope.Profiler):
         if config is not None:
             self._set_gpu_timer(_torch.gpu_timer(config.gpu_timing, self, config.max_data_points))
             self._torch_windows = _torch_profiler.windows(config, self)
-            self._set_torch_windows(self._torch_windows)
+            closer = _SessionCloser(self._torch_windows, _collectives.calls(config, self))
+            self._set_session_closer(closer)
         return session
 
     def step(self) -> None:
@@ -186,6 +187,24 @@ class Profiler(_rankscope.Profiler):
             return in_session  # type: ignore[return-value]
 
         return decorate
+
+
+class _SessionCloser:
+    """What a session set up in torch, undone when it finishes: the last
+    torch.profiler window read, the collectives' recording stopped."""
+
+    def __init__(self, windows: Optional[_torch_profiler.TorchWindows],
+                 collectives: Optional[_collectives.CollectiveCalls]) -> None:
+        self._windows = windows
+        self._collectives = collectives
+
+    def close(self) -> None:
+        try:
+            if self._windows is not None:
+                self._windows.close()
+        finally:
+            if self._collectives is not None:
+                self._collectives.close()
 
 
 def _timed(function: F, stage_of: Callable[[Tuple[Any, ...]], Stage]) -> F:

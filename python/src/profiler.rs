@@ -24,9 +24,10 @@ struct Core {
     gpu_timer_on: AtomicBool,
     /// The summary text of the last session this process reported.
     last_summary: Mutex<Option<String>>,
-    /// The session's torch.profiler windows, a Python object whose
-    /// `close()` ends the last window when the session finishes.
-    torch_windows: Mutex<Option<Py<PyAny>>>,
+    /// What the session set up in Python (torch.profiler windows, the
+    /// collectives' recording), an object whose `close()` undoes it when
+    /// the session finishes.
+    session_closer: Mutex<Option<Py<PyAny>>>,
 }
 
 /// The agent of one rank. `Profiler(config)` uses `config` as given;
@@ -60,7 +61,7 @@ impl Profiler {
                 gpu_timer: Mutex::new(None),
                 gpu_timer_on: AtomicBool::new(false),
                 last_summary: Mutex::new(None),
-                torch_windows: Mutex::new(None),
+                session_closer: Mutex::new(None),
             }),
             stages: PyDict::new(py).unbind(),
         })
@@ -343,12 +344,32 @@ impl Profiler {
         Ok(kept)
     }
 
-    /// Sets (or, with `None`, clears) the session's torch.profiler windows:
-    /// their `close()` runs when the session finishes, before the rank's
+    /// Sets (or, with `None`, clears) what the session set up in Python:
+    /// its `close()` runs when the session finishes, before the rank's
     /// data is gathered.
-    fn _set_torch_windows(&self, windows: Option<Py<PyAny>>) {
-        let previous = std::mem::replace(&mut *lock(&self.core.torch_windows), windows);
+    fn _set_session_closer(&self, closer: Option<Py<PyAny>>) {
+        let previous = std::mem::replace(&mut *lock(&self.core.session_closer), closer);
         drop(previous);
+    }
+
+    /// The session clock now (ns) while a session records, else `None`:
+    /// the start of a collective call for `_record_collective`.
+    fn _collective_begin(&self) -> Option<u64> {
+        self.core.profiler.collective_begin()
+    }
+
+    /// Records one collective call that began at `start_ns` and ends now.
+    #[pyo3(signature = (kind, group, bytes, start_ns))]
+    fn _record_collective(
+        &self,
+        kind: &str,
+        group: Option<&str>,
+        bytes: Option<u64>,
+        start_ns: u64,
+    ) {
+        self.core
+            .profiler
+            .record_collective(kind, group, bytes, start_ns);
     }
 
     /// The summary table of the last report this process wrote (rank 0),
@@ -526,15 +547,12 @@ impl Session {
         }
         self.check_process()?;
         // The last torch.profiler window ends and is read into the
-        // session's tables; one that fails costs its kernels, never the
-        // session.
-        let windows = lock(&self.core.torch_windows).take();
-        if let Some(windows) = windows {
-            if let Err(e) = windows.call_method0(py, "close") {
-                warn(
-                    py,
-                    &format!("the session's last torch.profiler window is lost: {e}"),
-                )?;
+        // session's tables, the collectives' recording stops; a failure
+        // costs that data, never the session.
+        let closer = lock(&self.core.session_closer).take();
+        if let Some(closer) = closer {
+            if let Err(e) = closer.call_method0(py, "close") {
+                warn(py, &format!("closing the session's torch integration: {e}"))?;
             }
         }
         // CUDA events resolve here, once, not on the hot path. A timer that

@@ -433,3 +433,47 @@ def test_torch_profiler_windows_on_cpu_reach_the_report(tmp_path: Path) -> None:
     mm = [op for op in report["cpu_ops"] if op["name"] == "aten::mm"]
     assert mm and mm[0]["calls"] == 3, report["cpu_ops"]
     assert report["kernel_traces"][0]["rank"] == 0
+
+
+def _single_process_group() -> Any:
+    """torch.distributed over gloo with a world of this process alone."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    return dist
+
+
+def test_collectives_are_recorded_on_the_host_and_torch_is_left_as_it_was(tmp_path: Path) -> None:
+    import torch
+
+    dist = _single_process_group()
+    try:
+        original = dist.all_reduce
+        prof = rankscope.Profiler(rankscope.Config(output_dir=tmp_path, gpu_source="none",
+                                                   collect_host=False))
+        with prof.session("collectives") as session:
+            assert dist.all_reduce is not original
+            dist.all_reduce(torch.ones(4))
+            dist.broadcast(torch.ones(2, dtype=torch.float64), src=0)
+        assert dist.all_reduce is original, "the original is back after the session"
+        report = report_of(session.outcome)
+        rows = {c["kind"]: c for c in report["collectives"]}
+        assert rows["all_reduce"]["calls"] == 1 and rows["all_reduce"]["bytes"] == 16
+        assert rows["broadcast"]["bytes"] == 16
+        # One rank: nothing to compare with, and said so.
+        assert rows["all_reduce"]["compared"] == 0 and rows["all_reduce"]["wait_s"] is None
+        assert report["kernel_traces"] == []
+
+        off = rankscope.Profiler(rankscope.Config(output_dir=tmp_path / "off", gpu_source="none",
+                                                  collect_host=False, record_collectives=False))
+        with off.session("untouched") as untouched:
+            assert dist.all_reduce is original
+            dist.all_reduce(torch.ones(4))
+        assert report_of(untouched.outcome)["collectives"] == []
+    finally:
+        dist.destroy_process_group()

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rankscope_common::kineto::{KernelCategory, RankTrace};
-use rankscope_common::table::{CollectivesView, CpuOpsView, KernelsView, StagesView};
+use rankscope_common::table::{CollectivesView, CpuOpsView, KernelsView, StagesView, HOST_WINDOW};
 use rankscope_common::Payload;
 
 use super::launches::launching_stages;
@@ -32,8 +32,9 @@ pub type Totals = HashMap<String, (KernelCategory, u64, i64)>;
 pub struct RankKernels {
     /// The rank.
     pub rank: u32,
-    /// Where the trace came from, and what was cut of it.
-    pub input: KernelTraceInput,
+    /// Where the trace came from, and what was cut of it; `None` for a
+    /// rank whose only rows are its collective calls recorded on the host.
+    pub input: Option<KernelTraceInput>,
     /// Per GPU, its time broken down.
     pub gpu_time: Vec<GpuTime>,
     /// Per kernel name: its category, launches and total nanoseconds.
@@ -122,13 +123,13 @@ impl RankKernels {
             .collect();
         RankKernels {
             rank,
-            input: KernelTraceInput {
+            input: Some(KernelTraceInput {
                 rank,
                 source,
                 events: Some(trace.events),
                 gpu_activities: kept.len() as u64,
                 cut: Some(trace.cut),
-            },
+            }),
             gpu_time,
             kernels,
             ops,
@@ -176,10 +177,17 @@ impl RankKernels {
             }
         }
         if let Some(c) = &calls {
+            // Calls recorded one by one on the host (window 0) are every
+            // call: the same calls seen in torch.profiler windows are left
+            // out, not counted twice.
+            let host = c.window.contains(&HOST_WINDOW);
             for i in 0..c.len {
                 let (Some(start_ns), Some(dur_ns)) = (ns(c.start_ns[i]), ns(c.dur_ns[i])) else {
                     continue;
                 };
+                if host && c.window[i] != HOST_WINDOW {
+                    continue;
+                }
                 let trace = windows.entry(c.window[i]).or_default();
                 let kind = trace.intern(c.kind.get(i));
                 let group = c.group.get(i).map(|g| trace.intern(g));
@@ -217,8 +225,15 @@ impl RankKernels {
         for window in digests {
             digest.absorb(window);
         }
-        digest.input.events = None;
-        digest.input.cut = None;
+        let windowed = kernels.is_some() || ops.is_some();
+        digest.input = digest
+            .input
+            .filter(|_| windowed)
+            .map(|input| KernelTraceInput {
+                events: None,
+                cut: None,
+                ..input
+            });
         if let (Some(k), Ok(Some(stages))) = (&kernels, payload.view::<StagesView>()) {
             digest.attribute_to_stages(k, &stages);
         }
@@ -260,7 +275,9 @@ impl RankKernels {
     /// Adds another window of the same rank: its times to this one's,
     /// GPU by GPU (the gap between windows is no GPU's idle time).
     fn absorb(&mut self, other: RankKernels) {
-        self.input.gpu_activities += other.input.gpu_activities;
+        if let (Some(mine), Some(theirs)) = (&mut self.input, other.input) {
+            mine.gpu_activities += theirs.gpu_activities;
+        }
         for (mine, theirs) in [
             (&mut self.kernels, other.kernels),
             (&mut self.ops, other.ops),
@@ -482,7 +499,7 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
     };
     for rank in ranks {
         analysis.gpu_time.extend(rank.gpu_time);
-        analysis.kernel_traces.push(rank.input);
+        analysis.kernel_traces.extend(rank.input);
     }
     analysis
 }
@@ -800,13 +817,7 @@ mod tests {
     fn rank_with(rank: u32, kernels: &[(&str, i64)]) -> RankKernels {
         RankKernels {
             rank,
-            input: KernelTraceInput {
-                rank,
-                source: format!("rank{rank}"),
-                events: None,
-                gpu_activities: 0,
-                cut: None,
-            },
+            input: None,
             gpu_time: Vec::new(),
             kernels: kernels
                 .iter()
