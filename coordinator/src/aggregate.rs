@@ -11,7 +11,7 @@ use crate::analysis::{analyze_digests, RankDigest};
 use crate::model::Notice;
 use crate::model::Report;
 use crate::report::rows::{remove_row_files, PayloadIdentity};
-use crate::report::{write_reports, WriteError};
+use crate::report::{create_dir, write_reports, WriteError};
 use crate::report::{RowWriters, TRACE_JSON_GZ};
 
 /// Why no report could be written.
@@ -35,16 +35,7 @@ pub enum AggregateError {
         /// Every file refused, with the reason.
         skipped: Vec<Skipped>,
     },
-    /// The output directory could not be made.
-    #[error("creating {path}")]
-    Output {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A report file could not be written.
+    /// The output directory could not be made, or a report file written.
     #[error(transparent)]
     Write(#[from] WriteError),
 }
@@ -139,10 +130,7 @@ pub fn aggregate(
         });
     }
     let output = output.unwrap_or(reports_dir);
-    std::fs::create_dir_all(output).map_err(|source| AggregateError::Output {
-        path: output.to_path_buf(),
-        source,
-    })?;
+    create_dir(output)?;
     // The inputs of the report, by rank, with what each decoded to.
     let accepted: Vec<(Input, PayloadIdentity)> = gathered
         .payloads

@@ -18,7 +18,7 @@ use rankscope_common::Config;
 use crate::analysis::kernels::{analyze_kernels, RankKernels};
 use crate::analysis::{add_kernels, analyze, StragglerRule};
 use crate::model::{Notice, Report, SkippedInput};
-use crate::report::{write_reports, WriteError, REPORT_JSON};
+use crate::report::{create_dir, write_reports, WriteError, REPORT_JSON};
 
 /// Why no report could be written.
 #[derive(Debug, thiserror::Error)]
@@ -45,16 +45,7 @@ pub enum ImportError {
         /// Every trace refused, with the reason.
         skipped: Vec<SkippedInput>,
     },
-    /// The output directory could not be made.
-    #[error("creating {path}")]
-    Output {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A report file could not be written.
+    /// The output directory could not be made, or a report file written.
     #[error(transparent)]
     Write(#[from] WriteError),
 }
@@ -110,10 +101,7 @@ pub fn import(
     config: &Config,
 ) -> Result<Imported, ImportError> {
     // A bad output directory is said before the traces are read.
-    std::fs::create_dir_all(out).map_err(|source| ImportError::Output {
-        path: out.to_path_buf(),
-        source,
-    })?;
+    create_dir(out)?;
     let (files, mut skipped) = trace_files(paths)?;
     let mut ranks: BTreeMap<u32, RankKernels> = BTreeMap::new();
     let mut worlds = std::collections::BTreeSet::new();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rankscope_common::Config;
-use rankscope_coordinator::import::{import, ImportOptions};
+use rankscope_coordinator::import::{import, ImportOptions, Imported};
 use rankscope_coordinator::model::Report;
 use serde_json::Value;
 
@@ -20,15 +20,21 @@ fn fixtures(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn import_dir(dir: &Path) -> (tempfile::TempDir, Report) {
+/// `import` of `paths` with the default options into a new directory.
+fn import_all(paths: &[PathBuf]) -> (tempfile::TempDir, Imported) {
     let out = tempfile::tempdir().unwrap();
     let imported = import(
-        &[dir.to_path_buf()],
+        paths,
         out.path(),
         &ImportOptions::default(),
         &Config::default(),
     )
     .unwrap();
+    (out, imported)
+}
+
+fn import_dir(dir: &Path) -> (tempfile::TempDir, Report) {
+    let (out, imported) = import_all(&[dir.to_path_buf()]);
     (out, imported.report)
 }
 
@@ -183,14 +189,7 @@ fn hostile_traces_are_named_and_the_others_still_report() {
     .unwrap();
     std::fs::copy(&good, dir.path().join("second_rank-0.json.gz")).unwrap();
     std::fs::write(dir.path().join("README.txt"), b"not a trace").unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let imported = import(
-        &[dir.path().to_path_buf()],
-        out.path(),
-        &ImportOptions::default(),
-        &Config::default(),
-    )
-    .unwrap();
+    let (out, imported) = import_all(&[dir.path().to_path_buf()]);
     assert!(!imported.is_complete());
     let report = imported.report;
     assert_eq!(report.session.ranks_reporting, [0]);
@@ -236,15 +235,8 @@ fn a_fifo_or_missing_path_is_named_and_the_other_traces_still_report() {
     assert!(made.success());
     let missing = dir.path().join("rank-3.json");
     let good = fixtures("hta-sampled/sampled_rank-0.json.gz");
-    let out = tempfile::tempdir().unwrap();
     // Opening the FIFO would block: it is refused by its type, unopened.
-    let imported = import(
-        &[good, fifo, missing],
-        out.path(),
-        &ImportOptions::default(),
-        &Config::default(),
-    )
-    .unwrap();
+    let (_out, imported) = import_all(&[good, fifo, missing]);
     let skipped: Vec<(&str, &str)> = imported
         .report
         .session
@@ -286,14 +278,7 @@ fn an_unusable_rank_claim_or_a_second_event_array_refuses_the_trace() {
         dir.path().join("d_rank-0.json.gz"),
     )
     .unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let imported = import(
-        &[dir.path().to_path_buf()],
-        out.path(),
-        &ImportOptions::default(),
-        &Config::default(),
-    )
-    .unwrap();
+    let (_out, imported) = import_all(&[dir.path().to_path_buf()]);
     for (name, _, reason) in cases {
         let found = imported
             .report

@@ -46,6 +46,14 @@ pub struct WriteError {
     pub source: std::io::Error,
 }
 
+/// Makes the directory the report files go into, with its parents.
+pub fn create_dir(dir: &Path) -> Result<(), WriteError> {
+    std::fs::create_dir_all(dir).map_err(|source| WriteError {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
 /// Analyses what rank 0 gathered and writes every report file into `dir`:
 /// what rank 0 does at the end of a session.
 pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<ReportFiles, WriteError> {
