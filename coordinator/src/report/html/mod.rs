@@ -7,7 +7,7 @@
 //! Every string from a rank (stage names, tags, hosts, messages) reaches the
 //! page through tera's autoescaping (in the template, or by
 //! [`tera::escape_html`] in a table) or inside the JSON data block, where
-//! [`script_json`] escapes what could end the `<script>` element.
+//! [`write_script_json`] escapes what could end the `<script>` element.
 
 mod kernels;
 
