@@ -168,6 +168,27 @@ fn a_window_trace_becomes_rows_on_the_session_clock_and_the_reports_gpu_time() {
     let gap_us = nccl["ts"].as_f64().unwrap() - gemm["ts"].as_f64().unwrap();
     assert!((gap_us - 5_000.0).abs() < 1e-3, "{gap_us}");
     assert_eq!(slice("all_reduce")["tid"], collectives);
+    // An arrow from the GEMM's launch on the host to the GEMM.
+    let launches = named("kernel launches (host)").expect("a track for the launches");
+    let flow = |ph: &str| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == ph && e["cat"] == "launch")
+            .min_by(|a, b| {
+                a["ts"]
+                    .as_f64()
+                    .unwrap()
+                    .total_cmp(&b["ts"].as_f64().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no flow event {ph}"))
+    };
+    let (from, to) = (flow("s"), flow("f"));
+    assert_eq!((&from["tid"], &to["tid"]), (&launches, &stream));
+    assert_eq!(from["id"], to["id"]);
+    assert_eq!(to["ts"], gemm["ts"]);
+    // Launched 990 µs before the GEMM ran.
+    let lead_us = gemm["ts"].as_f64().unwrap() - from["ts"].as_f64().unwrap();
+    assert!((lead_us - 990.0).abs() < 1e-3, "{lead_us}");
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! steps, blocks, events and memory snapshots instants (`i`) on a track of
 //! their own, GPU readings and metrics counters (`C`); the GPU activities
 //! and collectives of torch.profiler windows slices on a track per GPU
-//! stream and one for the collectives, beside the rank's stages.
+//! stream and one for the collectives, beside the rank's stages, each
+//! kernel with an arrow from its launch on the host.
 //!
 //! Bounded whatever the rank sent: each rank's first `trace_max_stages`
 //! stages and as many instants in time order, [`COUNTER_TRACKS`] counters
@@ -19,7 +20,7 @@ use std::io::Write;
 use rankscope_common::names::{cut, cut_to};
 use rankscope_common::table::{
     BlocksView, CollectivesView, DiffusionStepsView, EventsView, GpuSamplesView, KernelsView,
-    MemorySnapshotsView, MetricsView, StagesView, OVERHEAD_SECTION,
+    MemorySnapshotsView, MetricsView, StagesView, HOST_WINDOW, OVERHEAD_SECTION,
 };
 use rankscope_common::{Payload, Table};
 use serde::Serialize;
@@ -46,6 +47,8 @@ const MAX_THREAD_TRACK: u32 = MARKS_TRACK - 1;
 const COLLECTIVES_TRACK: u32 = MARKS_TRACK + 1;
 /// GPU stream tracks per rank.
 const STREAM_TRACKS: u32 = 256;
+/// The track of a rank's kernel launches, after its GPU streams'.
+const LAUNCHES_TRACK: u32 = COLLECTIVES_TRACK + STREAM_TRACKS + 1;
 /// Longest metadata or event payload text kept in an event's arguments.
 const MAX_ARG_BYTES: usize = 64 << 10;
 
@@ -161,6 +164,12 @@ struct Event<'a, A> {
     /// An instant's scope: `t`, its thread.
     #[serde(skip_serializing_if = "Option::is_none")]
     s: Option<&'static str>,
+    /// A flow event's id (`s` and `f` with one id are one arrow).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<u64>,
+    /// A flow's end binding: `e`, the slice that encloses it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bp: Option<&'static str>,
     args: A,
 }
 
@@ -175,6 +184,8 @@ impl<'a, A> Event<'a, A> {
             dur: None,
             cat: None,
             s: None,
+            id: None,
+            bp: None,
             args,
         }
     }
@@ -366,7 +377,14 @@ fn gpu_activities(
         rows.extend((0..k.len).map(|i| (k.start_ns[i], true, i)));
     }
     if let Some(c) = &calls {
-        rows.extend((0..c.len).map(|i| (c.start_ns[i], false, i)));
+        // The calls the host recorded one by one, where it did; not a
+        // window's copies of them too.
+        let host = c.window.contains(&HOST_WINDOW);
+        rows.extend(
+            (0..c.len)
+                .filter(|&i| !host || c.window[i] == HOST_WINDOW)
+                .map(|i| (c.start_ns[i], false, i)),
+        );
     }
     rows.sort_unstable();
     if rows.len() > max {
@@ -387,6 +405,9 @@ fn gpu_activities(
                     Some(device) => format!("GPU {device} stream {}", key.1),
                     None => format!("GPU stream {}", key.1),
                 });
+                if let Some(launch_ns) = k.launch_ns.get(i) {
+                    launch_flow(events, threads, pid, at(launch_ns), (tid, at(start)), i);
+                }
                 let args = json!({ "category": cut(k.category.get(i)), "window": k.window[i] });
                 (tid, k.name.get(i), k.dur_ns[i], "kernel", args)
             }
@@ -414,6 +435,46 @@ fn gpu_activities(
             ..Event::new("X", cut(name), pid, args)
         });
     }
+}
+
+/// Adds a kernel's launch: a slice on the host's launches track at
+/// `launch_us` and an arrow from it to the kernel's slice (`kernel`: its
+/// track and start), flow id `row` of the rank's process.
+fn launch_flow(
+    events: &mut EventList,
+    threads: &mut BTreeMap<u32, String>,
+    pid: u32,
+    launch_us: f64,
+    kernel: (u32, f64),
+    row: usize,
+) {
+    threads
+        .entry(LAUNCHES_TRACK)
+        .or_insert_with(|| "kernel launches (host)".into());
+    // Flow ids are the whole trace's: the process in the high bits.
+    let id = (u64::from(pid) << 32) | (row as u64 & 0xffff_ffff);
+    let launch = |ph| Event {
+        tid: Some(LAUNCHES_TRACK),
+        ts: Some(launch_us),
+        cat: Some("launch"),
+        ..Event::new(ph, "launch", pid, json!({}))
+    };
+    events.push(&Event {
+        dur: Some(0.0),
+        ..launch("X")
+    });
+    events.push(&Event {
+        id: Some(id),
+        ..launch("s")
+    });
+    events.push(&Event {
+        tid: Some(kernel.0),
+        ts: Some(kernel.1),
+        cat: Some("launch"),
+        id: Some(id),
+        bp: Some("e"),
+        ..Event::new("f", "launch", pid, json!({}))
+    });
 }
 
 /// Adds the rank's GPU readings and metrics as counters: each series' finite
