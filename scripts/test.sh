@@ -26,6 +26,8 @@ cargo clippy -p rankscope --no-default-features --locked -- -D warnings
 MPI_FEATURES=rankscope/mpi,rankscope-tests/mpi,rankscope-cli/mpi
 cargo clippy -p rankscope -p rankscope-tests -p rankscope-cli --features "$MPI_FEATURES" \
     --all-targets --locked -- -D warnings
+echo "== cargo doc (warnings are errors: broken or private links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked
 echo "== cargo test"
 mkdir -p target
 log=target/test-output.log

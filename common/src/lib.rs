@@ -6,7 +6,7 @@
 //!   wire and on disk ([`payload::encode`], [`payload::decode`]);
 //! - [`config`]: the configuration ([`Config`]) from presets, files and
 //!   `RANKSCOPE_*` variables;
-//! - [`env`]: which launcher started this process and where it sits in the job;
+//! - [`env`](mod@env): which launcher started this process and where it sits in the job;
 //! - [`gather`]: what rank 0 accepts into a report, whatever the transport
 //!   ([`gather::accept`], [`gather::Gathered`], [`gather::Rejection`]);
 //! - [`spill`]: payloads on disk, written atomically and read back safely.

@@ -23,7 +23,7 @@
 //! ```
 //!
 //! From version 3 the timestamp and stage-id columns hold differences from
-//! the row before ([`delta`]); the schema is the table's either way.
+//! the row before (the `delta` module); the schema is the table's either way.
 //!
 //! The IPC stream itself is written uncompressed and compressed whole: the
 //! Arrow reader trusts the uncompressed sizes inside a compressed IPC body

@@ -211,7 +211,7 @@ pub struct PayloadHeader {
     /// wrote it, nanoseconds: a cost of profiling at the session's end.
     /// `None` where not measured (format 2 and older, payloads written by
     /// other means). Format 3 carries it after the rest of the header
-    /// ([`HeaderTail`]).
+    /// (`HeaderTail`).
     #[serde(skip)]
     pub encode_ns: Option<u64>,
 }
