@@ -28,6 +28,15 @@ pub const STAGE_GPU_SECTION: &str = "stage_gpu_ms";
 /// by call, outside any torch.profiler window (which count from 1).
 pub const HOST_WINDOW: u32 = 0;
 
+/// The rows of a `collectives` batch that count: where the host recorded
+/// calls one by one ([`HOST_WINDOW`]) those are every call, and the same
+/// calls seen in torch.profiler windows are left out, not counted twice.
+pub fn counted_collectives<'a>(view: &CollectivesView<'a>) -> impl Iterator<Item = usize> + 'a {
+    let window: &'a [u32] = view.window;
+    let host = window.contains(&HOST_WINDOW);
+    (0..view.len).filter(move |&i| !host || window[i] == HOST_WINDOW)
+}
+
 /// The `metrics` section in which the agent says what profiling cost the
 /// rank: the rows named by [`Overhead`].
 pub const OVERHEAD_SECTION: &str = "rankscope_overhead";

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rankscope_common::kineto::{KernelCategory, RankTrace};
-use rankscope_common::table::{CollectivesView, CpuOpsView, KernelsView, StagesView, HOST_WINDOW};
+use rankscope_common::table::{
+    counted_collectives, CollectivesView, CpuOpsView, KernelsView, StagesView,
+};
 use rankscope_common::Payload;
 
 use super::launches::launching_stages;
@@ -102,12 +104,19 @@ impl RankKernels {
         let base_ns = trace.base_time_ns.unwrap_or(0);
         let rows = &trace.collectives;
         let name = |id: u32| trace.names[id as usize].clone();
-        let shared: Vec<Arc<str>> = trace.names.iter().map(|n| Arc::from(n.as_str())).collect();
+        // One shared string per kind or group name, not per call.
+        let mut shared: HashMap<u32, Arc<str>> = HashMap::new();
+        let mut shared_name = |id: u32| {
+            let text = shared
+                .entry(id)
+                .or_insert_with(|| Arc::from(trace.names[id as usize].as_str()));
+            Arc::clone(text)
+        };
         let mut collectives: Vec<CollectiveCall> = (0..rows.kind.len())
             .map(|i| CollectiveCall {
                 window,
-                kind: Arc::clone(&shared[rows.kind[i] as usize]),
-                group: rows.group[i].map(|g| Arc::clone(&shared[g as usize])),
+                kind: shared_name(rows.kind[i]),
+                group: rows.group[i].map(&mut shared_name),
                 bytes: rows.bytes[i],
                 start_ns: base_ns.saturating_add(rows.start_ns[i]),
                 dur_ns: rows.dur_ns[i],
@@ -177,17 +186,10 @@ impl RankKernels {
             }
         }
         if let Some(c) = &calls {
-            // Calls recorded one by one on the host (window 0) are every
-            // call: the same calls seen in torch.profiler windows are left
-            // out, not counted twice.
-            let host = c.window.contains(&HOST_WINDOW);
-            for i in 0..c.len {
+            for i in counted_collectives(c) {
                 let (Some(start_ns), Some(dur_ns)) = (ns(c.start_ns[i]), ns(c.dur_ns[i])) else {
                     continue;
                 };
-                if host && c.window[i] != HOST_WINDOW {
-                    continue;
-                }
                 let trace = windows.entry(c.window[i]).or_default();
                 let kind = trace.intern(c.kind.get(i));
                 let group = c.group.get(i).map(|g| trace.intern(g));
@@ -288,8 +290,8 @@ impl RankKernels {
                 entry.2 = entry.2.saturating_add(total_ns);
             }
         }
+        // Each window's calls in start order: they are matched window by window.
         self.collectives.extend(other.collectives);
-        self.collectives.sort_by_key(|c| c.start_ns);
         for time in other.gpu_time {
             match self.gpu_time.iter_mut().find(|g| g.gpu == time.gpu) {
                 Some(mine) => {

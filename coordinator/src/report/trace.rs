@@ -19,8 +19,8 @@ use std::io::Write;
 
 use rankscope_common::names::{cut, cut_to};
 use rankscope_common::table::{
-    BlocksView, CollectivesView, DiffusionStepsView, EventsView, GpuSamplesView, KernelsView,
-    MemorySnapshotsView, MetricsView, StagesView, HOST_WINDOW, OVERHEAD_SECTION,
+    counted_collectives, BlocksView, CollectivesView, DiffusionStepsView, EventsView,
+    GpuSamplesView, KernelsView, MemorySnapshotsView, MetricsView, StagesView, OVERHEAD_SECTION,
 };
 use rankscope_common::{Payload, Table};
 use serde::Serialize;
@@ -377,14 +377,7 @@ fn gpu_activities(
         rows.extend((0..k.len).map(|i| (k.start_ns[i], true, i)));
     }
     if let Some(c) = &calls {
-        // The calls the host recorded one by one, where it did; not a
-        // window's copies of them too.
-        let host = c.window.contains(&HOST_WINDOW);
-        rows.extend(
-            (0..c.len)
-                .filter(|&i| !host || c.window[i] == HOST_WINDOW)
-                .map(|i| (c.start_ns[i], false, i)),
-        );
+        rows.extend(counted_collectives(c).map(|i| (c.start_ns[i], false, i)));
     }
     rows.sort_unstable();
     if rows.len() > max {
