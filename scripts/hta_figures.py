@@ -8,9 +8,19 @@ compare ``rankscope import`` with these figures; ``bench-import.sh`` times it.
 
 import json
 import logging
+import math
 import sys
+from typing import Any, Dict, List
 
 from hta.trace_analysis import TraceAnalysis
+
+
+def records(frame: Any) -> List[Dict[str, Any]]:
+    """A frame's rows, HTA's NaN (a figure it could not compute, such as
+    the overlap of a rank with no communication kernel) as null."""
+    return [{key: None if isinstance(value, float) and math.isnan(value) else value
+             for key, value in row.items()}
+            for row in frame.to_dict(orient="records")]
 
 
 def main() -> None:
@@ -22,11 +32,11 @@ def main() -> None:
     _, kernels = analysis.get_gpu_kernel_breakdown(visualize=False, num_kernels=1_000_000,
                                                    duration_ratio=1.0)
     figures = {
-        "temporal": temporal.to_dict(orient="records"),
-        "overlap": overlap.to_dict(orient="records"),
-        "kernels": kernels.to_dict(orient="records"),
+        "temporal": records(temporal),
+        "overlap": records(overlap),
+        "kernels": records(kernels),
     }
-    json.dump(figures, sys.stdout, default=float)
+    json.dump(figures, sys.stdout, default=float, allow_nan=False)
 
 
 if __name__ == "__main__":

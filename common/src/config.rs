@@ -165,6 +165,10 @@ pub struct Config {
     pub torch_profiler_profile_memory: bool,
     /// torch.profiler's `with_stack`.
     pub torch_profiler_with_stack: bool,
+    /// Where each window's torch.profiler trace is kept, as
+    /// `rank<R>-window<k>.pt.trace.json.gz` (for Perfetto, HTA or
+    /// `rankscope import`); unset (the default): read and deleted.
+    pub torch_profiler_trace_dir: Option<PathBuf>,
     /// The Python package records each `torch.distributed` collective
     /// call (kind, process group, bytes, host start and end) where the
     /// program has imported torch.distributed, window or not.
@@ -321,6 +325,7 @@ impl Config {
             torch_profiler_record_shapes: false,
             torch_profiler_profile_memory: false,
             torch_profiler_with_stack: false,
+            torch_profiler_trace_dir: None,
             record_collectives: true,
             addr: None,
             port: None,

@@ -34,13 +34,18 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=128, help="matrix size")
     parser.add_argument("--products", type=int, default=4, help="products per step")
     parser.add_argument("--load-ms", type=float, default=20.0, help="load_kv's wait (the straggler's: 4x)")
+    parser.add_argument("--backend", help="torch.distributed's backend (default: nccl with CUDA, else gloo)")
     parser.add_argument("--output-dir", default=os.environ.get("RANKSCOPE_OUTPUT_DIR", "profiling_reports"))
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
+    dist.init_process_group(args.backend or ("nccl" if cuda else "gloo"))
     rank = dist.get_rank()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    # Ranks share the GPUs there are (gloo runs on CUDA tensors; NCCL needs one GPU per rank).
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     torch.manual_seed(rank)
     x = torch.randn(args.size, args.size, device=device)
     load_s = args.load_ms / 1000 * (4 if rank == args.straggler else 1)

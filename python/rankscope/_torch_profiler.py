@@ -7,7 +7,8 @@ code of its own. Every rank counts the same steps, so every rank opens and
 closes its windows on the same ones. When a window closes, its trace is
 written to a private temporary file, read by the agent into the session's
 ``kernels`` and ``collectives`` tables (which travel to rank 0 with the
-rest of the rank's data), and deleted.
+rest of the rank's data), and deleted — or, with ``torch_profiler_trace_dir``
+set, kept there as ``rank<R>-window<k>.pt.trace.json.gz``.
 
 torch is imported only when windows are configured.
 """
@@ -37,7 +38,12 @@ class TorchWindows:
         self._windows = 0
         self._explicit_steps = False
         self._closed = False
-        self._dir = tempfile.mkdtemp(prefix="rankscope-torch-")
+        self._keep = config.torch_profiler_trace_dir is not None
+        if self._keep:
+            self._dir = str(config.torch_profiler_trace_dir)
+            os.makedirs(self._dir, exist_ok=True)
+        else:
+            self._dir = tempfile.mkdtemp(prefix="rankscope-torch-")
         activity = torch.profiler.ProfilerActivity
         wanted = config.torch_profiler_activities
         activities = []
@@ -78,7 +84,8 @@ class TorchWindows:
 
     def _window_ready(self, torch_profile: Any) -> None:
         self._windows += 1
-        path = os.path.join(self._dir, f"window-{self._windows}.pt.trace.json")
+        name = f"rank{self._profiler.rank}-window{self._windows}.pt.trace.json"
+        path = os.path.join(self._dir, name + ".gz" if self._keep else name)
         try:
             torch_profile.export_chrome_trace(path)
             self._profiler._add_kernel_trace(path, self._windows)
@@ -89,7 +96,7 @@ class TorchWindows:
                 stacklevel=2,
             )
         finally:
-            if os.path.exists(path):
+            if not self._keep and os.path.exists(path):
                 os.remove(path)
 
     def close(self) -> None:
@@ -101,7 +108,8 @@ class TorchWindows:
         try:
             self._torch.stop()
         finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            if not self._keep:
+                shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def windows(config: Config, profiler: Any) -> Optional[TorchWindows]:

@@ -435,6 +435,32 @@ def test_torch_profiler_windows_on_cpu_reach_the_report(tmp_path: Path) -> None:
     assert report["kernel_traces"][0]["rank"] == 0
 
 
+def test_torch_profiler_trace_dir_keeps_each_windows_trace(tmp_path: Path) -> None:
+    """With torch_profiler_trace_dir set, each window's trace stays there,
+    gzipped and named by rank and window, as well as reaching the report."""
+    import gzip
+
+    import torch
+
+    traces = tmp_path / "traces"
+    config = rankscope.Config(output_dir=tmp_path / "out", gpu_source="none", collect_host=False,
+                              torch_profiler_wait=0, torch_profiler_warmup=0,
+                              torch_profiler_active=1, torch_profiler_repeat=2,
+                              torch_profiler_activities="cpu", torch_profiler_trace_dir=traces)
+    prof = rankscope.Profiler(config)
+    x = torch.randn(16, 16)
+    with prof.session("kept") as session:
+        for _ in range(3):
+            torch.mm(x, x)
+            prof.step()
+    assert sorted(p.name for p in traces.iterdir()) == [
+        "rank0-window1.pt.trace.json.gz", "rank0-window2.pt.trace.json.gz"]
+    trace = json.loads(gzip.decompress((traces / "rank0-window1.pt.trace.json.gz").read_bytes()))
+    assert any(e.get("name") == "aten::mm" for e in trace["traceEvents"])
+    mm = [op for op in report_of(session.outcome)["cpu_ops"] if op["name"] == "aten::mm"]
+    assert mm and mm[0]["calls"] == 2, "one call in each window reached the report"
+
+
 def _single_process_group() -> Any:
     """torch.distributed over gloo with a world of this process alone."""
     import socket

@@ -86,6 +86,10 @@ pub struct RankTrace {
     pub launches: LaunchRows,
     /// `ProfilerStep#N` spans on the host: `(start_ns, end_ns)`.
     pub steps: Vec<(i64, i64)>,
+    /// The latest start of a `ProfilerStep#N` annotation drawn on a GPU
+    /// stream (`gpu_user_annotation`, which recent torch writes beside the
+    /// host's span).
+    pub last_gpu_step_ns: Option<i64>,
     /// Collective calls as the host saw them.
     pub collectives: CollectiveRows,
     /// CPU operators (`cpu_op` events) and `record_function` spans
@@ -102,10 +106,17 @@ impl RankTrace {
     /// The GPU activities HTA analyses, by row: with two or more
     /// `ProfilerStep`s, those launched before the last step began (HTA
     /// drops the last, incomplete iteration:
-    /// `Trace._filter_irrelevant_gpu_kernels`); else all.
+    /// `Trace._filter_irrelevant_gpu_kernels`); else all. As in HTA, the
+    /// last step begins at the latest start of a step's span on the host
+    /// or of its annotation on a GPU stream, whichever is later.
     pub fn analysed_activities(&self) -> Vec<usize> {
         let all = 0..self.gpu.name.len();
-        let last_step = self.steps.iter().map(|s| s.0).max();
+        let last_step = self
+            .steps
+            .iter()
+            .map(|s| s.0)
+            .chain(self.last_gpu_step_ns)
+            .max();
         let Some(last_step) = last_step.filter(|_| self.steps.len() >= 2) else {
             return all.collect();
         };

@@ -197,7 +197,7 @@ impl<'a> Builder<'a> {
     /// Keeps what `event` adds to the trace.
     fn add(&mut self, event: Event) {
         self.trace.events += 1;
-        if !event.complete || event.category == Category::GpuAnnotation {
+        if !event.complete {
             return;
         }
         let (Some(start_ns), Some(dur_ns)) = (
@@ -207,6 +207,16 @@ impl<'a> Builder<'a> {
             self.trace.cut.bad_times += 1;
             return;
         };
+        if event.category == Category::GpuAnnotation {
+            // Only a step's start is used (HTA's last step may begin here).
+            if let Name::Id(id) = event.name {
+                if self.info[id as usize].step {
+                    let last = &mut self.trace.last_gpu_step_ns;
+                    *last = (*last).max(Some(start_ns));
+                }
+            }
+            return;
+        }
         let args = event.args;
         let max_rows = self.limits.max_rows;
         let gpu_activity = match (args.stream, args.correlation) {
@@ -727,7 +737,7 @@ impl Category {
 
     /// Whether an event of this category needs no name kept.
     fn name_unneeded(self) -> bool {
-        matches!(self, Category::Unnamed | Category::GpuAnnotation)
+        self == Category::Unnamed
     }
 }
 

@@ -396,7 +396,9 @@ impl GpuParts {
         if self.window_s <= 0.0 {
             return None;
         }
-        let non_compute_s = self.window_s - self.compute_s - self.idle_s;
+        // The rest of the window; never below 0 from rounding (a window of
+        // compute alone printed `-0.0` %).
+        let non_compute_s = (self.window_s - self.compute_s - self.idle_s).max(0.0);
         let pct = |s: f64| s / self.window_s * 100.0;
         Some(GpuTime {
             rank,
@@ -797,6 +799,22 @@ mod tests {
             100.0
         ));
         assert_eq!(digest.kernels["gemm"], (KernelCategory::Compute, 2, 25_000));
+    }
+
+    #[test]
+    fn a_window_of_compute_alone_has_no_negative_non_compute_time() {
+        // An H200 window's figures: the difference rounds to -4e-19 s.
+        let parts = GpuParts {
+            window_s: 0.06666787,
+            idle_s: 0.000873473,
+            compute_s: 0.065794397,
+            communication_s: 0.0,
+            memory_s: 0.0,
+            overlap_s: 0.0,
+        };
+        let time = parts.time(0, Some(0)).unwrap();
+        assert_eq!(time.non_compute_s, 0.0);
+        assert!(time.non_compute_pct.is_sign_positive());
     }
 
     #[test]
