@@ -41,6 +41,10 @@ cargo test -p rankscope-tests -p rankscope-cli --features "$MPI_FEATURES" --lock
     --test mpi --test mpi_demo 2>&1 | tee -a "$log"
 mpi_status=${PIPESTATUS[0]}
 [ "$status" -ne 0 ] || status=$mpi_status
+echo "== Miri: the MPI send buffer and the event log (scripts/miri.sh)"
+scripts/miri.sh 2>&1 | tee -a "$log"
+miri_status=${PIPESTATUS[0]}
+[ "$status" -ne 0 ] || status=$miri_status
 echo "== Python package: pip install ./python, stub and type checks, pytest"
 # The rankscope CLI that the launch test runs (cargo test built it already).
 python_status=0

@@ -105,6 +105,38 @@ fn a_program_that_initialised_mpi_keeps_it() {
     }
 }
 
+/// A program that initialised MPI at `MPI_THREAD_FUNNELED` and runs its
+/// session on another thread: rankscope never calls MPI from that thread
+/// (the session goes through the shared directory, with a notice), and
+/// the report is whole.
+#[test]
+fn a_session_off_mpis_main_thread_below_serialized_goes_through_the_directory() {
+    let out = tempfile::tempdir().unwrap();
+    let program = env!("CARGO_BIN_EXE_mpi_owned_rank");
+    let run = mpirun(
+        &["-n", "3", program, "--funneled-session-on-thread"],
+        out.path(),
+        &[],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stdout).contains("ranks 3; report true"),
+        "{}",
+        text(&run.stdout)
+    );
+    assert!(
+        text(&run.stderr).contains("below MPI_THREAD_SERIALIZED"),
+        "{}",
+        text(&run.stderr)
+    );
+    let report = report(&session_dir(out.path()));
+    assert_eq!(report["session"]["transport"], "dir");
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2])
+    );
+}
+
 #[test]
 fn a_rank_that_leaves_without_finishing_is_named_missing() {
     let out = tempfile::tempdir().unwrap();

@@ -18,6 +18,8 @@ pub mod clock;
 pub mod dir;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(any(feature = "mpi", test))]
+mod send_buffer;
 pub mod tcp;
 
 use std::path::Path;

@@ -3,8 +3,8 @@
 //!
 //! Everything goes over a duplicate of the world communicator (or of the
 //! program's own), so rankscope's messages never meet the application's.
-//! Every wait is a poll against a deadline, never a blocking call: a rank
-//! that never reaches finish cannot hang the others. For that reason the
+//! Every send and receive is non-blocking, polled against a deadline: a
+//! rank that never reaches finish cannot hang the others. For that reason the
 //! gather is point-to-point rather than one `MPI_Gatherv`: a collective
 //! completes for nobody until every rank joined, while rank 0 can take each
 //! payload as it arrives and stop at the deadline with what it has (plus
@@ -21,7 +21,10 @@
 //! gather); a program that initialised MPI itself keeps it, and can hand
 //! its own communicator to [`MpiTransport::with_communicator`]. MPI is
 //! called only from the threads that start and finish sessions, never from
-//! the sampler.
+//! the sampler: any such thread where MPI provides `MPI_THREAD_SERIALIZED`
+//! or more (rankscope asks for it), else only MPI's main thread — a
+//! session started or finished on another thread then goes through the
+//! shared directory ([`super::dir`]) instead, with a notice.
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +39,8 @@ use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName, MAX
 use rankscope_common::{Config, Gathered};
 
 use super::clock::{self, Round, ROUNDS};
+use super::dir::DirTransport;
+use super::send_buffer::SendBuffer;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 
@@ -58,6 +63,12 @@ pub struct MpiTransport {
     /// Set when rankscope initialised MPI: dropping it finalises.
     _universe: Option<Universe>,
     clock_shift_ns: i64,
+    /// MPI may be called from any thread, one at a time (else only from
+    /// MPI's main thread).
+    any_thread: bool,
+    /// This session went through the shared directory: MPI could not be
+    /// called from the thread that started it.
+    fell_back: bool,
 }
 
 impl MpiTransport {
@@ -85,7 +96,22 @@ impl MpiTransport {
             comm: comm.duplicate(),
             _universe: None,
             clock_shift_ns: config.clock_shift_ns,
+            any_thread: mpi::environment::threading_support() >= Threading::Serialized,
+            fell_back: false,
         }
+    }
+
+    /// Whether this thread may call MPI now; if not, says so (`step` names
+    /// what goes through the directory instead).
+    fn may_call_mpi(&self, step: &str) -> bool {
+        if self.any_thread || is_thread_main() {
+            return true;
+        }
+        notice!(
+            "MPI was initialised below MPI_THREAD_SERIALIZED and this is not its main thread: \
+             the {step} goes through the shared directory instead"
+        );
+        false
     }
 
     fn now(&self) -> i64 {
@@ -104,9 +130,7 @@ impl MpiTransport {
                 let mut pong = [0u8; 16];
                 pong[..8].copy_from_slice(&ping);
                 pong[8..].copy_from_slice(&self.now().to_le_bytes());
-                self.comm
-                    .process_at_rank(0)
-                    .send_with_tag(&pong[..], TAG_PONG);
+                send(&self.comm, 0, &pong, TAG_PONG, deadline);
             }
             // Empty when rank 0 could not tell the offset.
             let offset = receive(&self.comm, 0, TAG_OFFSET, 16, deadline)?;
@@ -118,9 +142,7 @@ impl MpiTransport {
             let mut rounds = Vec::with_capacity(ROUNDS);
             for _ in 0..ROUNDS {
                 let sent_ns = self.now();
-                self.comm
-                    .process_at_rank(peer)
-                    .send_with_tag(&sent_ns, TAG_PING);
+                send(&self.comm, peer, &sent_ns.to_le_bytes(), TAG_PING, until);
                 let answer = loop {
                     let Some(answer) = receive(&self.comm, peer, TAG_PONG, 16, until) else {
                         break None;
@@ -147,9 +169,7 @@ impl MpiTransport {
             let message = offset
                 .map(|o| clock::encode(&o).to_vec())
                 .unwrap_or_default();
-            self.comm
-                .process_at_rank(peer)
-                .send_with_tag(&message[..], TAG_OFFSET);
+            send(&self.comm, peer, &message, TAG_OFFSET, until);
         }
         // Rank 0's offset to itself is measured as exactly nothing.
         Some(ClockOffset {
@@ -159,17 +179,30 @@ impl MpiTransport {
     }
 }
 
-// SAFETY: MPI handles are plain integers or pointers into the MPI library,
-// which rankscope initialises with MPI_THREAD_SERIALIZED: any thread may
-// call it, one at a time. The transport is used by one thread at a time (a
-// session takes it from the profiler for its length), never by the sampler
-// or the signal watcher. A program that initialised MPI itself at a lower
-// level must start and finish its sessions on the thread that may call MPI.
+/// Whether this is MPI's main thread (the one that initialised it).
+fn is_thread_main() -> bool {
+    let mut flag: std::os::raw::c_int = 0;
+    // SAFETY: MPI is initialised (a transport exists); the call only writes
+    // the flag, and is allowed from any thread at any threading level.
+    unsafe { mpi::ffi::MPI_Is_thread_main(&mut flag) };
+    flag != 0
+}
+
+// SAFETY: MPI handles are plain integers or pointers into the MPI library.
+// The transport is used by one thread at a time (a session takes it from
+// the profiler for its length), never by the sampler or the signal
+// watcher, and calls MPI only where `may_call_mpi` allows: from any thread
+// where MPI provides MPI_THREAD_SERIALIZED or more, else from MPI's main
+// thread alone.
 unsafe impl Send for MpiTransport {}
 
 impl Transport for MpiTransport {
     fn name(&self) -> TransportName {
-        TransportName::Mpi
+        if self.fell_back {
+            TransportName::Dir
+        } else {
+            TransportName::Mpi
+        }
     }
 
     fn open(
@@ -177,6 +210,10 @@ impl Transport for MpiTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Rendezvous, TransportError> {
+        self.fell_back = !self.may_call_mpi("session");
+        if self.fell_back {
+            return DirTransport.open(session, deadline);
+        }
         if self.comm.size() as u32 != session.world_size || self.comm.rank() as u32 != session.rank
         {
             return Err(TransportError::Mpi(
@@ -187,9 +224,7 @@ impl Transport for MpiTransport {
         let run_id = if session.rank == 0 {
             let run = clock::session_run_id(session.run_id, "mpi", self.now());
             for peer in 1..self.comm.size() {
-                self.comm
-                    .process_at_rank(peer)
-                    .send_with_tag(run.as_bytes(), TAG_RUN);
+                send(&self.comm, peer, run.as_bytes(), TAG_RUN, deadline);
             }
             Some(run)
         } else {
@@ -209,6 +244,9 @@ impl Transport for MpiTransport {
     }
 
     fn resync(&mut self, _session: &SessionInfo<'_>, deadline: Instant) -> Option<ClockOffset> {
+        if self.fell_back || !self.may_call_mpi("clock comparison") {
+            return None;
+        }
         self.sync_clocks(deadline)
     }
 
@@ -218,6 +256,9 @@ impl Transport for MpiTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Option<Gathered>, TransportError> {
+        if self.fell_back || !self.may_call_mpi("gather") {
+            return DirTransport.gather(payload, session, deadline);
+        }
         if session.rank != 0 {
             send_payload(&self.comm, payload, deadline);
             return Ok(None);
@@ -265,23 +306,21 @@ fn receive(
         if Instant::now() >= deadline {
             return None;
         }
-        // Spin briefly (a ping-pong answer is microseconds away), then back
-        // off to sleeps of up to 2 ms (a payload may be seconds away).
-        polls += 1;
-        match polls {
-            0..=2_000 => std::thread::yield_now(),
-            _ => std::thread::sleep(Duration::from_micros(u64::from(polls.min(4_000) - 2_000))),
-        }
+        back_off(&mut polls);
     }
 }
 
 /// The size `peer` announced for its payload, if it has sent it.
 fn probe_size(comm: &SimpleCommunicator, peer: i32) -> Option<u64> {
     let process = comm.process_at_rank(peer);
-    process.immediate_probe_with_tag(TAG_SIZE)?;
-    let mut size = 0u64;
-    process.receive_into_with_tag(&mut size, TAG_SIZE);
-    Some(size)
+    let status = process.immediate_probe_with_tag(TAG_SIZE)?;
+    let mut bytes = [0u8; 8];
+    if status.count(u8::equivalent_datatype()) != bytes.len() as i32 {
+        // Not a size (left unreceived): refused as past every limit.
+        return Some(u64::MAX);
+    }
+    process.receive_into_with_tag(&mut bytes[..], TAG_SIZE);
+    Some(u64::from_le_bytes(bytes))
 }
 
 /// Receives the chunks of `peer`'s payload of `size` bytes.
@@ -323,38 +362,63 @@ fn receive_payload(
     }
 }
 
-/// Sends this rank's payload to rank 0: its size, then its chunks, each a
-/// non-blocking send polled until `deadline`. Past it, the send is left to
-/// MPI and the rank goes on: its spill file holds the same payload.
+/// Sends this rank's payload to rank 0: its size, then its chunks. Past
+/// `deadline` the send is left to MPI and the rank goes on: its spill file
+/// holds the same payload.
 fn send_payload(comm: &SimpleCommunicator, payload: &[u8], deadline: Instant) {
-    let root = comm.process_at_rank(0);
-    root.send_with_tag(&(payload.len() as u64), TAG_SIZE);
-    for chunk in payload.chunks(CHUNK_BYTES) {
-        // A buffer that outlives this call: if the send does not complete
-        // in time, MPI may still read it.
-        let buffer: &'static [u8] = Box::leak(chunk.to_vec().into_boxed_slice());
-        let mut request = root.immediate_send_with_tag(StaticScope, buffer, TAG_CHUNK);
-        loop {
-            match request.test() {
-                Ok(_) => {
-                    // SAFETY: the send completed; nothing refers to the buffer.
-                    drop(unsafe { Box::from_raw(buffer as *const [u8] as *mut [u8]) });
-                    break;
-                }
-                Err(pending) if Instant::now() >= deadline => {
-                    // SAFETY: the request is abandoned, never waited on; its
-                    // buffer is leaked, so MPI may still read it.
-                    let _ = unsafe { pending.into_raw() };
-                    say!(
-                        "rank 0 did not take this rank's payload in time; it is in the spill file"
-                    );
-                    return;
-                }
-                Err(pending) => {
-                    request = pending;
-                    std::thread::sleep(Duration::from_micros(200));
-                }
+    let size = (payload.len() as u64).to_le_bytes();
+    let sent = send(comm, 0, &size, TAG_SIZE, deadline)
+        && payload
+            .chunks(CHUNK_BYTES)
+            .all(|chunk| send(comm, 0, chunk, TAG_CHUNK, deadline));
+    if !sent {
+        say!("rank 0 did not take this rank's payload in time; it is in the spill file");
+    }
+}
+
+/// Sends `bytes` to `peer` with `tag`: a non-blocking send, polled until it
+/// completes or `deadline` passes; then it is left to MPI (which may still
+/// deliver it) and `false` returned.
+fn send(comm: &SimpleCommunicator, peer: i32, bytes: &[u8], tag: i32, deadline: Instant) -> bool {
+    // A copy that outlives this call: MPI may read an abandoned send's
+    // buffer at any time.
+    let buffer = SendBuffer::new(bytes);
+    // SAFETY: freed below only once the send completed.
+    let lent = unsafe { buffer.bytes() };
+    let mut request = comm
+        .process_at_rank(peer)
+        .immediate_send_with_tag(StaticScope, lent, tag);
+    let mut polls = 0;
+    loop {
+        match request.test() {
+            Ok(_) => {
+                // SAFETY: the send completed; nothing reads the bytes.
+                unsafe { buffer.free() };
+                return true;
+            }
+            Err(pending) if Instant::now() >= deadline => {
+                // SAFETY: the request is abandoned, never waited on; the
+                // buffer is not freed, so MPI may still read it.
+                let _ = unsafe { pending.into_raw() };
+                return false;
+            }
+            Err(pending) => {
+                request = pending;
+                back_off(&mut polls);
             }
         }
+    }
+}
+
+/// Waits between two polls: spins briefly (a ping-pong answer is
+/// microseconds away), then sleeps up to 2 ms (a payload may be seconds
+/// away). `polls` counts the polls so far.
+fn back_off(polls: &mut u32) {
+    *polls += 1;
+    match *polls {
+        0..=2_000 => std::thread::yield_now(),
+        _ => std::thread::sleep(Duration::from_micros(u64::from(
+            (*polls).min(4_000) - 2_000,
+        ))),
     }
 }

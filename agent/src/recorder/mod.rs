@@ -45,6 +45,9 @@ use crate::stage::StageName;
 use crate::sync::lock;
 use crate::ticks::{Clock, Scale};
 
+mod generations;
+use generations::Generations;
+
 /// Source of recorder ids: thread-locals are keyed by them.
 static NEXT_RECORDER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -219,11 +222,8 @@ struct Registry {
     retired: Mutex<Retired>,
     /// The session clock, and the hot paths' ticks.
     clock: Clock,
-    /// Generation of the running session; 0 when none records.
-    generation: AtomicU64,
-    /// Generation of the session that ended last, until the next starts:
-    /// stages paired between the end and the drain belong to it.
-    ended: AtomicU64,
+    /// Which session stages paired now belong to.
+    sessions: Generations,
     /// Rows kept per table.
     max_rows: usize,
     kept: [AtomicU64; TABLES],
@@ -249,15 +249,6 @@ struct Retired {
 impl Registry {
     fn threads(&self) -> Vec<Arc<ThreadBuffer>> {
         lock(&self.threads).clone()
-    }
-
-    /// The session that stages paired now belong to: the running one, else
-    /// the one that ended and is not drained yet.
-    fn session_generation(&self) -> u64 {
-        match self.generation.load(Ordering::Relaxed) {
-            0 => self.ended.load(Ordering::Relaxed),
-            running => running,
-        }
     }
 
     /// Pairs the events of `buffer` not paired yet, the chunks handed over
@@ -394,7 +385,7 @@ impl Registry {
     /// Pairs a thread's events, then appends its records to `builders`;
     /// the records stay, for the caller to clear.
     fn take_rows(&self, builders: &mut Builders, buffer: &ThreadBuffer, data: &mut ThreadData) {
-        self.pair(buffer, data, self.session_generation());
+        self.pair(buffer, data, self.sessions.current());
         builders.append(&data.records, &data.names);
     }
 
@@ -555,8 +546,7 @@ impl Recorder {
                 threads: Mutex::default(),
                 retired: Mutex::default(),
                 clock: Clock::new(),
-                generation: AtomicU64::new(0),
-                ended: AtomicU64::new(0),
+                sessions: Generations::new(),
                 max_rows: config.max_data_points,
                 kept: Default::default(),
                 dropped: Default::default(),
@@ -579,7 +569,7 @@ impl Recorder {
     /// Whether a session is recording.
     #[inline(always)]
     pub(crate) fn is_recording(&self) -> bool {
-        self.registry.generation.load(Ordering::Relaxed) != 0
+        self.registry.sessions.is_recording()
     }
 
     /// Nanoseconds since the session started, on the monotonic clock.
@@ -594,7 +584,7 @@ impl Recorder {
         // From here until the new generation is set, whatever pairs (the
         // clear below, a live view, a thread past the budget of chunks)
         // keeps nothing.
-        self.registry.ended.store(0, Ordering::Relaxed);
+        self.registry.sessions.forget_ended();
         for thread in self.registry.threads() {
             let mut data = thread.lock();
             // Events since the last drain belong to no session.
@@ -605,17 +595,12 @@ impl Recorder {
         self.take_dropped();
         self.registry.clock.start_session();
         let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
-        self.registry
-            .generation
-            .store(generation, Ordering::Release);
+        self.registry.sessions.start(generation);
     }
 
     /// Stops recording; returns the session's length in nanoseconds.
     pub(crate) fn end_session(&self) -> u64 {
-        // `ended` first: a pairing in between sees the session either way.
-        let ending = self.registry.generation.load(Ordering::Acquire);
-        self.registry.ended.store(ending, Ordering::Release);
-        self.registry.generation.store(0, Ordering::Release);
+        self.registry.sessions.end();
         self.now_ns()
     }
 
@@ -635,7 +620,7 @@ impl Recorder {
         }
         // The ended session is drained: stages that end from now on belong
         // to none.
-        self.registry.ended.store(0, Ordering::Relaxed);
+        self.registry.sessions.forget_ended();
         let Retired { builders, overflow } = std::mem::take(&mut *retired);
         (builders, overflow)
     }
@@ -802,7 +787,7 @@ impl Recorder {
             }
             None => {
                 self.registry
-                    .pair(buffer, &mut data, self.registry.session_generation());
+                    .pair(buffer, &mut data, self.registry.sessions.current());
                 buffer.events.clear();
                 data.paired = 0;
             }
@@ -946,7 +931,7 @@ impl Recorder {
     /// Pairs every thread's stage events into rows, so that recording
     /// threads seldom have to: what the sampler thread does at each reading.
     pub(crate) fn pair_events(&self) {
-        let generation = self.registry.session_generation();
+        let generation = self.registry.sessions.current();
         for thread in self.registry.threads() {
             self.registry.pair(&thread, &mut thread.lock(), generation);
         }
@@ -958,7 +943,7 @@ impl Recorder {
         for thread in self.registry.threads() {
             let mut data = thread.lock();
             self.registry
-                .pair(&thread, &mut data, self.registry.session_generation());
+                .pair(&thread, &mut data, self.registry.sessions.current());
             names.extend(
                 data.open
                     .iter()
@@ -975,7 +960,7 @@ impl Recorder {
         for thread in self.registry.threads() {
             let mut data = thread.lock();
             self.registry
-                .pair(&thread, &mut data, self.registry.session_generation());
+                .pair(&thread, &mut data, self.registry.sessions.current());
             for &table in Table::ALL {
                 held[table as usize] += data.records.len(table) as u64;
             }
