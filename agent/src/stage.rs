@@ -145,7 +145,8 @@ impl StageName {
 }
 
 /// A stage begun by [`Profiler::begin`](crate::Profiler::begin), for
-/// [`Profiler::end`](crate::Profiler::end) to end on the same thread.
+/// [`Profiler::end`](crate::Profiler::end) to end on the same thread: the
+/// id names the thread that began it, and ends nothing on another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenStageId(pub(crate) u64);
 
@@ -157,7 +158,8 @@ impl OpenStageId {
 
     /// The id a binding handed out as a number. A number that no
     /// [`Profiler::begin`](crate::Profiler::begin) on this thread returned
-    /// ends nothing.
+    /// for a stage still open ends nothing (ids are unique among a
+    /// thread's open stages until 2³² stages later).
     pub fn from_raw(id: u64) -> Self {
         OpenStageId(id)
     }

@@ -49,7 +49,7 @@ pub fn run(options: &LaunchOptions) -> Result<u8> {
     });
     let job_id = rankscope_common::env::fresh_job_id();
     let ranks = launcher::start(Launch::Local, &job, &job_id, on_line)?;
-    forward_stop_signals(ranks.pids())?;
+    forward_stop_signals(ranks.children())?;
     let statuses = ranks.wait(|_| {})?;
     let worst = statuses
         .iter()
@@ -63,18 +63,15 @@ pub fn run(options: &LaunchOptions) -> Result<u8> {
     Ok(worst)
 }
 
-/// Passes SIGINT and SIGTERM on to every rank, from a thread of their own.
-fn forward_stop_signals(pids: Vec<u32>) -> Result<()> {
+/// Passes SIGINT and SIGTERM on to every rank still running (never to a
+/// reaped one's pid), from a thread of their own.
+fn forward_stop_signals(children: launcher::Children) -> Result<()> {
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("watching for stop signals")?;
     std::thread::Builder::new()
         .name("rankscope-launch-signals".into())
         .spawn(move || {
             for signal in signals.forever() {
-                for &pid in &pids {
-                    // SAFETY: kill has no memory effects; a rank that already
-                    // exited makes it fail harmlessly.
-                    unsafe { libc::kill(pid as libc::pid_t, signal) };
-                }
+                children.signal(signal);
             }
         })
         .context("starting the signal thread")?;

@@ -2,13 +2,13 @@
 //! told its rank, the world size and the job's session and run ids, with
 //! their standard output read line by line — as processes of this launcher
 //! ([`Launch::Local`]) or under a real `mpirun` ([`Launch::Mpirun`]), which
-//! gives the ranks their places and the job its id. `rankscope demo` uses
-//! it; a later `rankscope launch` will too.
+//! gives the ranks their places and the job its id. `rankscope demo` and
+//! `rankscope launch` use it.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -58,8 +58,43 @@ pub type LineHandler = Arc<dyn Fn(u32, Output, &str) + Send + Sync>;
 /// kills and reaps every rank still running, so a failed start leaves none
 /// behind.
 pub struct Ranks {
-    children: Vec<Child>,
+    children: Children,
     readers: Vec<JoinHandle<()>>,
+}
+
+/// The rank processes, each with its exit status once reaped. Reaped only
+/// under the lock, which a signal sent takes too: a process not reaped yet
+/// keeps its pid, so a signal never reaches a stranger that reuses it.
+#[derive(Clone, Default)]
+pub struct Children(Arc<Mutex<Vec<(Child, Option<ExitStatus>)>>>);
+
+impl Children {
+    fn lock(&self) -> MutexGuard<'_, Vec<(Child, Option<ExitStatus>)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends `signal` to every rank not reaped yet; returns how many.
+    pub fn signal(&self, signal: i32) -> usize {
+        let children = self.lock();
+        let mut sent = 0;
+        for (child, _) in children.iter().filter(|(_, status)| status.is_none()) {
+            // SAFETY: kill has no memory effects; the child is not reaped
+            // (the lock is held), so its pid is still its own.
+            if unsafe { libc::kill(child.id() as libc::pid_t, signal) } == 0 {
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Reaps the ranks that exited; returns how many have.
+    fn reap(&self) -> Result<usize> {
+        let mut children = self.lock();
+        for (child, status) in children.iter_mut().filter(|(_, s)| s.is_none()) {
+            *status = child.try_wait().context("waiting for a rank")?;
+        }
+        Ok(children.iter().filter(|(_, s)| s.is_some()).count())
+    }
 }
 
 /// Starts every rank of `job`; `on_line` sees their output lines (with the
@@ -67,7 +102,7 @@ pub struct Ranks {
 /// every rank's, with 0).
 pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) -> Result<Ranks> {
     let mut ranks = Ranks {
-        children: Vec::new(),
+        children: Children::default(),
         readers: Vec::new(),
     };
     match launch {
@@ -150,7 +185,7 @@ impl Ranks {
             .with_context(|| format!("starting rank {rank} ({})", job.program.display()))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let stderr = child.stderr.take().expect("stderr is piped");
-        self.children.push(child);
+        self.children.lock().push((child, None));
         for (stream, output) in [
             (
                 Box::new(stdout) as Box<dyn std::io::Read + Send>,
@@ -168,40 +203,84 @@ impl Ranks {
         Ok(())
     }
 
-    /// The process ids of the ranks (of mpirun, under mpirun).
-    pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
+    /// The rank processes (mpirun, under mpirun), to signal.
+    pub fn children(&self) -> Children {
+        self.children.clone()
     }
 
     /// Waits for every rank to exit; `progress` is called with the number
     /// of ranks finished each time the launcher looks. Returns the exit
     /// status of each rank, by rank.
     pub fn wait(mut self, mut progress: impl FnMut(usize)) -> Result<Vec<ExitStatus>> {
-        let mut statuses: Vec<Option<ExitStatus>> = vec![None; self.children.len()];
-        while statuses.iter().any(Option::is_none) {
-            for (status, child) in statuses.iter_mut().zip(&mut self.children) {
-                if status.is_none() {
-                    *status = child.try_wait().context("waiting for a rank")?;
-                }
+        let ranks = self.children.lock().len();
+        loop {
+            let done = self.children.reap()?;
+            progress(done);
+            if done == ranks {
+                break;
             }
-            progress(statuses.iter().filter(|s| s.is_some()).count());
             std::thread::sleep(POLL);
         }
         for reader in self.readers.drain(..) {
             let _ = reader.join();
         }
-        self.children.clear();
-        Ok(statuses.into_iter().flatten().collect())
+        let statuses = self
+            .children
+            .lock()
+            .drain(..)
+            .filter_map(|(_, s)| s)
+            .collect();
+        Ok(statuses)
     }
 }
 
 impl Drop for Ranks {
     fn drop(&mut self) {
-        for child in &mut self.children {
-            if child.try_wait().ok().flatten().is_none() {
+        for (child, status) in self.children.lock().iter_mut() {
+            if status.is_none() && child.try_wait().ok().flatten().is_none() {
                 let _ = child.kill();
                 let _ = child.wait();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    fn start_local(program: &str, args: &[String], ranks: u32) -> Ranks {
+        let job = Job {
+            program: Path::new(program),
+            args,
+            ranks,
+            env: &[],
+            master_port: None,
+        };
+        start(Launch::Local, &job, "signals", Arc::new(|_, _, _| {})).unwrap()
+    }
+
+    /// A running rank gets the signal; once reaped, none does (its pid may
+    /// be a stranger's by then).
+    #[test]
+    fn signals_reach_running_ranks_and_never_a_reaped_ones_pid() {
+        let ranks = start_local("sleep", &["30".to_string()], 2);
+        let children = ranks.children();
+        assert_eq!(children.signal(libc::SIGTERM), 2);
+        let statuses = ranks.wait(|_| {}).unwrap();
+        assert!(statuses.iter().all(|s| s.signal() == Some(libc::SIGTERM)));
+        assert_eq!(children.signal(libc::SIGTERM), 0, "no rank left to signal");
+
+        // Reaped and still listed: passed over.
+        let ranks = start_local("true", &[], 1);
+        let children = ranks.children();
+        while children.reap().unwrap() < 1 {
+            std::thread::sleep(POLL);
+        }
+        assert_eq!(children.lock().len(), 1);
+        assert_eq!(children.signal(libc::SIGTERM), 0);
+        drop(ranks);
     }
 }

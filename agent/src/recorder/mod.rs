@@ -59,6 +59,8 @@ static NEXT_BUFFER_ID: AtomicU32 = AtomicU32::new(0);
 struct Local {
     recorder: u64,
     buffer: Arc<ThreadBuffer>,
+    /// This thread's bits of its stage ids ([`owner_bits`]).
+    owner: u64,
     /// Stages this thread began and has not ended, innermost last:
     /// (sequence number, name).
     open: Vec<(u32, NameId)>,
@@ -531,8 +533,20 @@ pub(crate) struct Recorder {
 
 const TABLES: usize = Table::ALL.len();
 
-/// The id of a stage begun past the open-stage limit: no stage has it.
-const NOT_OPENED: u64 = u64::MAX;
+/// Stage ids, as [`Recorder::begin_stage`] returns them: the id of the
+/// thread's buffer (plus one: never 0) in bits 32–62, the stage's sequence
+/// number below; bit 63 marks a stage refused as too deep. An id ends
+/// stages of the thread that began it alone.
+const REFUSED: u64 = 1 << 63;
+
+/// The id of no stage, which ends nothing (a stage begun while the thread
+/// exits).
+const NOT_OPENED: u64 = 0;
+
+/// A thread buffer's bits of the ids of its stages.
+fn owner_bits(buffer_id: u32) -> u64 {
+    (u64::from(buffer_id % 0x7FFF_FFFF) + 1) << 32
+}
 
 /// A refused run's name when its calls had several names: any.
 const ANY_NAME: NameId = NameId::MAX;
@@ -675,7 +689,7 @@ impl Recorder {
                     Some(last) => *last = (ANY_NAME, last.1 + 1),
                     None => unreachable!("max_open_stages is at least 1"),
                 }
-                return NOT_OPENED;
+                return local.owner | REFUSED;
             }
             let seq = local.next_seq;
             local.next_seq = seq.wrapping_add(1);
@@ -685,29 +699,29 @@ impl Recorder {
             local.open.push((seq, name));
             let ticks = self.registry.clock.ticks();
             self.push_event(local, Event::Begin { seq, name, ticks });
-            u64::from(seq)
+            local.owner | u64::from(seq)
         })
         .unwrap_or(NOT_OPENED)
     }
 
-    /// Ends the stage `stage_id` of this thread ([`NOT_OPENED`]: the
-    /// innermost stage refused as too deep). Not inlined (see
-    /// [`Recorder::begin_stage`]).
+    /// Ends the stage `stage_id` that this thread began (one refused as too
+    /// deep: the innermost such); an id of another thread's, or of none,
+    /// ends nothing. Not inlined (see [`Recorder::begin_stage`]).
     #[inline(never)]
     pub(crate) fn end_stage(&self, stage_id: u64) {
         let ticks = self.registry.clock.ticks();
         self.with_local(|local| {
-            if stage_id == NOT_OPENED {
+            if stage_id & !REFUSED & !u64::from(u32::MAX) != local.owner {
+                return;
+            }
+            if stage_id & REFUSED != 0 {
                 if let Some(pos) = local.refused.len().checked_sub(1) {
                     end_refused(&mut local.refused, pos);
                 }
                 return;
             }
-            if let Some(pos) = local
-                .open
-                .iter()
-                .rposition(|&(seq, _)| u64::from(seq) == stage_id)
-            {
+            let stage_seq = stage_id as u32;
+            if let Some(pos) = local.open.iter().rposition(|&(seq, _)| seq == stage_seq) {
                 let (seq, _) = local.open.remove(pos);
                 self.push_event(local, Event::End { seq, ticks });
             }
@@ -912,6 +926,7 @@ impl Recorder {
         locals.retain(|l| l.buffer.registry.strong_count() > 0);
         locals.push(Local {
             recorder: self.id,
+            owner: owner_bits(buffer.id),
             buffer,
             open: Vec::new(),
             refused: Vec::new(),
@@ -1302,7 +1317,7 @@ mod tests {
         let inner = recorder.begin_named_stage(&name, None);
         for _ in 0..3 {
             // Refused, then ended by name: the refused call ends.
-            assert_eq!(recorder.begin_named_stage(&name, None), NOT_OPENED);
+            assert_ne!(recorder.begin_named_stage(&name, None) & REFUSED, 0);
             assert!(recorder.stop_named_stage(&name));
         }
         let refused = recorder.begin_named_stage(&name, None);
@@ -1319,6 +1334,37 @@ mod tests {
         assert_eq!((stages.depth[0], stages.depth[1]), (1, 0));
     }
 
+    /// An id ends a stage of the thread that began it alone: another
+    /// thread's id, a made-up number (`OpenStageId::from_raw(0)`) or a
+    /// stage's sequence number alone ends nothing here.
+    #[test]
+    fn a_stage_id_ends_nothing_on_another_thread() {
+        let recorder = Arc::new(Recorder::new(&Config::default()));
+        recorder.begin_session();
+        let here = recorder.begin_stage("here", None);
+        let (id_sender, id) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let other = Arc::clone(&recorder);
+        let thread = std::thread::spawn(move || {
+            let there = other.begin_stage("there", None);
+            id_sender.send(there).unwrap();
+            wait.recv().unwrap();
+            other.end_stage(there);
+        });
+        let there = id.recv().unwrap();
+        assert_eq!(there & u64::from(u32::MAX), here & u64::from(u32::MAX));
+        for foreign in [there, 0, 3, here & u64::from(u32::MAX)] {
+            recorder.end_stage(foreign);
+        }
+        let mut open = recorder.open_stage_names();
+        open.sort();
+        assert_eq!(open, ["here", "there"]);
+        done.send(()).unwrap();
+        thread.join().unwrap();
+        recorder.end_stage(here);
+        assert!(recorder.open_stage_names().is_empty());
+    }
+
     /// Refused calls of more names than there is room for runs still end
     /// before any open stage: the innermost run takes any name.
     #[test]
@@ -1330,8 +1376,8 @@ mod tests {
         recorder.begin_session();
         let (a, b) = (StageName::new("a"), StageName::new("b"));
         let outer = recorder.begin_named_stage(&a, None);
-        assert_eq!(recorder.begin_named_stage(&b, None), NOT_OPENED);
-        assert_eq!(recorder.begin_named_stage(&a, None), NOT_OPENED);
+        assert_ne!(recorder.begin_named_stage(&b, None) & REFUSED, 0);
+        assert_ne!(recorder.begin_named_stage(&a, None) & REFUSED, 0);
         assert!(recorder.stop_named_stage(&a), "the refused `a`");
         assert!(recorder.stop_named_stage(&b), "the refused `b`");
         assert_eq!(
