@@ -66,10 +66,13 @@ pub struct Ranks {
 /// under the lock, which a signal sent takes too: a process not reaped yet
 /// keeps its pid, so a signal never reaches a stranger that reuses it.
 #[derive(Clone, Default)]
-pub struct Children(Arc<Mutex<Vec<(Child, Option<ExitStatus>)>>>);
+pub struct Children(Arc<Mutex<Vec<RankProcess>>>);
+
+/// A rank's process, and its exit status once reaped.
+type RankProcess = (Child, Option<ExitStatus>);
 
 impl Children {
-    fn lock(&self) -> MutexGuard<'_, Vec<(Child, Option<ExitStatus>)>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<RankProcess>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
