@@ -18,6 +18,7 @@ use rankscope_common::spill::{self, SpillName};
 use rankscope_common::table::Overhead;
 use rankscope_common::text::rank_ranges;
 use rankscope_common::{ArrowError, Config};
+use sha2::{Digest, Sha256};
 
 use crate::flusher::Flusher;
 use crate::notice::{self, notice, say};
@@ -228,16 +229,17 @@ fn session_info<'a>(
 
 /// A number for this process's files: its host, pid and session start.
 fn process_tag(start_unix_ns: i64) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    std::hash::Hash::hash(
-        &(
-            gethostname::gethostname(),
-            std::process::id(),
-            start_unix_ns,
-        ),
-        &mut hasher,
-    );
-    std::hash::Hasher::finish(&hasher)
+    let host = gethostname::gethostname();
+    let digest = Sha256::new()
+        .chain_update(host.as_encoded_bytes())
+        .chain_update(std::process::id().to_le_bytes())
+        .chain_update(start_unix_ns.to_le_bytes())
+        .finalize();
+    u64::from_le_bytes(
+        digest[..8]
+            .try_into()
+            .expect("a SHA-256 digest has 32 bytes"),
+    )
 }
 
 /// What finishing a session produced.
@@ -848,17 +850,18 @@ pub(crate) fn path_safe(text: &str) -> String {
 }
 
 /// The session directory a rank with `config` uses for `name` and `id`.
-/// An id that `path_safe` had to change gets a tag of the whole id, so that
-/// two ids (`exp:7`, `exp/7`) never share a directory.
+/// An id that `path_safe` had to change gets a tag of the whole id (the
+/// first 4 bytes of its SHA-256, a hash whose definition never changes: ranks
+/// built by different toolchains agree on the directory), so that two ids
+/// (`exp:7`, `exp/7`) never share a directory.
 pub(crate) fn session_dir(config: &Config, name: &str, id: &str) -> PathBuf {
     let safe_id = path_safe(id);
     let dir = if safe_id == id {
         format!("{}-{safe_id}", path_safe(name))
     } else {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        std::hash::Hash::hash(id, &mut hasher);
-        let tag = std::hash::Hasher::finish(&hasher) as u32;
-        format!("{}-{safe_id}-{tag:08x}", path_safe(name))
+        let digest = Sha256::digest(id.as_bytes());
+        let tag: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}-{safe_id}-{tag}", path_safe(name))
     };
     config.output_dir.join(dir)
 }
@@ -884,5 +887,7 @@ mod tests {
             "ids that read alike once made safe keep their own directories"
         );
         assert!(session_dir(&config, "t", "job-7").ends_with("t-job-7"));
+        // Pinned: sha256(b"exp:7") begins 268282b4 (Python's hashlib agrees).
+        assert!(session_dir(&config, "t", "exp:7").ends_with("t-exp_7-268282b4"));
     }
 }

@@ -522,58 +522,8 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks every numeric key against its range ([`RANGES`]).
+    /// Checks every numeric key against its range ([`NUMERIC_KEYS`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let values = [
-            ("gather_timeout_s", Some(self.gather_timeout_s)),
-            ("max_data_points", Some(self.max_data_points as f64)),
-            ("max_names", Some(self.max_names as f64)),
-            ("max_open_stages", Some(self.max_open_stages as f64)),
-            ("max_world_size", Some(f64::from(self.max_world_size))),
-            ("gpu_interval_s", Some(self.gpu_interval_s)),
-            ("host_interval_s", Some(self.host_interval_s)),
-            ("pcie_interval_s", self.pcie_interval_s),
-            ("display_interval_s", Some(self.display_interval_s)),
-            (
-                "straggler_threshold_pct",
-                Some(self.straggler_threshold_pct),
-            ),
-            ("straggler_min_s", Some(self.straggler_min_s)),
-            ("warmup_calls", Some(f64::from(self.warmup_calls))),
-            ("trace_max_stages", Some(self.trace_max_stages as f64)),
-            (
-                "gpu_memory_pressure_pct",
-                Some(self.gpu_memory_pressure_pct),
-            ),
-            (
-                "gpu_thermal_readings_pct",
-                Some(self.gpu_thermal_readings_pct),
-            ),
-            ("gpu_thermal_temp_c", Some(self.gpu_thermal_temp_c)),
-            ("gpu_power_readings_pct", Some(self.gpu_power_readings_pct)),
-            ("gpu_clock_pct", Some(self.gpu_clock_pct)),
-            ("gpu_underutilized_pct", Some(self.gpu_underutilized_pct)),
-            ("gpu_outlier_sigma", Some(self.gpu_outlier_sigma)),
-            ("clock_shift_ns", Some(self.clock_shift_ns as f64)),
-            ("max_frame_bytes", Some(self.max_frame_bytes as f64)),
-            ("flush_interval_s", Some(self.flush_interval_s)),
-            (
-                "torch_profiler_wait",
-                Some(f64::from(self.torch_profiler_wait)),
-            ),
-            (
-                "torch_profiler_warmup",
-                Some(f64::from(self.torch_profiler_warmup)),
-            ),
-            (
-                "torch_profiler_active",
-                Some(f64::from(self.torch_profiler_active)),
-            ),
-            (
-                "torch_profiler_repeat",
-                Some(f64::from(self.torch_profiler_repeat)),
-            ),
-        ];
         if self.flush_interval_s > 0.0 && self.flush_interval_s < 0.05 {
             return Err(ConfigError::Invalid {
                 key: "flush_interval_s",
@@ -583,13 +533,12 @@ impl Config {
                 ),
             });
         }
-        for (key, value) in values {
-            let Some(value) = value else { continue };
-            let &(_, min, max) = RANGES
-                .iter()
-                .find(|(name, _, _)| *name == key)
-                .expect("every numeric key has a range");
-            if !(min..=max).contains(&value) {
+        for numeric in NUMERIC_KEYS {
+            let Some(value) = (numeric.value)(self) else {
+                continue;
+            };
+            if !(numeric.min..=numeric.max).contains(&value) {
+                let (key, min, max) = (numeric.key, numeric.min, numeric.max);
                 return Err(ConfigError::Invalid {
                     key,
                     reason: format!("`{key}` = {value} is outside {min} ..= {max}"),
@@ -600,37 +549,109 @@ impl Config {
     }
 }
 
-/// The range of each numeric key, inclusive: what the code that reads it
-/// can take (a timeout of 1e20 s does not fit a `Duration`; a sampling
-/// interval of a nanosecond would spin).
-pub const RANGES: &[(&str, f64, f64)] = &[
-    ("gather_timeout_s", 0.001, 604_800.0),
-    ("max_data_points", 1.0, 50_000_000.0),
-    ("max_names", 16.0, 1_000_000.0),
-    ("max_open_stages", 1.0, 100_000.0),
-    ("max_world_size", 1.0, 16_777_216.0),
-    ("gpu_interval_s", 0.001, 3_600.0),
-    ("host_interval_s", 0.001, 3_600.0),
-    ("pcie_interval_s", 0.02, 3_600.0),
-    ("display_interval_s", 0.01, 3_600.0),
-    ("straggler_threshold_pct", 0.0, 1_000_000.0),
-    ("straggler_min_s", 0.0, 1_000_000.0),
-    ("warmup_calls", 0.0, 1_000_000.0),
-    ("trace_max_stages", 0.0, 100_000_000.0),
-    ("gpu_memory_pressure_pct", 0.0, 100.0),
-    ("gpu_thermal_readings_pct", 0.0, 100.0),
-    ("gpu_thermal_temp_c", 0.0, 200.0),
-    ("gpu_power_readings_pct", 0.0, 100.0),
-    ("gpu_clock_pct", 0.0, 100.0),
-    ("gpu_underutilized_pct", 0.0, 100.0),
-    ("gpu_outlier_sigma", 0.0, 100.0),
-    ("clock_shift_ns", -86_400e9, 86_400e9),
-    ("max_frame_bytes", 4096.0, 4_294_967_296.0),
-    ("flush_interval_s", 0.0, 86_400.0),
-    ("torch_profiler_wait", 0.0, 1_000_000.0),
-    ("torch_profiler_warmup", 0.0, 1_000_000.0),
-    ("torch_profiler_active", 0.0, 1_000_000.0),
-    ("torch_profiler_repeat", 0.0, 1_000_000.0),
+/// A numeric key: its range, inclusive — what the code that reads it can
+/// take (a timeout of 1e20 s does not fit a `Duration`; a sampling interval
+/// of a nanosecond would spin) — and its value in a configuration.
+pub struct NumericKey {
+    /// The key.
+    pub key: &'static str,
+    /// The least value allowed.
+    pub min: f64,
+    /// The greatest value allowed.
+    pub max: f64,
+    /// The key's value in a configuration; `None` where it is unset.
+    pub value: fn(&Config) -> Option<f64>,
+}
+
+const fn numeric(
+    key: &'static str,
+    min: f64,
+    max: f64,
+    value: fn(&Config) -> Option<f64>,
+) -> NumericKey {
+    NumericKey {
+        key,
+        min,
+        max,
+        value,
+    }
+}
+
+/// Every numeric key, each with its range and value in one entry.
+pub const NUMERIC_KEYS: &[NumericKey] = &[
+    numeric("gather_timeout_s", 0.001, 604_800.0, |c| {
+        Some(c.gather_timeout_s)
+    }),
+    numeric("max_data_points", 1.0, 50_000_000.0, |c| {
+        Some(c.max_data_points as f64)
+    }),
+    numeric("max_names", 16.0, 1_000_000.0, |c| Some(c.max_names as f64)),
+    numeric("max_open_stages", 1.0, 100_000.0, |c| {
+        Some(c.max_open_stages as f64)
+    }),
+    numeric("max_world_size", 1.0, 16_777_216.0, |c| {
+        Some(f64::from(c.max_world_size))
+    }),
+    numeric("gpu_interval_s", 0.001, 3_600.0, |c| Some(c.gpu_interval_s)),
+    numeric("host_interval_s", 0.001, 3_600.0, |c| {
+        Some(c.host_interval_s)
+    }),
+    numeric("pcie_interval_s", 0.02, 3_600.0, |c| c.pcie_interval_s),
+    numeric("display_interval_s", 0.01, 3_600.0, |c| {
+        Some(c.display_interval_s)
+    }),
+    numeric("straggler_threshold_pct", 0.0, 1_000_000.0, |c| {
+        Some(c.straggler_threshold_pct)
+    }),
+    numeric("straggler_min_s", 0.0, 1_000_000.0, |c| {
+        Some(c.straggler_min_s)
+    }),
+    numeric("warmup_calls", 0.0, 1_000_000.0, |c| {
+        Some(f64::from(c.warmup_calls))
+    }),
+    numeric("trace_max_stages", 0.0, 100_000_000.0, |c| {
+        Some(c.trace_max_stages as f64)
+    }),
+    numeric("gpu_memory_pressure_pct", 0.0, 100.0, |c| {
+        Some(c.gpu_memory_pressure_pct)
+    }),
+    numeric("gpu_thermal_readings_pct", 0.0, 100.0, |c| {
+        Some(c.gpu_thermal_readings_pct)
+    }),
+    numeric("gpu_thermal_temp_c", 0.0, 200.0, |c| {
+        Some(c.gpu_thermal_temp_c)
+    }),
+    numeric("gpu_power_readings_pct", 0.0, 100.0, |c| {
+        Some(c.gpu_power_readings_pct)
+    }),
+    numeric("gpu_clock_pct", 0.0, 100.0, |c| Some(c.gpu_clock_pct)),
+    numeric("gpu_underutilized_pct", 0.0, 100.0, |c| {
+        Some(c.gpu_underutilized_pct)
+    }),
+    numeric("gpu_outlier_sigma", 0.0, 100.0, |c| {
+        Some(c.gpu_outlier_sigma)
+    }),
+    numeric("clock_shift_ns", -86_400e9, 86_400e9, |c| {
+        Some(c.clock_shift_ns as f64)
+    }),
+    numeric("max_frame_bytes", 4096.0, 4_294_967_296.0, |c| {
+        Some(c.max_frame_bytes as f64)
+    }),
+    numeric("flush_interval_s", 0.0, 86_400.0, |c| {
+        Some(c.flush_interval_s)
+    }),
+    numeric("torch_profiler_wait", 0.0, 1_000_000.0, |c| {
+        Some(f64::from(c.torch_profiler_wait))
+    }),
+    numeric("torch_profiler_warmup", 0.0, 1_000_000.0, |c| {
+        Some(f64::from(c.torch_profiler_warmup))
+    }),
+    numeric("torch_profiler_active", 0.0, 1_000_000.0, |c| {
+        Some(f64::from(c.torch_profiler_active))
+    }),
+    numeric("torch_profiler_repeat", 0.0, 1_000_000.0, |c| {
+        Some(f64::from(c.torch_profiler_repeat))
+    }),
 ];
 
 /// Refuses a `RANKSCOPE_*` variable whose value is not UTF-8, which would
@@ -1027,5 +1048,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing.toml"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod numeric_keys {
+    use super::*;
+
+    /// Every key whose default is a number has its range: a new numeric
+    /// key without one fails here, not at run time.
+    #[test]
+    fn every_numeric_key_has_a_range() {
+        let Ok(Value::Object(keys)) = serde_json::to_value(Config::default()) else {
+            panic!("Config serializes to a map");
+        };
+        let ranged: Vec<&str> = NUMERIC_KEYS.iter().map(|k| k.key).collect();
+        for (key, value) in &keys {
+            if value.is_number() {
+                assert!(ranged.contains(&key.as_str()), "`{key}` has no range");
+            }
+        }
+        assert!(ranged.iter().all(|key| keys.contains_key(*key)));
     }
 }

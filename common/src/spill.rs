@@ -334,9 +334,10 @@ pub fn read_files(paths: impl IntoIterator<Item = PathBuf>) -> Vec<Candidate> {
 }
 
 /// The payloads of `inputs`, in order, each handed to `reduce` as soon as
-/// it is decoded. The inputs are read on as many threads as there are
-/// cores, so only the payloads being decoded are held at once besides what
-/// `reduce` keeps of each.
+/// it is decoded. The inputs are read on this thread and as many more as
+/// there are cores and can be started (none, under a process limit: this
+/// thread reads them all), so only the payloads being decoded are held at
+/// once besides what `reduce` keeps of each.
 pub fn read_inputs_with<T: Send>(
     inputs: &[Input],
     max_rows: usize,
@@ -361,15 +362,21 @@ pub fn read_inputs_with<T: Send>(
         .map_or(1, |n| n.get())
         .min(inputs.len());
     let mut candidates: Vec<(usize, Candidate<T>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads).map(|_| scope.spawn(read_next)).collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        let helpers: Vec<_> = (1..threads)
+            .filter_map(|_| {
+                let reader = std::thread::Builder::new().name("rankscope-read".into());
+                reader.spawn_scoped(scope, read_next).ok()
             })
-            .collect()
+            .collect();
+        let mut read = read_next();
+        for helper in helpers {
+            read.extend(
+                helper
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e)),
+            );
+        }
+        read
     });
     candidates.sort_by_key(|&(i, _)| i);
     candidates.into_iter().map(|(_, c)| c).collect()
