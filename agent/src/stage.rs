@@ -61,8 +61,11 @@ impl Drop for StageGuard<'_> {
 
 /// A stage name made once and used for many stages, as a binding or a hot
 /// loop holds it ([`Profiler::begin`](crate::Profiler::begin)). Names are
-/// interned per thread; this one remembers its id in the threads that use
-/// it, so that beginning a stage there needs no hashing of the name.
+/// interned per thread; this one remembers its id in the first 8 threads
+/// that use it in the process's life (their slots are never given back,
+/// even when the threads exit), so that beginning a stage there needs no
+/// hashing of the name. Later threads find it in their own map of names
+/// by text.
 #[derive(Debug)]
 pub struct StageName {
     name: Cow<'static, str>,
