@@ -4,7 +4,6 @@
 mod fake_nvml;
 
 use std::sync::Once;
-use std::time::Duration;
 
 use rankscope::{Config, MemoryReading, Profiler, RankEnv};
 use rankscope_common::payload::{self, GpuSource};
@@ -34,7 +33,8 @@ fn run_session(profiler: &Profiler, work: impl FnOnce()) -> Payload {
 fn every_field_is_read_from_the_chosen_devices() {
     let out = tempfile::tempdir().unwrap();
     let profiler = profiler(out.path(), |_| {});
-    let payload = run_session(&profiler, || std::thread::sleep(Duration::from_millis(100)));
+    // 4 devices, 3 readings each.
+    let payload = run_session(&profiler, || fake_nvml::wait_for_gpu_rows(&profiler, 4 * 3));
     let header = &payload.header;
     assert_eq!(header.gpu_source, GpuSource::Nvml);
     assert_eq!(header.gpu_selection, "gpu_devices=all");
@@ -95,7 +95,9 @@ fn pcie_throughput_is_read_on_its_own_schedule() {
         c.gpu_devices = Some("0".into());
         c.pcie_interval_s = Some(0.05);
     });
-    let payload = run_session(&profiler, || std::thread::sleep(Duration::from_millis(120)));
+    // PCIe every 50 ms against GPU readings every 10 ms: 12 readings span
+    // two PCIe readings at least, and more readings than those.
+    let payload = run_session(&profiler, || fake_nvml::wait_for_gpu_rows(&profiler, 12));
     let view = GpuSamplesView::new(payload.table(Table::GpuSamples).unwrap()).unwrap();
     let with_pcie = (0..view.len)
         .filter(|&i| view.pcie_tx_kbps.get(i).is_some())

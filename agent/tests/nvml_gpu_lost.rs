@@ -4,8 +4,6 @@
 
 mod fake_nvml;
 
-use std::time::Duration;
-
 use rankscope::{Profiler, RankEnv};
 use rankscope_common::payload;
 use rankscope_common::table::{EventsView, GpuSamplesView, Table};
@@ -18,7 +16,8 @@ fn a_lost_gpu_ends_with_an_event_not_a_crash() {
     let out = tempfile::tempdir().unwrap();
     let profiler = Profiler::with_rank_env(fake_nvml::config(out.path()), RankEnv::single());
     let session = profiler.session("lost", &[]).unwrap();
-    std::thread::sleep(Duration::from_millis(150));
+    // Device 0's 2 readings, then device 1's, 6 of them at least.
+    fake_nvml::wait_for_gpu_rows(&profiler, 2 + 6);
     let outcome = session.finish().unwrap();
     let payload = payload::decode(&std::fs::read(outcome.spill_file).unwrap()).unwrap();
 

@@ -247,10 +247,21 @@ fn an_idle_session_writes_no_flush() {
     });
     let session = profiler.session("idle", &[]).unwrap();
     let dir = session.dir().unwrap();
+    let files = || std::fs::read_dir(&dir).unwrap().count();
+    // Eight intervals with nothing recorded: nothing written.
     std::thread::sleep(std::time::Duration::from_millis(400));
-    let parts = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(files(), 0, "nothing recorded, nothing flushed");
+    // The flusher was alive all along: a row recorded now is flushed.
+    profiler.record_metric("woke", 1.0);
+    let waited = std::time::Instant::now();
+    while files() == 0 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the flusher never wrote the new row"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     session.finish().unwrap();
-    assert_eq!(parts, 0, "nothing recorded, nothing flushed");
 }
 
 /// A flush asked for writes what is new as a part of its own, while the
@@ -872,4 +883,65 @@ fn rank_zero_names_a_special_file_in_its_gather_and_never_reads_it() {
         "{:?}",
         gathered.skipped
     );
+}
+
+/// A reporter the program sets gets the gathered payloads in place of the
+/// default report; a second is refused.
+#[test]
+fn a_reporter_the_program_sets_writes_the_report() {
+    struct Counting(std::sync::Mutex<Vec<(u32, usize)>>);
+    impl rankscope::Reporter for Counting {
+        fn report(
+            &self,
+            gathered: &rankscope::Gathered,
+            session_dir: &std::path::Path,
+            _config: &Config,
+        ) -> Result<rankscope::ReportFiles, Box<dyn std::error::Error + Send + Sync>> {
+            let stages = gathered.payloads[0]
+                .table(Table::Stages)
+                .map_or(0, |batch| batch.num_rows());
+            self.0
+                .lock()
+                .unwrap()
+                .push((gathered.payloads.len() as u32, stages));
+            let file = session_dir.join("mine.txt");
+            std::fs::write(&file, "my report")?;
+            Ok(rankscope::ReportFiles {
+                files: vec![file],
+                summary: "mine".into(),
+            })
+        }
+    }
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), no_telemetry);
+    let mine = std::sync::Arc::new(Counting(Default::default()));
+    assert!(profiler.set_reporter(mine.clone()));
+    assert!(!profiler.set_reporter(mine.clone()), "one reporter");
+    let session = profiler.session("mine", &[]).unwrap();
+    drop(profiler.stage("work"));
+    let outcome = session.finish().unwrap();
+    assert_eq!(*mine.0.lock().unwrap(), [(1, 1)]);
+    let report = outcome.report.unwrap();
+    assert_eq!(report.summary, "mine");
+    assert!(!outcome.session_dir.join("report.json").exists());
+}
+
+/// `end_named` ends the innermost open stage of that name on this thread,
+/// begun any way; `false` where none is open.
+#[test]
+fn end_named_ends_the_innermost_stage_of_its_name() {
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), no_telemetry);
+    let step = rankscope::StageName::new("step");
+    let session = profiler.session("named", &[]).unwrap();
+    let outer = profiler.begin(&step, None).unwrap();
+    profiler.start("step");
+    assert!(profiler.end_named(&step), "the inner `step`");
+    assert_eq!(profiler.live_state().open_stages, ["step"]);
+    profiler.end(outer);
+    assert!(!profiler.end_named(&step), "none left");
+    let outcome = session.finish().unwrap();
+    let payload = payload::decode(&std::fs::read(outcome.spill_file).unwrap()).unwrap();
+    let stages = StagesView::new(payload.table(Table::Stages).unwrap()).unwrap();
+    assert_eq!(stages.len, 2);
 }

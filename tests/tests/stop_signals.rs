@@ -8,7 +8,9 @@ use std::process::{Command, Stdio};
 
 mod support;
 
-fn stopped_by(signal: &str, number: i32) {
+/// Stops the rank with `signal` (numbered `number`); `spill_on_signal` as
+/// configured.
+fn stopped_by(signal: &str, number: i32, spill_on_signal: bool) {
     let out = tempfile::tempdir().unwrap();
     let mut command = support::rank_program();
     // The rank must start with the signals' default actions, whatever this
@@ -25,6 +27,7 @@ fn stopped_by(signal: &str, number: i32) {
         .arg("--wait-for-signal")
         .env("RANKSCOPE_OUTPUT_DIR", out.path())
         .env("RANKSCOPE_GPU_SOURCE", "none")
+        .env("RANKSCOPE_SPILL_ON_SIGNAL", spill_on_signal.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -56,6 +59,12 @@ fn stopped_by(signal: &str, number: i32) {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "rsp"))
         .collect();
+    if !spill_on_signal {
+        // The signal's default action, untouched: nothing written.
+        assert_eq!(spilled, Vec::<PathBuf>::new());
+        assert!(!String::from_utf8_lossy(&output.stderr).contains("stopped by signal"));
+        return;
+    }
     assert_eq!(spilled.len(), 1, "{spilled:?}");
     let payload = rankscope_common::payload::decode(&std::fs::read(&spilled[0]).unwrap()).unwrap();
     assert_eq!(
@@ -68,10 +77,15 @@ fn stopped_by(signal: &str, number: i32) {
 
 #[test]
 fn sigterm_spills_the_session_then_ends_the_rank() {
-    stopped_by("TERM", 15);
+    stopped_by("TERM", 15, true);
 }
 
 #[test]
 fn sigint_spills_the_session_then_ends_the_rank() {
-    stopped_by("INT", 2);
+    stopped_by("INT", 2, true);
+}
+
+#[test]
+fn with_spill_on_signal_off_a_signal_ends_the_rank_untouched() {
+    stopped_by("TERM", 15, false);
 }

@@ -298,8 +298,29 @@ fn a_rank_killed_mid_session_is_named_missing_and_recovered_from_its_flushes() {
         .read_line(&mut ready)
         .unwrap();
     assert!(ready.starts_with("ready"), "{ready}");
-    // A few flushes, then SIGKILL: no handler runs, nothing more is written.
-    std::thread::sleep(Duration::from_millis(500));
+    // A flush after `ready` (it holds every step: host readings keep coming,
+    // so flushes go on), then SIGKILL: no handler runs, nothing more is
+    // written.
+    let session_dir = PathBuf::from(ready.trim_start_matches("ready ").trim_end());
+    let rank1_parts = || -> Vec<PathBuf> {
+        let mut parts: Vec<PathBuf> = std::fs::read_dir(&session_dir)
+            .map(|entries| entries.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        parts.retain(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("rank-00001.") && name.ends_with(".part")
+        });
+        parts
+    };
+    let before = rank1_parts();
+    let waited = std::time::Instant::now();
+    while rank1_parts().iter().all(|p| before.contains(p)) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "no flush after a minute"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     rank1.kill().unwrap();
     rank1.wait().unwrap();
 

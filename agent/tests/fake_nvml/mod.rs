@@ -2,11 +2,13 @@
 //! test process, with the system C compiler.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use rankscope::Config;
+use rankscope::{Config, Profiler};
 use rankscope_common::config::GpuSourceKind;
 
 /// A configuration that samples every fake GPU every 10 ms, host off,
+/// flushes off (the readings stay where the live state counts them),
 /// writing under `out`.
 #[allow(dead_code)] // not every test binary that includes this module uses it
 pub fn config(out: &Path) -> Config {
@@ -17,10 +19,36 @@ pub fn config(out: &Path) -> Config {
         gpu_devices: Some("all".into()),
         gpu_interval_s: 0.01,
         collect_host: false,
+        flush_interval_s: 0.0,
         ..Config::default()
     }
 }
 use std::process::Command;
+
+/// Waits until the running session holds `rows` GPU readings (one per
+/// device read), as its live state counts them: a test waits for the
+/// readings it needs, not for a time a loaded machine may not keep to.
+/// Fails after a minute.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn wait_for_gpu_rows(profiler: &Profiler, rows: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let held = profiler
+            .live_state()
+            .rows
+            .iter()
+            .find(|(table, _, _)| *table == "gpu_samples")
+            .map_or(0, |(_, held, _)| *held);
+        if held >= rows {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{held} of {rows} GPU readings after a minute"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
 use std::sync::OnceLock;
 
 /// The path of the fake `libnvidia-ml.so`, built on first use.
