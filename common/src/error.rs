@@ -1,10 +1,8 @@
 //! Printing errors: each error says what went wrong at its level and leaves
 //! the cause to `source()`, so a chain is printed once, outermost first.
 
-use std::cell::Cell;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Once;
 
 /// Displays an error and its chain of sources: `outer: cause: root cause`.
 pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
@@ -28,35 +26,18 @@ impl fmt::Display for Chain<'_> {
     }
 }
 
-thread_local! {
-    /// Whether a panic on this thread is expected and caught: no message.
-    static QUIET: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `f`, turning a panic into `Err` without the panic message and
-/// backtrace the panic hook would print: the last fence around code that
-/// reads untrusted input (a hostile payload that made the Arrow reader panic
-/// is refused with a clear error, not a trace). The hook installed on first
-/// use wraps the one before it, which still sees every other panic.
-pub fn catch_quietly<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
-    // Under the fuzzer (feature `fuzzing`) a panic here is a finding, not
-    // a refusal.
+/// Runs `f`, turning a panic into `Err`: the last fence around code that
+/// reads untrusted input, should the checks before it miss something (a
+/// hostile payload is refused with an error, not a crash of rank 0). The
+/// readers validate their input rather than rely on it: a program built
+/// with `panic = "abort"` has no such fence. No panic hook is installed:
+/// the program's own hook sees a panic here, as any other. Under the
+/// fuzzer (feature `fuzzing`) the panic goes through, as a finding.
+pub fn fence<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
     if cfg!(feature = "fuzzing") {
         return Ok(f());
     }
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !QUIET.with(Cell::get) {
-                previous(info);
-            }
-        }));
-    });
-    let was = QUIET.with(|quiet| quiet.replace(true));
-    let result = catch_unwind(AssertUnwindSafe(f));
-    QUIET.with(|quiet| quiet.set(was));
-    result
+    catch_unwind(AssertUnwindSafe(f))
 }
 
 #[cfg(test)]

@@ -41,9 +41,10 @@ pub(super) fn read_stream(table: Table, stream: Vec<u8>) -> Result<RecordBatch, 
     } else {
         Buffer::from(stream.as_slice())
     };
-    // Arrow validates what it reads, but is not promised to be panic-free
-    // on hostile input: a panic becomes this table's error.
-    crate::error::catch_quietly(|| read_batch(written, &stream))
+    // Checked before Arrow reads it (`read_batch`), but Arrow is not
+    // promised to be panic-free on hostile input: a panic that gets past
+    // the checks becomes this table's error.
+    crate::error::fence(|| read_batch(written, &stream))
         .map_err(|_| fail(malformed("the reader panicked")))?
         .map_err(fail)
 }

@@ -444,7 +444,7 @@ proptest! {
 }
 
 /// A decode answered with a payload or an error found by validation: not
-/// with a panic of the Arrow reader that `catch_quietly` turned into one.
+/// with a panic of the Arrow reader that the fence turned into one.
 fn assert_no_panic_caught(decoded: Result<Payload, PayloadError>) {
     if let Err(error) = decoded {
         let text = crate::error::Chain(&error).to_string();
