@@ -1,7 +1,8 @@
 //! rankscope-coordinator: what rank 0 does with the gathered payloads. It
-//! turns them into one analysed [`model::Report`] and writes `report.json`,
-//! `summary.txt` and `stages.csv`. It depends on `rankscope-common` only: no
-//! NVML, no agent, no command line.
+//! turns them into one analysed [`model::Report`] and writes the report
+//! files: `report.json`, `summary.txt`, `stages.csv`, `report.html`, the
+//! merged `trace.json.gz` and the raw Arrow data (`raw/`). It depends on
+//! `rankscope-common` only: no NVML, no agent, no command line.
 //!
 //! - [`analysis::analyze`]: gathered payloads → [`model::Report`];
 //! - [`report::report`]: analyse and write every report file, as rank 0 does

@@ -1,12 +1,13 @@
 //! Transports: how the ranks of a session meet and how their payloads reach
 //! rank 0. A transport lives as long as the profiler and serves each of its
-//! sessions in two steps:
+//! sessions in three steps:
 //!
 //! - [`Transport::open`] when the session starts: the rendezvous, where the
 //!   transport can have one — every rank agrees on the run's identity and
 //!   rank 0 measures each rank's clock offset;
-//! - [`Transport::resync`] when it finishes, before the payload is built:
-//!   the offsets measured again, so drift is known;
+//! - [`Transport::resync`] when it finishes, once this rank's payload is
+//!   built and spilled: the offsets measured again, so drift is known (the
+//!   payload and its spill file then carry the new offset);
 //! - [`Transport::gather`] when it finishes: each rank hands over its
 //!   encoded payload; rank 0 gets back what arrived before the deadline,
 //!   checked by [`rankscope_common::gather::accept`].
@@ -105,8 +106,9 @@ pub trait Transport: Send {
     /// anything it holds for the session (a listener) is let go.
     fn close(&mut self) {}
 
-    /// At finish, before the payload is built: this rank's clock offset to
-    /// rank 0 measured again, where the transport can (every rank calls it).
+    /// At finish, once this rank's payload is built and spilled: its clock
+    /// offset to rank 0 measured again, where the transport can (every rank
+    /// calls it).
     fn resync(&mut self, _session: &SessionInfo<'_>, _deadline: Instant) -> Option<ClockOffset> {
         None
     }
