@@ -419,7 +419,7 @@ impl Config {
             if !merged.contains_key(&key) {
                 let closest = merged
                     .keys()
-                    .map(|k| (edit_distance(&key, k), k))
+                    .map(|k| (strsim::levenshtein(&key, k), k))
                     .min()
                     .filter(|(distance, _)| *distance <= key.len().div_ceil(3))
                     .map_or(String::new(), |(_, k)| format!("; did you mean `{k}`?"));
@@ -720,7 +720,7 @@ pub fn unknown_variables(
         .map(|name| {
             let closest = known
                 .iter()
-                .map(|k| (edit_distance(&name, k), k))
+                .map(|k| (strsim::levenshtein(&name, k), k))
                 .min()
                 .filter(|(distance, _)| *distance <= name.len().div_ceil(3))
                 .map(|(_, k)| k.clone());
@@ -729,22 +729,6 @@ pub fn unknown_variables(
         .collect();
     unknown.sort_by(|a, b| a.name.cmp(&b.name));
     unknown
-}
-
-/// Levenshtein distance between two strings, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitution = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
 }
 
 fn from_keys(keys: Map<String, Value>) -> Result<Config, String> {
@@ -814,7 +798,7 @@ fn read_file(path: &Path) -> Result<Map<String, Value>, ConfigError> {
     let parsed: Result<Value, String> = if is_toml {
         toml::from_str(&text).map_err(|e| e.to_string())
     } else {
-        serde_yaml::from_str(&text).map_err(|e| e.to_string())
+        yaml_serde::from_str(&text).map_err(|e| e.to_string())
     };
     match parsed {
         Ok(Value::Object(map)) => Ok(map),
