@@ -348,10 +348,33 @@ pub struct Straggler {
     /// Time the other ranks spent waiting on it in this stage, seconds
     /// (lockstep: Σ over the calls where it was slowest of Σ (max − own)).
     pub wait_s: f64,
+    /// `excess_s` in units of `spread_s`: how far out of the ordinary it
+    /// is (past the score the rank count calls for); `null` without a
+    /// spread (two ranks) or with none (all other ranks the same).
+    #[serde(default)]
+    pub score: Option<f64>,
+    /// The stage's spread across ranks: 1.4826 × the median absolute
+    /// deviation of the ranks' totals, seconds; `null` with two ranks.
+    #[serde(default)]
+    pub spread_s: Option<f64>,
     /// What explains it, where something does: the bottlenecks of the GPUs
     /// it sampled, its host's CPU saturation. Empty when none was found.
     #[serde(default)]
     pub evidence: Vec<String>,
+}
+
+impl Straggler {
+    /// How far out of the stage's ordinary spread this straggler is, as
+    /// words to follow its excess (empty where the spread was not judged).
+    pub fn out_of_spread(&self) -> String {
+        match (self.score, self.spread_s) {
+            (Some(score), Some(spread)) => {
+                format!(", {score:.1} times the stage's spread across ranks ({spread:.3} s)")
+            }
+            (None, Some(_)) => ", where the other ranks all took the same".into(),
+            _ => String::new(),
+        }
+    }
 }
 
 /// How one rank's GPU spent the window its kernel trace covers, with the

@@ -98,8 +98,10 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                 explanation
             ),
             std::iter::once(format!(
-                "{:.3} s over the other ranks' median; the other ranks waited {:.3} s on it",
-                s.excess_s, s.wait_s
+                "{:.3} s over the other ranks' median{}; the other ranks waited {:.3} s on it",
+                s.excess_s,
+                s.out_of_spread(),
+                s.wait_s
             ))
             .chain(more.iter().cloned())
             .collect::<Vec<_>>()

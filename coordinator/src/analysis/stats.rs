@@ -127,9 +127,106 @@ pub fn median_without(sorted: &[f64], i: usize) -> Option<f64> {
     })
 }
 
+/// The spread of `sorted` (ascending) by a measure that a few outliers do
+/// not move: 1.4826 × the median absolute deviation from the median, which
+/// is the standard deviation for normally spread values. `None` when empty.
+pub fn robust_spread(sorted: &[f64]) -> Option<f64> {
+    let middle = median(sorted)?;
+    let mut deviations: Vec<f64> = sorted.iter().map(|v| (v - middle).abs()).collect();
+    deviations.sort_by(f64::total_cmp);
+    Some(1.4826 * median(&deviations)?)
+}
+
+/// The median of `sorted` (ascending); `None` when empty.
+fn median(sorted: &[f64]) -> Option<f64> {
+    let n = sorted.len();
+    (n > 0).then(|| {
+        if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        }
+    })
+}
+
+/// The standard normal quantile: the `z` with P(Z ≤ z) = `p`, for `p` in
+/// (0, 1) (Acklam's rational approximation, relative error below 1.2e-9).
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969683028665376e1,
+        2.209460984245205e2,
+        -2.759285104469687e2,
+        1.383_577_518_672_69e2,
+        -3.066479806614716e1,
+        2.506628277459239,
+    ];
+    const B: [f64; 5] = [
+        -5.447609879822406e1,
+        1.615858368580409e2,
+        -1.556989798598866e2,
+        6.680131188771972e1,
+        -1.328068155288572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784894002430293e-3,
+        -3.223964580411365e-1,
+        -2.400758277161838,
+        -2.549732539343734,
+        4.374664141464968,
+        2.938163982698783,
+    ];
+    const D: [f64; 4] = [
+        7.784695709041462e-3,
+        3.224671290700398e-1,
+        2.445134137142996,
+        3.754408661907416,
+    ];
+    const LOW: f64 = 0.02425;
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < LOW {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p <= 1.0 - LOW {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    } else {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normal_quantiles_are_the_tables() {
+        for (p, z) in [
+            (0.5, 0.0),
+            (0.975, 1.959_963_985),
+            (0.999, 3.090_232_306),
+            (1.0 - 1e-5, 4.264_890_794),
+            (0.01, -2.326_347_874),
+        ] {
+            assert!(
+                (normal_quantile(p) - z).abs() < 1e-7,
+                "{p}: {}",
+                normal_quantile(p)
+            );
+        }
+    }
+
+    #[test]
+    fn the_robust_spread_ignores_an_outlier() {
+        // Median 10, absolute deviations 0 1 1 2 2 … and one of 90: MAD 1.
+        let sorted = [8.0, 9.0, 10.0, 11.0, 12.0, 100.0];
+        // Median 10.5; deviations 2.5 1.5 0.5 0.5 1.5 89.5 → median 1.5.
+        assert!((robust_spread(&sorted).unwrap() - 1.4826 * 1.5).abs() < 1e-12);
+        assert_eq!(robust_spread(&[]), None);
+    }
 
     #[test]
     fn spread_by_hand() {
