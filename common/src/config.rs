@@ -757,6 +757,10 @@ fn env_candidates(value: &str) -> Vec<Value> {
     if let Ok(number) = value.trim().parse::<u64>() {
         out.push(Value::from(number));
     }
+    // A negative whole number is an i64 (`clock_shift_ns: -5`), not a float.
+    if let Ok(number) = value.trim().parse::<i64>() {
+        out.push(Value::from(number));
+    }
     if let Ok(number) = value.trim().parse::<f64>() {
         out.push(Value::from(number));
     }
@@ -880,9 +884,11 @@ mod tests {
                 ("RANKSCOPE_GATHER_TIMEOUT_S", "2.5"),
                 ("RANKSCOPE_MAX_DATA_POINTS", "10"),
                 ("RANKSCOPE_SIMULATED_HOT_RANK", "2"),
+                ("RANKSCOPE_CLOCK_SHIFT_NS", "-5"),
             ]),
         )
         .unwrap();
+        assert_eq!(config.clock_shift_ns, -5, "a negative number");
         assert!(!config.enabled);
         assert_eq!(config.output_dir, PathBuf::from("/tmp/out"));
         assert_eq!(config.session_id.as_deref(), Some("1234"));

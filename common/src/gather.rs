@@ -94,6 +94,27 @@ pub enum Rejection {
         /// Where the accepted payload came from.
         first: String,
     },
+    /// Inputs refused past the [`MAX_LISTED_SKIPPED`] listed one by one.
+    #[error("{0} more inputs refused (not listed one by one)")]
+    Unlisted(u64),
+}
+
+/// Refused inputs a gather lists one by one; the rest are counted in one
+/// [`Rejection::Unlisted`] entry, so that a directory of 20,000 junk files
+/// makes a report of bounded size.
+pub const MAX_LISTED_SKIPPED: usize = 256;
+
+/// `skipped` with at most [`MAX_LISTED_SKIPPED`] entries, the rest counted.
+fn capped(mut skipped: Vec<Skipped>) -> Vec<Skipped> {
+    if skipped.len() > MAX_LISTED_SKIPPED {
+        let more = skipped.len() - MAX_LISTED_SKIPPED;
+        skipped.truncate(MAX_LISTED_SKIPPED);
+        skipped.push(Skipped {
+            source: "more inputs".into(),
+            reason: Rejection::Unlisted(more as u64),
+        });
+    }
+    skipped
 }
 
 /// Why rank 0 cut a TCP connection off before it reached the report.
@@ -326,7 +347,7 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
             .filter(|r| !by_rank.contains_key(r))
             .collect(),
         payloads: by_rank.into_values().map(|(_, payload)| payload).collect(),
-        skipped,
+        skipped: capped(skipped),
     }
 }
 
@@ -527,5 +548,28 @@ mod tests {
         );
         assert_eq!(older.payloads.len(), 2, "`--run r1` picks the older run");
         assert!(older.missing.is_empty());
+    }
+
+    /// 20,000 junk inputs are listed up to the cap and counted beyond it.
+    #[test]
+    fn refused_inputs_are_listed_up_to_a_cap_and_counted() {
+        let mut inputs: Vec<Candidate> = (0..20_000)
+            .map(|i| Candidate {
+                source: format!("junk-{i}"),
+                payload: Err(Rejection::NotAFile),
+            })
+            .collect();
+        inputs.push(candidate("good", "s", Some("r"), 0, 1));
+        let gathered = accept(inputs, &Expect::default());
+        assert_eq!(gathered.payloads.len(), 1);
+        assert_eq!(gathered.skipped.len(), MAX_LISTED_SKIPPED + 1);
+        let last = gathered.skipped.last().unwrap();
+        assert!(
+            matches!(last.reason, Rejection::Unlisted(n) if n == 20_000 - MAX_LISTED_SKIPPED as u64)
+        );
+        assert_eq!(
+            last.reason.to_string(),
+            "19744 more inputs refused (not listed one by one)"
+        );
     }
 }

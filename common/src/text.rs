@@ -77,10 +77,12 @@ pub fn column(text: &str, width: usize) -> String {
 
 /// A CSV field (RFC 4180): control characters replaced by `?`, prefixed
 /// with `'` when a spreadsheet would read it as a formula (a leading `=`,
-/// `+`, `-`, `@`, tab or carriage return), quoted when it holds a comma,
-/// quote or line break.
+/// `+`, `-`, `@`, tab or carriage return, after any spaces, which
+/// spreadsheets trim), quoted when it holds a comma, quote or line break.
 pub fn csv_field(text: &str) -> String {
-    let formula = text.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    let formula = text
+        .trim_start_matches(' ')
+        .starts_with(['=', '+', '-', '@', '\t', '\r']);
     let clean: String = text
         .chars()
         .map(|c| if is_unsafe(c) && c != '\n' { '?' } else { c })
@@ -236,6 +238,11 @@ mod tests {
         }
         assert_eq!(csv_field("\t=cmd()"), "'?=cmd()");
         assert_eq!(csv_field("\r=cmd()"), "'?=cmd()");
+        assert_eq!(
+            csv_field("  =1+1"),
+            "'  =1+1",
+            "spaces that a spreadsheet trims"
+        );
         assert_eq!(csv_field("a\x1b[2Jb"), "a?[2Jb");
     }
 }
