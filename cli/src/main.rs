@@ -102,7 +102,8 @@ enum Commands {
         #[arg(long)]
         output: Option<PathBuf>,
         /// The run to report, when the directory holds several runs that
-        /// shared a session id (default: the newest; the others are named).
+        /// shared a session id (default: the one with the most ranks, then
+        /// the newest; the others are named).
         #[arg(long)]
         run: Option<String>,
         /// Write report.json, report.html, summary.txt and stages.csv only,

@@ -4,7 +4,7 @@
 //! `rankscope aggregate`) turn what they received into [`Candidate`]s and
 //! call [`accept`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use crate::payload::{Payload, PayloadError, PayloadHeader};
@@ -39,7 +39,7 @@ pub enum Rejection {
     },
     /// Another run of the same session (a reused session id).
     #[error(
-        "belongs to run `{}`, not to run `{}` that the report covers",
+        "belongs to run `{}`, not to run `{}` that the report covers ({why})",
         .found.as_deref().unwrap_or("(no run id)"),
         .expected.as_deref().unwrap_or("(no run id)")
     )]
@@ -48,6 +48,8 @@ pub enum Rejection {
         found: Option<String>,
         /// The run gathered.
         expected: Option<String>,
+        /// Why the report covers that run.
+        why: String,
     },
     /// The payload disagrees with the others about the world size.
     #[error("rank {rank} says the world size is {found}, not {expected}")]
@@ -308,9 +310,9 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
             }),
         }
     }
-    let (session_id, run) = match &expect.session_id {
-        Some(id) => (id.clone(), expect.run.clone()),
-        None => newest_run(&decoded, &expect.run),
+    let (session_id, run, why) = match &expect.session_id {
+        Some(id) => (id.clone(), expect.run.clone(), "this process's run".into()),
+        None => chosen_run(&decoded, &expect.run, now_unix_ns()),
     };
     // The world size of the run reported on, not of any other.
     let world_size = expect.world_size.unwrap_or_else(|| {
@@ -326,7 +328,7 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
     let mut by_rank: BTreeMap<u32, (String, T)> = BTreeMap::new();
     for (source, payload) in decoded {
         let header = payload.header();
-        let refusal = check(header, &session_id, &run, world_size, expect).or_else(|| {
+        let refusal = check(header, &session_id, &run, &why, world_size, expect).or_else(|| {
             by_rank
                 .get(&header.rank.rank)
                 .map(|(first, _)| Rejection::DuplicateRank {
@@ -366,6 +368,7 @@ fn check(
     header: &PayloadHeader,
     session_id: &str,
     run: &RunFilter,
+    why: &str,
     world_size: u32,
     expect: &Expect,
 ) -> Option<Rejection> {
@@ -381,6 +384,7 @@ fn check(
             return Some(Rejection::OtherRun {
                 found: header.session.run_id.clone(),
                 expected: expected.clone(),
+                why: why.to_string(),
             });
         }
     }
@@ -408,29 +412,66 @@ fn session_end_unix_ns(header: &PayloadHeader) -> i64 {
     header.clock.start_unix_ns.saturating_add(duration)
 }
 
-/// The session and run a report of `decoded` covers: the run `wanted` names
-/// (in whichever session has it), else the one whose latest session start is
-/// the newest.
-fn newest_run<T: Headed>(decoded: &[(String, T)], wanted: &RunFilter) -> (String, RunFilter) {
-    let mut runs: BTreeMap<(&str, &Option<String>), i64> = BTreeMap::new();
+/// How far in the future a run's start may lie and still be chosen
+/// without being named (the ranks' clocks disagree a little).
+const FUTURE_TOLERANCE_NS: i64 = 300_000_000_000;
+
+/// The Unix time now, nanoseconds.
+fn now_unix_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// The session and run a report of `decoded` covers, and why: the run
+/// `wanted` names (in whichever session has it); else the run with the
+/// most ranks, then the newest start among those — a run whose ranks all
+/// claim to start more than 5 minutes after `now_ns` is chosen only when
+/// no other is left (one forged file cannot outvote the real ranks, nor
+/// outdate them with a start in the future).
+fn chosen_run<T: Headed>(
+    decoded: &[(String, T)],
+    wanted: &RunFilter,
+    now_ns: i64,
+) -> (String, RunFilter, String) {
+    /// Per run: its ranks, and its latest start no later than the tolerance
+    /// (`None`: every start is in the future).
+    type Runs<'a> = BTreeMap<(&'a str, &'a Option<String>), (BTreeSet<u32>, Option<i64>)>;
+    let mut runs: Runs<'_> = BTreeMap::new();
     for (_, payload) in decoded {
         let header = payload.header();
         let session = &header.session;
         let start = header.clock.start_unix_ns;
-        let latest = runs.entry((&session.id, &session.run_id)).or_insert(start);
-        *latest = (*latest).max(start);
+        let (ranks, latest) = runs.entry((&session.id, &session.run_id)).or_default();
+        ranks.insert(header.rank.rank);
+        if start <= now_ns.saturating_add(FUTURE_TOLERANCE_NS) {
+            *latest = (*latest).max(Some(start));
+        }
     }
-    let chosen = match wanted {
-        RunFilter::Only(run) => runs.keys().find(|(_, r)| *r == run).copied(),
-        RunFilter::Any => runs
-            .iter()
-            .max_by_key(|&(key, start)| (*start, *key))
-            .map(|(key, _)| *key),
+    let (chosen, why) = match wanted {
+        RunFilter::Only(run) => (
+            runs.keys().find(|(_, r)| *r == run).copied(),
+            "the run asked for".to_string(),
+        ),
+        RunFilter::Any => {
+            let best = runs.iter().max_by_key(|&(key, (ranks, latest))| {
+                (latest.is_some(), ranks.len(), *latest, *key)
+            });
+            let why = match best {
+                Some((_, (ranks, Some(_)))) => format!(
+                    "of the {} runs found, it has the most ranks ({}), then the latest start",
+                    runs.len(),
+                    ranks.len()
+                ),
+                _ => "every run found starts in the future".to_string(),
+            };
+            (best.map(|(key, _)| *key), why)
+        }
     };
     match chosen {
-        Some((session, run)) => (session.to_string(), RunFilter::Only(run.clone())),
+        Some((session, run)) => (session.to_string(), RunFilter::Only(run.clone()), why),
         // Nothing matches: every payload is refused as another run's.
-        None => (String::new(), wanted.clone()),
+        None => (String::new(), wanted.clone(), why),
     }
 }
 
@@ -507,7 +548,7 @@ mod tests {
     }
 
     #[test]
-    fn without_expectations_the_newest_run_wins_and_the_others_are_named() {
+    fn without_expectations_the_run_with_the_most_ranks_wins_then_the_newest() {
         let inputs = || {
             vec![
                 started(candidate("a", "job", Some("r1"), 0, 2), 100),
@@ -516,25 +557,29 @@ mod tests {
             ]
         };
         let gathered = accept(inputs(), &Expect::default());
-        assert_eq!(gathered.payloads.len(), 1);
+        assert_eq!(gathered.payloads.len(), 2);
         assert_eq!(
             gathered.payloads[0].header.session.run_id.as_deref(),
-            Some("r2")
+            Some("r1")
         );
-        assert_eq!(gathered.missing, [1], "rank 1 of run r2 never reported");
-        assert_eq!(gathered.skipped.len(), 2);
-        for skipped in &gathered.skipped {
-            assert!(
-                skipped.reason.to_string().contains("belongs to run `r1`"),
-                "{}",
-                skipped.reason
-            );
-        }
+        assert!(gathered.missing.is_empty());
+        let [skipped] = gathered.skipped.as_slice() else {
+            panic!("{:?}", gathered.skipped)
+        };
+        assert_eq!(
+            skipped.reason.to_string(),
+            "belongs to run `r2`, not to run `r1` that the report covers (of the 2 runs \
+             found, it has the most ranks (2), then the latest start)"
+        );
 
-        // A newer run of another world size is not judged by the older one's.
-        let mut resized = inputs();
-        resized.push(started(candidate("d", "job", Some("r3"), 0, 1), 300));
-        let newest = accept(resized, &Expect::default());
+        // As many ranks: the newest, whatever its world size.
+        let newest = accept(
+            vec![
+                started(candidate("c", "job", Some("r2"), 0, 2), 200),
+                started(candidate("d", "job", Some("r3"), 0, 1), 300),
+            ],
+            &Expect::default(),
+        );
         assert_eq!(newest.world_size, 1);
         assert_eq!(newest.payloads.len(), 1);
         assert!(newest.missing.is_empty());
@@ -542,12 +587,55 @@ mod tests {
         let older = accept(
             inputs(),
             &Expect {
-                run: RunFilter::Only(Some("r1".into())),
+                run: RunFilter::Only(Some("r2".into())),
                 ..Expect::default()
             },
         );
-        assert_eq!(older.payloads.len(), 2, "`--run r1` picks the older run");
-        assert!(older.missing.is_empty());
+        assert_eq!(older.payloads.len(), 1, "`--run r2` picks that run");
+        assert!(older.skipped[0]
+            .reason
+            .to_string()
+            .contains("(the run asked for)"));
+    }
+
+    /// One forged file, whether it claims a start in the far future or
+    /// now, does not take the report from the four real ranks.
+    #[test]
+    fn one_forged_file_cannot_choose_the_run() {
+        let now = now_unix_ns();
+        let real = || {
+            (0..4).map(|r| {
+                started(
+                    candidate("real", "job", Some("real"), r, 4),
+                    now - 60_000_000_000,
+                )
+            })
+        };
+        for forged_start in [9_000_000_000_000_000_000, now + 1_000_000_000] {
+            let mut inputs: Vec<Candidate> = real().collect();
+            inputs.push(started(
+                candidate("forged", "job", Some("forged"), 1, 4),
+                forged_start,
+            ));
+            let gathered = accept(inputs, &Expect::default());
+            assert_eq!(gathered.payloads.len(), 4, "the real ranks are reported");
+            assert_eq!(gathered.skipped.len(), 1);
+            assert!(gathered.skipped[0].source == "forged");
+        }
+        // Two ranks starting in the far future lose to one starting now.
+        let future = 9_000_000_000_000_000_000;
+        let gathered = accept(
+            vec![
+                started(candidate("f0", "job", Some("future"), 0, 2), future),
+                started(candidate("f1", "job", Some("future"), 1, 2), future),
+                started(candidate("now", "job", Some("now"), 0, 2), now),
+            ],
+            &Expect::default(),
+        );
+        assert_eq!(
+            gathered.payloads[0].header.session.run_id.as_deref(),
+            Some("now")
+        );
     }
 
     /// 20,000 junk inputs are listed up to the cap and counted beyond it.
