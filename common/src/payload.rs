@@ -660,6 +660,66 @@ pub fn decode_within(bytes: &[u8], limits: &Limits) -> Result<Payload, PayloadEr
     Ok(Payload { header, tables })
 }
 
+/// Walks the layout of a payload file of `total` bytes whose `preamble`
+/// was checked ([`announced_length`]) before the file is read whole: its
+/// header (decoded) and each table's entry, seeking past the tables'
+/// bytes; the last table must end where the checksum begins. A file that
+/// is no payload past its preamble (a sparse file of gigabytes) is refused
+/// having read at most its header. Leaves `file` anywhere.
+pub fn check_layout<R: std::io::Read + std::io::Seek>(
+    file: &mut R,
+    preamble: &[u8],
+    total: u64,
+) -> Result<(), PayloadError> {
+    let io = |e: std::io::Error| PayloadError::Layout(format!("reading the layout: {e}"));
+    let header_len = u32::from_le_bytes(
+        preamble[PREAMBLE_BYTES - 4..PREAMBLE_BYTES]
+            .try_into()
+            .expect("4 bytes"),
+    );
+    let header_len = header_len as usize;
+    let body_end = total.saturating_sub(CHECKSUM_BYTES as u64);
+    if header_len > MAX_HEADER_BYTES || (PREAMBLE_BYTES + header_len + 2) as u64 > body_end {
+        return Err(PayloadError::Header(format!(
+            "length {header_len} does not fit the payload's {total} bytes or the {MAX_HEADER_BYTES}-byte limit"
+        )));
+    }
+    file.seek(std::io::SeekFrom::Start(PREAMBLE_BYTES as u64))
+        .map_err(io)?;
+    let mut header = vec![0u8; header_len];
+    file.read_exact(&mut header).map_err(io)?;
+    decode_header_of(format_version(preamble), &header)?;
+    let mut count = [0u8; 2];
+    file.read_exact(&mut count).map_err(io)?;
+    let mut pos = (PREAMBLE_BYTES + header_len + 2) as u64;
+    for _ in 0..u16::from_le_bytes(count) {
+        // Table id, codec, uncompressed and compressed lengths.
+        let mut entry = [0u8; 18];
+        file.read_exact(&mut entry).map_err(io)?;
+        let table = Table::from_id(entry[0])
+            .ok_or_else(|| PayloadError::Layout(format!("unknown table id {}", entry[0])))?;
+        let raw_len = u64::from_le_bytes(entry[2..10].try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(entry[10..18].try_into().expect("8 bytes"));
+        pos += entry.len() as u64;
+        if raw_len > MAX_TABLE_BYTES || len > body_end.saturating_sub(pos) {
+            return Err(PayloadError::Layout(format!(
+                "table `{}`: {len} bytes ({raw_len} uncompressed) announced, {} left",
+                table.name(),
+                body_end.saturating_sub(pos)
+            )));
+        }
+        pos += len;
+        file.seek(std::io::SeekFrom::Start(pos)).map_err(io)?;
+    }
+    if pos != body_end {
+        return Err(PayloadError::Layout(format!(
+            "{} unexpected bytes after the last table",
+            body_end - pos
+        )));
+    }
+    Ok(())
+}
+
 /// The format version of a payload whose envelope was checked.
 fn format_version(bytes: &[u8]) -> u16 {
     u16::from_le_bytes([bytes[4], bytes[5]])

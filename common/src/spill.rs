@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::SystemTime;
@@ -143,10 +143,42 @@ pub fn find(
     Ok(found)
 }
 
-/// Reads and decodes the payload in `path`.
+/// Reads and decodes the payload in `path`, within the process's budget
+/// of payload bytes held at once ([`READ_BUDGET_BYTES`]).
 pub fn read_payload(path: &Path) -> Result<Payload, Rejection> {
+    let size = std::fs::symlink_metadata(path).map_or(0, |m| m.len());
+    let _held = ReadBudget::acquire(size);
     let bytes = read_bytes(path)?;
     payload::decode(&bytes).map_err(Rejection::Payload)
+}
+
+/// Payload bytes that the readers of one process hold at once, across
+/// threads: a reader waits until its file fits (a file larger than the
+/// whole budget is read when nothing else is held).
+pub const READ_BUDGET_BYTES: u64 = 1 << 30;
+
+/// The bytes held now against [`READ_BUDGET_BYTES`]; given back on drop.
+struct ReadBudget(u64);
+
+static HELD: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+static GIVEN_BACK: std::sync::Condvar = std::sync::Condvar::new();
+
+impl ReadBudget {
+    fn acquire(bytes: u64) -> Self {
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        while *held > 0 && *held + bytes > READ_BUDGET_BYTES {
+            held = GIVEN_BACK.wait(held).unwrap_or_else(|e| e.into_inner());
+        }
+        *held += bytes;
+        ReadBudget(bytes)
+    }
+}
+
+impl Drop for ReadBudget {
+    fn drop(&mut self) {
+        *HELD.lock().unwrap_or_else(|e| e.into_inner()) -= self.0;
+        GIVEN_BACK.notify_all();
+    }
 }
 
 /// Reads the bytes of the payload file `path`, refusing anything but a
@@ -158,7 +190,7 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
     if !entry.file_type().is_file() {
         return Err(Rejection::NotAFile);
     }
-    let file = open_regular(path)?;
+    let mut file = open_regular(path)?;
     let opened = file.metadata().map_err(Rejection::Io)?;
     if !opened.is_file() {
         return Err(Rejection::NotAFile);
@@ -170,7 +202,6 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
     }
     // The preamble first: a file whose size is not the length it announces
     // (or that is no payload) is refused before the rest is read.
-    let mut file = file.take(MAX_PAYLOAD_BYTES + 1);
     let mut bytes = vec![0u8; PREAMBLE_BYTES.min(opened.len() as usize)];
     file.read_exact(&mut bytes).map_err(Rejection::Io)?;
     match payload::announced_length(&bytes, MAX_PAYLOAD_BYTES) {
@@ -187,7 +218,18 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
         Ok(_) => {}
         Err(e) => return Err(Rejection::Payload(e)),
     }
-    // The length was checked against the announced one: read in one go.
+    // Its layout, then its checksum over the whole file read in small
+    // pieces: a file that is no payload (a sparse file of gigabytes behind
+    // a valid preamble) is refused before its size is allocated.
+    payload::check_layout(&mut file, &bytes, opened.len()).map_err(Rejection::Payload)?;
+    file.seek(std::io::SeekFrom::Start(bytes.len() as u64))
+        .map_err(Rejection::Io)?;
+    check_checksum(&mut file, &bytes, opened.len())?;
+    file.seek(std::io::SeekFrom::Start(0))
+        .map_err(Rejection::Io)?;
+    let mut file = file.take(opened.len() + 1);
+    bytes.clear();
+    // The length and checksum were checked: read in one go.
     let size = usize::try_from(opened.len()).unwrap_or(0);
     bytes.reserve_exact(size.saturating_sub(bytes.len()));
     file.read_to_end(&mut bytes).map_err(Rejection::Io)?;
@@ -197,6 +239,38 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Rejection> {
         )));
     }
     Ok(bytes)
+}
+
+/// Reads the rest of a payload file of `total` bytes, whose preamble is
+/// `preamble`, in pieces, and checks its checksum (the last 4 bytes, over
+/// all before them).
+fn check_checksum(file: &mut impl Read, preamble: &[u8], total: u64) -> Result<(), Rejection> {
+    let body_len = total.saturating_sub(4);
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(preamble);
+    let mut read = preamble.len() as u64;
+    let mut stored = [0u8; 4];
+    let mut buffer = vec![0u8; 256 << 10];
+    while read < total {
+        let n = file.read(&mut buffer).map_err(Rejection::Io)?;
+        if n == 0 {
+            return Err(Rejection::Io(std::io::Error::other(
+                "the file changed while it was read",
+            )));
+        }
+        let chunk = &buffer[..n];
+        // The stored checksum's bytes in this piece, if any.
+        for at in read.max(body_len)..(read + n as u64).min(total) {
+            stored[(at - body_len) as usize] = chunk[(at - read) as usize];
+        }
+        let body_end = usize::try_from(body_len.saturating_sub(read)).map_or(n, |left| left.min(n));
+        hasher.update(&chunk[..body_end]);
+        read += n as u64;
+    }
+    if hasher.finalize() != u32::from_le_bytes(stored) {
+        return Err(Rejection::Payload(PayloadError::ChecksumMismatch));
+    }
+    Ok(())
 }
 
 /// Opens `path` for reading without following a link or blocking on a FIFO
