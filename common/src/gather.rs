@@ -160,9 +160,13 @@ pub enum ConnectionRefusal {
     /// Connections refused past the number listed one by one.
     #[error("{0} more connections refused (not listed one by one)")]
     Unlisted(u64),
-    /// More connections at once than a job of this size makes.
+    /// More authenticated connections at once than a job of this size makes.
     #[error("too many connections at once")]
     TooMany,
+    /// Cut off before it authenticated, to make room for newer connections
+    /// (the listener had as many unauthenticated ones as it keeps).
+    #[error("cut off before it authenticated: too many connections were waiting to")]
+    Evicted,
 }
 
 /// An input rank 0 (or `rankscope aggregate`) refused, and why.

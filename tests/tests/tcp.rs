@@ -372,3 +372,65 @@ fn a_rank_killed_mid_session_is_named_missing_and_recovered_from_its_flushes() {
     );
     assert!(!aggregated.is_complete());
 }
+
+/// 80 strangers reconnecting without the token while a 4-rank job runs
+/// (more than rank 0 keeps waiting to authenticate) keep no rank out: the
+/// oldest unauthenticated connection is cut off for each new one, and a
+/// rank authenticates in one round trip.
+#[test]
+fn a_flood_of_strangers_keeps_no_rank_out_of_the_gather() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let out = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let timeout = ("RANKSCOPE_GATHER_TIMEOUT_S", "60");
+    let rank0 = rank(0, 4, out.path(), port, &[timeout]);
+    drop(connect(port));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood: Vec<_> = (0..80)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    // Connect, say nothing, wait until cut off (or 2 s).
+                    if let Ok(mut stranger) = TcpStream::connect(("127.0.0.1", port)) {
+                        let _ = stranger.set_read_timeout(Some(Duration::from_secs(2)));
+                        let mut sink = [0u8; 64];
+                        while matches!(stranger.read(&mut sink), Ok(n) if n > 0) {}
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let ranks: Vec<Child> = (1..4)
+        .map(|r| rank(r, 4, out.path(), port, &[timeout]))
+        .collect();
+    let mut outputs: Vec<_> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    outputs.push(rank0.wait_with_output().unwrap());
+    stop.store(true, Ordering::SeqCst);
+    for thread in flood {
+        thread.join().unwrap();
+    }
+    for output in &outputs {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let report = report(out.path());
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    // Every rank met rank 0 at its rendezvous (its clock offset measured).
+    let ranks = report["ranks"].as_array().unwrap();
+    assert!(
+        ranks.iter().all(|r| !r["clock_offset_ns"].is_null()),
+        "{ranks:?}"
+    );
+}

@@ -16,7 +16,7 @@
 //! it. Every read and write has a timeout and every wait a deadline, and
 //! each connection has a thread of its own: one slow peer delays nobody.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -381,13 +381,52 @@ struct Collected {
 /// scan must not grow rank 0's memory).
 const MAX_LISTED_REFUSALS: usize = 256;
 
+/// Connections that have not authenticated yet, kept apart from the
+/// ranks': at most this many, the oldest cut off to make room for a new
+/// one. Strangers flooding the port then cannot keep a rank out: its
+/// connection gets in and authenticates in one round trip, long before as
+/// many newer connections push it out.
+const MAX_UNAUTHENTICATED: usize = 64;
+
 /// State shared by the listener and its connection threads.
 struct Shared {
     settings: ServerSettings,
     collected: Mutex<Collected>,
     arrived: Condvar,
+    /// Authenticated connections open now.
     connections: AtomicUsize,
+    /// Connections not authenticated yet, oldest first, by id.
+    unauthenticated: Mutex<VecDeque<(u64, TcpStream)>>,
     stop: AtomicBool,
+}
+
+impl Shared {
+    /// Takes `stream` in among the unauthenticated connections, cutting
+    /// the oldest off past [`MAX_UNAUTHENTICATED`].
+    fn admit(&self, id: u64, stream: &TcpStream) {
+        let mut waiting = lock(&self.unauthenticated);
+        if waiting.len() >= MAX_UNAUTHENTICATED {
+            if let Some((_, oldest)) = waiting.pop_front() {
+                let _ = oldest.shutdown(Shutdown::Both);
+            }
+        }
+        if let Ok(clone) = stream.try_clone() {
+            waiting.push_back((id, clone));
+        }
+    }
+
+    /// Connection `id` is no longer waiting to authenticate; `false` if it
+    /// was cut off meanwhile.
+    fn leave(&self, id: u64) -> bool {
+        let mut waiting = lock(&self.unauthenticated);
+        match waiting.iter().position(|(waiting_id, _)| *waiting_id == id) {
+            Some(at) => {
+                waiting.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// Rank 0's listener: a thread accepting connections, a thread for each.
@@ -409,6 +448,7 @@ impl Server {
             collected: Mutex::default(),
             arrived: Condvar::new(),
             connections: AtomicUsize::new(0),
+            unauthenticated: Mutex::default(),
             stop: AtomicBool::new(false),
         });
         let accepting = Arc::clone(&shared);
@@ -477,28 +517,20 @@ impl Drop for Server {
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    let most = shared.settings.world_size as usize * 2 + 16;
+    let mut next_id = 0u64;
     while !shared.stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, peer)) => {
                 let source = format!("connection from {peer}");
-                if shared.connections.fetch_add(1, Ordering::SeqCst) >= most {
-                    shared.connections.fetch_sub(1, Ordering::SeqCst);
-                    refuse(shared, source, ConnectionRefusal::TooMany);
-                    let _ = stream.shutdown(Shutdown::Both);
-                    continue;
-                }
+                let id = next_id;
+                next_id += 1;
+                shared.admit(id, &stream);
                 let serving = Arc::clone(shared);
                 let spawned = std::thread::Builder::new()
                     .name("rankscope-peer".into())
-                    .spawn(move || {
-                        if let Err(refusal) = serve(stream, &serving) {
-                            refuse(&serving, source, refusal);
-                        }
-                        serving.connections.fetch_sub(1, Ordering::SeqCst);
-                    });
+                    .spawn(move || serve_connection(stream, id, source, &serving));
                 if spawned.is_err() {
-                    shared.connections.fetch_sub(1, Ordering::SeqCst);
+                    shared.leave(id);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -506,6 +538,24 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
+    }
+}
+
+/// Serves connection `id` and records why it was refused, if it was.
+fn serve_connection(stream: TcpStream, id: u64, source: String, shared: &Shared) {
+    let mut authenticated = false;
+    let result = serve(stream, id, &mut authenticated, shared);
+    if authenticated {
+        shared.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+    let was_waiting = shared.leave(id);
+    if let Err(refusal) = result {
+        let refusal = if !authenticated && !was_waiting {
+            ConnectionRefusal::Evicted
+        } else {
+            refusal
+        };
+        refuse(shared, source, refusal);
     }
 }
 
@@ -521,8 +571,15 @@ fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
     }
 }
 
-/// One connection, from the challenge to the end of what it came for.
-fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnectionRefusal> {
+/// One connection, from the challenge to the end of what it came for;
+/// `authenticated` is set once it proved it knows the token (and counts
+/// among the authenticated connections).
+fn serve(
+    mut stream: TcpStream,
+    id: u64,
+    authenticated: &mut bool,
+    shared: &Shared,
+) -> Result<(), ConnectionRefusal> {
     let settings = &shared.settings;
     // The handshake and a clock exchange are quick, whoever the peer is.
     let handshake = Instant::now() + HANDSHAKE_TIMEOUT;
@@ -550,6 +607,16 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnectionRefusal
     // verify_slice compares in constant time.
     mac.verify_slice(&hello[21..])
         .map_err(|_| ConnectionRefusal::BadToken)?;
+    if !shared.leave(id) {
+        return Err(ConnectionRefusal::Evicted);
+    }
+    // Authenticated: among the ranks' connections, a budget of their own.
+    let most = settings.world_size as usize * 2 + 16;
+    if shared.connections.fetch_add(1, Ordering::SeqCst) >= most {
+        shared.connections.fetch_sub(1, Ordering::SeqCst);
+        return Err(ConnectionRefusal::TooMany);
+    }
+    *authenticated = true;
     if rank == 0 || rank >= settings.world_size {
         return Err(ConnectionRefusal::OutsideWorld {
             rank,
