@@ -114,6 +114,12 @@ pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) 
                 Some(port) => (port, None),
                 None => (free_port()?, Some(free_port()?)),
             };
+            // A secret of this launch's for the ranks' TCP gather (unless
+            // the user gave one): no one else can derive it.
+            let token = match std::env::var("RANKSCOPE_TOKEN") {
+                Ok(token) if !token.is_empty() => token,
+                _ => fresh_token()?,
+            };
             for rank in 0..job.ranks {
                 // What torchrun sets, for one node (a fresh run id per launch).
                 let mut command = Command::new(job.program);
@@ -127,7 +133,8 @@ pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) 
                     .env("MASTER_ADDR", "127.0.0.1")
                     .env("MASTER_PORT", master_port.to_string())
                     .env("TORCHELASTIC_RUN_ID", job_id)
-                    .env("TORCHELASTIC_RESTART_COUNT", "0");
+                    .env("TORCHELASTIC_RESTART_COUNT", "0")
+                    .env("RANKSCOPE_TOKEN", &token);
                 if let Some(port) = listener_port {
                     command.env("RANKSCOPE_PORT", port.to_string());
                 }
@@ -157,6 +164,14 @@ pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) 
         }
     }
     Ok(ranks)
+}
+
+/// 32 random bytes, in hex.
+fn fresh_token() -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("no randomness for the job token: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A TCP port nobody listens on now.

@@ -109,3 +109,38 @@ fn a_stop_signal_is_passed_on_to_every_rank() {
         "{rest:?}"
     );
 }
+
+/// Each launch gives its ranks a secret job token of its own (for their
+/// TCP gather), the same on every rank: no one can derive it from the
+/// variables torchrun sets.
+#[test]
+fn a_launch_gives_its_ranks_a_fresh_secret_token() {
+    let tokens = || {
+        let run = rankscope(
+            &[
+                "launch",
+                "-n",
+                "2",
+                "--",
+                "sh",
+                "-c",
+                "echo token=$RANKSCOPE_TOKEN",
+            ],
+            &[],
+        );
+        let stdout = String::from_utf8_lossy(&run.stdout).to_string();
+        let tokens: std::collections::BTreeSet<String> = stdout
+            .lines()
+            .filter_map(|l| l.split("token=").nth(1))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(tokens.len(), 1, "one token for every rank: {stdout}");
+        let token = tokens.into_iter().next().unwrap();
+        assert!(
+            token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{token}"
+        );
+        token
+    };
+    assert_ne!(tokens(), tokens(), "a fresh token per launch");
+}

@@ -148,9 +148,15 @@ pub enum ConnectionRefusal {
         /// The world size.
         world_size: u32,
     },
-    /// The peer claimed a rank whose payload already arrived.
-    #[error("rank {0}'s payload already arrived")]
-    DuplicateRank(u32),
+    /// The peer claimed a rank whose payload already arrived: a conflict
+    /// between two peers, of which the first is kept.
+    #[error("a conflict: rank {rank}'s payload already arrived from {first}; the first is kept")]
+    DuplicateRank {
+        /// The rank claimed twice.
+        rank: u32,
+        /// Where the payload kept came from.
+        first: String,
+    },
     /// The peer's payload is not this rank's of this session and run.
     #[error("a payload refused: {0}")]
     WrongPayload(&'static str),

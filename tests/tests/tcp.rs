@@ -198,7 +198,7 @@ fn strangers_are_cut_off_and_named_and_rank_zero_still_finishes() {
         "more than the 268435456-byte limit",
         "went silent",
         "not the rankscope protocol",
-        "rank 1's payload already arrived",
+        "a conflict: rank 1's payload already arrived from rank 1 over TCP from 127.0.0.1:",
         "it is another session's",
     ] {
         assert!(

@@ -109,7 +109,14 @@ impl TcpTransport {
             Some(token) => token.as_bytes().to_vec(),
             None => {
                 // Derived: anyone who knows the run id, address and port can
-                // derive it too. Documented; RANKSCOPE_TOKEN is better.
+                // derive it too, and is told so.
+                notice!(
+                    "no RANKSCOPE_TOKEN: the TCP gather's token is derived from the launcher's \
+                     run id (`{}`) and {endpoint}, which anyone who can read them can derive \
+                     too, and so add or replace a rank's data; set RANKSCOPE_TOKEN to a secret \
+                     per job (rankscope launch does)",
+                    env.job_id.as_deref().unwrap_or("none")
+                );
                 let mut hasher = Sha256::new();
                 hasher.update(b"rankscope job token\0");
                 hasher.update(env.job_id.as_deref().unwrap_or("").as_bytes());
@@ -650,8 +657,11 @@ fn serve(
             )
         }
         purpose::PAYLOAD => {
-            if lock(&shared.collected).payloads.contains_key(&rank) {
-                return Err(ConnectionRefusal::DuplicateRank(rank));
+            if let Some(first) = lock(&shared.collected).payloads.get(&rank) {
+                return Err(ConnectionRefusal::DuplicateRank {
+                    rank,
+                    first: first.source.clone(),
+                });
             }
             let until = Instant::now() + settings.payload_timeout;
             let bytes = read_frame(&mut stream, kind::PAYLOAD, settings.max_frame, until)?;
@@ -673,13 +683,19 @@ fn serve(
                 if shared.stop.load(Ordering::SeqCst) {
                     return Err(ConnectionRefusal::Late);
                 }
-                if collected.payloads.contains_key(&rank) {
-                    return Err(ConnectionRefusal::DuplicateRank(rank));
+                if let Some(first) = collected.payloads.get(&rank) {
+                    return Err(ConnectionRefusal::DuplicateRank {
+                        rank,
+                        first: first.source.clone(),
+                    });
                 }
+                let peer = stream
+                    .peer_addr()
+                    .map_or_else(|_| "an unknown address".into(), |a| a.to_string());
                 collected.payloads.insert(
                     rank,
                     Candidate {
-                        source: format!("rank {rank} over TCP"),
+                        source: format!("rank {rank} over TCP from {peer}"),
                         payload: Ok(payload),
                     },
                 );
@@ -908,5 +924,23 @@ mod tests {
         );
         assert!(unsealed(b"token", &[1; 32], &[2; 16], kind::OFFSET, &reply).is_none());
         assert!(unsealed(b"token", &[1; 32], &[2; 16], kind::RUN, b"short").is_none());
+    }
+
+    /// Without RANKSCOPE_TOKEN the derived token is public: said so, with
+    /// what it is derived from.
+    #[test]
+    fn a_derived_token_is_said_to_be_public() {
+        let env = RankEnv {
+            job_id: Some("none".into()),
+            master: Some(("127.0.0.1".into(), 29500)),
+            ..RankEnv::single()
+        };
+        TcpTransport::for_rank(&Config::default(), &env).unwrap();
+        let kept = crate::notice::take_kept();
+        assert!(
+            kept.iter().any(|n| n.starts_with("no RANKSCOPE_TOKEN")
+                && n.contains("run id (`none`) and 127.0.0.1:29501")),
+            "{kept:?}"
+        );
     }
 }
