@@ -434,3 +434,64 @@ fn a_flood_of_strangers_keeps_no_rank_out_of_the_gather() {
         "{ranks:?}"
     );
 }
+
+/// Ten peers with the token sending 200 MiB frames at once: rank 0 holds
+/// at most its budget of frame bytes at a time, not 2 GB (and still
+/// reports). The largest resident set of this test binary's children is
+/// rank 0's here: the other tests' ranks stay far below it.
+#[test]
+fn peers_sending_large_frames_at_once_share_a_bounded_budget() {
+    let out = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let rank0 = rank(
+        0,
+        2,
+        out.path(),
+        port,
+        &[("RANKSCOPE_GATHER_TIMEOUT_S", "8")],
+    );
+    drop(connect(port));
+    let frame_bytes: u64 = 200 << 20;
+    let senders: Vec<_> = (0..10)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut sender = connect(port);
+                greet(&mut sender, 1, b"the-job-token");
+                let mut head = vec![8u8];
+                head.extend_from_slice(&frame_bytes.to_le_bytes());
+                let _ = sender.write_all(&head);
+                let zeros = vec![0u8; 1 << 20];
+                for _ in 0..200 {
+                    if sender.write_all(&zeros).is_err() {
+                        break;
+                    }
+                }
+                let mut answer = [0u8; 9];
+                let _ = sender.read_exact(&mut answer);
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.join().unwrap();
+    }
+    let output = rank0.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = report(out.path());
+    assert_eq!(report["session"]["ranks_missing"], serde_json::json!([1]));
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes the struct it is given.
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) },
+        0
+    );
+    // SAFETY: written by the successful call above.
+    let peak_mib = unsafe { usage.assume_init() }.ru_maxrss / 1024;
+    assert!(
+        peak_mib < 800,
+        "rank 0 peaked at {peak_mib} MiB for 2000 MiB of frames"
+    );
+}

@@ -395,8 +395,65 @@ const MAX_LISTED_REFUSALS: usize = 256;
 /// many newer connections push it out.
 const MAX_UNAUTHENTICATED: usize = 64;
 
+/// Bytes of payload frames rank 0 holds at once, across all its
+/// connections (each frame is within `max_frame_bytes` too): a peer waits
+/// for room before it sends more, so that many peers sending large frames
+/// at once cannot take rank 0's memory.
+const FRAMES_IN_FLIGHT_BYTES: u64 = 512 << 20;
+
+/// The bytes of frames held now, against [`FRAMES_IN_FLIGHT_BYTES`].
+#[derive(Default)]
+struct FrameBudget {
+    held: Mutex<u64>,
+    freed: Condvar,
+}
+
+impl FrameBudget {
+    /// Takes `bytes` more for `held` once they fit (or nothing else is
+    /// held), by `deadline`.
+    fn take(
+        &self,
+        held: &mut Held<'_>,
+        bytes: u64,
+        deadline: Instant,
+    ) -> Result<(), ConnectionRefusal> {
+        let mut taken = lock(&self.held);
+        while *taken > 0 && *taken + bytes > FRAMES_IN_FLIGHT_BYTES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ConnectionRefusal::Stalled);
+            }
+            taken = self
+                .freed
+                .wait_timeout(taken, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *taken += bytes;
+        held.bytes += bytes;
+        Ok(())
+    }
+}
+
+/// Bytes of a frame held against a [`FrameBudget`]; given back on drop.
+struct Held<'a> {
+    budget: Option<&'a FrameBudget>,
+    bytes: u64,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Some(budget) = self.budget {
+            *lock(&budget.held) -= self.bytes;
+            budget.freed.notify_all();
+        }
+    }
+}
+
 /// State shared by the listener and its connection threads.
 struct Shared {
+    /// Payload frames being received.
+    frames: FrameBudget,
     settings: ServerSettings,
     collected: Mutex<Collected>,
     arrived: Condvar,
@@ -454,6 +511,7 @@ impl Server {
             settings,
             collected: Mutex::default(),
             arrived: Condvar::new(),
+            frames: FrameBudget::default(),
             connections: AtomicUsize::new(0),
             unauthenticated: Mutex::default(),
             stop: AtomicBool::new(false),
@@ -664,7 +722,13 @@ fn serve(
                 });
             }
             let until = Instant::now() + settings.payload_timeout;
-            let bytes = read_frame(&mut stream, kind::PAYLOAD, settings.max_frame, until)?;
+            let (bytes, _held) = read_frame_within(
+                &mut stream,
+                kind::PAYLOAD,
+                settings.max_frame,
+                until,
+                Some(&shared.frames),
+            )?;
             // Only this rank's payload of this session and run takes its place.
             let payload = payload::decode(&bytes)
                 .map_err(|_| ConnectionRefusal::WrongPayload("it does not decode"))?;
@@ -830,6 +894,19 @@ fn read_frame(
     max: u64,
     deadline: Instant,
 ) -> Result<Vec<u8>, ConnectionRefusal> {
+    read_frame_within(stream, expected, max, deadline, None).map(|(body, _)| body)
+}
+
+/// [`read_frame`], each piece of the body taken from `budget` (where one
+/// is given) before it is read; the bytes stay held until the [`Held`]
+/// returned is dropped.
+fn read_frame_within<'b>(
+    stream: &mut TcpStream,
+    expected: u8,
+    max: u64,
+    deadline: Instant,
+    budget: Option<&'b FrameBudget>,
+) -> Result<(Vec<u8>, Held<'b>), ConnectionRefusal> {
     let mut head = [0u8; 9];
     read_exact_by(stream, &mut head, deadline)?;
     if head[0] != expected {
@@ -842,14 +919,20 @@ fn read_frame(
             limit: max,
         });
     }
-    let mut body = Vec::new();
+    let mut held = Held { budget, bytes: 0 };
+    // Address space for the whole frame (its pages are resident only once
+    // written, piece by piece as the budget allows): no copies as it grows.
+    let mut body = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     while (body.len() as u64) < len {
         let start = body.len();
         let chunk = (len - start as u64).min(64 << 10) as usize;
+        if let Some(budget) = budget {
+            budget.take(&mut held, chunk as u64, deadline)?;
+        }
         body.resize(start + chunk, 0);
         read_exact_by(stream, &mut body[start..], deadline)?;
     }
-    Ok(body)
+    Ok((body, held))
 }
 
 /// Fills `buf` from `stream` by `deadline`.
