@@ -11,8 +11,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::notice::notice;
-use crate::profiler::Shared;
-use crate::session;
 use crate::stop::StopSignal;
 
 /// The flushing thread of one session.
@@ -22,20 +20,17 @@ pub(crate) struct Flusher {
 }
 
 impl Flusher {
-    /// Starts flushing `shared`'s running session every `interval`.
-    pub(crate) fn start(shared: Arc<Shared>, interval: Duration) -> Option<Flusher> {
+    /// Calls `flush` every `interval` until stopped (the session's flush,
+    /// which holds the session by a weak reference: the flusher keeps
+    /// nothing of it alive).
+    pub(crate) fn start(flush: impl Fn() + Send + 'static, interval: Duration) -> Option<Flusher> {
         let signal = Arc::new(StopSignal::default());
         let thread_signal = Arc::clone(&signal);
         let thread = std::thread::Builder::new()
             .name("rankscope-flusher".into())
             .spawn(move || {
                 while !thread_signal.wait(interval) {
-                    if let Err(e) = session::flush(&shared) {
-                        notice!(
-                            "a periodic flush failed: {}",
-                            rankscope_common::error::Chain(&e)
-                        );
-                    }
+                    flush();
                 }
             });
         match thread {

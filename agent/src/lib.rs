@@ -41,6 +41,7 @@ mod session;
 mod signals;
 mod slot;
 mod stage;
+mod stage_name;
 mod stop;
 mod sync;
 mod ticks;
@@ -60,7 +61,8 @@ pub use records::{BlockComputation, DiffusionStep, MemoryReading};
 pub use reporter::CoordinatorReporter;
 pub use reporter::Reporter;
 pub use session::{GatherSummary, Outcome, Session, SessionError};
-pub use stage::{OpenStageId, StageGuard, StageName};
+pub use stage::{OpenStageId, StageGuard};
+pub use stage_name::StageName;
 
 /// Times a stage until the guard it returns drops, like
 /// [`Profiler::stage`], with the name held in a `static` of the call site:

@@ -14,7 +14,8 @@ use crate::recorder::{Recorder, Section};
 use crate::sampler::Telemetry;
 use crate::session::{Flushes, Session, SessionError, SessionState};
 use crate::slot::Slot;
-use crate::stage::{OpenStageId, StageGuard, StageName};
+use crate::stage::{OpenStageId, StageGuard};
+use crate::stage_name::StageName;
 use crate::transport::Transport;
 use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
 

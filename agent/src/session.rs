@@ -4,7 +4,7 @@
 //! transport and, on rank 0, has the reporter write the report.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use rankscope_common::env::{Launcher, RankEnv};
@@ -25,6 +25,7 @@ use crate::notice::{self, notice, say};
 use crate::profiler::Shared;
 use crate::reporter::default_reporter;
 use crate::sampler::Sampler;
+use crate::signals::{self, OnStop};
 use crate::slot::{BackToIdle, Phase};
 use crate::sync::lock;
 use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport, TransportError};
@@ -135,6 +136,9 @@ pub(crate) struct SessionState {
     sampler: Option<Sampler>,
     /// The session's periodic flushes.
     flusher: Option<Flusher>,
+    /// What a stop signal does while the session runs (watched while this
+    /// lives): spill it.
+    _on_stop: Option<Arc<OnStop>>,
 }
 
 /// A session's flushes so far (periodic and asked for), behind one lock:
@@ -362,15 +366,17 @@ impl Session {
             flusher: (config.flush_interval_s > 0.0)
                 .then(|| {
                     Flusher::start(
-                        Arc::clone(&shared),
+                        periodic_flush(Arc::downgrade(&shared)),
                         Duration::from_secs_f64(config.flush_interval_s),
                     )
                 })
                 .flatten(),
+            _on_stop: shared.config.spill_on_signal.then(|| {
+                let on_stop = spill_on_stop(Arc::downgrade(&shared));
+                signals::watch(&on_stop);
+                on_stop
+            }),
         });
-        if shared.config.spill_on_signal {
-            crate::signals::watch(&shared);
-        }
         Ok(Session {
             shared: Some(shared),
             pid: std::process::id(),
@@ -452,9 +458,43 @@ impl Drop for Session {
     }
 }
 
+/// The flusher's call: a flush of the session of `shared` while it lives,
+/// a failure told in a notice.
+fn periodic_flush(shared: Weak<Shared>) -> impl Fn() + Send + 'static {
+    move || {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if let Err(e) = flush(&shared) {
+            notice!("a periodic flush failed: {}", Chain(&e));
+        }
+    }
+}
+
+/// What a stop signal does for the session of `shared`: spill it, and say
+/// where it went.
+fn spill_on_stop(shared: Weak<Shared>) -> Arc<OnStop> {
+    Arc::new(move |signal| {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        match spill_running(&shared) {
+            Ok(Some(path)) => say!(
+                "stopped by signal {signal}; what it recorded is in {}",
+                path.display()
+            ),
+            Ok(None) => {}
+            Err(e) => say!(
+                "stopped by signal {signal}; spilling its data failed: {}",
+                Chain(&e)
+            ),
+        }
+    })
+}
+
 /// Spills the running session, if there is one, without gathering: what a
 /// stop signal does. Returns the spill file.
-pub(crate) fn spill_running(shared: &Shared) -> Result<Option<PathBuf>, SessionError> {
+fn spill_running(shared: &Shared) -> Result<Option<PathBuf>, SessionError> {
     match shared.session.finish_after_spill() {
         Some((state, finishing)) => {
             finish_state(shared, *state, &finishing, false).map(|o| Some(o.spill_file))

@@ -15,24 +15,30 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::notice::say;
-use crate::profiler::Shared;
-use crate::session;
 use crate::sync::lock;
 
-/// Profilers whose sessions are spilled when a stop signal comes.
-static WATCHED: OnceLock<Mutex<Vec<Weak<Shared>>>> = OnceLock::new();
+/// What a stop signal does for one profiler: spill its running session
+/// (given the signal).
+pub(crate) type OnStop = dyn Fn(i32) + Send + Sync;
 
-/// Spills `shared`'s running session on SIGTERM or SIGINT, starting the
-/// watcher on first use.
-pub(crate) fn watch(shared: &Arc<Shared>) {
+/// Profilers' spills, run when a stop signal comes (while their owners
+/// live).
+static WATCHED: OnceLock<Mutex<Vec<Weak<OnStop>>>> = OnceLock::new();
+
+/// Runs `on_stop` on SIGTERM or SIGINT while its owner holds it, starting
+/// the watcher on first use.
+pub(crate) fn watch(on_stop: &Arc<OnStop>) {
     let watched = WATCHED.get_or_init(|| {
         start_watcher();
         Mutex::default()
     });
     let mut watched = lock(watched);
     watched.retain(|w| w.strong_count() > 0);
-    if !watched.iter().any(|w| w.as_ptr() == Arc::as_ptr(shared)) {
-        watched.push(Arc::downgrade(shared));
+    if !watched
+        .iter()
+        .any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(on_stop)))
+    {
+        watched.push(Arc::downgrade(on_stop));
     }
 }
 
@@ -127,26 +133,16 @@ extern "C" fn default_actions_in_child() {
     }
 }
 
-/// Spills every watched profiler's running session.
+/// Runs every watched profiler's spill.
 fn spill_all(signal: i32) {
-    let watched: Vec<Arc<Shared>> = WATCHED
+    let watched: Vec<Arc<OnStop>> = WATCHED
         .get()
         .map(|w| lock(w).clone())
         .unwrap_or_default()
         .iter()
         .filter_map(Weak::upgrade)
         .collect();
-    for shared in watched {
-        match session::spill_running(&shared) {
-            Ok(Some(path)) => say!(
-                "stopped by signal {signal}; what it recorded is in {}",
-                path.display()
-            ),
-            Ok(None) => {}
-            Err(e) => say!(
-                "stopped by signal {signal}; spilling its data failed: {}",
-                rankscope_common::error::Chain(&e)
-            ),
-        }
+    for on_stop in watched {
+        on_stop(signal);
     }
 }

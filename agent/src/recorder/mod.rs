@@ -41,7 +41,7 @@ use rankscope_common::table::{
 use rankscope_common::Config;
 
 use crate::events::{Chunk, Event, EventLog, CHUNK_EVENTS};
-use crate::stage::StageName;
+use crate::stage_name::StageName;
 use crate::sync::lock;
 use crate::ticks::{Clock, Scale};
 
