@@ -1,6 +1,6 @@
 //! The profiler: the handle a rank records through, and its builder.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use rankscope_common::config::ConfigError;
 use rankscope_common::env::{self, EnvError, RankEnv};
@@ -11,9 +11,7 @@ use rankscope_common::table::{
 use rankscope_common::Config;
 
 use crate::recorder::{Recorder, Section};
-use crate::sampler::Telemetry;
-use crate::session::{Flushes, Session, SessionError, SessionState};
-use crate::slot::Slot;
+use crate::session::{Hub, Session, SessionError};
 use crate::stage::{OpenStageId, StageGuard};
 use crate::stage_name::StageName;
 use crate::transport::Transport;
@@ -35,26 +33,7 @@ pub enum ProfilerError {
 /// recording. A disabled profiler makes every call a no-op.
 #[derive(Clone)]
 pub struct Profiler {
-    enabled: Option<Arc<Shared>>,
-}
-
-/// The state behind an enabled profiler, each part owned by the module
-/// that uses it.
-pub(crate) struct Shared {
-    /// What the hot path and the sampler write into.
-    pub(crate) recorder: Arc<Recorder>,
-    pub(crate) config: Config,
-    pub(crate) env: RankEnv,
-    /// GPU and host sampling.
-    pub(crate) telemetry: Telemetry,
-    /// The session, in whichever phase it is.
-    pub(crate) session: Slot<SessionState>,
-    /// The transport, made at the first session unless one was handed in;
-    /// each session takes it while it runs.
-    pub(crate) transport: Mutex<Option<Box<dyn Transport>>>,
-    pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
-    /// The running session's flushes, one at a time.
-    pub(crate) flushes: Mutex<Flushes>,
+    enabled: Option<Arc<Hub>>,
 }
 
 /// Makes a [`Profiler`] with a rank environment, transport or reporter of
@@ -121,21 +100,13 @@ impl ProfilerBuilder {
             return Profiler::disabled();
         }
         crate::notice::set_rank(env.rank, self.config.quiet_ranks && env.world_size > 1);
-        let reporter = OnceLock::new();
-        if let Some(chosen) = self.reporter {
-            let _ = reporter.set(chosen);
-        }
         Profiler {
-            enabled: Some(Arc::new(Shared {
-                recorder: Arc::new(Recorder::new(&self.config)),
-                telemetry: Telemetry::new(&self.config, &env),
-                config: self.config,
+            enabled: Some(Arc::new(Hub::new(
+                self.config,
                 env,
-                session: Slot::default(),
-                transport: Mutex::new(self.transport),
-                reporter,
-                flushes: Mutex::default(),
-            })),
+                self.transport,
+                self.reporter,
+            ))),
         }
     }
 }

@@ -4,7 +4,7 @@
 //! transport and, on rank 0, has the reporter write the report.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rankscope_common::env::{Launcher, RankEnv};
@@ -22,11 +22,11 @@ use sha2::{Digest, Sha256};
 
 use crate::flusher::Flusher;
 use crate::notice::{self, notice, say};
-use crate::profiler::Shared;
-use crate::reporter::default_reporter;
-use crate::sampler::Sampler;
+use crate::recorder::Recorder;
+use crate::reporter::{default_reporter, Reporter};
+use crate::sampler::{Sampler, Telemetry};
 use crate::signals::{self, OnStop};
-use crate::slot::{BackToIdle, Phase};
+use crate::slot::{BackToIdle, Phase, Slot};
 use crate::sync::lock;
 use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport, TransportError};
 
@@ -246,6 +246,57 @@ fn process_tag(start_unix_ns: i64) -> u64 {
     )
 }
 
+/// The hub behind an enabled profiler: what its sessions share with the
+/// hot path (the recorder) and with each other. Sessions start, flush,
+/// spill and finish through it, one at a time (its slot says which phase).
+///
+/// Lock order, where a call takes more than one: `flushes`, then the
+/// slot's (`session`, held only to read the running session), then the
+/// recorder's own (thread buffers). `transport` is taken and put back with
+/// no other lock held; the notices' lock is a leaf.
+pub(crate) struct Hub {
+    /// What the hot path and the sampler write into.
+    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) config: Config,
+    pub(crate) env: RankEnv,
+    /// GPU and host sampling.
+    pub(crate) telemetry: Telemetry,
+    /// The session, in whichever phase it is.
+    pub(crate) session: Slot<SessionState>,
+    /// The transport, made at the first session unless one was handed in;
+    /// each session takes it while it runs.
+    pub(crate) transport: Mutex<Option<Box<dyn Transport>>>,
+    pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
+    /// The running session's flushes, one at a time.
+    pub(crate) flushes: Mutex<Flushes>,
+}
+
+impl Hub {
+    /// The hub of a profiler with `config` for the rank `env` describes,
+    /// with the program's own transport and reporter where it gave them.
+    pub(crate) fn new(
+        config: Config,
+        env: RankEnv,
+        transport: Option<Box<dyn Transport>>,
+        reporter: Option<Arc<dyn Reporter>>,
+    ) -> Self {
+        let chosen = OnceLock::new();
+        if let Some(reporter) = reporter {
+            let _ = chosen.set(reporter);
+        }
+        Hub {
+            recorder: Arc::new(Recorder::new(&config)),
+            telemetry: Telemetry::new(&config, &env),
+            config,
+            env,
+            session: Slot::default(),
+            transport: Mutex::new(transport),
+            reporter: chosen,
+            flushes: Mutex::default(),
+        }
+    }
+}
+
 /// What finishing a session produced.
 #[derive(Debug, Default)]
 pub struct Outcome {
@@ -285,7 +336,7 @@ impl From<Gathered> for GatherSummary {
 /// A running session. Finish it with [`Session::finish`]; dropping it
 /// unfinished still spills this rank's payload, without waiting for others.
 pub struct Session {
-    shared: Option<Arc<Shared>>,
+    shared: Option<Arc<Hub>>,
     /// The process that started the session: a forked child has the
     /// session's memory but none of its threads, and must leave it alone.
     pid: u32,
@@ -301,7 +352,7 @@ impl Session {
     }
 
     pub(crate) fn start(
-        shared: Arc<Shared>,
+        shared: Arc<Hub>,
         name: &str,
         tags: &[(&str, &str)],
     ) -> Result<Self, SessionError> {
@@ -460,7 +511,7 @@ impl Drop for Session {
 
 /// The flusher's call: a flush of the session of `shared` while it lives,
 /// a failure told in a notice.
-fn periodic_flush(shared: Weak<Shared>) -> impl Fn() + Send + 'static {
+fn periodic_flush(shared: Weak<Hub>) -> impl Fn() + Send + 'static {
     move || {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -473,7 +524,7 @@ fn periodic_flush(shared: Weak<Shared>) -> impl Fn() + Send + 'static {
 
 /// What a stop signal does for the session of `shared`: spill it, and say
 /// where it went.
-fn spill_on_stop(shared: Weak<Shared>) -> Arc<OnStop> {
+fn spill_on_stop(shared: Weak<Hub>) -> Arc<OnStop> {
     Arc::new(move |signal| {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -494,7 +545,7 @@ fn spill_on_stop(shared: Weak<Shared>) -> Arc<OnStop> {
 
 /// Spills the running session, if there is one, without gathering: what a
 /// stop signal does. Returns the spill file.
-fn spill_running(shared: &Shared) -> Result<Option<PathBuf>, SessionError> {
+fn spill_running(shared: &Hub) -> Result<Option<PathBuf>, SessionError> {
     match shared.session.finish_after_spill() {
         Some((state, finishing)) => {
             finish_state(shared, *state, &finishing, false).map(|o| Some(o.spill_file))
@@ -505,7 +556,7 @@ fn spill_running(shared: &Shared) -> Result<Option<PathBuf>, SessionError> {
 
 /// The profiler's transport: the one handed in, else the one configuration
 /// and launcher call for.
-fn take_transport(shared: &Shared) -> Result<Box<dyn Transport>, SessionError> {
+fn take_transport(shared: &Hub) -> Result<Box<dyn Transport>, SessionError> {
     let given = lock(&shared.transport).take();
     match given {
         Some(transport) => Ok(transport),
@@ -518,13 +569,13 @@ fn take_transport(shared: &Shared) -> Result<Box<dyn Transport>, SessionError> {
     }
 }
 
-fn put_back(shared: &Shared, transport: Box<dyn Transport>) {
+fn put_back(shared: &Hub, transport: Box<dyn Transport>) {
     *lock(&shared.transport) = Some(transport);
 }
 
 /// Ends recording and hands the rank's data on; with `gather`, also the
 /// gather and, on rank 0, the report.
-fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
+fn finish(shared: &Hub, gather: bool) -> Result<Outcome, SessionError> {
     let Some((state, finishing)) = shared.session.finish() else {
         return Err(SessionError::Stopped);
     };
@@ -534,7 +585,7 @@ fn finish(shared: &Shared, gather: bool) -> Result<Outcome, SessionError> {
 /// [`finish`] of a session taken from the slot; `finishing` hears when the
 /// spill file is written.
 fn finish_state(
-    shared: &Shared,
+    shared: &Hub,
     mut state: SessionState,
     finishing: &BackToIdle<'_, SessionState>,
     gather: bool,
@@ -570,7 +621,7 @@ fn finish_state(
 
 /// Spills the payload and, with `gather`, gathers and reports.
 fn hand_on(
-    shared: &Shared,
+    shared: &Hub,
     state: &mut SessionState,
     mut payload: Payload,
     finishing: &BackToIdle<'_, SessionState>,
@@ -669,7 +720,7 @@ fn hand_on(
 
 /// Rank 0's report of what it gathered, by the reporter set or the default.
 fn report(
-    shared: &Shared,
+    shared: &Hub,
     gathered: &Gathered,
     state: &SessionState,
 ) -> Result<Option<ReportFiles>, SessionError> {
@@ -702,7 +753,7 @@ fn report(
 
 /// This rank's payload: the header and every thread's records as batches.
 fn build_payload(
-    shared: &Shared,
+    shared: &Hub,
     state: &SessionState,
     duration_ns: u64,
     sampler: SamplerStats,
@@ -750,7 +801,7 @@ fn build_payload(
 
 /// Writes what the running session recorded since the last flush as its
 /// next part; `false` when no session runs or it recorded nothing new.
-pub(crate) fn flush(shared: &Shared) -> Result<bool, SessionError> {
+pub(crate) fn flush(shared: &Hub) -> Result<bool, SessionError> {
     let mut flushes = lock(&shared.flushes);
     let started = Instant::now();
     let wrote = write_flush(shared, &mut flushes)?;
@@ -765,7 +816,7 @@ pub(crate) fn flush(shared: &Shared) -> Result<bool, SessionError> {
 
 /// Writes the records since the last flush as the session's next part;
 /// `false` when there were none.
-fn write_flush(shared: &Shared, flushes: &mut Flushes) -> Result<bool, SessionError> {
+fn write_flush(shared: &Hub, flushes: &mut Flushes) -> Result<bool, SessionError> {
     let now = shared.recorder.now_ns();
     let seq = flushes.parts + 1;
     let Some((dir, name, header)) = shared.session.with_running(|state| {
@@ -809,7 +860,7 @@ fn write_flush(shared: &Shared, flushes: &mut Flushes) -> Result<bool, SessionEr
 }
 
 fn header(
-    shared: &Shared,
+    shared: &Hub,
     state: &SessionState,
     duration_ns: u64,
     sampler: SamplerStats,
