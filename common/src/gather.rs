@@ -140,6 +140,9 @@ pub enum ConnectionRefusal {
     /// The peer stopped sending (or never started) before the deadline.
     #[error("the peer went silent")]
     Stalled,
+    /// The peer closed or reset the connection midway.
+    #[error("the peer closed the connection")]
+    Closed,
     /// The peer claimed a rank outside the world.
     #[error("rank {rank} is outside the world of {world_size}")]
     OutsideWorld {

@@ -259,9 +259,15 @@ pub enum PayloadError {
     /// The checksum does not match the content.
     #[error("payload checksum mismatch (corrupt data)")]
     ChecksumMismatch,
-    /// The header could not be read or written.
+    /// The header breaks one of the payload's own bounds.
     #[error("payload header: {0}")]
     Header(String),
+    /// The header's bytes do not decode.
+    #[error("payload header does not decode")]
+    HeaderDecode(#[source] bincode::error::DecodeError),
+    /// The header could not be encoded.
+    #[error("payload header cannot be encoded")]
+    HeaderEncode(#[source] bincode::error::EncodeError),
     /// The layout after the header is malformed.
     #[error("payload layout: {0}")]
     Layout(String),
@@ -357,7 +363,7 @@ fn encode_header(
     encode_ns: Option<u64>,
 ) -> Result<Vec<u8>, PayloadError> {
     let config = bincode::config::standard();
-    let fail = |e: bincode::error::EncodeError| PayloadError::Header(e.to_string());
+    let fail = PayloadError::HeaderEncode;
     let mut bytes = bincode::serde::encode_to_vec(header, config).map_err(fail)?;
     if version >= 3 {
         let tail = HeaderTail { encode_ns };
@@ -371,8 +377,7 @@ fn encode_header(
     }
     // The decoder's own bounds (bincode's allocation limit among them) are
     // the judge: a header it would refuse is never written.
-    decode_header_of(version, &bytes)
-        .map_err(|e| PayloadError::Header(format!("would not decode: {e}")))?;
+    decode_header_of(version, &bytes)?;
     Ok(bytes)
 }
 
@@ -746,7 +751,7 @@ fn decode_prefix<H: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<(H, usi
         bytes,
         bincode::config::standard().with_limit::<MAX_HEADER_BYTES>(),
     )
-    .map_err(|e| PayloadError::Header(e.to_string()))
+    .map_err(PayloadError::HeaderDecode)
 }
 
 /// Decodes an `H` that must fill `bytes` exactly.

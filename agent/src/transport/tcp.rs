@@ -881,7 +881,17 @@ fn write_frame(
         .write_all(&head)
         .and_then(|()| stream.write_all(body))
         .and_then(|()| stream.flush())
-        .map_err(|_| ConnectionRefusal::Stalled)
+        .map_err(|e| refusal_of(&e))
+}
+
+/// Why a read or write on a connection failed: a peer gone (closed,
+/// reset) is told apart from one that went silent (timed out).
+fn refusal_of(error: &std::io::Error) -> ConnectionRefusal {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => ConnectionRefusal::Stalled,
+        _ => ConnectionRefusal::Closed,
+    }
 }
 
 /// Reads one frame of kind `expected` and at most `max` bytes, all of it by
@@ -951,10 +961,10 @@ fn read_exact_by(
             .set_read_timeout(Some(left))
             .map_err(|_| ConnectionRefusal::Stalled)?;
         match stream.read(&mut buf[filled..]) {
-            Ok(0) => return Err(ConnectionRefusal::Stalled),
+            Ok(0) => return Err(ConnectionRefusal::Closed),
             Ok(n) => filled += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return Err(ConnectionRefusal::Stalled),
+            Err(e) => return Err(refusal_of(&e)),
         }
     }
     Ok(())
@@ -1025,5 +1035,22 @@ mod tests {
                 && n.contains("run id (`none`) and 127.0.0.1:29501")),
             "{kept:?}"
         );
+    }
+
+    /// A peer that closed or reset the connection is told apart from one
+    /// that went silent.
+    #[test]
+    fn a_closed_connection_is_not_a_silent_one() {
+        use std::io::{Error, ErrorKind};
+        for kind in [ErrorKind::WouldBlock, ErrorKind::TimedOut] {
+            assert_eq!(refusal_of(&Error::from(kind)), ConnectionRefusal::Stalled);
+        }
+        for kind in [
+            ErrorKind::ConnectionReset,
+            ErrorKind::BrokenPipe,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert_eq!(refusal_of(&Error::from(kind)), ConnectionRefusal::Closed);
+        }
     }
 }
