@@ -350,11 +350,13 @@ pub struct Straggler {
     pub wait_s: f64,
     /// `excess_s` in units of `spread_s`: how far out of the ordinary it
     /// is (past the score the rank count calls for); `null` without a
-    /// spread (two ranks) or with none (all other ranks the same).
+    /// spread (fewer than eight ranks) or with none (all ordinary ranks
+    /// the same).
     #[serde(default)]
     pub score: Option<f64>,
-    /// The stage's spread across ranks: 1.4826 × the median absolute
-    /// deviation of the ranks' totals, seconds; `null` with two ranks.
+    /// The stage's ordinary spread across ranks: 1.4826 × the median
+    /// absolute deviation of the totals within the threshold over their
+    /// median, seconds; `null` with fewer than eight ranks.
     #[serde(default)]
     pub spread_s: Option<f64>,
     /// What explains it, where something does: the bottlenecks of the GPUs
@@ -371,7 +373,7 @@ impl Straggler {
             (Some(score), Some(spread)) => {
                 format!(", {score:.1} times the stage's spread across ranks ({spread:.3} s)")
             }
-            (None, Some(_)) => ", where the other ranks all took the same".into(),
+            (None, Some(_)) => ", where the ordinary ranks all took the same".into(),
             _ => String::new(),
         }
     }

@@ -396,9 +396,11 @@ const MAX_LISTED_REFUSALS: usize = 256;
 const MAX_UNAUTHENTICATED: usize = 64;
 
 /// Bytes of payload frames rank 0 holds at once, across all its
-/// connections (each frame is within `max_frame_bytes` too): a peer waits
-/// for room before it sends more, so that many peers sending large frames
-/// at once cannot take rank 0's memory.
+/// connections (each frame is within `max_frame_bytes` too): a frame takes
+/// its whole length from the budget (all of it, for a frame larger than
+/// the budget) before its body is read, waiting for room, so that many
+/// peers sending large frames at once cannot take rank 0's memory, and no
+/// two frames each hold part of the budget while waiting for the rest.
 const FRAMES_IN_FLIGHT_BYTES: u64 = 512 << 20;
 
 /// The bytes of frames held now, against [`FRAMES_IN_FLIGHT_BYTES`].
@@ -409,8 +411,8 @@ struct FrameBudget {
 }
 
 impl FrameBudget {
-    /// Takes `bytes` more for `held` once they fit (or nothing else is
-    /// held), by `deadline`.
+    /// Takes `bytes` for `held` once they fit (or nothing else is held),
+    /// by `deadline`.
     fn take(
         &self,
         held: &mut Held<'_>,
@@ -466,17 +468,21 @@ struct Shared {
 
 impl Shared {
     /// Takes `stream` in among the unauthenticated connections, cutting
-    /// the oldest off past [`MAX_UNAUTHENTICATED`].
-    fn admit(&self, id: u64, stream: &TcpStream) {
+    /// the oldest off past [`MAX_UNAUTHENTICATED`]; `false` when it cannot
+    /// be kept track of (no file descriptor for its handle): then it is
+    /// not served.
+    fn admit(&self, id: u64, stream: &TcpStream) -> bool {
+        let Ok(handle) = stream.try_clone() else {
+            return false;
+        };
         let mut waiting = lock(&self.unauthenticated);
         if waiting.len() >= MAX_UNAUTHENTICATED {
             if let Some((_, oldest)) = waiting.pop_front() {
                 let _ = oldest.shutdown(Shutdown::Both);
             }
         }
-        if let Ok(clone) = stream.try_clone() {
-            waiting.push_back((id, clone));
-        }
+        waiting.push_back((id, handle));
+        true
     }
 
     /// Connection `id` is no longer waiting to authenticate; `false` if it
@@ -589,7 +595,11 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 let source = format!("connection from {peer}");
                 let id = next_id;
                 next_id += 1;
-                shared.admit(id, &stream);
+                if !shared.admit(id, &stream) {
+                    refuse(shared, source, ConnectionRefusal::TooMany);
+                    let _ = stream.shutdown(Shutdown::Both);
+                    continue;
+                }
                 let serving = Arc::clone(shared);
                 let spawned = std::thread::Builder::new()
                     .name("rankscope-peer".into())
@@ -606,16 +616,28 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
+/// Where a connection got to, for what to count and say when it ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    /// Still among the unauthenticated (or cut off from them).
+    Waiting,
+    /// Authenticated, and out of the waiting list.
+    LeftWaiting,
+    /// Counted among the authenticated connections.
+    Counted,
+}
+
 /// Serves connection `id` and records why it was refused, if it was.
 fn serve_connection(stream: TcpStream, id: u64, source: String, shared: &Shared) {
-    let mut authenticated = false;
-    let result = serve(stream, id, &mut authenticated, shared);
-    if authenticated {
+    let mut reached = Reached::Waiting;
+    let result = serve(stream, id, &mut reached, shared);
+    if reached == Reached::Counted {
         shared.connections.fetch_sub(1, Ordering::SeqCst);
     }
     let was_waiting = shared.leave(id);
     if let Err(refusal) = result {
-        let refusal = if !authenticated && !was_waiting {
+        // Cut off while it waited to authenticate: its read failed for that.
+        let refusal = if reached == Reached::Waiting && !was_waiting {
             ConnectionRefusal::Evicted
         } else {
             refusal
@@ -637,12 +659,11 @@ fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
 }
 
 /// One connection, from the challenge to the end of what it came for;
-/// `authenticated` is set once it proved it knows the token (and counts
-/// among the authenticated connections).
+/// `reached` says how far it got.
 fn serve(
     mut stream: TcpStream,
     id: u64,
-    authenticated: &mut bool,
+    reached: &mut Reached,
     shared: &Shared,
 ) -> Result<(), ConnectionRefusal> {
     let settings = &shared.settings;
@@ -675,13 +696,14 @@ fn serve(
     if !shared.leave(id) {
         return Err(ConnectionRefusal::Evicted);
     }
+    *reached = Reached::LeftWaiting;
     // Authenticated: among the ranks' connections, a budget of their own.
     let most = settings.world_size as usize * 2 + 16;
     if shared.connections.fetch_add(1, Ordering::SeqCst) >= most {
         shared.connections.fetch_sub(1, Ordering::SeqCst);
         return Err(ConnectionRefusal::TooMany);
     }
-    *authenticated = true;
+    *reached = Reached::Counted;
     if rank == 0 || rank >= settings.world_size {
         return Err(ConnectionRefusal::OutsideWorld {
             rank,
@@ -896,8 +918,9 @@ fn refusal_of(error: &std::io::Error) -> ConnectionRefusal {
 
 /// Reads one frame of kind `expected` and at most `max` bytes, all of it by
 /// `deadline` (a peer that sends a byte now and then gets no longer). A
-/// length past `max` is refused before anything is allocated, and the body
-/// grows only as bytes arrive.
+/// length past `max` is refused before anything is allocated; the body's
+/// address space is reserved at once (refused, not aborted, where there is
+/// none) and its pages filled only as bytes arrive.
 fn read_frame(
     stream: &mut TcpStream,
     expected: u8,
@@ -930,15 +953,15 @@ fn read_frame_within<'b>(
         });
     }
     let mut held = Held { budget, bytes: 0 };
-    // Address space for the whole frame (its pages are resident only once
-    // written, piece by piece as the budget allows): no copies as it grows.
-    let mut body = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    if let Some(budget) = budget {
+        budget.take(&mut held, len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?;
+    }
+    let mut body = Vec::new();
+    body.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX))
+        .map_err(|_| ConnectionRefusal::Malformed("a frame larger than rank 0 can hold"))?;
     while (body.len() as u64) < len {
         let start = body.len();
         let chunk = (len - start as u64).min(64 << 10) as usize;
-        if let Some(budget) = budget {
-            budget.take(&mut held, chunk as u64, deadline)?;
-        }
         body.resize(start + chunk, 0);
         read_exact_by(stream, &mut body[start..], deadline)?;
     }

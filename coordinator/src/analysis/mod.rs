@@ -336,6 +336,43 @@ mod tests {
         );
     }
 
+    /// Ranks slow together on one host are one finding about the host.
+    #[test]
+    fn stragglers_on_one_host_are_one_finding() {
+        let payloads = (0..8)
+            .map(|rank| {
+                let mut payload = rank_reading(
+                    rank,
+                    if rank == 4 || rank == 5 { 15 } else { 10 },
+                    |_, _| {},
+                );
+                payload.header.rank.host = if rank < 4 { "node-a" } else { "node-b" }.into();
+                payload
+            })
+            .collect();
+        let report = analyze(&gathered(payloads), &Config::default());
+        assert_eq!(
+            report.stragglers.len(),
+            2,
+            "each rank still in stragglers[]"
+        );
+        let findings: Vec<&str> = report
+            .recommendations
+            .iter()
+            .filter(|r| r.category == "straggler")
+            .map(|r| r.message.as_str())
+            .collect();
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert!(
+            findings[0].starts_with(
+                "2 ranks on host node-b (4-5) are 50–50% slower than the median of the other \
+                 ranks in `denoise`"
+            ),
+            "{}",
+            findings[0]
+        );
+    }
+
     #[test]
     fn a_straggler_with_healthy_hardware_is_said_to_have_no_explanation() {
         let report = rank1_slow(|_, _| {});

@@ -10,6 +10,45 @@ use crate::model::{GpuSummary, GpuTime, Recommendation, Report, Severity, StageS
 /// A stage taking more than this share of the session is worth a look.
 const HOT_STAGE_PCT: f64 = 30.0;
 
+/// Inputs not used that get a recommendation each; the rest are counted.
+const LISTED_SKIPPED: usize = 10;
+
+/// Stragglers in one stage on one host: one finding, not one per rank.
+struct HostGroup<'a> {
+    host: &'a str,
+    stragglers: Vec<&'a Straggler>,
+}
+
+/// `stragglers` grouped by stage and host, in the order of each group's
+/// first straggler (the slowest first, as the report lists them).
+fn by_host_and_stage<'a>(report: &'a Report, stragglers: &[&'a Straggler]) -> Vec<HostGroup<'a>> {
+    let host_of = |rank: u32| {
+        report
+            .ranks
+            .iter()
+            .find(|r| r.rank == rank)
+            .map_or("", |r| r.host.as_str())
+    };
+    let mut groups: Vec<(&str, HostGroup<'a>)> = Vec::new();
+    for &s in stragglers {
+        let host = host_of(s.rank);
+        match groups
+            .iter_mut()
+            .find(|(stage, g)| *stage == s.stage && g.host == host && !host.is_empty())
+        {
+            Some((_, group)) => group.stragglers.push(s),
+            None => groups.push((
+                &s.stage,
+                HostGroup {
+                    host,
+                    stragglers: vec![s],
+                },
+            )),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
 /// The recommendations for an analysed report, most severe first.
 pub fn recommend(report: &Report) -> Vec<Recommendation> {
     let mut out = Vec::new();
@@ -46,7 +85,8 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             ),
         );
     }
-    for skipped in &session.skipped {
+    // The first inputs not used one by one, the rest in one line.
+    for skipped in session.skipped.iter().take(LISTED_SKIPPED) {
         add(
             Severity::Warning,
             "data",
@@ -54,6 +94,18 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             skipped.reason.clone(),
         );
     }
+    if session.skipped.len() > LISTED_SKIPPED {
+        add(
+            Severity::Warning,
+            "data",
+            format!(
+                "{} more inputs were not used",
+                session.skipped.len() - LISTED_SKIPPED
+            ),
+            "report.json's session.skipped names each, with the reason".into(),
+        );
+    }
+    let mut alone: Vec<&Straggler> = Vec::new();
     for s in &report.stragglers {
         // Slower in a stage that mostly waits for another rank: the wait,
         // told as that rank's.
@@ -78,6 +130,12 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             );
             continue;
         }
+        alone.push(s);
+    }
+    for group in by_host_and_stage(report, &alone) {
+        let [s, ..] = group.stragglers.as_slice() else {
+            continue;
+        };
         // The first finding explains it in the message; the others follow
         // the numbers in the evidence.
         let (explanation, more) = match s.evidence.split_first() {
@@ -87,25 +145,54 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                 &[][..],
             ),
         };
+        let (message, numbers) = match group.stragglers.len() {
+            1 => (
+                format!(
+                    "rank {} is {:.0}% slower than the median of the other ranks in `{}`; {}",
+                    s.rank,
+                    (s.slowdown - 1.0) * 100.0,
+                    s.stage,
+                    explanation
+                ),
+                format!(
+                    "{:.3} s over the other ranks' median{}; the other ranks waited {:.3} s on it",
+                    s.excess_s,
+                    s.out_of_spread(),
+                    s.wait_s
+                ),
+            ),
+            n => {
+                let slowdowns = group.stragglers.iter().map(|s| (s.slowdown - 1.0) * 100.0);
+                let (least, most) = slowdowns.fold((f64::MAX, f64::MIN), |(lo, hi), pct| {
+                    (lo.min(pct), hi.max(pct))
+                });
+                let ranks: Vec<u32> = group.stragglers.iter().map(|s| s.rank).collect();
+                (
+                    format!(
+                        "{n} ranks on host {} ({}) are {least:.0}–{most:.0}% slower than the \
+                         median of the other ranks in `{}`; {}",
+                        cell(group.host, 40),
+                        rankscope_common::text::rank_ranges(&ranks),
+                        s.stage,
+                        explanation
+                    ),
+                    format!(
+                        "{:.3} s over the other ranks' median in all; the other ranks waited \
+                         {:.3} s on them",
+                        group.stragglers.iter().map(|s| s.excess_s).sum::<f64>(),
+                        group.stragglers.iter().map(|s| s.wait_s).sum::<f64>()
+                    ),
+                )
+            }
+        };
         add(
             Severity::Warning,
             "straggler",
-            format!(
-                "rank {} is {:.0}% slower than the median of the other ranks in `{}`; {}",
-                s.rank,
-                (s.slowdown - 1.0) * 100.0,
-                s.stage,
-                explanation
-            ),
-            std::iter::once(format!(
-                "{:.3} s over the other ranks' median{}; the other ranks waited {:.3} s on it",
-                s.excess_s,
-                s.out_of_spread(),
-                s.wait_s
-            ))
-            .chain(more.iter().cloned())
-            .collect::<Vec<_>>()
-            .join("; "),
+            message,
+            std::iter::once(numbers)
+                .chain(more.iter().cloned())
+                .collect::<Vec<_>>()
+                .join("; "),
         );
     }
     // Bottlenecks of a straggler's own GPU are told above.

@@ -138,7 +138,7 @@ pub fn robust_spread(sorted: &[f64]) -> Option<f64> {
 }
 
 /// The median of `sorted` (ascending); `None` when empty.
-fn median(sorted: &[f64]) -> Option<f64> {
+pub fn median(sorted: &[f64]) -> Option<f64> {
     let n = sorted.len();
     (n > 0).then(|| {
         if n % 2 == 1 {

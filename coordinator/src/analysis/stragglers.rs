@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::stats::{median_without, normal_quantile, robust_spread};
+use super::stats::{median, median_without, normal_quantile, robust_spread};
 use super::times::{CallSeconds, StageTimes};
 use crate::model::{GpuSummary, LockstepRank, LockstepStage, RankSummary, Straggler};
 
@@ -11,8 +11,8 @@ use crate::model::{GpuSummary, LockstepRank, LockstepStage, RankSummary, Straggl
 pub const HOST_CPU_SATURATED_PCT: f64 = 90.0;
 
 /// When a rank counts as a straggler in a stage: past both margins over
-/// the median of the other ranks, and, with three ranks or more, an
-/// outlier against the stage's spread across ranks.
+/// the median of the other ranks, and, with eight ranks or more, an
+/// outlier against the stage's ordinary spread across ranks.
 #[derive(Debug, Clone, Copy)]
 pub struct StragglerRule {
     /// Its total must exceed the other ranks' median by more than this, percent...
@@ -23,13 +23,13 @@ pub struct StragglerRule {
 
 /// The chance that ordinary spread alone makes some rank of a stage a
 /// straggler, whatever the number of ranks: the score a rank must pass
-/// grows with the ranks compared (1 % shared among n ranks: 2.8 spreads
-/// at 4 ranks, 4.3 at 1,024, 4.9 at 16,384, for normally spread totals).
+/// grows with the ranks compared (1 % shared among n ranks: 3.0 spreads
+/// at 8 ranks, 4.3 at 1,024, 4.9 at 16,384, for normally spread totals).
 pub const FALSE_ALARM: f64 = 0.01;
 
-/// Fewest ranks whose spread is judged (of two, each is the other's only
-/// comparison): with fewer, the margins alone decide.
-const MIN_RANKS_FOR_SPREAD: usize = 3;
+/// Fewest ranks whose spread is judged (a spread of a handful of ranks says
+/// little): with fewer, the margins alone decide.
+const MIN_RANKS_FOR_SPREAD: usize = 8;
 
 /// A rank past a [`StragglerRule`]: its total and the other ranks' median.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,8 +40,10 @@ pub struct SlowRank {
     pub total: f64,
     /// The median of the other ranks' totals, seconds.
     pub median: f64,
-    /// The ranks' totals' spread (1.4826 × their median absolute
-    /// deviation), seconds; `None` with fewer than three ranks.
+    /// The ordinary spread of the ranks' totals (1.4826 × the median
+    /// absolute deviation of those within the threshold over the median of
+    /// all: slow ranks, even half of them, do not widen it), seconds;
+    /// `None` with fewer than eight ranks.
     pub spread: Option<f64>,
     /// `total − median` in spreads; `None` without a spread, or a spread
     /// of 0 (every other rank the same).
@@ -60,8 +62,13 @@ impl StragglerRule {
     pub fn slow_ranks(&self, mut totals: Vec<(u32, f64)>) -> Vec<SlowRank> {
         totals.sort_by(|a, b| a.1.total_cmp(&b.1));
         let sorted: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
+        let threshold = 1.0 + self.threshold_pct / 100.0;
         let spread = (sorted.len() >= MIN_RANKS_FOR_SPREAD)
-            .then(|| robust_spread(&sorted))
+            .then(|| {
+                let ceiling = median(&sorted)? * threshold;
+                let ordinary = &sorted[..sorted.partition_point(|&t| t <= ceiling)];
+                robust_spread(ordinary)
+            })
             .flatten();
         let needed = Self::score_needed(sorted.len());
         let mut slow = Vec::new();
@@ -70,7 +77,7 @@ impl StragglerRule {
                 continue;
             };
             let score = spread.filter(|&s| s > 0.0).map(|s| (total - median) / s);
-            if total > median * (1.0 + self.threshold_pct / 100.0)
+            if total > median * threshold
                 && total - median > self.min_excess_s
                 && score.is_none_or(|score| score > needed)
             {
@@ -394,5 +401,34 @@ mod tests {
             })
             .count();
         assert!(margins_only > 10, "{margins_only}");
+    }
+
+    /// Half the job slow (a throttled node of 8 among 16 ranks): the
+    /// spread is judged on the ordinary ranks, so all eight are found.
+    #[test]
+    fn half_the_ranks_slow_are_all_found() {
+        let times = generated(16, &[], false, 5);
+        let mut slow = times;
+        for rank in 8..16 {
+            for calls in slow.by_name.values_mut() {
+                for t in calls.get_mut(&rank).unwrap() {
+                    *t *= 2.0;
+                }
+            }
+        }
+        let rule = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.01,
+        };
+        let found = stragglers(&slow, &lockstep(&slow), rule);
+        for rank in 8..16 {
+            for stage in ["text_encode", "vae_decode", "denoise"] {
+                assert!(
+                    found.iter().any(|s| s.rank == rank && s.stage == stage),
+                    "rank {rank} in {stage}: {found:?}"
+                );
+            }
+        }
+        assert!(found.iter().all(|s| s.rank >= 8));
     }
 }
