@@ -254,11 +254,19 @@ impl Ranks {
 
 impl Drop for Ranks {
     fn drop(&mut self) {
+        // Every rank reaped here has its status kept: the signal thread,
+        // which may outlive this, then passes over its pid.
         for (child, status) in self.children.lock().iter_mut() {
-            if status.is_none() && child.try_wait().ok().flatten().is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
+            if status.is_some() {
+                continue;
             }
+            *status = match child.try_wait() {
+                Ok(Some(exited)) => Some(exited),
+                _ => {
+                    let _ = child.kill();
+                    child.wait().ok()
+                }
+            };
         }
     }
 }

@@ -258,8 +258,8 @@ impl RunFilter {
 
 /// What the payloads of one report must agree on. Without a session id, the
 /// report covers one run of what the inputs hold: the run `run` names, else
-/// the newest (by session start); payloads of every other run are refused,
-/// naming their run. Without a world size, the inputs' is taken.
+/// the one with the most ranks, then the newest start; payloads of every
+/// other run are refused, naming their run and why that one was chosen. Without a world size, the inputs' is taken.
 #[derive(Debug, Clone, Default)]
 pub struct Expect {
     /// The session id.
@@ -456,7 +456,10 @@ fn chosen_run<T: Headed>(
         let session = &header.session;
         let start = header.clock.start_unix_ns;
         let (ranks, latest) = runs.entry((&session.id, &session.run_id)).or_default();
-        ranks.insert(header.rank.rank);
+        // A rank outside the world it claims counts for nothing.
+        if header.rank.rank < header.rank.world_size {
+            ranks.insert(header.rank.rank);
+        }
         if start <= now_ns.saturating_add(FUTURE_TOLERANCE_NS) {
             *latest = (*latest).max(Some(start));
         }

@@ -59,7 +59,10 @@ const MAX_RUN_ID_BYTES: usize = 1024;
 
 /// Gathers over MPI.
 pub struct MpiTransport {
-    comm: SimpleCommunicator,
+    /// rankscope's duplicate of the communicator; `None` when the
+    /// transport was made on a thread that may not call MPI (then every
+    /// session goes through the directory).
+    comm: Option<SimpleCommunicator>,
     /// Set when rankscope initialised MPI: dropping it finalises.
     _universe: Option<Universe>,
     clock_shift_ns: i64,
@@ -92,11 +95,20 @@ impl MpiTransport {
     /// messages never mix with the program's). The program initialised MPI
     /// and finalises it, after the session finished.
     pub fn with_communicator(comm: &SimpleCommunicator, config: &Config) -> Self {
+        let any_thread = mpi::environment::threading_support() >= Threading::Serialized;
+        let comm = (any_thread || is_thread_main()).then(|| comm.duplicate());
+        if comm.is_none() {
+            notice!(
+                "MPI was initialised below MPI_THREAD_SERIALIZED and the profiler's first \
+                 session started off its main thread: every session goes through the shared \
+                 directory instead"
+            );
+        }
         MpiTransport {
-            comm: comm.duplicate(),
+            comm,
             _universe: None,
             clock_shift_ns: config.clock_shift_ns,
-            any_thread: mpi::environment::threading_support() >= Threading::Serialized,
+            any_thread,
             fell_back: false,
         }
     }
@@ -121,30 +133,31 @@ impl MpiTransport {
     /// Rank 0: ping-pong with every other rank, then tells each its offset.
     /// Elsewhere: answers rank 0's pings; returns this rank's offset.
     fn sync_clocks(&self, deadline: Instant) -> Option<ClockOffset> {
-        let rank = self.comm.rank();
+        let comm = self.comm.as_ref()?;
+        let rank = comm.rank();
         if rank != 0 {
             for _ in 0..ROUNDS {
-                let ping = receive(&self.comm, 0, TAG_PING, 8, deadline)?;
+                let ping = receive(comm, 0, TAG_PING, 8, deadline)?;
                 // The answer echoes the ping, so that rank 0 never pairs a
                 // late answer with a later ping.
                 let mut pong = [0u8; 16];
                 pong[..8].copy_from_slice(&ping);
                 pong[8..].copy_from_slice(&self.now().to_le_bytes());
-                send(&self.comm, 0, &pong, TAG_PONG, deadline);
+                send(comm, 0, &pong, TAG_PONG, deadline);
             }
             // Empty when rank 0 could not tell the offset.
-            let offset = receive(&self.comm, 0, TAG_OFFSET, 16, deadline)?;
+            let offset = receive(comm, 0, TAG_OFFSET, 16, deadline)?;
             return clock::decode(&offset);
         }
-        for peer in 1..self.comm.size() {
+        for peer in 1..comm.size() {
             // Each rank its own wait: one absent rank costs the others nothing.
             let until = deadline.min(Instant::now() + PEER_TIMEOUT);
             let mut rounds = Vec::with_capacity(ROUNDS);
             for _ in 0..ROUNDS {
                 let sent_ns = self.now();
-                send(&self.comm, peer, &sent_ns.to_le_bytes(), TAG_PING, until);
+                send(comm, peer, &sent_ns.to_le_bytes(), TAG_PING, until);
                 let answer = loop {
-                    let Some(answer) = receive(&self.comm, peer, TAG_PONG, 16, until) else {
+                    let Some(answer) = receive(comm, peer, TAG_PONG, 16, until) else {
                         break None;
                     };
                     if answer.get(..8) == Some(&sent_ns.to_le_bytes()[..]) {
@@ -169,13 +182,25 @@ impl MpiTransport {
             let message = offset
                 .map(|o| clock::encode(&o).to_vec())
                 .unwrap_or_default();
-            send(&self.comm, peer, &message, TAG_OFFSET, until);
+            send(comm, peer, &message, TAG_OFFSET, until);
         }
         // Rank 0's offset to itself is measured as exactly nothing.
         Some(ClockOffset {
             offset_ns: 0,
             round_trip_ns: 0,
         })
+    }
+}
+
+impl Drop for MpiTransport {
+    fn drop(&mut self) {
+        // Freeing the communicator (and finalising MPI, where rankscope
+        // initialised it) calls MPI: a thread that may not call it leaves
+        // both to the process's end.
+        if !(self.any_thread || is_thread_main()) {
+            std::mem::forget(self.comm.take());
+            std::mem::forget(self._universe.take());
+        }
     }
 }
 
@@ -210,12 +235,11 @@ impl Transport for MpiTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Rendezvous, TransportError> {
-        self.fell_back = !self.may_call_mpi("session");
-        if self.fell_back {
+        self.fell_back = self.comm.is_none() || !self.may_call_mpi("session");
+        let Some(comm) = self.comm.as_ref().filter(|_| !self.fell_back) else {
             return DirTransport.open(session, deadline);
-        }
-        if self.comm.size() as u32 != session.world_size || self.comm.rank() as u32 != session.rank
-        {
+        };
+        if comm.size() as u32 != session.world_size || comm.rank() as u32 != session.rank {
             return Err(TransportError::Mpi(
                 "the communicator's rank or size differs from the launcher's",
             ));
@@ -223,12 +247,12 @@ impl Transport for MpiTransport {
         // Rank 0's run identity is everyone's.
         let run_id = if session.rank == 0 {
             let run = clock::session_run_id(session.run_id, "mpi", self.now());
-            for peer in 1..self.comm.size() {
-                send(&self.comm, peer, run.as_bytes(), TAG_RUN, deadline);
+            for peer in 1..comm.size() {
+                send(comm, peer, run.as_bytes(), TAG_RUN, deadline);
             }
             Some(run)
         } else {
-            receive(&self.comm, 0, TAG_RUN, MAX_RUN_ID_BYTES, deadline)
+            receive(comm, 0, TAG_RUN, MAX_RUN_ID_BYTES, deadline)
                 .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
                 .or_else(|| {
                     notice!("rank 0 sent no run identity in time; the launcher's is used");
@@ -256,21 +280,22 @@ impl Transport for MpiTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Option<Gathered>, TransportError> {
-        if self.fell_back || !self.may_call_mpi("gather") {
+        let usable = !self.fell_back && self.may_call_mpi("gather");
+        let Some(comm) = self.comm.as_ref().filter(|_| usable) else {
             return DirTransport.gather(payload, session, deadline);
-        }
+        };
         if session.rank != 0 {
-            send_payload(&self.comm, payload, deadline);
+            send_payload(comm, payload, deadline);
             return Ok(None);
         }
         let mut arrived = Vec::new();
-        let mut pending: Vec<i32> = (1..self.comm.size()).collect();
+        let mut pending: Vec<i32> = (1..comm.size()).collect();
         while !pending.is_empty() && Instant::now() < deadline {
             let before = pending.len();
-            pending.retain(|&peer| match probe_size(&self.comm, peer) {
+            pending.retain(|&peer| match probe_size(comm, peer) {
                 None => true,
                 Some(size) => {
-                    arrived.push(receive_payload(&self.comm, peer, size, deadline));
+                    arrived.push(receive_payload(comm, peer, size, deadline));
                     false
                 }
             });

@@ -187,6 +187,8 @@ fn check_columns(batch: &arrow_ipc::RecordBatch<'_>, fields: &[FieldRef]) -> Res
         }
         // The fixed-width buffer: bytes per value, and values needed.
         let (width, values) = match field.data_type() {
+            // No rows may have no offsets at all.
+            DataType::Utf8 if rows == 0 => (4, 0),
             DataType::Utf8 => (4, rows + 1),
             DataType::Dictionary(key, _) => (key.primitive_width().unwrap_or(0), rows),
             DataType::Boolean => (1, rows.div_ceil(8)),
