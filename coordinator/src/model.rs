@@ -345,9 +345,16 @@ pub struct Straggler {
     pub slowdown: f64,
     /// Its total minus that median, seconds.
     pub excess_s: f64,
-    /// Time the other ranks spent waiting on it in this stage, seconds
-    /// (lockstep: Σ over the calls where it was slowest of Σ (max − own)).
+    /// Time the other ranks spent waiting on it in this stage,
+    /// rank-seconds (lockstep: Σ over the calls where it was slowest of
+    /// Σ (max − own)).
     pub wait_s: f64,
+    /// Wall-clock time it alone cost the job in this stage, seconds
+    /// (lockstep: Σ over the calls where it was slowest of its time − the
+    /// next slowest rank's; nothing where another rank was as slow):
+    /// findings are ordered by it.
+    #[serde(default)]
+    pub job_time_s: f64,
     /// `excess_s` in units of `spread_s`: how far out of the ordinary it
     /// is (past the score the rank count calls for); `null` without a
     /// spread (fewer than eight ranks) or with none (all ordinary ranks
@@ -529,8 +536,14 @@ pub struct LockstepRank {
     pub rank: u32,
     /// Calls in which it was the slowest.
     pub slowest_calls: u64,
-    /// Σ (its time − each other rank's time) over those calls, seconds.
+    /// Σ (its time − each other rank's time) over those calls:
+    /// rank-seconds the others idled on it.
     pub wait_imposed_s: f64,
+    /// Σ (its time − the next slowest rank's) over those calls: how much
+    /// later the stage's calls ended because of it, seconds of wall-clock
+    /// (job) time.
+    #[serde(default)]
+    pub delay_imposed_s: f64,
 }
 
 /// One physical GPU over the session, counted once however many ranks

@@ -13,6 +13,15 @@ const HOT_STAGE_PCT: f64 = 30.0;
 /// Inputs not used that get a recommendation each; the rest are counted.
 const LISTED_SKIPPED: usize = 10;
 
+/// What stragglers cost, each figure labelled as what it is: wall-clock
+/// time of the job, and the other ranks' idle rank-seconds.
+fn costs(job_time_s: f64, wait_s: f64, whom: &str) -> String {
+    format!(
+        "cost the job {job_time_s:.3} s of wall-clock time (the stage's calls ended that much \
+         later); the other ranks idled {wait_s:.3} rank-seconds on {whom}"
+    )
+}
+
 /// Stragglers in one stage on one host: one finding, not one per rank.
 struct HostGroup<'a> {
     host: &'a str,
@@ -155,10 +164,10 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                     explanation
                 ),
                 format!(
-                    "{:.3} s over the other ranks' median{}; the other ranks waited {:.3} s on it",
+                    "{:.3} s over the other ranks' median{}; {}",
                     s.excess_s,
                     s.out_of_spread(),
-                    s.wait_s
+                    costs(s.job_time_s, s.wait_s, "it")
                 ),
             ),
             n => {
@@ -177,10 +186,13 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                         explanation
                     ),
                     format!(
-                        "{:.3} s over the other ranks' median in all; the other ranks waited \
-                         {:.3} s on them",
+                        "{:.3} s over the other ranks' median in all; {}",
                         group.stragglers.iter().map(|s| s.excess_s).sum::<f64>(),
-                        group.stragglers.iter().map(|s| s.wait_s).sum::<f64>()
+                        costs(
+                            group.stragglers.iter().map(|s| s.job_time_s).sum(),
+                            group.stragglers.iter().map(|s| s.wait_s).sum(),
+                            "them"
+                        )
                     ),
                 )
             }

@@ -110,23 +110,30 @@ pub fn stragglers(
             continue;
         }
         for slow in rule.slow_ranks(StageTimes::totals(by_rank)) {
-            let wait_s = lockstep_of
+            let imposed = lockstep_of
                 .get(stage.as_str())
-                .and_then(|l| l.ranks.iter().find(|r| r.rank == slow.rank))
-                .map_or(0.0, |r| r.wait_imposed_s);
+                .and_then(|l| l.ranks.iter().find(|r| r.rank == slow.rank));
+            let wait_s = imposed.map_or(0.0, |r| r.wait_imposed_s);
+            let job_time_s = imposed.map_or(0.0, |r| r.delay_imposed_s);
             found.push(Straggler {
                 rank: slow.rank,
                 stage: stage.clone(),
                 slowdown: slow.total / slow.median,
                 excess_s: slow.total - slow.median,
                 wait_s,
+                job_time_s,
                 score: slow.score,
                 spread_s: slow.spread,
                 evidence: Vec::new(),
             });
         }
     }
-    found.sort_by(|a, b| b.excess_s.total_cmp(&a.excess_s));
+    // The findings that cost the job the most wall-clock time first.
+    found.sort_by(|a, b| {
+        b.job_time_s
+            .total_cmp(&a.job_time_s)
+            .then(b.excess_s.total_cmp(&a.excess_s))
+    });
     found
 }
 
@@ -168,8 +175,9 @@ pub fn attribute(stragglers: &mut [Straggler], gpus: &[GpuSummary], ranks: &[Ran
 }
 
 /// For each stage run by two or more ranks: for call k (the k-th call on
-/// every rank, as in a lockstep tensor-parallel job), the slowest rank and
-/// the wait it imposed, Σ over the other ranks of (max − own).
+/// every rank, as in a lockstep tensor-parallel job), the slowest rank, the
+/// wait it imposed, Σ over the other ranks of (max − own), and the delay,
+/// max − the next slowest (how much later the call ended because of it).
 pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
     let mut out = Vec::new();
     for (stage, by_rank) in &times.by_name {
@@ -184,6 +192,7 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
                     rank,
                     slowest_calls: 0,
                     wait_imposed_s: 0.0,
+                    delay_imposed_s: 0.0,
                 };
                 (rank, entry)
             })
@@ -194,20 +203,23 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
             .collect();
         for k in 0..calls {
             let call = |calls: &[CallSeconds]| f64::from(calls[k]);
-            let (slowest, max) = by_rank
-                .iter()
-                .map(|&(rank, calls)| (rank, call(calls)))
-                .fold((u32::MAX, f64::NEG_INFINITY), |best, (rank, t)| {
-                    if t > best.1 {
-                        (rank, t)
+            // The slowest rank and its time, and the next slowest time.
+            let (slowest, max, second) = by_rank.iter().fold(
+                (u32::MAX, f64::NEG_INFINITY, f64::NEG_INFINITY),
+                |(rank, max, second), &(r, calls)| {
+                    let t = call(calls);
+                    if t > max {
+                        (r, t, max)
                     } else {
-                        best
+                        (rank, max, second.max(t))
                     }
-                });
+                },
+            );
             let wait: f64 = by_rank.iter().map(|(_, calls)| max - call(calls)).sum();
             if let Some(entry) = per_rank.get_mut(&slowest) {
                 entry.slowest_calls += 1;
                 entry.wait_imposed_s += wait;
+                entry.delay_imposed_s += max - second;
             }
         }
         out.push(LockstepStage {
@@ -252,9 +264,13 @@ mod tests {
         let rank2 = &l[0].ranks[2];
         assert_eq!(rank2.slowest_calls, 1);
         assert!((rank2.wait_imposed_s - 1.2).abs() < CLOSE);
+        // Call 0 ended 0.4 s later for it (1.4 against the next, 1.0).
+        assert!((rank2.delay_imposed_s - 0.4).abs() < CLOSE);
         let rank0 = &l[0].ranks[0];
         assert_eq!(rank0.slowest_calls, 1);
         assert!((rank0.wait_imposed_s - 0.25).abs() < CLOSE);
+        // Call 1: 1.1 against rank 2's 1.05.
+        assert!((rank0.delay_imposed_s - 0.05).abs() < CLOSE);
     }
 
     #[test]
@@ -384,6 +400,19 @@ mod tests {
                 let needed = StragglerRule::score_needed(ranks as usize);
                 assert!(found.iter().all(|s| s.score.unwrap() > needed));
                 assert!(found.iter().all(|s| s.spread_s.unwrap() > 0.0));
+                assert!(
+                    found.windows(2).all(|w| w[0].job_time_s >= w[1].job_time_s),
+                    "ordered by the job time they cost"
+                );
+                // One planted rank, slowest in each of its 4 calls of 1 s,
+                // delays the job by about a third of a second a call (1.4 s
+                // against the next slowest rank's ~1.07). Two as slow share
+                // it: neither alone makes the job later (what job_time_s
+                // counts).
+                if let [only] = planted.as_slice() {
+                    let cost = found.iter().find(|s| s.rank == *only).unwrap().job_time_s;
+                    assert!((1.0..2.0).contains(&cost), "{cost} {found:?}");
+                }
             }
         }
         let balanced = generated(4_096, &[], false, 42);

@@ -155,12 +155,14 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
                 out,
                 "  ",
                 &format!(
-                    "rank {} in {}: {:.2}x the others' median (+{:.3} s{}); they waited {:.3} s",
+                    "rank {} in {}: {:.2}x the others' median (+{:.3} s{}); job +{:.3} s, \
+                     others idle {:.3} rank-s",
                     st.rank,
                     cell(&st.stage, NAME_WIDTH),
                     st.slowdown,
                     st.excess_s,
                     st.out_of_spread(),
+                    st.job_time_s,
                     st.wait_s
                 ),
             )?;
