@@ -1,8 +1,9 @@
 //! torch.profiler windows into the rank's data: a Kineto trace the rank
 //! wrote is read as a stream (`rankscope_common::kineto`), and what the
-//! report analyses of it — its GPU activities, collectives, and each CPU
-//! operator's calls and time — becomes rows of
-//! the `kernels`, `collectives` and `cpu_ops` tables,
+//! report analyses of it — its GPU activities, collectives, each CPU
+//! operator's calls and time, and the operators one by one for the
+//! timeline — becomes rows of the `kernels`, `collectives`, `cpu_ops` and
+//! `cpu_spans` tables,
 //! their times mapped onto the session clock. The trace file itself is not
 //! kept: the rows travel in the payload to rank 0 with everything else.
 //! Collective calls can also be recorded one by one on the host
@@ -12,7 +13,9 @@
 use std::path::Path;
 
 use rankscope_common::kineto::{self, RankTrace, TraceCut, TraceError, TraceLimits};
-use rankscope_common::table::{CollectiveRecord, CpuOpRecord, KernelRecord, Table, HOST_WINDOW};
+use rankscope_common::table::{
+    CollectiveRecord, CpuOpRecord, CpuSpanRecord, KernelRecord, Table, HOST_WINDOW,
+};
 
 use crate::recorder::Recorder;
 use crate::transport::clock;
@@ -30,6 +33,8 @@ pub struct KernelTraceRows {
     pub collectives: u64,
     /// CPU operator names offered to the `cpu_ops` table.
     pub cpu_ops: u64,
+    /// CPU operator calls offered to the `cpu_spans` table.
+    pub cpu_spans: u64,
     /// Rows left out because they began before the session did.
     pub before_session: u64,
     /// What the read itself cut (names, rows past the per-trace budget,
@@ -89,6 +94,7 @@ impl Profiler {
         };
         let limits = TraceLimits {
             max_rows: recorder.max_rows(),
+            cpu_spans: true,
             ..TraceLimits::default()
         };
         let trace = kineto::read_trace(path, &limits)?;
@@ -165,6 +171,24 @@ fn keep(recorder: &Recorder, trace: &RankTrace, window: u32) -> KernelTraceRows 
                 total_ns: ops.total_ns[i].unsigned_abs(),
             };
             t.records.cpu_ops.push_back(record);
+        });
+    }
+    let spans = &trace.cpu_spans;
+    for i in 0..spans.name.len() {
+        let Some(start_ns) = on_session_clock(spans.start_ns[i]) else {
+            rows.before_session += 1;
+            continue;
+        };
+        rows.cpu_spans += 1;
+        recorder.record_row(Table::CpuSpans, |t, _| {
+            let record = CpuSpanRecord {
+                window,
+                name: t.names.intern(&trace.names[spans.name[i] as usize]),
+                thread: spans.thread[i].unsigned_abs(),
+                start_ns,
+                dur_ns: spans.dur_ns[i].unsigned_abs(),
+            };
+            t.records.cpu_spans.push_back(record);
         });
     }
     rows

@@ -28,7 +28,8 @@ fn now_us() -> u64 {
 
 /// A Kineto trace of one window starting at `t0` µs (wall clock): a GEMM
 /// 0–10 ms, an NCCL all-reduce 5–25 ms, a copy 40–50 ms (each launched
-/// about a millisecond before `t0`), the host's `nccl:all_reduce`, and a
+/// about a millisecond before `t0`), the host's `nccl:all_reduce`, the
+/// CPU operator `aten::mm` on thread 42 around the GEMM's launch, and a
 /// kernel from a minute before the session.
 fn write_trace(path: &Path, t0: u64) {
     let kernel = |name: &str, ts: u64, dur: u64, correlation: u32| {
@@ -61,6 +62,10 @@ fn write_trace(path: &Path, t0: u64) {
             r#"{{"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "ts": {}, "dur": 20000}}"#,
             t0 + 4_000
         ),
+        format!(
+            r#"{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 42, "ts": {}, "dur": 30}}"#,
+            t0 - 1_000
+        ),
     ];
     std::fs::write(
         path,
@@ -92,7 +97,8 @@ fn a_window_trace_becomes_rows_on_the_session_clock_and_the_reports_gpu_time() {
         rows.collectives,
         rows.before_session,
     );
-    assert_eq!(kept, (8, 3, 1, 1));
+    assert_eq!(kept, (9, 3, 1, 1));
+    assert_eq!(rows.cpu_spans, 1);
     let outcome = session.finish().unwrap();
 
     let payload = payload::decode(&std::fs::read(&outcome.spill_file).unwrap()).unwrap();
@@ -189,6 +195,16 @@ fn a_window_trace_becomes_rows_on_the_session_clock_and_the_reports_gpu_time() {
     // Launched 990 µs before the GEMM ran.
     let lead_us = gemm["ts"].as_f64().unwrap() - from["ts"].as_f64().unwrap();
     assert!((lead_us - 990.0).abs() < 1e-3, "{lead_us}");
+    // The CPU operator around the launch, on its thread's track.
+    let ops = named("CPU operators, thread 42").expect("a track for the host thread's operators");
+    let mm = slice("aten::mm");
+    assert_eq!(
+        (&mm["tid"], &mm["cat"]),
+        (&ops, &serde_json::json!("cpu_op"))
+    );
+    assert_eq!(mm["dur"], 30.0);
+    let before_gemm_us = gemm["ts"].as_f64().unwrap() - mm["ts"].as_f64().unwrap();
+    assert!((before_gemm_us - 1_000.0).abs() < 1e-3, "{before_gemm_us}");
 }
 
 #[test]

@@ -476,6 +476,20 @@ tables! {
         /// Time in the calls, nested operators included, ns.
         total_ns: U64,
     }
+    /// CPU operators of torch.profiler windows one by one, for the
+    /// timeline: each call with its thread.
+    CpuSpans = 13, cpu_spans, CpuSpanRow, CpuSpanRecord, CpuSpansBuilder, CpuSpansView {
+        /// The window of the session, from 1.
+        window: U32,
+        /// The operator (`aten::mm`, ...) or `record_function` span.
+        name: DictStr,
+        /// The trace's thread id.
+        thread: U64,
+        /// Start on the session clock, ns.
+        start_ns: U64,
+        /// Length, ns.
+        dur_ns: U64,
+    }
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ fn check_demo_rank_2(payload: &Payload, metrics: usize) {
             (Table::Kernels, 0),
             (Table::Collectives, 0),
             (Table::CpuOps, 0),
+            (Table::CpuSpans, 0),
         ]
     );
     assert!(payload.rows(Table::GpuSamples) > 10 && payload.rows(Table::HostSamples) > 2);

@@ -46,6 +46,9 @@ pub struct TraceLimits {
     /// The most bytes one event may take in the file: a larger one (a
     /// string of gigabytes) ends the read with an error.
     pub max_event_bytes: u64,
+    /// Whether the CPU operators are kept one by one as well as in totals
+    /// ([`RankTrace::cpu_spans`], for a timeline).
+    pub cpu_spans: bool,
 }
 
 impl Default for TraceLimits {
@@ -55,6 +58,7 @@ impl Default for TraceLimits {
             max_names: 20_000,
             max_name_bytes: 4096,
             max_event_bytes: 16 << 20,
+            cpu_spans: false,
         }
     }
 }
@@ -96,6 +100,10 @@ pub struct RankTrace {
     /// (`user_annotation`, but for `ProfilerStep#N` and collectives), per
     /// name: calls and inclusive time.
     pub cpu_ops: OpTotals,
+    /// The same operators and spans one by one, for the timeline, where
+    /// [`TraceLimits::cpu_spans`] asks for them (within
+    /// [`TraceLimits::max_rows`], the rest counted as cut rows).
+    pub cpu_spans: SpanRows,
     /// Trace events read.
     pub events: u64,
     /// What was left out, and why.
@@ -197,6 +205,19 @@ pub struct OpTotals {
     pub calls: Vec<u64>,
     /// Time in the calls, nested operators included, nanoseconds.
     pub total_ns: Vec<i64>,
+}
+
+/// Host operator spans by column.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpanRows {
+    /// Name id.
+    pub name: Vec<u32>,
+    /// The trace's thread id (0 where it gives none that is a number).
+    pub thread: Vec<i64>,
+    /// Start, nanoseconds since the trace's time base.
+    pub start_ns: Vec<i64>,
+    /// Length, nanoseconds.
+    pub dur_ns: Vec<i64>,
 }
 
 /// What a read left out of a [`RankTrace`].

@@ -266,6 +266,13 @@ impl<'a> Builder<'a> {
             let totals = self.ops.entry(name).or_insert((0, 0));
             totals.0 += 1;
             totals.1 = totals.1.saturating_add(dur_ns);
+            let spans = &mut trace.cpu_spans;
+            if self.limits.cpu_spans && keep(spans.name.len(), max_rows, &mut trace.cut.rows) {
+                spans.name.push(name);
+                spans.thread.push(event.tid.unwrap_or(0));
+                spans.start_ns.push(start_ns);
+                spans.dur_ns.push(dur_ns);
+            }
         }
         if !event.category.is_host_op() {
             return;
@@ -381,6 +388,8 @@ struct Event {
     name: Name,
     ts: Option<f64>,
     dur: Option<f64>,
+    /// The thread, where it is a number.
+    tid: Option<i64>,
     args: Args,
 }
 
@@ -565,6 +574,7 @@ impl<'de> Visitor<'de> for EventSeed<'_, '_> {
                 }
                 EventField::Ts => event.ts = Some(map.next_value()?),
                 EventField::Dur => event.dur = Some(map.next_value()?),
+                EventField::Tid => event.tid = integer(map.next_value::<Value>()?),
                 EventField::Args => event.args = map.next_value_seed(ArgsSeed)?,
                 EventField::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -695,6 +705,7 @@ enum EventField {
     Name,
     Ts,
     Dur,
+    Tid,
     Args,
     Other,
 }
@@ -707,6 +718,7 @@ impl Word for EventField {
             "name" => EventField::Name,
             "ts" => EventField::Ts,
             "dur" => EventField::Dur,
+            "tid" => EventField::Tid,
             "args" => EventField::Args,
             _ => EventField::Other,
         }

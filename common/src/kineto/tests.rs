@@ -68,7 +68,10 @@ fn a_real_gpu_trace_is_read_into_its_rows() {
 fn a_cpu_only_gloo_trace_gives_its_collectives_and_base_time() {
     let trace = read_trace(
         &fixture("hta-gloo-cpu/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"),
-        &TraceLimits::default(),
+        &TraceLimits {
+            cpu_spans: true,
+            ..TraceLimits::default()
+        },
     )
     .unwrap();
     assert_eq!((trace.rank, trace.world_size), (Some(34), Some(300)));
@@ -87,6 +90,22 @@ fn a_cpu_only_gloo_trace_gives_its_collectives_and_base_time() {
     };
     // aten::empty: 2.503 + 0.473 + 0.401 + 0.587 µs.
     assert_eq!(op("aten::empty"), (4, 3_964));
+    // The same calls one by one, with their threads, for the timeline.
+    let spans = &trace.cpu_spans;
+    let empty: Vec<usize> = (0..spans.name.len())
+        .filter(|&i| trace.names[spans.name[i] as usize] == "aten::empty")
+        .collect();
+    assert_eq!(empty.len(), 4);
+    assert_eq!(empty.iter().map(|&i| spans.dur_ns[i]).sum::<i64>(), 3_964);
+    assert!(
+        empty.iter().all(|&i| spans.thread[i] != 0),
+        "the trace's thread ids"
+    );
+    assert_eq!(
+        spans.name.len() as u64,
+        trace.cpu_ops.calls.iter().sum::<u64>(),
+        "every operator call, one span each"
+    );
     // 1212075548353.304 µs, to the nanosecond.
     assert!(trace.collectives.start_ns.contains(&1_212_075_548_353_304));
 }

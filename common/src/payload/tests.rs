@@ -166,6 +166,16 @@ fn sample() -> Payload {
     });
     tables.insert(Table::CpuOps, ops.finish().unwrap());
 
+    let mut spans = CpuSpansBuilder::default();
+    spans.append(&CpuSpanRow {
+        window: 1,
+        name: "aten::mm".into(),
+        thread: 42,
+        start_ns: 18,
+        dur_ns: 19,
+    });
+    tables.insert(Table::CpuSpans, spans.finish().unwrap());
+
     assert_eq!(tables.len(), Table::ALL.len(), "sample covers every table");
     Payload { header, tables }
 }

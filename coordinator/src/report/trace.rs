@@ -6,7 +6,8 @@
 //! their own, GPU readings and metrics counters (`C`); the GPU activities
 //! and collectives of torch.profiler windows slices on a track per GPU
 //! stream and one for the collectives, beside the rank's stages, each
-//! kernel with an arrow from its launch on the host.
+//! kernel with an arrow from its launch on the host, and the CPU operators
+//! around them on a track per host thread.
 //!
 //! Bounded whatever the rank sent: each rank's first `trace_max_stages`
 //! stages and as many instants in time order, [`COUNTER_TRACKS`] counters
@@ -19,7 +20,7 @@ use std::io::Write;
 
 use rankscope_common::names::{cut, cut_to};
 use rankscope_common::table::{
-    counted_collectives, BlocksView, CollectivesView, DiffusionStepsView, EventsView,
+    counted_collectives, BlocksView, CollectivesView, CpuSpansView, DiffusionStepsView, EventsView,
     GpuSamplesView, KernelsView, MemorySnapshotsView, MetricsView, StagesView, OVERHEAD_SECTION,
 };
 use rankscope_common::{Payload, Table};
@@ -49,6 +50,12 @@ const COLLECTIVES_TRACK: u32 = MARKS_TRACK + 1;
 const STREAM_TRACKS: u32 = 256;
 /// The track of a rank's kernel launches, after its GPU streams'.
 const LAUNCHES_TRACK: u32 = COLLECTIVES_TRACK + STREAM_TRACKS + 1;
+/// The first track of a rank's CPU operators (torch.profiler windows), one
+/// per host thread of the trace, at most [`SPAN_TRACKS`] of them (the last
+/// takes the threads past them).
+const SPANS_TRACK: u32 = LAUNCHES_TRACK + 1;
+/// CPU operator tracks per rank.
+const SPAN_TRACKS: u32 = 64;
 /// Longest metadata or event payload text kept in an event's arguments.
 const MAX_ARG_BYTES: usize = 64 << 10;
 
@@ -114,6 +121,9 @@ pub enum Cut {
     /// GPU activities and collective calls of torch.profiler windows past
     /// the rank's first `trace_max_stages`.
     Kernels,
+    /// CPU operators of torch.profiler windows past the rank's first
+    /// `trace_max_stages`.
+    CpuSpans,
 }
 
 impl Cut {
@@ -128,6 +138,10 @@ impl Cut {
             Cut::Counters => ("counter tracks", COUNTER_TRACKS.to_string()),
             Cut::Kernels => (
                 "GPU activities and collectives (torch.profiler windows)",
+                format!("trace_max_stages ({limit})"),
+            ),
+            Cut::CpuSpans => (
+                "CPU operators (torch.profiler windows)",
                 format!("trace_max_stages ({limit})"),
             ),
         };
@@ -249,6 +263,15 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
         threads.insert(MARKS_TRACK, "diffusion, events, memory".into());
     }
     gpu_activities(
+        payload,
+        &mut events,
+        &mut left_out,
+        &mut threads,
+        pid,
+        &at,
+        max_events,
+    );
+    cpu_spans(
         payload,
         &mut events,
         &mut left_out,
@@ -426,6 +449,54 @@ fn gpu_activities(
             dur: Some(dur as f64 / 1e3),
             cat: Some(category),
             ..Event::new("X", cut(name), pid, args)
+        });
+    }
+}
+
+/// Adds the CPU operators of the rank's torch.profiler windows as slices,
+/// one track per host thread of the trace (`CPU operators, thread T`); the
+/// earliest `max` of them.
+fn cpu_spans(
+    payload: &Payload,
+    events: &mut EventList,
+    left_out: &mut Vec<(Cut, u64)>,
+    threads: &mut BTreeMap<u32, String>,
+    pid: u32,
+    at: &impl Fn(u64) -> f64,
+    max: usize,
+) {
+    let Some(v) = payload.view::<CpuSpansView>().ok().flatten() else {
+        return;
+    };
+    let mut rows: Vec<usize> = (0..v.len).collect();
+    // Earliest first; an enclosing span before the spans inside it.
+    rows.sort_unstable_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.dur_ns[i])));
+    if rows.len() > max {
+        left_out.push((Cut::CpuSpans, (rows.len() - max) as u64));
+        rows.truncate(max);
+    }
+    let mut tracks: BTreeMap<u64, u32> = BTreeMap::new();
+    for i in rows {
+        let next = SPANS_TRACK + (tracks.len() as u32).min(SPAN_TRACKS - 1);
+        let tid = *tracks.entry(v.thread[i]).or_insert(next);
+        threads.entry(tid).or_insert_with(|| {
+            if tid == SPANS_TRACK + SPAN_TRACKS - 1 {
+                format!("CPU operators, threads past the first {}", SPAN_TRACKS - 1)
+            } else {
+                format!("CPU operators, thread {}", v.thread[i])
+            }
+        });
+        events.push(&Event {
+            tid: Some(tid),
+            ts: Some(at(v.start_ns[i])),
+            dur: Some(v.dur_ns[i] as f64 / 1e3),
+            cat: Some("cpu_op"),
+            ..Event::new(
+                "X",
+                cut(v.name.get(i)),
+                pid,
+                json!({ "window": v.window[i] }),
+            )
         });
     }
 }
