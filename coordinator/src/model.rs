@@ -26,6 +26,10 @@ pub struct Report {
     pub stages: Vec<StageStats>,
     /// Ranks slower than their peers in a stage.
     pub stragglers: Vec<Straggler>,
+    /// Stragglers of one stage on one host, two or more: one finding
+    /// about the host, with what the ranks cost the job together.
+    #[serde(default)]
+    pub straggler_groups: Vec<StragglerGroup>,
     /// Per stage, call by call: which rank was slowest and the wait it imposed.
     pub lockstep: Vec<LockstepStage>,
     /// One entry per physical GPU.
@@ -370,6 +374,22 @@ pub struct Straggler {
     /// it sampled, its host's CPU saturation. Empty when none was found.
     #[serde(default)]
     pub evidence: Vec<String>,
+}
+
+/// Ranks that straggle in one stage on one host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StragglerGroup {
+    /// The stage.
+    pub stage: String,
+    /// The host.
+    pub host: String,
+    /// The ranks, ascending.
+    pub ranks: Vec<u32>,
+    /// Wall-clock time the ranks together cost the job in this stage,
+    /// seconds (lockstep: Σ over the calls of the slowest rank's time −
+    /// the slowest time among the other ranks, where one of these is the
+    /// slowest).
+    pub job_time_s: f64,
 }
 
 impl Straggler {

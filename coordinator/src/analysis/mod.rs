@@ -170,6 +170,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         ranks: rank_summaries,
         stages,
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
+        straggler_groups: Vec::new(),
         lockstep,
         gpus,
         diffusion: diffusion_stats,
@@ -184,6 +185,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         kernel_traces: Vec::new(),
     };
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
+    report.straggler_groups = stragglers::host_groups(&report.stragglers, &report.ranks, &times);
     report.recommendations = recommend::recommend(&report);
     let steps: Vec<(u32, &[f64])> = diffusion
         .iter()
@@ -363,6 +365,20 @@ mod tests {
             .map(|r| r.message.as_str())
             .collect();
         assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(
+            report.straggler_groups[0].ranks,
+            [4, 5],
+            "one group, its ranks in order"
+        );
+        // Each call of 15 s against the others' 10 s: 5 s of job time
+        // together, none rank by rank (the other is as slow).
+        assert!((report.straggler_groups[0].job_time_s - 5.0).abs() < 1e-6);
+        assert!(report.stragglers.iter().all(|s| s.job_time_s == 0.0));
+        let evidence = &report.recommendations[0].evidence;
+        assert!(
+            evidence.contains("cost the job 5.000 s of wall-clock time"),
+            "{evidence}"
+        );
         assert!(
             findings[0].starts_with(
                 "2 ranks on host node-b (4-5) are 50–50% slower than the median of the other \

@@ -29,7 +29,7 @@ struct HostGroup<'a> {
 }
 
 /// `stragglers` grouped by stage and host, in the order of each group's
-/// first straggler (the slowest first, as the report lists them).
+/// first straggler (the costliest first, as the report lists them).
 fn by_host_and_stage<'a>(report: &'a Report, stragglers: &[&'a Straggler]) -> Vec<HostGroup<'a>> {
     let host_of = |rank: u32| {
         report
@@ -145,10 +145,16 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
         let [s, ..] = group.stragglers.as_slice() else {
             continue;
         };
-        // The first finding explains it in the message; the others follow
-        // the numbers in the evidence.
-        let (explanation, more) = match s.evidence.split_first() {
-            Some((first, more)) => (first.as_str(), more),
+        // The evidence of every rank of the group, each line once: the
+        // first explains it in the message, the others follow the numbers.
+        let mut evidence: Vec<&str> = Vec::new();
+        for line in group.stragglers.iter().flat_map(|s| &s.evidence) {
+            if !evidence.contains(&line.as_str()) {
+                evidence.push(line);
+            }
+        }
+        let (explanation, more) = match evidence.split_first() {
+            Some((first, more)) => (*first, more),
             None => (
                 "no GPU or host bottleneck explains it: check its input and data loading",
                 &[][..],
@@ -175,7 +181,15 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                 let (least, most) = slowdowns.fold((f64::MAX, f64::MIN), |(lo, hi), pct| {
                     (lo.min(pct), hi.max(pct))
                 });
-                let ranks: Vec<u32> = group.stragglers.iter().map(|s| s.rank).collect();
+                let mut ranks: Vec<u32> = group.stragglers.iter().map(|s| s.rank).collect();
+                ranks.sort_unstable();
+                // What the ranks cost together (each alone may cost
+                // nothing: another as slow would have held the job).
+                let job_time_s = report
+                    .straggler_groups
+                    .iter()
+                    .find(|g| g.stage == s.stage && g.host == group.host)
+                    .map_or(0.0, |g| g.job_time_s);
                 (
                     format!(
                         "{n} ranks on host {} ({}) are {least:.0}–{most:.0}% slower than the \
@@ -189,7 +203,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                         "{:.3} s over the other ranks' median in all; {}",
                         group.stragglers.iter().map(|s| s.excess_s).sum::<f64>(),
                         costs(
-                            group.stragglers.iter().map(|s| s.job_time_s).sum(),
+                            job_time_s,
                             group.stragglers.iter().map(|s| s.wait_s).sum(),
                             "them"
                         )
@@ -202,7 +216,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
             "straggler",
             message,
             std::iter::once(numbers)
-                .chain(more.iter().cloned())
+                .chain(more.iter().map(|line| line.to_string()))
                 .collect::<Vec<_>>()
                 .join("; "),
         );

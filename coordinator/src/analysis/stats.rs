@@ -127,14 +127,16 @@ pub fn median_without(sorted: &[f64], i: usize) -> Option<f64> {
     })
 }
 
-/// The spread of `sorted` (ascending) by a measure that a few outliers do
-/// not move: 1.4826 × the median absolute deviation from the median, which
-/// is the standard deviation for normally spread values. `None` when empty.
-pub fn robust_spread(sorted: &[f64]) -> Option<f64> {
+/// The spread of `sorted` (ascending) from its lower half alone: 1.4826 ×
+/// the median of how far the values at or below the median lie below it
+/// (the standard deviation for normally spread values), which values
+/// above the median, however many or far, do not move. `None` when empty.
+pub fn lower_spread(sorted: &[f64]) -> Option<f64> {
     let middle = median(sorted)?;
-    let mut deviations: Vec<f64> = sorted.iter().map(|v| (v - middle).abs()).collect();
-    deviations.sort_by(f64::total_cmp);
-    Some(1.4826 * median(&deviations)?)
+    let lower = &sorted[..sorted.partition_point(|&v| v <= middle)];
+    let mut below: Vec<f64> = lower.iter().rev().map(|v| middle - v).collect();
+    below.sort_by(f64::total_cmp);
+    Some(1.4826 * median(&below)?)
 }
 
 /// The median of `sorted` (ascending); `None` when empty.
@@ -220,12 +222,11 @@ mod tests {
     }
 
     #[test]
-    fn the_robust_spread_ignores_an_outlier() {
-        // Median 10, absolute deviations 0 1 1 2 2 … and one of 90: MAD 1.
-        let sorted = [8.0, 9.0, 10.0, 11.0, 12.0, 100.0];
-        // Median 10.5; deviations 2.5 1.5 0.5 0.5 1.5 89.5 → median 1.5.
-        assert!((robust_spread(&sorted).unwrap() - 1.4826 * 1.5).abs() < 1e-12);
-        assert_eq!(robust_spread(&[]), None);
+    fn the_lower_spread_ignores_whatever_lies_above_the_median() {
+        // Median 10; below it 8 and 9 (and 10 itself): 2, 1, 0 → median 1.
+        let sorted = [8.0, 9.0, 10.0, 50.0, 90.0];
+        assert!((lower_spread(&sorted).unwrap() - 1.4826).abs() < 1e-12);
+        assert_eq!(lower_spread(&[]), None);
     }
 
     #[test]

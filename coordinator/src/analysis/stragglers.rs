@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use super::stats::{median, median_without, normal_quantile, robust_spread};
+use super::stats::{lower_spread, median, median_without, normal_quantile};
 use super::times::{CallSeconds, StageTimes};
-use crate::model::{GpuSummary, LockstepRank, LockstepStage, RankSummary, Straggler};
+use crate::model::{
+    GpuSummary, LockstepRank, LockstepStage, RankSummary, Straggler, StragglerGroup,
+};
 
 /// A host whose mean CPU use reaches this share of all cores is saturated, %.
 pub const HOST_CPU_SATURATED_PCT: f64 = 90.0;
@@ -40,10 +42,11 @@ pub struct SlowRank {
     pub total: f64,
     /// The median of the other ranks' totals, seconds.
     pub median: f64,
-    /// The ordinary spread of the ranks' totals (1.4826 × the median
-    /// absolute deviation of those within the threshold over the median of
-    /// all: slow ranks, even half of them, do not widen it), seconds;
-    /// `None` with fewer than eight ranks.
+    /// The ordinary spread of the ranks' totals, seconds: of those within
+    /// the threshold over the median of all (ranks past it, even half the
+    /// job, do not widen it), the spread of the lower half (1.4826 × the
+    /// median of how far they lie below their median, which the truncation
+    /// above leaves nearly whole); `None` with fewer than eight ranks.
     pub spread: Option<f64>,
     /// `total − median` in spreads; `None` without a spread, or a spread
     /// of 0 (every other rank the same).
@@ -67,7 +70,7 @@ impl StragglerRule {
             .then(|| {
                 let ceiling = median(&sorted)? * threshold;
                 let ordinary = &sorted[..sorted.partition_point(|&t| t <= ceiling)];
-                robust_spread(ordinary)
+                lower_spread(ordinary)
             })
             .flatten();
         let needed = Self::score_needed(sorted.len());
@@ -95,7 +98,8 @@ impl StragglerRule {
 }
 
 /// Ranks whose total in a stage exceeds the other ranks' median by the rule's
-/// margins, slowest first. Needs at least two ranks in the stage.
+/// margins, the costliest in job time first. Needs at least two ranks in
+/// the stage.
 pub fn stragglers(
     times: &StageTimes,
     lockstep: &[LockstepStage],
@@ -135,6 +139,64 @@ pub fn stragglers(
             .then(b.excess_s.total_cmp(&a.excess_s))
     });
     found
+}
+
+/// Stragglers of one stage on one host, two or more, each group with the
+/// wall-clock time its ranks cost the job together (each rank's own
+/// `job_time_s` leaves out what another rank as slow would have cost
+/// anyway: a node whose ranks are equally slow costs nothing rank by rank).
+pub fn host_groups(
+    stragglers: &[Straggler],
+    ranks: &[RankSummary],
+    times: &StageTimes,
+) -> Vec<StragglerGroup> {
+    let host_of: std::collections::HashMap<u32, &str> =
+        ranks.iter().map(|r| (r.rank, r.host.as_str())).collect();
+    let mut members: BTreeMap<(&str, &str), Vec<u32>> = BTreeMap::new();
+    for s in stragglers {
+        if let Some(&host) = host_of.get(&s.rank) {
+            members.entry((&s.stage, host)).or_default().push(s.rank);
+        }
+    }
+    members
+        .into_iter()
+        .filter(|(_, group)| group.len() >= 2)
+        .map(|((stage, host), mut group)| {
+            group.sort_unstable();
+            let job_time_s = times
+                .by_name
+                .get(stage)
+                .map_or(0.0, |by_rank| group_delay(by_rank, &group));
+            StragglerGroup {
+                stage: stage.to_string(),
+                host: host.to_string(),
+                ranks: group,
+                job_time_s,
+            }
+        })
+        .collect()
+}
+
+/// Σ over the calls every rank made of how much later the call ended
+/// because of the ranks of `group` (sorted): the slowest time less the
+/// slowest of the other ranks', where a rank of the group is the slowest.
+fn group_delay(by_rank: &BTreeMap<u32, Vec<CallSeconds>>, group: &[u32]) -> f64 {
+    let calls = by_rank.values().map(Vec::len).min().unwrap_or(0);
+    (0..calls)
+        .map(|k| {
+            let (mut inside, mut outside) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+            for (rank, times) in by_rank {
+                let t = f64::from(times[k]);
+                if group.binary_search(rank).is_ok() {
+                    inside = inside.max(t);
+                } else {
+                    outside = outside.max(t);
+                }
+            }
+            (inside - outside).max(0.0)
+        })
+        .filter(|d| d.is_finite())
+        .sum()
 }
 
 /// Whether `gpu` is `rank`'s own: sampled by that rank alone. A GPU that
