@@ -172,6 +172,9 @@ pub enum ConnectionRefusal {
     /// More authenticated connections at once than a job of this size makes.
     #[error("too many connections at once")]
     TooMany,
+    /// Rank 0 had no file descriptor to spare to keep track of it.
+    #[error("rank 0 had no file descriptor to spare for it")]
+    NoResources,
     /// Cut off before it authenticated, to make room for newer connections
     /// (the listener had as many unauthenticated ones as it keeps).
     #[error("cut off before it authenticated: too many connections were waiting to")]

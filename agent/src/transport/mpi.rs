@@ -18,8 +18,12 @@
 //!
 //! MPI is initialised here only when the program has not done it (then
 //! rankscope finalises it when the profiler is dropped, after every
-//! gather); a program that initialised MPI itself keeps it, and can hand
-//! its own communicator to [`MpiTransport::with_communicator`]. MPI is
+//! gather, on a thread that may call MPI); a program that initialised MPI
+//! itself keeps it, and can hand its own communicator to
+//! [`MpiTransport::with_communicator`]. Where MPI provides less than
+//! `MPI_THREAD_SERIALIZED`, every rank must make its transport (its first
+//! session) on the same kind of thread: the duplicate of the communicator
+//! is a collective call that a rank off MPI's main thread skips. MPI is
 //! called only from the threads that start and finish sessions, never from
 //! the sampler: any such thread where MPI provides `MPI_THREAD_SERIALIZED`
 //! or more (rankscope asks for it), else only MPI's main thread — a
@@ -196,10 +200,18 @@ impl Drop for MpiTransport {
     fn drop(&mut self) {
         // Freeing the communicator (and finalising MPI, where rankscope
         // initialised it) calls MPI: a thread that may not call it leaves
-        // both to the process's end.
-        if !(self.any_thread || is_thread_main()) {
-            std::mem::forget(self.comm.take());
-            std::mem::forget(self._universe.take());
+        // both to the process's end, and says so where MPI is left
+        // unfinalised (an MPI launcher may count that as a failure).
+        if self.any_thread || mpi::environment::is_finalized() || is_thread_main() {
+            return;
+        }
+        std::mem::forget(self.comm.take());
+        if let Some(universe) = self._universe.take() {
+            say!(
+                "the profiler was dropped off MPI's main thread, which alone may call MPI here: \
+                 MPI, which rankscope initialised, is left unfinalised"
+            );
+            std::mem::forget(universe);
         }
     }
 }

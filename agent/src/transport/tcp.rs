@@ -395,6 +395,11 @@ const MAX_LISTED_REFUSALS: usize = 256;
 /// many newer connections push it out.
 const MAX_UNAUTHENTICATED: usize = 64;
 
+/// The longest a peer may go without sending a byte of a frame it began:
+/// a stalled frame gives back its share of the frame budget then, not at
+/// the gather's deadline.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Bytes of payload frames rank 0 holds at once, across all its
 /// connections (each frame is within `max_frame_bytes` too): a frame takes
 /// its whole length from the budget (all of it, for a frame larger than
@@ -596,7 +601,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 let id = next_id;
                 next_id += 1;
                 if !shared.admit(id, &stream) {
-                    refuse(shared, source, ConnectionRefusal::TooMany);
+                    refuse(shared, source, ConnectionRefusal::NoResources);
                     let _ = stream.shutdown(Shutdown::Both);
                     continue;
                 }
@@ -930,9 +935,9 @@ fn read_frame(
     read_frame_within(stream, expected, max, deadline, None).map(|(body, _)| body)
 }
 
-/// [`read_frame`], each piece of the body taken from `budget` (where one
-/// is given) before it is read; the bytes stay held until the [`Held`]
-/// returned is dropped.
+/// [`read_frame`], the frame's whole length (at most the whole budget)
+/// taken from `budget` (where one is given) before its body is read; the
+/// bytes stay held until the [`Held`] returned is dropped.
 fn read_frame_within<'b>(
     stream: &mut TcpStream,
     expected: u8,
@@ -968,7 +973,8 @@ fn read_frame_within<'b>(
     Ok((body, held))
 }
 
-/// Fills `buf` from `stream` by `deadline`.
+/// Fills `buf` from `stream` by `deadline`, with no pause longer than
+/// [`IDLE_TIMEOUT`] between bytes.
 fn read_exact_by(
     stream: &mut TcpStream,
     buf: &mut [u8],
@@ -981,7 +987,7 @@ fn read_exact_by(
             return Err(ConnectionRefusal::Stalled);
         }
         stream
-            .set_read_timeout(Some(left))
+            .set_read_timeout(Some(left.min(IDLE_TIMEOUT)))
             .map_err(|_| ConnectionRefusal::Stalled)?;
         match stream.read(&mut buf[filled..]) {
             Ok(0) => return Err(ConnectionRefusal::Closed),

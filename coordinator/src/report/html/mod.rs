@@ -521,6 +521,7 @@ fn stragglers(report: &Report) -> Table<'_> {
                 ..Cell::default()
             },
             Cell::number(Some(s.excess_s), 3),
+            Cell::number(Some(s.job_time_s), 3),
             Cell::number(Some(s.wait_s), 3),
             Cell::text(evidence),
         ]
@@ -531,7 +532,8 @@ fn stragglers(report: &Report) -> Table<'_> {
             ("Stage", false),
             ("Slowdown", true),
             ("Excess s", true),
-            ("Wait caused s", true),
+            ("Job time cost s", true),
+            ("Others idle rank-s", true),
             ("Evidence", false),
         ],
         rows,
