@@ -412,8 +412,7 @@ fn gpu_activities(
         let (tid, name, dur, category, args) = match (kernel, &kernels, &calls) {
             (true, Some(k), _) => {
                 let key = (k.device.get(i), k.stream[i]);
-                let next = COLLECTIVES_TRACK + 1 + (streams.len() as u32).min(STREAM_TRACKS - 1);
-                let tid = *streams.entry(key).or_insert(next);
+                let tid = capped_track(&mut streams, key, COLLECTIVES_TRACK + 1, STREAM_TRACKS);
                 threads.entry(tid).or_insert_with(|| match key.0 {
                     _ if tid == COLLECTIVES_TRACK + STREAM_TRACKS => {
                         format!("GPU streams past the first {}", STREAM_TRACKS - 1)
@@ -453,6 +452,13 @@ fn gpu_activities(
     }
 }
 
+/// The track of `key` among `count` tracks numbered from `first`: a new
+/// key takes the next, the last takes every key past them.
+fn capped_track<K: Ord>(tracks: &mut BTreeMap<K, u32>, key: K, first: u32, count: u32) -> u32 {
+    let next = first + (tracks.len() as u32).min(count - 1);
+    *tracks.entry(key).or_insert(next)
+}
+
 /// Adds the CPU operators of the rank's torch.profiler windows as slices,
 /// one track per host thread of the trace (`CPU operators, thread T`); the
 /// earliest `max` of them.
@@ -477,8 +483,7 @@ fn cpu_spans(
     }
     let mut tracks: BTreeMap<u64, u32> = BTreeMap::new();
     for i in rows {
-        let next = SPANS_TRACK + (tracks.len() as u32).min(SPAN_TRACKS - 1);
-        let tid = *tracks.entry(v.thread[i]).or_insert(next);
+        let tid = capped_track(&mut tracks, v.thread[i], SPANS_TRACK, SPAN_TRACKS);
         threads.entry(tid).or_insert_with(|| {
             if tid == SPANS_TRACK + SPAN_TRACKS - 1 {
                 format!("CPU operators, threads past the first {}", SPAN_TRACKS - 1)
