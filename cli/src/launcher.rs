@@ -308,5 +308,12 @@ mod tests {
         assert_eq!(children.lock().len(), 1);
         assert_eq!(children.signal(libc::SIGTERM), 0);
         drop(ranks);
+
+        // Dropped while running: killed, reaped and recorded, so a handle
+        // that outlives them signals none.
+        let ranks = start_local("sleep", &["30".to_string()], 2);
+        let children = ranks.children();
+        drop(ranks);
+        assert_eq!(children.signal(libc::SIGTERM), 0);
     }
 }

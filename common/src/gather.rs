@@ -641,6 +641,13 @@ mod tests {
             assert_eq!(gathered.skipped.len(), 1);
             assert!(gathered.skipped[0].source == "forged");
         }
+        // Ranks outside the world their files claim count for nothing.
+        let mut inputs: Vec<Candidate> = real().collect();
+        inputs.extend(
+            (10..16).map(|r| started(candidate("outside", "job", Some("forged"), r, 4), now)),
+        );
+        let gathered = accept(inputs, &Expect::default());
+        assert_eq!(gathered.payloads.len(), 4, "the real ranks are reported");
         // Two ranks starting in the far future lose to one starting now.
         let future = 9_000_000_000_000_000_000;
         let gathered = accept(
