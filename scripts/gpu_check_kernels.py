@@ -17,6 +17,7 @@ usage: python scripts/gpu_check_kernels.py OUT_DIR
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -89,6 +90,14 @@ def check_gloo(rep: Dict[str, Any], out: Path) -> None:
           "rank 0 waits longer in the all-reduce than rank 1")
     slow = [k for k in rep.get("kernel_stragglers", []) if k["kernel"] == "load_kv"]
     check([k["rank"] for k in slow] == [1], f"load_kv is named slow on rank 1: {slow}")
+    timeline = list((out / "report").glob("torch-kernels-*/trace.json.gz"))
+    events = json.loads(gzip.decompress(timeline[0].read_bytes()))["traceEvents"] if timeline else []
+    tracks = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    print(f"      timeline tracks: {sorted(t for t in tracks if not t.startswith('main'))[:12]}")
+    check(any(t.startswith("CPU operators, thread") for t in tracks)
+          and any(e.get("cat") == "cpu_op" and e.get("name") == "aten::mm" for e in events),
+          "the CPU operators are on the timeline, beside the GPU streams")
+    check(any(t.startswith("GPU 0 stream") for t in tracks), "the GPU stream's track is on the timeline")
     kept = sorted(p.name for p in (out / "traces").glob("*.pt.trace.json.gz"))
     check(kept == ["rank0-window1.pt.trace.json.gz", "rank1-window1.pt.trace.json.gz"],
           f"each rank's window trace kept: {kept}")
