@@ -47,12 +47,15 @@ class Profiler(_rankscope.Profiler):
     launcher's variables (torchrun's, mpirun's, srun's) say which rank this
     is. When torch has already set up CUDA and no ``gpu_devices`` is
     configured, the profiler samples the GPU torch uses (matched by UUID).
+    When the program initialised torch.distributed first and configured no
+    ``token``, the ranks share a secret job token through its store (every
+    rank makes its profilers in the same order).
     """
 
     def __new__(cls, config: Optional[Config] = None) -> "Profiler":
         if config is None:
             config = Config.from_env()
-        return super().__new__(cls, _torch.with_torch_gpu(config))
+        return super().__new__(cls, _torch.with_shared_token(_torch.with_torch_gpu(config)))
 
     def session(self, name: str, tags: Optional[Mapping[str, Any]] = None) -> Session:
         """Starts the job's session; every rank calls this with the same name.

@@ -3,6 +3,8 @@ torch (rankscope never imports it, and never sets up CUDA on its own)."""
 
 from __future__ import annotations
 
+import datetime
+import secrets
 import sys
 import threading
 import time
@@ -36,6 +38,39 @@ def with_torch_gpu(config: Config) -> Config:
     except Exception:
         return config
     return config.replace(gpu_devices=uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+
+
+# Profilers of this process that shared a job token through the store: the
+# k-th profiler of every rank reads the k-th token.
+_tokens_shared = 0
+
+
+def with_shared_token(config: Config) -> Config:
+    """``config`` with a job token for the TCP gather shared through
+    torch.distributed's store, where the program initialised a process
+    group and configured no token: rank 0 makes a secret and the others
+    read it, so that knowing torchrun's variables no longer suffices to
+    forge a rank's data (the store itself is unauthenticated: a secret per
+    job, ``RANKSCOPE_TOKEN``, remains the stronger choice)."""
+    global _tokens_shared
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or config.token is not None or not config.enabled:
+        return config
+    try:
+        if not dist.is_available() or not dist.is_initialized():
+            return config
+        store = dist.distributed_c10d._get_default_store()
+        key = f"rankscope/token/{_tokens_shared}"
+        _tokens_shared += 1
+        if dist.get_rank() == 0:
+            token = secrets.token_hex(32)
+            store.set(key, token)
+        else:
+            store.wait([key], datetime.timedelta(seconds=30))
+            token = store.get(key).decode()
+    except Exception:  # no store to share through: the derived token, and its notice
+        return config
+    return config.replace(token=token)
 
 
 def allocator_reading() -> Optional[Tuple[int, int, int]]:

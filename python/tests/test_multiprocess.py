@@ -124,6 +124,10 @@ def test_torchrun_collectives_are_split_into_waiting_without_a_window(tmp_path: 
     report = run_kernels_job(tmp_path)
     assert report["kernel_traces"] == [] and report["cpu_ops"] == []
     assert_all_reduce_waits_for_rank_2(report)
+    # The process group came first: the ranks shared a secret token through
+    # its store, so none derived the public one (and said so).
+    notices = [n["message"] for n in report["session"]["notices"]]
+    assert not any(n.startswith("no RANKSCOPE_TOKEN") for n in notices), notices
 
 
 def test_torchrun_torch_profiler_windows_name_the_slow_op_and_the_wait(tmp_path: Path) -> None:
