@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use rankscope_common::env::RankEnv;
-use rankscope_common::gather::{Candidate, ConnectionRefusal, Rejection, Skipped};
+use rankscope_common::gather::{
+    Candidate, ConnectionRefusal, Rejection, Skipped, MAX_LISTED_SKIPPED,
+};
 use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName};
 use rankscope_common::{Config, Gathered};
 use sha2::{Digest, Sha256};
@@ -378,15 +380,12 @@ struct ServerSettings {
 #[derive(Default)]
 struct Collected {
     payloads: BTreeMap<u32, Candidate>,
-    /// The first [`MAX_LISTED_REFUSALS`] connections refused, with why.
+    /// The first [`MAX_LISTED_SKIPPED`] connections refused, with why (a
+    /// port scan must not grow rank 0's memory).
     refused: Vec<Skipped>,
     /// How many more were refused.
     unlisted: u64,
 }
-
-/// Refused connections named one by one; past this, only counted (a port
-/// scan must not grow rank 0's memory).
-const MAX_LISTED_REFUSALS: usize = 256;
 
 /// Connections that have not authenticated yet, kept apart from the
 /// ranks': at most this many, the oldest cut off to make room for a new
@@ -416,14 +415,9 @@ struct FrameBudget {
 }
 
 impl FrameBudget {
-    /// Takes `bytes` for `held` once they fit (or nothing else is held),
-    /// by `deadline`.
-    fn take(
-        &self,
-        held: &mut Held<'_>,
-        bytes: u64,
-        deadline: Instant,
-    ) -> Result<(), ConnectionRefusal> {
+    /// Takes `bytes` once they fit (or nothing else is held), by
+    /// `deadline`; they are given back when the [`Held`] is dropped.
+    fn take(&self, bytes: u64, deadline: Instant) -> Result<Held<'_>, ConnectionRefusal> {
         let mut taken = lock(&self.held);
         while *taken > 0 && *taken + bytes > FRAMES_IN_FLIGHT_BYTES {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -437,8 +431,10 @@ impl FrameBudget {
                 .0;
         }
         *taken += bytes;
-        held.bytes += bytes;
-        Ok(())
+        Ok(Held {
+            budget: Some(self),
+            bytes,
+        })
     }
 }
 
@@ -653,7 +649,7 @@ fn serve_connection(stream: TcpStream, id: u64, source: String, shared: &Shared)
 
 fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
     let mut collected = lock(&shared.collected);
-    if collected.refused.len() < MAX_LISTED_REFUSALS {
+    if collected.refused.len() < MAX_LISTED_SKIPPED {
         collected.refused.push(Skipped {
             source,
             reason: Rejection::Connection(refusal),
@@ -957,10 +953,13 @@ fn read_frame_within<'b>(
             limit: max,
         });
     }
-    let mut held = Held { budget, bytes: 0 };
-    if let Some(budget) = budget {
-        budget.take(&mut held, len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?;
-    }
+    let held = match budget {
+        Some(budget) => budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?,
+        None => Held {
+            budget: None,
+            bytes: 0,
+        },
+    };
     let mut body = Vec::new();
     body.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX))
         .map_err(|_| ConnectionRefusal::Malformed("a frame larger than rank 0 can hold"))?;

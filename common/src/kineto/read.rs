@@ -574,9 +574,12 @@ impl<'de> Visitor<'de> for EventSeed<'_, '_> {
                 }
                 EventField::Ts => event.ts = Some(map.next_value()?),
                 EventField::Dur => event.dur = Some(map.next_value()?),
-                EventField::Tid => event.tid = integer(map.next_value::<Value>()?),
+                // Read only where the spans, the one use of it, are kept.
+                EventField::Tid if self.0.limits.cpu_spans => {
+                    event.tid = integer(map.next_value::<Value>()?)
+                }
                 EventField::Args => event.args = map.next_value_seed(ArgsSeed)?,
-                EventField::Other => {
+                EventField::Tid | EventField::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }

@@ -5,7 +5,9 @@ use rankscope_common::payload::TransportName;
 use rankscope_common::text::cell;
 
 use super::stragglers::owns;
-use crate::model::{GpuSummary, GpuTime, Recommendation, Report, Severity, StageStats, Straggler};
+use crate::model::{
+    GpuSummary, GpuTime, Recommendation, Report, Severity, StageStats, Straggler, StragglerGroup,
+};
 
 /// A stage taking more than this share of the session is worth a look.
 const HOT_STAGE_PCT: f64 = 30.0;
@@ -22,40 +24,33 @@ fn costs(job_time_s: f64, wait_s: f64, whom: &str) -> String {
     )
 }
 
-/// Stragglers in one stage on one host: one finding, not one per rank.
-struct HostGroup<'a> {
-    host: &'a str,
+/// Stragglers told of together: those of one of the report's straggler
+/// groups (one stage on one host), or one alone.
+struct Told<'a> {
+    group: Option<&'a StragglerGroup>,
     stragglers: Vec<&'a Straggler>,
 }
 
-/// `stragglers` grouped by stage and host, in the order of each group's
-/// first straggler (the costliest first, as the report lists them).
-fn by_host_and_stage<'a>(report: &'a Report, stragglers: &[&'a Straggler]) -> Vec<HostGroup<'a>> {
-    let host_of = |rank: u32| {
-        report
-            .ranks
-            .iter()
-            .find(|r| r.rank == rank)
-            .map_or("", |r| r.host.as_str())
-    };
-    let mut groups: Vec<(&str, HostGroup<'a>)> = Vec::new();
+/// `stragglers` by the report's straggler group each is in (one in none
+/// alone), in the order of each's first straggler (the costliest first,
+/// as the report lists them).
+fn by_group<'a>(report: &'a Report, stragglers: &[&'a Straggler]) -> Vec<Told<'a>> {
+    let mut told: Vec<Told<'a>> = Vec::new();
     for &s in stragglers {
-        let host = host_of(s.rank);
-        match groups
-            .iter_mut()
-            .find(|(stage, g)| *stage == s.stage && g.host == host && !host.is_empty())
-        {
-            Some((_, group)) => group.stragglers.push(s),
-            None => groups.push((
-                &s.stage,
-                HostGroup {
-                    host,
-                    stragglers: vec![s],
-                },
-            )),
+        let group = report
+            .straggler_groups
+            .iter()
+            .find(|g| g.stage == s.stage && g.ranks.binary_search(&s.rank).is_ok());
+        let same = |t: &&mut Told<'a>| matches!((t.group, group), (Some(a), Some(b)) if std::ptr::eq(a, b));
+        match told.iter_mut().find(same) {
+            Some(t) => t.stragglers.push(s),
+            None => told.push(Told {
+                group,
+                stragglers: vec![s],
+            }),
         }
     }
-    groups.into_iter().map(|(_, g)| g).collect()
+    told
 }
 
 /// The recommendations for an analysed report, most severe first.
@@ -141,7 +136,7 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
         }
         alone.push(s);
     }
-    for group in by_host_and_stage(report, &alone) {
+    for group in by_group(report, &alone) {
         let [s, ..] = group.stragglers.as_slice() else {
             continue;
         };
@@ -160,8 +155,8 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                 &[][..],
             ),
         };
-        let (message, numbers) = match group.stragglers.len() {
-            1 => (
+        let (message, numbers) = match (group.group, group.stragglers.len()) {
+            (None, _) | (Some(_), 1) => (
                 format!(
                     "rank {} is {:.0}% slower than the median of the other ranks in `{}`; {}",
                     s.rank,
@@ -176,25 +171,18 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                     costs(s.job_time_s, s.wait_s, "it")
                 ),
             ),
-            n => {
+            (Some(host_group), n) => {
                 let slowdowns = group.stragglers.iter().map(|s| (s.slowdown - 1.0) * 100.0);
                 let (least, most) = slowdowns.fold((f64::MAX, f64::MIN), |(lo, hi), pct| {
                     (lo.min(pct), hi.max(pct))
                 });
                 let mut ranks: Vec<u32> = group.stragglers.iter().map(|s| s.rank).collect();
                 ranks.sort_unstable();
-                // What the ranks cost together (each alone may cost
-                // nothing: another as slow would have held the job).
-                let job_time_s = report
-                    .straggler_groups
-                    .iter()
-                    .find(|g| g.stage == s.stage && g.host == group.host)
-                    .map_or(0.0, |g| g.job_time_s);
                 (
                     format!(
                         "{n} ranks on host {} ({}) are {least:.0}–{most:.0}% slower than the \
                          median of the other ranks in `{}`; {}",
-                        cell(group.host, 40),
+                        cell(&host_group.host, 40),
                         rankscope_common::text::rank_ranges(&ranks),
                         s.stage,
                         explanation
@@ -202,8 +190,10 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
                     format!(
                         "{:.3} s over the other ranks' median in all; {}",
                         group.stragglers.iter().map(|s| s.excess_s).sum::<f64>(),
+                        // What the ranks cost together (each alone may
+                        // cost nothing: another as slow holds the job).
                         costs(
-                            job_time_s,
+                            host_group.job_time_s,
                             group.stragglers.iter().map(|s| s.wait_s).sum(),
                             "them"
                         )
