@@ -12,8 +12,13 @@ venv=target/test-venv
 python_packages=(pyarrow numpy torch maturin pytest mypy HolisticTraceAnalysis)
 if ! "$venv/bin/python" -c 'import pyarrow, numpy, torch, maturin, pytest, mypy, hta' >/dev/null 2>&1; then
     echo "== python3 -m venv $venv; pip install ${python_packages[*]}"
+    # PyPI's torch for Linux brings CUDA's libraries (about 6 GB installed):
+    # say how much room there is, so a full disk reads as what it is.
+    df -h . | tail -n 1 | awk '{print "   free space here: " $4}'
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q "${python_packages[@]}"
+    # No pip cache: nothing is kept outside the checkout, and a second copy
+    # of every wheel would double the space the install needs.
+    "$venv/bin/pip" install -q --no-cache-dir "${python_packages[@]}"
 fi
 
 echo "== cargo fmt --check"
