@@ -46,6 +46,7 @@ mod stop;
 mod sync;
 mod ticks;
 pub mod transport;
+mod windows;
 
 pub use kernel_trace::KernelTraceRows;
 pub use profiler::{LiveState, Profiler, ProfilerBuilder, ProfilerError};

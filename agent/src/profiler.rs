@@ -247,6 +247,19 @@ impl Profiler {
         }
     }
 
+    /// Ends a step (a denoising step, a decode step, a batch): windows of
+    /// the running session open and close at step boundaries
+    /// (`window_every_steps`, `rankscope trigger`). Every rank must call it
+    /// at the same points of its work, for the same window to cover the
+    /// same steps everywhere. Costs an atomic increment (and, at a
+    /// window's edge, a wake of the windows thread).
+    #[inline]
+    pub fn step(&self) {
+        if let Some(shared) = self.enabled.as_deref() {
+            shared.steps.advance();
+        }
+    }
+
     /// What this rank is recording right now: cheap enough to poll, for a
     /// progress line or a dashboard.
     pub fn live_state(&self) -> LiveState {

@@ -17,6 +17,7 @@ use rankscope_common::payload::{
 use rankscope_common::spill::{self, SpillName};
 use rankscope_common::table::Overhead;
 use rankscope_common::text::rank_ranges;
+use rankscope_common::window::WindowMeta;
 use rankscope_common::{ArrowError, Config};
 use sha2::{Digest, Sha256};
 
@@ -29,6 +30,7 @@ use crate::signals::{self, OnStop};
 use crate::slot::{BackToIdle, Phase, Slot};
 use crate::sync::lock;
 use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport, TransportError};
+use crate::windows::{Steps, WindowsThread};
 
 /// Why a session could not start or finish.
 #[derive(Debug, thiserror::Error)]
@@ -269,6 +271,11 @@ pub(crate) struct Hub {
     pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
     /// The running session's flushes, one at a time.
     pub(crate) flushes: Mutex<Flushes>,
+    /// The steps of the running session (`Profiler::step`).
+    pub(crate) steps: Arc<Steps>,
+    /// The running session's windows thread; taken (and stopped) before
+    /// the session leaves its slot, whose flushes a closing window needs.
+    windows: Mutex<Option<WindowsThread>>,
 }
 
 impl Hub {
@@ -293,6 +300,8 @@ impl Hub {
             transport: Mutex::new(transport),
             reporter: chosen,
             flushes: Mutex::default(),
+            steps: Arc::default(),
+            windows: Mutex::default(),
         }
     }
 }
@@ -375,6 +384,7 @@ impl Session {
         );
         let id = capped("session id", &session_id(config, env)?, MAX_NAME_BYTES);
         let dir = session_dir(config, &name, &id);
+        let windows_dir = dir.clone();
         std::fs::create_dir_all(&dir)
             .and_then(|()| {
                 // A link planted in its place would send the files elsewhere.
@@ -428,6 +438,7 @@ impl Session {
                 on_stop
             }),
         });
+        *lock(&shared.windows) = WindowsThread::start(&shared, windows_dir);
         Ok(Session {
             shared: Some(shared),
             pid: std::process::id(),
@@ -546,6 +557,7 @@ fn spill_on_stop(shared: Weak<Hub>) -> Arc<OnStop> {
 /// Spills the running session, if there is one, without gathering: what a
 /// stop signal does. Returns the spill file.
 fn spill_running(shared: &Hub) -> Result<Option<PathBuf>, SessionError> {
+    stop_windows(shared, false);
     match shared.session.finish_after_spill() {
         Some((state, finishing)) => {
             finish_state(shared, *state, &finishing, false).map(|o| Some(o.spill_file))
@@ -576,10 +588,20 @@ fn put_back(shared: &Hub, transport: Box<dyn Transport>) {
 /// Ends recording and hands the rank's data on; with `gather`, also the
 /// gather and, on rank 0, the report.
 fn finish(shared: &Hub, gather: bool) -> Result<Outcome, SessionError> {
+    stop_windows(shared, gather);
     let Some((state, finishing)) = shared.session.finish() else {
         return Err(SessionError::Stopped);
     };
     finish_state(shared, *state, &finishing, gather)
+}
+
+/// Stops the running session's windows thread, if any; with `close_open`,
+/// a window open now closes and is reported first.
+fn stop_windows(shared: &Hub, close_open: bool) {
+    let windows = lock(&shared.windows).take();
+    if let Some(windows) = windows {
+        windows.stop(close_open);
+    }
 }
 
 /// [`finish`] of a session taken from the slot; `finishing` hears when the
@@ -712,17 +734,18 @@ fn hand_on(
             source,
         })?;
     if let Some(gathered) = gathered {
-        outcome.report = report(shared, &gathered, state)?;
+        outcome.report = report(shared, &gathered, &state.dir)?;
         outcome.gathered = Some(gathered.into());
     }
     Ok(outcome)
 }
 
-/// Rank 0's report of what it gathered, by the reporter set or the default.
-fn report(
+/// Rank 0's report of what it gathered into `dir` (the session's, or a
+/// window's), by the reporter set or the default.
+pub(crate) fn report(
     shared: &Hub,
     gathered: &Gathered,
-    state: &SessionState,
+    dir: &Path,
 ) -> Result<Option<ReportFiles>, SessionError> {
     // The other ranks' notices, each once (rank 0 said its own already).
     for (text, mut ranks) in gather::notices(gathered.payloads.iter().map(|p| &p.header)) {
@@ -737,16 +760,16 @@ fn report(
             "{} rank payloads are in {}; this build writes no report: run \
              `rankscope aggregate --reports-dir {}` for it",
             gathered.payloads.len(),
-            state.dir.display(),
-            state.dir.display()
+            dir.display(),
+            dir.display()
         );
         return Ok(None);
     };
     reporter
-        .report(gathered, &state.dir, &shared.config)
+        .report(gathered, dir, &shared.config)
         .map(Some)
         .map_err(|source| SessionError::Report {
-            dir: state.dir.clone(),
+            dir: dir.to_path_buf(),
             source,
         })
 }
@@ -802,9 +825,21 @@ fn build_payload(
 /// Writes what the running session recorded since the last flush as its
 /// next part; `false` when no session runs or it recorded nothing new.
 pub(crate) fn flush(shared: &Hub) -> Result<bool, SessionError> {
+    flush_locked(shared, &mut lock(&shared.flushes))
+}
+
+/// Flushes the running session as [`flush`] does and returns the number
+/// of its last part: what it recorded until now is in parts 1 to that (a
+/// window's edge).
+pub(crate) fn flush_parts(shared: &Hub) -> Result<u32, SessionError> {
     let mut flushes = lock(&shared.flushes);
+    flush_locked(shared, &mut flushes)?;
+    Ok(flushes.parts)
+}
+
+fn flush_locked(shared: &Hub, flushes: &mut Flushes) -> Result<bool, SessionError> {
     let started = Instant::now();
-    let wrote = write_flush(shared, &mut flushes)?;
+    let wrote = write_flush(shared, flushes)?;
     if wrote {
         // Kept beside the recording (a row would make the next flush write
         // it, and an idle session write forever): one row at the end.
@@ -812,6 +847,102 @@ pub(crate) fn flush(shared: &Hub) -> Result<bool, SessionError> {
         flushes.ns = flushes.ns.saturating_add(ns);
     }
     Ok(wrote)
+}
+
+/// A window's payload on this rank, written into its folder.
+pub(crate) struct WindowPayload {
+    /// The payload's bytes.
+    pub(crate) bytes: Vec<u8>,
+    /// What rank 0 gathers the window with: the window's folder as the
+    /// session directory, this file as its own.
+    pub(crate) gather: WindowGather,
+}
+
+/// What a window's gather needs of its session, owned.
+pub(crate) struct WindowGather {
+    pub(crate) dir: PathBuf,
+    pub(crate) file: PathBuf,
+    pub(crate) session_id: String,
+    pub(crate) run_id: Option<String>,
+    pub(crate) started_unix_ns: i64,
+}
+
+impl WindowGather {
+    /// The transport's view of it.
+    pub(crate) fn info<'a>(&'a self, env: &RankEnv) -> SessionInfo<'a> {
+        SessionInfo {
+            spill_file: Some(&self.file),
+            ..session_info(
+                env,
+                &self.session_id,
+                self.run_id.as_deref(),
+                &self.dir,
+                self.started_unix_ns,
+            )
+        }
+    }
+}
+
+/// The rows of the running session's parts `after + 1 ..= upto` as one
+/// payload that says it covers `window`, written into the window's folder;
+/// `None` without a running session.
+pub(crate) fn write_window(
+    shared: &Hub,
+    after: u32,
+    upto: u32,
+    window: WindowMeta,
+) -> Result<Option<WindowPayload>, SessionError> {
+    let env = &shared.env;
+    let now = shared.recorder.now_ns();
+    let Some((mut header, parts, gather)) = shared.session.with_running(|state| {
+        let mut header = header(shared, state, now, SamplerStats::default());
+        header.window = Some(window.clone());
+        let name = state.spill_name(env);
+        let parts: Vec<PathBuf> = (after + 1..=upto)
+            .map(|seq| state.dir.join(name.part_name(seq)))
+            .collect();
+        let dir = rankscope_common::window::window_dir(&state.dir, window.index);
+        let gather = WindowGather {
+            file: dir.join(name.file_name()),
+            dir,
+            session_id: state.id.clone(),
+            run_id: state.rendezvous.run_id.clone(),
+            started_unix_ns: state.start_unix_ns,
+        };
+        (header, parts, gather)
+    }) else {
+        return Ok(None);
+    };
+    // A part that could not be written (its rows wait for the session's
+    // end in memory) is missing here: the window lacks its rows.
+    let rows = parts
+        .iter()
+        .filter(|part| part.exists())
+        .filter_map(|part| spill::read_payload(part).ok());
+    let merged =
+        Payload::concat(rows, shared.config.max_data_points).map_err(SessionError::Batch)?;
+    let tables = merged.map(|payload| {
+        header.dropped = payload.header.dropped;
+        payload.tables
+    });
+    let mut payload = Payload {
+        header,
+        tables: tables.unwrap_or_default(),
+    };
+    let bytes = payload::encode_capped(
+        &mut payload,
+        shared.config.payload_compression,
+        &Limits::DEFAULT,
+    )
+    .map_err(SessionError::Payload)?;
+    let spill = |source| SessionError::Spill {
+        rank: env.rank,
+        dir: gather.dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&gather.dir).map_err(spill)?;
+    rankscope_common::file::write_atomic(&gather.file, &bytes).map_err(spill)?;
+    Ok(Some(WindowPayload { bytes, gather }))
 }
 
 /// Writes the records since the last flush as the session's next part;
@@ -902,6 +1033,7 @@ fn header(
         notices: Vec::new(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         encode_ns: None,
+        window: None,
     }
 }
 

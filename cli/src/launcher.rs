@@ -168,9 +168,13 @@ pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) 
 
 /// 32 random bytes, in hex.
 fn fresh_token() -> Result<String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| anyhow::anyhow!("no randomness for the job token: {e}"))?;
+    random_hex(32, "the job token")
+}
+
+/// `len` random bytes in hex, for `what`.
+pub(crate) fn random_hex(len: usize, what: &str) -> Result<String> {
+    let mut bytes = vec![0u8; len];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for {what}: {e}"))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 

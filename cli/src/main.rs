@@ -4,9 +4,11 @@
 mod demo;
 mod launch;
 mod launcher;
+mod trigger;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -87,6 +89,33 @@ enum Commands {
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Ask a running session for a window: a span of steps that every rank
+    /// profiles at once, with its own report in <session dir>/window-<k>/,
+    /// while the job goes on.
+    ///
+    /// Writes a request into the session directory's control folder (who
+    /// can write there can ask); rank 0 plans the window a few steps ahead,
+    /// so that every rank opens it at the same step, and this prints the
+    /// window's number and steps. The ranks count steps where the program
+    /// calls Profiler::step (prof.step() in Python), and must all see the
+    /// session directory (one machine, or a shared file system).
+    Trigger {
+        /// The running session's directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Steps the window covers (default: the job's window_steps, 20).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        steps: Option<u64>,
+        /// Steps to let pass before the window opens.
+        #[arg(long, default_value_t = 0)]
+        delay_steps: u64,
+        /// Also wait for the window's report, and print its folder.
+        #[arg(long)]
+        wait: bool,
+        /// Seconds to wait for rank 0's answer (and, with --wait, for the report).
+        #[arg(long, default_value_t = 60.0)]
+        timeout: f64,
     },
     /// Merge the rank spill files (rank-NNNNN.rsp) of a session directory
     /// into one report, as rank 0 does at the end of a job.
@@ -392,6 +421,23 @@ fn run(cli: Cli) -> Result<Finished> {
         }
         Commands::Inspect { file } => {
             print!("{}", inspect::inspect(&file)?);
+            true
+        }
+        Commands::Trigger {
+            dir,
+            steps,
+            delay_steps,
+            wait,
+            timeout,
+        } => {
+            trigger::run(&trigger::TriggerOptions {
+                dir,
+                steps,
+                delay_steps,
+                wait,
+                timeout: Duration::try_from_secs_f64(timeout)
+                    .context("--timeout must be a number of seconds, 0 or more")?,
+            })?;
             true
         }
         Commands::Launch {

@@ -187,6 +187,13 @@ pub struct Config {
     /// time to a file of its own, so that a killed rank loses at most that
     /// much (`rankscope aggregate` merges the flushes); 0 turns it off.
     pub flush_interval_s: f64,
+    /// Rolling windows: every this many steps (`Profiler::step`), the
+    /// steps since the last get a cross-rank report of their own in
+    /// `<session dir>/window-<k>/`; 0 (the default) turns them off.
+    pub window_every_steps: u64,
+    /// Steps a window asked for by `rankscope trigger` (or `SIGUSR1` to
+    /// rank 0) covers when the request names none.
+    pub window_steps: u64,
     /// Moves this rank's wall clock by this many nanoseconds: a testing aid
     /// that skews a rank on purpose, to check that clock alignment undoes
     /// it. 0 in real jobs.
@@ -332,6 +339,8 @@ impl Config {
             token: None,
             max_frame_bytes: 256 << 20,
             flush_interval_s: 30.0,
+            window_every_steps: 0,
+            window_steps: 20,
             clock_shift_ns: 0,
             spill_on_signal: true,
             quiet_ranks: true,
@@ -640,6 +649,10 @@ pub const NUMERIC_KEYS: &[NumericKey] = &[
     numeric("flush_interval_s", 0.0, 86_400.0, |c| {
         Some(c.flush_interval_s)
     }),
+    numeric("window_every_steps", 0.0, 1e12, |c| {
+        Some(c.window_every_steps as f64)
+    }),
+    numeric("window_steps", 1.0, 1e12, |c| Some(c.window_steps as f64)),
     numeric("torch_profiler_wait", 0.0, 1_000_000.0, |c| {
         Some(f64::from(c.torch_profiler_wait))
     }),

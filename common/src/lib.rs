@@ -9,7 +9,9 @@
 //! - [`env`](mod@env): which launcher started this process and where it sits in the job;
 //! - [`gather`]: what rank 0 accepts into a report, whatever the transport
 //!   ([`gather::accept`], [`gather::Gathered`], [`gather::Rejection`]);
-//! - [`spill`]: payloads on disk, written atomically and read back safely.
+//! - [`spill`]: payloads on disk, written atomically and read back safely;
+//! - [`window`]: windows of a running session, and the control files that
+//!   ask for and plan them.
 //!
 //! ```
 //! use rankscope_common::table::{ModelParameterRow, ModelParametersBuilder, Table};
@@ -37,6 +39,7 @@ pub mod payload;
 pub mod spill;
 pub mod table;
 pub mod text;
+pub mod window;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::ArrowError;

@@ -50,19 +50,19 @@ mod delta;
 mod header;
 mod stream;
 
-use header::HeaderTail;
 pub use header::{
     ClockMeta, ClockOffset, ClockSync, DroppedRows, GpuMeta, GpuSource, Overflow, PayloadHeader,
     RankMeta, SamplerStats, SessionMeta, TransportName,
 };
+use header::{HeaderTail, HeaderTailV3};
 use stream::read_stream;
 
 /// The four bytes every payload starts with.
 pub const MAGIC: [u8; 4] = *b"RSPL";
 /// The format version this build writes (and the newest it reads).
-/// Versions 1 (no run identity, no measured clock offset) and 2 (every
-/// column stored as values) are still read.
-pub const FORMAT_VERSION: u16 = 3;
+/// Versions 1 (no run identity, no measured clock offset), 2 (every
+/// column stored as values) and 3 (no window in the header) are still read.
+pub const FORMAT_VERSION: u16 = 4;
 /// Largest header accepted.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// Largest payload accepted: 4 GiB.
@@ -223,7 +223,7 @@ pub enum PayloadError {
     },
     /// [`encode_as`] was asked for a version this build does not write.
     #[error(
-        "payload format version {0} cannot be written (this build writes 2 and {FORMAT_VERSION})"
+        "payload format version {0} cannot be written (this build writes 2 to {FORMAT_VERSION})"
     )]
     UnwritableVersion(u16),
     /// The length field is out of bounds.
@@ -299,7 +299,7 @@ pub fn encode_within(
 }
 
 /// [`encode_within`] in format `version`: 2 (every column stored as
-/// values, what builds before version 3 read) or [`FORMAT_VERSION`]. The
+/// values, what builds before version 3 read) to [`FORMAT_VERSION`]. The
 /// agent writes the newest; the older one is for comparing the two (`cargo
 /// bench -p rankscope-coordinator --bench wire_size`) and for tests that a
 /// version-2 payload still reads.
@@ -365,10 +365,18 @@ fn encode_header(
     let config = bincode::config::standard();
     let fail = PayloadError::HeaderEncode;
     let mut bytes = bincode::serde::encode_to_vec(header, config).map_err(fail)?;
-    if version >= 3 {
-        let tail = HeaderTail { encode_ns };
-        bytes.extend(bincode::serde::encode_to_vec(&tail, config).map_err(fail)?);
-    }
+    let tail = match version {
+        ..=2 => Ok(Vec::new()),
+        3 => bincode::serde::encode_to_vec(HeaderTailV3 { encode_ns }, config),
+        _ => bincode::serde::encode_to_vec(
+            HeaderTail {
+                encode_ns,
+                window: header.window.clone(),
+            },
+            config,
+        ),
+    };
+    bytes.extend(tail.map_err(fail)?);
     if bytes.len() > MAX_HEADER_BYTES {
         return Err(PayloadError::Header(format!(
             "{} bytes exceeds the {MAX_HEADER_BYTES}-byte limit",
@@ -736,10 +744,17 @@ fn decode_header_of(version: u16, bytes: &[u8]) -> Result<PayloadHeader, Payload
     match version {
         1 => Ok(decode_header::<header::v1::PayloadHeader>(bytes)?.into()),
         2 => decode_header(bytes),
+        3 => {
+            let (mut header, used) = decode_prefix::<PayloadHeader>(bytes)?;
+            let tail: HeaderTailV3 = decode_header(&bytes[used..])?;
+            header.encode_ns = tail.encode_ns;
+            Ok(header)
+        }
         _ => {
             let (mut header, used) = decode_prefix::<PayloadHeader>(bytes)?;
             let tail: HeaderTail = decode_header(&bytes[used..])?;
             header.encode_ns = tail.encode_ns;
+            header.window = tail.window;
             Ok(header)
         }
     }

@@ -20,6 +20,10 @@ pub struct Report {
     pub schema_version: u32,
     /// The session.
     pub session: SessionSummary,
+    /// For a window's report (`<session dir>/window-<k>/`): which window
+    /// of the session, and its steps; `null` for the session's own report.
+    #[serde(default)]
+    pub window: Option<WindowSummary>,
     /// One entry per reporting rank.
     pub ranks: Vec<RankSummary>,
     /// One entry per stage name, by total time.
@@ -117,6 +121,30 @@ pub struct SessionSummary {
     pub notices: Vec<Notice>,
     /// Rows ranks recorded but could not keep.
     pub dropped_rows: Vec<DroppedRows>,
+}
+
+/// The window a report covers: a span of steps every rank profiled at
+/// once while the session went on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowSummary {
+    /// The window's number in its session, from 1.
+    pub index: u32,
+    /// What opened it: `rolling`, `command`, `signal`.
+    pub trigger: String,
+    /// The step at which every rank was to open it.
+    pub first_step: u64,
+    /// Steps it was to cover.
+    pub steps: u64,
+    /// When it opened, seconds after the session's start (rank 0's clock).
+    pub started_s: f64,
+    /// How long it was open, seconds.
+    pub duration_s: f64,
+    /// Ranks that opened it later than `first_step` (they heard of its
+    /// plan late): their rows start later.
+    pub ranks_opened_late: Vec<u32>,
+    /// Ranks whose window covered fewer steps than planned: opened late,
+    /// or the session ended first.
+    pub ranks_cut_short: Vec<u32>,
 }
 
 impl SessionSummary {

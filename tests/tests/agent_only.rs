@@ -1,30 +1,9 @@
 //! A program that depends on the agent alone, run as 4 real processes with
 //! the variables torchrun sets, leaves one report, written by rank 0.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 
 mod support;
-
-fn rank_command(rank: u32, out: &Path, master_port: u16) -> Command {
-    let mut command = support::rank_program();
-    command
-        .env("RANK", rank.to_string())
-        .env("LOCAL_RANK", rank.to_string())
-        .env("WORLD_SIZE", "4")
-        .env("LOCAL_WORLD_SIZE", "4")
-        .env("GROUP_RANK", "0")
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", master_port.to_string())
-        .env("TORCHELASTIC_RUN_ID", "agent-only-test")
-        .env("TORCHELASTIC_RESTART_COUNT", "0")
-        .env("RANKSCOPE_OUTPUT_DIR", out)
-        .env("RANKSCOPE_GPU_SOURCE", "none")
-        .env("RANKSCOPE_GATHER_TIMEOUT_S", "30")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
 
 #[test]
 fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
@@ -32,7 +11,11 @@ fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
     // Rank 0 listens at MASTER_PORT + 1.
     let master_port = support::free_port() - 1;
     let children: Vec<_> = (0..4)
-        .map(|rank| rank_command(rank, out.path(), master_port).spawn().unwrap())
+        .map(|rank| {
+            support::torchrun_rank(rank, 4, out.path(), master_port)
+                .spawn()
+                .unwrap()
+        })
         .collect();
     let outputs: Vec<_> = children
         .into_iter()

@@ -3,6 +3,7 @@
 //! versions 2 and 3 share this header; version 1 headers are still read and
 //! converted.
 
+use crate::window::WindowMeta;
 use serde::{Deserialize, Serialize};
 
 /// Where a rank's GPU readings came from.
@@ -214,14 +215,27 @@ pub struct PayloadHeader {
     /// (`HeaderTail`).
     #[serde(skip)]
     pub encode_ns: Option<u64>,
+    /// For a window's payload: which window, and its steps and times on
+    /// this rank. `None` for a session's own payload. Format 4 carries it
+    /// in the header's tail.
+    #[serde(skip)]
+    pub window: Option<WindowMeta>,
 }
 
 /// What format 3 writes after the header's fields: the fields that came
 /// after format 2, which a format-2 header lacks. (A field added later
 /// needs a tail of its own version: bincode knows no optional fields.)
 #[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct HeaderTailV3 {
+    pub(super) encode_ns: Option<u64>,
+}
+
+/// What format 4 writes after the header's fields: format 3's tail and
+/// the window a payload covers.
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct HeaderTail {
     pub(super) encode_ns: Option<u64>,
+    pub(super) window: Option<WindowMeta>,
 }
 
 impl PayloadHeader {
@@ -274,6 +288,7 @@ impl PayloadHeader {
             notices: Vec::new(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
             encode_ns: None,
+            window: None,
         }
     }
 }
@@ -347,6 +362,7 @@ pub(super) mod v1 {
                 notices: Vec::new(),
                 agent_version: v1.agent_version,
                 encode_ns: None,
+                window: None,
             }
         }
     }

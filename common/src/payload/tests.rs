@@ -222,17 +222,19 @@ fn round_trip_every_table_with_every_codec() {
 fn a_version_2_payload_still_decodes() {
     let original = sample();
     let v2 = encode_as(2, &original, Compression::Zstd, &Limits::DEFAULT).unwrap();
-    let v3 = encode(&original, Compression::Zstd).unwrap();
+    let v3 = encode_as(3, &original, Compression::Zstd, &Limits::DEFAULT).unwrap();
+    let v4 = encode(&original, Compression::Zstd).unwrap();
     assert_eq!(format_version(&v2), 2);
     assert_eq!(format_version(&v3), 3);
-    for bytes in [v2, v3] {
+    assert_eq!(format_version(&v4), 4);
+    for bytes in [v2, v3, v4] {
         let decoded = decode(&bytes).unwrap();
         assert_eq!(decoded.header, original.header);
         assert_eq!(decoded.tables, original.tables);
     }
     // Read as version 2 (the header's tail, one byte for no encode time,
     // taken off), version 3's stages show their differences.
-    let mut bytes = encode(&original, Compression::None).unwrap();
+    let mut bytes = encode_as(3, &original, Compression::None, &Limits::DEFAULT).unwrap();
     let header_len = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
     assert_eq!(bytes[20 + header_len - 1], 0, "the tail: no encode time");
     bytes.remove(20 + header_len - 1);
@@ -273,6 +275,27 @@ fn the_encode_time_travels_in_format_3_only() {
         encode_as(1, &payload, Compression::Lz4, &Limits::DEFAULT),
         Err(PayloadError::UnwritableVersion(1))
     ));
+}
+
+/// A window's payload says which window it covers (format 4); format 3
+/// has no room for it and reads as a session's own payload.
+#[test]
+fn the_window_travels_in_format_4() {
+    let mut payload = sample();
+    payload.header.window = Some(crate::window::WindowMeta {
+        index: 3,
+        trigger: crate::window::Trigger::Command,
+        planned_first_step: 40,
+        planned_steps: 20,
+        first_step: 40,
+        steps: 20,
+        started_ns: 1_500_000_000,
+        duration_ns: 2_000_000_000,
+    });
+    let v4 = encode(&payload, Compression::Zstd).unwrap();
+    assert_eq!(decode(&v4).unwrap().header, payload.header);
+    let v3 = encode_as(3, &payload, Compression::Zstd, &Limits::DEFAULT).unwrap();
+    assert_eq!(decode(&v3).unwrap().header.window, None);
 }
 
 #[test]

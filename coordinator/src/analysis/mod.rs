@@ -22,12 +22,13 @@ pub use stragglers::StragglerRule;
 use rankscope_common::error::Chain;
 use rankscope_common::gather::Headed;
 use rankscope_common::payload::GpuSource;
+use rankscope_common::window::WindowMeta;
 use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
 use crate::join::join;
 use crate::model::{
     DroppedRows, Notice, RankGpu, RankSummary, Report, Series, SessionSummary, SkippedInput,
-    MISSING_LISTED, SCHEMA_VERSION,
+    WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
 };
 use times::{RankStages, StageTimes};
 
@@ -167,6 +168,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
             warmup_calls: config.warmup_calls,
             ..session_summary(gathered, &ranks, skipped, &durations)
         },
+        window: window_summary(&ranks),
         ranks: rank_summaries,
         stages,
         stragglers: stragglers::stragglers(&times, &lockstep, rule),
@@ -250,6 +252,35 @@ fn session_summary<T>(
             })
             .collect(),
     }
+}
+
+/// The window the payloads cover, as rank 0 (else the first rank) saw it;
+/// `None` for a session's own payloads.
+fn window_summary(ranks: &[RankDigest]) -> Option<WindowSummary> {
+    let windows: Vec<(u32, &WindowMeta)> = ranks
+        .iter()
+        .filter_map(|r| Some((r.header.rank.rank, r.header.window.as_ref()?)))
+        .collect();
+    let (_, first) = windows.first()?;
+    let ranks_where = |test: fn(&WindowMeta) -> bool| {
+        windows
+            .iter()
+            .filter(|(_, w)| test(w))
+            .map(|&(rank, _)| rank)
+            .collect()
+    };
+    Some(WindowSummary {
+        index: first.index,
+        trigger: first.trigger.as_str().to_string(),
+        first_step: first.planned_first_step,
+        steps: first.planned_steps,
+        started_s: first.started_ns as f64 / 1e9,
+        duration_s: first.duration_ns as f64 / 1e9,
+        ranks_opened_late: ranks_where(|w| w.first_step > w.planned_first_step),
+        ranks_cut_short: ranks_where(|w| {
+            w.first_step + w.steps < w.planned_first_step + w.planned_steps
+        }),
+    })
 }
 
 fn rank_summary(digest: &RankDigest, reference_start_ns: i64) -> RankSummary {

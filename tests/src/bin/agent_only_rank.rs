@@ -6,7 +6,9 @@
 //! With `--wait-for-signal` it stops after recording, says `ready` and
 //! waits to be stopped, as a rank a scheduler cancels mid-job. With
 //! `--exit-rank R`, rank R leaves without finishing its session, as a
-//! crashed rank does.
+//! crashed rank does. With `--steps N` it runs N steps of about 10 ms
+//! (`--slow-rank R`: rank R's take three times as long), calling
+//! `Profiler::step` after each, as a job with windows does.
 
 use std::io::Write;
 
@@ -15,17 +17,36 @@ use rankscope::Profiler;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let wait_for_signal = args.iter().any(|a| a == "--wait-for-signal");
-    let exit_rank: Option<u32> = args
-        .iter()
-        .position(|a| a == "--exit-rank")
-        .and_then(|i| args.get(i + 1)?.parse().ok());
+    let number_after = |flag: &str| -> Option<u32> {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+    };
+    let steps = number_after("--steps");
+    let slow_rank = number_after("--slow-rank");
+    let exit_rank = number_after("--exit-rank");
     let profiler = Profiler::from_env()?;
     let rank = profiler.rank_env().map_or(0, |env| env.rank);
     let session = profiler.session("agent-only", &[("linked", "agent")])?;
-    for step in 0..3 {
-        let _step = profiler.stage("denoise_step");
-        std::thread::sleep(std::time::Duration::from_millis(5 + 5 * u64::from(rank)));
-        profiler.record_metric("step", f64::from(step));
+    match steps {
+        Some(steps) => {
+            let ms = if slow_rank == Some(rank) { 30 } else { 10 };
+            for step in 0..steps {
+                {
+                    let _step = profiler.stage("denoise_step");
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                    profiler.record_metric("step", f64::from(step));
+                }
+                profiler.step();
+            }
+        }
+        None => {
+            for step in 0..3 {
+                let _step = profiler.stage("denoise_step");
+                std::thread::sleep(std::time::Duration::from_millis(5 + 5 * u64::from(rank)));
+                profiler.record_metric("step", f64::from(step));
+            }
+        }
     }
     if exit_rank == Some(rank) {
         // The others are in their gather by now.

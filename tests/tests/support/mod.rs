@@ -1,9 +1,11 @@
 //! Helpers shared by the workspace tests: the rank program as a command
-//! with a clean environment, and free ports for rank 0 to listen at.
+//! with a clean environment (alone, or as a torchrun rank), and free ports
+//! for rank 0 to listen at.
 
 #![allow(dead_code)] // each test file uses its own share
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 /// The `agent_only_rank` program, with the launcher and `RANKSCOPE_*`
 /// variables of the test's own environment cleared, so that each test sets
@@ -18,6 +20,29 @@ pub fn rank_program() -> Command {
     for var in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"] {
         command.env_remove(var);
     }
+    command
+}
+
+/// Rank `rank` of a `world`-rank job on one machine, with the variables
+/// torchrun sets (rank 0 listens at `master_port` + 1), writing under
+/// `out`, without GPU telemetry; its output piped.
+pub fn torchrun_rank(rank: u32, world: u32, out: &Path, master_port: u16) -> Command {
+    let mut command = rank_program();
+    command
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_WORLD_SIZE", world.to_string())
+        .env("GROUP_RANK", "0")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", master_port.to_string())
+        .env("TORCHELASTIC_RUN_ID", "agent-only-test")
+        .env("TORCHELASTIC_RESTART_COUNT", "0")
+        .env("RANKSCOPE_OUTPUT_DIR", out)
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .env("RANKSCOPE_GATHER_TIMEOUT_S", "30")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     command
 }
 

@@ -1,0 +1,111 @@
+//! `rankscope trigger --dir`: asks a running session for a window, through
+//! the control files of its directory ([`rankscope_common::window`]), and
+//! waits for rank 0's plan (and, with `--wait`, the window's report).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rankscope_common::window::{self, Plan, Request, Trigger};
+
+use crate::launcher::random_hex;
+
+/// How often the command looks for rank 0's answer.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What `rankscope trigger` was asked.
+pub struct TriggerOptions {
+    /// The running session's directory.
+    pub dir: PathBuf,
+    /// Steps the window covers; `None`: the job's `window_steps`.
+    pub steps: Option<u64>,
+    /// Steps to let pass before it opens.
+    pub delay_steps: u64,
+    /// Wait for the window's report too.
+    pub wait: bool,
+    /// How long to wait for each answer.
+    pub timeout: Duration,
+}
+
+/// Asks for the window and prints what rank 0 planned; with `wait`, also
+/// the folder of the window's report once it is written.
+pub fn run(options: &TriggerOptions) -> Result<()> {
+    let dir = &options.dir;
+    if !dir.is_dir() {
+        bail!("{} is not a session directory", dir.display());
+    }
+    let request = Request {
+        // No other request has it.
+        nonce: random_hex(16, "a request nonce")?,
+        steps: options.steps.unwrap_or(0),
+        delay_steps: options.delay_steps,
+        trigger: Trigger::Command,
+    };
+    let path = window::write_request(dir, &request)
+        .with_context(|| format!("writing a window request into {}", dir.display()))?;
+    let plan = match wait_for_plan(dir, &request.nonce, options.timeout) {
+        Ok(plan) => plan,
+        Err(e) => {
+            // Nobody took it: it must not open a window later, unasked.
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    };
+    let report_dir = window::window_dir(dir, plan.index);
+    println!(
+        "window {}: steps {} to {}; its report goes to {}",
+        plan.index,
+        plan.first_step,
+        plan.first_step.saturating_add(plan.steps),
+        report_dir.display()
+    );
+    if options.wait {
+        wait_for_report(&report_dir, options.timeout)?;
+        println!("{}", report_dir.display());
+    }
+    Ok(())
+}
+
+/// Rank 0's plan for the request with `nonce`, or its refusal as an error.
+fn wait_for_plan(dir: &Path, nonce: &str, timeout: Duration) -> Result<Plan> {
+    let deadline = Instant::now() + timeout;
+    let mut index = 1;
+    loop {
+        if let Some(refusal) = window::read_refusal(dir, nonce)? {
+            bail!("rank 0 refused the window: {}", refusal.reason);
+        }
+        // Plans are numbered from 1; look past the ones that answer others.
+        while let Some(plan) = window::read_plan(dir, index)? {
+            if plan.nonce == nonce {
+                return Ok(plan);
+            }
+            index += 1;
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "rank 0 did not answer in {:.0} s: is a session running in {}, with every rank \
+                 calling Profiler::step (prof.step() in Python)?",
+                timeout.as_secs_f64(),
+                dir.display()
+            );
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Waits until the window's report.json is in `report_dir`.
+fn wait_for_report(report_dir: &Path, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !report_dir.join("report.json").exists() {
+        if Instant::now() >= deadline {
+            bail!(
+                "no report in {} after {:.0} s: the window may not have closed yet (its steps \
+                 have not all passed)",
+                report_dir.display(),
+                timeout.as_secs_f64()
+            );
+        }
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}

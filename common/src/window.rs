@@ -1,0 +1,368 @@
+//! Windows: spans of steps that every rank of a running session profiles at
+//! once, each with its own cross-rank report in `<session dir>/window-<k>/`.
+//!
+//! This module holds what the ranks and `rankscope trigger` share: the
+//! window a payload covers ([`WindowMeta`], in its header), and the control
+//! files through which a window is asked for and planned, in the session
+//! directory's `control/` folder:
+//!
+//! - `request-<nonce>.json` ([`Request`]): written by `rankscope trigger`
+//!   (or by rank 0 itself on `SIGUSR1`); rank 0 reads and removes it;
+//! - `plan-<k>.json` ([`Plan`]): rank 0's answer, the window every rank
+//!   opens at step `first_step` for `steps` steps; the other ranks look for
+//!   the next plan at their step boundaries' pace;
+//! - `refused-<nonce>.json` ([`Refusal`]): rank 0's answer when it cannot
+//!   plan the window asked for, with the reason.
+//!
+//! Whoever can write into the session directory can ask for a window: the
+//! directory's permissions are the authentication. Every file is written
+//! atomically and read with a size limit; one that does not parse is
+//! refused by name, never trusted.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The folder of a session directory that holds the control files.
+pub const CONTROL_DIR: &str = "control";
+/// The largest control file read, bytes: a plan or a request is a line.
+const MAX_CONTROL_BYTES: u64 = 4096;
+/// The longest nonce kept, bytes (a longer one is refused).
+const MAX_NONCE_BYTES: usize = 64;
+
+/// What opened a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// `window_every_steps`: windows one after another.
+    Rolling,
+    /// `rankscope trigger`.
+    Command,
+    /// `SIGUSR1` to rank 0.
+    Signal,
+}
+
+impl Trigger {
+    /// The name the report uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Rolling => "rolling",
+            Trigger::Command => "command",
+            Trigger::Signal => "signal",
+        }
+    }
+}
+
+/// The window a payload covers, as the rank that wrote it saw it: which
+/// window, its steps, and when it opened and closed on this rank's clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowMeta {
+    /// The window's number in its session, from 1.
+    pub index: u32,
+    /// What opened it.
+    pub trigger: Trigger,
+    /// The step at which every rank was to open it.
+    pub planned_first_step: u64,
+    /// Steps it was to cover.
+    pub planned_steps: u64,
+    /// The step at which it opened on this rank: the plan's, or later where
+    /// this rank heard of the plan late.
+    pub first_step: u64,
+    /// Steps it covered on this rank: fewer than planned where it opened
+    /// late or the session ended first.
+    pub steps: u64,
+    /// When it opened, nanoseconds after the session's start.
+    pub started_ns: u64,
+    /// How long it was open, nanoseconds.
+    pub duration_ns: u64,
+}
+
+/// A window asked for, as `rankscope trigger` writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Tells the answer to this request from others'.
+    pub nonce: String,
+    /// Steps the window covers.
+    pub steps: u64,
+    /// Steps to let pass before it opens.
+    pub delay_steps: u64,
+    /// What asked: `command` or `signal`.
+    pub trigger: Trigger,
+}
+
+/// A window rank 0 planned: every rank opens it at `first_step`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The window's number, from 1.
+    pub index: u32,
+    /// The step at which every rank opens it.
+    pub first_step: u64,
+    /// Steps it covers.
+    pub steps: u64,
+    /// What asked for it.
+    pub trigger: Trigger,
+    /// The request it answers.
+    pub nonce: String,
+}
+
+/// Rank 0's answer to a request it cannot plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// The request refused.
+    pub nonce: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Why a control file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// It could not be opened or read.
+    #[error("reading {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It is larger than a control file can be.
+    #[error("{path} is larger than the {MAX_CONTROL_BYTES} bytes a control file can be")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// It is not what its name says.
+    #[error("{path} is not a valid control file: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The control folder of `session_dir`.
+pub fn control_dir(session_dir: &Path) -> PathBuf {
+    session_dir.join(CONTROL_DIR)
+}
+
+/// The report folder of window `index` in `session_dir`.
+pub fn window_dir(session_dir: &Path, index: u32) -> PathBuf {
+    session_dir.join(format!("window-{index}"))
+}
+
+/// The plan file of window `index`.
+pub fn plan_path(session_dir: &Path, index: u32) -> PathBuf {
+    control_dir(session_dir).join(format!("plan-{index}.json"))
+}
+
+/// The refusal file of the request with `nonce`.
+pub fn refusal_path(session_dir: &Path, nonce: &str) -> PathBuf {
+    control_dir(session_dir).join(format!("refused-{nonce}.json"))
+}
+
+/// Whether `nonce` is one a request may carry: 1 to 64 ASCII letters,
+/// digits, `-` or `_` (it becomes part of a file name).
+pub fn valid_nonce(nonce: &str) -> bool {
+    !nonce.is_empty()
+        && nonce.len() <= MAX_NONCE_BYTES
+        && nonce
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Writes `request` into the control folder of `session_dir` (made if
+/// missing) as one file, atomically; returns its path.
+pub fn write_request(session_dir: &Path, request: &Request) -> std::io::Result<PathBuf> {
+    if !valid_nonce(&request.nonce) {
+        return Err(std::io::Error::other(format!(
+            "nonce `{}` is not 1 to {MAX_NONCE_BYTES} letters, digits, `-` or `_`",
+            request.nonce
+        )));
+    }
+    let path = control_dir(session_dir).join(format!("request-{}.json", request.nonce));
+    write_json(&path, request)?;
+    Ok(path)
+}
+
+/// Writes `plan` as window `plan.index`'s plan file, atomically.
+pub fn write_plan(session_dir: &Path, plan: &Plan) -> std::io::Result<()> {
+    write_json(&plan_path(session_dir, plan.index), plan)
+}
+
+/// Writes `refusal` as its request's answer, atomically.
+pub fn write_refusal(session_dir: &Path, refusal: &Refusal) -> std::io::Result<()> {
+    write_json(&refusal_path(session_dir, &refusal.nonce), refusal)
+}
+
+/// Window `index`'s plan, `None` while there is none.
+pub fn read_plan(session_dir: &Path, index: u32) -> Result<Option<Plan>, ControlError> {
+    let path = plan_path(session_dir, index);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let plan: Plan = read_json(&path)?;
+    match plan.index == index {
+        true => Ok(Some(plan)),
+        false => Err(ControlError::Invalid {
+            path,
+            reason: format!("it plans window {}", plan.index),
+        }),
+    }
+}
+
+/// The answer to the request with `nonce`, `None` while there is none.
+pub fn read_refusal(session_dir: &Path, nonce: &str) -> Result<Option<Refusal>, ControlError> {
+    let path = refusal_path(session_dir, nonce);
+    match path.exists() {
+        true => read_json(&path).map(Some),
+        false => Ok(None),
+    }
+}
+
+/// The request files in the control folder of `session_dir`, oldest name
+/// first, at most `max`; the number found beyond that is returned too.
+pub fn pending_requests(session_dir: &Path, max: usize) -> std::io::Result<(Vec<PathBuf>, usize)> {
+    let dir = control_dir(session_dir);
+    let mut found: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("request-") && n.ends_with(".json"))
+            })
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    found.sort();
+    let beyond = found.len().saturating_sub(max);
+    found.truncate(max);
+    Ok((found, beyond))
+}
+
+/// Reads a request file; one whose nonce is not [`valid_nonce`] is invalid.
+pub fn read_request(path: &Path) -> Result<Request, ControlError> {
+    let request: Request = read_json(path)?;
+    if !valid_nonce(&request.nonce) {
+        return Err(ControlError::Invalid {
+            path: path.to_path_buf(),
+            reason: "its nonce is not 1 to 64 letters, digits, `-` or `_`".into(),
+        });
+    }
+    Ok(request)
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let text = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    crate::file::write_atomic(path, &text)
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ControlError> {
+    let io = |source| ControlError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(MAX_CONTROL_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_CONTROL_BYTES {
+        return Err(ControlError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| ControlError::Invalid {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_and_a_request_travel_through_their_files() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_plan(dir.path(), 1).unwrap().is_none());
+        let request = Request {
+            nonce: "n-1".into(),
+            steps: 5,
+            delay_steps: 2,
+            trigger: Trigger::Command,
+        };
+        let path = write_request(dir.path(), &request).unwrap();
+        let (found, beyond) = pending_requests(dir.path(), 8).unwrap();
+        assert_eq!((found, beyond), (vec![path.clone()], 0));
+        assert_eq!(read_request(&path).unwrap(), request);
+        let plan = Plan {
+            index: 1,
+            first_step: 9,
+            steps: 5,
+            trigger: Trigger::Command,
+            nonce: "n-1".into(),
+        };
+        write_plan(dir.path(), &plan).unwrap();
+        assert_eq!(read_plan(dir.path(), 1).unwrap(), Some(plan));
+    }
+
+    #[test]
+    fn hostile_control_files_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = control_dir(dir.path());
+        std::fs::create_dir_all(&control).unwrap();
+        std::fs::write(control.join("plan-1.json"), vec![b' '; 10_000]).unwrap();
+        let err = read_plan(dir.path(), 1).unwrap_err();
+        assert!(matches!(err, ControlError::TooLarge { .. }), "{err}");
+        std::fs::write(control.join("plan-2.json"), r#"{"index": 7}"#).unwrap();
+        let err = read_plan(dir.path(), 2).unwrap_err().to_string();
+        assert!(
+            err.contains("plan-2.json is not a valid control file"),
+            "{err}"
+        );
+        let path = control.join("request-x.json");
+        std::fs::write(
+            &path,
+            r#"{"nonce": "../../etc", "steps": 1, "delay_steps": 0, "trigger": "command"}"#,
+        )
+        .unwrap();
+        assert!(read_request(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("nonce"));
+        let request = Request {
+            nonce: "a/b".into(),
+            steps: 1,
+            delay_steps: 0,
+            trigger: Trigger::Command,
+        };
+        assert!(write_request(dir.path(), &request).is_err());
+    }
+
+    #[test]
+    fn pending_requests_are_capped_and_the_rest_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..5 {
+            let request = Request {
+                nonce: format!("r{i}"),
+                steps: 1,
+                delay_steps: 0,
+                trigger: Trigger::Command,
+            };
+            write_request(dir.path(), &request).unwrap();
+        }
+        let (found, beyond) = pending_requests(dir.path(), 3).unwrap();
+        assert_eq!(found.len(), 3);
+        assert_eq!(beyond, 2);
+        assert!(found[0].ends_with("request-r0.json"));
+    }
+}

@@ -1,0 +1,212 @@
+//! Windows of a running session, with 4 real rank processes under
+//! torchrun's variables: rolling windows every N steps, and a window asked
+//! for by `rankscope trigger` from another process while the job runs.
+//! Each gets its own cross-rank report in `<session dir>/window-<k>/`; the
+//! session's own report still covers every step.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod support;
+
+/// The 4 ranks of a job running `steps` steps (rank 3 three times slower),
+/// with `env` set on each.
+fn job(out: &Path, steps: u32, env: &[(&str, &str)]) -> Vec<Child> {
+    let master_port = support::free_port() - 1;
+    (0..4)
+        .map(|rank| {
+            support::torchrun_rank(rank, 4, out, master_port)
+                .args(["--steps", &steps.to_string(), "--slow-rank", "3"])
+                .envs(env.iter().copied())
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+fn wait_for(children: Vec<Child>) -> Vec<Output> {
+    let outputs: Vec<Output> = children
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    for (rank, output) in outputs.iter().enumerate() {
+        assert!(
+            output.status.success(),
+            "rank {rank}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    outputs
+}
+
+/// The one session directory under `out`, once it exists.
+fn session_dir(out: &Path) -> PathBuf {
+    let started = Instant::now();
+    loop {
+        let dirs: Vec<PathBuf> = std::fs::read_dir(out)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        match dirs.as_slice() {
+            [dir] => return dir.clone(),
+            [] if started.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => panic!("one session directory in {}: {dirs:?}", out.display()),
+        }
+    }
+}
+
+fn read_report(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("report.json"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join("report.json").display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Calls of `stage` across every rank of `report`.
+fn calls(report: &Value, stage: &str) -> u64 {
+    report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == stage)
+        .unwrap_or_else(|| panic!("stage {stage} in {:#}", report["stages"]))["count"]
+        .as_u64()
+        .unwrap()
+}
+
+fn straggler_ranks(report: &Value, stage: &str) -> Vec<u64> {
+    report["stragglers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["stage"] == stage)
+        .map(|s| s["rank"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
+    let out = tempfile::tempdir().unwrap();
+    let outputs = wait_for(job(
+        out.path(),
+        12,
+        &[("RANKSCOPE_WINDOW_EVERY_STEPS", "5")],
+    ));
+    let dir = session_dir(out.path());
+    let rank0 = String::from_utf8_lossy(&outputs[0].stderr);
+    for (index, first_step) in [(1, 0), (2, 5)] {
+        let report = read_report(&dir.join(format!("window-{index}")));
+        let window = &report["window"];
+        assert_eq!(window["index"], index, "{window:#}");
+        assert_eq!(window["trigger"], "rolling");
+        assert_eq!(window["first_step"], first_step);
+        assert_eq!(window["steps"], 5);
+        assert_eq!(window["ranks_cut_short"], serde_json::json!([]));
+        assert_eq!(
+            report["session"]["ranks_reporting"],
+            serde_json::json!([0, 1, 2, 3]),
+            "window {index}: {rank0}"
+        );
+        // Each rank's 5 steps of the window, no more and no fewer.
+        assert_eq!(calls(&report, "denoise_step"), 4 * 5, "window {index}");
+        assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
+    }
+    // The third opened at step 10 and closed when the session ended, at 12.
+    let third = read_report(&dir.join("window-3"));
+    assert_eq!(third["window"]["first_step"], 10);
+    assert_eq!(
+        third["window"]["ranks_cut_short"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    assert_eq!(calls(&third, "denoise_step"), 4 * 2);
+    assert!(!dir.join("window-4").exists());
+    // The session's report covers every step, and is no window's.
+    let session = read_report(&dir);
+    assert_eq!(session["window"], Value::Null);
+    assert_eq!(calls(&session, "denoise_step"), 4 * 12);
+    assert_eq!(straggler_ranks(&session, "denoise_step"), [3]);
+}
+
+#[test]
+fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
+    let out = tempfile::tempdir().unwrap();
+    let children = job(out.path(), 300, &[]);
+    let dir = session_dir(out.path());
+    // A request that is no request is refused, and said once.
+    let control = dir.join("control");
+    std::fs::create_dir_all(&control).unwrap();
+    std::fs::write(control.join("request-junk.json"), "{not json").unwrap();
+
+    let trigger = Command::new(rankscope_cli())
+        .args(["trigger", "--dir", dir.to_str().unwrap()])
+        .args(["--steps", "10", "--wait", "--timeout", "60"])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&trigger.stdout).to_string();
+    assert!(
+        trigger.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&trigger.stderr)
+    );
+    let window_dir = dir.join("window-1");
+    assert!(
+        printed.starts_with("window 1: steps ") && printed.trim_end().ends_with("window-1"),
+        "the plan, then the report's folder: {printed}"
+    );
+    // The job is still running when the report is written: it goes on.
+    let report = read_report(&window_dir);
+    let outputs = wait_for(children);
+    assert_eq!(report["window"]["trigger"], "command");
+    assert_eq!(report["window"]["steps"], 10);
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
+    let session = read_report(&dir);
+    assert_eq!(calls(&session, "denoise_step"), 4 * 300);
+    let notices = session["session"]["notices"].to_string();
+    assert!(
+        notices.contains("a window request was refused") && notices.contains("request-junk.json"),
+        "{notices}\n{}",
+        String::from_utf8_lossy(&outputs[0].stderr)
+    );
+}
+
+#[test]
+fn a_trigger_nobody_answers_fails_and_takes_its_request_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let trigger = Command::new(rankscope_cli())
+        .args(["trigger", "--dir", dir.path().to_str().unwrap()])
+        .args(["--timeout", "0.3"])
+        .output()
+        .unwrap();
+    assert_eq!(trigger.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&trigger.stderr);
+    assert!(stderr.contains("rank 0 did not answer"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("control"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "the request is taken back: {left:?}");
+}
+
+/// The `rankscope` command, built beside this test by `cargo test
+/// --workspace` (as the README's test command runs it).
+fn rankscope_cli() -> PathBuf {
+    let target = Path::new(env!("CARGO_BIN_EXE_agent_only_rank"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let cli = target.join("rankscope");
+    assert!(
+        cli.exists(),
+        "{} is not built: run `cargo build -p rankscope-cli` (cargo test --workspace builds it)",
+        cli.display()
+    );
+    cli
+}
