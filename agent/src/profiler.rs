@@ -252,11 +252,17 @@ impl Profiler {
     /// (`window_every_steps`, `rankscope trigger`). Every rank must call it
     /// at the same points of its work, for the same window to cover the
     /// same steps everywhere. Costs an atomic increment (and, at a
-    /// window's edge, a wake of the windows thread).
+    /// window's edge, a clock reading and a wake of the windows thread).
     #[inline]
     pub fn step(&self) {
         if let Some(shared) = self.enabled.as_deref() {
-            shared.steps.advance();
+            shared.steps.advance(|| {
+                // The parts first: those it counts were taken before the time.
+                let parts = shared
+                    .parts_taken
+                    .load(std::sync::atomic::Ordering::Acquire);
+                (shared.recorder.now_ns(), parts)
+            });
         }
     }
 

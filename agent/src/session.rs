@@ -3,7 +3,9 @@
 //! spills it to the session directory, gathers on rank 0 through the
 //! transport and, on rank 0, has the reporter write the report.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -273,6 +275,10 @@ pub(crate) struct Hub {
     pub(crate) flushes: Mutex<Flushes>,
     /// The steps of the running session (`Profiler::step`).
     pub(crate) steps: Arc<Steps>,
+    /// The running session's flush parts whose rows were all taken from
+    /// the recorder: a window's edge notes it (`Flushes::parts`, readable
+    /// without its lock).
+    pub(crate) parts_taken: AtomicU32,
     /// The running session's windows thread; taken (and stopped) before
     /// the session leaves its slot, whose flushes a closing window needs.
     windows: Mutex<Option<WindowsThread>>,
@@ -301,6 +307,7 @@ impl Hub {
             reporter: chosen,
             flushes: Mutex::default(),
             steps: Arc::default(),
+            parts_taken: AtomicU32::new(0),
             windows: Mutex::default(),
         }
     }
@@ -414,6 +421,7 @@ impl Session {
         };
         shared.recorder.begin_session();
         *lock(&shared.flushes) = Flushes::default();
+        shared.parts_taken.store(0, Ordering::Release);
         starting.running(SessionState {
             id,
             name,
@@ -883,13 +891,23 @@ impl WindowGather {
     }
 }
 
-/// The rows of the running session's parts `after + 1 ..= upto` as one
-/// payload that says it covers `window`, written into the window's folder;
-/// `None` without a running session.
+/// Which rows of the running session a window holds: those of flush parts
+/// `after + 1 ..= upto` that happened within `span` (nanoseconds into the
+/// session), and the rows with no time of parts up to `timeless_upto`
+/// (taken before the window closed).
+pub(crate) struct WindowRows {
+    pub(crate) after: u32,
+    pub(crate) timeless_upto: u32,
+    pub(crate) upto: u32,
+    pub(crate) span: Range<u64>,
+}
+
+/// The running session's `rows` as one payload that says it covers
+/// `window`, written into the window's folder; `None` without a running
+/// session.
 pub(crate) fn write_window(
     shared: &Hub,
-    after: u32,
-    upto: u32,
+    rows: &WindowRows,
     window: WindowMeta,
 ) -> Result<Option<WindowPayload>, SessionError> {
     let env = &shared.env;
@@ -898,8 +916,8 @@ pub(crate) fn write_window(
         let mut header = header(shared, state, now, SamplerStats::default());
         header.window = Some(window.clone());
         let name = state.spill_name(env);
-        let parts: Vec<PathBuf> = (after + 1..=upto)
-            .map(|seq| state.dir.join(name.part_name(seq)))
+        let parts: Vec<(u32, PathBuf)> = (rows.after + 1..=rows.upto)
+            .map(|seq| (seq, state.dir.join(name.part_name(seq))))
             .collect();
         let dir = rankscope_common::window::window_dir(&state.dir, window.index);
         let gather = WindowGather {
@@ -915,12 +933,19 @@ pub(crate) fn write_window(
     };
     // A part that could not be written (its rows wait for the session's
     // end in memory) is missing here: the window lacks its rows.
-    let rows = parts
-        .iter()
-        .filter(|part| part.exists())
-        .filter_map(|part| spill::read_payload(part).ok());
+    let mut kept = Vec::with_capacity(parts.len());
+    for (seq, part) in parts.iter().filter(|(_, part)| part.exists()) {
+        let Ok(payload) = spill::read_payload(part) else {
+            continue;
+        };
+        let timeless = *seq <= rows.timeless_upto;
+        kept.push(
+            rankscope_common::window::rows_within(payload, &rows.span, timeless)
+                .map_err(SessionError::Batch)?,
+        );
+    }
     let merged =
-        Payload::concat(rows, shared.config.max_data_points).map_err(SessionError::Batch)?;
+        Payload::concat(kept, shared.config.max_data_points).map_err(SessionError::Batch)?;
     let tables = merged.map(|payload| {
         header.dropped = payload.header.dropped;
         payload.tables
@@ -967,6 +992,9 @@ fn write_flush(shared: &Hub, flushes: &mut Flushes) -> Result<bool, SessionError
         return Ok(false);
     }
     flushes.parts = seq;
+    // After the rows were taken: an edge that reads it finds them all
+    // before its time.
+    shared.parts_taken.store(seq, Ordering::Release);
     let mut payload = Payload { header, tables };
     let written = payload::encode_capped(
         &mut payload,

@@ -2,30 +2,29 @@
 //! once, each with its own cross-rank report in `<session dir>/window-<k>/`
 //! while the job goes on.
 //!
-//! `Profiler::step` counts steps ([`Steps`]: an atomic count, and the count
-//! at which the session's windows thread wants to hear of it). The thread
-//! ([`WindowsThread`]) opens and closes windows at those counts: rolling
-//! windows every `window_every_steps` steps, which every rank knows alike,
-//! or windows rank 0 plans on request (`rankscope trigger`, `SIGUSR1`) and
-//! the other ranks read from the session directory's control files
-//! ([`rankscope_common::window`]). At a window's open and close the rank
-//! flushes, so the window's rows are the flush parts between the two; at
-//! its close it writes them as one payload into `window-<k>/`, where rank 0
-//! gathers every rank's by the directory transport's rules and writes the
-//! window's report, on a thread of its own. The session's own payload still
-//! holds every row: the parts stay until the session ends.
-//!
-//! A window's edge is as sharp as the windows thread is quick: `step()`
-//! wakes it at the edge, and rows recorded between the edge and its flush
-//! (microseconds, unless the machine is overloaded) fall on the side before.
+//! `Profiler::step` counts steps ([`Steps`]). At the counts where a window
+//! opens or closes, the step notes an [`Edge`]: the time, and how many
+//! flush parts hold only rows from before it. The session's windows thread
+//! ([`WindowsThread`]) takes the edges in order: rolling windows every
+//! `window_every_steps` steps, which every rank knows alike, or windows
+//! rank 0 plans on request (`rankscope trigger`, `SIGUSR1`) and the other
+//! ranks read from the session directory's control files
+//! ([`rankscope_common::window`]). When a window closes, the thread
+//! flushes, keeps of the parts since its opening edge the rows that
+//! happened between its two edges, and writes them as one payload into
+//! `window-<k>/`, where rank 0 gathers every rank's by the directory
+//! transport's rules and writes the window's report on a thread of its own.
+//! The edges are exact however late the thread runs; the session's own
+//! payload still holds every row (the parts stay until the session ends).
 //!
 //! The ranks meet in the session directory: it must be one that every rank
 //! sees (one machine, or a shared file system); a rank that cannot see it
 //! is named missing in each window's report, by the gather's deadline.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,13 +32,14 @@ use rankscope_common::error::Chain;
 use rankscope_common::window::{self, Plan, Refusal, Trigger, WindowMeta};
 
 use crate::notice::{notice, say};
-use crate::session::{self, Hub, WindowPayload};
+use crate::session::{self, Hub, WindowPayload, WindowRows};
 use crate::stop::StopSignal;
+use crate::sync::lock;
 use crate::transport::dir::DirTransport;
 use crate::transport::Transport;
 
-/// How often the windows thread looks at the step count and the control
-/// files when no step boundary wakes it.
+/// How often the windows thread looks at the control files when no edge
+/// wakes it.
 const POLL: Duration = Duration::from_millis(50);
 /// Steps between rank 0's plan and the window's first step, besides the
 /// delay asked for: time for the other ranks to read the plan.
@@ -48,25 +48,55 @@ const PLAN_LEAD_STEPS: u64 = 2;
 const REQUESTS_PER_LOOK: usize = 16;
 /// Window reports rank 0 writes at once; another window's waits for one.
 const REPORTS_AT_ONCE: usize = 2;
+/// Edges kept for the thread; past this (a thread that cannot keep up with
+/// one-step windows) the oldest go, counted.
+const MAX_EDGES: usize = 1024;
+/// No edge is due.
+const NONE: u64 = u64::MAX;
 
-/// The steps of the running session (`Profiler::step`), and the step
-/// count at which its windows thread wants to hear of it.
+/// A step count at which a window opens or closes, as the step that
+/// reached it saw it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Edge {
+    /// The step count.
+    count: u64,
+    /// When, nanoseconds into the session.
+    ns: u64,
+    /// Flush parts whose rows were all taken before then.
+    parts: u32,
+}
+
+/// The steps of the running session (`Profiler::step`), and the counts at
+/// which a step notes an edge for the windows thread.
 pub(crate) struct Steps {
     count: AtomicU64,
-    /// The count at which [`Steps::advance`] wakes the thread: a window
-    /// opens or closes there. `u64::MAX`: none due.
-    boundary: AtomicU64,
+    /// The count of the next edge; [`NONE`]: none due.
+    next_edge: AtomicU64,
+    /// The edge after it (a planned window's close), where known.
+    then_edge: AtomicU64,
+    /// Rolling windows: each edge is followed by one this many steps later.
+    period: AtomicU64,
+    edges: Mutex<Edges>,
     signal: StopSignal,
     /// Whether the thread, when stopped, closes an open window (the
     /// session finishes) or leaves it (the session is spilled or dropped).
     close_on_stop: AtomicBool,
 }
 
+#[derive(Default)]
+struct Edges {
+    queue: VecDeque<Edge>,
+    dropped: u64,
+}
+
 impl Default for Steps {
     fn default() -> Self {
         Steps {
             count: AtomicU64::new(0),
-            boundary: AtomicU64::new(u64::MAX),
+            next_edge: AtomicU64::new(NONE),
+            then_edge: AtomicU64::new(NONE),
+            period: AtomicU64::new(0),
+            edges: Mutex::default(),
             signal: StopSignal::default(),
             close_on_stop: AtomicBool::new(false),
         }
@@ -74,14 +104,40 @@ impl Default for Steps {
 }
 
 impl Steps {
-    /// Ends a step: one count more, and a nudge to the windows thread where
-    /// a window opens or closes at the new count.
+    /// Ends a step: one count more and, where a window opens or closes at
+    /// the new count, an edge noted at the time and parts `edge` gives.
     #[inline]
-    pub(crate) fn advance(&self) {
+    pub(crate) fn advance(&self, edge: impl FnOnce() -> (u64, u32)) {
         let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
-        if count == self.boundary.load(Ordering::Relaxed) {
-            self.signal.nudge();
+        if count == self.next_edge.load(Ordering::Acquire) {
+            self.reach(count, edge);
         }
+    }
+
+    /// The edge at `count`, claimed from the windows thread (which takes
+    /// back an edge the count passed before it was set).
+    #[cold]
+    fn reach(&self, count: u64, edge: impl FnOnce() -> (u64, u32)) {
+        let claimed =
+            self.next_edge
+                .compare_exchange(count, NONE, Ordering::AcqRel, Ordering::Acquire);
+        if claimed.is_err() {
+            return;
+        }
+        let (ns, parts) = edge();
+        let next = match self.period.load(Ordering::Relaxed) {
+            0 => self.then_edge.swap(NONE, Ordering::AcqRel),
+            period => count.saturating_add(period),
+        };
+        self.next_edge.store(next, Ordering::Release);
+        let mut edges = lock(&self.edges);
+        if edges.queue.len() >= MAX_EDGES {
+            edges.queue.pop_front();
+            edges.dropped += 1;
+        }
+        edges.queue.push_back(Edge { count, ns, parts });
+        drop(edges);
+        self.signal.nudge();
     }
 
     /// Steps ended since the session started.
@@ -89,9 +145,38 @@ impl Steps {
         self.count.load(Ordering::Relaxed)
     }
 
-    fn reset(&self) {
+    /// Asks the steps for an edge at `at`, then one at `then`. `false`
+    /// where the count passed `at` first: no edge comes for it.
+    fn arm(&self, at: u64, then: u64) -> bool {
+        self.then_edge.store(then, Ordering::Release);
+        self.next_edge.store(at, Ordering::Release);
+        if self.count() < at {
+            return true;
+        }
+        // Passed: a step claimed the edge (it is queued), or none ever will.
+        let taken_back = self
+            .next_edge
+            .compare_exchange(at, NONE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if taken_back {
+            self.then_edge.store(NONE, Ordering::Release);
+        }
+        !taken_back
+    }
+
+    fn take_edges(&self) -> (Vec<Edge>, u64) {
+        let mut edges = lock(&self.edges);
+        let dropped = std::mem::take(&mut edges.dropped);
+        (edges.queue.drain(..).collect(), dropped)
+    }
+
+    fn reset(&self, period: u64) {
         self.count.store(0, Ordering::Relaxed);
-        self.boundary.store(u64::MAX, Ordering::Relaxed);
+        self.next_edge
+            .store(if period > 0 { period } else { NONE }, Ordering::Release);
+        self.then_edge.store(NONE, Ordering::Release);
+        self.period.store(period, Ordering::Relaxed);
+        *lock(&self.edges) = Edges::default();
         self.close_on_stop.store(false, Ordering::Relaxed);
         self.signal.reset();
     }
@@ -105,26 +190,30 @@ pub(crate) struct WindowsThread {
 
 impl WindowsThread {
     /// Starts the windows thread of the session that `hub` runs in
-    /// `session_dir`, counting steps from 0.
+    /// `session_dir`, counting steps from 0. A rolling window opens at once.
     pub(crate) fn start(hub: &Arc<Hub>, session_dir: PathBuf) -> Option<WindowsThread> {
         let steps = Arc::clone(&hub.steps);
-        steps.reset();
+        let rolling = hub.config.window_every_steps;
+        steps.reset(rolling);
         let mut windows = Windows {
             hub: Arc::downgrade(hub),
             steps: Arc::clone(&steps),
             dir: session_dir,
             rank: hub.env.rank,
-            rolling: hub.config.window_every_steps,
+            rolling,
             default_steps: hub.config.window_steps.max(1),
             next_index: 1,
             planned: None,
+            armed: false,
             open: None,
             reports: Vec::new(),
             refused_files: 0,
             unreadable_plan: None,
         };
-        // A window due at step 0 opens before the program's first step.
-        windows.look(hub);
+        if rolling > 0 {
+            let plan = windows.rolling_plan();
+            windows.open(plan, edge_now(hub));
+        }
         let thread = std::thread::Builder::new()
             .name("rankscope-windows".into())
             .spawn(move || windows.run());
@@ -165,21 +254,24 @@ impl Drop for WindowsThread {
     }
 }
 
+/// An edge now, for a window opened or closed by the thread rather than at
+/// a step: late, or at the session's end.
+fn edge_now(hub: &Hub) -> Edge {
+    let parts = hub.parts_taken.load(Ordering::Acquire);
+    Edge {
+        count: hub.steps.count(),
+        ns: hub.recorder.now_ns(),
+        parts,
+    }
+}
+
 /// A window open on this rank.
 struct Open {
     plan: Plan,
-    /// The step at which it opened here.
-    first_step: u64,
-    /// When it opened, nanoseconds into the session.
-    started_ns: u64,
-    /// The last flush part before it: its rows are in the parts after.
-    after_part: u32,
-}
-
-impl Open {
-    fn close_step(&self) -> u64 {
-        self.plan.first_step.saturating_add(self.plan.steps)
-    }
+    /// Where it opened here.
+    edge: Edge,
+    /// The step count at which it closes.
+    close_step: u64,
 }
 
 /// What the windows thread keeps.
@@ -195,6 +287,8 @@ struct Windows {
     /// The number of the next window to open.
     next_index: u32,
     planned: Option<Plan>,
+    /// Whether the steps were asked for the planned window's edges.
+    armed: bool,
     open: Option<Open>,
     /// Rank 0's window reports under way.
     reports: Vec<JoinHandle<()>>,
@@ -211,10 +305,11 @@ impl Windows {
             let Some(hub) = self.hub.upgrade() else {
                 return;
             };
+            self.take_edges(&hub);
             if stopped {
                 let close = self.steps.close_on_stop.load(Ordering::Relaxed);
                 if let Some(open) = self.open.take().filter(|_| close) {
-                    self.close(&hub, open);
+                    self.close(&hub, open, edge_now(&hub));
                 }
                 drop(hub);
                 if close {
@@ -228,60 +323,88 @@ impl Windows {
         }
     }
 
-    /// Opens or closes what is due at the step count now, answers requests
-    /// (rank 0) or reads plans (the others), and says at which count to
-    /// wake next.
-    fn look(&mut self, hub: &Arc<Hub>) {
-        let count = self.steps.count();
-        // The flush at this edge, where one was made: a window that opens
-        // where the last closed starts after the same part.
-        let mut edge: Option<u32> = None;
-        if self
-            .open
-            .as_ref()
-            .is_some_and(|open| count >= open.close_step())
-        {
-            let open = self.open.take().expect("checked just above");
-            edge = self.close(hub, open);
+    /// Opens and closes windows at the edges the steps noted, in order.
+    fn take_edges(&mut self, hub: &Arc<Hub>) {
+        let (edges, dropped) = self.steps.take_edges();
+        if dropped > 0 {
+            notice!(
+                "{dropped} window edges were lost: windows every {} steps come faster than \
+                 this rank can write them",
+                self.rolling
+            );
         }
-        if self.rank == 0 && self.rolling == 0 {
-            self.answer_requests(count);
-        }
-        if self.open.is_none() && self.planned.is_none() {
-            self.planned = self.next_plan();
-        }
-        if self.open.is_none() && self.planned.as_ref().is_some_and(|p| count >= p.first_step) {
-            let plan = self.planned.take().expect("checked just above");
-            self.open(hub, plan, count, edge);
-        }
-        let next = match (&self.open, &self.planned) {
-            (Some(open), _) => open.close_step(),
-            (None, Some(plan)) => plan.first_step,
-            (None, None) => u64::MAX,
-        };
-        self.steps.boundary.store(next, Ordering::Relaxed);
-        // A step ended while the boundary moved: look again at once.
-        if self.steps.count() >= next {
-            self.steps.signal.nudge();
+        for edge in edges {
+            if let Some(open) = self.open.take() {
+                if edge.count >= open.close_step {
+                    self.close(hub, open, edge);
+                } else {
+                    self.open = Some(open);
+                }
+            }
+            if self.open.is_some() {
+                continue;
+            }
+            if self.rolling > 0 {
+                let plan = self.rolling_plan();
+                self.open(plan, edge);
+            } else if let Some(plan) = self.planned.take() {
+                match edge.count >= plan.first_step {
+                    true => self.open(plan, edge),
+                    false => self.planned = Some(plan),
+                }
+            }
         }
     }
 
-    /// The next window's plan where one is known: rolling windows follow
-    /// each other; requested ones are rank 0's plan files.
-    fn next_plan(&mut self) -> Option<Plan> {
-        let index = self.next_index;
-        if self.rolling > 0 {
-            return Some(Plan {
-                index,
-                first_step: u64::from(index - 1).saturating_mul(self.rolling),
-                steps: self.rolling,
-                trigger: Trigger::Rolling,
-                nonce: String::new(),
-            });
-        }
+    /// Answers requests (rank 0) or reads plans (the others), and asks the
+    /// steps for the edges of a window planned.
+    fn look(&mut self, hub: &Arc<Hub>) {
         if self.rank == 0 {
-            return None;
+            self.answer_requests();
         }
+        if self.rolling > 0 {
+            return;
+        }
+        if self.rank != 0 && self.open.is_none() && self.planned.is_none() {
+            self.planned = self.read_plan();
+        }
+        if self.armed || self.open.is_some() {
+            return;
+        }
+        let Some(plan) = self.planned.take() else {
+            return;
+        };
+        let close = plan.first_step.saturating_add(plan.steps);
+        self.armed = self.steps.arm(plan.first_step, close);
+        if self.armed {
+            self.planned = Some(plan);
+            return;
+        }
+        // Heard of too late to open at its step: opened now, and said so
+        // in the window's report (this rank's first step is later).
+        self.open(plan, edge_now(hub));
+        let open = self.open.as_mut().expect("opened just above");
+        open.close_step = open.close_step.max(open.edge.count + 1);
+        if !self.steps.arm(open.close_step, NONE) {
+            let open = self.open.take().expect("opened just above");
+            self.close(hub, open, edge_now(hub));
+        }
+    }
+
+    /// The rolling window to open next.
+    fn rolling_plan(&self) -> Plan {
+        Plan {
+            index: self.next_index,
+            first_step: u64::from(self.next_index - 1).saturating_mul(self.rolling),
+            steps: self.rolling,
+            trigger: Trigger::Rolling,
+            nonce: String::new(),
+        }
+    }
+
+    /// The next window's plan file, where rank 0 wrote it.
+    fn read_plan(&mut self) -> Option<Plan> {
+        let index = self.next_index;
         match window::read_plan(&self.dir, index) {
             Ok(plan) => plan,
             Err(e) => {
@@ -296,10 +419,9 @@ impl Windows {
 
     /// Rank 0: plans the oldest request when no window is open or planned,
     /// and refuses the others, each with its reason.
-    fn answer_requests(&mut self, count: u64) {
-        let (paths, _beyond) = match window::pending_requests(&self.dir, REQUESTS_PER_LOOK) {
-            Ok(found) => found,
-            Err(_) => return,
+    fn answer_requests(&mut self) {
+        let Ok((paths, _beyond)) = window::pending_requests(&self.dir, REQUESTS_PER_LOOK) else {
+            return;
         };
         for path in paths {
             let request = window::read_request(&path);
@@ -318,24 +440,19 @@ impl Windows {
                     continue;
                 }
             };
-            let busy = self
-                .open
-                .as_ref()
-                .map(|open| open.plan.index)
-                .or(self.planned.as_ref().map(|plan| plan.index));
-            if let Some(busy) = busy {
+            if let Some(reason) = self.busy() {
                 let refusal = Refusal {
                     nonce: request.nonce,
-                    reason: format!(
-                        "window {busy} is planned or open; ask again when its report is written"
-                    ),
+                    reason,
                 };
                 let _ = window::write_refusal(&self.dir, &refusal);
                 continue;
             }
             let plan = Plan {
                 index: self.next_index,
-                first_step: count
+                first_step: self
+                    .steps
+                    .count()
                     .saturating_add(request.delay_steps)
                     .saturating_add(PLAN_LEAD_STEPS),
                 steps: match request.steps {
@@ -361,47 +478,57 @@ impl Windows {
         }
     }
 
-    /// Opens `plan`'s window at step `count`: what was recorded before it
-    /// is flushed to the parts before (at this edge's flush, `edge`, where
-    /// a window closed there).
-    fn open(&mut self, hub: &Hub, plan: Plan, count: u64, edge: Option<u32>) {
-        let after_part = match edge.map_or_else(|| session::flush_parts(hub), Ok) {
-            Ok(part) => part,
-            Err(e) => {
-                notice!("window {} is not opened: {}", plan.index, Chain(&e));
-                self.next_index += 1;
-                return;
-            }
-        };
+    /// Why no window can be planned now, where none can.
+    fn busy(&self) -> Option<String> {
+        if self.rolling > 0 {
+            return Some(format!(
+                "rolling windows run (window_every_steps = {}): each already gets a report",
+                self.rolling
+            ));
+        }
+        let busy = self
+            .open
+            .as_ref()
+            .map(|open| &open.plan)
+            .or(self.planned.as_ref())?;
+        Some(format!(
+            "window {} is planned or open; ask again when its report is written",
+            busy.index
+        ))
+    }
+
+    /// Opens `plan`'s window at `edge`.
+    fn open(&mut self, plan: Plan, edge: Edge) {
+        self.armed = false;
         self.open = Some(Open {
-            first_step: count.max(plan.first_step),
-            started_ns: hub.recorder.now_ns(),
-            after_part,
+            close_step: plan.first_step.saturating_add(plan.steps),
             plan,
+            edge,
         });
     }
 
-    /// Closes `open`: writes this rank's payload of it, and on rank 0 has
-    /// every rank's gathered and reported. Returns the last part of its
-    /// rows (`None` where the flush failed).
-    fn close(&mut self, hub: &Arc<Hub>, open: Open) -> Option<u32> {
+    /// Closes `open` at `edge`: writes this rank's payload of it, and on
+    /// rank 0 has every rank's gathered and reported.
+    fn close(&mut self, hub: &Arc<Hub>, open: Open, edge: Edge) {
         self.next_index = open.plan.index + 1;
-        let count = self.steps.count();
-        let upto = session::flush_parts(hub);
-        let edge = upto.as_ref().ok().copied();
-        let written = upto.and_then(|upto| {
-            let now = hub.recorder.now_ns();
+        let written = session::flush_parts(hub).and_then(|upto| {
+            let rows = WindowRows {
+                after: open.edge.parts,
+                timeless_upto: edge.parts,
+                upto,
+                span: open.edge.ns..edge.ns,
+            };
             let meta = WindowMeta {
                 index: open.plan.index,
                 trigger: open.plan.trigger,
                 planned_first_step: open.plan.first_step,
                 planned_steps: open.plan.steps,
-                first_step: open.first_step,
-                steps: count.min(open.close_step()).saturating_sub(open.first_step),
-                started_ns: open.started_ns,
-                duration_ns: now.saturating_sub(open.started_ns),
+                first_step: open.edge.count,
+                steps: edge.count.saturating_sub(open.edge.count),
+                started_ns: open.edge.ns,
+                duration_ns: edge.ns.saturating_sub(open.edge.ns),
             };
-            session::write_window(hub, open.after_part, upto, meta)
+            session::write_window(hub, &rows, meta)
         });
         match written {
             Ok(Some(payload)) if self.rank == 0 => self.report(hub, payload),
@@ -412,7 +539,6 @@ impl Windows {
                 Chain(&e)
             ),
         }
-        edge
     }
 
     /// Rank 0: gathers the window's payloads and writes its report, on a

@@ -74,12 +74,18 @@ class Profiler(_rankscope.Profiler):
         return session
 
     def step(self) -> None:
-        """A step boundary (a denoising step, a decode step, a batch): the
-        torch.profiler windows (``torch_profiler_*`` settings) advance here.
-        Without a call to it, each ``record_diffusion_step`` advances them."""
-        windows = getattr(self, "_torch_windows", None)
-        if windows is not None:
-            windows.step()
+        """A step boundary (a denoising step, a decode step, a batch):
+        rankscope's windows (``window_every_steps``, ``rankscope trigger``)
+        and the torch.profiler windows (``torch_profiler_*`` settings)
+        advance here. Without a call to it, each ``record_diffusion_step``
+        advances them."""
+        first = not getattr(self, "_explicit_steps", False)
+        self._explicit_steps = True
+        if first and getattr(self, "_implied_steps", False):
+            # This step's diffusion step, recorded before the call, has
+            # advanced the windows already; from here on only calls do.
+            return
+        self._advance_windows()
 
     def record_diffusion_step(
         self,
@@ -90,11 +96,17 @@ class Profiler(_rankscope.Profiler):
         guidance_scale: Optional[float] = None,
     ) -> None:
         """Records one denoising step (and, in a program that does not call
-        ``step()``, advances the torch.profiler windows)."""
+        ``step()``, advances rankscope's and the torch.profiler windows)."""
         super().record_diffusion_step(step, timestep, block_size, computation_time_ms, guidance_scale)
+        if not getattr(self, "_explicit_steps", False):
+            self._implied_steps = True
+            self._advance_windows()
+
+    def _advance_windows(self) -> None:
+        super().step()
         windows = getattr(self, "_torch_windows", None)
         if windows is not None:
-            windows.step(explicit=False)
+            windows.step()
 
     def memory_snapshot(
         self,

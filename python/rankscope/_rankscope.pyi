@@ -139,6 +139,8 @@ class Profiler:
         """Begins a stage; ``stop(name)`` ends it on the same thread."""
     def stop(self, name: str) -> bool:
         """Ends the innermost open stage called ``name``; False if none."""
+    def step(self) -> None:
+        """Ends a step: rankscope's windows open and close at step boundaries."""
     def record_diffusion_step(
         self,
         step: int,

@@ -36,7 +36,6 @@ class TorchWindows:
     def __init__(self, torch: Any, config: Config, profiler: Any) -> None:
         self._profiler = profiler
         self._windows = 0
-        self._explicit_steps = False
         self._closed = False
         self._keep = config.torch_profiler_trace_dir is not None
         if self._keep:
@@ -71,14 +70,10 @@ class TorchWindows:
         """Windows read so far."""
         return self._windows
 
-    def step(self, explicit: bool = True) -> None:
-        """A step boundary: ``prof.step()`` (explicit), or a diffusion step
-        recorded by a program that does not call ``prof.step()``."""
+    def step(self) -> None:
+        """A step boundary: ``prof.step()``, or a diffusion step recorded by
+        a program that does not call it (the profiler decides which)."""
         if self._closed:
-            return
-        if explicit:
-            self._explicit_steps = True
-        elif self._explicit_steps:
             return
         self._torch.step()
 

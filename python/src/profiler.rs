@@ -195,6 +195,12 @@ impl Profiler {
         self.core.profiler.stop(name)
     }
 
+    /// Ends a step: rankscope's windows (`window_every_steps`, `rankscope
+    /// trigger`) open and close at step boundaries.
+    fn step(&self) {
+        self.core.profiler.step();
+    }
+
     /// Records one denoising step.
     #[pyo3(signature = (step, timestep=0.0, block_size=0, computation_time_ms=0.0, guidance_scale=None))]
     fn record_diffusion_step(

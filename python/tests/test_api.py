@@ -285,6 +285,34 @@ def test_a_flush_writes_a_part_now_and_the_session_goes_on(tmp_path: Path) -> No
     assert not any(p.suffix == ".part" for p in Path(outcome.session_dir).iterdir())
 
 
+@pytest.mark.parametrize("explicit", [False, True], ids=["diffusion_steps", "prof_step"])
+def test_rolling_windows_each_get_a_report_of_their_steps(tmp_path: Path, explicit: bool) -> None:
+    prof = rankscope.Profiler(rankscope.Config(output_dir=tmp_path / "out", gpu_source="none",
+                                               collect_host=False, window_every_steps=3))
+    session = prof.session("windows")
+    for step in range(7):
+        with prof.stage("denoise"):
+            pass
+        # A program that calls prof.step() counts its steps there, once;
+        # one that does not counts its diffusion steps.
+        prof.record_diffusion_step(step, computation_time_ms=1.0)
+        if explicit:
+            prof.step()
+    outcome = session.finish()
+    session_dir = Path(outcome.session_dir)
+    for index, steps in [(1, 3), (2, 3), (3, 1)]:
+        window = json.loads((session_dir / f"window-{index}" / "report.json").read_text())
+        assert window["window"]["index"] == index
+        assert window["window"]["first_step"] == 3 * (index - 1)
+        assert stage_of(window, "denoise")["count"] == steps, index
+        assert window["diffusion"]["steps"]["count"] == steps, index
+    assert window["window"]["ranks_cut_short"] == [0], "the session ended in window 3"
+    assert not (session_dir / "window-4").exists()
+    report = report_of(outcome)
+    assert report["window"] is None
+    assert stage_of(report, "denoise")["count"] == 7
+
+
 def test_finish_returns_the_same_outcome_twice(prof: rankscope.Profiler) -> None:
     session = prof.session("twice")
     first = session.finish()
