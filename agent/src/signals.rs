@@ -50,7 +50,9 @@ fn default_signals() -> Vec<i32> {
         .collect()
 }
 
-fn has_default_action(signal: i32) -> bool {
+/// Whether `signal`'s action is still the default one (the program set
+/// none of its own).
+pub(crate) fn has_default_action(signal: i32) -> bool {
     // SAFETY: sigaction with a null new action only reads the current one
     // into `old`, which is a valid, zeroed sigaction.
     unsafe {

@@ -29,7 +29,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rankscope_common::error::Chain;
-use rankscope_common::window::{self, Plan, Refusal, Trigger, WindowMeta};
+use rankscope_common::window::{self, Plan, Refusal, Request, Trigger, WindowMeta};
+use signal_hook::consts::SIGUSR1;
+use signal_hook::SigId;
 
 use crate::notice::{notice, say};
 use crate::session::{self, Hub, WindowPayload, WindowRows};
@@ -209,6 +211,8 @@ impl WindowsThread {
             reports: Vec::new(),
             refused_files: 0,
             unreadable_plan: None,
+            sigusr1: (hub.env.rank == 0).then(Sigusr1::take).flatten(),
+            signals_taken: 0,
         };
         if rolling > 0 {
             let plan = windows.rolling_plan();
@@ -296,6 +300,42 @@ struct Windows {
     refused_files: u64,
     /// The plan that could not be read, said once.
     unreadable_plan: Option<u32>,
+    /// Rank 0's `SIGUSR1`, where the program left it at its default action.
+    sigusr1: Option<Sigusr1>,
+    /// Windows asked for by `SIGUSR1` so far.
+    signals_taken: u64,
+}
+
+/// `SIGUSR1` taken while the session runs: a flag its handler sets.
+struct Sigusr1 {
+    received: Arc<AtomicBool>,
+    id: SigId,
+}
+
+impl Sigusr1 {
+    /// Takes `SIGUSR1` where its action is the default (which would end
+    /// the process); a program's own handler is left alone.
+    fn take() -> Option<Sigusr1> {
+        if !crate::signals::has_default_action(SIGUSR1) {
+            return None;
+        }
+        let received = Arc::new(AtomicBool::new(false));
+        match signal_hook::flag::register(SIGUSR1, Arc::clone(&received)) {
+            Ok(id) => Some(Sigusr1 { received, id }),
+            Err(e) => {
+                notice!("SIGUSR1 will not open windows: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Sigusr1 {
+    fn drop(&mut self) {
+        // Its handler stays installed, doing nothing: SIGUSR1 no longer
+        // ends the process once a session has taken it.
+        signal_hook::low_level::unregister(self.id);
+    }
 }
 
 impl Windows {
@@ -417,9 +457,23 @@ impl Windows {
         }
     }
 
-    /// Rank 0: plans the oldest request when no window is open or planned,
-    /// and refuses the others, each with its reason.
+    /// Rank 0: answers the requests in the control folder (a look's worth)
+    /// and a `SIGUSR1` received since the last look.
     fn answer_requests(&mut self) {
+        if self
+            .sigusr1
+            .as_ref()
+            .is_some_and(|s| s.received.swap(false, Ordering::Relaxed))
+        {
+            self.signals_taken += 1;
+            let request = Request {
+                nonce: format!("signal-{}", self.signals_taken),
+                steps: 0,
+                delay_steps: 0,
+                trigger: Trigger::Signal,
+            };
+            self.answer(request);
+        }
         let Ok((paths, _beyond)) = window::pending_requests(&self.dir, REQUESTS_PER_LOOK) else {
             return;
         };
@@ -427,8 +481,8 @@ impl Windows {
             let request = window::read_request(&path);
             // Answered or refused: never read twice.
             let _ = std::fs::remove_file(&path);
-            let request = match request {
-                Ok(request) => request,
+            match request {
+                Ok(request) => self.answer(request),
                 Err(e) => {
                     self.refused_files += 1;
                     if self.refused_files == 1 {
@@ -437,44 +491,48 @@ impl Windows {
                             Chain(&e)
                         );
                     }
-                    continue;
                 }
-            };
-            if let Some(reason) = self.busy() {
-                let refusal = Refusal {
-                    nonce: request.nonce,
-                    reason,
-                };
-                let _ = window::write_refusal(&self.dir, &refusal);
-                continue;
             }
-            let plan = Plan {
-                index: self.next_index,
-                first_step: self
-                    .steps
-                    .count()
-                    .saturating_add(request.delay_steps)
-                    .saturating_add(PLAN_LEAD_STEPS),
-                steps: match request.steps {
-                    0 => self.default_steps,
-                    steps => steps,
-                },
-                trigger: request.trigger,
+        }
+    }
+
+    /// Plans the window `request` asks for, where none is open or planned;
+    /// else refuses it with the reason.
+    fn answer(&mut self, request: Request) {
+        if let Some(reason) = self.busy() {
+            let refusal = Refusal {
                 nonce: request.nonce,
+                reason,
             };
-            match window::write_plan(&self.dir, &plan) {
-                Ok(()) => {
-                    say!(
-                        "window {} planned ({}): steps {} to {}",
-                        plan.index,
-                        plan.trigger.as_str(),
-                        plan.first_step,
-                        plan.first_step.saturating_add(plan.steps)
-                    );
-                    self.planned = Some(plan);
-                }
-                Err(e) => notice!("window {} could not be planned: {e}", plan.index),
+            let _ = window::write_refusal(&self.dir, &refusal);
+            return;
+        }
+        let plan = Plan {
+            index: self.next_index,
+            first_step: self
+                .steps
+                .count()
+                .saturating_add(request.delay_steps)
+                .saturating_add(PLAN_LEAD_STEPS),
+            steps: match request.steps {
+                0 => self.default_steps,
+                steps => steps,
+            },
+            trigger: request.trigger,
+            nonce: request.nonce,
+        };
+        match window::write_plan(&self.dir, &plan) {
+            Ok(()) => {
+                say!(
+                    "window {} planned ({}): steps {} to {}",
+                    plan.index,
+                    plan.trigger.as_str(),
+                    plan.first_step,
+                    plan.first_step.saturating_add(plan.steps)
+                );
+                self.planned = Some(plan);
             }
+            Err(e) => notice!("window {} could not be planned: {e}", plan.index),
         }
     }
 

@@ -147,6 +147,32 @@ pub struct WindowSummary {
     pub ranks_cut_short: Vec<u32>,
 }
 
+impl WindowSummary {
+    /// The window in a line: `window 2 (rolling): steps 5 to 10, opened
+    /// 0.512 s into the session, 0.060 s long`, and the ranks that differ.
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "window {} ({}): steps {} to {}, opened {:.3} s into the session, {:.3} s long",
+            self.index,
+            self.trigger,
+            self.first_step,
+            self.first_step.saturating_add(self.steps),
+            self.started_s,
+            self.duration_s
+        );
+        for (what, ranks) in [
+            ("opened late on", &self.ranks_opened_late),
+            ("cut short on", &self.ranks_cut_short),
+        ] {
+            if !ranks.is_empty() {
+                let listed = rankscope_common::text::rank_ranges(ranks);
+                text.push_str(&format!("; {what} ranks {listed}"));
+            }
+        }
+        text
+    }
+}
+
 impl SessionSummary {
     /// The missing ranks in a few words: `[2, 5-9]`, with how many more
     /// there are when the list is cut.

@@ -116,6 +116,13 @@ fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
         assert_eq!(calls(&report, "denoise_step"), 4 * 5, "window {index}");
         assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
     }
+    let summary = std::fs::read_to_string(dir.join("window-1/summary.txt")).unwrap();
+    assert!(
+        summary.contains("window 1 (rolling): steps 0 to 5, opened "),
+        "{summary}"
+    );
+    let html = std::fs::read_to_string(dir.join("window-2/report.html")).unwrap();
+    assert!(html.contains("window 2 (rolling): steps 5 to 10"));
     // The third opened at step 10 and closed when the session ended, at 12.
     let third = read_report(&dir.join("window-3"));
     assert_eq!(third["window"]["first_step"], 10);
@@ -176,6 +183,42 @@ fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
         "{notices}\n{}",
         String::from_utf8_lossy(&outputs[0].stderr)
     );
+}
+
+#[test]
+fn sigusr1_to_rank_0_opens_a_window_of_window_steps() {
+    let out = tempfile::tempdir().unwrap();
+    // Parts flushed every 0.1 s show that the session runs (and that rank
+    // 0 has taken SIGUSR1, which would otherwise end it).
+    let children = job(
+        out.path(),
+        300,
+        &[
+            ("RANKSCOPE_FLUSH_INTERVAL_S", "0.1"),
+            ("RANKSCOPE_WINDOW_STEPS", "7"),
+        ],
+    );
+    let dir = session_dir(out.path());
+    let started = Instant::now();
+    while !std::fs::read_dir(&dir)
+        .unwrap()
+        .any(|e| e.unwrap().path().extension().is_some_and(|x| x == "part"))
+    {
+        assert!(started.elapsed() < Duration::from_secs(60), "no flush");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill with a pid of our own child and a valid signal.
+    assert_eq!(
+        unsafe { libc::kill(children[0].id() as i32, libc::SIGUSR1) },
+        0
+    );
+    let outputs = wait_for(children);
+    let report = read_report(&dir.join("window-1"));
+    assert_eq!(report["window"]["trigger"], "signal");
+    assert_eq!(report["window"]["steps"], 7, "window_steps");
+    assert_eq!(calls(&report, "denoise_step"), 4 * 7);
+    let rank0 = String::from_utf8_lossy(&outputs[0].stderr);
+    assert!(rank0.contains("window 1 planned (signal)"), "{rank0}");
 }
 
 #[test]

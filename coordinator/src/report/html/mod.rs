@@ -407,7 +407,7 @@ impl Page {
         } else {
             format!("{} {}", s.ranks_missing_count, s.missing_text())
         };
-        let headline = vec![
+        let mut headline = vec![
             ("Session".into(), format!("{} ({})", s.name, s.id)),
             ("Started".into(), utc(s.started_unix_s)),
             ("Duration".into(), format!("{:.3} s", s.duration_s)),
@@ -418,6 +418,9 @@ impl Page {
             ("Ranks missing".into(), missing),
             ("GPU data".into(), gpu_source(s.gpu_source).into()),
         ];
+        if let Some(window) = &report.window {
+            headline.insert(1, ("Window".into(), window.describe()));
+        }
         let findings: Vec<Finding> = report.recommendations.iter().map(finding).collect();
         let top_finding = report
             .recommendations

@@ -106,6 +106,9 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             s.gpu_source.as_str()
         }
     )?;
+    if let Some(window) = &report.window {
+        writeln!(out, "{}", window.describe())?;
+    }
     writeln!(out, "{rule}")?;
     if s.warmup_calls > 0 {
         writeln!(
