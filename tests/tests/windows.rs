@@ -15,11 +15,17 @@ mod support;
 /// The 4 ranks of a job running `steps` steps (rank 3 three times slower),
 /// with `env` set on each.
 fn job(out: &Path, steps: u32, env: &[(&str, &str)]) -> Vec<Child> {
+    job_with(out, steps, &[], env)
+}
+
+/// [`job`], the rank program given `args` too.
+fn job_with(out: &Path, steps: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<Child> {
     let master_port = support::free_port() - 1;
     (0..4)
         .map(|rank| {
             support::torchrun_rank(rank, 4, out, master_port)
                 .args(["--steps", &steps.to_string(), "--slow-rank", "3"])
+                .args(args)
                 .envs(env.iter().copied())
                 .spawn()
                 .unwrap()
@@ -33,6 +39,9 @@ fn wait_for(children: Vec<Child>) -> Vec<Output> {
         .map(|child| child.wait_with_output().unwrap())
         .collect();
     for (rank, output) in outputs.iter().enumerate() {
+        if output.status.code() == Some(3) {
+            continue; // the rank the test made leave
+        }
         assert!(
             output.status.success(),
             "rank {rank}: {}",
@@ -219,6 +228,40 @@ fn sigusr1_to_rank_0_opens_a_window_of_window_steps() {
     assert_eq!(calls(&report, "denoise_step"), 4 * 7);
     let rank0 = String::from_utf8_lossy(&outputs[0].stderr);
     assert!(rank0.contains("window 1 planned (signal)"), "{rank0}");
+}
+
+#[test]
+fn a_rank_that_dies_in_a_window_is_named_missing_in_it_by_the_deadline() {
+    let out = tempfile::tempdir().unwrap();
+    // Rank 2 leaves at step 7, inside window 2, without a word.
+    let children = job_with(
+        out.path(),
+        15,
+        &["--exit-rank", "2", "--exit-at-step", "7"],
+        &[
+            ("RANKSCOPE_WINDOW_EVERY_STEPS", "5"),
+            ("RANKSCOPE_GATHER_TIMEOUT_S", "3"),
+        ],
+    );
+    let outputs = wait_for(children);
+    assert_eq!(outputs[2].status.code(), Some(3));
+    let dir = session_dir(out.path());
+    let window = read_report(&dir.join("window-1"));
+    assert_eq!(
+        window["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3]),
+        "before it left"
+    );
+    for index in [2, 3] {
+        let window = read_report(&dir.join(format!("window-{index}")));
+        assert_eq!(
+            window["session"]["ranks_missing"],
+            serde_json::json!([2]),
+            "window {index}: {}",
+            String::from_utf8_lossy(&outputs[0].stderr)
+        );
+        assert_eq!(calls(&window, "denoise_step"), 3 * 5);
+    }
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! `--exit-rank R`, rank R leaves without finishing its session, as a
 //! crashed rank does. With `--steps N` it runs N steps of about 10 ms
 //! (`--slow-rank R`: rank R's take three times as long), calling
-//! `Profiler::step` after each, as a job with windows does.
+//! `Profiler::step` after each, as a job with windows does; with
+//! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S.
 
 use std::io::Write;
 
@@ -25,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let steps = number_after("--steps");
     let slow_rank = number_after("--slow-rank");
     let exit_rank = number_after("--exit-rank");
+    let exit_at_step = number_after("--exit-at-step");
     let profiler = Profiler::from_env()?;
     let rank = profiler.rank_env().map_or(0, |env| env.rank);
     let session = profiler.session("agent-only", &[("linked", "agent")])?;
@@ -32,6 +34,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(steps) => {
             let ms = if slow_rank == Some(rank) { 30 } else { 10 };
             for step in 0..steps {
+                if exit_rank == Some(rank) && exit_at_step == Some(step) {
+                    std::process::exit(3);
+                }
                 {
                     let _step = profiler.stage("denoise_step");
                     std::thread::sleep(std::time::Duration::from_millis(ms));
@@ -48,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    if exit_rank == Some(rank) {
+    if exit_rank == Some(rank) && exit_at_step.is_none() {
         // The others are in their gather by now.
         std::thread::sleep(std::time::Duration::from_secs(2));
         std::process::exit(3);
