@@ -1,6 +1,7 @@
 //! The cost of the hot path against its peers, in one process: a stage
 //! begun and ended (by name, by `stage!`, nested, on two threads at once), a
-//! metric recorded, a disabled profiler; puffin's scope (top level and
+//! metric recorded, a step ended (`step()`, windows' clock), a disabled
+//! profiler; puffin's scope (top level and
 //! nested) and a `tracing` span with a subscriber that does nothing; the
 //! floors any timer pays (two monotonic clock readings, two `rdtsc`). Each
 //! variant runs 200 000 calls per round, the rounds interleaved; the best
@@ -181,6 +182,23 @@ fn main() {
         (
             "record_metric, in a session",
             Box::new(|| round(|i| enabled.record_metric("tokens", f64::from(i)))),
+        ),
+        (
+            "step(), no window due, in a session",
+            Box::new(|| round(|_| enabled.step())),
+        ),
+        (
+            "step(), disabled profiler",
+            Box::new(|| round(|_| disabled.step())),
+        ),
+        (
+            "an atomic increment (step's floor)",
+            Box::new(|| {
+                let counter = std::sync::atomic::AtomicU64::new(0);
+                round(|_| {
+                    black_box(&counter).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                })
+            }),
         ),
         (
             "puffin profile_scope!, top level",
