@@ -7,7 +7,8 @@
 //! flush parts hold only rows from before it. The session's windows thread
 //! ([`WindowsThread`]) takes the edges in order: rolling windows every
 //! `window_every_steps` steps, which every rank knows alike, or windows
-//! rank 0 plans on request (`rankscope trigger`, `SIGUSR1`) and the other
+//! rank 0 plans on request (`rankscope trigger`, `SIGUSR1`) or every
+//! `window_every_s` seconds, and the other
 //! ranks read from the session directory's control files
 //! ([`rankscope_common::window`]). When a window closes, the thread
 //! flushes, keeps of the parts since its opening edge the rows that
@@ -213,6 +214,13 @@ impl WindowsThread {
             unreadable_plan: None,
             sigusr1: (hub.env.rank == 0).then(Sigusr1::take).flatten(),
             signals_taken: 0,
+            every: (hub.env.rank == 0 && hub.config.window_every_s > 0.0).then(|| {
+                (
+                    Duration::from_secs_f64(hub.config.window_every_s),
+                    Instant::now(),
+                )
+            }),
+            periodic_taken: 0,
         };
         if rolling > 0 {
             let plan = windows.rolling_plan();
@@ -304,6 +312,11 @@ struct Windows {
     sigusr1: Option<Sigusr1>,
     /// Windows asked for by `SIGUSR1` so far.
     signals_taken: u64,
+    /// Rank 0's periodic windows (`window_every_s`): the period, and when
+    /// the last was planned (or the session started).
+    every: Option<(Duration, Instant)>,
+    /// Periodic windows planned so far.
+    periodic_taken: u64,
 }
 
 /// `SIGUSR1` taken while the session runs: a flag its handler sets.
@@ -457,9 +470,23 @@ impl Windows {
         }
     }
 
-    /// Rank 0: answers the requests in the control folder (a look's worth)
-    /// and a `SIGUSR1` received since the last look.
+    /// Rank 0: answers the requests in the control folder (a look's worth),
+    /// a `SIGUSR1` received since the last look, and plans the periodic
+    /// window that is due.
     fn answer_requests(&mut self) {
+        let due = self
+            .every
+            .is_some_and(|(period, last)| last.elapsed() >= period && self.busy().is_none());
+        if let (true, Some((period, _))) = (due, self.every) {
+            self.every = Some((period, Instant::now()));
+            self.periodic_taken += 1;
+            self.answer(Request {
+                nonce: format!("periodic-{}", self.periodic_taken),
+                steps: 0,
+                delay_steps: 0,
+                trigger: Trigger::Periodic,
+            });
+        }
         if self
             .sigusr1
             .as_ref()

@@ -191,6 +191,10 @@ pub struct Config {
     /// steps since the last get a cross-rank report of their own in
     /// `<session dir>/window-<k>/`; 0 (the default) turns them off.
     pub window_every_steps: u64,
+    /// Periodic windows: every this many seconds (on rank 0's clock), a
+    /// window of `window_steps` steps, for a report every so often of a
+    /// server's life; 0 (the default) turns them off.
+    pub window_every_s: f64,
     /// Steps a window asked for by `rankscope trigger` (or `SIGUSR1` to
     /// rank 0) covers when the request names none.
     pub window_steps: u64,
@@ -340,6 +344,7 @@ impl Config {
             max_frame_bytes: 256 << 20,
             flush_interval_s: 30.0,
             window_every_steps: 0,
+            window_every_s: 0.0,
             window_steps: 20,
             clock_shift_ns: 0,
             spill_on_signal: true,
@@ -533,6 +538,14 @@ impl Config {
 
     /// Checks every numeric key against its range ([`NUMERIC_KEYS`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.window_every_steps > 0 && self.window_every_s > 0.0 {
+            return Err(ConfigError::Invalid {
+                key: "window_every_s",
+                reason: "`window_every_s` and `window_every_steps` are both set: windows \
+                         come one way, by steps or by seconds"
+                    .into(),
+            });
+        }
         if self.flush_interval_s > 0.0 && self.flush_interval_s < 0.05 {
             return Err(ConfigError::Invalid {
                 key: "flush_interval_s",
@@ -653,6 +666,9 @@ pub const NUMERIC_KEYS: &[NumericKey] = &[
         Some(c.window_every_steps as f64)
     }),
     numeric("window_steps", 1.0, 1e12, |c| Some(c.window_steps as f64)),
+    numeric("window_every_s", 0.0, 31_536_000.0, |c| {
+        Some(c.window_every_s)
+    }),
     numeric("torch_profiler_wait", 0.0, 1_000_000.0, |c| {
         Some(f64::from(c.torch_profiler_wait))
     }),
@@ -883,6 +899,11 @@ mod tests {
         );
         let range = Config::from_map(keys(serde_json::json!({"gather_timeout_s": -1})));
         assert!(range.unwrap_err().to_string().contains("gather_timeout_s"));
+        let both = Config::from_map(keys(serde_json::json!({
+            "window_every_steps": 10, "window_every_s": 60,
+        })));
+        let text = both.unwrap_err().to_string();
+        assert!(text.contains("by steps or by seconds"), "{text}");
     }
 
     #[test]

@@ -42,6 +42,8 @@ const MAX_NONCE_BYTES: usize = 64;
 pub enum Trigger {
     /// `window_every_steps`: windows one after another.
     Rolling,
+    /// `window_every_s`: a window every so many seconds.
+    Periodic,
     /// `rankscope trigger`.
     Command,
     /// `SIGUSR1` to rank 0.
@@ -53,6 +55,7 @@ impl Trigger {
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Rolling => "rolling",
+            Trigger::Periodic => "periodic",
             Trigger::Command => "command",
             Trigger::Signal => "signal",
         }

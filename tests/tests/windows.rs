@@ -149,6 +149,38 @@ fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
 }
 
 #[test]
+fn periodic_windows_come_every_so_many_seconds_with_every_rank() {
+    let out = tempfile::tempdir().unwrap();
+    let outputs = wait_for(job(
+        out.path(),
+        300,
+        &[
+            ("RANKSCOPE_WINDOW_EVERY_S", "0.5"),
+            ("RANKSCOPE_WINDOW_STEPS", "5"),
+        ],
+    ));
+    let dir = session_dir(out.path());
+    let windows: Vec<Value> = (1..)
+        .map(|index| dir.join(format!("window-{index}")))
+        .take_while(|window| window.exists())
+        .map(|window| read_report(&window))
+        .collect();
+    // A job of 300 steps of 10 ms or more runs 3 s or more.
+    assert!(
+        windows.len() >= 2,
+        "{} windows: {}",
+        windows.len(),
+        String::from_utf8_lossy(&outputs[0].stderr)
+    );
+    for (i, report) in windows.iter().enumerate() {
+        assert_eq!(report["window"]["index"], i + 1);
+        assert_eq!(report["window"]["trigger"], "periodic");
+        assert_eq!(report["window"]["steps"], 5);
+        assert_eq!(calls(report, "denoise_step"), 4 * 5, "window {}", i + 1);
+    }
+}
+
+#[test]
 fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     let out = tempfile::tempdir().unwrap();
     let children = job(out.path(), 300, &[]);
