@@ -11,7 +11,7 @@ use crate::analysis::{analyze_digests, RankDigest};
 use crate::model::Notice;
 use crate::model::Report;
 use crate::report::rows::{remove_row_files, PayloadIdentity};
-use crate::report::{create_dir, write_reports, WriteError};
+use crate::report::{create_dir, window_reports, write_reports, WriteError};
 use crate::report::{RowWriters, TRACE_JSON_GZ};
 
 /// Why no report could be written.
@@ -143,6 +143,9 @@ pub fn aggregate(
         })
         .collect();
     let mut report = analyze_digests(gathered, config);
+    if report.window.is_none() && output == reports_dir {
+        report.windows = window_reports(reports_dir);
+    }
     // The digests are gone, then the second pass's rows: what each took
     // goes back before the next phase.
     release_freed_memory();

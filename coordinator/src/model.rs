@@ -24,6 +24,10 @@ pub struct Report {
     /// of the session, and its steps; `null` for the session's own report.
     #[serde(default)]
     pub window: Option<WindowSummary>,
+    /// In a session's own report: the numbers of its windows that have a
+    /// report (`window-<k>/`), in order. Empty in a window's report.
+    #[serde(default)]
+    pub windows: Vec<u32>,
     /// One entry per reporting rank.
     pub ranks: Vec<RankSummary>,
     /// One entry per stage name, by total time.

@@ -144,6 +144,23 @@ fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
     // The session's report covers every step, and is no window's.
     let session = read_report(&dir);
     assert_eq!(session["window"], Value::Null);
+    assert_eq!(session["windows"], serde_json::json!([1, 2, 3]));
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains(r#"<a href="window-3/report.html">3</a>"#));
+    // Two windows compare as two sessions do.
+    let compare = Command::new(rankscope_cli())
+        .arg("compare")
+        .args([dir.join("window-1"), dir.join("window-2")])
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        matches!(compare.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&compare.stderr)
+    );
+    let compared: Value = serde_json::from_slice(&compare.stdout).unwrap();
+    assert!(compared.to_string().contains("denoise_step"), "{compared}");
     assert_eq!(calls(&session, "denoise_step"), 4 * 12);
     assert_eq!(straggler_ranks(&session, "denoise_step"), [3]);
 }

@@ -169,6 +169,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
             ..session_summary(gathered, &ranks, skipped, &durations)
         },
         window: window_summary(&ranks),
+        windows: Vec::new(),
         ranks: rank_summaries,
         stages,
         stragglers: stragglers::stragglers(&times, &lockstep, rule),

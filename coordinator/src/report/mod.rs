@@ -58,6 +58,9 @@ pub fn create_dir(dir: &Path) -> Result<(), WriteError> {
 /// what rank 0 does at the end of a session.
 pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<ReportFiles, WriteError> {
     let mut report = analyze(gathered, config);
+    if report.window.is_none() {
+        report.windows = window_reports(dir);
+    }
     let mut rows = RowWriters::create(dir, &report, config)?;
     for payload in &gathered.payloads {
         rows.add(payload)?;
@@ -66,6 +69,29 @@ pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<Report
     let mut files = write_reports(&report, dir)?;
     files.files.extend(row_files);
     Ok(files)
+}
+
+/// The numbers of the windows in session directory `dir` that have a
+/// report (`window-<k>/report.json`), in order: a session's report links
+/// them.
+pub(crate) fn window_reports(dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut windows: Vec<u32> = entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let index = entry
+                .file_name()
+                .to_str()?
+                .strip_prefix("window-")?
+                .parse()
+                .ok()?;
+            entry.path().join(REPORT_JSON).is_file().then_some(index)
+        })
+        .collect();
+    windows.sort_unstable();
+    windows
 }
 
 /// Writes the files rendered from the report alone — `report.json`,

@@ -238,6 +238,8 @@ struct Page {
     simulated: bool,
     version: &'static str,
     headline: Vec<(String, String)>,
+    /// The session's windows with a report, linked.
+    windows: Vec<u32>,
     top_finding: Option<Finding>,
     findings: Vec<Finding>,
     diffusion: Vec<(String, String)>,
@@ -435,6 +437,7 @@ impl Page {
             simulated,
             version: env!("CARGO_PKG_VERSION"),
             headline,
+            windows: report.windows.clone(),
             top_finding,
             findings,
             diffusion: diffusion(report),
