@@ -200,3 +200,32 @@ fn a_rank_with_a_shifted_clock_is_realigned_within_the_measured_bound() {
         "rank 1 placed {started} s after rank 0"
     );
 }
+
+#[test]
+fn rolling_windows_under_mpirun_each_get_a_report_of_every_rank() {
+    let out = tempfile::tempdir().unwrap();
+    let run = mpirun(
+        &["-n", "4", RANK, "--steps", "10", "--slow-rank", "3"],
+        out.path(),
+        &[("RANKSCOPE_WINDOW_EVERY_STEPS", "5")],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let dir = session_dir(out.path());
+    assert_eq!(report(&dir)["session"]["transport"], "mpi");
+    for index in [1, 2] {
+        let window = report(&dir.join(format!("window-{index}")));
+        assert_eq!(window["window"]["steps"], 5);
+        assert_eq!(
+            window["session"]["ranks_reporting"],
+            serde_json::json!([0, 1, 2, 3]),
+            "window {index}"
+        );
+        let stragglers: Vec<_> = window["stragglers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["rank"].clone())
+            .collect();
+        assert_eq!(stragglers, [3], "window {index}");
+    }
+}
