@@ -64,6 +64,7 @@ pub use reporter::Reporter;
 pub use session::{GatherSummary, Outcome, Session, SessionError};
 pub use stage::{OpenStageId, StageGuard};
 pub use stage_name::StageName;
+pub use windows::PlannedWindow;
 
 /// Times a stage until the guard it returns drops, like
 /// [`Profiler::stage`], with the name held in a `static` of the call site:

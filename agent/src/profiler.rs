@@ -15,6 +15,7 @@ use crate::session::{Hub, Session, SessionError};
 use crate::stage::{OpenStageId, StageGuard};
 use crate::stage_name::StageName;
 use crate::transport::Transport;
+use crate::windows::PlannedWindow;
 use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
 
 /// Why a profiler could not be made.
@@ -264,6 +265,21 @@ impl Profiler {
                 (shared.recorder.now_ns(), parts)
             });
         }
+    }
+
+    /// Steps ended (`Profiler::step`) since the running session started.
+    pub fn step_count(&self) -> u64 {
+        self.enabled
+            .as_deref()
+            .map_or(0, |shared| shared.steps.count())
+    }
+
+    /// The window of the running session planned or open now, if any: a
+    /// program that captures windows of its own (the Python package's
+    /// torch.profiler, for `rankscope trigger --torch`) follows it by the
+    /// step count.
+    pub fn planned_window(&self) -> Option<PlannedWindow> {
+        self.enabled.as_deref()?.steps.current()
     }
 
     /// What this rank is recording right now: cheap enough to poll, for a

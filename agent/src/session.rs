@@ -893,11 +893,12 @@ impl WindowGather {
 
 /// Which rows of the running session a window holds: those of flush parts
 /// `after + 1 ..= upto` that happened within `span` (nanoseconds into the
-/// session), and the rows with no time of parts up to `timeless_upto`
-/// (taken before the window closed).
+/// session), and the rows with no time (model parameter counts,
+/// torch.profiler's CPU operator totals) of the parts after
+/// `timeless_after`: those handed over while it was open.
 pub(crate) struct WindowRows {
     pub(crate) after: u32,
-    pub(crate) timeless_upto: u32,
+    pub(crate) timeless_after: u32,
     pub(crate) upto: u32,
     pub(crate) span: Range<u64>,
 }
@@ -938,7 +939,7 @@ pub(crate) fn write_window(
         let Ok(payload) = spill::read_payload(part) else {
             continue;
         };
-        let timeless = *seq <= rows.timeless_upto;
+        let timeless = *seq > rows.timeless_after;
         kept.push(
             rankscope_common::window::rows_within(payload, &rows.span, timeless)
                 .map_err(SessionError::Batch)?,

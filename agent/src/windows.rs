@@ -80,6 +80,8 @@ pub(crate) struct Steps {
     /// Rolling windows: each edge is followed by one this many steps later.
     period: AtomicU64,
     edges: Mutex<Edges>,
+    /// The window planned or open now, as the program may ask for it.
+    current: Mutex<Option<PlannedWindow>>,
     signal: StopSignal,
     /// Whether the thread, when stopped, closes an open window (the
     /// session finishes) or leaves it (the session is spilled or dropped).
@@ -100,6 +102,7 @@ impl Default for Steps {
             then_edge: AtomicU64::new(NONE),
             period: AtomicU64::new(0),
             edges: Mutex::default(),
+            current: Mutex::default(),
             signal: StopSignal::default(),
             close_on_stop: AtomicBool::new(false),
         }
@@ -167,6 +170,20 @@ impl Steps {
         !taken_back
     }
 
+    /// The window planned or open now on this rank.
+    pub(crate) fn current(&self) -> Option<PlannedWindow> {
+        lock(&self.current).clone()
+    }
+
+    fn set_current(&self, plan: Option<&Plan>) {
+        *lock(&self.current) = plan.map(|plan| PlannedWindow {
+            index: plan.index,
+            first_step: plan.first_step,
+            steps: plan.steps,
+            torch: plan.torch,
+        });
+    }
+
     fn take_edges(&self) -> (Vec<Edge>, u64) {
         let mut edges = lock(&self.edges);
         let dropped = std::mem::take(&mut edges.dropped);
@@ -180,9 +197,24 @@ impl Steps {
         self.then_edge.store(NONE, Ordering::Release);
         self.period.store(period, Ordering::Relaxed);
         *lock(&self.edges) = Edges::default();
+        *lock(&self.current) = None;
         self.close_on_stop.store(false, Ordering::Relaxed);
         self.signal.reset();
     }
+}
+
+/// A window of the running session, planned or open: what a program (the
+/// Python package's torch.profiler capture) needs to follow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedWindow {
+    /// The window's number, from 1.
+    pub index: u32,
+    /// The step count at which it opens (`Profiler::step_count`).
+    pub first_step: u64,
+    /// Steps it covers: it closes when the count reaches `first_step + steps`.
+    pub steps: u64,
+    /// Whether it was asked for with `--torch`: torch.profiler captures it.
+    pub torch: bool,
 }
 
 /// The windows thread of one session.
@@ -210,6 +242,7 @@ impl WindowsThread {
             armed: false,
             open: None,
             reports: Vec::new(),
+            parts_reported: 0,
             refused_files: 0,
             unreadable_plan: None,
             sigusr1: (hub.env.rank == 0).then(Sigusr1::take).flatten(),
@@ -304,6 +337,8 @@ struct Windows {
     open: Option<Open>,
     /// Rank 0's window reports under way.
     reports: Vec<JoinHandle<()>>,
+    /// The last flush part a closed window read.
+    parts_reported: u32,
     /// Control files refused (unreadable requests), counted.
     refused_files: u64,
     /// The plan that could not be read, said once.
@@ -428,6 +463,7 @@ impl Windows {
             return;
         };
         let close = plan.first_step.saturating_add(plan.steps);
+        self.steps.set_current(Some(&plan));
         self.armed = self.steps.arm(plan.first_step, close);
         if self.armed {
             self.planned = Some(plan);
@@ -452,6 +488,7 @@ impl Windows {
             steps: self.rolling,
             trigger: Trigger::Rolling,
             nonce: String::new(),
+            torch: false,
         }
     }
 
@@ -485,6 +522,7 @@ impl Windows {
                 steps: 0,
                 delay_steps: 0,
                 trigger: Trigger::Periodic,
+                torch: false,
             });
         }
         if self
@@ -498,6 +536,7 @@ impl Windows {
                 steps: 0,
                 delay_steps: 0,
                 trigger: Trigger::Signal,
+                torch: false,
             };
             self.answer(request);
         }
@@ -547,6 +586,7 @@ impl Windows {
             },
             trigger: request.trigger,
             nonce: request.nonce,
+            torch: request.torch,
         };
         match window::write_plan(&self.dir, &plan) {
             Ok(()) => {
@@ -585,6 +625,7 @@ impl Windows {
     /// Opens `plan`'s window at `edge`.
     fn open(&mut self, plan: Plan, edge: Edge) {
         self.armed = false;
+        self.steps.set_current(Some(&plan));
         self.open = Some(Open {
             close_step: plan.first_step.saturating_add(plan.steps),
             plan,
@@ -596,10 +637,12 @@ impl Windows {
     /// rank 0 has every rank's gathered and reported.
     fn close(&mut self, hub: &Arc<Hub>, open: Open, edge: Edge) {
         self.next_index = open.plan.index + 1;
+        self.steps.set_current(None);
         let written = session::flush_parts(hub).and_then(|upto| {
             let rows = WindowRows {
                 after: open.edge.parts,
-                timeless_upto: edge.parts,
+                // Parts an earlier window read already are its own.
+                timeless_after: open.edge.parts.max(self.parts_reported),
                 upto,
                 span: open.edge.ns..edge.ns,
             };
@@ -613,6 +656,7 @@ impl Windows {
                 started_ns: open.edge.ns,
                 duration_ns: edge.ns.saturating_sub(open.edge.ns),
             };
+            self.parts_reported = upto;
             session::write_window(hub, &rows, meta)
         });
         match written {

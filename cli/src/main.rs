@@ -110,6 +110,10 @@ enum Commands {
         /// Steps to let pass before the window opens.
         #[arg(long, default_value_t = 0)]
         delay_steps: u64,
+        /// Python ranks also capture the window with torch.profiler (its
+        /// kernels, collectives and CPU operators in the window's report).
+        #[arg(long)]
+        torch: bool,
         /// Also wait for the window's report, and print its folder.
         #[arg(long)]
         wait: bool,
@@ -427,6 +431,7 @@ fn run(cli: Cli) -> Result<Finished> {
             dir,
             steps,
             delay_steps,
+            torch,
             wait,
             timeout,
         } => {
@@ -434,6 +439,7 @@ fn run(cli: Cli) -> Result<Finished> {
                 dir,
                 steps,
                 delay_steps,
+                torch,
                 wait,
                 timeout: Duration::try_from_secs_f64(timeout)
                     .context("--timeout must be a number of seconds, 0 or more")?,

@@ -21,6 +21,8 @@ pub struct TriggerOptions {
     pub steps: Option<u64>,
     /// Steps to let pass before it opens.
     pub delay_steps: u64,
+    /// Python ranks also capture the window with torch.profiler.
+    pub torch: bool,
     /// Wait for the window's report too.
     pub wait: bool,
     /// How long to wait for each answer.
@@ -40,6 +42,7 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
         steps: options.steps.unwrap_or(0),
         delay_steps: options.delay_steps,
         trigger: Trigger::Command,
+        torch: options.torch,
     };
     let path = window::write_request(dir, &request)
         .with_context(|| format!("writing a window request into {}", dir.display()))?;

@@ -97,6 +97,9 @@ pub struct Request {
     pub delay_steps: u64,
     /// What asked: `command` or `signal`.
     pub trigger: Trigger,
+    /// Python ranks also capture the window with torch.profiler (`--torch`).
+    #[serde(default)]
+    pub torch: bool,
 }
 
 /// A window rank 0 planned: every rank opens it at `first_step`.
@@ -112,6 +115,9 @@ pub struct Plan {
     pub trigger: Trigger,
     /// The request it answers.
     pub nonce: String,
+    /// Python ranks also capture it with torch.profiler.
+    #[serde(default)]
+    pub torch: bool,
 }
 
 /// Rank 0's answer to a request it cannot plan.
@@ -346,6 +352,7 @@ mod tests {
             steps: 5,
             delay_steps: 2,
             trigger: Trigger::Command,
+            torch: true,
         };
         let path = write_request(dir.path(), &request).unwrap();
         let (found, beyond) = pending_requests(dir.path(), 8).unwrap();
@@ -357,6 +364,7 @@ mod tests {
             steps: 5,
             trigger: Trigger::Command,
             nonce: "n-1".into(),
+            torch: true,
         };
         write_plan(dir.path(), &plan).unwrap();
         assert_eq!(read_plan(dir.path(), 1).unwrap(), Some(plan));
@@ -391,6 +399,7 @@ mod tests {
             steps: 1,
             delay_steps: 0,
             trigger: Trigger::Command,
+            torch: false,
         };
         assert!(write_request(dir.path(), &request).is_err());
     }
@@ -450,6 +459,7 @@ mod tests {
                 steps: 1,
                 delay_steps: 0,
                 trigger: Trigger::Command,
+                torch: false,
             };
             write_request(dir.path(), &request).unwrap();
         }

@@ -69,7 +69,7 @@ class Profiler(_rankscope.Profiler):
         if config is not None:
             self._set_gpu_timer(_torch.gpu_timer(config.gpu_timing, self, config.max_data_points))
             self._torch_windows = _torch_profiler.windows(config, self)
-            closer = _SessionCloser(self._torch_windows, _collectives.calls(config, self))
+            closer = _SessionCloser(self, self._torch_windows, _collectives.calls(config, self))
             self._set_session_closer(closer)
         return session
 
@@ -103,10 +103,34 @@ class Profiler(_rankscope.Profiler):
             self._advance_windows()
 
     def _advance_windows(self) -> None:
+        reaching = self.step_count() + 1
+        capture = getattr(self, "_window_capture", None)
+        if capture is not None and reaching >= capture.close_step:
+            # Read before the step that closes the window ends: its rows
+            # fall inside the window.
+            self._end_window_capture()
         super().step()
         windows = getattr(self, "_torch_windows", None)
         if windows is not None:
             windows.step()
+        planned = self.planned_window()
+        if planned is not None and getattr(self, "_window_capture", None) is None:
+            index, first_step, steps, torch = planned
+            close_step = first_step + steps
+            if torch and first_step <= reaching < close_step and \
+                    getattr(self, "_window_captured", 0) < index:
+                self._window_captured = index
+                config = self.config
+                if config is not None:
+                    self._window_capture = _torch_profiler.capture_window(
+                        config, self, index, close_step)
+
+    def _end_window_capture(self) -> None:
+        """Reads a ``--torch`` window's capture, if one runs."""
+        capture = getattr(self, "_window_capture", None)
+        self._window_capture = None
+        if capture is not None:
+            capture.finish()
 
     def memory_snapshot(
         self,
@@ -206,15 +230,19 @@ class Profiler(_rankscope.Profiler):
 
 class _SessionCloser:
     """What a session set up in torch, undone when it finishes: the last
-    torch.profiler window read, the collectives' recording stopped."""
+    torch.profiler window (scheduled, or asked for with ``--torch``) read,
+    the collectives' recording stopped."""
 
-    def __init__(self, windows: Optional[_torch_profiler.TorchWindows],
+    def __init__(self, profiler: Profiler, windows: Optional[_torch_profiler.TorchWindows],
                  collectives: Optional[_collectives.CollectiveCalls]) -> None:
+        self._profiler = profiler
         self._windows = windows
         self._collectives = collectives
 
     def close(self) -> None:
         try:
+            # A ``--torch`` window still open is read as it stands.
+            self._profiler._end_window_capture()
             if self._windows is not None:
                 self._windows.close()
         finally:

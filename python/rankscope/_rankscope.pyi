@@ -4,7 +4,7 @@ __all__ = ["Config", "ConfigError", "Outcome", "Profiler", "Session", "SessionEr
 
 from os import PathLike
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union, final
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union, final
 
 from typing_extensions import disjoint_base
 
@@ -141,6 +141,10 @@ class Profiler:
         """Ends the innermost open stage called ``name``; False if none."""
     def step(self) -> None:
         """Ends a step: rankscope's windows open and close at step boundaries."""
+    def step_count(self) -> int:
+        """Steps ended (``step()``) since the running session started."""
+    def planned_window(self) -> Optional[Tuple[int, int, int, bool]]:
+        """The window planned or open now: ``(index, first_step, steps, torch)``."""
     def record_diffusion_step(
         self,
         step: int,

@@ -10,7 +10,11 @@ written to a private temporary file, read by the agent into the session's
 rest of the rank's data), and deleted — or, with ``torch_profiler_trace_dir``
 set, kept there as ``rank<R>-window<k>.pt.trace.json.gz``.
 
-torch is imported only when windows are configured.
+Windows asked for with ``rankscope trigger --torch`` get a capture of
+their own (``WindowCapture``), started and read at the rankscope window's
+steps.
+
+torch is imported only when windows are configured or asked for.
 """
 
 from __future__ import annotations
@@ -43,15 +47,8 @@ class TorchWindows:
             os.makedirs(self._dir, exist_ok=True)
         else:
             self._dir = tempfile.mkdtemp(prefix="rankscope-torch-")
-        activity = torch.profiler.ProfilerActivity
-        wanted = config.torch_profiler_activities
-        activities = []
-        if wanted in ("cpu", "cpu,cuda"):
-            activities.append(activity.CPU)
-        if wanted in ("cuda", "cpu,cuda") and torch.cuda.is_available():
-            activities.append(activity.CUDA)
         self._torch = torch.profiler.profile(
-            activities=activities,
+            activities=_activities(torch, config),
             schedule=torch.profiler.schedule(
                 wait=config.torch_profiler_wait,
                 warmup=config.torch_profiler_warmup,
@@ -79,20 +76,8 @@ class TorchWindows:
 
     def _window_ready(self, torch_profile: Any) -> None:
         self._windows += 1
-        name = f"rank{self._profiler.rank}-window{self._windows}.pt.trace.json"
-        path = os.path.join(self._dir, name + ".gz" if self._keep else name)
-        try:
-            torch_profile.export_chrome_trace(path)
-            self._profiler._add_kernel_trace(path, self._windows)
-        except Exception as error:  # a lost window must not stop the job
-            warnings.warn(
-                f"rankscope: torch.profiler window {self._windows} is lost: {error}",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        finally:
-            if not self._keep and os.path.exists(path):
-                os.remove(path)
+        name = f"rank{self._profiler.rank}-window{self._windows}"
+        _read_trace(self._profiler, torch_profile, self._dir, self._keep, name, self._windows)
 
     def close(self) -> None:
         """Ends the windows: one still recording is read as it stands.
@@ -105,6 +90,102 @@ class TorchWindows:
         finally:
             if not self._keep:
                 shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _activities(torch: Any, config: Config) -> list[Any]:
+    """The activities ``torch_profiler_activities`` asks for that this
+    process has (CUDA only where a GPU is)."""
+    activity = torch.profiler.ProfilerActivity
+    wanted = config.torch_profiler_activities
+    activities = []
+    if wanted in ("cpu", "cpu,cuda"):
+        activities.append(activity.CPU)
+    if wanted in ("cuda", "cpu,cuda") and torch.cuda.is_available():
+        activities.append(activity.CUDA)
+    return activities
+
+
+def _read_trace(profiler: Any, torch_profile: Any, directory: str, keep: bool, name: str,
+                window: int) -> None:
+    """Exports a finished capture's trace as ``name`` in ``directory``, has
+    the agent read it into the session's tables as window ``window``, and
+    deletes it unless ``keep``. A lost window is a warning, never an error:
+    it must not stop the job."""
+    path = os.path.join(directory, f"{name}.pt.trace.json" + (".gz" if keep else ""))
+    try:
+        torch_profile.export_chrome_trace(path)
+        profiler._add_kernel_trace(path, window)
+    except Exception as error:
+        warnings.warn(
+            f"rankscope: torch.profiler window {window} is lost: {error}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    finally:
+        if not keep and os.path.exists(path):
+            os.remove(path)
+
+
+class WindowCapture:
+    """torch.profiler over one rankscope window asked for with
+    ``rankscope trigger --torch``: started at the step where the window
+    opens, read into the session's tables at the step that closes it,
+    before that step ends, so that its rows fall inside the window."""
+
+    def __init__(self, torch: Any, config: Config, profiler: Any, index: int,
+                 close_step: int) -> None:
+        self.index = index
+        self.close_step = close_step
+        self._profiler = profiler
+        self._keep = config.torch_profiler_trace_dir is not None
+        self._dir = (str(config.torch_profiler_trace_dir) if self._keep
+                     else tempfile.mkdtemp(prefix="rankscope-torch-"))
+        os.makedirs(self._dir, exist_ok=True)
+        self._torch = torch.profiler.profile(
+            activities=_activities(torch, config),
+            record_shapes=config.torch_profiler_record_shapes,
+            profile_memory=config.torch_profiler_profile_memory,
+            with_stack=config.torch_profiler_with_stack,
+        )
+        self._torch.start()
+
+    def finish(self) -> None:
+        """Stops the capture and reads its trace."""
+        try:
+            self._torch.stop()
+            name = f"rank{self._profiler.rank}-triggered-window{self.index}"
+            _read_trace(self._profiler, self._torch, self._dir, self._keep, name, self.index)
+        finally:
+            if not self._keep:
+                shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def capture_window(config: Config, profiler: Any, index: int,
+                   close_step: int) -> Optional[WindowCapture]:
+    """A torch.profiler capture of window ``index`` (asked for with
+    ``--torch``), or None with a warning where there can be none: torch is
+    not installed, or ``torch_profiler_*`` windows already run (torch
+    profiles one thing at a time)."""
+    if config.torch_profiler_active > 0:
+        warnings.warn(
+            f"rankscope: window {index} asked for torch.profiler, but torch_profiler_* windows "
+            "already run on their schedule: the window is reported without its own capture",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    try:
+        torch = importlib.import_module("torch")
+        importlib.import_module("torch.profiler")
+    except ImportError as error:
+        warnings.warn(
+            f"rankscope: window {index} asked for torch.profiler, but torch cannot be "
+            f"imported ({error})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return WindowCapture(torch, config, profiler, index, close_step)
 
 
 def windows(config: Config, profiler: Any) -> Optional[TorchWindows]:

@@ -201,6 +201,20 @@ impl Profiler {
         self.core.profiler.step();
     }
 
+    /// Steps ended (`step()`) since the running session started.
+    fn step_count(&self) -> u64 {
+        self.core.profiler.step_count()
+    }
+
+    /// The window of the running session planned or open now, as
+    /// `(index, first_step, steps, torch)`, or `None`.
+    fn planned_window(&self) -> Option<(u32, u64, u64, bool)> {
+        self.core
+            .profiler
+            .planned_window()
+            .map(|w| (w.index, w.first_step, w.steps, w.torch))
+    }
+
     /// Records one denoising step.
     #[pyo3(signature = (step, timestep=0.0, block_size=0, computation_time_ms=0.0, guidance_scale=None))]
     fn record_diffusion_step(

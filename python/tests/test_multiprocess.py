@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -153,3 +154,63 @@ def test_torchrun_torch_profiler_windows_name_the_slow_op_and_the_wait(tmp_path:
 
     # The window saw 3 of the calls; the host recorded all 7, counted once.
     assert_all_reduce_waits_for_rank_2(report)
+
+
+#: A rank that runs steps of about 10 ms with a matrix product each, calling
+#: prof.step() after each, until its session's folder holds `stop`.
+STEPPING_RANK = """
+import sys, time
+from pathlib import Path
+import torch
+import rankscope
+
+prof = rankscope.Profiler()
+x = torch.randn(64, 64)
+with prof.session("stepping") as session:
+    stop = Path(session.dir) / "stop"
+    for _ in range(3000):
+        with prof.stage("step"):
+            torch.mm(x, x)
+            time.sleep(0.01)
+        prof.step()
+        if stop.exists():
+            break
+"""
+
+
+def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_path: Path) -> None:
+    """`rankscope trigger --torch` from another process while 2 real
+    torchrun ranks run: each rank captures exactly the window's steps with
+    torch.profiler (CPU activities), and the window's report has both
+    ranks' operators; the job goes on."""
+    assert TORCHRUN.exists() and RANKSCOPE.exists(), "built and installed by scripts/test.sh"
+    script = tmp_path / "stepping_rank.py"
+    script.write_text(STEPPING_RANK)
+    out = tmp_path / "out"
+    env = dict(os.environ, RANKSCOPE_GPU_SOURCE="none", RANKSCOPE_OUTPUT_DIR=str(out),
+               RANKSCOPE_TORCH_PROFILER_ACTIVITIES="cpu", PYTHONUNBUFFERED="1")
+    job = subprocess.Popen([str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(script)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (sessions := list(out.glob("stepping-*"))):
+            assert time.monotonic() < deadline and job.poll() is None, "no session started"
+            time.sleep(0.05)
+        session_dir = sessions[0]
+        trigger = subprocess.run(
+            [str(RANKSCOPE), "trigger", "--dir", str(session_dir), "--steps", "5", "--torch",
+             "--wait", "--timeout", "120"], capture_output=True, text=True, timeout=180)
+        assert trigger.returncode == 0, trigger.stdout + trigger.stderr
+        assert job.poll() is None, "the job goes on while the window is reported"
+        report = json.loads((session_dir / "window-1" / "report.json").read_text())
+    finally:
+        (out.glob("stepping-*").__next__() / "stop").touch()
+        output, _ = job.communicate(timeout=180)
+    assert job.returncode == 0, output
+    assert report["window"]["steps"] == 5
+    assert report["session"]["ranks_reporting"] == [0, 1]
+    assert sorted(t["rank"] for t in report["kernel_traces"]) == [0, 1]
+    mm = [op for op in report["cpu_ops"] if op["name"] == "aten::mm"]
+    assert mm and mm[0]["calls"] == 2 * 5, report["cpu_ops"]
+    stage = [s for s in report["stages"] if s["name"] == "step"][0]
+    assert stage["count"] == 2 * 5

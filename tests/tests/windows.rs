@@ -193,7 +193,11 @@ fn periodic_windows_come_every_so_many_seconds_with_every_rank() {
         assert_eq!(report["window"]["index"], i + 1);
         assert_eq!(report["window"]["trigger"], "periodic");
         assert_eq!(report["window"]["steps"], 5);
-        assert_eq!(calls(report, "denoise_step"), 4 * 5, "window {}", i + 1);
+        // The job may end inside its last window, which then closes early.
+        if i + 1 < windows.len() {
+            assert_eq!(report["window"]["ranks_cut_short"], serde_json::json!([]));
+            assert_eq!(calls(report, "denoise_step"), 4 * 5, "window {}", i + 1);
+        }
     }
 }
 
