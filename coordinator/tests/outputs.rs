@@ -10,7 +10,7 @@ use std::process::Command;
 
 use rankscope_common::{Config, Gathered};
 use rankscope_coordinator::aggregate::{aggregate, Outputs};
-use rankscope_coordinator::model::{Notice, Report};
+use rankscope_coordinator::model::{Bottleneck, BottleneckKind, Notice, Report};
 use rankscope_coordinator::report;
 use serde_json::Value;
 
@@ -268,4 +268,52 @@ fn an_hour_of_64_ranks_stays_a_few_megabytes() {
         "trace.json.gz: {} bytes",
         size("trace.json.gz")
     );
+}
+
+/// At 4,096 ranks (512 hosts of 8) summary.txt is something a person reads:
+/// the per-GPU and per-host tables become distributions with the extreme
+/// ranks named, and every list is cut to its first entries with the rest
+/// counted (report.json keeps them all).
+#[test]
+fn a_summary_of_4096_ranks_stays_under_200_lines() {
+    const WORLD: u32 = 4_096;
+    let small = support::synthetic::Shape {
+        steps: 3,
+        inner_per_step: 2,
+        inner_ns: (1_000_000, 3_000_000),
+        gpu_readings: 20,
+        host_readings: 10,
+    };
+    let payloads = (0..WORLD)
+        .map(|rank| rank_payload(rank, WORLD, &small, &mut std::io::sink()).unwrap())
+        .collect();
+    let gathered = Gathered {
+        world_size: WORLD,
+        payloads,
+        ..Gathered::default()
+    };
+    let mut report = rankscope_coordinator::analysis::analyze(&gathered, &Config::default());
+    assert_eq!(
+        report.gpus.len(),
+        WORLD as usize,
+        "report.json keeps every GPU"
+    );
+    // A rule at its edge on 40 GPUs: one line about them, not forty.
+    for gpu in report.gpus.iter_mut().take(40) {
+        gpu.bottlenecks.push(Bottleneck {
+            kind: BottleneckKind::PowerCapped,
+            evidence: "power at its cap in 61 % of readings".into(),
+        });
+    }
+    let summary = report::summary(&report);
+    let lines = summary.lines().count();
+    assert!(lines < 200, "{lines} lines:\n{summary}");
+    assert!(
+        summary.contains("power_capped on 40 GPUs: r0 GPU 0, r1 GPU 1, r2 GPU 2 and 37 more"),
+        "{summary}"
+    );
+    // The GPUs as a distribution, the extremes named.
+    assert!(summary.contains("4096 GPUs"), "{summary}");
+    assert!(summary.contains("p95"), "{summary}");
+    assert!(summary.contains("more hosts"), "{summary}");
 }

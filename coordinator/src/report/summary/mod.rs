@@ -9,7 +9,9 @@ use std::fmt::Write;
 mod kernels;
 
 use super::stage_tree;
-use crate::model::{HostSummary, LockstepStage, RankOverhead, Report, Spread, StageStats};
+use crate::model::{
+    Bottleneck, GpuSummary, HostSummary, LockstepStage, RankOverhead, Report, Spread, StageStats,
+};
 use rankscope_common::payload::GpuSource;
 use rankscope_common::text::{cell, column, rank_ranges, wrap};
 
@@ -153,7 +155,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
         writeln!(out, "Stragglers: none")?;
     } else {
         writeln!(out, "Stragglers:")?;
-        for st in &report.stragglers {
+        write_listed(out, &report.stragglers, LISTED, "stragglers", |out, st| {
             write_wrapped(
                 out,
                 "  ",
@@ -172,13 +174,14 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             for evidence in &st.evidence {
                 write_wrapped(out, "    ", evidence)?;
             }
-        }
+            Ok(())
+        })?;
     }
     write_lockstep(out, report)?;
     if !s.ranks_missing.is_empty() {
         write_wrapped(out, "Missing ranks (no data): ", &s.missing_text())?;
     }
-    for notice in &s.notices {
+    write_listed(out, &s.notices, LISTED, "notices", |out, notice| {
         write_wrapped(
             out,
             &format!(
@@ -186,9 +189,9 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
                 cell(&rank_ranges(&notice.ranks), 40)
             ),
             &cell(&notice.message, 400),
-        )?;
-    }
-    for skipped in &s.skipped {
+        )
+    })?;
+    write_listed(out, &s.skipped, LISTED, "inputs skipped", |out, skipped| {
         write_wrapped(
             out,
             "Skipped ",
@@ -197,8 +200,8 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
                 cell(&skipped.source, 200),
                 cell(&skipped.reason, 400)
             ),
-        )?;
-    }
+        )
+    })?;
     write_gpus(out, report)?;
     write_hosts(out, report)?;
     write_overhead(out, report)?;
@@ -331,7 +334,7 @@ fn write_lockstep(out: &mut String, report: &Report) -> std::fmt::Result {
         out,
         "Lockstep waits (per call k: the slowest rank, and how long the others waited for it):"
     )?;
-    for stage in stages.iter().take(LOCKSTEP_STAGES) {
+    write_listed(out, &stages, LOCKSTEP_STAGES, "stages", |out, stage| {
         let mut ranks: Vec<_> = stage.ranks.iter().filter(|r| r.slowest_calls > 0).collect();
         ranks.sort_by(|a, b| b.wait_imposed_s.total_cmp(&a.wait_imposed_s));
         let named: Vec<String> = ranks
@@ -362,16 +365,32 @@ fn write_lockstep(out: &mut String, report: &Report) -> std::fmt::Result {
                     String::new()
                 }
             ),
-        )?;
+        )
+    })
+}
+
+/// Entries of a list that summary.txt shows; the rest are counted.
+const LISTED: usize = 10;
+
+/// Writes the first `max` of `items` with `write_one`, then a line that
+/// counts the rest, `what` they are.
+fn write_listed<T>(
+    out: &mut String,
+    items: &[T],
+    max: usize,
+    what: &str,
+    mut write_one: impl FnMut(&mut String, &T) -> std::fmt::Result,
+) -> std::fmt::Result {
+    for item in items.iter().take(max) {
+        write_one(out, item)?;
     }
-    if stages.len() > LOCKSTEP_STAGES {
-        writeln!(
+    match items.len().saturating_sub(max) {
+        0 => Ok(()),
+        more => writeln!(
             out,
-            "  ... and {} more stages (report.json has them all)",
-            stages.len() - LOCKSTEP_STAGES
-        )?;
+            "  ... and {more} more {what} (report.json has them all)"
+        ),
     }
-    Ok(())
 }
 
 /// A number with `digits` decimals, or `-` where it is missing.
@@ -397,6 +416,19 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
             ""
         }
     )?;
+    if report.gpus.len() > GPU_TABLE_ROWS {
+        write_gpu_spread(out, &report.gpus)?;
+    } else {
+        write_gpu_table(out, &report.gpus)?;
+    }
+    write_bottlenecks(out, &report.gpus)
+}
+
+/// GPUs shown one per row; more become a distribution.
+const GPU_TABLE_ROWS: usize = 16;
+
+/// One row per GPU.
+fn write_gpu_table(out: &mut String, gpus: &[GpuSummary]) -> std::fmt::Result {
     writeln!(
         out,
         "{:<5} {:>3} {:<33} {:>17} {:>5} {:>6} {:>7} {:>8} {:>5}",
@@ -410,7 +442,7 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
         "Energy J",
         "Thr%"
     )?;
-    for g in &report.gpus {
+    for g in gpus {
         writeln!(
             out,
             "{:<5} {:>3} {} {:>17} {:>5} {:>6} {:>7} {:>8} {:>5}",
@@ -425,20 +457,106 @@ fn write_gpus(out: &mut String, report: &Report) -> std::fmt::Result {
             opt(g.throttled_pct, 0),
         )?;
     }
-    let mut bottlenecks = report
-        .gpus
+    Ok(())
+}
+
+/// Many GPUs: each reading's distribution over them, min / p50 / p95 /
+/// max, with the GPUs at the extremes named.
+fn write_gpu_spread(out: &mut String, gpus: &[GpuSummary]) -> std::fmt::Result {
+    let ranks = gpus
+        .iter()
+        .map(|g| g.rank)
+        .collect::<std::collections::BTreeSet<_>>();
+    write_wrapped(
+        out,
+        "",
+        &format!(
+            "{} GPUs on {} ranks, per GPU: min (where) / p50 / p95 / max (where); report.json \
+             and raw/gpu_samples.arrow have every GPU",
+            gpus.len(),
+            ranks.len()
+        ),
+    )?;
+    let readings: [(&str, fn(&GpuSummary) -> Option<f64>, usize); 6] = [
+        ("Mem peak MB", |g| g.memory_peak_mb, 0),
+        ("Util %", |g| g.util_avg, 1),
+        ("Temp max °C", |g| g.temp_max_c, 0),
+        ("Power avg W", |g| g.power_avg_w, 0),
+        ("Energy J", |g| g.energy_j, 1),
+        ("Throttled %", |g| g.throttled_pct, 0),
+    ];
+    for (name, reading, digits) in readings {
+        let mut values: Vec<(f64, &GpuSummary)> =
+            gpus.iter().filter_map(|g| Some((reading(g)?, g))).collect();
+        if values.is_empty() {
+            writeln!(out, "  {name:<12} not measured")?;
+            continue;
+        }
+        values.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize].0;
+        let (low, high) = (values[0], values[values.len() - 1]);
+        writeln!(
+            out,
+            "  {name:<12} {:.digits$} (r{} GPU {}) / {:.digits$} / {:.digits$} / {:.digits$} (r{} GPU {})",
+            low.0,
+            low.1.rank,
+            low.1.index,
+            at(0.5),
+            at(0.95),
+            high.0,
+            high.1.rank,
+            high.1.index,
+        )?;
+    }
+    Ok(())
+}
+
+/// The GPUs' bottlenecks: one line each, or, past [`LISTED`], one per kind
+/// with the GPUs it fired on counted and the first named.
+fn write_bottlenecks(out: &mut String, gpus: &[GpuSummary]) -> std::fmt::Result {
+    let bottlenecks: Vec<(&GpuSummary, &Bottleneck)> = gpus
         .iter()
         .flat_map(|g| g.bottlenecks.iter().map(move |b| (g, b)))
-        .peekable();
-    if bottlenecks.peek().is_none() {
+        .collect();
+    if bottlenecks.is_empty() {
         return writeln!(out, "GPU bottlenecks: none");
     }
     writeln!(out, "GPU bottlenecks:")?;
+    if bottlenecks.len() <= LISTED {
+        for (g, b) in bottlenecks {
+            write_wrapped(
+                out,
+                &format!("  r{} GPU {} {}: ", g.rank, g.index, b.kind.as_str()),
+                &cell(&b.evidence, 400),
+            )?;
+        }
+        return Ok(());
+    }
+    let mut by_kind: BTreeMap<&str, Vec<(&GpuSummary, &Bottleneck)>> = BTreeMap::new();
     for (g, b) in bottlenecks {
+        by_kind.entry(b.kind.as_str()).or_default().push((g, b));
+    }
+    for (kind, found) in by_kind {
+        let named: Vec<String> = found
+            .iter()
+            .take(3)
+            .map(|(g, _)| format!("r{} GPU {}", g.rank, g.index))
+            .collect();
+        let more = match found.len().saturating_sub(named.len()) {
+            0 => String::new(),
+            more => format!(" and {more} more"),
+        };
+        let (first, example) = found[0];
         write_wrapped(
             out,
-            &format!("  r{} GPU {} {}: ", g.rank, g.index, b.kind.as_str()),
-            &cell(&b.evidence, 400),
+            &format!("  {kind} on {} GPUs: ", found.len()),
+            &format!(
+                "{}{more}; r{} GPU {}: {}",
+                named.join(", "),
+                first.rank,
+                first.index,
+                cell(&example.evidence, 400)
+            ),
         )?;
     }
     Ok(())
@@ -463,7 +581,8 @@ fn write_hosts(out: &mut String, report: &Report) -> std::fmt::Result {
         "{:<20} {:<12} {:>13} {:>17} {:>9} {:>16}",
         "Host", "Ranks", "CPU% avg/max", "Mem peak/total MB", "Load1 max", "Largest RSS MB"
     )?;
-    for (host, ranks) in hosts {
+    let hosts: Vec<(&str, Vec<(u32, &HostSummary)>)> = hosts.into_iter().collect();
+    write_listed(out, &hosts, LISTED, "hosts", |out, (host, ranks)| {
         let (_, h) = ranks[0];
         let numbers: Vec<u32> = ranks.iter().map(|&(rank, _)| rank).collect();
         let rss = ranks
@@ -479,8 +598,8 @@ fn write_hosts(out: &mut String, report: &Report) -> std::fmt::Result {
             format!("{:.0}/{:.0}", h.memory_peak_mb, h.memory_total_mb),
             opt(h.load_1_max, 2),
             opt(rss, 0),
-        )?;
-    }
+        )
+    })?;
     writeln!(out)
 }
 
