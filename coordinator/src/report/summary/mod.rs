@@ -460,6 +460,9 @@ fn write_gpu_table(out: &mut String, gpus: &[GpuSummary]) -> std::fmt::Result {
     Ok(())
 }
 
+/// One reading of a GPU's summary, where it was measured.
+type GpuReading = fn(&GpuSummary) -> Option<f64>;
+
 /// Many GPUs: each reading's distribution over them, min / p50 / p95 /
 /// max, with the GPUs at the extremes named.
 fn write_gpu_spread(out: &mut String, gpus: &[GpuSummary]) -> std::fmt::Result {
@@ -477,7 +480,7 @@ fn write_gpu_spread(out: &mut String, gpus: &[GpuSummary]) -> std::fmt::Result {
             ranks.len()
         ),
     )?;
-    let readings: [(&str, fn(&GpuSummary) -> Option<f64>, usize); 6] = [
+    let readings: [(&str, GpuReading, usize); 6] = [
         ("Mem peak MB", |g| g.memory_peak_mb, 0),
         ("Util %", |g| g.util_avg, 1),
         ("Temp max °C", |g| g.temp_max_c, 0),
