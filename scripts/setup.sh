@@ -20,6 +20,8 @@ missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# util-linux's `script`: a terminal for the test of the progress bar.
+command -v script >/dev/null 2>&1 || missing+=(bsdutils)
 for package in libopenmpi-dev libclang-dev; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done

@@ -4,6 +4,7 @@
 mod demo;
 mod launch;
 mod launcher;
+mod progress;
 mod trigger;
 
 use std::path::{Path, PathBuf};
@@ -330,13 +331,17 @@ fn run(cli: Cli) -> Result<Finished> {
             } else {
                 aggregate::Outputs::All
             };
-            let aggregated = aggregate::aggregate(
-                &reports_dir,
-                output.as_deref(),
-                run.as_deref(),
-                outputs,
-                &config,
-            )?;
+            let aggregated = {
+                let bar = progress::Bar::stderr();
+                aggregate::aggregate_with(
+                    &reports_dir,
+                    output.as_deref(),
+                    run.as_deref(),
+                    outputs,
+                    &config,
+                    &bar,
+                )?
+            };
             print!("{}", aggregated.files.summary);
             for file in &aggregated.files.files {
                 println!("wrote {}", file.display());
@@ -409,7 +414,10 @@ fn run(cli: Cli) -> Result<Finished> {
                 },
                 jobs: jobs.map_or(defaults.jobs, |jobs| jobs as usize),
             };
-            let imported = import::import(&paths, &out, &options, &config)?;
+            let imported = {
+                let bar = progress::Bar::stderr();
+                import::import_with(&paths, &out, &options, &config, &bar)?
+            };
             print!("{}", imported.files.summary);
             for file in &imported.files.files {
                 println!("wrote {}", terminal(&file.display().to_string()));

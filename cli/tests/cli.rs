@@ -87,6 +87,9 @@ fn aggregate_rebuilds_the_report_rank_zero_wrote() {
     let original = read_json(&session.join("report.json"));
     let rebuilt = read_json(&again.path().join("report.json"));
     assert_eq!(original, rebuilt, "the offline path and rank 0 agree");
+    // Not a terminal: no progress bar in stderr.
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!stderr.contains("reading rank files"), "{stderr}");
     // Byte for byte, the per-row files too: both write them by rank.
     for file in ["trace.json.gz", "raw/stages.arrow", "raw/gpu_samples.arrow"] {
         let (a, b) = (session.join(file), again.path().join(file));
@@ -124,6 +127,30 @@ fn aggregate_report_only_skips_the_trace_and_raw_files() {
         written,
         ["report.html", "report.json", "stages.csv", "summary.txt"]
     );
+}
+
+/// On a terminal (util-linux's `script` gives the command one), aggregate
+/// shows its phases' progress on stderr, and clears it before its output.
+#[test]
+fn aggregate_on_a_terminal_shows_its_progress() {
+    let out = tempfile::tempdir().unwrap();
+    let session = demo_session(out.path());
+    let command = format!(
+        "{} aggregate --reports-dir {}",
+        support::rankscope_bin().display(),
+        session.display()
+    );
+    let run = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .output()
+        .expect("util-linux's script, installed by scripts/setup.sh");
+    let seen = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{seen}");
+    for phase in ["reading rank files", "writing the trace and raw/"] {
+        assert!(seen.contains(phase), "{phase}: {seen}");
+    }
+    assert!(seen.contains("wrote "), "{seen}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ use rankscope_common::Config;
 use crate::analysis::{analyze_digests, RankDigest};
 use crate::model::Notice;
 use crate::model::Report;
+use crate::progress::{Progress, Silent};
 use crate::report::rows::{remove_row_files, PayloadIdentity};
 use crate::report::{create_dir, window_reports, write_reports, WriteError};
 use crate::report::{RowWriters, TRACE_JSON_GZ};
@@ -104,13 +105,29 @@ pub fn aggregate(
     outputs: Outputs,
     config: &Config,
 ) -> Result<Aggregated, AggregateError> {
+    aggregate_with(reports_dir, output, run, outputs, config, &Silent)
+}
+
+/// [`aggregate`], telling `progress` how far it got: the rank files
+/// digested, then (with [`Outputs::All`]) the ranks' rows written.
+pub fn aggregate_with(
+    reports_dir: &Path,
+    output: Option<&Path>,
+    run: Option<&str>,
+    outputs: Outputs,
+    config: &Config,
+    progress: &dyn Progress,
+) -> Result<Aggregated, AggregateError> {
     let inputs = spill::inputs(reports_dir).map_err(|source| AggregateError::Read {
         dir: reports_dir.to_path_buf(),
         source,
     })?;
     // Each rank reduced as it is decoded: only the digests are held.
+    progress.begin("reading rank files", inputs.len() as u64);
     let mut candidates = spill::read_inputs_with(&inputs, config.max_data_points, |payload| {
-        RankDigest::new(&payload, config)
+        let digest = RankDigest::new(&payload, config);
+        progress.advance(1);
+        digest
     });
     for (input, candidate) in candidates.iter_mut().enumerate() {
         if let Ok(digest) = &mut candidate.payload {
@@ -150,7 +167,7 @@ pub fn aggregate(
     // goes back before the next phase.
     release_freed_memory();
     let row_files = match outputs {
-        Outputs::All => write_rows(&accepted, output, &mut report, config)?,
+        Outputs::All => write_rows(&accepted, output, &mut report, config, progress)?,
         Outputs::ReportOnly => {
             remove_row_files(output)?;
             Vec::new()
@@ -185,8 +202,10 @@ fn write_rows(
     output: &Path,
     report: &mut Report,
     config: &Config,
+    progress: &dyn Progress,
 ) -> Result<Vec<PathBuf>, AggregateError> {
     let mut rows = RowWriters::create(output, report, config)?;
+    progress.begin("writing the trace and raw/", accepted.len() as u64);
     let at_once = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut changed = Vec::new();
     for chunk in accepted.chunks(at_once) {
@@ -200,6 +219,7 @@ fn write_rows(
                 _ => changed.push(expected.rank),
             }
         }
+        progress.advance(chunk.len() as u64);
     }
     let files = rows.finish(report)?;
     if !changed.is_empty() {

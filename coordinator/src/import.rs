@@ -18,6 +18,7 @@ use rankscope_common::Config;
 use crate::analysis::kernels::{analyze_kernels, RankKernels};
 use crate::analysis::{add_kernels, analyze, StragglerRule};
 use crate::model::{Notice, Report, SkippedInput};
+use crate::progress::{Progress, Silent};
 use crate::report::{create_dir, write_reports, WriteError, REPORT_JSON};
 
 /// Why no report could be written.
@@ -100,13 +101,25 @@ pub fn import(
     options: &ImportOptions,
     config: &Config,
 ) -> Result<Imported, ImportError> {
+    import_with(paths, out, options, config, &Silent)
+}
+
+/// [`import`], telling `progress` as each trace is read.
+pub fn import_with(
+    paths: &[PathBuf],
+    out: &Path,
+    options: &ImportOptions,
+    config: &Config,
+    progress: &dyn Progress,
+) -> Result<Imported, ImportError> {
     // A bad output directory is said before the traces are read.
     create_dir(out)?;
     let (files, mut skipped) = trace_files(paths)?;
     let mut ranks: BTreeMap<u32, RankKernels> = BTreeMap::new();
     let mut worlds = std::collections::BTreeSet::new();
     let mut world_size = 0;
-    let reads = read_all(&files, options, config.max_world_size);
+    progress.begin("reading traces", files.len() as u64);
+    let reads = read_all(&files, options, config.max_world_size, progress);
     for (file, read) in files.iter().zip(reads) {
         let source = file.display().to_string();
         match read {
@@ -211,6 +224,7 @@ fn read_all(
     files: &[PathBuf],
     options: &ImportOptions,
     max_world_size: u32,
+    progress: &dyn Progress,
 ) -> Vec<Result<ReadTrace, String>> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<ReadTrace, String>>>> =
@@ -220,6 +234,7 @@ fn read_all(
         let Some(file) = files.get(i) else { break };
         let read = read_one(file, &options.limits, max_world_size);
         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(read);
+        progress.advance(1);
     };
     let workers = options.jobs.clamp(1, files.len().max(1));
     std::thread::scope(|scope| {

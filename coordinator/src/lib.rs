@@ -38,5 +38,6 @@ pub mod import;
 pub mod inspect;
 mod join;
 pub mod model;
+pub mod progress;
 pub mod read;
 pub mod report;
