@@ -226,6 +226,12 @@ pub struct Gathered<T = Payload> {
     pub missing: Vec<u32>,
     /// Inputs refused.
     pub skipped: Vec<Skipped>,
+    /// Where each payload came from (a file, a peer), as `payloads` are
+    /// ordered.
+    pub sources: Vec<String>,
+    /// The payloads were judged this run's by their files' age alone (the
+    /// directory transport without a run identity): `sources` names them.
+    pub judged_by_age: bool,
 }
 
 impl<T> Default for Gathered<T> {
@@ -235,6 +241,8 @@ impl<T> Default for Gathered<T> {
             payloads: Vec::new(),
             missing: Vec::new(),
             skipped: Vec::new(),
+            sources: Vec::new(),
+            judged_by_age: false,
         }
     }
 }
@@ -359,13 +367,17 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
             }
         }
     }
+    let missing = (0..world_size)
+        .filter(|r| !by_rank.contains_key(r))
+        .collect();
+    let (sources, payloads) = by_rank.into_values().unzip();
     Gathered {
         world_size,
-        missing: (0..world_size)
-            .filter(|r| !by_rank.contains_key(r))
-            .collect(),
-        payloads: by_rank.into_values().map(|(_, payload)| payload).collect(),
+        missing,
+        payloads,
         skipped: capped(skipped),
+        sources,
+        judged_by_age: false,
     }
 }
 

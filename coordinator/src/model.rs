@@ -116,6 +116,11 @@ pub struct SessionSummary {
     pub skipped: Vec<SkippedInput>,
     /// Files of other runs that used the same session id, left out.
     pub other_runs: Vec<SkippedInput>,
+    /// The files judged this run's by their age alone (the directory
+    /// transport without a run identity, RANKSCOPE_RUN_ID): a run started
+    /// within seconds of this one could be among them. Empty otherwise.
+    #[serde(default)]
+    pub judged_by_age: Vec<String>,
     /// Calls of each stage name on each rank left out of the stage
     /// statistics as warm-up (`warmup_calls`).
     #[serde(default)]

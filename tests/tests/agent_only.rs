@@ -81,3 +81,63 @@ fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
     assert_eq!(stage["name"], "denoise_step");
     assert_eq!(stage["count"], 12);
 }
+
+/// Two ranks through the shared directory: without a run identity the
+/// report names the files it judged this run's by their age alone; with
+/// one (RANKSCOPE_RUN_ID) none is.
+#[test]
+fn a_directory_gather_without_a_run_id_names_the_files_judged_by_age() {
+    for run_id in [None, Some("launch-7")] {
+        let out = tempfile::tempdir().unwrap();
+        let children: Vec<_> = (0..2)
+            .map(|rank| {
+                let mut command = support::rank_program();
+                command
+                    .env("RANKSCOPE_RANK", rank.to_string())
+                    .env("RANKSCOPE_WORLD_SIZE", "2")
+                    .env("RANKSCOPE_SESSION_ID", "by-age")
+                    .env("RANKSCOPE_TRANSPORT", "dir")
+                    .env("RANKSCOPE_OUTPUT_DIR", out.path())
+                    .env("RANKSCOPE_GPU_SOURCE", "none")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
+                if let Some(run_id) = run_id {
+                    command.env("RANKSCOPE_RUN_ID", run_id);
+                }
+                command.spawn().unwrap()
+            })
+            .collect();
+        for child in children {
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let session = std::fs::read_dir(out.path())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(session.join("report.json")).unwrap()).unwrap();
+        assert_eq!(
+            report["session"]["ranks_reporting"],
+            serde_json::json!([0, 1])
+        );
+        let judged = report["session"]["judged_by_age"].as_array().unwrap();
+        match run_id {
+            None => {
+                assert_eq!(judged.len(), 2, "{judged:?}");
+                assert!(judged
+                    .iter()
+                    .all(|f| f.as_str().unwrap().contains("rank-0000")));
+                let summary = std::fs::read_to_string(session.join("summary.txt")).unwrap();
+                assert!(summary.contains("Judged this run's by their age alone"));
+            }
+            Some(_) => assert!(judged.is_empty(), "{judged:?}"),
+        }
+    }
+}

@@ -101,7 +101,9 @@ impl Transport for DirTransport {
             // clock says; without an identity, an old one is another run's.
             ended_after_unix_ns: run.is_none().then_some(fresh_after_ns),
         };
-        Ok(Some(gather::accept(candidates, &expect)))
+        let mut gathered = gather::accept(candidates, &expect);
+        gathered.judged_by_age = run.is_none();
+        Ok(Some(gathered))
     }
 }
 

@@ -237,6 +237,10 @@ fn session_summary<T>(
         started_unix_s: first.map_or(0.0, |h| h.clock.start_unix_ns as f64 / 1e9),
         skipped,
         other_runs: Vec::new(),
+        judged_by_age: match gathered.judged_by_age {
+            true => gathered.sources.clone(),
+            false => Vec::new(),
+        },
         warmup_calls: 0,
         notices: rankscope_common::gather::notices(ranks.iter().map(Headed::header))
             .into_iter()

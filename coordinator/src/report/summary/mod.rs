@@ -191,6 +191,18 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             &cell(&notice.message, 400),
         )
     })?;
+    if !s.judged_by_age.is_empty() {
+        write_wrapped(
+            out,
+            "",
+            &format!(
+                "Judged this run's by their age alone (no run id: set RANKSCOPE_RUN_ID per \
+                 launch): {} files; a run started within seconds of this one could be among \
+                 them (report.json session.judged_by_age names them)",
+                s.judged_by_age.len()
+            ),
+        )?;
+    }
     write_listed(out, &s.skipped, LISTED, "inputs skipped", |out, skipped| {
         write_wrapped(
             out,
