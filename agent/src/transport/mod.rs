@@ -22,6 +22,7 @@ pub mod mpi;
 #[cfg(any(feature = "mpi", test))]
 mod send_buffer;
 pub mod tcp;
+mod token_file;
 
 use std::path::Path;
 use std::time::{Instant, UNIX_EPOCH};

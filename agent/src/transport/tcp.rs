@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 
 use super::clock::{self, Round, ROUNDS};
 use super::dir::DirTransport;
+use super::token_file;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 use crate::sync::lock;
@@ -73,6 +74,9 @@ pub struct TcpTransport {
     /// Rank 0's listener: `host:port`.
     endpoint: String,
     token: Vec<u8>,
+    /// The token is rank 0's, made at each rendezvous and read by the
+    /// others from the session directory (a one-machine job given none).
+    shared_token: bool,
     max_frame: u64,
     payload_timeout: Duration,
     clock_shift_ns: i64,
@@ -107,8 +111,14 @@ impl TcpTransport {
             (None, None) => return Err(unavailable("no port: set MASTER_PORT or RANKSCOPE_PORT")),
         };
         let endpoint = format!("{host}:{port}");
+        // A job on one machine that was given no token: rank 0 makes one
+        // at the rendezvous and leaves it for the others (`token_file`).
+        let shared_token = config.token.is_none()
+            && env.world_size > 1
+            && env.local_world_size == Some(env.world_size);
         let token = match &config.token {
             Some(token) => token.as_bytes().to_vec(),
+            None if shared_token => Vec::new(),
             None => {
                 // Derived: anyone who knows the run id, address and port can
                 // derive it too, and is told so.
@@ -130,6 +140,7 @@ impl TcpTransport {
         Ok(TcpTransport {
             endpoint,
             token,
+            shared_token,
             max_frame: config.max_frame_bytes,
             payload_timeout: Duration::from_secs_f64(config.gather_timeout_s),
             clock_shift_ns: config.clock_shift_ns,
@@ -156,6 +167,44 @@ impl TcpTransport {
             }
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// A one-machine job given no token: rank 0 makes this launch's and
+    /// leaves it in the session directory, the others read it there by
+    /// `deadline`. `false` (said in a notice) where that failed: rank 0
+    /// then gathers through the directory, the others spill only.
+    fn share_token(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> bool {
+        let dir = session.session_dir;
+        let token = match session.rank {
+            0 => token_file::write(dir, &self.endpoint)
+                .map_err(|e| {
+                    notice!(
+                        "cannot leave the job token in {}: {e}; the ranks gather through the \
+                         session directory instead (set RANKSCOPE_TOKEN)",
+                        dir.display()
+                    )
+                })
+                .ok(),
+            _ => token_file::read(dir, &self.endpoint, deadline).or_else(|| {
+                notice!(
+                    "rank 0 left no job token in {} in time; this rank's data stays in its \
+                     spill file (set RANKSCOPE_TOKEN to the same secret on every rank)",
+                    dir.display()
+                );
+                None
+            }),
+        };
+        match token {
+            Some(token) => {
+                self.token = token;
+                true
+            }
+            None if session.rank == 0 => {
+                self.fallback = Some(DirTransport);
+                false
+            }
+            None => false,
         }
     }
 
@@ -244,6 +293,15 @@ impl Transport for TcpTransport {
         deadline: Instant,
     ) -> Result<Rendezvous, TransportError> {
         let deadline = deadline.min(Instant::now() + RENDEZVOUS_TIMEOUT);
+        if self.shared_token && !self.share_token(session, deadline) {
+            self.reached = false;
+            return Ok(Rendezvous {
+                run_id: session.run_id.map(str::to_string),
+                clock_sync: ClockSync::TcpPingpong,
+                offset: None,
+                endpoint: Some(self.endpoint.clone()),
+            });
+        }
         if session.rank == 0 {
             let run_id = clock::session_run_id(session.run_id, "tcp", self.now());
             let listener = match TcpListener::bind(&self.endpoint) {
