@@ -170,6 +170,16 @@ impl SessionState {
     }
 }
 
+/// Makes the folder `dir` (and those above it); a link or a file planted
+/// in its place, which would send the files elsewhere, is an error.
+fn create_real_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    match std::fs::symlink_metadata(dir)?.file_type().is_dir() {
+        true => Ok(()),
+        false => Err(std::io::Error::other("a link or file stands in its place")),
+    }
+}
+
 /// `rank 3` or `ranks 1-3, 7`.
 fn rank_list(ranks: &[u32]) -> String {
     let plural = if ranks.len() == 1 { "" } else { "s" };
@@ -256,8 +266,10 @@ fn process_tag(start_unix_ns: i64) -> u64 {
 ///
 /// Lock order, where a call takes more than one: `flushes`, then the
 /// slot's (`session`, held only to read the running session), then the
-/// recorder's own (thread buffers). `transport` is taken and put back with
-/// no other lock held; the notices' lock is a leaf.
+/// recorder's own (thread buffers). `transport` and `windows` are taken
+/// and put back with no other lock held; the locks inside `steps` (its
+/// edges, the window planned, its stop signal) and the notices' are
+/// leaves.
 pub(crate) struct Hub {
     /// What the hot path and the sampler write into.
     pub(crate) recorder: Arc<Recorder>,
@@ -392,19 +404,10 @@ impl Session {
         let id = capped("session id", &session_id(config, env)?, MAX_NAME_BYTES);
         let dir = session_dir(config, &name, &id);
         let windows_dir = dir.clone();
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| {
-                // A link planted in its place would send the files elsewhere.
-                let kind = std::fs::symlink_metadata(&dir)?.file_type();
-                match kind.is_dir() {
-                    true => Ok(()),
-                    false => Err(std::io::Error::other("a link or file stands in its place")),
-                }
-            })
-            .map_err(|source| SessionError::SessionDir {
-                path: dir.clone(),
-                source,
-            })?;
+        create_real_dir(&dir).map_err(|source| SessionError::SessionDir {
+            path: dir.clone(),
+            source,
+        })?;
         let mut transport = take_transport(&shared)?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
         let proposal = session_info(env, &id, env.run_id.as_deref(), &dir, start_unix_ns);
@@ -910,6 +913,7 @@ pub(crate) fn write_window(
     shared: &Hub,
     rows: &WindowRows,
     window: WindowMeta,
+    dropped: Vec<DroppedRows>,
 ) -> Result<Option<WindowPayload>, SessionError> {
     let env = &shared.env;
     let now = shared.recorder.now_ns();
@@ -947,10 +951,10 @@ pub(crate) fn write_window(
     }
     let merged =
         Payload::concat(kept, shared.config.max_data_points).map_err(SessionError::Batch)?;
-    let tables = merged.map(|payload| {
-        header.dropped = payload.header.dropped;
-        payload.tables
-    });
+    // What the rank dropped while the window was open (past
+    // max_data_points): a window of a long session may have lost its rows.
+    header.dropped = dropped;
+    let tables = merged.map(|payload| payload.tables);
     let mut payload = Payload {
         header,
         tables: tables.unwrap_or_default(),
@@ -966,7 +970,7 @@ pub(crate) fn write_window(
         dir: gather.dir.clone(),
         source,
     };
-    std::fs::create_dir_all(&gather.dir).map_err(spill)?;
+    create_real_dir(&gather.dir).map_err(spill)?;
     rankscope_common::file::write_atomic(&gather.file, &bytes).map_err(spill)?;
     Ok(Some(WindowPayload { bytes, gather }))
 }

@@ -30,6 +30,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rankscope_common::error::Chain;
+use rankscope_common::payload::DroppedRows;
+use rankscope_common::table::Table;
 use rankscope_common::window::{self, Plan, Refusal, Request, Trigger, WindowMeta};
 use signal_hook::consts::SIGUSR1;
 use signal_hook::SigId;
@@ -44,13 +46,22 @@ use crate::transport::Transport;
 /// How often the windows thread looks at the control files when no edge
 /// wakes it.
 const POLL: Duration = Duration::from_millis(50);
-/// Steps between rank 0's plan and the window's first step, besides the
-/// delay asked for: time for the other ranks to read the plan.
-const PLAN_LEAD_STEPS: u64 = 2;
+/// Time between rank 0's plan and the window's first step, besides the
+/// delay asked for: for the other ranks to read the plan (they look every
+/// [`POLL`]). Rank 0 turns it into steps at the rate its steps go, and
+/// leads by at least [`MIN_LEAD_STEPS`].
+const PLAN_LEAD: Duration = Duration::from_millis(300);
+/// The fewest steps between a plan and its window.
+const MIN_LEAD_STEPS: u64 = 2;
+/// The most: a rank racing through tiny steps waits no longer than this.
+const MAX_LEAD_STEPS: u64 = 100_000;
 /// Requests read per look: a flood of them waits on disk, a look at a time.
 const REQUESTS_PER_LOOK: usize = 16;
 /// Window reports rank 0 writes at once; another window's waits for one.
 const REPORTS_AT_ONCE: usize = 2;
+/// How long a window's gather waits where ranks were missing from the
+/// last: long enough for ranks a step behind.
+const MISSING_AGAIN_WAIT: Duration = Duration::from_secs(2);
 /// Edges kept for the thread; past this (a thread that cannot keep up with
 /// one-step windows) the oldest go, counted.
 const MAX_EDGES: usize = 1024;
@@ -114,8 +125,10 @@ impl Steps {
     /// the new count, an edge noted at the time and parts `edge` gives.
     #[inline]
     pub(crate) fn advance(&self, edge: impl FnOnce() -> (u64, u32)) {
-        let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
-        if count == self.next_edge.load(Ordering::Acquire) {
+        // SeqCst, with `arm`'s store and load: of a step passing the count
+        // an edge is armed at and the arming, one sees the other.
+        let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
+        if count == self.next_edge.load(Ordering::SeqCst) {
             self.reach(count, edge);
         }
     }
@@ -155,8 +168,8 @@ impl Steps {
     /// where the count passed `at` first: no edge comes for it.
     fn arm(&self, at: u64, then: u64) -> bool {
         self.then_edge.store(then, Ordering::Release);
-        self.next_edge.store(at, Ordering::Release);
-        if self.count() < at {
+        self.next_edge.store(at, Ordering::SeqCst);
+        if self.count.load(Ordering::SeqCst) < at {
             return true;
         }
         // Passed: a step claimed the edge (it is queued), or none ever will.
@@ -243,9 +256,13 @@ impl WindowsThread {
             open: None,
             reports: Vec::new(),
             parts_reported: 0,
+            started: (Instant::now(), 0),
+            ranks_were_missing: Arc::default(),
             refused_files: 0,
             unreadable_plan: None,
-            sigusr1: (hub.env.rank == 0).then(Sigusr1::take).flatten(),
+            // Every rank takes it (a scheduler may signal them all); rank
+            // 0's asks for a window, the others' are ignored.
+            sigusr1: Sigusr1::take(),
             signals_taken: 0,
             every: (hub.env.rank == 0 && hub.config.window_every_s > 0.0).then(|| {
                 (
@@ -255,9 +272,14 @@ impl WindowsThread {
             }),
             periodic_taken: 0,
         };
+        if hub.env.rank == 0 {
+            if let Err(e) = window::write_live(&windows.dir) {
+                notice!("rankscope trigger cannot reach this session: {e}");
+            }
+        }
         if rolling > 0 {
-            let plan = windows.rolling_plan();
-            windows.open(plan, edge_now(hub));
+            let plan = windows.rolling_plan(0);
+            windows.open(hub, plan, edge_now(hub));
         }
         let thread = std::thread::Builder::new()
             .name("rankscope-windows".into())
@@ -310,11 +332,37 @@ fn edge_now(hub: &Hub) -> Edge {
     }
 }
 
+/// Rows this rank dropped so far per table (past `max_data_points`).
+fn dropped_now(hub: &Hub) -> Vec<(Table, u64)> {
+    hub.recorder
+        .row_counts()
+        .into_iter()
+        .map(|(table, _, dropped)| (table, dropped))
+        .collect()
+}
+
+/// Rows dropped per table since `before`: a window's share.
+fn dropped_since(hub: &Hub, before: &[(Table, u64)]) -> Vec<DroppedRows> {
+    dropped_now(hub)
+        .into_iter()
+        .filter_map(|(table, now)| {
+            let then = before.iter().find(|(t, _)| *t == table).map_or(0, |d| d.1);
+            let rows = now.saturating_sub(then);
+            (rows > 0).then(|| DroppedRows {
+                table: table.name().to_string(),
+                rows,
+            })
+        })
+        .collect()
+}
+
 /// A window open on this rank.
 struct Open {
     plan: Plan,
     /// Where it opened here.
     edge: Edge,
+    /// Rows dropped per table when it opened.
+    dropped: Vec<(Table, u64)>,
     /// The step count at which it closes.
     close_step: u64,
 }
@@ -339,11 +387,16 @@ struct Windows {
     reports: Vec<JoinHandle<()>>,
     /// The last flush part a closed window read.
     parts_reported: u32,
+    /// When the thread started, and the step count then: the pace of steps.
+    started: (Instant, u64),
+    /// Whether ranks were missing from the last window rank 0 gathered:
+    /// the next gather does not wait long for them again.
+    ranks_were_missing: Arc<AtomicBool>,
     /// Control files refused (unreadable requests), counted.
     refused_files: u64,
     /// The plan that could not be read, said once.
     unreadable_plan: Option<u32>,
-    /// Rank 0's `SIGUSR1`, where the program left it at its default action.
+    /// `SIGUSR1`, where the program left it at its default action.
     sigusr1: Option<Sigusr1>,
     /// Windows asked for by `SIGUSR1` so far.
     signals_taken: u64,
@@ -353,6 +406,10 @@ struct Windows {
     /// Periodic windows planned so far.
     periodic_taken: u64,
 }
+
+/// Whether a session of this process took `SIGUSR1` (its handler stays
+/// installed once registered): a later session takes it again.
+static SIGUSR1_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// `SIGUSR1` taken while the session runs: a flag its handler sets.
 struct Sigusr1 {
@@ -364,12 +421,16 @@ impl Sigusr1 {
     /// Takes `SIGUSR1` where its action is the default (which would end
     /// the process); a program's own handler is left alone.
     fn take() -> Option<Sigusr1> {
-        if !crate::signals::has_default_action(SIGUSR1) {
+        let ours = SIGUSR1_TAKEN.load(Ordering::Relaxed);
+        if !ours && !crate::signals::has_default_action(SIGUSR1) {
             return None;
         }
         let received = Arc::new(AtomicBool::new(false));
         match signal_hook::flag::register(SIGUSR1, Arc::clone(&received)) {
-            Ok(id) => Some(Sigusr1 { received, id }),
+            Ok(id) => {
+                SIGUSR1_TAKEN.store(true, Ordering::Relaxed);
+                Some(Sigusr1 { received, id })
+            }
             Err(e) => {
                 notice!("SIGUSR1 will not open windows: {e}");
                 None
@@ -390,20 +451,29 @@ impl Windows {
     fn run(mut self) {
         loop {
             let stopped = self.steps.signal.wait(POLL);
+            let close = self.steps.close_on_stop.load(Ordering::Relaxed);
+            if stopped && !close {
+                // A stop signal spills the session: no window is written,
+                // no report waited for.
+                if self.rank == 0 {
+                    window::remove_live(&self.dir);
+                }
+                return;
+            }
             let Some(hub) = self.hub.upgrade() else {
                 return;
             };
             self.take_edges(&hub);
             if stopped {
-                let close = self.steps.close_on_stop.load(Ordering::Relaxed);
-                if let Some(open) = self.open.take().filter(|_| close) {
+                if let Some(open) = self.open.take() {
                     self.close(&hub, open, edge_now(&hub));
                 }
+                if self.rank == 0 {
+                    window::remove_live(&self.dir);
+                }
                 drop(hub);
-                if close {
-                    for report in self.reports.drain(..) {
-                        let _ = report.join();
-                    }
+                for report in self.reports.drain(..) {
+                    let _ = report.join();
                 }
                 return;
             }
@@ -433,11 +503,11 @@ impl Windows {
                 continue;
             }
             if self.rolling > 0 {
-                let plan = self.rolling_plan();
-                self.open(plan, edge);
+                let plan = self.rolling_plan(edge.count);
+                self.open(hub, plan, edge);
             } else if let Some(plan) = self.planned.take() {
                 match edge.count >= plan.first_step {
-                    true => self.open(plan, edge),
+                    true => self.open(hub, plan, edge),
                     false => self.planned = Some(plan),
                 }
             }
@@ -471,7 +541,7 @@ impl Windows {
         }
         // Heard of too late to open at its step: opened now, and said so
         // in the window's report (this rank's first step is later).
-        self.open(plan, edge_now(hub));
+        self.open(hub, plan, edge_now(hub));
         let open = self.open.as_mut().expect("opened just above");
         open.close_step = open.close_step.max(open.edge.count + 1);
         if !self.steps.arm(open.close_step, NONE) {
@@ -480,11 +550,14 @@ impl Windows {
         }
     }
 
-    /// The rolling window to open next.
-    fn rolling_plan(&self) -> Plan {
+    /// The rolling window that opens at step `count`: numbered by the
+    /// count, so that every rank numbers it alike even where edges were
+    /// lost.
+    fn rolling_plan(&self, count: u64) -> Plan {
+        let index = u32::try_from(count / self.rolling + 1).unwrap_or(u32::MAX);
         Plan {
-            index: self.next_index,
-            first_step: u64::from(self.next_index - 1).saturating_mul(self.rolling),
+            index,
+            first_step: u64::from(index - 1).saturating_mul(self.rolling),
             steps: self.rolling,
             trigger: Trigger::Rolling,
             nonce: String::new(),
@@ -563,14 +636,17 @@ impl Windows {
     }
 
     /// Plans the window `request` asks for, where none is open or planned;
-    /// else refuses it with the reason.
+    /// else refuses it with the reason (written for `rankscope trigger` to
+    /// read; a signal's or a period's is only skipped).
     fn answer(&mut self, request: Request) {
         if let Some(reason) = self.busy() {
-            let refusal = Refusal {
-                nonce: request.nonce,
-                reason,
-            };
-            let _ = window::write_refusal(&self.dir, &refusal);
+            if request.trigger == Trigger::Command {
+                let refusal = Refusal {
+                    nonce: request.nonce,
+                    reason,
+                };
+                let _ = window::write_refusal(&self.dir, &refusal);
+            }
             return;
         }
         let plan = Plan {
@@ -579,7 +655,7 @@ impl Windows {
                 .steps
                 .count()
                 .saturating_add(request.delay_steps)
-                .saturating_add(PLAN_LEAD_STEPS),
+                .saturating_add(self.lead_steps()),
             steps: match request.steps {
                 0 => self.default_steps,
                 steps => steps,
@@ -603,6 +679,18 @@ impl Windows {
         }
     }
 
+    /// Steps that pass in [`PLAN_LEAD`] at this rank's pace so far.
+    fn lead_steps(&self) -> u64 {
+        let (since, at_start) = self.started;
+        let seconds = since.elapsed().as_secs_f64();
+        let done = self.steps.count().saturating_sub(at_start) as f64;
+        let lead = match seconds > 0.0 {
+            true => (done / seconds * PLAN_LEAD.as_secs_f64()).ceil() as u64,
+            false => 0,
+        };
+        lead.clamp(MIN_LEAD_STEPS, MAX_LEAD_STEPS)
+    }
+
     /// Why no window can be planned now, where none can.
     fn busy(&self) -> Option<String> {
         if self.rolling > 0 {
@@ -623,13 +711,14 @@ impl Windows {
     }
 
     /// Opens `plan`'s window at `edge`.
-    fn open(&mut self, plan: Plan, edge: Edge) {
+    fn open(&mut self, hub: &Hub, plan: Plan, edge: Edge) {
         self.armed = false;
         self.steps.set_current(Some(&plan));
         self.open = Some(Open {
             close_step: plan.first_step.saturating_add(plan.steps),
             plan,
             edge,
+            dropped: dropped_now(hub),
         });
     }
 
@@ -638,6 +727,10 @@ impl Windows {
     fn close(&mut self, hub: &Arc<Hub>, open: Open, edge: Edge) {
         self.next_index = open.plan.index + 1;
         self.steps.set_current(None);
+        if edge.count == open.edge.count {
+            // Opened as the session ended: no step to report.
+            return;
+        }
         let written = session::flush_parts(hub).and_then(|upto| {
             let rows = WindowRows {
                 after: open.edge.parts,
@@ -657,7 +750,8 @@ impl Windows {
                 duration_ns: edge.ns.saturating_sub(open.edge.ns),
             };
             self.parts_reported = upto;
-            session::write_window(hub, &rows, meta)
+            let dropped = dropped_since(hub, &open.dropped);
+            session::write_window(hub, &rows, meta, dropped)
         });
         match written {
             Ok(Some(payload)) if self.rank == 0 => self.report(hub, payload),
@@ -678,9 +772,10 @@ impl Windows {
             let _ = self.reports.remove(0).join();
         }
         let hub = Arc::clone(hub);
+        let missing = Arc::clone(&self.ranks_were_missing);
         let thread = std::thread::Builder::new()
             .name("rankscope-window-report".into())
-            .spawn(move || report_window(&hub, &payload));
+            .spawn(move || report_window(&hub, &payload, &missing));
         match thread {
             Ok(thread) => self.reports.push(thread),
             Err(e) => notice!("a window's report is not written: cannot start its thread: {e}"),
@@ -690,9 +785,15 @@ impl Windows {
 
 /// Gathers the payloads of the window whose own is `payload` from its
 /// folder, by `gather_timeout_s`, and writes its report there.
-fn report_window(hub: &Hub, payload: &WindowPayload) {
+fn report_window(hub: &Hub, payload: &WindowPayload, ranks_were_missing: &AtomicBool) {
     let info = payload.gather.info(&hub.env);
-    let deadline = Instant::now() + Duration::from_secs_f64(hub.config.gather_timeout_s);
+    // Ranks missing from the last window (dead, or blind to the folder)
+    // are not waited for in full again: the windows must keep up.
+    let wait = match ranks_were_missing.load(Ordering::Relaxed) {
+        true => MISSING_AGAIN_WAIT.min(Duration::from_secs_f64(hub.config.gather_timeout_s)),
+        false => Duration::from_secs_f64(hub.config.gather_timeout_s),
+    };
+    let deadline = Instant::now() + wait;
     let dir = &payload.gather.dir;
     let gathered = match DirTransport.gather(&payload.bytes, &info, deadline) {
         Ok(Some(gathered)) => gathered,
@@ -707,6 +808,7 @@ fn report_window(hub: &Hub, payload: &WindowPayload) {
         }
     };
     let (reporting, world) = (gathered.payloads.len(), gathered.world_size);
+    ranks_were_missing.store(!gathered.missing.is_empty(), Ordering::Relaxed);
     match session::report(hub, &gathered, dir) {
         Ok(Some(_)) => say!(
             "window report ({reporting} of {world} ranks) in {}",

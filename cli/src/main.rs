@@ -106,10 +106,10 @@ enum Commands {
         #[arg(long)]
         dir: PathBuf,
         /// Steps the window covers (default: the job's window_steps, 20).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
         steps: Option<u64>,
         /// Steps to let pass before the window opens.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=1_000_000_000))]
         delay_steps: u64,
         /// Python ranks also capture the window with torch.profiler (its
         /// kernels, collectives and CPU operators in the window's report).

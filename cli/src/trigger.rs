@@ -33,9 +33,17 @@ pub struct TriggerOptions {
 /// the folder of the window's report once it is written.
 pub fn run(options: &TriggerOptions) -> Result<()> {
     let dir = &options.dir;
-    if !dir.is_dir() {
-        bail!("{} is not a session directory", dir.display());
+    if !window::is_live(dir) {
+        bail!(
+            "no session runs in {}: its rank 0 keeps {}/{} there while it does",
+            dir.display(),
+            window::CONTROL_DIR,
+            window::LIVE_FILE
+        );
     }
+    let deadline = Instant::now()
+        .checked_add(options.timeout)
+        .context("--timeout is too long")?;
     let request = Request {
         // No other request has it.
         nonce: random_hex(16, "a request nonce")?,
@@ -46,7 +54,7 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
     };
     let path = window::write_request(dir, &request)
         .with_context(|| format!("writing a window request into {}", dir.display()))?;
-    let plan = match wait_for_plan(dir, &request.nonce, options.timeout) {
+    let plan = match wait_for_plan(dir, &request.nonce, options.timeout, deadline) {
         Ok(plan) => plan,
         Err(e) => {
             // Nobody took it: it must not open a window later, unasked.
@@ -63,33 +71,29 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
         report_dir.display()
     );
     if options.wait {
-        wait_for_report(&report_dir, options.timeout)?;
+        let deadline = Instant::now()
+            .checked_add(options.timeout)
+            .context("--timeout is too long")?;
+        wait_for_report(&report_dir, options.timeout, deadline)?;
         println!("{}", report_dir.display());
     }
     Ok(())
 }
 
 /// Rank 0's plan for the request with `nonce`, or its refusal as an error.
-fn wait_for_plan(dir: &Path, nonce: &str, timeout: Duration) -> Result<Plan> {
-    let deadline = Instant::now() + timeout;
-    let mut index = 1;
+fn wait_for_plan(dir: &Path, nonce: &str, timeout: Duration, deadline: Instant) -> Result<Plan> {
     loop {
-        if let Some(refusal) = window::read_refusal(dir, nonce)? {
+        if let Some(refusal) = window::take_refusal(dir, nonce)? {
             bail!("rank 0 refused the window: {}", refusal.reason);
         }
-        // Plans are numbered from 1; look past the ones that answer others.
-        while let Some(plan) = window::read_plan(dir, index)? {
-            if plan.nonce == nonce {
-                return Ok(plan);
-            }
-            index += 1;
+        if let Some(plan) = window::plan_for(dir, nonce) {
+            return Ok(plan);
         }
         if Instant::now() >= deadline {
             bail!(
-                "rank 0 did not answer in {:.0} s: is a session running in {}, with every rank \
-                 calling Profiler::step (prof.step() in Python)?",
+                "rank 0 did not answer in {:.1} s: do its ranks call Profiler::step (prof.step() \
+                 in Python)?",
                 timeout.as_secs_f64(),
-                dir.display()
             );
         }
         std::thread::sleep(POLL);
@@ -97,12 +101,11 @@ fn wait_for_plan(dir: &Path, nonce: &str, timeout: Duration) -> Result<Plan> {
 }
 
 /// Waits until the window's report.json is in `report_dir`.
-fn wait_for_report(report_dir: &Path, timeout: Duration) -> Result<()> {
-    let deadline = Instant::now() + timeout;
+fn wait_for_report(report_dir: &Path, timeout: Duration, deadline: Instant) -> Result<()> {
     while !report_dir.join("report.json").exists() {
         if Instant::now() >= deadline {
             bail!(
-                "no report in {} after {:.0} s: the window may not have closed yet (its steps \
+                "no report in {} after {:.1} s: the window may not have closed yet (its steps \
                  have not all passed)",
                 report_dir.display(),
                 timeout.as_secs_f64()

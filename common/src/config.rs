@@ -803,25 +803,9 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 fn read_file(path: &Path) -> Result<Map<String, Value>, ConfigError> {
     let read = || -> std::io::Result<String> {
-        use std::io::Read;
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true);
-        #[cfg(unix)]
-        {
-            // A FIFO must not block the open; it is refused just below.
-            use std::os::unix::fs::OpenOptionsExt;
-            options.custom_flags(libc::O_NONBLOCK);
-        }
-        let file = options.open(path)?;
-        if !file.metadata()?.is_file() {
-            return Err(std::io::Error::other("not a regular file"));
-        }
-        let mut text = String::new();
-        file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)?;
-        if text.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(std::io::Error::other("larger than 1 MiB"));
-        }
-        Ok(text)
+        let file = crate::file::open_regular(path, true)?;
+        let bytes = crate::file::read_capped(file, MAX_CONFIG_BYTES)?;
+        String::from_utf8(bytes).map_err(std::io::Error::other)
     };
     let text = read().map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),

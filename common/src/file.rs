@@ -3,6 +3,36 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Opens `path` for reading as a regular file: never blocking on a FIFO or
+/// a device (the open does not wait; anything but a regular file is then
+/// refused) and, without `follow_links`, never through a symbolic link.
+pub fn open_regular(path: &Path, follow_links: bool) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let no_follow = if follow_links { 0 } else { libc::O_NOFOLLOW };
+        options.custom_flags(libc::O_NONBLOCK | no_follow);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// `file`'s bytes, at most `max`: a longer file is an error naming the limit.
+pub fn read_capped(file: std::fs::File, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    match bytes.len() as u64 > max {
+        true => Err(std::io::Error::other(format!("larger than {max} bytes"))),
+        false => Ok(bytes),
+    }
+}
+
 /// Writes `bytes` to `path` so that a reader sees the old file or the whole
 /// new one, never half of it (see [`AtomicFile`]). On failure nothing is
 /// left behind.

@@ -19,7 +19,6 @@
 //! atomically and read with a size limit; one that does not parse is
 //! refused by name, never trusted.
 
-use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -35,6 +34,9 @@ pub const CONTROL_DIR: &str = "control";
 const MAX_CONTROL_BYTES: u64 = 4096;
 /// The longest nonce kept, bytes (a longer one is refused).
 const MAX_NONCE_BYTES: usize = 64;
+/// The most steps a window asked for may cover, and the most it may wait
+/// to open: past these a request (or a plan) is refused.
+pub const MAX_WINDOW_STEPS: u64 = 1_000_000_000;
 
 /// What opened a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,6 +159,30 @@ pub enum ControlError {
     },
 }
 
+/// The file rank 0 keeps in the control folder while its session runs
+/// (and can plan windows): its process id.
+pub const LIVE_FILE: &str = "live";
+
+/// Rank 0: says in `session_dir` that a session runs there.
+pub fn write_live(session_dir: &Path) -> std::io::Result<()> {
+    let dir = control_dir(session_dir);
+    std::fs::create_dir_all(&dir)?;
+    crate::file::write_atomic(
+        &dir.join(LIVE_FILE),
+        std::process::id().to_string().as_bytes(),
+    )
+}
+
+/// Rank 0: its session there has ended.
+pub fn remove_live(session_dir: &Path) {
+    let _ = std::fs::remove_file(control_dir(session_dir).join(LIVE_FILE));
+}
+
+/// Whether a session runs in `session_dir` (its rank 0 said so).
+pub fn is_live(session_dir: &Path) -> bool {
+    control_dir(session_dir).join(LIVE_FILE).is_file()
+}
+
 /// The control folder of `session_dir`.
 pub fn control_dir(session_dir: &Path) -> PathBuf {
     session_dir.join(CONTROL_DIR)
@@ -218,22 +244,45 @@ pub fn read_plan(session_dir: &Path, index: u32) -> Result<Option<Plan>, Control
         return Ok(None);
     }
     let plan: Plan = read_json(&path)?;
-    match plan.index == index {
-        true => Ok(Some(plan)),
-        false => Err(ControlError::Invalid {
-            path,
-            reason: format!("it plans window {}", plan.index),
-        }),
-    }
+    let reason = if plan.index != index {
+        format!("it plans window {}", plan.index)
+    } else if plan.steps == 0 || plan.steps > MAX_WINDOW_STEPS {
+        format!("its {} steps are not 1 to {MAX_WINDOW_STEPS}", plan.steps)
+    } else {
+        return Ok(Some(plan));
+    };
+    Err(ControlError::Invalid { path, reason })
 }
 
-/// The answer to the request with `nonce`, `None` while there is none.
-pub fn read_refusal(session_dir: &Path, nonce: &str) -> Result<Option<Refusal>, ControlError> {
+/// The answer to the request with `nonce`, `None` while there is none;
+/// read once (the file goes).
+pub fn take_refusal(session_dir: &Path, nonce: &str) -> Result<Option<Refusal>, ControlError> {
     let path = refusal_path(session_dir, nonce);
-    match path.exists() {
-        true => read_json(&path).map(Some),
-        false => Ok(None),
+    if !path.exists() {
+        return Ok(None);
     }
+    let refusal = read_json(&path);
+    let _ = std::fs::remove_file(&path);
+    refusal.map(Some)
+}
+
+/// The plan that answers the request with `nonce`, among the plan files of
+/// `session_dir` (whatever else is there), `None` while there is none.
+pub fn plan_for(session_dir: &Path, nonce: &str) -> Option<Plan> {
+    let entries = std::fs::read_dir(control_dir(session_dir)).ok()?;
+    entries.filter_map(Result::ok).find_map(|entry| {
+        let name = entry.file_name();
+        let index: u32 = name
+            .to_str()?
+            .strip_prefix("plan-")?
+            .strip_suffix(".json")?
+            .parse()
+            .ok()?;
+        read_plan(session_dir, index)
+            .ok()
+            .flatten()
+            .filter(|plan| plan.nonce == nonce)
+    })
 }
 
 /// The request files in the control folder of `session_dir`, oldest name
@@ -241,8 +290,12 @@ pub fn read_refusal(session_dir: &Path, nonce: &str) -> Result<Option<Refusal>, 
 pub fn pending_requests(session_dir: &Path, max: usize) -> std::io::Result<(Vec<PathBuf>, usize)> {
     let dir = control_dir(session_dir);
     let mut found: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        // Regular files only: a folder or a link named like a request is
+        // no request (and could not be removed once answered).
         Ok(entries) => entries
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
+            .map(|entry| entry.path())
             .filter(|path| {
                 path.file_name()
                     .and_then(|n| n.to_str())
@@ -258,24 +311,35 @@ pub fn pending_requests(session_dir: &Path, max: usize) -> std::io::Result<(Vec<
     Ok((found, beyond))
 }
 
-/// Reads a request file; one whose nonce is not [`valid_nonce`] is invalid.
+/// Reads a request file (`rankscope trigger`'s: its trigger is always
+/// [`Trigger::Command`]); one whose nonce is not [`valid_nonce`], or whose
+/// steps or delay pass [`MAX_WINDOW_STEPS`], is invalid.
 pub fn read_request(path: &Path) -> Result<Request, ControlError> {
-    let request: Request = read_json(path)?;
+    let mut request: Request = read_json(path)?;
+    let invalid = |reason: &str| ControlError::Invalid {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    };
     if !valid_nonce(&request.nonce) {
-        return Err(ControlError::Invalid {
-            path: path.to_path_buf(),
-            reason: "its nonce is not 1 to 64 letters, digits, `-` or `_`".into(),
-        });
+        return Err(invalid(
+            "its nonce is not 1 to 64 letters, digits, `-` or `_`",
+        ));
     }
+    if request.steps > MAX_WINDOW_STEPS || request.delay_steps > MAX_WINDOW_STEPS {
+        return Err(invalid("its steps or delay pass 1 000 000 000"));
+    }
+    request.trigger = Trigger::Command;
     Ok(request)
 }
 
 /// The columns that time a table's rows, nanoseconds since the session
-/// started: a stage's start, a reading's or record's time.
-const TIME_COLUMNS: [&str; 2] = ["start_ns", "ts_ns"];
+/// started, the first a table has: a stage's end (when it is recorded, so
+/// that a stage open across an edge belongs to the window it ends in, not
+/// to neither), a reading's or record's time, a kernel's start.
+const TIME_COLUMNS: [&str; 3] = ["end_ns", "ts_ns", "start_ns"];
 
 /// The rows of `payload` that happened within `span` (nanoseconds since
-/// the session started, by each table's `start_ns` or `ts_ns`); the rows of
+/// the session started, by each table's `end_ns`, `ts_ns` or `start_ns`); the rows of
 /// tables with no time (model parameters, CPU operator totals) all where
 /// `timeless`, none otherwise. What a window keeps of a flush part.
 pub fn rows_within(
@@ -322,17 +386,14 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ControlEr
         path: path.to_path_buf(),
         source,
     };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(io)?
-        .take(MAX_CONTROL_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 > MAX_CONTROL_BYTES {
-        return Err(ControlError::TooLarge {
+    // Not through a link, never blocking on a FIFO planted in its place.
+    let file = crate::file::open_regular(path, false).map_err(io)?;
+    let bytes = crate::file::read_capped(file, MAX_CONTROL_BYTES).map_err(|e| match e.kind() {
+        std::io::ErrorKind::Other => ControlError::TooLarge {
             path: path.to_path_buf(),
-        });
-    }
+        },
+        _ => io(e),
+    })?;
     serde_json::from_slice(&bytes).map_err(|e| ControlError::Invalid {
         path: path.to_path_buf(),
         reason: e.to_string(),

@@ -69,6 +69,8 @@ class Profiler(_rankscope.Profiler):
         if config is not None:
             self._set_gpu_timer(_torch.gpu_timer(config.gpu_timing, self, config.max_data_points))
             self._torch_windows = _torch_profiler.windows(config, self)
+            # Windows are numbered afresh in each session.
+            self._window_captured = 0
             closer = _SessionCloser(self, self._torch_windows, _collectives.calls(config, self))
             self._set_session_closer(closer)
         return session

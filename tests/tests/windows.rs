@@ -317,21 +317,112 @@ fn a_rank_that_dies_in_a_window_is_named_missing_in_it_by_the_deadline() {
     }
 }
 
+/// A stage open across a window's edge belongs to the window it ends in:
+/// no stage is lost between two windows, whatever the edges cut.
+#[test]
+fn stages_open_across_edges_each_land_in_one_window() {
+    let out = tempfile::tempdir().unwrap();
+    wait_for(job_with(
+        out.path(),
+        17,
+        &["--step-inside"],
+        &[("RANKSCOPE_WINDOW_EVERY_STEPS", "5")],
+    ));
+    let dir = session_dir(out.path());
+    let in_windows: u64 = (1..=4)
+        .map(|index| {
+            calls(
+                &read_report(&dir.join(format!("window-{index}"))),
+                "denoise_step",
+            )
+        })
+        .sum();
+    assert_eq!(in_windows, 4 * 17, "every stage of every rank, once");
+    assert_eq!(calls(&read_report(&dir), "denoise_step"), 4 * 17);
+}
+
+/// Files planted in the control folder and in a window's place — a FIFO
+/// where a request and a plan go, a folder named like a request, a link
+/// standing for the window's folder — neither hang nor stop the job: a
+/// real trigger is still answered, nothing is written through the link.
+#[test]
+fn hostile_control_files_neither_hang_nor_stop_the_job() {
+    let out = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let children = job(out.path(), 150, &[]);
+    let dir = session_dir(out.path());
+    let control = dir.join("control");
+    std::fs::create_dir_all(&control).unwrap();
+    for fifo in ["request-a.json", "plan-2.json"] {
+        let path = std::ffi::CString::new(control.join(fifo).to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    }
+    std::fs::create_dir(control.join("request-b.json")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.join("window-1")).unwrap();
+    let trigger = Command::new(rankscope_cli())
+        .args(["trigger", "--dir", dir.to_str().unwrap()])
+        .args(["--steps", "5", "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert!(
+        trigger.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trigger.stderr)
+    );
+    // Every rank finishes (none hangs on a FIFO), and nothing went through
+    // the link: the window's data could not be written, and the ranks say
+    // why.
+    let outputs = wait_for(children);
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    let session = read_report(&dir);
+    let notices = session["session"]["notices"].to_string();
+    assert!(
+        notices.contains("a link or file stands in its place"),
+        "{notices}\n{}",
+        String::from_utf8_lossy(&outputs[0].stderr)
+    );
+    assert_eq!(calls(&session, "denoise_step"), 4 * 150);
+}
+
 #[test]
 fn a_trigger_nobody_answers_fails_and_takes_its_request_back() {
     let dir = tempfile::tempdir().unwrap();
-    let trigger = Command::new(rankscope_cli())
-        .args(["trigger", "--dir", dir.path().to_str().unwrap()])
-        .args(["--timeout", "0.3"])
-        .output()
-        .unwrap();
-    assert_eq!(trigger.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&trigger.stderr);
-    assert!(stderr.contains("rank 0 did not answer"), "{stderr}");
+    let trigger = |timeout: &str| {
+        Command::new(rankscope_cli())
+            .args(["trigger", "--dir", dir.path().to_str().unwrap()])
+            .args(["--timeout", timeout])
+            .output()
+            .unwrap()
+    };
+    // No session runs there: said at once, nothing written.
+    let none = trigger("60");
+    assert_eq!(none.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&none.stderr);
+    assert!(stderr.contains("no session runs in"), "{stderr}");
+    assert!(!dir.path().join("control").exists());
+    // A rank 0 that says it runs but never answers (it hangs).
+    std::fs::create_dir_all(dir.path().join("control")).unwrap();
+    std::fs::write(dir.path().join("control/live"), "1").unwrap();
+    let silent = trigger("0.3");
+    assert_eq!(silent.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&silent.stderr);
+    assert!(
+        stderr.contains("rank 0 did not answer in 0.3 s"),
+        "{stderr}"
+    );
     let left: Vec<_> = std::fs::read_dir(dir.path().join("control"))
         .unwrap()
+        .map(|e| e.unwrap().file_name())
         .collect();
-    assert!(left.is_empty(), "the request is taken back: {left:?}");
+    assert_eq!(left, ["live"], "the request is taken back");
+    // A delay that would never come is a usage error.
+    let never = Command::new(rankscope_cli())
+        .args(["trigger", "--dir", dir.path().to_str().unwrap()])
+        .args(["--delay-steps", "18446744073709551615"])
+        .output()
+        .unwrap();
+    assert_eq!(never.status.code(), Some(2));
 }
 
 /// The `rankscope` command, built beside this test by `cargo test

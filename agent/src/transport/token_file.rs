@@ -111,11 +111,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let token = write(dir.path(), "127.0.0.1:5").unwrap();
         assert_eq!(token.len(), 64);
-        let mode = std::fs::metadata(path(dir.path())).unwrap().permissions().mode();
+        let mode = std::fs::metadata(path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600, "{mode:o}");
         let soon = Instant::now() + Duration::from_millis(100);
         assert_eq!(read(dir.path(), "127.0.0.1:5", soon), Some(token));
-        assert_eq!(read(dir.path(), "127.0.0.1:6", soon), None, "another endpoint");
+        assert_eq!(
+            read(dir.path(), "127.0.0.1:6", soon),
+            None,
+            "another endpoint"
+        );
         // A file from before this process started is an earlier launch's.
         let old = SystemTime::now() - Duration::from_secs(3_600);
         let file = std::fs::File::options()

@@ -9,7 +9,8 @@
 //! crashed rank does. With `--steps N` it runs N steps of about 10 ms
 //! (`--slow-rank R`: rank R's take three times as long), calling
 //! `Profiler::step` after each, as a job with windows does; with
-//! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S.
+//! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S;
+//! with `--step-inside`, each step ends inside its stage.
 
 use std::io::Write;
 
@@ -18,6 +19,7 @@ use rankscope::Profiler;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let wait_for_signal = args.iter().any(|a| a == "--wait-for-signal");
+    let step_inside = args.iter().any(|a| a == "--step-inside");
     let number_after = |flag: &str| -> Option<u32> {
         args.iter()
             .position(|a| a == flag)
@@ -37,12 +39,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if exit_rank == Some(rank) && exit_at_step == Some(step) {
                     std::process::exit(3);
                 }
-                {
-                    let _step = profiler.stage("denoise_step");
-                    std::thread::sleep(std::time::Duration::from_millis(ms));
-                    profiler.record_metric("step", f64::from(step));
+                let stage = profiler.stage("denoise_step");
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                profiler.record_metric("step", f64::from(step));
+                if step_inside {
+                    // The step ends inside the stage: the stage is open
+                    // across every window's edge.
+                    profiler.step();
+                    std::thread::sleep(std::time::Duration::from_millis(ms / 2));
+                    drop(stage);
+                } else {
+                    drop(stage);
+                    profiler.step();
                 }
-                profiler.step();
             }
         }
         None => {
