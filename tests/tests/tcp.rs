@@ -509,3 +509,65 @@ fn peers_sending_large_frames_at_once_share_a_bounded_budget() {
         "rank 0 peaked at {peak_mib} MiB for 600 MiB of frames"
     );
 }
+
+/// A job on one machine given no RANKSCOPE_TOKEN (torchrun's variables
+/// alone): rank 0 makes a secret and leaves it in an owner-only file of the
+/// session directory for the others. Someone who derives the token from
+/// the launcher's variables, as every rank did before, is refused; the
+/// real ranks report, and none says its token is public.
+#[test]
+fn without_a_token_a_one_machine_job_shares_a_secret_the_variables_do_not_give() {
+    use std::os::unix::fs::PermissionsExt;
+    let out = tempfile::tempdir().unwrap();
+    let master_port = free_port() - 1;
+    let endpoint = format!("127.0.0.1:{}", master_port + 1);
+    let rank0 = support::torchrun_rank(0, 2, out.path(), master_port)
+        .args(["--steps", "100"])
+        .spawn()
+        .unwrap();
+    // What the public derivation gives: the run id and the endpoint.
+    let mut hasher = <Sha256 as sha2::Digest>::new();
+    sha2::Digest::update(&mut hasher, b"rankscope job token\0");
+    sha2::Digest::update(&mut hasher, b"agent-only-test");
+    sha2::Digest::update(&mut hasher, b"\0");
+    sha2::Digest::update(&mut hasher, endpoint.as_bytes());
+    let derived = sha2::Digest::finalize(hasher).to_vec();
+    let mut forger = connect(master_port + 1);
+    greet_for(&mut forger, 1, &derived, 1);
+    let mut answer = [0u8; 1];
+    let refused = matches!(forger.read(&mut answer), Ok(0) | Err(_));
+    assert!(
+        refused,
+        "rank 0 answered a greeting under the derived token"
+    );
+    let rank1 = support::torchrun_rank(1, 2, out.path(), master_port)
+        .args(["--steps", "100"])
+        .spawn()
+        .unwrap();
+    let outputs: Vec<_> = [rank0, rank1]
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    for output in &outputs {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let report = report(out.path());
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1])
+    );
+    let notices = report["session"]["notices"].to_string();
+    assert!(!notices.contains("no RANKSCOPE_TOKEN"), "{notices}");
+    let session = std::fs::read_dir(out.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let file = std::fs::metadata(session.join(".rankscope-tcp")).unwrap();
+    assert_eq!(file.permissions().mode() & 0o777, 0o600);
+}
