@@ -174,16 +174,8 @@ def capture_window(config: Config, profiler: Any, index: int,
             stacklevel=3,
         )
         return None
-    try:
-        torch = importlib.import_module("torch")
-        importlib.import_module("torch.profiler")
-    except ImportError as error:
-        warnings.warn(
-            f"rankscope: window {index} asked for torch.profiler, but torch cannot be "
-            f"imported ({error})",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    torch = _import_torch(f"window {index} asked for torch.profiler")
+    if torch is None:
         return None
     return WindowCapture(torch, config, profiler, index, close_step)
 
@@ -193,15 +185,24 @@ def windows(config: Config, profiler: Any) -> Optional[TorchWindows]:
     is not installed: then a warning says so)."""
     if config.torch_profiler_active == 0 or not profiler.enabled:
         return None
+    torch = _import_torch(f"torch_profiler_active is {config.torch_profiler_active}")
+    if torch is None:
+        return None
+    return TorchWindows(torch, config, profiler)
+
+
+def _import_torch(why: str) -> Optional[Any]:
+    """torch, with torch.profiler loaded; None with a warning saying ``why``
+    it was wanted where it cannot be imported."""
     try:
         torch = importlib.import_module("torch")
         importlib.import_module("torch.profiler")
     except ImportError as error:
         warnings.warn(
-            f"rankscope: torch_profiler_active is {config.torch_profiler_active} but torch "
-            f"cannot be imported ({error}): no torch.profiler windows",
+            f"rankscope: {why} but torch cannot be imported ({error}): no torch.profiler "
+            "capture",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         return None
-    return TorchWindows(torch, config, profiler)
+    return torch

@@ -193,10 +193,12 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not (sessions := list(out.glob("stepping-*"))):
+        # Rank 0 keeps control/live while its session runs: a trigger is
+        # answered from then on.
+        while not (sessions := list(out.glob("stepping-*/control/live"))):
             assert time.monotonic() < deadline and job.poll() is None, "no session started"
             time.sleep(0.05)
-        session_dir = sessions[0]
+        session_dir = sessions[0].parent.parent
         trigger = subprocess.run(
             [str(RANKSCOPE), "trigger", "--dir", str(session_dir), "--steps", "5", "--torch",
              "--wait", "--timeout", "120"], capture_output=True, text=True, timeout=180)

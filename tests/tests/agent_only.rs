@@ -107,14 +107,7 @@ fn a_directory_gather_without_a_run_id_names_the_files_judged_by_age() {
                 command.spawn().unwrap()
             })
             .collect();
-        for child in children {
-            let output = child.wait_with_output().unwrap();
-            assert!(
-                output.status.success(),
-                "{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
+        support::wait_all(children, &[]);
         let session = std::fs::read_dir(out.path())
             .unwrap()
             .next()

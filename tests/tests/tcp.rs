@@ -544,17 +544,7 @@ fn without_a_token_a_one_machine_job_shares_a_secret_the_variables_do_not_give()
         .args(["--steps", "100"])
         .spawn()
         .unwrap();
-    let outputs: Vec<_> = [rank0, rank1]
-        .into_iter()
-        .map(|child| child.wait_with_output().unwrap())
-        .collect();
-    for output in &outputs {
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    support::wait_all(vec![rank0, rank1], &[]);
     let report = report(out.path());
     assert_eq!(
         report["session"]["ranks_reporting"],

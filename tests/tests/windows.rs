@@ -33,22 +33,10 @@ fn job_with(out: &Path, steps: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<
         .collect()
 }
 
+/// Every rank's output, each having succeeded (or, rank 3 of a test that
+/// makes a rank leave, exited 3).
 fn wait_for(children: Vec<Child>) -> Vec<Output> {
-    let outputs: Vec<Output> = children
-        .into_iter()
-        .map(|child| child.wait_with_output().unwrap())
-        .collect();
-    for (rank, output) in outputs.iter().enumerate() {
-        if output.status.code() == Some(3) {
-            continue; // the rank the test made leave
-        }
-        assert!(
-            output.status.success(),
-            "rank {rank}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    outputs
+    support::wait_all(children, &[3])
 }
 
 /// The one session directory under `out`, once it exists.
@@ -68,6 +56,18 @@ fn session_dir(out: &Path) -> PathBuf {
             _ => panic!("one session directory in {}: {dirs:?}", out.display()),
         }
     }
+}
+
+/// The one session directory under `out`, once its rank 0 says the
+/// session runs (`control/live`: a trigger is answered from then on).
+fn live_session_dir(out: &Path) -> PathBuf {
+    let dir = session_dir(out);
+    let started = Instant::now();
+    while !dir.join("control/live").exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no live session");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    dir
 }
 
 fn read_report(dir: &Path) -> Value {
@@ -205,7 +205,7 @@ fn periodic_windows_come_every_so_many_seconds_with_every_rank() {
 fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     let out = tempfile::tempdir().unwrap();
     let children = job(out.path(), 300, &[]);
-    let dir = session_dir(out.path());
+    let dir = live_session_dir(out.path());
     // A request that is no request is refused, and said once.
     let control = dir.join("control");
     std::fs::create_dir_all(&control).unwrap();
@@ -350,7 +350,7 @@ fn hostile_control_files_neither_hang_nor_stop_the_job() {
     let out = tempfile::tempdir().unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
     let children = job(out.path(), 150, &[]);
-    let dir = session_dir(out.path());
+    let dir = live_session_dir(out.path());
     let control = dir.join("control");
     std::fs::create_dir_all(&control).unwrap();
     for fifo in ["request-a.json", "plan-2.json"] {

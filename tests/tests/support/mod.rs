@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each test file uses its own share
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 /// The `agent_only_rank` program, with the launcher and `RANKSCOPE_*`
 /// variables of the test's own environment cleared, so that each test sets
@@ -59,4 +59,22 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// Waits for every child and checks that each succeeded, or exited with
+/// one of the `allowed` codes (a rank the test made leave).
+pub fn wait_all(children: Vec<Child>, allowed: &[i32]) -> Vec<Output> {
+    let outputs: Vec<Output> = children
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    for (i, output) in outputs.iter().enumerate() {
+        let code = output.status.code();
+        assert!(
+            output.status.success() || code.is_some_and(|c| allowed.contains(&c)),
+            "child {i} ({code:?}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    outputs
 }
