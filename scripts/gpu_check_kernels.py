@@ -11,6 +11,10 @@ check that fails.
   for `rankscope import` and HTA to read afterwards.
 - The same example on 1 rank over NCCL: the run completes with its
   window read, and what the trace says of NCCL is printed.
+- A window asked for while the job runs, with torch.profiler (what
+  `rankscope trigger --torch` writes into the session's control folder):
+  2 ranks over gloo on CUDA, no scheduled windows; the window's report has
+  both ranks' kernels, the matrix products the top compute kernel.
 
 usage: python scripts/gpu_check_kernels.py OUT_DIR
 """
@@ -113,11 +117,61 @@ def check_nccl(rep: Dict[str, Any]) -> None:
           "the all-reduce over NCCL is recorded")
 
 
+def check_triggered(out: Path) -> None:
+    """A --torch window asked for mid-run; its report's kernels."""
+    import secrets
+    import time
+    env = dict(os.environ, RANKSCOPE_GATHER_TIMEOUT_S="120")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", str(EXAMPLE), "--backend", "gloo", "--size", "4096",
+               "--products", "8", "--steps", "200", "--straggler", "1",
+               "--output-dir", str(out / "report")]
+    print("== " + " ".join(command[2:]) + "  (a --torch window asked for mid-run)", flush=True)
+    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    deadline = time.monotonic() + 300
+    live: List[Path] = []
+    while not live and job.poll() is None and time.monotonic() < deadline:
+        live = list((out / "report").glob("torch-kernels-*/control/live"))
+        time.sleep(0.1)
+    check(bool(live), "rank 0 says its session runs (control/live)")
+    if not live:
+        job.kill()
+        return
+    session = live[0].parent.parent
+    nonce = secrets.token_hex(16)
+    request = session / "control" / f".request-{nonce}.tmp"
+    request.write_text(json.dumps({"nonce": nonce, "steps": 5, "delay_steps": 0,
+                                   "trigger": "command", "torch": True}))
+    request.rename(session / "control" / f"request-{nonce}.json")
+    report_path = session / "window-1" / "report.json"
+    while not report_path.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    output, _ = job.communicate(timeout=300)
+    (out / "stdout.txt").write_text(output)
+    print(output[-2000:], flush=True)
+    check(job.returncode == 0, "the job runs on and exits 0")
+    check(report_path.exists(), "the window's report is written")
+    if not report_path.exists():
+        return
+    rep = json.loads(report_path.read_text())
+    check(rep.get("window", {}).get("steps") == 5, f"the window covers 5 steps: {rep.get('window')}")
+    traces = rep.get("kernel_traces", [])
+    check([t["rank"] for t in traces] == [0, 1] and all(t["gpu_activities"] > 0 for t in traces),
+          f"both ranks' GPU activities in the window: {traces}")
+    kernels = rep.get("kernels", [])
+    top = kernels[0] if kernels else {}
+    print(f"   window's top kernel: {top.get('name', '')[:80]} ({top.get('category')}, "
+          f"{top.get('calls')} calls)", flush=True)
+    check(top.get("category") == "compute", "the matrix products are the top compute kernel")
+
+
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-check-kernels")
     out.mkdir(parents=True, exist_ok=True)
     check_gloo(run_example(out / "gloo", 2, "gloo", 1), out / "gloo")
     check_nccl(run_example(out / "nccl", 1, "nccl", -1))
+    check_triggered(out / "triggered")
     print(f"{len(failures)} check(s) failed" if failures else "all checks passed")
     return 1 if failures else 0
 

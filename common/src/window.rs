@@ -173,9 +173,12 @@ pub fn write_live(session_dir: &Path) -> std::io::Result<()> {
     )
 }
 
-/// Rank 0: its session there has ended.
+/// Rank 0: its session there has ended (the control folder goes too,
+/// where nothing else is left in it).
 pub fn remove_live(session_dir: &Path) {
-    let _ = std::fs::remove_file(control_dir(session_dir).join(LIVE_FILE));
+    let dir = control_dir(session_dir);
+    let _ = std::fs::remove_file(dir.join(LIVE_FILE));
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Whether a session runs in `session_dir` (its rank 0 said so).
