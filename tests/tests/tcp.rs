@@ -558,6 +558,16 @@ fn without_a_token_a_one_machine_job_shares_a_secret_the_variables_do_not_give()
         .unwrap()
         .unwrap()
         .path();
-    let file = std::fs::metadata(session.join(".rankscope-tcp")).unwrap();
-    assert_eq!(file.permissions().mode() & 0o777, 0o600);
+    let token_files: Vec<_> = std::fs::read_dir(&session)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".rankscope-tcp-")
+        })
+        .collect();
+    assert_eq!(token_files.len(), 1);
+    let mode = token_files[0].metadata().unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
 }

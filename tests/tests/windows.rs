@@ -64,7 +64,10 @@ fn live_session_dir(out: &Path) -> PathBuf {
     let dir = session_dir(out);
     let started = Instant::now();
     while !dir.join("control/live").exists() {
-        assert!(started.elapsed() < Duration::from_secs(60), "no live session");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no live session"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     dir

@@ -170,41 +170,61 @@ impl TcpTransport {
         }
     }
 
-    /// A one-machine job given no token: rank 0 makes this launch's and
-    /// leaves it in the session directory, the others read it there by
-    /// `deadline`. `false` (said in a notice) where that failed: rank 0
-    /// then gathers through the directory, the others spill only.
+    /// Rank 0 gathers through the session directory this session.
+    fn fall_back(
+        &mut self,
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) -> Result<Rendezvous, TransportError> {
+        let mut fallback = DirTransport;
+        let rendezvous = fallback.open(session, deadline);
+        self.fallback = Some(fallback);
+        rendezvous
+    }
+
+    /// A one-machine job given no token: rank 0 makes one (once: later
+    /// sessions of this process keep it) and leaves it for this launch in
+    /// the session directory; the others read it there by `deadline`.
+    /// `false` (said in a notice) where that failed.
     fn share_token(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> bool {
         let dir = session.session_dir;
-        let token = match session.rank {
-            0 => token_file::write(dir, &self.endpoint)
-                .map_err(|e| {
+        let run = session.run_id.unwrap_or("");
+        if session.rank == 0 {
+            let made = match self.token.is_empty() {
+                true => token_file::fresh(),
+                false => Ok(self.token.clone()),
+            };
+            let left = made.and_then(|token| {
+                token_file::write(dir, &self.endpoint, run, &token).map(|()| token)
+            });
+            return match left {
+                Ok(token) => {
+                    self.token = token;
+                    true
+                }
+                Err(e) => {
                     notice!(
                         "cannot leave the job token in {}: {e}; the ranks gather through the \
                          session directory instead (set RANKSCOPE_TOKEN)",
                         dir.display()
-                    )
-                })
-                .ok(),
-            _ => token_file::read(dir, &self.endpoint, deadline).or_else(|| {
+                    );
+                    false
+                }
+            };
+        }
+        match token_file::read(dir, &self.endpoint, run, deadline) {
+            Some(token) => {
+                self.token = token;
+                true
+            }
+            None => {
                 notice!(
                     "rank 0 left no job token in {} in time; this rank's data stays in its \
                      spill file (set RANKSCOPE_TOKEN to the same secret on every rank)",
                     dir.display()
                 );
-                None
-            }),
-        };
-        match token {
-            Some(token) => {
-                self.token = token;
-                true
-            }
-            None if session.rank == 0 => {
-                self.fallback = Some(DirTransport);
                 false
             }
-            None => false,
         }
     }
 
@@ -294,6 +314,9 @@ impl Transport for TcpTransport {
     ) -> Result<Rendezvous, TransportError> {
         let deadline = deadline.min(Instant::now() + RENDEZVOUS_TIMEOUT);
         if self.shared_token && !self.share_token(session, deadline) {
+            if session.rank == 0 {
+                return self.fall_back(session, deadline);
+            }
             self.reached = false;
             return Ok(Rendezvous {
                 run_id: session.run_id.map(str::to_string),
@@ -314,10 +337,7 @@ impl Transport for TcpTransport {
                          directory instead (set RANKSCOPE_PORT to a free port)",
                         self.endpoint
                     );
-                    let mut fallback = DirTransport;
-                    let rendezvous = fallback.open(session, deadline);
-                    self.fallback = Some(fallback);
-                    return rendezvous;
+                    return self.fall_back(session, deadline);
                 }
             };
             self.server = Some(Server::start(
