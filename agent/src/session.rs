@@ -422,6 +422,7 @@ impl Session {
                 });
             }
         };
+        let windows_run = rendezvous.run_id.clone();
         shared.recorder.begin_session();
         *lock(&shared.flushes) = Flushes::default();
         shared.parts_taken.store(0, Ordering::Release);
@@ -449,7 +450,7 @@ impl Session {
                 on_stop
             }),
         });
-        *lock(&shared.windows) = WindowsThread::start(&shared, windows_dir);
+        *lock(&shared.windows) = WindowsThread::start(&shared, windows_dir, windows_run);
         Ok(Session {
             shared: Some(shared),
             pid: std::process::id(),

@@ -51,6 +51,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// [`POLL`]). Rank 0 turns it into steps at the rate its steps go, and
 /// leads by at least [`MIN_LEAD_STEPS`].
 const PLAN_LEAD: Duration = Duration::from_millis(300);
+/// How long the pace of steps is measured over before it is taken anew.
+const PACE_MEASURE: Duration = Duration::from_secs(1);
 /// The fewest steps between a plan and its window.
 const MIN_LEAD_STEPS: u64 = 2;
 /// The most: a rank racing through tiny steps waits no longer than this.
@@ -239,7 +241,11 @@ pub(crate) struct WindowsThread {
 impl WindowsThread {
     /// Starts the windows thread of the session that `hub` runs in
     /// `session_dir`, counting steps from 0. A rolling window opens at once.
-    pub(crate) fn start(hub: &Arc<Hub>, session_dir: PathBuf) -> Option<WindowsThread> {
+    pub(crate) fn start(
+        hub: &Arc<Hub>,
+        session_dir: PathBuf,
+        run: Option<String>,
+    ) -> Option<WindowsThread> {
         let steps = Arc::clone(&hub.steps);
         let rolling = hub.config.window_every_steps;
         steps.reset(rolling);
@@ -247,6 +253,7 @@ impl WindowsThread {
             hub: Arc::downgrade(hub),
             steps: Arc::clone(&steps),
             dir: session_dir,
+            run,
             rank: hub.env.rank,
             rolling,
             default_steps: hub.config.window_steps.max(1),
@@ -256,7 +263,7 @@ impl WindowsThread {
             open: None,
             reports: Vec::new(),
             parts_reported: 0,
-            started: (Instant::now(), 0),
+            pace: (Instant::now(), 0, None),
             ranks_were_missing: Arc::default(),
             refused_files: 0,
             unreadable_plan: None,
@@ -372,6 +379,8 @@ struct Windows {
     hub: Weak<Hub>,
     steps: Arc<Steps>,
     dir: PathBuf,
+    /// The session's run identity: the plans it follows carry it.
+    run: Option<String>,
     rank: u32,
     /// `window_every_steps`; 0 where windows come from requests.
     rolling: u64,
@@ -387,8 +396,9 @@ struct Windows {
     reports: Vec<JoinHandle<()>>,
     /// The last flush part a closed window read.
     parts_reported: u32,
-    /// When the thread started, and the step count then: the pace of steps.
-    started: (Instant, u64),
+    /// The pace of steps: since when it is measured, the count then, and
+    /// the steps per second of the last full measure.
+    pace: (Instant, u64, Option<f64>),
     /// Whether ranks were missing from the last window rank 0 gathered:
     /// the next gather does not wait long for them again.
     ranks_were_missing: Arc<AtomicBool>,
@@ -518,6 +528,8 @@ impl Windows {
     /// steps for the edges of a window planned.
     fn look(&mut self, hub: &Arc<Hub>) {
         if self.rank == 0 {
+            // Kept measured, for the lead of the next plan.
+            self.steps_per_second();
             self.answer_requests();
         }
         if self.rolling > 0 {
@@ -562,6 +574,7 @@ impl Windows {
             trigger: Trigger::Rolling,
             nonce: String::new(),
             torch: false,
+            run: self.run.clone(),
         }
     }
 
@@ -569,6 +582,9 @@ impl Windows {
     fn read_plan(&mut self) -> Option<Plan> {
         let index = self.next_index;
         match window::read_plan(&self.dir, index) {
+            // An earlier launch's plan, left in the same folder: not ours
+            // (this run's rank 0 will write its own in its place).
+            Ok(Some(plan)) if plan.run != self.run => None,
             Ok(plan) => plan,
             Err(e) => {
                 if self.unreadable_plan != Some(index) {
@@ -663,6 +679,7 @@ impl Windows {
             trigger: request.trigger,
             nonce: request.nonce,
             torch: request.torch,
+            run: self.run.clone(),
         };
         match window::write_plan(&self.dir, &plan) {
             Ok(()) => {
@@ -679,15 +696,26 @@ impl Windows {
         }
     }
 
-    /// Steps that pass in [`PLAN_LEAD`] at this rank's pace so far.
-    fn lead_steps(&self) -> u64 {
-        let (since, at_start) = self.started;
+    /// The steps per second now: over the last second or more measured
+    /// (a long warm-up before the loop does not slow it), else since the
+    /// measure began.
+    fn steps_per_second(&mut self) -> f64 {
+        let (since, at, last) = self.pace;
         let seconds = since.elapsed().as_secs_f64();
-        let done = self.steps.count().saturating_sub(at_start) as f64;
-        let lead = match seconds > 0.0 {
-            true => (done / seconds * PLAN_LEAD.as_secs_f64()).ceil() as u64,
-            false => 0,
+        let count = self.steps.count();
+        let now = match seconds > 0.0 {
+            true => count.saturating_sub(at) as f64 / seconds,
+            false => 0.0,
         };
+        if seconds >= PACE_MEASURE.as_secs_f64() {
+            self.pace = (Instant::now(), count, Some(now));
+        }
+        last.map_or(now, |last| last.max(now))
+    }
+
+    /// Steps that pass in [`PLAN_LEAD`] at this rank's pace now.
+    fn lead_steps(&mut self) -> u64 {
+        let lead = (self.steps_per_second() * PLAN_LEAD.as_secs_f64()).ceil() as u64;
         lead.clamp(MIN_LEAD_STEPS, MAX_LEAD_STEPS)
     }
 

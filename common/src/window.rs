@@ -120,6 +120,10 @@ pub struct Plan {
     /// Python ranks also capture it with torch.profiler.
     #[serde(default)]
     pub torch: bool,
+    /// The run it belongs to (rank 0's rendezvous identity): a plan an
+    /// earlier launch left in the same folder is not this run's.
+    #[serde(default)]
+    pub run: Option<String>,
 }
 
 /// Rank 0's answer to a request it cannot plan.
@@ -429,6 +433,7 @@ mod tests {
             trigger: Trigger::Command,
             nonce: "n-1".into(),
             torch: true,
+            run: Some("job.0".into()),
         };
         write_plan(dir.path(), &plan).unwrap();
         assert_eq!(read_plan(dir.path(), 1).unwrap(), Some(plan));

@@ -129,6 +129,8 @@ pub fn aggregate_with(
         progress.advance(1);
         digest
     });
+    // The files refused count as read too.
+    progress.advance(candidates.iter().filter(|c| c.payload.is_err()).count() as u64);
     for (input, candidate) in candidates.iter_mut().enumerate() {
         if let Ok(digest) = &mut candidate.payload {
             digest.input = input;

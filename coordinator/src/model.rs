@@ -154,6 +154,10 @@ pub struct WindowSummary {
     /// Ranks whose window covered fewer steps than planned: opened late,
     /// or the session ended first.
     pub ranks_cut_short: Vec<u32>,
+    /// Ranks whose window was planned otherwise than rank 0's (other
+    /// steps): their rows are of other steps.
+    #[serde(default)]
+    pub ranks_other_plan: Vec<u32>,
 }
 
 impl WindowSummary {
@@ -172,6 +176,7 @@ impl WindowSummary {
         for (what, ranks) in [
             ("opened late on", &self.ranks_opened_late),
             ("cut short on", &self.ranks_cut_short),
+            ("planned otherwise on", &self.ranks_other_plan),
         ] {
             if !ranks.is_empty() {
                 let listed = rankscope_common::text::rank_ranges(ranks);

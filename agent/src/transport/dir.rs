@@ -102,7 +102,9 @@ impl Transport for DirTransport {
             ended_after_unix_ns: run.is_none().then_some(fresh_after_ns),
         };
         let mut gathered = gather::accept(candidates, &expect);
-        gathered.judged_by_age = run.is_none();
+        // A job of one rank has a fresh session id of its own: nothing to
+        // tell apart.
+        gathered.judged_by_age = run.is_none() && session.world_size > 1;
         Ok(Some(gathered))
     }
 }

@@ -237,8 +237,14 @@ fn session_summary<T>(
         started_unix_s: first.map_or(0.0, |h| h.clock.start_unix_ns as f64 / 1e9),
         skipped,
         other_runs: Vec::new(),
+        // Rank 0's own payload came from memory, not from a file judged.
         judged_by_age: match gathered.judged_by_age {
-            true => gathered.sources.clone(),
+            true => ranks
+                .iter()
+                .zip(&gathered.sources)
+                .filter(|(rank, _)| rank.header.rank.rank != 0)
+                .map(|(_, source)| source.clone())
+                .collect(),
             false => Vec::new(),
         },
         warmup_calls: 0,
@@ -267,13 +273,14 @@ fn window_summary(ranks: &[RankDigest]) -> Option<WindowSummary> {
         .filter_map(|r| Some((r.header.rank.rank, r.header.window.as_ref()?)))
         .collect();
     let (_, first) = windows.first()?;
-    let ranks_where = |test: fn(&WindowMeta) -> bool| {
+    let ranks_where = |test: &dyn Fn(&WindowMeta) -> bool| {
         windows
             .iter()
             .filter(|(_, w)| test(w))
             .map(|&(rank, _)| rank)
             .collect()
     };
+    let plan = |w: &WindowMeta| (w.planned_first_step, w.planned_steps);
     Some(WindowSummary {
         index: first.index,
         trigger: first.trigger.as_str().to_string(),
@@ -281,10 +288,11 @@ fn window_summary(ranks: &[RankDigest]) -> Option<WindowSummary> {
         steps: first.planned_steps,
         started_s: first.started_ns as f64 / 1e9,
         duration_s: first.duration_ns as f64 / 1e9,
-        ranks_opened_late: ranks_where(|w| w.first_step > w.planned_first_step),
-        ranks_cut_short: ranks_where(|w| {
+        ranks_opened_late: ranks_where(&|w| w.first_step > w.planned_first_step),
+        ranks_cut_short: ranks_where(&|w| {
             w.first_step + w.steps < w.planned_first_step + w.planned_steps
         }),
+        ranks_other_plan: ranks_where(&|w| plan(w) != plan(first)),
     })
 }
 

@@ -197,9 +197,10 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             "",
             &format!(
                 "Judged this run's by their age alone (no run id: set RANKSCOPE_RUN_ID per \
-                 launch): {} files; a run started within seconds of this one could be among \
+                 launch): {} file{}; a run started within seconds of this one could be among \
                  them (report.json session.judged_by_age names them)",
-                s.judged_by_age.len()
+                s.judged_by_age.len(),
+                if s.judged_by_age.len() == 1 { "" } else { "s" }
             ),
         )?;
     }
