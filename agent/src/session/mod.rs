@@ -3,25 +3,22 @@
 //! spills it to the session directory, gathers on rank 0 through the
 //! transport and, on rank 0, has the reporter write the report.
 
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use rankscope_common::env::{Launcher, RankEnv};
+use rankscope_common::env::RankEnv;
 use rankscope_common::error::Chain;
 use rankscope_common::gather::{self, Gathered, ReportFiles, Skipped};
 use rankscope_common::payload::{
-    self, ClockMeta, DroppedRows, Limits, Overflow, Payload, PayloadError, PayloadHeader, RankMeta,
-    SamplerStats, SessionMeta,
+    self, ClockMeta, DroppedRows, Limits, Overflow, Payload, PayloadHeader, RankMeta, SamplerStats,
+    SessionMeta,
 };
 use rankscope_common::spill::{self, SpillName};
 use rankscope_common::table::Overhead;
 use rankscope_common::text::rank_ranges;
-use rankscope_common::window::WindowMeta;
-use rankscope_common::{ArrowError, Config};
-use sha2::{Digest, Sha256};
+use rankscope_common::Config;
 
 use crate::flusher::Flusher;
 use crate::notice::{self, notice, say};
@@ -31,97 +28,20 @@ use crate::sampler::{Sampler, Telemetry};
 use crate::signals::{self, OnStop};
 use crate::slot::{BackToIdle, Phase, Slot};
 use crate::sync::lock;
-use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport, TransportError};
+use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport};
 use crate::windows::{Steps, WindowsThread};
 
-/// Why a session could not start or finish.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SessionError {
-    /// The session was finished already, by a stop signal that spilled it.
-    #[error("the session was already finished: a stop signal spilled its data")]
-    Stopped,
-    /// This process is a fork of the one that started the session.
-    #[error(
-        "this process (pid {child}) is a fork of the rank process (pid {parent}) that started \
-         the session: only that process can flush or finish it"
-    )]
-    Forked {
-        /// The process that started the session.
-        parent: u32,
-        /// This process.
-        child: u32,
-    },
-    /// A session is already running on this profiler.
-    #[error("session `{0}` is already running; finish it first")]
-    AlreadyRunning(String),
-    /// A multi-rank job has no id that every rank shares.
-    #[error(
-        "no session id for this {launcher} job of {world_size} ranks: set RANKSCOPE_SESSION_ID \
-         to the same value on every rank"
-    )]
-    NoSessionId {
-        /// Launcher detected.
-        launcher: Launcher,
-        /// Ranks in the job.
-        world_size: u32,
-    },
-    /// The launcher says the world is larger than `max_world_size` allows.
-    #[error(
-        "a world of {world_size} ranks is larger than max_world_size {max}: raise \
-         RANKSCOPE_MAX_WORLD_SIZE if the job is really that large"
-    )]
-    WorldTooLarge {
-        /// Ranks in the job.
-        world_size: u32,
-        /// The configured maximum.
-        max: u32,
-    },
-    /// The session directory could not be made.
-    #[error("creating the session directory {path}")]
-    SessionDir {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// This rank's spill file could not be written.
-    #[error("writing the spill file of rank {rank} in {dir}")]
-    Spill {
-        /// The rank.
-        rank: u32,
-        /// The session directory.
-        dir: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The recorded rows could not be turned into batches.
-    #[error("building the payload")]
-    Batch(#[source] ArrowError),
-    /// The payload could not be encoded.
-    #[error("encoding the payload")]
-    Payload(#[source] PayloadError),
-    /// The transport failed to open or to gather.
-    #[error("the {stage} of the session's transport")]
-    Transport {
-        /// `rendezvous` or `gather`.
-        stage: &'static str,
-        /// Why.
-        #[source]
-        source: TransportError,
-    },
-    /// Rank 0's reporter failed; the spill files are still in the session directory.
-    #[error("writing the report in {dir} (the rank spill files are kept there)")]
-    Report {
-        /// The session directory.
-        dir: PathBuf,
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
+mod error;
+mod flush;
+mod naming;
+mod window_rows;
+
+pub use error::SessionError;
+pub(crate) use flush::{flush, flush_parts};
+use flush::{periodic_flush, Flushes};
+use naming::session_dir;
+use naming::{capped, capped_tags, create_real_dir, process_tag, session_id, MAX_NAME_BYTES};
+pub(crate) use window_rows::{write_window, WindowPayload, WindowRows};
 
 /// What a running session knows about itself.
 pub(crate) struct SessionState {
@@ -145,20 +65,6 @@ pub(crate) struct SessionState {
     _on_stop: Option<Arc<OnStop>>,
 }
 
-/// A session's flushes so far (periodic and asked for), behind one lock:
-/// flushes run one at a time, each numbering its part after the last, and
-/// the session's end waits for the one under way.
-#[derive(Default)]
-pub(crate) struct Flushes {
-    /// Parts written or tried; the next is numbered one more.
-    parts: u32,
-    /// Flushes whose part could not be written: merged into the session's
-    /// final payload.
-    unwritten: Vec<Payload>,
-    /// Wall time of the flushes written, nanoseconds.
-    ns: u64,
-}
-
 impl SessionState {
     /// The name of this rank's spill file (and, with a number, its flushes).
     fn spill_name<'a>(&'a self, env: &RankEnv) -> SpillName<'a> {
@@ -170,60 +76,10 @@ impl SessionState {
     }
 }
 
-/// Makes the folder `dir` (and those above it); a link or a file planted
-/// in its place, which would send the files elsewhere, is an error.
-fn create_real_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    match std::fs::symlink_metadata(dir)?.file_type().is_dir() {
-        true => Ok(()),
-        false => Err(std::io::Error::other("a link or file stands in its place")),
-    }
-}
-
 /// `rank 3` or `ranks 1-3, 7`.
 fn rank_list(ranks: &[u32]) -> String {
     let plural = if ranks.len() == 1 { "" } else { "s" };
     format!("rank{plural} {}", rank_ranges(ranks))
-}
-
-/// The longest session name, session id and tag key kept, bytes.
-const MAX_NAME_BYTES: usize = 256;
-/// The longest tag value kept, bytes.
-const MAX_TAG_VALUE_BYTES: usize = 1024;
-/// The most tags kept.
-const MAX_TAGS: usize = 64;
-
-/// `text` cut to at most `max` bytes (at a character boundary), saying so
-/// when it was longer: what describes a session must fit its payload header.
-fn capped(what: &str, text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let end = (0..=max)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0);
-    notice!("{what} of {} bytes cut to its first {end}", text.len());
-    text[..end].to_string()
-}
-
-/// The session's tags, capped in number and length.
-fn capped_tags(tags: &[(&str, &str)]) -> Vec<(String, String)> {
-    if tags.len() > MAX_TAGS {
-        notice!(
-            "{} session tags given; the first {MAX_TAGS} are kept",
-            tags.len()
-        );
-    }
-    tags.iter()
-        .take(MAX_TAGS)
-        .map(|(k, v)| {
-            (
-                capped("tag key", k, MAX_NAME_BYTES),
-                capped("tag value", v, MAX_TAG_VALUE_BYTES),
-            )
-        })
-        .collect()
 }
 
 /// What the transport is told of a session.
@@ -243,21 +99,6 @@ fn session_info<'a>(
         spill_file: None,
         started_unix_ns,
     }
-}
-
-/// A number for this process's files: its host, pid and session start.
-fn process_tag(start_unix_ns: i64) -> u64 {
-    let host = gethostname::gethostname();
-    let digest = Sha256::new()
-        .chain_update(host.as_encoded_bytes())
-        .chain_update(std::process::id().to_le_bytes())
-        .chain_update(start_unix_ns.to_le_bytes())
-        .finalize();
-    u64::from_le_bytes(
-        digest[..8]
-            .try_into()
-            .expect("a SHA-256 digest has 32 bytes"),
-    )
 }
 
 /// The hub behind an enabled profiler: what its sessions share with the
@@ -528,19 +369,6 @@ impl Drop for Session {
                     Chain(&e)
                 );
             }
-        }
-    }
-}
-
-/// The flusher's call: a flush of the session of `shared` while it lives,
-/// a failure told in a notice.
-fn periodic_flush(shared: Weak<Hub>) -> impl Fn() + Send + 'static {
-    move || {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        if let Err(e) = flush(&shared) {
-            notice!("a periodic flush failed: {}", Chain(&e));
         }
     }
 }
@@ -834,196 +662,6 @@ fn build_payload(
         .expect("at least the last part"))
 }
 
-/// Writes what the running session recorded since the last flush as its
-/// next part; `false` when no session runs or it recorded nothing new.
-pub(crate) fn flush(shared: &Hub) -> Result<bool, SessionError> {
-    flush_locked(shared, &mut lock(&shared.flushes))
-}
-
-/// Flushes the running session as [`flush`] does and returns the number
-/// of its last part: what it recorded until now is in parts 1 to that (a
-/// window's edge).
-pub(crate) fn flush_parts(shared: &Hub) -> Result<u32, SessionError> {
-    let mut flushes = lock(&shared.flushes);
-    flush_locked(shared, &mut flushes)?;
-    Ok(flushes.parts)
-}
-
-fn flush_locked(shared: &Hub, flushes: &mut Flushes) -> Result<bool, SessionError> {
-    let started = Instant::now();
-    let wrote = write_flush(shared, flushes)?;
-    if wrote {
-        // Kept beside the recording (a row would make the next flush write
-        // it, and an idle session write forever): one row at the end.
-        let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-        flushes.ns = flushes.ns.saturating_add(ns);
-    }
-    Ok(wrote)
-}
-
-/// A window's payload on this rank, written into its folder.
-pub(crate) struct WindowPayload {
-    /// The payload's bytes.
-    pub(crate) bytes: Vec<u8>,
-    /// What rank 0 gathers the window with: the window's folder as the
-    /// session directory, this file as its own.
-    pub(crate) gather: WindowGather,
-}
-
-/// What a window's gather needs of its session, owned.
-pub(crate) struct WindowGather {
-    pub(crate) dir: PathBuf,
-    pub(crate) file: PathBuf,
-    pub(crate) session_id: String,
-    pub(crate) run_id: Option<String>,
-    pub(crate) started_unix_ns: i64,
-}
-
-impl WindowGather {
-    /// The transport's view of it.
-    pub(crate) fn info<'a>(&'a self, env: &RankEnv) -> SessionInfo<'a> {
-        SessionInfo {
-            spill_file: Some(&self.file),
-            ..session_info(
-                env,
-                &self.session_id,
-                self.run_id.as_deref(),
-                &self.dir,
-                self.started_unix_ns,
-            )
-        }
-    }
-}
-
-/// Which rows of the running session a window holds: those of flush parts
-/// `after + 1 ..= upto` that happened within `span` (nanoseconds into the
-/// session), and the rows with no time (model parameter counts,
-/// torch.profiler's CPU operator totals) of the parts after
-/// `timeless_after`: those handed over while it was open.
-pub(crate) struct WindowRows {
-    pub(crate) after: u32,
-    pub(crate) timeless_after: u32,
-    pub(crate) upto: u32,
-    pub(crate) span: Range<u64>,
-}
-
-/// The running session's `rows` as one payload that says it covers
-/// `window`, written into the window's folder; `None` without a running
-/// session.
-pub(crate) fn write_window(
-    shared: &Hub,
-    rows: &WindowRows,
-    window: WindowMeta,
-    dropped: Vec<DroppedRows>,
-) -> Result<Option<WindowPayload>, SessionError> {
-    let env = &shared.env;
-    let now = shared.recorder.now_ns();
-    let Some((mut header, parts, gather)) = shared.session.with_running(|state| {
-        let mut header = header(shared, state, now, SamplerStats::default());
-        header.window = Some(window.clone());
-        let name = state.spill_name(env);
-        let parts: Vec<(u32, PathBuf)> = (rows.after + 1..=rows.upto)
-            .map(|seq| (seq, state.dir.join(name.part_name(seq))))
-            .collect();
-        let dir = rankscope_common::window::window_dir(&state.dir, window.index);
-        let gather = WindowGather {
-            file: dir.join(name.file_name()),
-            dir,
-            session_id: state.id.clone(),
-            run_id: state.rendezvous.run_id.clone(),
-            started_unix_ns: state.start_unix_ns,
-        };
-        (header, parts, gather)
-    }) else {
-        return Ok(None);
-    };
-    // A part that could not be written (its rows wait for the session's
-    // end in memory) is missing here: the window lacks its rows.
-    let mut kept = Vec::with_capacity(parts.len());
-    for (seq, part) in parts.iter().filter(|(_, part)| part.exists()) {
-        let Ok(payload) = spill::read_payload(part) else {
-            continue;
-        };
-        let timeless = *seq > rows.timeless_after;
-        kept.push(
-            rankscope_common::window::rows_within(payload, &rows.span, timeless)
-                .map_err(SessionError::Batch)?,
-        );
-    }
-    let merged =
-        Payload::concat(kept, shared.config.max_data_points).map_err(SessionError::Batch)?;
-    // What the rank dropped while the window was open (past
-    // max_data_points): a window of a long session may have lost its rows.
-    header.dropped = dropped;
-    let tables = merged.map(|payload| payload.tables);
-    let mut payload = Payload {
-        header,
-        tables: tables.unwrap_or_default(),
-    };
-    let bytes = payload::encode_capped(
-        &mut payload,
-        shared.config.payload_compression,
-        &Limits::DEFAULT,
-    )
-    .map_err(SessionError::Payload)?;
-    let spill = |source| SessionError::Spill {
-        rank: env.rank,
-        dir: gather.dir.clone(),
-        source,
-    };
-    create_real_dir(&gather.dir).map_err(spill)?;
-    rankscope_common::file::write_atomic(&gather.file, &bytes).map_err(spill)?;
-    Ok(Some(WindowPayload { bytes, gather }))
-}
-
-/// Writes the records since the last flush as the session's next part;
-/// `false` when there were none.
-fn write_flush(shared: &Hub, flushes: &mut Flushes) -> Result<bool, SessionError> {
-    let now = shared.recorder.now_ns();
-    let seq = flushes.parts + 1;
-    let Some((dir, name, header)) = shared.session.with_running(|state| {
-        let mut header = header(shared, state, now, SamplerStats::default());
-        header.flushed_until_ns = Some(now);
-        let name = state.spill_name(&shared.env).part_name(seq);
-        (state.dir.clone(), name, header)
-    }) else {
-        return Ok(false);
-    };
-    let tables = shared
-        .recorder
-        .flush()
-        .finish()
-        .map_err(SessionError::Batch)?;
-    if tables.is_empty() {
-        return Ok(false);
-    }
-    flushes.parts = seq;
-    // After the rows were taken: an edge that reads it finds them all
-    // before its time.
-    shared.parts_taken.store(seq, Ordering::Release);
-    let mut payload = Payload { header, tables };
-    let written = payload::encode_capped(
-        &mut payload,
-        shared.config.payload_compression,
-        &Limits::DEFAULT,
-    )
-    .map_err(SessionError::Payload)
-    .and_then(|bytes| {
-        rankscope_common::file::write_atomic(&dir.join(&name), &bytes).map_err(|source| {
-            SessionError::Spill {
-                rank: shared.env.rank,
-                dir,
-                source,
-            }
-        })
-    });
-    if written.is_err() {
-        // Out of the recorder already: kept for the final payload instead.
-        flushes.unwritten.push(payload);
-    }
-    written.map(|()| true)
-}
-
 fn header(
     shared: &Hub,
     state: &SessionState,
@@ -1068,83 +706,5 @@ fn header(
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         encode_ns: None,
         window: None,
-    }
-}
-
-/// The id every rank of the job shares: configuration, else the launcher's
-/// job id, else (for a world of one only) a fresh one.
-fn session_id(config: &Config, env: &RankEnv) -> Result<String, SessionError> {
-    if let Some(id) = config.session_id.clone().or_else(|| env.job_id.clone()) {
-        return Ok(id);
-    }
-    if env.world_size == 1 {
-        return Ok(rankscope_common::env::fresh_job_id());
-    }
-    Err(SessionError::NoSessionId {
-        launcher: env.launcher,
-        world_size: env.world_size,
-    })
-}
-
-/// `text` with everything but ASCII letters, digits, `.`, `_` and `-`
-/// replaced, so that a hostile session name cannot leave the output directory.
-pub(crate) fn path_safe(text: &str) -> String {
-    let safe: String = text
-        .chars()
-        .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    match safe.trim_start_matches('.') {
-        "" => "session".to_string(),
-        rest => rest.to_string(),
-    }
-}
-
-/// The session directory a rank with `config` uses for `name` and `id`.
-/// An id that `path_safe` had to change gets a tag of the whole id (the
-/// first 4 bytes of its SHA-256, a hash whose definition never changes: ranks
-/// built by different toolchains agree on the directory), so that two ids
-/// (`exp:7`, `exp/7`) never share a directory.
-pub(crate) fn session_dir(config: &Config, name: &str, id: &str) -> PathBuf {
-    let safe_id = path_safe(id);
-    let dir = if safe_id == id {
-        format!("{}-{safe_id}", path_safe(name))
-    } else {
-        let digest = Sha256::digest(id.as_bytes());
-        let tag: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}-{safe_id}-{tag}", path_safe(name))
-    };
-    config.output_dir.join(dir)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    #[test]
-    fn hostile_names_stay_inside_the_output_directory() {
-        assert_eq!(path_safe("../../etc/passwd"), "_.._etc_passwd");
-        assert_eq!(path_safe(".."), "session");
-        assert_eq!(path_safe("t2v <script>"), "t2v__script_");
-        assert_eq!(path_safe(&"x".repeat(500)).len(), 64);
-        let dir = session_dir(&Config::default(), "/abs", "1");
-        assert!(dir.starts_with("profiling_reports"), "{}", dir.display());
-        assert!(Path::new(&path_safe("a/b")).components().count() == 1);
-        let config = Config::default();
-        assert_ne!(
-            session_dir(&config, "t", "exp:7"),
-            session_dir(&config, "t", "exp/7"),
-            "ids that read alike once made safe keep their own directories"
-        );
-        assert!(session_dir(&config, "t", "job-7").ends_with("t-job-7"));
-        // Pinned: sha256(b"exp:7") begins 268282b4 (Python's hashlib agrees).
-        assert!(session_dir(&config, "t", "exp:7").ends_with("t-exp_7-268282b4"));
     }
 }
