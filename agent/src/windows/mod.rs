@@ -22,10 +22,9 @@
 //! sees (one machine, or a shared file system); a rank that cannot see it
 //! is named missing in each window's report, by the gather's deadline.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,15 +32,19 @@ use rankscope_common::error::Chain;
 use rankscope_common::payload::DroppedRows;
 use rankscope_common::table::Table;
 use rankscope_common::window::{self, Plan, Refusal, Request, Trigger, WindowMeta};
-use signal_hook::consts::SIGUSR1;
-use signal_hook::SigId;
 
 use crate::notice::{notice, say};
 use crate::session::{self, Hub, WindowPayload, WindowRows};
-use crate::stop::StopSignal;
-use crate::sync::lock;
 use crate::transport::dir::DirTransport;
 use crate::transport::Transport;
+
+mod sigusr1;
+mod steps;
+
+use sigusr1::Sigusr1;
+pub use steps::PlannedWindow;
+pub(crate) use steps::Steps;
+use steps::{Edge, NONE};
 
 /// How often the windows thread looks at the control files when no edge
 /// wakes it.
@@ -64,174 +67,6 @@ const REPORTS_AT_ONCE: usize = 2;
 /// How long a window's gather waits where ranks were missing from the
 /// last: long enough for ranks a step behind.
 const MISSING_AGAIN_WAIT: Duration = Duration::from_secs(2);
-/// Edges kept for the thread; past this (a thread that cannot keep up with
-/// one-step windows) the oldest go, counted.
-const MAX_EDGES: usize = 1024;
-/// No edge is due.
-const NONE: u64 = u64::MAX;
-
-/// A step count at which a window opens or closes, as the step that
-/// reached it saw it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Edge {
-    /// The step count.
-    count: u64,
-    /// When, nanoseconds into the session.
-    ns: u64,
-    /// Flush parts whose rows were all taken before then.
-    parts: u32,
-}
-
-/// The steps of the running session (`Profiler::step`), and the counts at
-/// which a step notes an edge for the windows thread.
-pub(crate) struct Steps {
-    count: AtomicU64,
-    /// The count of the next edge; [`NONE`]: none due.
-    next_edge: AtomicU64,
-    /// The edge after it (a planned window's close), where known.
-    then_edge: AtomicU64,
-    /// Rolling windows: each edge is followed by one this many steps later.
-    period: AtomicU64,
-    edges: Mutex<Edges>,
-    /// The window planned or open now, as the program may ask for it.
-    current: Mutex<Option<PlannedWindow>>,
-    signal: StopSignal,
-    /// Whether the thread, when stopped, closes an open window (the
-    /// session finishes) or leaves it (the session is spilled or dropped).
-    close_on_stop: AtomicBool,
-}
-
-#[derive(Default)]
-struct Edges {
-    queue: VecDeque<Edge>,
-    dropped: u64,
-}
-
-impl Default for Steps {
-    fn default() -> Self {
-        Steps {
-            count: AtomicU64::new(0),
-            next_edge: AtomicU64::new(NONE),
-            then_edge: AtomicU64::new(NONE),
-            period: AtomicU64::new(0),
-            edges: Mutex::default(),
-            current: Mutex::default(),
-            signal: StopSignal::default(),
-            close_on_stop: AtomicBool::new(false),
-        }
-    }
-}
-
-impl Steps {
-    /// Ends a step: one count more and, where a window opens or closes at
-    /// the new count, an edge noted at the time and parts `edge` gives.
-    #[inline]
-    pub(crate) fn advance(&self, edge: impl FnOnce() -> (u64, u32)) {
-        // SeqCst, with `arm`'s store and load: of a step passing the count
-        // an edge is armed at and the arming, one sees the other.
-        let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
-        if count == self.next_edge.load(Ordering::SeqCst) {
-            self.reach(count, edge);
-        }
-    }
-
-    /// The edge at `count`, claimed from the windows thread (which takes
-    /// back an edge the count passed before it was set).
-    #[cold]
-    fn reach(&self, count: u64, edge: impl FnOnce() -> (u64, u32)) {
-        let claimed =
-            self.next_edge
-                .compare_exchange(count, NONE, Ordering::AcqRel, Ordering::Acquire);
-        if claimed.is_err() {
-            return;
-        }
-        let (ns, parts) = edge();
-        let next = match self.period.load(Ordering::Relaxed) {
-            0 => self.then_edge.swap(NONE, Ordering::AcqRel),
-            period => count.saturating_add(period),
-        };
-        self.next_edge.store(next, Ordering::Release);
-        let mut edges = lock(&self.edges);
-        if edges.queue.len() >= MAX_EDGES {
-            edges.queue.pop_front();
-            edges.dropped += 1;
-        }
-        edges.queue.push_back(Edge { count, ns, parts });
-        drop(edges);
-        self.signal.nudge();
-    }
-
-    /// Steps ended since the session started.
-    pub(crate) fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// Asks the steps for an edge at `at`, then one at `then`. `false`
-    /// where the count passed `at` first: no edge comes for it.
-    fn arm(&self, at: u64, then: u64) -> bool {
-        self.then_edge.store(then, Ordering::Release);
-        self.next_edge.store(at, Ordering::SeqCst);
-        if self.count.load(Ordering::SeqCst) < at {
-            return true;
-        }
-        // Passed: a step claimed the edge (it is queued), or none ever will.
-        let taken_back = self
-            .next_edge
-            .compare_exchange(at, NONE, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if taken_back {
-            self.then_edge.store(NONE, Ordering::Release);
-        }
-        !taken_back
-    }
-
-    /// The window planned or open now on this rank.
-    pub(crate) fn current(&self) -> Option<PlannedWindow> {
-        lock(&self.current).clone()
-    }
-
-    fn set_current(&self, plan: Option<&Plan>) {
-        *lock(&self.current) = plan.map(|plan| PlannedWindow {
-            index: plan.index,
-            first_step: plan.first_step,
-            steps: plan.steps,
-            torch: plan.torch,
-        });
-    }
-
-    fn take_edges(&self) -> (Vec<Edge>, u64) {
-        let mut edges = lock(&self.edges);
-        let dropped = std::mem::take(&mut edges.dropped);
-        (edges.queue.drain(..).collect(), dropped)
-    }
-
-    fn reset(&self, period: u64) {
-        self.count.store(0, Ordering::Relaxed);
-        self.next_edge
-            .store(if period > 0 { period } else { NONE }, Ordering::Release);
-        self.then_edge.store(NONE, Ordering::Release);
-        self.period.store(period, Ordering::Relaxed);
-        *lock(&self.edges) = Edges::default();
-        *lock(&self.current) = None;
-        self.close_on_stop.store(false, Ordering::Relaxed);
-        self.signal.reset();
-    }
-}
-
-/// A window of the running session, planned or open: what a program (the
-/// Python package's torch.profiler capture) needs to follow it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedWindow {
-    /// The window's number, from 1.
-    pub index: u32,
-    /// The step count at which it opens (`Profiler::step_count`).
-    pub first_step: u64,
-    /// Steps it covers: it closes when the count reaches `first_step + steps`.
-    pub steps: u64,
-    /// Whether it was asked for with `--torch`: torch.profiler captures it.
-    pub torch: bool,
-}
-
 /// The windows thread of one session.
 pub(crate) struct WindowsThread {
     steps: Arc<Steps>,
@@ -415,46 +250,6 @@ struct Windows {
     every: Option<(Duration, Instant)>,
     /// Periodic windows planned so far.
     periodic_taken: u64,
-}
-
-/// Whether a session of this process took `SIGUSR1` (its handler stays
-/// installed once registered): a later session takes it again.
-static SIGUSR1_TAKEN: AtomicBool = AtomicBool::new(false);
-
-/// `SIGUSR1` taken while the session runs: a flag its handler sets.
-struct Sigusr1 {
-    received: Arc<AtomicBool>,
-    id: SigId,
-}
-
-impl Sigusr1 {
-    /// Takes `SIGUSR1` where its action is the default (which would end
-    /// the process); a program's own handler is left alone.
-    fn take() -> Option<Sigusr1> {
-        let ours = SIGUSR1_TAKEN.load(Ordering::Relaxed);
-        if !ours && !crate::signals::has_default_action(SIGUSR1) {
-            return None;
-        }
-        let received = Arc::new(AtomicBool::new(false));
-        match signal_hook::flag::register(SIGUSR1, Arc::clone(&received)) {
-            Ok(id) => {
-                SIGUSR1_TAKEN.store(true, Ordering::Relaxed);
-                Some(Sigusr1 { received, id })
-            }
-            Err(e) => {
-                notice!("SIGUSR1 will not open windows: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Sigusr1 {
-    fn drop(&mut self) {
-        // Its handler stays installed, doing nothing: SIGUSR1 no longer
-        // ends the process once a session has taken it.
-        signal_hook::low_level::unregister(self.id);
-    }
 }
 
 impl Windows {
