@@ -312,6 +312,19 @@ fn a_summary_of_4096_ranks_stays_under_200_lines() {
         summary.contains("power_capped on 40 GPUs: r0 GPU 0, r1 GPU 1, r2 GPU 2 and 37 more"),
         "{summary}"
     );
+    // And one recommendation about them, not forty.
+    let told: Vec<_> = rankscope_coordinator::analysis::recommend::recommend(&report)
+        .into_iter()
+        .filter(|r| r.category == "gpu")
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0]
+            .message
+            .starts_with("40 GPUs on 5 hosts: power capped (rank 0 GPU 0"),
+        "{}",
+        told[0].message
+    );
     // The GPUs as a distribution, the extremes named.
     assert!(summary.contains("4096 GPUs"), "{summary}");
     assert!(summary.contains("p95"), "{summary}");

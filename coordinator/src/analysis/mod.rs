@@ -7,7 +7,7 @@ pub mod gpus;
 pub mod kernels;
 mod launches;
 mod overhead;
-mod recommend;
+pub mod recommend;
 pub mod series;
 mod stages;
 pub mod stats;

@@ -1,12 +1,15 @@
 //! Recommendations: rules with thresholds, each with the evidence that fired it.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use rankscope_common::kineto::KernelCategory;
 use rankscope_common::payload::TransportName;
 use rankscope_common::text::cell;
 
 use super::stragglers::owns;
 use crate::model::{
-    GpuSummary, GpuTime, Recommendation, Report, Severity, StageStats, Straggler, StragglerGroup,
+    Bottleneck, GpuSummary, GpuTime, Recommendation, Report, Severity, StageStats, Straggler,
+    StragglerGroup,
 };
 
 /// A stage taking more than this share of the session is worth a look.
@@ -14,6 +17,10 @@ const HOT_STAGE_PCT: f64 = 30.0;
 
 /// Inputs not used that get a recommendation each; the rest are counted.
 const LISTED_SKIPPED: usize = 10;
+
+/// GPUs with one kind of bottleneck told of one by one; more are one
+/// finding about them all.
+const GPUS_TOLD_ONE_BY_ONE: usize = 3;
 
 /// What stragglers cost, each figure labelled as what it is: wall-clock
 /// time of the job, and the other ranks' idle rank-seconds.
@@ -213,21 +220,54 @@ pub fn recommend(report: &Report) -> Vec<Recommendation> {
     }
     // Bottlenecks of a straggler's own GPU are told above.
     let explained = |gpu: &GpuSummary| report.stragglers.iter().any(|s| owns(s.rank, gpu));
+    let mut by_kind: BTreeMap<&str, Vec<(&GpuSummary, &Bottleneck)>> = BTreeMap::new();
     for gpu in report.gpus.iter().filter(|g| !explained(g)) {
         for b in &gpu.bottlenecks {
-            add(
-                Severity::Warning,
-                "gpu",
-                format!(
-                    "GPU {} of rank {} on {}: {}",
-                    gpu.index,
-                    gpu.rank,
-                    cell(&gpu.host, 40),
-                    b.kind.as_str().replace('_', " ")
-                ),
-                b.evidence.clone(),
-            );
+            by_kind.entry(b.kind.as_str()).or_default().push((gpu, b));
         }
+    }
+    for (kind, found) in by_kind {
+        let kind = kind.replace('_', " ");
+        if found.len() <= GPUS_TOLD_ONE_BY_ONE {
+            for (gpu, b) in found {
+                add(
+                    Severity::Warning,
+                    "gpu",
+                    format!(
+                        "GPU {} of rank {} on {}: {kind}",
+                        gpu.index,
+                        gpu.rank,
+                        cell(&gpu.host, 40)
+                    ),
+                    b.evidence.clone(),
+                );
+            }
+            continue;
+        }
+        // A rule at its edge on many GPUs: one finding about them all.
+        let hosts: BTreeSet<&str> = found.iter().map(|(g, _)| g.host.as_str()).collect();
+        let named: Vec<String> = found
+            .iter()
+            .take(3)
+            .map(|(g, _)| format!("rank {} GPU {}", g.rank, g.index))
+            .collect();
+        let (first, example) = found[0];
+        add(
+            Severity::Warning,
+            "gpu",
+            format!(
+                "{} GPUs on {} host{}: {kind} ({} and {} more)",
+                found.len(),
+                hosts.len(),
+                if hosts.len() == 1 { "" } else { "s" },
+                named.join(", "),
+                found.len() - named.len()
+            ),
+            format!(
+                "rank {} GPU {}: {}; report.json's gpus[].bottlenecks has each GPU's",
+                first.rank, first.index, example.evidence
+            ),
+        );
     }
     // By self time: a stage that only encloses others is not where the
     // time goes.
