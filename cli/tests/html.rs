@@ -348,3 +348,60 @@ fn many_gpus_are_drawn_as_their_spread() {
     assert_eq!(browser.errors(), Vec::<String>::new(), "console errors");
     browser.screenshot(&artifact("report-24-ranks.png"));
 }
+
+/// 4,096 ranks (512 hosts of 8): the page opens in a real browser with
+/// every chart drawn from data and no error, within the same deadline as
+/// the small pages (the browser's open waits at most 60 s for the charts).
+#[test]
+fn a_page_of_4096_ranks_draws_every_chart() {
+    const RANKS: u32 = 4_096;
+    let small = synthetic::Shape {
+        steps: 3,
+        inner_per_step: 2,
+        inner_ns: (1_000_000, 3_000_000),
+        gpu_readings: 20,
+        host_readings: 10,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    synthetic::write_job(dir.path(), RANKS, &small, &mut std::io::sink()).unwrap();
+    let run = rankscope(
+        &[
+            "aggregate",
+            "--report-only",
+            "--reports-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let page = dir.path().join("report.html");
+    let mut browser = Browser::launch(1400);
+    browser.open(&page, CHARTS_READY);
+    // The synthetic ranks record no blocks: every other chart has data.
+    for id in CHARTS.iter().filter(|id| **id != "chart-fps") {
+        let (points, drawn) = chart(&mut browser, id);
+        assert!(
+            points > 0 && drawn,
+            "#{id}: {points} points, drawn: {drawn}"
+        );
+    }
+    assert_eq!(browser.errors(), Vec::<String>::new(), "console errors");
+    // The tables of one row per rank or GPU show their first 64 rows (the
+    // GPUs with a bottleneck first) and count the rest.
+    for table in ["rank-table", "gpu-table", "overhead-table"] {
+        let rows = browser.eval(&format!(
+            "document.querySelectorAll('#{table} tbody tr').length"
+        ));
+        assert_eq!(rows, json!(64), "#{table}");
+    }
+    let text = browser.eval("document.body.innerText").to_string();
+    assert!(
+        text.contains("and 4032 more rows, in report.json"),
+        "the rest counted"
+    );
+    browser.screenshot(&artifact("report-4096-ranks.png"));
+}

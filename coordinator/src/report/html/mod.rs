@@ -20,7 +20,7 @@ use super::stage_tree;
 use rankscope_common::payload::GpuSource;
 use rankscope_common::text::markup;
 
-use crate::model::{GpuTime, RankValue, Report, Series, Severity};
+use crate::model::{GpuSummary, GpuTime, RankValue, Report, Series, Severity};
 
 const TEMPLATE: &str = include_str!("../../../templates/report.html");
 const STYLE: &str = include_str!("../../../assets/report.css");
@@ -259,6 +259,10 @@ struct Finding {
 
 /// Rows a table shows at most; the rest are in report.json.
 const MAX_TABLE_ROWS: usize = 2_000;
+/// Rows a table of one row per rank or per GPU shows at most: at a
+/// thousand ranks the page shows the charts' distributions and these (the
+/// GPUs with a bottleneck first); report.json and stages.csv hold them all.
+const PER_RANK_ROWS: usize = 64;
 
 /// A table: its column heads, and its rows of cells, made one at a time as
 /// the table is written (the page shows [`MAX_TABLE_ROWS`] of them and
@@ -266,6 +270,8 @@ const MAX_TABLE_ROWS: usize = 2_000;
 struct Table<'r> {
     heads: Vec<Head>,
     rows: Box<dyn Iterator<Item = Vec<Cell>> + 'r>,
+    /// Rows shown at most.
+    limit: usize,
 }
 
 impl<'r> Table<'r> {
@@ -277,7 +283,13 @@ impl<'r> Table<'r> {
                 .map(|&(label, numeric)| Head { label, numeric })
                 .collect(),
             rows: Box::new(rows),
+            limit: MAX_TABLE_ROWS,
         }
+    }
+
+    /// The table showing at most `limit` rows.
+    fn limited(self, limit: usize) -> Self {
+        Table { limit, ..self }
     }
 
     /// Writes the table as `<table id="{id}">`, sortable by its columns
@@ -301,7 +313,7 @@ impl<'r> Table<'r> {
             )?;
         }
         out.write_all(b"</tr></thead>\n<tbody>")?;
-        for row in rows.by_ref().take(MAX_TABLE_ROWS) {
+        for row in rows.by_ref().take(self.limit) {
             out.write_all(b"\n<tr>")?;
             for cell in row {
                 cell.write_html(out)?;
@@ -577,7 +589,10 @@ fn lockstep(report: &Report) -> Table<'_> {
 }
 
 fn gpus(report: &Report) -> Table<'_> {
-    let rows = report.gpus.iter().map(|g| {
+    // The GPUs with a bottleneck first: at scale they are the rows shown.
+    let mut gpus: Vec<&GpuSummary> = report.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.bottlenecks.is_empty());
+    let rows = gpus.into_iter().map(|g| {
         let sampled_by: Vec<String> = g.sampled_by.iter().map(u32::to_string).collect();
         vec![
             Cell::text(format!("{} #{}", g.host, g.index)),
@@ -621,6 +636,7 @@ fn gpus(report: &Report) -> Table<'_> {
         ],
         rows,
     )
+    .limited(PER_RANK_ROWS)
 }
 
 fn diffusion(report: &Report) -> Vec<(String, String)> {
@@ -689,6 +705,7 @@ fn ranks(report: &Report) -> Table<'_> {
         ],
         rows,
     )
+    .limited(PER_RANK_ROWS)
 }
 
 fn session(report: &Report) -> Vec<(String, String)> {
@@ -799,6 +816,7 @@ fn overhead(report: &Report) -> Table<'_> {
         ],
         rows,
     )
+    .limited(PER_RANK_ROWS)
 }
 
 /// `unix_s` as `2026-11-26 03:27:10 UTC`.
