@@ -309,12 +309,11 @@ fn rankscope_report_renders_the_same_page_again_from_report_json() {
 #[path = "../../coordinator/tests/support/synthetic.rs"]
 mod synthetic;
 
-#[test]
-fn many_gpus_are_drawn_as_their_spread() {
-    // 24 ranks, a GPU each: more than the page draws one line for.
-    const RANKS: u32 = 24;
+/// A synthetic job of `ranks` ranks of `shape`, aggregated (report only)
+/// into the folder of its rank files.
+fn synthetic_report(ranks: u32, shape: &synthetic::Shape) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    synthetic::write_job(dir.path(), RANKS, &synthetic::BENCH, &mut std::io::sink()).unwrap();
+    synthetic::write_job(dir.path(), ranks, shape, &mut std::io::sink()).unwrap();
     let run = rankscope(
         &[
             "aggregate",
@@ -329,6 +328,13 @@ fn many_gpus_are_drawn_as_their_spread() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    dir
+}
+
+#[test]
+fn many_gpus_are_drawn_as_their_spread() {
+    // 24 ranks, a GPU each: more than the page draws one line for.
+    let dir = synthetic_report(24, &synthetic::BENCH);
 
     let mut browser = Browser::launch(1200);
     browser.open(&dir.path().join("report.html"), CHARTS_READY);
@@ -362,22 +368,7 @@ fn a_page_of_4096_ranks_draws_every_chart() {
         gpu_readings: 20,
         host_readings: 10,
     };
-    let dir = tempfile::tempdir().unwrap();
-    synthetic::write_job(dir.path(), RANKS, &small, &mut std::io::sink()).unwrap();
-    let run = rankscope(
-        &[
-            "aggregate",
-            "--report-only",
-            "--reports-dir",
-            dir.path().to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let dir = synthetic_report(RANKS, &small);
     let page = dir.path().join("report.html");
     let mut browser = Browser::launch(1400);
     browser.open(&page, CHARTS_READY);

@@ -108,12 +108,7 @@ fn a_directory_gather_without_a_run_id_names_the_files_judged_by_age() {
             })
             .collect();
         support::wait_all(children, &[]);
-        let session = std::fs::read_dir(out.path())
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let session = support::only_session_dir(out.path());
         let report: serde_json::Value =
             serde_json::from_slice(&std::fs::read(session.join("report.json")).unwrap()).unwrap();
         assert_eq!(

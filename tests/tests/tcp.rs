@@ -552,12 +552,7 @@ fn without_a_token_a_one_machine_job_shares_a_secret_the_variables_do_not_give()
     );
     let notices = report["session"]["notices"].to_string();
     assert!(!notices.contains("no RANKSCOPE_TOKEN"), "{notices}");
-    let session = std::fs::read_dir(out.path())
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let session = support::only_session_dir(out.path());
     let token_files: Vec<_> = std::fs::read_dir(&session)
         .unwrap()
         .map(|e| e.unwrap())

@@ -78,3 +78,14 @@ pub fn wait_all(children: Vec<Child>, allowed: &[i32]) -> Vec<Output> {
     }
     outputs
 }
+
+/// The one session directory a job wrote under `out`.
+pub fn only_session_dir(out: &Path) -> std::path::PathBuf {
+    let dirs: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(dirs.len(), 1, "one session directory: {dirs:?}");
+    dirs.into_iter().next().unwrap()
+}
