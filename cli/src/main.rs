@@ -108,6 +108,10 @@ enum Commands {
         /// Steps the window covers (default: the job's window_steps, 20).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
         steps: Option<u64>,
+        /// A window of about this many seconds instead: rank 0 turns it into
+        /// steps at the pace its steps go (at most a day).
+        #[arg(long, conflicts_with = "steps", value_parser = window_seconds)]
+        seconds: Option<Duration>,
         /// Steps to let pass before the window opens.
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=1_000_000_000))]
         delay_steps: u64,
@@ -270,6 +274,16 @@ fn print_error(error: &anyhow::Error) {
     );
     for line in lines {
         eprintln!("{}", terminal(line));
+    }
+}
+
+/// `--seconds`: more than 0, at most a day.
+fn window_seconds(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!(
+            "`{text}` is not a number of seconds above 0 and at most 86400"
+        )),
     }
 }
 
@@ -438,6 +452,7 @@ fn run(cli: Cli) -> Result<Finished> {
         Commands::Trigger {
             dir,
             steps,
+            seconds,
             delay_steps,
             torch,
             wait,
@@ -446,6 +461,7 @@ fn run(cli: Cli) -> Result<Finished> {
             trigger::run(&trigger::TriggerOptions {
                 dir,
                 steps,
+                seconds,
                 delay_steps,
                 torch,
                 wait,

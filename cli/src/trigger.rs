@@ -17,8 +17,11 @@ const POLL: Duration = Duration::from_millis(50);
 pub struct TriggerOptions {
     /// The running session's directory.
     pub dir: PathBuf,
-    /// Steps the window covers; `None`: the job's `window_steps`.
+    /// Steps the window covers; `None`: `seconds`, else the job's
+    /// `window_steps`.
     pub steps: Option<u64>,
+    /// A window of about this long, turned into steps by rank 0 at its pace.
+    pub seconds: Option<Duration>,
     /// Steps to let pass before it opens.
     pub delay_steps: u64,
     /// Python ranks also capture the window with torch.profiler.
@@ -51,6 +54,9 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
         delay_steps: options.delay_steps,
         trigger: Trigger::Command,
         torch: options.torch,
+        duration_ms: options.seconds.map_or(0, |d| {
+            d.as_millis().clamp(1, u128::from(window::MAX_WINDOW_MS)) as u64
+        }),
     };
     let path = window::write_request(dir, &request)
         .with_context(|| format!("writing a window request into {}", dir.display()))?;

@@ -37,6 +37,8 @@ const MAX_NONCE_BYTES: usize = 64;
 /// The most steps a window asked for may cover, and the most it may wait
 /// to open: past these a request (or a plan) is refused.
 pub const MAX_WINDOW_STEPS: u64 = 1_000_000_000;
+/// The longest window asked for in time: a day, milliseconds.
+pub const MAX_WINDOW_MS: u64 = 86_400_000;
 
 /// What opened a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,7 +95,8 @@ pub struct WindowMeta {
 pub struct Request {
     /// Tells the answer to this request from others'.
     pub nonce: String,
-    /// Steps the window covers.
+    /// Steps the window covers (0: as many as `duration_ms` at rank 0's
+    /// pace, else the job's `window_steps`).
     pub steps: u64,
     /// Steps to let pass before it opens.
     pub delay_steps: u64,
@@ -102,6 +105,10 @@ pub struct Request {
     /// Python ranks also capture the window with torch.profiler (`--torch`).
     #[serde(default)]
     pub torch: bool,
+    /// A window of about this many milliseconds (`--seconds`): rank 0
+    /// turns it into steps at its pace. 0: by steps.
+    #[serde(default)]
+    pub duration_ms: u64,
 }
 
 /// A window rank 0 planned: every rank opens it at `first_step`.
@@ -335,6 +342,9 @@ pub fn read_request(path: &Path) -> Result<Request, ControlError> {
     if request.steps > MAX_WINDOW_STEPS || request.delay_steps > MAX_WINDOW_STEPS {
         return Err(invalid("its steps or delay pass 1 000 000 000"));
     }
+    if request.duration_ms > MAX_WINDOW_MS {
+        return Err(invalid("its duration passes a day"));
+    }
     request.trigger = Trigger::Command;
     Ok(request)
 }
@@ -421,6 +431,7 @@ mod tests {
             delay_steps: 2,
             trigger: Trigger::Command,
             torch: true,
+            duration_ms: 0,
         };
         let path = write_request(dir.path(), &request).unwrap();
         let (found, beyond) = pending_requests(dir.path(), 8).unwrap();
@@ -469,6 +480,7 @@ mod tests {
             delay_steps: 0,
             trigger: Trigger::Command,
             torch: false,
+            duration_ms: 0,
         };
         assert!(write_request(dir.path(), &request).is_err());
     }
@@ -529,6 +541,7 @@ mod tests {
                 delay_steps: 0,
                 trigger: Trigger::Command,
                 torch: false,
+                duration_ms: 0,
             };
             write_request(dir.path(), &request).unwrap();
         }

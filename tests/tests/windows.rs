@@ -207,7 +207,7 @@ fn periodic_windows_come_every_so_many_seconds_with_every_rank() {
 #[test]
 fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     let out = tempfile::tempdir().unwrap();
-    let children = job(out.path(), 300, &[]);
+    let children = job(out.path(), 600, &[]);
     let dir = live_session_dir(out.path());
     // A request that is no request is refused, and said once.
     let control = dir.join("control");
@@ -232,6 +232,22 @@ fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     );
     // The job is still running when the report is written: it goes on.
     let report = read_report(&window_dir);
+    // A second window, of about 0.3 s: rank 0 turns it into steps at its
+    // pace (its steps take 10 ms or more: 30 at most).
+    let timed = Command::new(rankscope_cli())
+        .args(["trigger", "--dir", dir.to_str().unwrap()])
+        .args(["--seconds", "0.3", "--wait", "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert!(
+        timed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&timed.stderr)
+    );
+    let second = read_report(&dir.join("window-2"));
+    let steps = second["window"]["steps"].as_u64().unwrap();
+    assert!((1..=30).contains(&steps), "{steps} steps");
+    assert_eq!(calls(&second, "denoise_step"), 4 * steps);
     let outputs = wait_for(children);
     assert_eq!(report["window"]["trigger"], "command");
     assert_eq!(report["window"]["steps"], 10);
@@ -241,7 +257,7 @@ fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     );
     assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
     let session = read_report(&dir);
-    assert_eq!(calls(&session, "denoise_step"), 4 * 300);
+    assert_eq!(calls(&session, "denoise_step"), 4 * 600);
     let notices = session["session"]["notices"].to_string();
     assert!(
         notices.contains("a window request was refused") && notices.contains("request-junk.json"),

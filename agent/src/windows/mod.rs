@@ -407,6 +407,7 @@ impl Windows {
                 delay_steps: 0,
                 trigger: Trigger::Periodic,
                 torch: false,
+                duration_ms: 0,
             });
         }
         if self
@@ -421,6 +422,7 @@ impl Windows {
                 delay_steps: 0,
                 trigger: Trigger::Signal,
                 torch: false,
+                duration_ms: 0,
             };
             self.answer(request);
         }
@@ -467,9 +469,12 @@ impl Windows {
                 .count()
                 .saturating_add(request.delay_steps)
                 .saturating_add(self.lead_steps()),
-            steps: match request.steps {
-                0 => self.default_steps,
-                steps => steps,
+            steps: match (request.steps, request.duration_ms) {
+                (0, 0) => self.default_steps,
+                // About that long at this rank's pace now.
+                (0, ms) => ((self.steps_per_second() * ms as f64 / 1e3).ceil() as u64)
+                    .clamp(1, window::MAX_WINDOW_STEPS),
+                (steps, _) => steps,
             },
             trigger: request.trigger,
             nonce: request.nonce,
