@@ -1,0 +1,439 @@
+//! Rank 0's listener: it accepts connections on a thread of its own, gives
+//! each a thread, authenticates it by the challenge and its proof, answers
+//! the rendezvous and the clock exchanges, and collects the payloads, each
+//! within its budgets (connections not yet authenticated, frame bytes in
+//! flight) and deadlines.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use rankscope_common::gather::{
+    Candidate, ConnectionRefusal, Rejection, Skipped, MAX_LISTED_SKIPPED,
+};
+use rankscope_common::payload;
+use sha2::Sha256;
+
+use super::clock::{self, Round, ROUNDS};
+use super::wire::{
+    kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, HELLO_BYTES,
+    MAX_CONTROL_BYTES,
+};
+use super::HANDSHAKE_TIMEOUT;
+use crate::sync::lock;
+use crate::transport::TransportError;
+
+/// What rank 0's listener needs to know.
+pub(super) struct ServerSettings {
+    pub(super) token: Vec<u8>,
+    /// How long a payload's frame may take to arrive.
+    pub(super) payload_timeout: Duration,
+    pub(super) session_id: String,
+    pub(super) run_id: String,
+    pub(super) world_size: u32,
+    pub(super) max_frame: u64,
+    pub(super) clock_shift_ns: i64,
+}
+
+/// What the listener collected.
+#[derive(Default)]
+pub(super) struct Collected {
+    pub(super) payloads: BTreeMap<u32, Candidate>,
+    /// The first [`MAX_LISTED_SKIPPED`] connections refused, with why (a
+    /// port scan must not grow rank 0's memory).
+    pub(super) refused: Vec<Skipped>,
+    /// How many more were refused.
+    pub(super) unlisted: u64,
+}
+
+/// Connections that have not authenticated yet, kept apart from the
+/// ranks': at most this many, the oldest cut off to make room for a new
+/// one. Strangers flooding the port then cannot keep a rank out: its
+/// connection gets in and authenticates in one round trip, long before as
+/// many newer connections push it out.
+const MAX_UNAUTHENTICATED: usize = 64;
+
+/// State shared by the listener and its connection threads.
+struct Shared {
+    /// Payload frames being received.
+    frames: FrameBudget,
+    settings: ServerSettings,
+    collected: Mutex<Collected>,
+    arrived: Condvar,
+    /// Authenticated connections open now.
+    connections: AtomicUsize,
+    /// Connections not authenticated yet, oldest first, by id.
+    unauthenticated: Mutex<VecDeque<(u64, TcpStream)>>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    /// Takes `stream` in among the unauthenticated connections, cutting
+    /// the oldest off past [`MAX_UNAUTHENTICATED`]; `false` when it cannot
+    /// be kept track of (no file descriptor for its handle): then it is
+    /// not served.
+    fn admit(&self, id: u64, stream: &TcpStream) -> bool {
+        let Ok(handle) = stream.try_clone() else {
+            return false;
+        };
+        let mut waiting = lock(&self.unauthenticated);
+        if waiting.len() >= MAX_UNAUTHENTICATED {
+            if let Some((_, oldest)) = waiting.pop_front() {
+                let _ = oldest.shutdown(Shutdown::Both);
+            }
+        }
+        waiting.push_back((id, handle));
+        true
+    }
+
+    /// Connection `id` is no longer waiting to authenticate; `false` if it
+    /// was cut off meanwhile.
+    fn leave(&self, id: u64) -> bool {
+        let mut waiting = lock(&self.unauthenticated);
+        match waiting.iter().position(|(waiting_id, _)| *waiting_id == id) {
+            Some(at) => {
+                waiting.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Rank 0's listener: a thread accepting connections, a thread for each.
+pub(super) struct Server {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    pub(super) fn start(
+        listener: TcpListener,
+        settings: ServerSettings,
+    ) -> Result<Self, TransportError> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| TransportError::Io {
+                path: "listener".into(),
+                source,
+            })?;
+        let shared = Arc::new(Shared {
+            settings,
+            collected: Mutex::default(),
+            arrived: Condvar::new(),
+            frames: FrameBudget::default(),
+            connections: AtomicUsize::new(0),
+            unauthenticated: Mutex::default(),
+            stop: AtomicBool::new(false),
+        });
+        let accepting = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("rankscope-listener".into())
+            .spawn(move || accept_loop(&listener, &accepting))
+            .map_err(|source| TransportError::Io {
+                path: "listener thread".into(),
+                source,
+            })?;
+        Ok(Server {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits until every other rank's payload arrived or `deadline`, then
+    /// stops listening and hands over what was collected.
+    pub(super) fn finish(mut self, deadline: Instant) -> Collected {
+        let expected = self.shared.settings.world_size.saturating_sub(1) as usize;
+        let mut collected = lock(&self.shared.collected);
+        while collected.payloads.len() < expected {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            collected = self
+                .shared
+                .arrived
+                .wait_timeout(collected, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        // Stopped under the lock: a payload arriving from now on is refused,
+        // not acknowledged and then lost.
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let taken = std::mem::take(&mut *collected);
+        drop(collected);
+        self.stop();
+        // Refusals of connections that ended after the wait.
+        let mut taken = taken;
+        let mut late = std::mem::take(&mut *lock(&self.shared.collected));
+        taken.refused.append(&mut late.refused);
+        let unlisted = taken.unlisted + late.unlisted;
+        if unlisted > 0 {
+            taken.refused.push(Skipped {
+                source: "more connections".into(),
+                reason: Rejection::Connection(ConnectionRefusal::Unlisted(unlisted)),
+            });
+        }
+        taken
+    }
+
+    fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    let mut next_id = 0u64;
+    while !shared.stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let source = format!("connection from {peer}");
+                let id = next_id;
+                next_id += 1;
+                if !shared.admit(id, &stream) {
+                    refuse(shared, source, ConnectionRefusal::NoResources);
+                    let _ = stream.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let serving = Arc::clone(shared);
+                let spawned = std::thread::Builder::new()
+                    .name("rankscope-peer".into())
+                    .spawn(move || serve_connection(stream, id, source, &serving));
+                if spawned.is_err() {
+                    shared.leave(id);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Where a connection got to, for what to count and say when it ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    /// Still among the unauthenticated (or cut off from them).
+    Waiting,
+    /// Authenticated, and out of the waiting list.
+    LeftWaiting,
+    /// Counted among the authenticated connections.
+    Counted,
+}
+
+/// Serves connection `id` and records why it was refused, if it was.
+fn serve_connection(stream: TcpStream, id: u64, source: String, shared: &Shared) {
+    let mut reached = Reached::Waiting;
+    let result = serve(stream, id, &mut reached, shared);
+    if reached == Reached::Counted {
+        shared.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+    let was_waiting = shared.leave(id);
+    if let Err(refusal) = result {
+        // Cut off while it waited to authenticate: its read failed for that.
+        let refusal = if reached == Reached::Waiting && !was_waiting {
+            ConnectionRefusal::Evicted
+        } else {
+            refusal
+        };
+        refuse(shared, source, refusal);
+    }
+}
+
+fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
+    let mut collected = lock(&shared.collected);
+    if collected.refused.len() < MAX_LISTED_SKIPPED {
+        collected.refused.push(Skipped {
+            source,
+            reason: Rejection::Connection(refusal),
+        });
+    } else {
+        collected.unlisted += 1;
+    }
+}
+
+/// One connection, from the challenge to the end of what it came for;
+/// `reached` says how far it got.
+fn serve(
+    mut stream: TcpStream,
+    id: u64,
+    reached: &mut Reached,
+    shared: &Shared,
+) -> Result<(), ConnectionRefusal> {
+    let settings = &shared.settings;
+    // The handshake and a clock exchange are quick, whoever the peer is.
+    let handshake = Instant::now() + HANDSHAKE_TIMEOUT;
+    stream
+        .set_nonblocking(false)
+        .map_err(|_| ConnectionRefusal::Stalled)?;
+    let _ = stream.set_nodelay(true);
+    let mut challenge = [0u8; 32];
+    getrandom::fill(&mut challenge).map_err(|_| ConnectionRefusal::Malformed("no randomness"))?;
+    write_frame(&mut stream, kind::CHALLENGE, &challenge, handshake)?;
+    let hello = read_frame(&mut stream, kind::HELLO, MAX_CONTROL_BYTES, handshake)?;
+    if hello.len() != HELLO_BYTES {
+        return Err(ConnectionRefusal::Malformed(
+            "a greeting of the wrong length",
+        ));
+    }
+    let rank = u32::from_le_bytes(hello[..4].try_into().expect("4 bytes"));
+    let what = hello[4];
+    let nonce = &hello[5..21];
+    let mut mac = Hmac::<Sha256>::new_from_slice(&settings.token).expect("HMAC takes any key");
+    mac.update(&challenge);
+    mac.update(&rank.to_le_bytes());
+    mac.update(&[what]);
+    mac.update(nonce);
+    // verify_slice compares in constant time.
+    mac.verify_slice(&hello[21..])
+        .map_err(|_| ConnectionRefusal::BadToken)?;
+    if !shared.leave(id) {
+        return Err(ConnectionRefusal::Evicted);
+    }
+    *reached = Reached::LeftWaiting;
+    // Authenticated: among the ranks' connections, a budget of their own.
+    let most = settings.world_size as usize * 2 + 16;
+    if shared.connections.fetch_add(1, Ordering::SeqCst) >= most {
+        shared.connections.fetch_sub(1, Ordering::SeqCst);
+        return Err(ConnectionRefusal::TooMany);
+    }
+    *reached = Reached::Counted;
+    if rank == 0 || rank >= settings.world_size {
+        return Err(ConnectionRefusal::OutsideWorld {
+            rank,
+            world_size: settings.world_size,
+        });
+    }
+    let reply = |kind: u8, body: &[u8]| sealed(&settings.token, &challenge, nonce, kind, body);
+    match what {
+        purpose::RENDEZVOUS => {
+            write_frame(
+                &mut stream,
+                kind::RUN,
+                &reply(kind::RUN, settings.run_id.as_bytes()),
+                handshake,
+            )?;
+            let offset = ping_pong(&mut stream, settings.clock_shift_ns, handshake)?;
+            write_frame(
+                &mut stream,
+                kind::OFFSET,
+                &reply(kind::OFFSET, &offset),
+                handshake,
+            )
+        }
+        purpose::RESYNC => {
+            let offset = ping_pong(&mut stream, settings.clock_shift_ns, handshake)?;
+            write_frame(
+                &mut stream,
+                kind::OFFSET,
+                &reply(kind::OFFSET, &offset),
+                handshake,
+            )
+        }
+        purpose::PAYLOAD => {
+            if let Some(first) = lock(&shared.collected).payloads.get(&rank) {
+                return Err(ConnectionRefusal::DuplicateRank {
+                    rank,
+                    first: first.source.clone(),
+                });
+            }
+            let until = Instant::now() + settings.payload_timeout;
+            let (bytes, _held) = read_frame_within(
+                &mut stream,
+                kind::PAYLOAD,
+                settings.max_frame,
+                until,
+                Some(&shared.frames),
+            )?;
+            // Only this rank's payload of this session and run takes its place.
+            let payload = payload::decode(&bytes)
+                .map_err(|_| ConnectionRefusal::WrongPayload("it does not decode"))?;
+            let header = &payload.header;
+            if header.rank.rank != rank {
+                return Err(ConnectionRefusal::WrongPayload("it is another rank's"));
+            }
+            if header.session.id != settings.session_id {
+                return Err(ConnectionRefusal::WrongPayload("it is another session's"));
+            }
+            if header.session.run_id.as_deref() != Some(settings.run_id.as_str()) {
+                return Err(ConnectionRefusal::WrongPayload("it is another run's"));
+            }
+            {
+                let mut collected = lock(&shared.collected);
+                if shared.stop.load(Ordering::SeqCst) {
+                    return Err(ConnectionRefusal::Late);
+                }
+                if let Some(first) = collected.payloads.get(&rank) {
+                    return Err(ConnectionRefusal::DuplicateRank {
+                        rank,
+                        first: first.source.clone(),
+                    });
+                }
+                let peer = stream
+                    .peer_addr()
+                    .map_or_else(|_| "an unknown address".into(), |a| a.to_string());
+                collected.payloads.insert(
+                    rank,
+                    Candidate {
+                        source: format!("rank {rank} over TCP from {peer}"),
+                        payload: Ok(payload),
+                    },
+                );
+            }
+            shared.arrived.notify_all();
+            let _ = write_frame(
+                &mut stream,
+                kind::ACK,
+                &reply(kind::ACK, &[]),
+                handshake.max(Instant::now() + HANDSHAKE_TIMEOUT),
+            );
+            Ok(())
+        }
+        _ => Err(ConnectionRefusal::Malformed("an unknown purpose")),
+    }
+}
+
+/// Rank 0's side of a ping-pong: the peer's offset, encoded for it (empty
+/// when no round could be used).
+fn ping_pong(
+    stream: &mut TcpStream,
+    clock_shift_ns: i64,
+    deadline: Instant,
+) -> Result<Vec<u8>, ConnectionRefusal> {
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let sent_ns = clock::wall_now_ns(clock_shift_ns);
+        write_frame(stream, kind::PING, &[], deadline)?;
+        let answer = read_frame(stream, kind::PONG, MAX_CONTROL_BYTES, deadline)?;
+        let received_ns = clock::wall_now_ns(clock_shift_ns);
+        let peer_ns = answer
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(i64::from_le_bytes)
+            .ok_or(ConnectionRefusal::Malformed(
+                "a clock reading of the wrong length",
+            ))?;
+        rounds.push(Round {
+            sent_ns,
+            peer_ns,
+            received_ns,
+        });
+    }
+    Ok(clock::estimate(&rounds)
+        .map(|o| clock::encode(&o).to_vec())
+        .unwrap_or_default())
+}

@@ -1,0 +1,337 @@
+//! What crosses a TCP connection: frames (a kind byte, a length, the
+//! bytes), each read and written by a deadline; the peer's proof that it
+//! knows the job token, and rank 0's seal on its replies.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use rankscope_common::gather::ConnectionRefusal;
+use sha2::Sha256;
+
+use crate::sync::lock;
+
+/// Message kinds: one byte before each frame's length.
+pub(super) mod kind {
+    pub const CHALLENGE: u8 = 1;
+    pub const HELLO: u8 = 2;
+    pub const RUN: u8 = 4;
+    pub const PING: u8 = 5;
+    pub const PONG: u8 = 6;
+    pub const OFFSET: u8 = 7;
+    pub const PAYLOAD: u8 = 8;
+    pub const ACK: u8 = 9;
+}
+
+/// What a connection is for.
+pub(super) mod purpose {
+    pub const RENDEZVOUS: u8 = 1;
+    pub const RESYNC: u8 = 2;
+    pub const PAYLOAD: u8 = 3;
+}
+
+/// Largest control frame (everything but a payload).
+pub(super) const MAX_CONTROL_BYTES: u64 = 4096;
+/// A greeting: rank, purpose, the peer's nonce, its proof.
+pub(super) const HELLO_BYTES: usize = 4 + 1 + 16 + 32;
+
+/// The peer's proof that it knows `token`: HMAC-SHA256 of the challenge,
+/// its rank, the connection's purpose and its own nonce.
+pub(super) fn proof(token: &[u8], challenge: &[u8], rank: u32, what: u8, nonce: &[u8]) -> [u8; 32] {
+    let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key");
+    mac.update(challenge);
+    mac.update(&rank.to_le_bytes());
+    mac.update(&[what]);
+    mac.update(nonce);
+    mac.finalize().into_bytes().into()
+}
+
+/// Rank 0's proof that a reply is its own: HMAC-SHA256, under the token, of
+/// the connection's challenge and the peer's nonce (so that it cannot be
+/// replayed on another connection), the reply's kind and its body.
+fn seal(token: &[u8], challenge: &[u8], nonce: &[u8], kind: u8, body: &[u8]) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key");
+    mac.update(b"rank 0");
+    mac.update(challenge);
+    mac.update(nonce);
+    mac.update(&[kind]);
+    mac.update(body);
+    mac
+}
+
+/// `body` followed by its seal.
+pub(super) fn sealed(
+    token: &[u8],
+    challenge: &[u8],
+    nonce: &[u8],
+    kind: u8,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut out = body.to_vec();
+    out.extend_from_slice(
+        &seal(token, challenge, nonce, kind, body)
+            .finalize()
+            .into_bytes(),
+    );
+    out
+}
+
+/// The body of a sealed reply, if its seal is rank 0's (compared in
+/// constant time).
+pub(super) fn unsealed(
+    token: &[u8],
+    challenge: &[u8],
+    nonce: &[u8],
+    kind: u8,
+    frame: &[u8],
+) -> Option<Vec<u8>> {
+    let (body, mac) = frame.split_at(frame.len().checked_sub(32)?);
+    seal(token, challenge, nonce, kind, body)
+        .verify_slice(mac)
+        .ok()?;
+    Some(body.to_vec())
+}
+
+/// Writes one frame — its kind, its length (u64, little endian), its bytes —
+/// by `deadline`.
+pub(super) fn write_frame(
+    stream: &mut TcpStream,
+    kind: u8,
+    body: &[u8],
+    deadline: Instant,
+) -> Result<(), ConnectionRefusal> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(ConnectionRefusal::Stalled);
+    }
+    stream
+        .set_write_timeout(Some(left))
+        .map_err(|_| ConnectionRefusal::Stalled)?;
+    let mut head = [0u8; 9];
+    head[0] = kind;
+    head[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    stream
+        .write_all(&head)
+        .and_then(|()| stream.write_all(body))
+        .and_then(|()| stream.flush())
+        .map_err(|e| refusal_of(&e))
+}
+
+/// Why a read or write on a connection failed: a peer gone (closed,
+/// reset) is told apart from one that went silent (timed out).
+pub(super) fn refusal_of(error: &std::io::Error) -> ConnectionRefusal {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => ConnectionRefusal::Stalled,
+        _ => ConnectionRefusal::Closed,
+    }
+}
+
+/// Reads one frame of kind `expected` and at most `max` bytes, all of it by
+/// `deadline` (a peer that sends a byte now and then gets no longer). A
+/// length past `max` is refused before anything is allocated; the body's
+/// address space is reserved at once (refused, not aborted, where there is
+/// none) and its pages filled only as bytes arrive.
+pub(super) fn read_frame(
+    stream: &mut TcpStream,
+    expected: u8,
+    max: u64,
+    deadline: Instant,
+) -> Result<Vec<u8>, ConnectionRefusal> {
+    read_frame_within(stream, expected, max, deadline, None).map(|(body, _)| body)
+}
+
+/// [`read_frame`], the frame's whole length (at most the whole budget)
+/// taken from `budget` (where one is given) before its body is read; the
+/// bytes stay held until the [`Held`] returned is dropped.
+pub(super) fn read_frame_within<'b>(
+    stream: &mut TcpStream,
+    expected: u8,
+    max: u64,
+    deadline: Instant,
+    budget: Option<&'b FrameBudget>,
+) -> Result<(Vec<u8>, Held<'b>), ConnectionRefusal> {
+    let mut head = [0u8; 9];
+    read_exact_by(stream, &mut head, deadline)?;
+    if head[0] != expected {
+        return Err(ConnectionRefusal::Malformed("an unexpected message"));
+    }
+    let len = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
+    if len > max {
+        return Err(ConnectionRefusal::FrameTooLarge {
+            bytes: len,
+            limit: max,
+        });
+    }
+    let held = match budget {
+        Some(budget) => budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?,
+        None => Held {
+            budget: None,
+            bytes: 0,
+        },
+    };
+    let mut body = Vec::new();
+    body.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX))
+        .map_err(|_| ConnectionRefusal::Malformed("a frame larger than rank 0 can hold"))?;
+    while (body.len() as u64) < len {
+        let start = body.len();
+        let chunk = (len - start as u64).min(64 << 10) as usize;
+        body.resize(start + chunk, 0);
+        read_exact_by(stream, &mut body[start..], deadline)?;
+    }
+    Ok((body, held))
+}
+
+/// Fills `buf` from `stream` by `deadline`, with no pause longer than
+/// [`IDLE_TIMEOUT`] between bytes.
+fn read_exact_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), ConnectionRefusal> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnectionRefusal::Stalled);
+        }
+        stream
+            .set_read_timeout(Some(left.min(IDLE_TIMEOUT)))
+            .map_err(|_| ConnectionRefusal::Stalled)?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => return Err(ConnectionRefusal::Closed),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(refusal_of(&e)),
+        }
+    }
+    Ok(())
+}
+
+/// The longest a peer may go without sending a byte of a frame it began:
+/// a stalled frame gives back its share of the frame budget then, not at
+/// the gather's deadline.
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bytes of payload frames rank 0 holds at once, across all its
+/// connections (each frame is within `max_frame_bytes` too): a frame takes
+/// its whole length from the budget (all of it, for a frame larger than
+/// the budget) before its body is read, waiting for room, so that many
+/// peers sending large frames at once cannot take rank 0's memory, and no
+/// two frames each hold part of the budget while waiting for the rest.
+pub(super) const FRAMES_IN_FLIGHT_BYTES: u64 = 512 << 20;
+
+/// The bytes of frames held now, against [`FRAMES_IN_FLIGHT_BYTES`].
+#[derive(Default)]
+pub(super) struct FrameBudget {
+    held: Mutex<u64>,
+    freed: Condvar,
+}
+
+impl FrameBudget {
+    /// Takes `bytes` once they fit (or nothing else is held), by
+    /// `deadline`; they are given back when the [`Held`] is dropped.
+    fn take(&self, bytes: u64, deadline: Instant) -> Result<Held<'_>, ConnectionRefusal> {
+        let mut taken = lock(&self.held);
+        while *taken > 0 && *taken + bytes > FRAMES_IN_FLIGHT_BYTES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ConnectionRefusal::Stalled);
+            }
+            taken = self
+                .freed
+                .wait_timeout(taken, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *taken += bytes;
+        Ok(Held {
+            budget: Some(self),
+            bytes,
+        })
+    }
+}
+
+/// Bytes of a frame held against a [`FrameBudget`]; given back on drop.
+pub(super) struct Held<'a> {
+    budget: Option<&'a FrameBudget>,
+    bytes: u64,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Some(budget) = self.budget {
+            *lock(&budget.held) -= self.bytes;
+            budget.freed.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_depends_on_the_token_the_challenge_the_rank_and_the_purpose() {
+        let base = proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[7; 16]);
+        assert_eq!(
+            base,
+            proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"other", &[1; 32], 3, purpose::PAYLOAD, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"token", &[2; 32], 3, purpose::PAYLOAD, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"token", &[1; 32], 4, purpose::PAYLOAD, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"token", &[1; 32], 3, purpose::RESYNC, &[7; 16])
+        );
+        assert_ne!(
+            base,
+            proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[8; 16])
+        );
+    }
+
+    #[test]
+    fn a_reply_is_rank_zeros_only_under_its_seal() {
+        let reply = sealed(b"token", &[1; 32], &[2; 16], kind::RUN, b"run-7");
+        assert_eq!(
+            unsealed(b"token", &[1; 32], &[2; 16], kind::RUN, &reply).as_deref(),
+            Some(&b"run-7"[..])
+        );
+        assert!(unsealed(b"guess", &[1; 32], &[2; 16], kind::RUN, &reply).is_none());
+        assert!(
+            unsealed(b"token", &[1; 32], &[3; 16], kind::RUN, &reply).is_none(),
+            "no replay"
+        );
+        assert!(unsealed(b"token", &[1; 32], &[2; 16], kind::OFFSET, &reply).is_none());
+        assert!(unsealed(b"token", &[1; 32], &[2; 16], kind::RUN, b"short").is_none());
+    }
+
+    /// A peer that closed or reset the connection is told apart from one
+    /// that went silent.
+    #[test]
+    fn a_closed_connection_is_not_a_silent_one() {
+        use std::io::{Error, ErrorKind};
+        for kind in [ErrorKind::WouldBlock, ErrorKind::TimedOut] {
+            assert_eq!(refusal_of(&Error::from(kind)), ConnectionRefusal::Stalled);
+        }
+        for kind in [
+            ErrorKind::ConnectionReset,
+            ErrorKind::BrokenPipe,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert_eq!(refusal_of(&Error::from(kind)), ConnectionRefusal::Closed);
+        }
+    }
+}
