@@ -44,6 +44,12 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
             window::LIVE_FILE
         );
     }
+    if let Some(pid) = gone_here(dir) {
+        bail!(
+            "no session runs in {}: its rank 0 (process {pid} on this machine) is gone",
+            dir.display()
+        );
+    }
     let deadline = Instant::now()
         .checked_add(options.timeout)
         .context("--timeout is too long")?;
@@ -84,6 +90,20 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
         println!("{}", report_dir.display());
     }
     Ok(())
+}
+
+/// The process id of the rank 0 that said a session runs in `dir`, where
+/// it ran on this machine and is gone (it crashed, its file stayed).
+fn gone_here(dir: &Path) -> Option<u32> {
+    let (host, pid) = window::live_owner(dir)?;
+    if host != gethostname::gethostname().to_string_lossy() {
+        return None;
+    }
+    let id = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: signal 0 checks that the process exists; it sends nothing.
+    let gone = unsafe { libc::kill(id, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    gone.then_some(pid)
 }
 
 /// Rank 0's plan for the request with `nonce`, or its refusal as an error.

@@ -171,17 +171,24 @@ pub enum ControlError {
 }
 
 /// The file rank 0 keeps in the control folder while its session runs
-/// (and can plan windows): its process id.
+/// (and can plan windows): its host and process id, on one line.
 pub const LIVE_FILE: &str = "live";
 
-/// Rank 0: says in `session_dir` that a session runs there.
-pub fn write_live(session_dir: &Path) -> std::io::Result<()> {
+/// Rank 0 on `host`: says in `session_dir` that a session runs there.
+pub fn write_live(session_dir: &Path, host: &str) -> std::io::Result<()> {
     let dir = control_dir(session_dir);
     std::fs::create_dir_all(&dir)?;
-    crate::file::write_atomic(
-        &dir.join(LIVE_FILE),
-        std::process::id().to_string().as_bytes(),
-    )
+    let line = format!("{host} {}", std::process::id());
+    crate::file::write_atomic(&dir.join(LIVE_FILE), line.as_bytes())
+}
+
+/// The host and process id of the rank 0 that says a session runs in
+/// `session_dir`, where its file says them.
+pub fn live_owner(session_dir: &Path) -> Option<(String, u32)> {
+    let file = crate::file::open_regular(&control_dir(session_dir).join(LIVE_FILE), false).ok()?;
+    let text = String::from_utf8(crate::file::read_capped(file, MAX_CONTROL_BYTES).ok()?).ok()?;
+    let (host, pid) = text.trim().rsplit_once(' ')?;
+    Some((host.to_string(), pid.parse().ok()?))
 }
 
 /// Rank 0: its session there has ended (the control folder goes too,

@@ -420,9 +420,18 @@ fn a_trigger_nobody_answers_fails_and_takes_its_request_back() {
     let stderr = String::from_utf8_lossy(&none.stderr);
     assert!(stderr.contains("no session runs in"), "{stderr}");
     assert!(!dir.path().join("control").exists());
-    // A rank 0 that says it runs but never answers (it hangs).
+    // A rank 0 that is gone (its file stayed) is said so at once.
     std::fs::create_dir_all(dir.path().join("control")).unwrap();
-    std::fs::write(dir.path().join("control/live"), "1").unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let mut dead = Command::new("true").spawn().unwrap();
+    dead.wait().unwrap();
+    let live = dir.path().join("control/live");
+    std::fs::write(&live, format!("{} {}", host.trim(), dead.id())).unwrap();
+    let gone = trigger("60");
+    let stderr = String::from_utf8_lossy(&gone.stderr);
+    assert!(stderr.contains("is gone"), "{stderr}");
+    // A rank 0 that says it runs but never answers (it hangs: this test).
+    std::fs::write(&live, format!("{} {}", host.trim(), std::process::id())).unwrap();
     let silent = trigger("0.3");
     assert_eq!(silent.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&silent.stderr);

@@ -115,7 +115,8 @@ impl WindowsThread {
             periodic_taken: 0,
         };
         if hub.env.rank == 0 {
-            if let Err(e) = window::write_live(&windows.dir) {
+            let host = gethostname::gethostname().to_string_lossy().into_owned();
+            if let Err(e) = window::write_live(&windows.dir, &host) {
                 notice!("rankscope trigger cannot reach this session: {e}");
             }
         }
