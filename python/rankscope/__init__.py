@@ -105,9 +105,8 @@ class Profiler(_rankscope.Profiler):
             self._advance_windows()
 
     def _advance_windows(self) -> None:
-        reaching = self.step_count() + 1
         capture = getattr(self, "_window_capture", None)
-        if capture is not None and reaching >= capture.close_step:
+        if capture is not None and self.step_count() + 1 >= capture.close_step:
             # Read before the step that closes the window ends: its rows
             # fall inside the window.
             self._end_window_capture()
@@ -115,17 +114,22 @@ class Profiler(_rankscope.Profiler):
         windows = getattr(self, "_torch_windows", None)
         if windows is not None:
             windows.step()
+        # A capture runs: nothing to look up until it closes.
+        if getattr(self, "_window_capture", None) is not None:
+            return
         planned = self.planned_window()
-        if planned is not None and getattr(self, "_window_capture", None) is None:
-            index, first_step, steps, torch = planned
-            close_step = first_step + steps
-            if torch and first_step <= reaching < close_step and \
-                    getattr(self, "_window_captured", 0) < index:
-                self._window_captured = index
-                config = self.config
-                if config is not None:
-                    self._window_capture = _torch_profiler.capture_window(
-                        config, self, index, close_step)
+        if planned is None:
+            return
+        index, first_step, steps, torch = planned
+        close_step = first_step + steps
+        reached = self.step_count()
+        if torch and first_step <= reached < close_step and \
+                getattr(self, "_window_captured", 0) < index:
+            self._window_captured = index
+            config = self.config
+            if config is not None:
+                self._window_capture = _torch_profiler.capture_window(
+                    config, self, index, close_step)
 
     def _end_window_capture(self) -> None:
         """Reads a ``--torch`` window's capture, if one runs."""

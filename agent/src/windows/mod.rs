@@ -398,8 +398,8 @@ impl Windows {
     fn answer_requests(&mut self) {
         let due = self
             .every
-            .is_some_and(|(period, last)| last.elapsed() >= period && self.busy().is_none());
-        if let (true, Some((period, _))) = (due, self.every) {
+            .filter(|&(period, last)| last.elapsed() >= period);
+        if let (Some((period, _)), None) = (due, self.busy()) {
             self.every = Some((period, Instant::now()));
             self.periodic_taken += 1;
             self.answer(Request {

@@ -320,22 +320,17 @@ fn serve(
     }
     let reply = |kind: u8, body: &[u8]| sealed(&settings.token, &challenge, nonce, kind, body);
     match what {
-        purpose::RENDEZVOUS => {
-            write_frame(
-                &mut stream,
-                kind::RUN,
-                &reply(kind::RUN, settings.run_id.as_bytes()),
-                handshake,
-            )?;
-            let offset = ping_pong(&mut stream, settings.clock_shift_ns, handshake)?;
-            write_frame(
-                &mut stream,
-                kind::OFFSET,
-                &reply(kind::OFFSET, &offset),
-                handshake,
-            )
-        }
-        purpose::RESYNC => {
+        // The rendezvous gives the run's identity, then measures the clock
+        // as a resync does.
+        purpose::RENDEZVOUS | purpose::RESYNC => {
+            if what == purpose::RENDEZVOUS {
+                write_frame(
+                    &mut stream,
+                    kind::RUN,
+                    &reply(kind::RUN, settings.run_id.as_bytes()),
+                    handshake,
+                )?;
+            }
             let offset = ping_pong(&mut stream, settings.clock_shift_ns, handshake)?;
             write_frame(
                 &mut stream,
