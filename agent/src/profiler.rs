@@ -155,7 +155,7 @@ impl Profiler {
     /// a reporter was already set.
     pub fn set_reporter(&self, reporter: Arc<dyn Reporter>) -> bool {
         match &self.enabled {
-            Some(shared) => shared.reporter.set(reporter).is_ok(),
+            Some(hub) => hub.reporter.set(reporter).is_ok(),
             None => false,
         }
     }
@@ -167,12 +167,12 @@ impl Profiler {
 
     /// The configuration (`None` when disabled).
     pub fn config(&self) -> Option<&Config> {
-        self.enabled.as_deref().map(|shared| &shared.config)
+        self.enabled.as_deref().map(|hub| &hub.config)
     }
 
     /// Where this process sits in the job (`None` when disabled).
     pub fn rank_env(&self) -> Option<&RankEnv> {
-        self.enabled.as_deref().map(|shared| &shared.env)
+        self.enabled.as_deref().map(|hub| &hub.env)
     }
 
     /// Starts the job's session; every rank calls this with the same name.
@@ -180,7 +180,7 @@ impl Profiler {
     pub fn session(&self, name: &str, tags: &[(&str, &str)]) -> Result<Session, SessionError> {
         match &self.enabled {
             None => Ok(Session::inert()),
-            Some(shared) => Session::start(Arc::clone(shared), name, tags),
+            Some(hub) => Session::start(Arc::clone(hub), name, tags),
         }
     }
 
@@ -231,8 +231,8 @@ impl Profiler {
     /// inside it and still open stay open (and nested in it) until they end.
     #[inline]
     pub fn end(&self, stage: OpenStageId) {
-        if let Some(shared) = self.enabled.as_deref() {
-            shared.recorder.end_stage(stage.0);
+        if let Some(hub) = self.enabled.as_deref() {
+            hub.recorder.end_stage(stage.0);
         }
     }
 
@@ -243,7 +243,7 @@ impl Profiler {
     #[inline]
     pub fn end_named(&self, name: &StageName) -> bool {
         match self.enabled.as_deref() {
-            Some(shared) => shared.recorder.stop_named_stage(name),
+            Some(hub) => hub.recorder.stop_named_stage(name),
             None => false,
         }
     }
@@ -256,22 +256,18 @@ impl Profiler {
     /// window's edge, a clock reading and a wake of the windows thread).
     #[inline]
     pub fn step(&self) {
-        if let Some(shared) = self.enabled.as_deref() {
-            shared.steps.advance(|| {
+        if let Some(hub) = self.enabled.as_deref() {
+            hub.steps.advance(|| {
                 // The parts first: those it counts were taken before the time.
-                let parts = shared
-                    .parts_taken
-                    .load(std::sync::atomic::Ordering::Acquire);
-                (shared.recorder.now_ns(), parts)
+                let parts = hub.parts_taken.load(std::sync::atomic::Ordering::Acquire);
+                (hub.recorder.now_ns(), parts)
             });
         }
     }
 
     /// Steps ended (`Profiler::step`) since the running session started.
     pub fn step_count(&self) -> u64 {
-        self.enabled
-            .as_deref()
-            .map_or(0, |shared| shared.steps.count())
+        self.enabled.as_deref().map_or(0, |hub| hub.steps.count())
     }
 
     /// The window of the running session planned or open now, if any: a
@@ -285,12 +281,12 @@ impl Profiler {
     /// What this rank is recording right now: cheap enough to poll, for a
     /// progress line or a dashboard.
     pub fn live_state(&self) -> LiveState {
-        let Some(shared) = self.enabled.as_deref() else {
+        let Some(hub) = self.enabled.as_deref() else {
             return LiveState::default();
         };
-        let recorder = &shared.recorder;
+        let recorder = &hub.recorder;
         LiveState {
-            session: shared.session.with_running(|s| s.name.clone()),
+            session: hub.session.with_running(|s| s.name.clone()),
             elapsed_s: recorder
                 .is_recording()
                 .then(|| recorder.now_ns() as f64 / 1e9),
@@ -317,7 +313,7 @@ impl Profiler {
     pub fn stop(&self, name: &str) -> bool {
         // Also after the session ended: the stage leaves the open stack.
         match self.enabled.as_deref() {
-            Some(shared) => shared.recorder.stop_stage(name),
+            Some(hub) => hub.recorder.stop_stage(name),
             None => false,
         }
     }
@@ -422,15 +418,14 @@ impl Profiler {
     /// Like [`Profiler::memory_snapshot`], naming where the numbers given
     /// come from (`torch`, say) instead of `caller`.
     pub fn memory_snapshot_from(&self, label: &str, source: &str, reading: MemoryReading) {
-        let Some(shared) = self.enabled.as_deref() else {
+        let Some(hub) = self.enabled.as_deref() else {
             return;
         };
         let Some(rec) = self.recording() else {
             return;
         };
         let read = if reading == MemoryReading::default() {
-            shared
-                .telemetry
+            hub.telemetry
                 .lock_gpu()
                 .and_then(|mut gpu| Some((gpu.source().as_str(), gpu.memory(0)?)))
         } else {

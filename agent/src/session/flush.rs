@@ -10,7 +10,7 @@ use std::time::Instant;
 use rankscope_common::error::Chain;
 use rankscope_common::payload::{self, Limits, Payload, SamplerStats};
 
-use super::{header, Hub, SessionError};
+use super::{Hub, SessionError};
 use crate::notice::notice;
 use crate::sync::lock;
 
@@ -28,90 +28,92 @@ pub(crate) struct Flushes {
     pub(super) ns: u64,
 }
 
-/// The flusher's call: a flush of the session of `shared` while it lives,
+/// The flusher's call: a flush of the session of `hub` while it lives,
 /// a failure told in a notice.
-pub(super) fn periodic_flush(shared: Weak<Hub>) -> impl Fn() + Send + 'static {
+pub(super) fn periodic_flush(hub: Weak<Hub>) -> impl Fn() + Send + 'static {
     move || {
-        let Some(shared) = shared.upgrade() else {
+        let Some(hub) = hub.upgrade() else {
             return;
         };
-        if let Err(e) = flush(&shared) {
+        if let Err(e) = hub.flush() {
             notice!("a periodic flush failed: {}", Chain(&e));
         }
     }
 }
 
-/// Writes what the running session recorded since the last flush as its
-/// next part; `false` when no session runs or it recorded nothing new.
-pub(crate) fn flush(shared: &Hub) -> Result<bool, SessionError> {
-    flush_locked(shared, &mut lock(&shared.flushes))
-}
-
-/// Flushes the running session as [`flush`] does and returns the number
-/// of its last part: what it recorded until now is in parts 1 to that (a
-/// window's edge).
-pub(crate) fn flush_parts(shared: &Hub) -> Result<u32, SessionError> {
-    let mut flushes = lock(&shared.flushes);
-    flush_locked(shared, &mut flushes)?;
-    Ok(flushes.parts)
-}
-
-fn flush_locked(shared: &Hub, flushes: &mut Flushes) -> Result<bool, SessionError> {
-    let started = Instant::now();
-    let wrote = write_flush(shared, flushes)?;
-    if wrote {
-        // Kept beside the recording (a row would make the next flush write
-        // it, and an idle session write forever): one row at the end.
-        let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-        flushes.ns = flushes.ns.saturating_add(ns);
+impl Hub {
+    /// Writes what the running session recorded since the last flush as its
+    /// next part; `false` when no session runs or it recorded nothing new.
+    pub(crate) fn flush(&self) -> Result<bool, SessionError> {
+        self.flush_locked(&mut lock(&self.flushes))
     }
-    Ok(wrote)
-}
 
-/// Writes the records since the last flush as the session's next part;
-/// `false` when there were none.
-fn write_flush(shared: &Hub, flushes: &mut Flushes) -> Result<bool, SessionError> {
-    let now = shared.recorder.now_ns();
-    let seq = flushes.parts + 1;
-    let Some((dir, name, header)) = shared.session.with_running(|state| {
-        let mut header = header(shared, state, now, SamplerStats::default());
-        header.flushed_until_ns = Some(now);
-        let name = state.spill_name(&shared.env).part_name(seq);
-        (state.dir.clone(), name, header)
-    }) else {
-        return Ok(false);
-    };
-    let tables = shared
-        .recorder
-        .flush()
-        .finish()
-        .map_err(SessionError::Batch)?;
-    if tables.is_empty() {
-        return Ok(false);
+    /// Flushes the running session as [`Hub::flush`] does and returns the number
+    /// of its last part: what it recorded until now is in parts 1 to that (a
+    /// window's edge).
+    pub(crate) fn flush_parts(&self) -> Result<u32, SessionError> {
+        let mut flushes = lock(&self.flushes);
+        self.flush_locked(&mut flushes)?;
+        Ok(flushes.parts)
     }
-    flushes.parts = seq;
-    // After the rows were taken: an edge that reads it finds them all
-    // before its time.
-    shared.parts_taken.store(seq, Ordering::Release);
-    let mut payload = Payload { header, tables };
-    let written = payload::encode_capped(
-        &mut payload,
-        shared.config.payload_compression,
-        &Limits::DEFAULT,
-    )
-    .map_err(SessionError::Payload)
-    .and_then(|bytes| {
-        rankscope_common::file::write_atomic(&dir.join(&name), &bytes).map_err(|source| {
-            SessionError::Spill {
-                rank: shared.env.rank,
-                dir,
-                source,
-            }
-        })
-    });
-    if written.is_err() {
-        // Out of the recorder already: kept for the final payload instead.
-        flushes.unwritten.push(payload);
+
+    fn flush_locked(&self, flushes: &mut Flushes) -> Result<bool, SessionError> {
+        let started = Instant::now();
+        let wrote = self.write_flush(flushes)?;
+        if wrote {
+            // Kept beside the recording (a row would make the next flush write
+            // it, and an idle session write forever): one row at the end.
+            let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+            flushes.ns = flushes.ns.saturating_add(ns);
+        }
+        Ok(wrote)
     }
-    written.map(|()| true)
+
+    /// Writes the records since the last flush as the session's next part;
+    /// `false` when there were none.
+    fn write_flush(&self, flushes: &mut Flushes) -> Result<bool, SessionError> {
+        let now = self.recorder.now_ns();
+        let seq = flushes.parts + 1;
+        let Some((dir, name, header)) = self.session.with_running(|state| {
+            let mut header = self.header(state, now, SamplerStats::default());
+            header.flushed_until_ns = Some(now);
+            let name = state.spill_name(&self.env).part_name(seq);
+            (state.dir.clone(), name, header)
+        }) else {
+            return Ok(false);
+        };
+        let tables = self
+            .recorder
+            .flush()
+            .finish()
+            .map_err(SessionError::Batch)?;
+        if tables.is_empty() {
+            return Ok(false);
+        }
+        flushes.parts = seq;
+        // After the rows were taken: an edge that reads it finds them all
+        // before its time.
+        self.parts_taken.store(seq, Ordering::Release);
+        let mut payload = Payload { header, tables };
+        let written = payload::encode_capped(
+            &mut payload,
+            self.config.payload_compression,
+            &Limits::DEFAULT,
+        )
+        .map_err(SessionError::Payload)
+        .and_then(|bytes| {
+            rankscope_common::file::write_atomic(&dir.join(&name), &bytes).map_err(|source| {
+                SessionError::Spill {
+                    rank: self.env.rank,
+                    dir,
+                    source,
+                }
+            })
+        });
+        if written.is_err() {
+            // Out of the recorder already: kept for the final payload instead.
+            flushes.unwritten.push(payload);
+        }
+        written.map(|()| true)
+    }
 }

@@ -10,38 +10,33 @@ use std::time::{Duration, Instant};
 
 use rankscope_common::env::RankEnv;
 use rankscope_common::error::Chain;
-use rankscope_common::gather::{self, Gathered, ReportFiles, Skipped};
-use rankscope_common::payload::{
-    self, ClockMeta, DroppedRows, Limits, Overflow, Payload, PayloadHeader, RankMeta, SamplerStats,
-    SessionMeta,
-};
-use rankscope_common::spill::{self, SpillName};
-use rankscope_common::table::Overhead;
+use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
+use rankscope_common::spill::SpillName;
 use rankscope_common::text::rank_ranges;
 use rankscope_common::Config;
 
 use crate::flusher::Flusher;
-use crate::notice::{self, notice, say};
+use crate::notice::say;
 use crate::recorder::Recorder;
-use crate::reporter::{default_reporter, Reporter};
+use crate::reporter::Reporter;
 use crate::sampler::{Sampler, Telemetry};
 use crate::signals::{self, OnStop};
-use crate::slot::{BackToIdle, Phase, Slot};
+use crate::slot::{Phase, Slot};
 use crate::sync::lock;
 use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport};
 use crate::windows::{Steps, WindowsThread};
 
 mod error;
+mod finish;
 mod flush;
 mod naming;
 mod window_rows;
 
 pub use error::SessionError;
-pub(crate) use flush::{flush, flush_parts};
 use flush::{periodic_flush, Flushes};
 use naming::session_dir;
 use naming::{capped, capped_tags, create_real_dir, process_tag, session_id, MAX_NAME_BYTES};
-pub(crate) use window_rows::{write_window, WindowPayload, WindowRows};
+pub(crate) use window_rows::{WindowPayload, WindowRows};
 
 /// What a running session knows about itself.
 pub(crate) struct SessionState {
@@ -205,7 +200,7 @@ impl From<Gathered> for GatherSummary {
 /// A running session. Finish it with [`Session::finish`]; dropping it
 /// unfinished still spills this rank's payload, without waiting for others.
 pub struct Session {
-    shared: Option<Arc<Hub>>,
+    hub: Option<Arc<Hub>>,
     /// The process that started the session: a forked child has the
     /// session's memory but none of its threads, and must leave it alone.
     pid: u32,
@@ -215,22 +210,22 @@ impl Session {
     /// A session of a disabled profiler.
     pub(crate) fn inert() -> Self {
         Session {
-            shared: None,
+            hub: None,
             pid: std::process::id(),
         }
     }
 
     pub(crate) fn start(
-        shared: Arc<Hub>,
+        hub: Arc<Hub>,
         name: &str,
         tags: &[(&str, &str)],
     ) -> Result<Self, SessionError> {
-        shared.telemetry.prepare();
-        let starting = shared.session.start(|phase| match phase {
+        hub.telemetry.prepare();
+        let starting = hub.session.start(|phase| match phase {
             Phase::Running(running) => SessionError::AlreadyRunning(running.name.clone()),
             _ => SessionError::AlreadyRunning("(another, starting or finishing)".into()),
         })?;
-        let (config, env) = (&shared.config, &shared.env);
+        let (config, env) = (&hub.config, &hub.env);
         if env.world_size > config.max_world_size {
             return Err(SessionError::WorldTooLarge {
                 world_size: env.world_size,
@@ -249,14 +244,14 @@ impl Session {
             path: dir.clone(),
             source,
         })?;
-        let mut transport = take_transport(&shared)?;
+        let mut transport = hub.take_transport()?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
         let proposal = session_info(env, &id, env.run_id.as_deref(), &dir, start_unix_ns);
         let deadline = Instant::now() + Duration::from_secs_f64(config.gather_timeout_s);
         let rendezvous = match transport.open(&proposal, deadline) {
             Ok(rendezvous) => rendezvous,
             Err(source) => {
-                put_back(&shared, transport);
+                hub.put_back(transport);
                 return Err(SessionError::Transport {
                     stage: "rendezvous",
                     source,
@@ -264,9 +259,9 @@ impl Session {
             }
         };
         let windows_run = rendezvous.run_id.clone();
-        shared.recorder.begin_session();
-        *lock(&shared.flushes) = Flushes::default();
-        shared.parts_taken.store(0, Ordering::Release);
+        hub.recorder.begin_session();
+        *lock(&hub.flushes) = Flushes::default();
+        hub.parts_taken.store(0, Ordering::Release);
         starting.running(SessionState {
             id,
             name,
@@ -276,24 +271,24 @@ impl Session {
             process: process_tag(start_unix_ns),
             rendezvous,
             transport,
-            sampler: shared.telemetry.start(&shared.recorder),
+            sampler: hub.telemetry.start(&hub.recorder),
             flusher: (config.flush_interval_s > 0.0)
                 .then(|| {
                     Flusher::start(
-                        periodic_flush(Arc::downgrade(&shared)),
+                        periodic_flush(Arc::downgrade(&hub)),
                         Duration::from_secs_f64(config.flush_interval_s),
                     )
                 })
                 .flatten(),
-            _on_stop: shared.config.spill_on_signal.then(|| {
-                let on_stop = spill_on_stop(Arc::downgrade(&shared));
+            _on_stop: hub.config.spill_on_signal.then(|| {
+                let on_stop = spill_on_stop(Arc::downgrade(&hub));
                 signals::watch(&on_stop);
                 on_stop
             }),
         });
-        *lock(&shared.windows) = WindowsThread::start(&shared, windows_dir, windows_run);
+        *lock(&hub.windows) = WindowsThread::start(&hub, windows_dir, windows_run);
         Ok(Session {
-            shared: Some(shared),
+            hub: Some(hub),
             pid: std::process::id(),
         })
     }
@@ -302,8 +297,8 @@ impl Session {
     /// forked child).
     pub fn dir(&self) -> Option<PathBuf> {
         self.check_process().ok()?;
-        let shared = self.shared.as_ref()?;
-        shared.session.with_running(|s| s.dir.clone())
+        let hub = self.hub.as_ref()?;
+        hub.session.with_running(|s| s.dir.clone())
     }
 
     /// Writes what this rank recorded since the last flush to a part file
@@ -314,8 +309,8 @@ impl Session {
     /// part cannot be written stay for the final spill file.
     pub fn flush(&self) -> Result<bool, SessionError> {
         self.check_process()?;
-        match &self.shared {
-            Some(shared) => flush(shared),
+        match &self.hub {
+            Some(hub) => hub.flush(),
             None => Ok(false),
         }
     }
@@ -325,8 +320,8 @@ impl Session {
     /// writes the report.
     pub fn finish(mut self) -> Result<Outcome, SessionError> {
         self.leave_if_forked()?;
-        match self.shared.take() {
-            Some(shared) => finish(&shared, true),
+        match self.hub.take() {
+            Some(hub) => hub.finish(true),
             None => Ok(Outcome::default()),
         }
     }
@@ -337,8 +332,8 @@ impl Session {
     fn leave_if_forked(&mut self) -> Result<(), SessionError> {
         let forked = self.check_process();
         if forked.is_err() {
-            if let Some(shared) = self.shared.take() {
-                std::mem::forget(shared);
+            if let Some(hub) = self.hub.take() {
+                std::mem::forget(hub);
             }
         }
         forked
@@ -362,8 +357,8 @@ impl Drop for Session {
         if self.leave_if_forked().is_err() {
             return;
         }
-        if let Some(shared) = self.shared.take() {
-            if let Err(e) = finish(&shared, false) {
+        if let Some(hub) = self.hub.take() {
+            if let Err(e) = hub.finish(false) {
                 say!(
                     "session dropped unfinished; spilling its data failed: {}",
                     Chain(&e)
@@ -373,14 +368,14 @@ impl Drop for Session {
     }
 }
 
-/// What a stop signal does for the session of `shared`: spill it, and say
+/// What a stop signal does for the session of `hub`: spill it, and say
 /// where it went.
-fn spill_on_stop(shared: Weak<Hub>) -> Arc<OnStop> {
+fn spill_on_stop(hub: Weak<Hub>) -> Arc<OnStop> {
     Arc::new(move |signal| {
-        let Some(shared) = shared.upgrade() else {
+        let Some(hub) = hub.upgrade() else {
             return;
         };
-        match spill_running(&shared) {
+        match hub.spill_running() {
             Ok(Some(path)) => say!(
                 "stopped by signal {signal}; what it recorded is in {}",
                 path.display()
@@ -394,317 +389,23 @@ fn spill_on_stop(shared: Weak<Hub>) -> Arc<OnStop> {
     })
 }
 
-/// Spills the running session, if there is one, without gathering: what a
-/// stop signal does. Returns the spill file.
-fn spill_running(shared: &Hub) -> Result<Option<PathBuf>, SessionError> {
-    stop_windows(shared, false);
-    match shared.session.finish_after_spill() {
-        Some((state, finishing)) => {
-            finish_state(shared, *state, &finishing, false).map(|o| Some(o.spill_file))
-        }
-        None => Ok(None),
-    }
-}
-
-/// The profiler's transport: the one handed in, else the one configuration
-/// and launcher call for.
-fn take_transport(shared: &Hub) -> Result<Box<dyn Transport>, SessionError> {
-    let given = lock(&shared.transport).take();
-    match given {
-        Some(transport) => Ok(transport),
-        None => transport::for_rank(&shared.config, &shared.env).map_err(|source| {
-            SessionError::Transport {
-                stage: "rendezvous",
-                source,
-            }
-        }),
-    }
-}
-
-fn put_back(shared: &Hub, transport: Box<dyn Transport>) {
-    *lock(&shared.transport) = Some(transport);
-}
-
-/// Ends recording and hands the rank's data on; with `gather`, also the
-/// gather and, on rank 0, the report.
-fn finish(shared: &Hub, gather: bool) -> Result<Outcome, SessionError> {
-    stop_windows(shared, gather);
-    let Some((state, finishing)) = shared.session.finish() else {
-        return Err(SessionError::Stopped);
-    };
-    finish_state(shared, *state, &finishing, gather)
-}
-
-/// Stops the running session's windows thread, if any; with `close_open`,
-/// a window open now closes and is reported first.
-fn stop_windows(shared: &Hub, close_open: bool) {
-    let windows = lock(&shared.windows).take();
-    if let Some(windows) = windows {
-        windows.stop(close_open);
-    }
-}
-
-/// [`finish`] of a session taken from the slot; `finishing` hears when the
-/// spill file is written.
-fn finish_state(
-    shared: &Hub,
-    mut state: SessionState,
-    finishing: &BackToIdle<'_, SessionState>,
-    gather: bool,
-) -> Result<Outcome, SessionError> {
-    if let Some(flusher) = state.flusher.take() {
-        flusher.stop();
-    }
-    // Waits for a flush asked for and under way; none comes after (the
-    // session is out of its slot).
-    let mut flushes = lock(&shared.flushes);
-    // The sampler's last reading, taken as it stops, falls inside the
-    // session.
-    let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
-    let duration_ns = shared.recorder.end_session();
-    // What the stages cost, for the report's profiler overhead (the sampler
-    // and the flushes recorded theirs).
-    if let Some(ns) = crate::recorder::stage_cost_ns() {
-        shared
-            .recorder
-            .record_overhead(Overhead::StageNsPerCall, ns);
-    }
-    shared
-        .recorder
-        .record_overhead(Overhead::FlushMs, flushes.ns as f64 / 1e6);
-    let unwritten = std::mem::take(&mut flushes.unwritten);
-    drop(flushes);
-    let result = build_payload(shared, &state, duration_ns, sampler, unwritten)
-        .and_then(|payload| hand_on(shared, &mut state, payload, finishing, gather));
-    state.transport.close();
-    put_back(shared, state.transport);
-    result
-}
-
-/// Spills the payload and, with `gather`, gathers and reports.
-fn hand_on(
-    shared: &Hub,
-    state: &mut SessionState,
-    mut payload: Payload,
-    finishing: &BackToIdle<'_, SessionState>,
-    gather: bool,
-) -> Result<Outcome, SessionError> {
-    let (config, env) = (&shared.config, &shared.env);
-    let bytes = payload::encode_capped(&mut payload, config.payload_compression, &Limits::DEFAULT)
-        .map_err(SessionError::Payload)?;
-    // In the payload (and so the report) already; said here where the rank is heard.
-    if !notice::is_quiet() {
-        for dropped in &payload.header.dropped {
-            say!(
-                "{} rows of `{}` dropped (past max_data_points = {} or the payload's size limit)",
-                dropped.rows,
-                dropped.table,
-                config.max_data_points
-            );
+impl Hub {
+    /// The profiler's transport: the one handed in, else the one configuration
+    /// and launcher call for.
+    pub(super) fn take_transport(&self) -> Result<Box<dyn Transport>, SessionError> {
+        let given = lock(&self.transport).take();
+        match given {
+            Some(transport) => Ok(transport),
+            None => transport::for_rank(&self.config, &self.env).map_err(|source| {
+                SessionError::Transport {
+                    stage: "rendezvous",
+                    source,
+                }
+            }),
         }
     }
-    // Owned: the transport is borrowed mutably below.
-    let run_id = state.rendezvous.run_id.clone();
-    let name = SpillName {
-        rank: env.rank,
-        run_id: run_id.as_deref(),
-        process: state.process,
-    };
-    let spill_file =
-        spill::write(&state.dir, &name, &bytes).map_err(|source| SessionError::Spill {
-            rank: env.rank,
-            dir: state.dir.clone(),
-            source,
-        })?;
-    finishing.spilled();
-    // The final file holds what the flushes wrote: they go.
-    for part in spill::parts(&state.dir, &name).unwrap_or_default() {
-        let _ = std::fs::remove_file(part);
-    }
-    let mut outcome = Outcome {
-        session_dir: state.dir.clone(),
-        spill_file,
-        payload_bytes: bytes.len(),
-        ..Outcome::default()
-    };
-    if !gather {
-        return Ok(outcome);
-    }
-    // Only now, with this rank's data safe on disk, anything that waits for
-    // the others: the clocks compared again, then the gather.
-    let deadline = Instant::now() + Duration::from_secs_f64(config.gather_timeout_s);
-    let info = session_info(
-        env,
-        &state.id,
-        state.rendezvous.run_id.as_deref(),
-        &state.dir,
-        state.start_unix_ns,
-    );
-    let bytes = match state.transport.resync(&info, deadline) {
-        Some(offset) => {
-            // The spill file is rewritten too: it holds what rank 0 gets.
-            payload.header.clock.offset_at_finish = Some(offset);
-            let bytes =
-                payload::encode_capped(&mut payload, config.payload_compression, &Limits::DEFAULT)
-                    .map_err(SessionError::Payload)?;
-            spill::write(&state.dir, &name, &bytes).map_err(|source| SessionError::Spill {
-                rank: env.rank,
-                dir: state.dir.clone(),
-                source,
-            })?;
-            bytes
-        }
-        None => bytes,
-    };
-    let info = SessionInfo {
-        spill_file: Some(&outcome.spill_file),
-        ..session_info(
-            env,
-            &state.id,
-            state.rendezvous.run_id.as_deref(),
-            &state.dir,
-            state.start_unix_ns,
-        )
-    };
-    let gathered = state
-        .transport
-        .gather(&bytes, &info, deadline)
-        .map_err(|source| SessionError::Transport {
-            stage: "gather",
-            source,
-        })?;
-    if let Some(gathered) = gathered {
-        outcome.report = report(shared, &gathered, &state.dir)?;
-        outcome.gathered = Some(gathered.into());
-    }
-    Ok(outcome)
-}
 
-/// Rank 0's report of what it gathered into `dir` (the session's, or a
-/// window's), by the reporter set or the default.
-pub(crate) fn report(
-    shared: &Hub,
-    gathered: &Gathered,
-    dir: &Path,
-) -> Result<Option<ReportFiles>, SessionError> {
-    // The other ranks' notices, each once (rank 0 said its own already).
-    for (text, mut ranks) in gather::notices(gathered.payloads.iter().map(|p| &p.header)) {
-        ranks.retain(|&rank| rank != 0);
-        if !ranks.is_empty() {
-            notice::print_line(format!("{}: ", rank_list(&ranks)), &text);
-        }
-    }
-    let reporter = shared.reporter.get().cloned().or_else(default_reporter);
-    let Some(reporter) = reporter else {
-        say!(
-            "{} rank payloads are in {}; this build writes no report: run \
-             `rankscope aggregate --reports-dir {}` for it",
-            gathered.payloads.len(),
-            dir.display(),
-            dir.display()
-        );
-        return Ok(None);
-    };
-    reporter
-        .report(gathered, dir, &shared.config)
-        .map(Some)
-        .map_err(|source| SessionError::Report {
-            dir: dir.to_path_buf(),
-            source,
-        })
-}
-
-/// This rank's payload: the header and every thread's records as batches.
-fn build_payload(
-    shared: &Hub,
-    state: &SessionState,
-    duration_ns: u64,
-    sampler: SamplerStats,
-    unwritten: Vec<Payload>,
-) -> Result<Payload, SessionError> {
-    let (builders, overflow) = shared.recorder.drain();
-    let mut header = header(shared, state, duration_ns, sampler);
-    header.overflow = overflow;
-    header.notices = notice::take_kept();
-    header.dropped = shared
-        .recorder
-        .take_dropped()
-        .into_iter()
-        .map(|(table, rows)| DroppedRows {
-            table: table.name().to_string(),
-            rows,
-        })
-        .collect();
-    let last = Payload {
-        header,
-        tables: builders.finish().map_err(SessionError::Batch)?,
-    };
-    // What the flushes wrote (or could not write) comes first; the
-    // final file replaces the parts.
-    let parts = spill::parts(&state.dir, &state.spill_name(&shared.env)).unwrap_or_default();
-    if parts.is_empty() && unwritten.is_empty() {
-        return Ok(last);
-    }
-    // Read a part at a time; telemetry keeps its newest rows, across
-    // flushes too.
-    let flushed = parts
-        .iter()
-        .filter_map(|part| match spill::read_payload(part) {
-            Ok(payload) => Some(payload),
-            Err(e) => {
-                notice!("a flushed part {} is lost: {}", part.display(), Chain(&e));
-                None
-            }
-        });
-    let all = flushed.chain(unwritten).chain(std::iter::once(last));
-    Ok(Payload::concat(all, shared.config.max_data_points)
-        .map_err(SessionError::Batch)?
-        .expect("at least the last part"))
-}
-
-fn header(
-    shared: &Hub,
-    state: &SessionState,
-    duration_ns: u64,
-    sampler: SamplerStats,
-) -> PayloadHeader {
-    let env = &shared.env;
-    let gpus = shared.telemetry.describe_gpus();
-    PayloadHeader {
-        session: SessionMeta {
-            id: state.id.clone(),
-            name: state.name.clone(),
-            tags: state.tags.clone(),
-            run_id: state.rendezvous.run_id.clone(),
-        },
-        rank: RankMeta {
-            rank: env.rank,
-            world_size: env.world_size,
-            local_rank: env.local_rank,
-            host: gethostname::gethostname().to_string_lossy().into_owned(),
-            pid: std::process::id(),
-            launcher: env.launcher.as_str().to_string(),
-        },
-        clock: ClockMeta {
-            start_unix_ns: state.start_unix_ns,
-            duration_ns,
-            offset_to_rank0: state.rendezvous.offset,
-            offset_at_finish: None,
-        },
-        transport: state.transport.name(),
-        clock_sync: state.rendezvous.clock_sync,
-        endpoint: state.rendezvous.endpoint.clone(),
-        gpu_source: gpus.source,
-        gpus: gpus.devices,
-        gpu_selection: gpus.selection,
-        sampler,
-        // Counted once, in the final payload (see `build_payload`).
-        dropped: Vec::new(),
-        overflow: Overflow::default(),
-        flushed_until_ns: None,
-        notices: Vec::new(),
-        agent_version: env!("CARGO_PKG_VERSION").to_string(),
-        encode_ns: None,
-        window: None,
+    pub(super) fn put_back(&self, transport: Box<dyn Transport>) {
+        *lock(&self.transport) = Some(transport);
     }
 }

@@ -11,7 +11,7 @@ use rankscope_common::spill;
 use rankscope_common::window::WindowMeta;
 
 use super::naming::create_real_dir;
-use super::{header, session_info, Hub, SessionError};
+use super::{session_info, Hub, SessionError};
 use crate::transport::SessionInfo;
 
 /// A window's payload on this rank, written into its folder.
@@ -60,71 +60,73 @@ pub(crate) struct WindowRows {
     pub(crate) span: Range<u64>,
 }
 
-/// The running session's `rows` as one payload that says it covers
-/// `window`, written into the window's folder; `None` without a running
-/// session.
-pub(crate) fn write_window(
-    shared: &Hub,
-    rows: &WindowRows,
-    window: WindowMeta,
-    dropped: Vec<DroppedRows>,
-) -> Result<Option<WindowPayload>, SessionError> {
-    let env = &shared.env;
-    let now = shared.recorder.now_ns();
-    let Some((mut header, parts, gather)) = shared.session.with_running(|state| {
-        let mut header = header(shared, state, now, SamplerStats::default());
-        header.window = Some(window.clone());
-        let name = state.spill_name(env);
-        let parts: Vec<(u32, PathBuf)> = (rows.after + 1..=rows.upto)
-            .map(|seq| (seq, state.dir.join(name.part_name(seq))))
-            .collect();
-        let dir = rankscope_common::window::window_dir(&state.dir, window.index);
-        let gather = WindowGather {
-            file: dir.join(name.file_name()),
-            dir,
-            session_id: state.id.clone(),
-            run_id: state.rendezvous.run_id.clone(),
-            started_unix_ns: state.start_unix_ns,
+impl Hub {
+    /// The running session's `rows` as one payload that says it covers
+    /// `window`, written into the window's folder; `None` without a running
+    /// session.
+    pub(crate) fn write_window(
+        &self,
+        rows: &WindowRows,
+        window: WindowMeta,
+        dropped: Vec<DroppedRows>,
+    ) -> Result<Option<WindowPayload>, SessionError> {
+        let env = &self.env;
+        let now = self.recorder.now_ns();
+        let Some((mut header, parts, gather)) = self.session.with_running(|state| {
+            let mut header = self.header(state, now, SamplerStats::default());
+            header.window = Some(window.clone());
+            let name = state.spill_name(env);
+            let parts: Vec<(u32, PathBuf)> = (rows.after + 1..=rows.upto)
+                .map(|seq| (seq, state.dir.join(name.part_name(seq))))
+                .collect();
+            let dir = rankscope_common::window::window_dir(&state.dir, window.index);
+            let gather = WindowGather {
+                file: dir.join(name.file_name()),
+                dir,
+                session_id: state.id.clone(),
+                run_id: state.rendezvous.run_id.clone(),
+                started_unix_ns: state.start_unix_ns,
+            };
+            (header, parts, gather)
+        }) else {
+            return Ok(None);
         };
-        (header, parts, gather)
-    }) else {
-        return Ok(None);
-    };
-    // A part that could not be written (its rows wait for the session's
-    // end in memory) is missing here: the window lacks its rows.
-    let mut kept = Vec::with_capacity(parts.len());
-    for (seq, part) in parts.iter().filter(|(_, part)| part.exists()) {
-        let Ok(payload) = spill::read_payload(part) else {
-            continue;
+        // A part that could not be written (its rows wait for the session's
+        // end in memory) is missing here: the window lacks its rows.
+        let mut kept = Vec::with_capacity(parts.len());
+        for (seq, part) in parts.iter().filter(|(_, part)| part.exists()) {
+            let Ok(payload) = spill::read_payload(part) else {
+                continue;
+            };
+            let timeless = *seq > rows.timeless_after;
+            kept.push(
+                rankscope_common::window::rows_within(payload, &rows.span, timeless)
+                    .map_err(SessionError::Batch)?,
+            );
+        }
+        let merged =
+            Payload::concat(kept, self.config.max_data_points).map_err(SessionError::Batch)?;
+        // What the rank dropped while the window was open (past
+        // max_data_points): a window of a long session may have lost its rows.
+        header.dropped = dropped;
+        let tables = merged.map(|payload| payload.tables);
+        let mut payload = Payload {
+            header,
+            tables: tables.unwrap_or_default(),
         };
-        let timeless = *seq > rows.timeless_after;
-        kept.push(
-            rankscope_common::window::rows_within(payload, &rows.span, timeless)
-                .map_err(SessionError::Batch)?,
-        );
+        let bytes = payload::encode_capped(
+            &mut payload,
+            self.config.payload_compression,
+            &Limits::DEFAULT,
+        )
+        .map_err(SessionError::Payload)?;
+        let spill = |source| SessionError::Spill {
+            rank: env.rank,
+            dir: gather.dir.clone(),
+            source,
+        };
+        create_real_dir(&gather.dir).map_err(spill)?;
+        rankscope_common::file::write_atomic(&gather.file, &bytes).map_err(spill)?;
+        Ok(Some(WindowPayload { bytes, gather }))
     }
-    let merged =
-        Payload::concat(kept, shared.config.max_data_points).map_err(SessionError::Batch)?;
-    // What the rank dropped while the window was open (past
-    // max_data_points): a window of a long session may have lost its rows.
-    header.dropped = dropped;
-    let tables = merged.map(|payload| payload.tables);
-    let mut payload = Payload {
-        header,
-        tables: tables.unwrap_or_default(),
-    };
-    let bytes = payload::encode_capped(
-        &mut payload,
-        shared.config.payload_compression,
-        &Limits::DEFAULT,
-    )
-    .map_err(SessionError::Payload)?;
-    let spill = |source| SessionError::Spill {
-        rank: env.rank,
-        dir: gather.dir.clone(),
-        source,
-    };
-    create_real_dir(&gather.dir).map_err(spill)?;
-    rankscope_common::file::write_atomic(&gather.file, &bytes).map_err(spill)?;
-    Ok(Some(WindowPayload { bytes, gather }))
 }

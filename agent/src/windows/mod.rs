@@ -34,7 +34,7 @@ use rankscope_common::table::Table;
 use rankscope_common::window::{self, Plan, Refusal, Request, Trigger, WindowMeta};
 
 use crate::notice::{notice, say};
-use crate::session::{self, Hub, WindowPayload, WindowRows};
+use crate::session::{Hub, WindowPayload, WindowRows};
 use crate::transport::dir::DirTransport;
 use crate::transport::Transport;
 
@@ -560,7 +560,7 @@ impl Windows {
             // Opened as the session ended: no step to report.
             return;
         }
-        let written = session::flush_parts(hub).and_then(|upto| {
+        let written = hub.flush_parts().and_then(|upto| {
             let rows = WindowRows {
                 after: open.edge.parts,
                 // Parts an earlier window read already are its own.
@@ -580,7 +580,7 @@ impl Windows {
             };
             self.parts_reported = upto;
             let dropped = dropped_since(hub, &open.dropped);
-            session::write_window(hub, &rows, meta, dropped)
+            hub.write_window(&rows, meta, dropped)
         });
         match written {
             Ok(Some(payload)) if self.rank == 0 => self.report(hub, payload),
@@ -638,7 +638,7 @@ fn report_window(hub: &Hub, payload: &WindowPayload, ranks_were_missing: &Atomic
     };
     let (reporting, world) = (gathered.payloads.len(), gathered.world_size);
     ranks_were_missing.store(!gathered.missing.is_empty(), Ordering::Relaxed);
-    match session::report(hub, &gathered, dir) {
+    match hub.report(&gathered, dir) {
         Ok(Some(_)) => say!(
             "window report ({reporting} of {world} ranks) in {}",
             dir.display()
