@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::notice::notice;
+use crate::notice::{notice, spawn_with_notices};
 use crate::stop::StopSignal;
 
 /// The flushing thread of one session.
@@ -26,13 +26,11 @@ impl Flusher {
     pub(crate) fn start(flush: impl Fn() + Send + 'static, interval: Duration) -> Option<Flusher> {
         let signal = Arc::new(StopSignal::default());
         let thread_signal = Arc::clone(&signal);
-        let thread = std::thread::Builder::new()
-            .name("rankscope-flusher".into())
-            .spawn(move || {
-                while !thread_signal.wait(interval) {
-                    flush();
-                }
-            });
+        let thread = spawn_with_notices("rankscope-flusher", move || {
+            while !thread_signal.wait(interval) {
+                flush();
+            }
+        });
         match thread {
             Ok(thread) => Some(Flusher {
                 signal,

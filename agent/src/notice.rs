@@ -12,9 +12,11 @@
 //! - [`say!`]: about this process's own fate (stopped by a signal, a spill
 //!   that failed), after its payload was written: always printed.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::io::Write;
-use std::sync::Mutex;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
 use rankscope_common::text::terminal;
@@ -22,63 +24,117 @@ use rankscope_common::text::terminal;
 /// Distinct notices kept per payload.
 const MAX_KEPT: usize = 64;
 
-struct State {
-    rank: Option<u32>,
+/// One profiler's notices: which rank it is, whether it keeps its notices
+/// to itself, and those kept for its next payload. A notice goes to the
+/// profiler whose work the thread is doing ([`Notices::enter`]): the
+/// hub's calls and the threads it starts enter its notices, so two
+/// profilers in one process never see each other's. A notice made outside
+/// any profiler's work is printed, not kept.
+#[derive(Debug)]
+pub(crate) struct Notices {
+    rank: u32,
     quiet: bool,
-    kept: Vec<String>,
+    kept: Mutex<Vec<String>>,
 }
 
-static STATE: Mutex<State> = Mutex::new(State {
-    rank: None,
-    quiet: false,
-    kept: Vec::new(),
-});
-
-fn state() -> std::sync::MutexGuard<'static, State> {
-    lock(&STATE)
+thread_local! {
+    /// The notices of the profiler whose work this thread is doing.
+    static CURRENT: RefCell<Option<Arc<Notices>>> = const { RefCell::new(None) };
 }
 
-/// Which rank this process is, and whether it keeps its notices to itself.
-pub(crate) fn set_rank(rank: u32, quiet: bool) {
-    let mut state = state();
-    state.rank = Some(rank);
-    state.quiet = quiet && rank != 0;
+/// While it lives, this thread's notices go to one profiler's
+/// [`Notices`]; dropped, they go where they went before. Stays on the
+/// thread that made it.
+#[must_use = "the notices are entered only while this lives"]
+pub(crate) struct Entered {
+    before: Option<Arc<Notices>>,
+    _on_this_thread: PhantomData<*const ()>,
 }
 
-/// Whether this rank leaves its notices to rank 0.
-pub(crate) fn is_quiet() -> bool {
-    state().quiet
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let before = self.before.take();
+        CURRENT.with(|current| *current.borrow_mut() = before);
+    }
 }
 
-/// The notices kept since the last call.
-pub(crate) fn take_kept() -> Vec<String> {
-    std::mem::take(&mut state().kept)
+impl Notices {
+    /// The notices of rank `rank`; `quiet` keeps them to the payload
+    /// (except on rank 0, which prints everything).
+    pub(crate) fn new(rank: u32, quiet: bool) -> Arc<Self> {
+        Arc::new(Notices {
+            rank,
+            quiet: quiet && rank != 0,
+            kept: Mutex::default(),
+        })
+    }
+
+    /// Sends this thread's notices here until the guard drops.
+    pub(crate) fn enter(self: &Arc<Self>) -> Entered {
+        let before = CURRENT.with(|current| current.replace(Some(Arc::clone(self))));
+        Entered {
+            before,
+            _on_this_thread: PhantomData,
+        }
+    }
+
+    /// Whether this rank leaves its notices to rank 0.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.quiet
+    }
+
+    /// The notices kept since the last call.
+    pub(crate) fn take_kept(&self) -> Vec<String> {
+        std::mem::take(&mut lock(&self.kept))
+    }
+
+    /// Keeps `text` (once, up to [`MAX_KEPT`]); whether to print it too.
+    fn keep(&self, text: &str) -> bool {
+        let mut kept = lock(&self.kept);
+        if kept.len() < MAX_KEPT && !kept.iter().any(|k| k == text) {
+            kept.push(text.to_string());
+        }
+        !self.quiet
+    }
 }
 
-/// Prints `message`, prefixed with this process's rank.
+/// The notices this thread's work goes to, to enter on a thread it starts.
+pub(crate) fn current() -> Option<Arc<Notices>> {
+    CURRENT.with(|current| current.borrow().clone())
+}
+
+/// Starts a thread named `name` whose notices go where this thread's go
+/// (a profiler's threads keep their notices with it).
+pub(crate) fn spawn_with_notices<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    let notices = current();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _entered = notices.as_ref().map(Notices::enter);
+            work()
+        })
+}
+
+/// `rank N: ` for the profiler whose work this is, else nothing.
+fn who() -> String {
+    current().map_or_else(String::new, |n| format!("rank {}: ", n.rank))
+}
+
+/// Prints `message`, prefixed with this work's rank.
 pub(crate) fn say_now(message: fmt::Arguments<'_>) {
-    let rank = state().rank;
-    print_line(
-        rank.map(|r| format!("rank {r}: ")).unwrap_or_default(),
-        &message.to_string(),
-    );
+    print_line(who(), &message.to_string());
 }
 
-/// Keeps `message` for the payload and prints it unless the rank is quiet.
+/// Keeps `message` for the payload of the profiler whose work this is,
+/// and prints it unless that rank is quiet.
 pub(crate) fn keep(message: fmt::Arguments<'_>) {
     let text = message.to_string();
-    let (rank, quiet) = {
-        let mut state = state();
-        if state.kept.len() < MAX_KEPT && !state.kept.contains(&text) {
-            state.kept.push(text.clone());
-        }
-        (state.rank, state.quiet)
-    };
-    if !quiet {
-        print_line(
-            rank.map(|r| format!("rank {r}: ")).unwrap_or_default(),
-            &text,
-        );
+    let print = current().is_none_or(|notices| notices.keep(&text));
+    if print {
+        print_line(who(), &text);
     }
 }
 

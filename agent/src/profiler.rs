@@ -100,7 +100,6 @@ impl ProfilerBuilder {
         if !self.config.enabled {
             return Profiler::disabled();
         }
-        crate::notice::set_rank(env.rank, self.config.quiet_ranks && env.world_size > 1);
         Profiler {
             enabled: Some(Arc::new(Hub::new(
                 self.config,

@@ -138,6 +138,26 @@ fn a_held_stage_name_nests_on_every_thread_and_with_two_profilers() {
     assert_eq!(b_rows.len(), 4, "nothing else: {b_rows:?}");
 }
 
+/// Two profilers in one process: each payload holds its own notices only,
+/// whichever finishes first.
+#[test]
+fn two_profilers_keep_their_notices_apart() {
+    let out = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        profiler(out.path(), no_telemetry),
+        profiler(out.path(), no_telemetry),
+    );
+    // A name past the cap of 256 bytes: cut, and said so in a notice.
+    let long_name = "n".repeat(300);
+    let session_a = a.session(&long_name, &[]).unwrap();
+    let session_b = b.session("short", &[]).unwrap();
+    let cut = |notices: &[String]| notices.iter().any(|n| n.contains("of 300 bytes cut"));
+    let b_notices = spilled(&session_b.finish().unwrap()).header.notices;
+    assert!(!cut(&b_notices), "a's notice in b's payload: {b_notices:?}");
+    let a_notices = spilled(&session_a.finish().unwrap()).header.notices;
+    assert!(cut(&a_notices), "a's own notice missing: {a_notices:?}");
+}
+
 #[test]
 fn stage_gpu_times_are_reported_beside_host_times() {
     let out = tempfile::tempdir().unwrap();

@@ -23,7 +23,7 @@ use rankscope_common::payload::{GpuMeta, GpuSource, SamplerStats};
 use rankscope_common::table::{EventRecord, GpuSampleRecord, HostSampleRecord, Overhead, Table};
 use rankscope_common::Config;
 
-use crate::notice::notice;
+use crate::notice::{notice, spawn_with_notices};
 use crate::recorder::Recorder;
 use crate::stop::StopSignal;
 use crate::sync::lock;
@@ -156,9 +156,9 @@ impl Sampler {
     ) -> std::io::Result<Sampler> {
         let signal = Arc::new(StopSignal::default());
         let thread_signal = Arc::clone(&signal);
-        let thread = std::thread::Builder::new()
-            .name("rankscope-sampler".into())
-            .spawn(move || run(&sampled, gpu, host, schedule, &thread_signal))?;
+        let thread = spawn_with_notices("rankscope-sampler", move || {
+            run(&sampled, gpu, host, schedule, &thread_signal)
+        })?;
         Ok(Sampler {
             signal,
             thread: Some(thread),

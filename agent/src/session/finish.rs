@@ -144,7 +144,7 @@ impl Hub {
     /// Says which rows were dropped, where this rank is heard (they are in
     /// the payload, and so the report, already).
     fn say_dropped(&self, header: &PayloadHeader) {
-        if notice::is_quiet() {
+        if self.notices.is_quiet() {
             return;
         }
         for dropped in &header.dropped {
@@ -239,7 +239,7 @@ impl Hub {
         let (builders, overflow) = self.recorder.drain();
         let mut header = self.header(state, duration_ns, sampler);
         header.overflow = overflow;
-        header.notices = notice::take_kept();
+        header.notices = self.notices.take_kept();
         header.dropped = self
             .recorder
             .take_dropped()

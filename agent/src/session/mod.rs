@@ -16,7 +16,7 @@ use rankscope_common::text::rank_ranges;
 use rankscope_common::Config;
 
 use crate::flusher::Flusher;
-use crate::notice::say;
+use crate::notice::{say, Notices};
 use crate::recorder::Recorder;
 use crate::reporter::Reporter;
 use crate::sampler::{Sampler, Telemetry};
@@ -130,6 +130,8 @@ pub(crate) struct Hub {
     /// The running session's windows thread; taken (and stopped) before
     /// the session leaves its slot, whose flushes a closing window needs.
     windows: Mutex<Option<WindowsThread>>,
+    /// This profiler's notices: its calls and threads enter them.
+    pub(crate) notices: Arc<Notices>,
 }
 
 impl Hub {
@@ -145,7 +147,9 @@ impl Hub {
         if let Some(reporter) = reporter {
             let _ = chosen.set(reporter);
         }
+        let quiet = config.quiet_ranks && env.world_size > 1;
         Hub {
+            notices: Notices::new(env.rank, quiet),
             recorder: Arc::new(Recorder::new(&config)),
             telemetry: Telemetry::new(&config, &env),
             config,
@@ -220,6 +224,7 @@ impl Session {
         name: &str,
         tags: &[(&str, &str)],
     ) -> Result<Self, SessionError> {
+        let _entered = hub.notices.enter();
         hub.telemetry.prepare();
         let starting = hub.session.start(|phase| match phase {
             Phase::Running(running) => SessionError::AlreadyRunning(running.name.clone()),
@@ -310,7 +315,10 @@ impl Session {
     pub fn flush(&self) -> Result<bool, SessionError> {
         self.check_process()?;
         match &self.hub {
-            Some(hub) => hub.flush(),
+            Some(hub) => {
+                let _entered = hub.notices.enter();
+                hub.flush()
+            }
             None => Ok(false),
         }
     }
@@ -321,7 +329,10 @@ impl Session {
     pub fn finish(mut self) -> Result<Outcome, SessionError> {
         self.leave_if_forked()?;
         match self.hub.take() {
-            Some(hub) => hub.finish(true),
+            Some(hub) => {
+                let _entered = hub.notices.enter();
+                hub.finish(true)
+            }
             None => Ok(Outcome::default()),
         }
     }
@@ -358,6 +369,7 @@ impl Drop for Session {
             return;
         }
         if let Some(hub) = self.hub.take() {
+            let _entered = hub.notices.enter();
             if let Err(e) = hub.finish(false) {
                 say!(
                     "session dropped unfinished; spilling its data failed: {}",
@@ -375,6 +387,7 @@ fn spill_on_stop(hub: Weak<Hub>) -> Arc<OnStop> {
         let Some(hub) = hub.upgrade() else {
             return;
         };
+        let _entered = hub.notices.enter();
         match hub.spill_running() {
             Ok(Some(path)) => say!(
                 "stopped by signal {signal}; what it recorded is in {}",

@@ -33,7 +33,7 @@ use rankscope_common::payload::DroppedRows;
 use rankscope_common::table::Table;
 use rankscope_common::window::{self, Plan, Refusal, Request, Trigger, WindowMeta};
 
-use crate::notice::{notice, say};
+use crate::notice::{notice, say, spawn_with_notices};
 use crate::session::{Hub, WindowPayload, WindowRows};
 use crate::transport::dir::DirTransport;
 use crate::transport::Transport;
@@ -124,9 +124,7 @@ impl WindowsThread {
             let plan = windows.rolling_plan(0);
             windows.open(hub, plan, edge_now(hub));
         }
-        let thread = std::thread::Builder::new()
-            .name("rankscope-windows".into())
-            .spawn(move || windows.run());
+        let thread = spawn_with_notices("rankscope-windows", move || windows.run());
         match thread {
             Ok(thread) => Some(WindowsThread {
                 steps,
@@ -602,9 +600,9 @@ impl Windows {
         }
         let hub = Arc::clone(hub);
         let missing = Arc::clone(&self.ranks_were_missing);
-        let thread = std::thread::Builder::new()
-            .name("rankscope-window-report".into())
-            .spawn(move || report_window(&hub, &payload, &missing));
+        let thread = spawn_with_notices("rankscope-window-report", move || {
+            report_window(&hub, &payload, &missing)
+        });
         match thread {
             Ok(thread) => self.reports.push(thread),
             Err(e) => notice!("a window's report is not written: cannot start its thread: {e}"),

@@ -433,8 +433,11 @@ mod tests {
             master: Some(("127.0.0.1".into(), 29500)),
             ..RankEnv::single()
         };
+        let notices = crate::notice::Notices::new(env.rank, false);
+        let entered = notices.enter();
         TcpTransport::for_rank(&Config::default(), &env).unwrap();
-        let kept = crate::notice::take_kept();
+        drop(entered);
+        let kept = notices.take_kept();
         assert!(
             kept.iter().any(|n| n.starts_with("no RANKSCOPE_TOKEN")
                 && n.contains("run id (`none`) and 127.0.0.1:29501")),
