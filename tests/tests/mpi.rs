@@ -29,10 +29,12 @@ fn mpirun(args: &[&str], out: &Path, env: &[(&str, &str)]) -> Output {
         .expect("running mpirun (scripts/test.sh installs Open MPI)")
 }
 
+/// The one session directory in `out` (beside any files a test left).
 fn session_dir(out: &Path) -> PathBuf {
     let dirs: Vec<PathBuf> = std::fs::read_dir(out)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
         .collect();
     assert_eq!(dirs.len(), 1, "{dirs:?}");
     dirs.into_iter().next().unwrap()
@@ -171,6 +173,44 @@ fn a_rank_that_leaves_without_finishing_is_named_missing() {
     let report = report(&dir);
     assert_eq!(report["session"]["world_size"], 4);
     assert_eq!(report["session"]["ranks_missing"], serde_json::json!([2]));
+}
+
+/// Rank 0 busy elsewhere until the others' finish has returned: a rank
+/// whose payload (past MPI's eager size) rank 0 never takes stops waiting
+/// at its deadline, says so, and keeps its payload in its spill file.
+#[test]
+fn a_rank_whose_payload_rank_0_never_takes_goes_on_at_its_deadline() {
+    let out = tempfile::tempdir().unwrap();
+    let run = mpirun(
+        &["-n", "2", RANK, "--late-rank", "0", "--bulk", "20000"],
+        out.path(),
+        &[("RANKSCOPE_GATHER_TIMEOUT_S", "3")],
+    );
+    let stderr = text(&run.stderr);
+    // Rank 1's finish returned while rank 0 still waited for it.
+    assert!(!stderr.contains("had not finished"), "{stderr}");
+    assert!(out.path().join("finished-1").exists(), "{stderr}");
+    assert!(
+        stderr.contains("rank 1: rank 0 did not take this rank's payload in time"),
+        "{stderr}"
+    );
+    let dir = session_dir(out.path());
+    let spill = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("rank-00001")
+        })
+        .expect("rank 1's spill file");
+    let payload = rankscope_common::payload::decode(&std::fs::read(spill).unwrap()).unwrap();
+    let metrics = payload
+        .view::<rankscope_common::table::MetricsView>()
+        .unwrap()
+        .unwrap();
+    assert!(metrics.len >= 20_000, "{} metric rows", metrics.len);
 }
 
 #[test]

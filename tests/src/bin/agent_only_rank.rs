@@ -10,7 +10,11 @@
 //! (`--slow-rank R`: rank R's take three times as long), calling
 //! `Profiler::step` after each, as a job with windows does; with
 //! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S;
-//! with `--step-inside`, each step ends inside its stage.
+//! with `--step-inside`, each step ends inside its stage. With
+//! `--late-rank R`, rank R finishes only once every other rank's finish
+//! has returned (each leaves `finished-<rank>` in the output directory),
+//! as a rank 0 busy elsewhere while the others end; `--bulk N` records N
+//! metrics of distinct values first, for a payload past MPI's eager size.
 
 use std::io::Write;
 
@@ -29,6 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let slow_rank = number_after("--slow-rank");
     let exit_rank = number_after("--exit-rank");
     let exit_at_step = number_after("--exit-at-step");
+    let late_rank = number_after("--late-rank");
+    let bulk = number_after("--bulk").unwrap_or(0);
     let profiler = Profiler::from_env()?;
     let rank = profiler.rank_env().map_or(0, |env| env.rank);
     let session = profiler.session("agent-only", &[("linked", "agent")])?;
@@ -62,6 +68,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    for i in 0..bulk {
+        // Values that do not compress away.
+        let value = f64::from(i.wrapping_mul(2_654_435_761) ^ rank);
+        profiler.record_metric("bulk", value);
+    }
     if exit_rank == Some(rank) && exit_at_step.is_none() {
         // The others are in their gather by now.
         std::thread::sleep(std::time::Duration::from_secs(2));
@@ -73,11 +84,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::io::stdout().flush()?;
         std::thread::sleep(std::time::Duration::from_secs(120));
     }
+    let out = std::env::var_os("RANKSCOPE_OUTPUT_DIR").map(std::path::PathBuf::from);
+    let world = profiler.rank_env().map_or(1, |env| env.world_size);
+    if let (Some(out), true) = (&out, late_rank == Some(rank)) {
+        wait_for_the_others(out, rank, world);
+    }
     let outcome = session.finish()?;
+    if let (Some(out), Some(_)) = (&out, late_rank) {
+        std::fs::write(out.join(format!("finished-{rank}")), b"")?;
+    }
     if let Some(report) = outcome.report {
         for file in report.files {
             println!("wrote {}", file.display());
         }
     }
     Ok(())
+}
+
+/// Waits (at most a minute) until every rank but `rank` has left
+/// `finished-<rank>` in `out`; says so where they had not.
+fn wait_for_the_others(out: &std::path::Path, rank: u32, world: u32) {
+    let gave_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let all_finished = || {
+        (0..world)
+            .filter(|&r| r != rank)
+            .all(|r| out.join(format!("finished-{r}")).exists())
+    };
+    while !all_finished() {
+        if std::time::Instant::now() >= gave_up {
+            eprintln!("rank {rank}: the others had not finished after a minute");
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
