@@ -5,7 +5,8 @@
 //! instead of computing: every number in the demo is simulated.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,6 +49,52 @@ pub struct DemoOptions {
 
 /// Runs the demo; returns whether every rank reported.
 pub fn run(options: &DemoOptions) -> Result<bool> {
+    check_options(options)?;
+    let started = Instant::now();
+    let exe = std::env::current_exe().context("locating the rankscope executable")?;
+    let job_id = rankscope_common::env::fresh_job_id();
+    let gpu_source = gpu_source();
+    eprintln!(
+        "rankscope demo: {} rank processes of a simulated pipeline, GPU data {}, straggler {}, session {job_id}",
+        options.ranks,
+        if gpu_source == "simulated" { "SIMULATED (no real hardware)" } else { &gpu_source },
+        options.straggler.map_or("none".into(), |r| format!("rank {r}"))
+    );
+    let env = rank_env(options, &gpu_source);
+    let args = rank_args(options);
+    let progress = Progress::new();
+    let job = launcher::Job {
+        program: &exe,
+        args: &args,
+        ranks: options.ranks,
+        env: &env,
+        master_port: None,
+    };
+    let ranks = launcher::start(options.launch, &job, &job_id, progress.on_line())?;
+    let statuses = ranks.wait(progress.shower(options.ranks))?;
+    if progress.tty {
+        eprintln!();
+    }
+    tell_failures(options, &statuses);
+    let session_dir = progress
+        .session_dir
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .context("rank 0 did not start its session")?;
+    if !statuses[0].success() {
+        bail!(
+            "rank 0 failed; its session directory is {}",
+            session_dir.display()
+        );
+    }
+    print_report(&session_dir)?;
+    println!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
+    Ok(statuses.iter().all(|s| s.success()))
+}
+
+/// Refuses options the demo cannot run.
+fn check_options(options: &DemoOptions) -> Result<()> {
     if options.ranks == 0 {
         bail!("--ranks must be at least 1");
     }
@@ -76,22 +123,21 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
             bail!("--kill-rank needs --launcher local: mpirun ends the whole job when a rank dies");
         }
     }
-    let started = Instant::now();
-    let exe = std::env::current_exe().context("locating the rankscope executable")?;
-    let job_id = rankscope_common::env::fresh_job_id();
-    // Real GPUs when NVML is here (and the user did not choose); else simulated ones.
-    let gpu_source = match std::env::var("RANKSCOPE_GPU_SOURCE") {
+    Ok(())
+}
+
+/// Real GPUs when NVML is here (and the user did not choose); else simulated ones.
+fn gpu_source() -> String {
+    match std::env::var("RANKSCOPE_GPU_SOURCE") {
         Ok(chosen) => chosen,
         Err(_) if rankscope::nvml_available(None) => "nvml".to_string(),
         Err(_) => "simulated".to_string(),
-    };
-    eprintln!(
-        "rankscope demo: {} rank processes of a simulated pipeline, GPU data {}, straggler {}, session {job_id}",
-        options.ranks,
-        if gpu_source == "simulated" { "SIMULATED (no real hardware)" } else { &gpu_source },
-        options.straggler.map_or("none".into(), |r| format!("rank {r}"))
-    );
+    }
+}
 
+/// The environment the ranks get: output directory, transport, the demo's
+/// defaults the environment does not override, and the simulated GPUs.
+fn rank_env(options: &DemoOptions, gpu_source: &str) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         (
             "RANKSCOPE_OUTPUT_DIR".into(),
@@ -115,20 +161,50 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
     if gpu_source == "simulated" {
         env.push(("RANKSCOPE_GPU_SOURCE".into(), "simulated".into()));
     }
+    if let Some(straggler) = options.straggler {
+        // The slow rank's simulated GPU runs hot and throttles.
+        env.push(("RANKSCOPE_SIMULATED_HOT_RANK".into(), straggler.to_string()));
+    }
+    env
+}
+
+/// The ranks' arguments: `demo-rank` and the straggler and rank to kill.
+fn rank_args(options: &DemoOptions) -> Vec<String> {
     let mut args = vec!["demo-rank".to_string()];
     if let Some(straggler) = options.straggler {
         args.extend(["--straggler".into(), straggler.to_string()]);
-        // The slow rank's simulated GPU runs hot and throttles.
-        env.push(("RANKSCOPE_SIMULATED_HOT_RANK".into(), straggler.to_string()));
     }
     if let Some(kill) = options.kill_rank {
         args.extend(["--kill-rank".into(), kill.to_string()]);
     }
+    args
+}
 
-    let blocks_done = Arc::new(AtomicU32::new(0));
-    let session_dir: Arc<Mutex<Option<PathBuf>>> = Arc::default();
-    let on_line: launcher::LineHandler = {
-        let (blocks_done, session_dir) = (Arc::clone(&blocks_done), Arc::clone(&session_dir));
+/// What the ranks' output tells the parent: blocks done, and rank 0's
+/// session directory.
+struct Progress {
+    /// Blocks generated by all ranks.
+    blocks_done: Arc<AtomicU32>,
+    /// Rank 0's session directory, once it said it.
+    session_dir: Arc<Mutex<Option<PathBuf>>>,
+    /// Whether stderr is a terminal (the progress line redrawn in place).
+    tty: bool,
+}
+
+impl Progress {
+    /// No progress yet.
+    fn new() -> Self {
+        Progress {
+            blocks_done: Arc::default(),
+            session_dir: Arc::default(),
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Reads the ranks' lines: their stderr passed on, their stdout counted.
+    fn on_line(&self) -> launcher::LineHandler {
+        let (blocks_done, session_dir) =
+            (Arc::clone(&self.blocks_done), Arc::clone(&self.session_dir));
         Arc::new(move |_rank, output, line| {
             if output == Output::Err {
                 // The ranks' notices and live display, as they are (one write).
@@ -139,40 +215,33 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
                 *session_dir.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.into());
             }
         })
-    };
-    let job = launcher::Job {
-        program: &exe,
-        args: &args,
-        ranks: options.ranks,
-        env: &env,
-        master_port: None,
-    };
-    let ranks = launcher::start(options.launch, &job, &job_id, on_line)?;
-
-    let total = options.ranks * BLOCKS as u32;
-    let mut shown = None;
-    let tty = std::io::stderr().is_terminal();
-    let statuses = ranks.wait(|finished| {
-        let done = blocks_done.load(Ordering::Relaxed);
-        if shown != Some((done, finished)) {
-            shown = Some((done, finished));
-            let line = format!(
-                "rankscope demo: {done}/{total} blocks generated, {finished}/{} ranks finished",
-                options.ranks
-            );
-            // One write per line: the ranks' live display shares stderr.
-            let text = if tty {
-                format!("\r{line}")
-            } else {
-                format!("{line}\n")
-            };
-            let _ = std::io::stderr().write_all(text.as_bytes());
-        }
-    })?;
-    if tty {
-        eprintln!();
     }
 
+    /// Shows the blocks generated and ranks finished of `ranks`, when they change.
+    fn shower(&self, ranks: u32) -> impl FnMut(usize) + '_ {
+        let total = ranks * BLOCKS as u32;
+        let mut shown = None;
+        move |finished| {
+            let done = self.blocks_done.load(Ordering::Relaxed);
+            if shown != Some((done, finished)) {
+                shown = Some((done, finished));
+                let line = format!(
+                    "rankscope demo: {done}/{total} blocks generated, {finished}/{ranks} ranks finished"
+                );
+                // One write per line: the ranks' live display shares stderr.
+                let text = if self.tty {
+                    format!("\r{line}")
+                } else {
+                    format!("{line}\n")
+                };
+                let _ = std::io::stderr().write_all(text.as_bytes());
+            }
+        }
+    }
+}
+
+/// Tells each rank that failed, and why where the demo knows.
+fn tell_failures(options: &DemoOptions, statuses: &[ExitStatus]) {
     for (rank, status) in statuses.iter().enumerate() {
         if !status.success() {
             if options.launch == Launch::Mpirun {
@@ -184,17 +253,10 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
             }
         }
     }
-    let session_dir = session_dir
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .context("rank 0 did not start its session")?;
-    if !statuses[0].success() {
-        bail!(
-            "rank 0 failed; its session directory is {}",
-            session_dir.display()
-        );
-    }
+}
+
+/// Prints the summary rank 0 wrote and where its files are.
+fn print_report(session_dir: &Path) -> Result<()> {
     let summary_path = session_dir.join(SUMMARY_TXT);
     let summary = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("reading {}", summary_path.display()))?;
@@ -210,8 +272,7 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
     } else {
         println!("open it:  copy report.html to a machine with a browser; it needs no network");
     }
-    println!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
-    Ok(statuses.iter().all(|s| s.success()))
+    Ok(())
 }
 
 /// One rank of the demo job: a simulated text-to-video pipeline.
@@ -235,53 +296,25 @@ pub fn run_rank(straggler: Option<u32>, kill_rank: Option<u32>) -> Result<()> {
         println!("session-dir {}", dir.display());
     }
     let world = u64::from(env.world_size);
-    let work = |stage: &str, call: u64, ms: f64| {
-        let _stage = profiler.stage(stage);
-        simulate(ms * jitter(rank, stage, call));
-    };
-
-    work("model_load", 0, 40.0);
+    work(&profiler, rank, "model_load", 0, 40.0);
     profiler.record_model_parameters("text_encoder", 4_762_000_000);
     profiler.record_model_parameters("transformer_shard", 13_000_000_000 / world);
     profiler.record_model_parameters("vae", 86_000_000);
-    work("text_encoding", 0, 60.0);
-
+    work(&profiler, rank, "text_encoding", 0, 60.0);
     for block in 0..BLOCKS {
-        let block_started = Instant::now();
-        {
-            let _block =
-                profiler.stage_with("diffusion_block", &serde_json::json!({ "block": block }));
-            for step in 0..STEPS {
-                let step_started = Instant::now();
-                work("denoise_step", block * STEPS + step, 30.0);
-                profiler.record_diffusion_step(DiffusionStep {
-                    step,
-                    timestep: 1000.0 * (1.0 - step as f64 / STEPS as f64),
-                    block_size: FRAMES_PER_BLOCK,
-                    computation_ms: step_started.elapsed().as_secs_f64() * 1e3,
-                    guidance_scale: Some(5.0),
-                });
-            }
-        }
-        profiler.record_block_computation(BlockComputation {
-            block_index: block,
-            block_size: FRAMES_PER_BLOCK,
-            computation_ms: block_started.elapsed().as_secs_f64() * 1e3,
-            memory_mb: None,
-        });
+        generate_block(&profiler, rank, block);
         println!("block-done");
         if kill_rank == Some(rank) && block == 1 {
             eprintln!("rankscope demo: rank {rank} crashes now (simulated, --kill-rank)");
             std::process::abort();
         }
     }
-
     let slow = if straggler == Some(rank) {
         STRAGGLER_FACTOR
     } else {
         1.0
     };
-    work("vae_decode", 0, 100.0 * slow);
+    work(&profiler, rank, "vae_decode", 0, 100.0 * slow);
     profiler.record_throughput((BLOCKS * FRAMES_PER_BLOCK) as f64, None);
     profiler.add_event(
         "video_done",
@@ -297,6 +330,38 @@ pub fn run_rank(straggler: Option<u32>, kill_rank: Option<u32>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Call `call` of stage `stage` on `rank`: about `ms` milliseconds, jittered.
+fn work(profiler: &Profiler, rank: u32, stage: &str, call: u64, ms: f64) {
+    let _stage = profiler.stage(stage);
+    simulate(ms * jitter(rank, stage, call));
+}
+
+/// One block of frames: its denoising steps inside a `diffusion_block`
+/// stage, each step and the block recorded.
+fn generate_block(profiler: &Profiler, rank: u32, block: u64) {
+    let block_started = Instant::now();
+    {
+        let _block = profiler.stage_with("diffusion_block", &serde_json::json!({ "block": block }));
+        for step in 0..STEPS {
+            let step_started = Instant::now();
+            work(profiler, rank, "denoise_step", block * STEPS + step, 30.0);
+            profiler.record_diffusion_step(DiffusionStep {
+                step,
+                timestep: 1000.0 * (1.0 - step as f64 / STEPS as f64),
+                block_size: FRAMES_PER_BLOCK,
+                computation_ms: step_started.elapsed().as_secs_f64() * 1e3,
+                guidance_scale: Some(5.0),
+            });
+        }
+    }
+    profiler.record_block_computation(BlockComputation {
+        block_index: block,
+        block_size: FRAMES_PER_BLOCK,
+        computation_ms: block_started.elapsed().as_secs_f64() * 1e3,
+        memory_mb: None,
+    });
 }
 
 /// Stands in for GPU work.

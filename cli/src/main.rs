@@ -17,6 +17,7 @@ use rankscope_common::error::Chain;
 use rankscope_common::kineto::TraceLimits;
 use rankscope_common::text::terminal;
 use rankscope_common::Config;
+use rankscope_coordinator::model::SkippedInput;
 use rankscope_coordinator::{aggregate, compare, import, inspect, read, report};
 
 /// Exit status of an error.
@@ -318,136 +319,45 @@ impl From<bool> for Finished {
 
 /// Runs one command.
 fn run(cli: Cli) -> Result<Finished> {
-    let complete = match cli.command {
+    match cli.command {
         Commands::Demo {
             ranks,
             straggler,
             kill_rank,
             out,
             launcher,
-        } => demo::run(&demo::DemoOptions {
+        } => Ok(demo::run(&demo::DemoOptions {
             ranks,
             straggler: straggler.or((ranks >= 3).then_some(2)),
             kill_rank,
             out,
             launch: launcher,
-        })?,
+        })?
+        .into()),
         Commands::Aggregate {
             reports_dir,
             output,
             run,
             report_only,
-        } => {
-            let config = Config::from_env().context("loading the configuration")?;
-            tune_malloc();
-            let outputs = if report_only {
-                aggregate::Outputs::ReportOnly
-            } else {
-                aggregate::Outputs::All
-            };
-            let aggregated = {
-                let bar = progress::Bar::stderr();
-                aggregate::aggregate_with(
-                    &reports_dir,
-                    output.as_deref(),
-                    run.as_deref(),
-                    outputs,
-                    &config,
-                    &bar,
-                )?
-            };
-            print!("{}", aggregated.files.summary);
-            for file in &aggregated.files.files {
-                println!("wrote {}", file.display());
-            }
-            let session = &aggregated.report.session;
-            for skipped in &session.skipped {
-                eprintln!(
-                    "rankscope: skipped {}: {}",
-                    terminal(&skipped.source),
-                    terminal(&skipped.reason)
-                );
-            }
-            for other in &session.other_runs {
-                eprintln!(
-                    "rankscope: not in this report: {}: {}",
-                    terminal(&other.source),
-                    terminal(&other.reason)
-                );
-            }
-            if !session.other_runs.is_empty() {
-                eprintln!(
-                    "rankscope: the report covers run `{}`; choose another with --run",
-                    terminal(session.run_id.as_deref().unwrap_or("(no run id)"))
-                );
-            }
-            if !aggregated.report.session.ranks_missing.is_empty() {
-                eprintln!(
-                    "rankscope: ranks missing from the report: {}",
-                    aggregated.report.session.missing_text()
-                );
-            }
-            aggregated.is_complete()
-        }
+        } => run_aggregate(&reports_dir, output.as_deref(), run.as_deref(), report_only),
         Commands::Compare {
             baseline,
             current,
             threshold,
             json,
-        } => {
-            return Ok(Finished::Status(compare_reports(
-                &baseline, &current, threshold, json,
-            )))
-        }
-        Commands::Report { dir, html } => {
-            let report = read::read_report(&dir)?;
-            let json_dir = if dir.is_dir() {
-                dir.as_path()
-            } else {
-                dir.parent().unwrap_or(Path::new("."))
-            };
-            let html = html.unwrap_or_else(|| json_dir.join(report::REPORT_HTML));
-            println!(
-                "wrote {}",
-                report::write_html_file(&report, &html)?.display()
-            );
-            true
-        }
+        } => Ok(Finished::Status(compare_reports(
+            &baseline, &current, threshold, json,
+        ))),
+        Commands::Report { dir, html } => run_report(&dir, html),
         Commands::Import {
             paths,
             out,
             max_rows,
             jobs,
-        } => {
-            let config = Config::from_env().context("loading the configuration")?;
-            let defaults = import::ImportOptions::default();
-            let options = import::ImportOptions {
-                limits: TraceLimits {
-                    max_rows,
-                    ..defaults.limits
-                },
-                jobs: jobs.map_or(defaults.jobs, |jobs| jobs as usize),
-            };
-            let imported = {
-                let bar = progress::Bar::stderr();
-                import::import_with(&paths, &out, &options, &config, &bar)?
-            };
-            print!("{}", imported.files.summary);
-            for file in &imported.files.files {
-                println!("wrote {}", terminal(&file.display().to_string()));
-            }
-            for skipped in &imported.report.session.skipped {
-                eprintln!(
-                    "rankscope: skipped {}: {}",
-                    terminal(&skipped.source),
-                    terminal(&skipped.reason)
-                );
-            }
-            imported.is_complete()
-        }
+        } => run_import(&paths, &out, max_rows, jobs),
         Commands::Inspect { file } => {
             print!("{}", inspect::inspect(&file)?);
-            true
+            Ok(Finished::Complete)
         }
         Commands::Trigger {
             dir,
@@ -468,28 +378,128 @@ fn run(cli: Cli) -> Result<Finished> {
                 timeout: Duration::try_from_secs_f64(timeout)
                     .context("--timeout must be a number of seconds, 0 or more")?,
             })?;
-            true
+            Ok(Finished::Complete)
         }
         Commands::Launch {
             ranks,
             master_port,
             command,
-        } => {
-            return Ok(Finished::Status(launch::run(&launch::LaunchOptions {
-                ranks,
-                master_port,
-                command,
-            })?))
-        }
+        } => Ok(Finished::Status(launch::run(&launch::LaunchOptions {
+            ranks,
+            master_port,
+            command,
+        })?)),
         Commands::DemoRank {
             straggler,
             kill_rank,
         } => {
             demo::run_rank(straggler, kill_rank)?;
-            true
+            Ok(Finished::Complete)
         }
+    }
+}
+
+/// `rankscope aggregate`: the report of the payloads in `reports_dir`,
+/// with what it left out told on stderr.
+fn run_aggregate(
+    reports_dir: &Path,
+    output: Option<&Path>,
+    run: Option<&str>,
+    report_only: bool,
+) -> Result<Finished> {
+    let config = Config::from_env().context("loading the configuration")?;
+    tune_malloc();
+    let outputs = if report_only {
+        aggregate::Outputs::ReportOnly
+    } else {
+        aggregate::Outputs::All
     };
-    Ok(complete.into())
+    let aggregated = {
+        let bar = progress::Bar::stderr();
+        aggregate::aggregate_with(reports_dir, output, run, outputs, &config, &bar)?
+    };
+    print!("{}", aggregated.files.summary);
+    for file in &aggregated.files.files {
+        println!("wrote {}", file.display());
+    }
+    let session = &aggregated.report.session;
+    print_skipped(&session.skipped);
+    for other in &session.other_runs {
+        eprintln!(
+            "rankscope: not in this report: {}: {}",
+            terminal(&other.source),
+            terminal(&other.reason)
+        );
+    }
+    if !session.other_runs.is_empty() {
+        eprintln!(
+            "rankscope: the report covers run `{}`; choose another with --run",
+            terminal(session.run_id.as_deref().unwrap_or("(no run id)"))
+        );
+    }
+    if !session.ranks_missing.is_empty() {
+        eprintln!(
+            "rankscope: ranks missing from the report: {}",
+            session.missing_text()
+        );
+    }
+    Ok(aggregated.is_complete().into())
+}
+
+/// Tells each input skipped on stderr.
+fn print_skipped(skipped: &[SkippedInput]) {
+    for skipped in skipped {
+        eprintln!(
+            "rankscope: skipped {}: {}",
+            terminal(&skipped.source),
+            terminal(&skipped.reason)
+        );
+    }
+}
+
+/// `rankscope report`: `report.html` written again from the report.json in
+/// (or at) `dir`, beside it unless `html` names the file.
+fn run_report(dir: &Path, html: Option<PathBuf>) -> Result<Finished> {
+    let report = read::read_report(dir)?;
+    let json_dir = if dir.is_dir() {
+        dir
+    } else {
+        dir.parent().unwrap_or(Path::new("."))
+    };
+    let html = html.unwrap_or_else(|| json_dir.join(report::REPORT_HTML));
+    println!(
+        "wrote {}",
+        report::write_html_file(&report, &html)?.display()
+    );
+    Ok(Finished::Complete)
+}
+
+/// `rankscope import`: the report of torch.profiler traces in `paths`.
+fn run_import(
+    paths: &[PathBuf],
+    out: &Path,
+    max_rows: usize,
+    jobs: Option<u32>,
+) -> Result<Finished> {
+    let config = Config::from_env().context("loading the configuration")?;
+    let defaults = import::ImportOptions::default();
+    let options = import::ImportOptions {
+        limits: TraceLimits {
+            max_rows,
+            ..defaults.limits
+        },
+        jobs: jobs.map_or(defaults.jobs, |jobs| jobs as usize),
+    };
+    let imported = {
+        let bar = progress::Bar::stderr();
+        import::import_with(paths, out, &options, &config, &bar)?
+    };
+    print!("{}", imported.files.summary);
+    for file in &imported.files.files {
+        println!("wrote {}", terminal(&file.display().to_string()));
+    }
+    print_skipped(&imported.report.session.skipped);
+    Ok(imported.is_complete().into())
 }
 
 /// `rankscope compare`: prints the comparison; the exit status says whether

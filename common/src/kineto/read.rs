@@ -208,32 +208,10 @@ impl<'a> Builder<'a> {
             return;
         };
         if event.category == Category::GpuAnnotation {
-            // Only a step's start is used (HTA's last step may begin here).
-            if let Name::Id(id) = event.name {
-                if self.info[id as usize].step {
-                    let last = &mut self.trace.last_gpu_step_ns;
-                    *last = (*last).max(Some(start_ns));
-                }
-            }
+            self.add_gpu_step(event.name, start_ns);
             return;
         }
-        let args = event.args;
-        let max_rows = self.limits.max_rows;
-        let gpu_activity = match (args.stream, args.correlation) {
-            (Some(stream), Some(correlation)) if stream >= 0 && correlation >= 0 => {
-                Some((stream, correlation))
-            }
-            (_, Some(correlation)) if correlation >= 0 => {
-                // A launch: its correlation and time, not its name.
-                let launches = &mut self.trace.launches;
-                if keep(launches.start_ns.len(), max_rows, &mut self.trace.cut.rows) {
-                    launches.start_ns.push(start_ns);
-                    launches.correlation.push(correlation);
-                }
-                None
-            }
-            _ => None,
-        };
+        let gpu_activity = self.gpu_activity(&event.args, start_ns);
         let name = match event.name {
             Name::Id(id) => id,
             Name::PastBudget => {
@@ -243,40 +221,103 @@ impl<'a> Builder<'a> {
             Name::Absent | Name::Unneeded => return,
         };
         let info = self.info[name as usize];
+        if let Some(activity) = gpu_activity {
+            self.add_gpu_row(name, info, &event.args, activity, start_ns, dur_ns);
+            return;
+        }
+        self.add_cpu_op(&event, name, info, start_ns, dur_ns);
+        if event.category.is_host_op() {
+            self.add_host_op(info, &event.args, start_ns, dur_ns);
+        }
+    }
+
+    /// A GPU annotation: only a step's start is used (HTA's last step may
+    /// begin here).
+    fn add_gpu_step(&mut self, name: Name, start_ns: i64) {
+        if let Name::Id(id) = name {
+            if self.info[id as usize].step {
+                let last = &mut self.trace.last_gpu_step_ns;
+                *last = (*last).max(Some(start_ns));
+            }
+        }
+    }
+
+    /// The stream and correlation of a GPU activity; `None` for another
+    /// event. A launch (a correlation without a stream) is kept here: its
+    /// correlation and time, not its name.
+    fn gpu_activity(&mut self, args: &Args, start_ns: i64) -> Option<(i64, i64)> {
+        match (args.stream, args.correlation) {
+            (Some(stream), Some(correlation)) if stream >= 0 && correlation >= 0 => {
+                Some((stream, correlation))
+            }
+            (_, Some(correlation)) if correlation >= 0 => {
+                let launches = &mut self.trace.launches;
+                if keep(
+                    launches.start_ns.len(),
+                    self.limits.max_rows,
+                    &mut self.trace.cut.rows,
+                ) {
+                    launches.start_ns.push(start_ns);
+                    launches.correlation.push(correlation);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// A GPU activity's row, within the row budget.
+    fn add_gpu_row(
+        &mut self,
+        name: u32,
+        info: NameInfo,
+        args: &Args,
+        (stream, correlation): (i64, i64),
+        start_ns: i64,
+        dur_ns: i64,
+    ) {
         let trace = &mut self.trace;
-        if let Some((stream, correlation)) = gpu_activity {
-            let gpu = &mut trace.gpu;
-            if keep(gpu.name.len(), max_rows, &mut trace.cut.rows) {
-                gpu.name.push(name);
-                gpu.category.push(info.category);
-                gpu.stream.push(stream);
-                gpu.device.push(args.device.unwrap_or(-1));
-                gpu.start_ns.push(start_ns);
-                gpu.dur_ns.push(dur_ns);
-                gpu.correlation.push(correlation);
-            }
-            return;
+        let gpu = &mut trace.gpu;
+        if keep(gpu.name.len(), self.limits.max_rows, &mut trace.cut.rows) {
+            gpu.name.push(name);
+            gpu.category.push(info.category);
+            gpu.stream.push(stream);
+            gpu.device.push(args.device.unwrap_or(-1));
+            gpu.start_ns.push(start_ns);
+            gpu.dur_ns.push(dur_ns);
+            gpu.correlation.push(correlation);
         }
-        // Operators, and `record_function` spans other than the steps and
-        // the collectives (counted apart).
+    }
+
+    /// Operators, and `record_function` spans other than the steps and the
+    /// collectives (counted apart): totalled, and kept as spans where asked.
+    fn add_cpu_op(&mut self, event: &Event, name: u32, info: NameInfo, start_ns: i64, dur_ns: i64) {
         let annotation = event.category == Category::Annotation;
-        if event.category == Category::CpuOp
-            || (annotation && !info.step && info.collective.is_none())
+        if !(event.category == Category::CpuOp
+            || (annotation && !info.step && info.collective.is_none()))
         {
-            let totals = self.ops.entry(name).or_insert((0, 0));
-            totals.0 += 1;
-            totals.1 = totals.1.saturating_add(dur_ns);
-            let spans = &mut trace.cpu_spans;
-            if self.limits.cpu_spans && keep(spans.name.len(), max_rows, &mut trace.cut.rows) {
-                spans.name.push(name);
-                spans.thread.push(event.tid.unwrap_or(0));
-                spans.start_ns.push(start_ns);
-                spans.dur_ns.push(dur_ns);
-            }
-        }
-        if !event.category.is_host_op() {
             return;
         }
+        let totals = self.ops.entry(name).or_insert((0, 0));
+        totals.0 += 1;
+        totals.1 = totals.1.saturating_add(dur_ns);
+        let trace = &mut self.trace;
+        let spans = &mut trace.cpu_spans;
+        if self.limits.cpu_spans
+            && keep(spans.name.len(), self.limits.max_rows, &mut trace.cut.rows)
+        {
+            spans.name.push(name);
+            spans.thread.push(event.tid.unwrap_or(0));
+            spans.start_ns.push(start_ns);
+            spans.dur_ns.push(dur_ns);
+        }
+    }
+
+    /// A host operator: a step kept as one, a collective as a call of its
+    /// kind (annotated, or described by `record_param_comms`).
+    fn add_host_op(&mut self, info: NameInfo, args: &Args, start_ns: i64, dur_ns: i64) {
+        let max_rows = self.limits.max_rows;
+        let trace = &mut self.trace;
         if info.step && keep(trace.steps.len(), max_rows, &mut trace.cut.rows) {
             trace
                 .steps
@@ -309,6 +350,8 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// The trace, its names in id order and the collectives and operator
+    /// totals put in place.
     fn finish(mut self) -> RankTrace {
         // Each name was held once, as its key: now in id order.
         let mut names: Vec<(u32, Box<str>)> = self.ids.into_iter().map(|(n, id)| (id, n)).collect();

@@ -30,6 +30,7 @@ pub(super) fn read_stream(table: Table, stream: Vec<u8>) -> Result<RecordBatch, 
     let fail = |reason: String| PayloadError::Table {
         table: table.name(),
         reason,
+        source: None,
     };
     // Made here, not under the panic guard below: a fault of this build
     // shows as itself.
@@ -333,8 +334,9 @@ fn written_schema(table: Table) -> &'static WrittenSchema {
         Table::ALL
             .iter()
             .map(|&table| {
-                let stream = super::write_stream(table, &RecordBatch::new_empty(table.schema()))
-                    .expect("an empty batch of a table's own schema is written");
+                let stream =
+                    super::encode::write_stream(table, &RecordBatch::new_empty(table.schema()))
+                        .expect("an empty batch of a table's own schema is written");
                 let first = Frames {
                     stream: &stream,
                     pos: 0,
@@ -484,7 +486,7 @@ mod tests {
     }
 
     fn written(batch: &RecordBatch) -> Vec<u8> {
-        super::super::write_stream(Table::Stages, batch).unwrap()
+        super::super::encode::write_stream(Table::Stages, batch).unwrap()
     }
 
     /// The bytes of each message of a well-framed `stream`, its prefix

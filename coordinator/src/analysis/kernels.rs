@@ -11,7 +11,7 @@ use rankscope_common::kineto::{KernelCategory, RankTrace};
 use rankscope_common::table::{
     counted_collectives, CollectivesView, CpuOpsView, KernelsView, StagesView,
 };
-use rankscope_common::Payload;
+use rankscope_common::{Payload, PayloadHeader};
 
 use super::launches::launching_stages;
 use super::stats::imbalance_pct;
@@ -70,6 +70,66 @@ pub struct CollectiveCall {
     pub start_ns: i64,
     /// Length, nanoseconds.
     pub dur_ns: i64,
+}
+
+/// A payload's unsigned nanoseconds as the trace's signed ones; `None`
+/// past `i64::MAX`.
+fn as_ns(value: u64) -> Option<i64> {
+    i64::try_from(value).ok()
+}
+
+/// The rows of a payload's `kernels` table, each into its window's trace.
+fn add_kernel_rows(windows: &mut BTreeMap<u32, TraceOf>, k: &KernelsView<'_>) {
+    for i in 0..k.len {
+        let (Some(start_ns), Some(dur_ns)) = (as_ns(k.start_ns[i]), as_ns(k.dur_ns[i])) else {
+            continue;
+        };
+        let trace = windows.entry(k.window[i]).or_default();
+        let name = trace.intern(k.name.get(i));
+        let gpu = &mut trace.trace.gpu;
+        gpu.name.push(name);
+        // From the name, as the rank did: not a payload's claim.
+        gpu.category.push(KernelCategory::of(k.name.get(i)));
+        gpu.stream.push(as_ns(k.stream[i]).unwrap_or(0));
+        gpu.device.push(k.device.get(i).map_or(-1, i64::from));
+        gpu.start_ns.push(start_ns);
+        gpu.dur_ns.push(dur_ns);
+        gpu.correlation.push(i as i64);
+    }
+}
+
+/// The counted rows of a payload's `collectives` table, each into its
+/// window's trace.
+fn add_collective_rows(windows: &mut BTreeMap<u32, TraceOf>, c: &CollectivesView<'_>) {
+    for i in counted_collectives(c) {
+        let (Some(start_ns), Some(dur_ns)) = (as_ns(c.start_ns[i]), as_ns(c.dur_ns[i])) else {
+            continue;
+        };
+        let trace = windows.entry(c.window[i]).or_default();
+        let kind = trace.intern(c.kind.get(i));
+        let group = c.group.get(i).map(|g| trace.intern(g));
+        let rows = &mut trace.trace.collectives;
+        rows.kind.push(kind);
+        rows.group.push(group);
+        rows.bytes.push(c.bytes.get(i));
+        rows.start_ns.push(start_ns);
+        rows.dur_ns.push(dur_ns);
+    }
+}
+
+/// The rows of a payload's `cpu_ops` table, each into its window's trace.
+fn add_cpu_op_rows(windows: &mut BTreeMap<u32, TraceOf>, o: &CpuOpsView<'_>) {
+    for i in 0..o.len {
+        let Some(total_ns) = as_ns(o.total_ns[i]) else {
+            continue;
+        };
+        let trace = windows.entry(o.window[i]).or_default();
+        let name = trace.intern(o.name.get(i));
+        let totals = &mut trace.trace.cpu_ops;
+        totals.name.push(name);
+        totals.calls.push(o.calls[i]);
+        totals.total_ns.push(total_ns);
+    }
 }
 
 impl RankKernels {
@@ -164,69 +224,19 @@ impl RankKernels {
             return Ok(None);
         }
         let header = &payload.header;
-        let rank = header.rank.rank;
         let mut windows: BTreeMap<u32, TraceOf> = BTreeMap::new();
-        let ns = |value: u64| i64::try_from(value).ok();
         if let Some(k) = &kernels {
-            for i in 0..k.len {
-                let (Some(start_ns), Some(dur_ns)) = (ns(k.start_ns[i]), ns(k.dur_ns[i])) else {
-                    continue;
-                };
-                let trace = windows.entry(k.window[i]).or_default();
-                let name = trace.intern(k.name.get(i));
-                let gpu = &mut trace.trace.gpu;
-                gpu.name.push(name);
-                // From the name, as the rank did: not a payload's claim.
-                gpu.category.push(KernelCategory::of(k.name.get(i)));
-                gpu.stream.push(ns(k.stream[i]).unwrap_or(0));
-                gpu.device.push(k.device.get(i).map_or(-1, i64::from));
-                gpu.start_ns.push(start_ns);
-                gpu.dur_ns.push(dur_ns);
-                gpu.correlation.push(i as i64);
-            }
+            add_kernel_rows(&mut windows, k);
         }
         if let Some(c) = &calls {
-            for i in counted_collectives(c) {
-                let (Some(start_ns), Some(dur_ns)) = (ns(c.start_ns[i]), ns(c.dur_ns[i])) else {
-                    continue;
-                };
-                let trace = windows.entry(c.window[i]).or_default();
-                let kind = trace.intern(c.kind.get(i));
-                let group = c.group.get(i).map(|g| trace.intern(g));
-                let rows = &mut trace.trace.collectives;
-                rows.kind.push(kind);
-                rows.group.push(group);
-                rows.bytes.push(c.bytes.get(i));
-                rows.start_ns.push(start_ns);
-                rows.dur_ns.push(dur_ns);
-            }
+            add_collective_rows(&mut windows, c);
         }
         if let Some(o) = &ops {
-            for i in 0..o.len {
-                let Some(total_ns) = ns(o.total_ns[i]) else {
-                    continue;
-                };
-                let trace = windows.entry(o.window[i]).or_default();
-                let name = trace.intern(o.name.get(i));
-                let totals = &mut trace.trace.cpu_ops;
-                totals.name.push(name);
-                totals.calls.push(o.calls[i]);
-                totals.total_ns.push(total_ns);
-            }
+            add_cpu_op_rows(&mut windows, o);
         }
-        let source = format!("rank {rank}'s torch.profiler windows");
-        let mut digests = windows.into_iter().map(|(window, mut of)| {
-            of.trace.base_time_ns = Some(timeline::aligned_start_ns(header));
-            // Every row: the rank kept a window's complete steps only.
-            let all: Vec<usize> = (0..of.trace.gpu.name.len()).collect();
-            RankKernels::digest(rank, window, source.clone(), &of.trace, &all)
-        });
-        let Some(mut digest) = digests.next() else {
+        let Some(mut digest) = Self::of_windows(header, windows) else {
             return Ok(None);
         };
-        for window in digests {
-            digest.absorb(window);
-        }
         let windowed = kernels.is_some() || ops.is_some();
         digest.input = digest
             .input
@@ -240,6 +250,24 @@ impl RankKernels {
             digest.attribute_to_stages(k, &stages);
         }
         Ok(Some(digest))
+    }
+
+    /// The digests of a rank's windows merged into one; `None` where it
+    /// has none.
+    fn of_windows(header: &PayloadHeader, windows: BTreeMap<u32, TraceOf>) -> Option<Self> {
+        let rank = header.rank.rank;
+        let source = format!("rank {rank}'s torch.profiler windows");
+        let mut digests = windows.into_iter().map(|(window, mut of)| {
+            of.trace.base_time_ns = Some(timeline::aligned_start_ns(header));
+            // Every row: the rank kept a window's complete steps only.
+            let all: Vec<usize> = (0..of.trace.gpu.name.len()).collect();
+            RankKernels::digest(rank, window, source.clone(), &of.trace, &all)
+        });
+        let mut digest = digests.next()?;
+        for window in digests {
+            digest.absorb(window);
+        }
+        Some(digest)
     }
 
     /// Each GPU activity's time to the stage that launched it:

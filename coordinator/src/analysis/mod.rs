@@ -27,8 +27,8 @@ use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
 use crate::join::join;
 use crate::model::{
-    DroppedRows, Notice, RankGpu, RankSummary, Report, Series, SessionSummary, SkippedInput,
-    WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
+    DroppedRows, GpuSeries, GpuSummary, Notice, RankGpu, RankSummary, RankTimeline, Report, Series,
+    SessionSummary, SkippedInput, WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
 };
 use times::{RankStages, StageTimes};
 
@@ -68,8 +68,43 @@ pub fn analyze_digests(mut gathered: Gathered<RankDigest>, config: &Config) -> R
 /// by rank; the world, missing ranks and skipped inputs come from
 /// `gathered` (its payloads are not read).
 fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: &Config) -> Report {
-    // Files of other runs that shared the session id are no fault of this
-    // one: named apart from the inputs that were refused.
+    let (other_runs, mut skipped) = skipped_inputs(gathered);
+    let parts = RankParts::take(&mut ranks, &mut skipped);
+    // The GPUs merged beside the stages.
+    let ((gpus, gpu_series), times) = join(
+        || gpus::gpu_summaries(parts.gpus, &BottleneckRule::from_config(config)),
+        || stage_times(parts.stages, &mut skipped),
+    );
+    let rule = StragglerRule {
+        threshold_pct: config.straggler_threshold_pct,
+        min_excess_s: config.straggler_min_s,
+    };
+    let mut report = assemble_report(
+        gathered,
+        &ranks,
+        Merged {
+            other_runs,
+            skipped,
+            times: &times,
+            gpus,
+            rule,
+        },
+        config,
+    );
+    let steps: Vec<(u32, &[f64])> = ranks
+        .iter()
+        .map(|r| (r.header.rank.rank, r.diffusion.steps_ms()))
+        .collect();
+    report.series = series::series(&report, &times, parts.timelines, gpu_series, &steps);
+    if !parts.kernels.is_empty() {
+        add_kernels(&mut report, kernels::analyze_kernels(parts.kernels, rule));
+    }
+    report
+}
+
+/// The inputs `gathered` skipped: files of other runs that shared the
+/// session id (no fault of this one), and apart from them those refused.
+fn skipped_inputs<T>(gathered: &Gathered<T>) -> (Vec<SkippedInput>, Vec<SkippedInput>) {
     let (other_runs, refused): (Vec<&Skipped>, Vec<&Skipped>) = gathered
         .skipped
         .iter()
@@ -78,59 +113,78 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         source: s.source.clone(),
         reason: Chain(&s.reason).to_string(),
     };
-    let other_runs: Vec<SkippedInput> = other_runs.iter().map(input).collect();
-    let mut skipped: Vec<SkippedInput> = refused.iter().map(input).collect();
-    // The parts of each digest that are merged across ranks, taken out.
-    let mut kernels_by_rank = Vec::new();
-    for digest in &mut ranks {
-        let rank = digest.header.rank.rank;
-        match std::mem::replace(&mut digest.kernels, Ok(None)) {
-            Ok(Some(kernels)) => kernels_by_rank.push(kernels),
-            Ok(None) => {}
+    (
+        other_runs.iter().map(input).collect(),
+        refused.iter().map(input).collect(),
+    )
+}
+
+/// The parts of each digest that are merged across ranks, taken out of
+/// the digests, in rank order.
+struct RankParts {
+    /// The kernel traces of the ranks that recorded any.
+    kernels: Vec<kernels::RankKernels>,
+    /// Each rank's stages, or why its stage table was refused.
+    stages: Vec<(u32, Result<RankStages, String>)>,
+    /// Each rank's GPUs and their readings.
+    gpus: Vec<Vec<(GpuSummary, GpuSeries)>>,
+    /// Each rank's outermost stages over time.
+    timelines: Vec<RankTimeline>,
+}
+
+impl RankParts {
+    /// Takes the parts out of `ranks`; kernel traces refused are added to
+    /// `skipped`.
+    fn take(ranks: &mut [RankDigest], skipped: &mut Vec<SkippedInput>) -> Self {
+        let mut parts = RankParts {
+            kernels: Vec::new(),
+            stages: Vec::with_capacity(ranks.len()),
+            gpus: Vec::with_capacity(ranks.len()),
+            timelines: Vec::with_capacity(ranks.len()),
+        };
+        for digest in ranks.iter_mut() {
+            let rank = digest.header.rank.rank;
+            match std::mem::replace(&mut digest.kernels, Ok(None)) {
+                Ok(Some(kernels)) => parts.kernels.push(kernels),
+                Ok(None) => {}
+                Err(reason) => skipped.push(SkippedInput {
+                    source: format!("rank {rank} kernel traces"),
+                    reason,
+                }),
+            }
+        }
+        for digest in ranks.iter_mut() {
+            parts.gpus.push(std::mem::take(&mut digest.gpus));
+            parts.timelines.push(std::mem::take(&mut digest.timeline));
+            let stages = std::mem::replace(&mut digest.stages, Ok(RankStages::default()));
+            parts.stages.push((digest.header.rank.rank, stages));
+        }
+        parts
+    }
+}
+
+/// The stage calls of every rank merged; stage tables refused are added
+/// to `skipped`.
+fn stage_times(
+    stages_by_rank: Vec<(u32, Result<RankStages, String>)>,
+    skipped: &mut Vec<SkippedInput>,
+) -> StageTimes {
+    let mut times = StageTimes::default();
+    for (rank, stages) in stages_by_rank {
+        match stages {
+            Ok(stages) => times.add(rank, stages),
             Err(reason) => skipped.push(SkippedInput {
-                source: format!("rank {rank} kernel traces"),
+                source: format!("rank {rank} stages"),
                 reason,
             }),
         }
     }
-    let mut stages_by_rank = Vec::with_capacity(ranks.len());
-    let mut gpus_by_rank = Vec::with_capacity(ranks.len());
-    let mut timelines = Vec::with_capacity(ranks.len());
-    for digest in &mut ranks {
-        gpus_by_rank.push(std::mem::take(&mut digest.gpus));
-        timelines.push(std::mem::take(&mut digest.timeline));
-        let stages = std::mem::replace(&mut digest.stages, Ok(RankStages::default()));
-        stages_by_rank.push((digest.header.rank.rank, stages));
-    }
-    // The GPUs merged beside the stages.
-    let ((gpus, gpu_series), times) = join(
-        || gpus::gpu_summaries(gpus_by_rank, &BottleneckRule::from_config(config)),
-        || {
-            let mut times = StageTimes::default();
-            for (rank, stages) in stages_by_rank {
-                match stages {
-                    Ok(stages) => times.add(rank, stages),
-                    Err(reason) => skipped.push(SkippedInput {
-                        source: format!("rank {rank} stages"),
-                        reason,
-                    }),
-                }
-            }
-            times
-        },
-    );
+    times
+}
 
-    let durations: Vec<f64> = ranks
-        .iter()
-        .map(|r| r.header.clock.duration_ns as f64 / 1e9)
-        .collect();
-    let session_total_s: f64 = durations.iter().sum();
-    let rule = StragglerRule {
-        threshold_pct: config.straggler_threshold_pct,
-        min_excess_s: config.straggler_min_s,
-    };
-    // The timeline's zero: rank 0's session start, else the earliest rank's.
-    let reference_start_ns = ranks
+/// The timeline's zero: rank 0's session start, else the earliest rank's.
+fn reference_start_ns(ranks: &[RankDigest]) -> i64 {
+    ranks
         .iter()
         .map(|r| &r.header)
         .find(|h| h.rank.rank == 0)
@@ -140,7 +194,38 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
                 .map(|r| &r.header)
                 .min_by_key(|h| timeline::aligned_start_ns(h))
         })
-        .map_or(0, timeline::aligned_start_ns);
+        .map_or(0, timeline::aligned_start_ns)
+}
+
+/// What was merged across ranks, for [`assemble_report`].
+struct Merged<'a> {
+    /// Files of other runs that shared the session id.
+    other_runs: Vec<SkippedInput>,
+    /// The inputs refused, and the ranks' tables refused.
+    skipped: Vec<SkippedInput>,
+    /// The stage calls of every rank.
+    times: &'a StageTimes,
+    /// The GPUs of every rank.
+    gpus: Vec<GpuSummary>,
+    /// What makes a rank a straggler.
+    rule: StragglerRule,
+}
+
+/// The report of the stages, stragglers, ranks, GPUs and diffusion
+/// figures, with its recommendations (its series and kernels not yet).
+fn assemble_report<T>(
+    gathered: &Gathered<T>,
+    ranks: &[RankDigest],
+    merged: Merged,
+    config: &Config,
+) -> Report {
+    let times = merged.times;
+    let durations: Vec<f64> = ranks
+        .iter()
+        .map(|r| r.header.clock.duration_ns as f64 / 1e9)
+        .collect();
+    let session_total_s: f64 = durations.iter().sum();
+    let reference_start_ns = reference_start_ns(ranks);
     let diffusion: Vec<_> = ranks
         .iter()
         .map(|r| (r.header.rank.rank, &r.diffusion))
@@ -150,7 +235,7 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
     let ((lockstep, rank_summaries, diffusion_stats), stages) = join(
         || {
             (
-                stragglers::lockstep(&times),
+                stragglers::lockstep(times),
                 ranks
                     .iter()
                     .map(|r| rank_summary(r, reference_start_ns))
@@ -158,24 +243,23 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
                 diffusion::diffusion(&diffusion),
             )
         },
-        || stages::stage_stats(&times, session_total_s),
+        || stages::stage_stats(times, session_total_s),
     );
-
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         session: SessionSummary {
-            other_runs,
+            other_runs: merged.other_runs,
             warmup_calls: config.warmup_calls,
-            ..session_summary(gathered, &ranks, skipped, &durations)
+            ..session_summary(gathered, ranks, merged.skipped, &durations)
         },
-        window: window_summary(&ranks),
+        window: window_summary(ranks),
         windows: Vec::new(),
         ranks: rank_summaries,
         stages,
-        stragglers: stragglers::stragglers(&times, &lockstep, rule),
+        stragglers: stragglers::stragglers(times, &lockstep, merged.rule),
         straggler_groups: Vec::new(),
         lockstep,
-        gpus,
+        gpus: merged.gpus,
         diffusion: diffusion_stats,
         recommendations: Vec::new(),
         series: Series::default(),
@@ -188,19 +272,12 @@ fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: 
         kernel_traces: Vec::new(),
     };
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
-    report.straggler_groups = stragglers::host_groups(&report.stragglers, &report.ranks, &times);
+    report.straggler_groups = stragglers::host_groups(&report.stragglers, &report.ranks, times);
     report.recommendations = recommend::recommend(&report);
-    let steps: Vec<(u32, &[f64])> = diffusion
-        .iter()
-        .map(|(rank, diffusion)| (*rank, diffusion.steps_ms()))
-        .collect();
-    report.series = series::series(&report, &times, timelines, gpu_series, &steps);
-    if !kernels_by_rank.is_empty() {
-        add_kernels(&mut report, kernels::analyze_kernels(kernels_by_rank, rule));
-    }
     report
 }
 
+/// The session's header: world, ranks reporting and missing, skipped inputs.
 fn session_summary<T>(
     gathered: &Gathered<T>,
     ranks: &[RankDigest],

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use arrow_array::Array;
+use arrow_array::{Array, StringArray};
 
 use rankscope_common::table::{MetricsView, StagesView, STAGE_GPU_SECTION};
 
@@ -53,34 +53,13 @@ impl RankStages {
     /// calls of each stage name; also returns the stages that ran inside no
     /// other in the table (warm-up calls included), in table order.
     pub fn new<'a>(stages: &StagesView<'a>, warmup_calls: u32) -> (Self, Vec<OuterStage<'a>>) {
-        let rows = stages.len;
-        let duration_ns = |i: usize| stages.end_ns[i].saturating_sub(stages.start_ns[i]);
         let enclosing = enclosing_rows(stages);
-        let mut nested_ns = vec![0u64; rows];
-        for (i, parent) in enclosing.iter().enumerate() {
-            if let Some(p) = *parent {
-                nested_ns[p] = nested_ns[p].saturating_add(duration_ns(i));
-            }
-        }
+        let nested_ns = nested_ns(stages, &enclosing);
         let dictionary = stages.name.dictionary();
-        // Each dictionary key's position in `names`, once it has one.
-        let mut names = Vec::new();
-        let mut position: Vec<Option<u32>> = vec![None; dictionary.len()];
-        let mut name_of = |key: usize| {
-            *position[key].get_or_insert_with(|| {
-                names.push(dictionary.value(key).to_string());
-                (names.len() - 1) as u32
-            })
-        };
-        // One key per name: a dictionary can hold a name under several keys
-        // (batches concatenated without merging their dictionaries), so
-        // each key stands for the first key of its text.
-        let mut first_key: HashMap<&str, usize> = HashMap::new();
-        let canonical: Vec<usize> = (0..dictionary.len())
-            .map(|key| *first_key.entry(dictionary.value(key)).or_insert(key))
-            .collect();
+        let canonical = canonical_keys(dictionary);
         let name_key = |i: usize| canonical[stages.name.key(i)];
-        let (mut by_name, group_ends) = group_by_key(rows, canonical.len(), name_key);
+        let (mut by_name, group_ends) = group_by_key(stages.len, canonical.len(), name_key);
+        let mut names = Names::new(dictionary);
         let mut calls = Vec::new();
         let mut parents = Vec::new();
         let mut placed = Vec::new();
@@ -88,19 +67,11 @@ impl RankStages {
         for (key, &group_end) in group_ends.iter().enumerate() {
             let group = &mut by_name[group_start..group_end];
             group_start = group_end;
-            if group.is_empty() {
-                continue;
-            }
-            // Rows are written as stages end, which is start order unless a
-            // stage ran inside another of its name.
-            if !group.is_sorted_by_key(|&i| stages.start_ns[i]) {
-                group.sort_by_key(|&i| stages.start_ns[i]);
-            }
-            let kept = group.get(warmup_calls as usize..).unwrap_or_default();
+            let kept = past_warmup(stages, group, warmup_calls);
             if kept.is_empty() {
                 continue;
             }
-            let name = name_of(key);
+            let name = names.of(key);
             // Where the calls past warm-up ran: the enclosing row's name
             // key + 1, 0 for the top; counted.
             placed.clear();
@@ -110,35 +81,21 @@ impl RankStages {
             );
             placed.sort_unstable();
             for run in placed.chunk_by(|a, b| a == b) {
-                let parent = run[0].checked_sub(1).map(&mut name_of);
+                let parent = run[0].checked_sub(1).map(|key| names.of(key));
                 parents.push((name, parent, run.len() as u64));
             }
-            let durations = kept
-                .iter()
-                .map(|&i| (duration_ns(i) as f64 / 1e9) as CallSeconds)
-                .collect();
-            let self_s = kept
-                .iter()
-                .map(|&i| duration_ns(i).saturating_sub(nested_ns[i]) as f64 / 1e9)
-                .sum();
+            let (durations, self_s) = call_times(stages, kept, &nested_ns);
             calls.push((name, durations, self_s));
         }
-        let outermost = (0..rows)
-            .filter(|&i| enclosing[i].is_none())
-            .map(|i| {
-                let name = stages.name.get(i);
-                (stages.start_ns[i], stages.end_ns[i], name)
-            })
-            .collect();
         calls.shrink_to_fit();
         parents.shrink_to_fit();
-        let stages = RankStages {
-            names,
+        let rank_stages = RankStages {
+            names: names.names,
             calls,
             parents,
             gpu_s: BTreeMap::new(),
         };
-        (stages, outermost)
+        (rank_stages, outermost(stages, &enclosing))
     }
 
     /// Adds the GPU times of stage calls among `metrics`.
@@ -153,6 +110,101 @@ impl RankStages {
             }
         }
     }
+}
+
+/// Row `i`'s duration in nanoseconds.
+fn duration_ns(stages: &StagesView<'_>, i: usize) -> u64 {
+    stages.end_ns[i].saturating_sub(stages.start_ns[i])
+}
+
+/// Per row: the summed durations of the rows directly inside it.
+fn nested_ns(stages: &StagesView<'_>, enclosing: &[Option<usize>]) -> Vec<u64> {
+    let mut nested_ns = vec![0u64; stages.len];
+    for (i, parent) in enclosing.iter().enumerate() {
+        if let Some(p) = *parent {
+            nested_ns[p] = nested_ns[p].saturating_add(duration_ns(stages, i));
+        }
+    }
+    nested_ns
+}
+
+/// One key per name: a dictionary can hold a name under several keys
+/// (batches concatenated without merging their dictionaries), so each key
+/// stands for the first key of its text.
+fn canonical_keys(dictionary: &StringArray) -> Vec<usize> {
+    let mut first_key: HashMap<&str, usize> = HashMap::new();
+    (0..dictionary.len())
+        .map(|key| *first_key.entry(dictionary.value(key)).or_insert(key))
+        .collect()
+}
+
+/// The stage names of a rank, each dictionary key given its position in
+/// `names` the first time it is needed.
+struct Names<'d> {
+    /// The stage table's name dictionary.
+    dictionary: &'d StringArray,
+    /// The names given a position, in that order.
+    names: Vec<String>,
+    /// Each dictionary key's position in `names`, once it has one.
+    position: Vec<Option<u32>>,
+}
+
+impl<'d> Names<'d> {
+    /// No names yet, of `dictionary`.
+    fn new(dictionary: &'d StringArray) -> Self {
+        Names {
+            dictionary,
+            names: Vec::new(),
+            position: vec![None; dictionary.len()],
+        }
+    }
+
+    /// The position of dictionary key `key`'s name, given one if it has none.
+    fn of(&mut self, key: usize) -> u32 {
+        *self.position[key].get_or_insert_with(|| {
+            self.names.push(self.dictionary.value(key).to_string());
+            (self.names.len() - 1) as u32
+        })
+    }
+}
+
+/// The rows of one stage name past its first `warmup_calls`, in start
+/// order (rows are written as stages end, which is start order unless a
+/// stage ran inside another of its name).
+fn past_warmup<'g>(
+    stages: &StagesView<'_>,
+    group: &'g mut [usize],
+    warmup_calls: u32,
+) -> &'g [usize] {
+    if !group.is_sorted_by_key(|&i| stages.start_ns[i]) {
+        group.sort_by_key(|&i| stages.start_ns[i]);
+    }
+    group.get(warmup_calls as usize..).unwrap_or_default()
+}
+
+/// The durations of the calls `kept` and their summed self time.
+fn call_times(
+    stages: &StagesView<'_>,
+    kept: &[usize],
+    nested_ns: &[u64],
+) -> (Vec<CallSeconds>, f64) {
+    let durations = kept
+        .iter()
+        .map(|&i| (duration_ns(stages, i) as f64 / 1e9) as CallSeconds)
+        .collect();
+    let self_s = kept
+        .iter()
+        .map(|&i| duration_ns(stages, i).saturating_sub(nested_ns[i]) as f64 / 1e9)
+        .sum();
+    (durations, self_s)
+}
+
+/// The stages that ran inside no other in the table, in table order.
+fn outermost<'a>(stages: &StagesView<'a>, enclosing: &[Option<usize>]) -> Vec<OuterStage<'a>> {
+    (0..stages.len)
+        .filter(|&i| enclosing[i].is_none())
+        .map(|i| (stages.start_ns[i], stages.end_ns[i], stages.name.get(i)))
+        .collect()
 }
 
 /// The rows `0..rows` grouped by `key` (each below `keys`), keys ascending,

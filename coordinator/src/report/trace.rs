@@ -224,41 +224,17 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
     let pid = rank.rank.saturating_add(1);
     // Microseconds on the shared timeline from the rank's own nanoseconds.
     let at = |ns: u64| rank.started_s * 1e6 + ns as f64 / 1e3;
-    let process = format!("rank {} @ {}", rank.rank, cut(&rank.host));
-    events.push(&Event::new(
-        "M",
-        "process_name",
-        pid,
-        json!({ "name": process }),
-    ));
-    let sort = json!({ "sort_index": rank.rank });
-    events.push(&Event::new("M", "process_sort_index", pid, sort));
+    process_metadata(&mut events, pid, rank);
     let mut threads: BTreeMap<u32, String> = BTreeMap::new();
-    if let Ok(Some(v)) = payload.view::<StagesView>() {
-        let mut rows: Vec<usize> = (0..v.len).collect();
-        rows.sort_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.end_ns[i])));
-        if rows.len() > max_events {
-            left_out.push((Cut::Stages, (rows.len() - max_events) as u64));
-            rows.truncate(max_events);
-        }
-        for i in rows {
-            let tid = v.thread[i].min(MAX_THREAD_TRACK);
-            threads
-                .entry(tid)
-                .or_insert_with(|| cut(v.thread_name.get(i)).to_string());
-            let args = StageArgs {
-                call: v.call_index[i],
-                metadata: v.metadata.get(i).map(|m| cut_to(m, MAX_ARG_BYTES)),
-            };
-            events.push(&Event {
-                tid: Some(tid),
-                ts: Some(at(v.start_ns[i])),
-                dur: Some(v.end_ns[i].saturating_sub(v.start_ns[i]) as f64 / 1e3),
-                cat: Some("stage"),
-                ..Event::new("X", cut(v.name.get(i)), pid, args)
-            });
-        }
-    }
+    stage_spans(
+        payload,
+        &mut events,
+        &mut left_out,
+        &mut threads,
+        pid,
+        &at,
+        max_events,
+    );
     if marks(payload, &mut events, &mut left_out, pid, &at, max_events) {
         threads.insert(MARKS_TRACK, "diffusion, events, memory".into());
     }
@@ -280,6 +256,68 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
         &at,
         max_events,
     );
+    thread_metadata(&mut events, pid, threads);
+    counters(payload, &mut events, &mut left_out, pid, &at);
+    RankEvents {
+        deflated: Deflated::new(&events.json),
+        left_out,
+    }
+}
+
+/// The rank's process named and sorted in Perfetto: `rank N @ host`.
+fn process_metadata(events: &mut EventList, pid: u32, rank: &RankSummary) {
+    let process = format!("rank {} @ {}", rank.rank, cut(&rank.host));
+    events.push(&Event::new(
+        "M",
+        "process_name",
+        pid,
+        json!({ "name": process }),
+    ));
+    let sort = json!({ "sort_index": rank.rank });
+    events.push(&Event::new("M", "process_sort_index", pid, sort));
+}
+
+/// The rank's stages as complete events, the earliest `max` of them, on
+/// their threads' tracks.
+fn stage_spans(
+    payload: &Payload,
+    events: &mut EventList,
+    left_out: &mut Vec<(Cut, u64)>,
+    threads: &mut BTreeMap<u32, String>,
+    pid: u32,
+    at: &impl Fn(u64) -> f64,
+    max: usize,
+) {
+    let Ok(Some(v)) = payload.view::<StagesView>() else {
+        return;
+    };
+    let mut rows: Vec<usize> = (0..v.len).collect();
+    rows.sort_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.end_ns[i])));
+    if rows.len() > max {
+        left_out.push((Cut::Stages, (rows.len() - max) as u64));
+        rows.truncate(max);
+    }
+    for i in rows {
+        let tid = v.thread[i].min(MAX_THREAD_TRACK);
+        threads
+            .entry(tid)
+            .or_insert_with(|| cut(v.thread_name.get(i)).to_string());
+        let args = StageArgs {
+            call: v.call_index[i],
+            metadata: v.metadata.get(i).map(|m| cut_to(m, MAX_ARG_BYTES)),
+        };
+        events.push(&Event {
+            tid: Some(tid),
+            ts: Some(at(v.start_ns[i])),
+            dur: Some(v.end_ns[i].saturating_sub(v.start_ns[i]) as f64 / 1e3),
+            cat: Some("stage"),
+            ..Event::new("X", cut(v.name.get(i)), pid, args)
+        });
+    }
+}
+
+/// Each track named and sorted by its thread id.
+fn thread_metadata(events: &mut EventList, pid: u32, threads: BTreeMap<u32, String>) {
     for (tid, name) in threads {
         events.push(&Event {
             tid: Some(tid),
@@ -289,11 +327,6 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
             tid: Some(tid),
             ..Event::new("M", "thread_sort_index", pid, json!({ "sort_index": tid }))
         });
-    }
-    counters(payload, &mut events, &mut left_out, pid, &at);
-    RankEvents {
-        deflated: Deflated::new(&events.json),
-        left_out,
     }
 }
 

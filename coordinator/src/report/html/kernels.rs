@@ -3,7 +3,7 @@
 
 use rankscope_common::text::cell;
 
-use super::{Cell, Table};
+use super::table::{Cell, Table};
 use crate::model::{KernelStats, Report};
 
 /// The longest kernel name a table shows (C++ template names run to

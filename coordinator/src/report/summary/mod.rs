@@ -85,7 +85,25 @@ fn write_wrapped(out: &mut String, prefix: &str, text: &str) -> std::fmt::Result
     writeln!(out, "{}", wrap(&format!("{prefix}{text}"), WIDTH, indent))
 }
 
+/// The whole summary, section by section.
 fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
+    write_header(out, report)?;
+    write_stage_table(out, report)?;
+    write_gpu_times(out, report)?;
+    kernels::write_kernels(out, report)?;
+    writeln!(out)?;
+    write_stragglers(out, report)?;
+    write_lockstep(out, report)?;
+    write_data_notes(out, report)?;
+    write_gpus(out, report)?;
+    write_hosts(out, report)?;
+    write_overhead(out, report)?;
+    write_diffusion(out, report)?;
+    write_recommendations(out, report)
+}
+
+/// The banner: session, ranks, duration, launcher, GPU source and window.
+fn write_header(out: &mut String, report: &Report) -> std::fmt::Result {
     let s = &report.session;
     let rule = "=".repeat(WIDTH);
     writeln!(out, "{rule}")?;
@@ -111,13 +129,18 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     if let Some(window) = &report.window {
         writeln!(out, "{}", window.describe())?;
     }
-    writeln!(out, "{rule}")?;
-    if s.warmup_calls > 0 {
+    writeln!(out, "{rule}")
+}
+
+/// The table of the top stages, nested ones indented, after the warm-up note.
+fn write_stage_table(out: &mut String, report: &Report) -> std::fmt::Result {
+    let warmup_calls = report.session.warmup_calls;
+    if warmup_calls > 0 {
         writeln!(
             out,
             "Warm-up left out of the stage table, stragglers and lockstep waits: the first {} \
              calls of each stage on each rank",
-            s.warmup_calls
+            warmup_calls
         )?;
     }
     writeln!(
@@ -147,37 +170,42 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     if report.stages.is_empty() {
         writeln!(out, "(no stages recorded)")?;
     }
-    write_gpu_times(out, report)?;
-    kernels::write_kernels(out, report)?;
-    writeln!(out)?;
+    Ok(())
+}
 
+/// The stragglers, each with its evidence.
+fn write_stragglers(out: &mut String, report: &Report) -> std::fmt::Result {
     if report.stragglers.is_empty() {
-        writeln!(out, "Stragglers: none")?;
-    } else {
-        writeln!(out, "Stragglers:")?;
-        write_listed(out, &report.stragglers, LISTED, "stragglers", |out, st| {
-            write_wrapped(
-                out,
-                "  ",
-                &format!(
-                    "rank {} in {}: {:.2}x the others' median (+{:.3} s{}); job +{:.3} s, \
-                     others idle {:.3} rank-s",
-                    st.rank,
-                    cell(&st.stage, NAME_WIDTH),
-                    st.slowdown,
-                    st.excess_s,
-                    st.out_of_spread(),
-                    st.job_time_s,
-                    st.wait_s
-                ),
-            )?;
-            for evidence in &st.evidence {
-                write_wrapped(out, "    ", evidence)?;
-            }
-            Ok(())
-        })?;
+        return writeln!(out, "Stragglers: none");
     }
-    write_lockstep(out, report)?;
+    writeln!(out, "Stragglers:")?;
+    write_listed(out, &report.stragglers, LISTED, "stragglers", |out, st| {
+        write_wrapped(
+            out,
+            "  ",
+            &format!(
+                "rank {} in {}: {:.2}x the others' median (+{:.3} s{}); job +{:.3} s, \
+                 others idle {:.3} rank-s",
+                st.rank,
+                cell(&st.stage, NAME_WIDTH),
+                st.slowdown,
+                st.excess_s,
+                st.out_of_spread(),
+                st.job_time_s,
+                st.wait_s
+            ),
+        )?;
+        for evidence in &st.evidence {
+            write_wrapped(out, "    ", evidence)?;
+        }
+        Ok(())
+    })
+}
+
+/// What the data lacks: missing ranks, the ranks' notices, files judged by
+/// age and inputs skipped.
+fn write_data_notes(out: &mut String, report: &Report) -> std::fmt::Result {
+    let s = &report.session;
     if !s.ranks_missing.is_empty() {
         write_wrapped(out, "Missing ranks (no data): ", &s.missing_text())?;
     }
@@ -214,10 +242,11 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
                 cell(&skipped.reason, 400)
             ),
         )
-    })?;
-    write_gpus(out, report)?;
-    write_hosts(out, report)?;
-    write_overhead(out, report)?;
+    })
+}
+
+/// The diffusion figures: blocks and steps, where recorded.
+fn write_diffusion(out: &mut String, report: &Report) -> std::fmt::Result {
     if let Some(blocks) = &report.diffusion.blocks {
         writeln!(
             out,
@@ -232,15 +261,21 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             steps.count, steps.step_ms.p50, steps.step_ms.p95
         )?;
     }
-    if !report.recommendations.is_empty() {
-        writeln!(out, "\nRecommendations:")?;
-        for r in &report.recommendations {
-            write_wrapped(
-                out,
-                &format!("  [{}] ", r.severity.as_str()),
-                &format!("{} ({})", cell(&r.message, 400), cell(&r.evidence, 400)),
-            )?;
-        }
+    Ok(())
+}
+
+/// The recommendations, each with its evidence.
+fn write_recommendations(out: &mut String, report: &Report) -> std::fmt::Result {
+    if report.recommendations.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\nRecommendations:")?;
+    for r in &report.recommendations {
+        write_wrapped(
+            out,
+            &format!("  [{}] ", r.severity.as_str()),
+            &format!("{} ({})", cell(&r.message, 400), cell(&r.evidence, 400)),
+        )?;
     }
     Ok(())
 }
