@@ -37,9 +37,7 @@ mod server;
 mod wire;
 
 use server::{Server, ServerSettings};
-use wire::{
-    kind, proof, purpose, read_frame, unsealed, write_frame, HELLO_BYTES, MAX_CONTROL_BYTES,
-};
+use wire::{kind, purpose, read_frame, unsealed, write_frame, Hello, MAX_CONTROL_BYTES};
 
 /// How long a connection's greeting (and a clock exchange) may take, all
 /// of it: a peer slower than that is cut off, however it drips its bytes.
@@ -219,11 +217,7 @@ impl TcpTransport {
             read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES, handshake).ok()?;
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).ok()?;
-        let mut hello = Vec::with_capacity(HELLO_BYTES);
-        hello.extend_from_slice(&rank.to_le_bytes());
-        hello.push(what);
-        hello.extend_from_slice(&nonce);
-        hello.extend_from_slice(&proof(&self.token, &challenge, rank, what, &nonce));
+        let hello = Hello::write(&self.token, &challenge, rank, what, &nonce);
         write_frame(&mut stream, kind::HELLO, &hello, handshake).ok()?;
         Some(Link {
             stream,

@@ -11,16 +11,14 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hmac::{Hmac, Mac};
 use rankscope_common::gather::{
     Candidate, ConnectionRefusal, Rejection, Skipped, MAX_LISTED_SKIPPED,
 };
 use rankscope_common::payload;
-use sha2::Sha256;
 
 use super::clock::{self, Round, ROUNDS};
 use super::wire::{
-    kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, HELLO_BYTES,
+    kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, Hello,
     MAX_CONTROL_BYTES,
 };
 use super::HANDSHAKE_TIMEOUT;
@@ -274,7 +272,6 @@ fn serve(
     reached: &mut Reached,
     shared: &Shared,
 ) -> Result<(), ConnectionRefusal> {
-    let settings = &shared.settings;
     // The handshake and a clock exchange are quick, whoever the peer is.
     let handshake = Instant::now() + HANDSHAKE_TIMEOUT;
     stream
@@ -284,23 +281,42 @@ fn serve(
     let mut challenge = [0u8; 32];
     getrandom::fill(&mut challenge).map_err(|_| ConnectionRefusal::Malformed("no randomness"))?;
     write_frame(&mut stream, kind::CHALLENGE, &challenge, handshake)?;
-    let hello = read_frame(&mut stream, kind::HELLO, MAX_CONTROL_BYTES, handshake)?;
-    if hello.len() != HELLO_BYTES {
-        return Err(ConnectionRefusal::Malformed(
-            "a greeting of the wrong length",
-        ));
+    let greeting = read_frame(&mut stream, kind::HELLO, MAX_CONTROL_BYTES, handshake)?;
+    let hello = Hello::read(&greeting)?;
+    admit(&hello, &challenge, id, reached, shared)?;
+    let token = &shared.settings.token;
+    let reply = |kind: u8, body: &[u8]| sealed(token, &challenge, hello.nonce, kind, body);
+    match hello.what {
+        purpose::RENDEZVOUS | purpose::RESYNC => {
+            answer_clock(&mut stream, hello.what, &reply, &shared.settings, handshake)
+        }
+        purpose::PAYLOAD => {
+            take_payload(&mut stream, hello.rank, shared)?;
+            let _ = write_frame(
+                &mut stream,
+                kind::ACK,
+                &reply(kind::ACK, &[]),
+                handshake.max(Instant::now() + HANDSHAKE_TIMEOUT),
+            );
+            Ok(())
+        }
+        _ => Err(ConnectionRefusal::Malformed("an unknown purpose")),
     }
-    let rank = u32::from_le_bytes(hello[..4].try_into().expect("4 bytes"));
-    let what = hello[4];
-    let nonce = &hello[5..21];
-    let mut mac = Hmac::<Sha256>::new_from_slice(&settings.token).expect("HMAC takes any key");
-    mac.update(&challenge);
-    mac.update(&rank.to_le_bytes());
-    mac.update(&[what]);
-    mac.update(nonce);
-    // verify_slice compares in constant time.
-    mac.verify_slice(&hello[21..])
-        .map_err(|_| ConnectionRefusal::BadToken)?;
+}
+
+/// Lets an authenticated rank of the world in: its proof checked, out of
+/// the strangers' waiting room, within the ranks' budget of connections.
+fn admit(
+    hello: &Hello<'_>,
+    challenge: &[u8],
+    id: u64,
+    reached: &mut Reached,
+    shared: &Shared,
+) -> Result<(), ConnectionRefusal> {
+    let settings = &shared.settings;
+    if !hello.proves(&settings.token, challenge) {
+        return Err(ConnectionRefusal::BadToken);
+    }
     if !shared.leave(id) {
         return Err(ConnectionRefusal::Evicted);
     }
@@ -312,94 +328,95 @@ fn serve(
         return Err(ConnectionRefusal::TooMany);
     }
     *reached = Reached::Counted;
-    if rank == 0 || rank >= settings.world_size {
+    if hello.rank == 0 || hello.rank >= settings.world_size {
         return Err(ConnectionRefusal::OutsideWorld {
-            rank,
+            rank: hello.rank,
             world_size: settings.world_size,
         });
     }
-    let reply = |kind: u8, body: &[u8]| sealed(&settings.token, &challenge, nonce, kind, body);
-    match what {
-        // The rendezvous gives the run's identity, then measures the clock
-        // as a resync does.
-        purpose::RENDEZVOUS | purpose::RESYNC => {
-            if what == purpose::RENDEZVOUS {
-                write_frame(
-                    &mut stream,
-                    kind::RUN,
-                    &reply(kind::RUN, settings.run_id.as_bytes()),
-                    handshake,
-                )?;
-            }
-            let offset = ping_pong(&mut stream, settings.clock_shift_ns, handshake)?;
-            write_frame(
-                &mut stream,
-                kind::OFFSET,
-                &reply(kind::OFFSET, &offset),
-                handshake,
-            )
-        }
-        purpose::PAYLOAD => {
-            if let Some(first) = lock(&shared.collected).payloads.get(&rank) {
-                return Err(ConnectionRefusal::DuplicateRank {
-                    rank,
-                    first: first.source.clone(),
-                });
-            }
-            let until = Instant::now() + settings.payload_timeout;
-            let (bytes, _held) = read_frame_within(
-                &mut stream,
-                kind::PAYLOAD,
-                settings.max_frame,
-                until,
-                Some(&shared.frames),
-            )?;
-            // Only this rank's payload of this session and run takes its place.
-            let payload = payload::decode(&bytes)
-                .map_err(|_| ConnectionRefusal::WrongPayload("it does not decode"))?;
-            let header = &payload.header;
-            if header.rank.rank != rank {
-                return Err(ConnectionRefusal::WrongPayload("it is another rank's"));
-            }
-            if header.session.id != settings.session_id {
-                return Err(ConnectionRefusal::WrongPayload("it is another session's"));
-            }
-            if header.session.run_id.as_deref() != Some(settings.run_id.as_str()) {
-                return Err(ConnectionRefusal::WrongPayload("it is another run's"));
-            }
-            {
-                let mut collected = lock(&shared.collected);
-                if shared.stop.load(Ordering::SeqCst) {
-                    return Err(ConnectionRefusal::Late);
-                }
-                if let Some(first) = collected.payloads.get(&rank) {
-                    return Err(ConnectionRefusal::DuplicateRank {
-                        rank,
-                        first: first.source.clone(),
-                    });
-                }
-                let peer = stream
-                    .peer_addr()
-                    .map_or_else(|_| "an unknown address".into(), |a| a.to_string());
-                collected.payloads.insert(
-                    rank,
-                    Candidate {
-                        source: format!("rank {rank} over TCP from {peer}"),
-                        payload: Ok(payload),
-                    },
-                );
-            }
-            shared.arrived.notify_all();
-            let _ = write_frame(
-                &mut stream,
-                kind::ACK,
-                &reply(kind::ACK, &[]),
-                handshake.max(Instant::now() + HANDSHAKE_TIMEOUT),
-            );
-            Ok(())
-        }
-        _ => Err(ConnectionRefusal::Malformed("an unknown purpose")),
+    Ok(())
+}
+
+/// A rendezvous or a resync: the rendezvous is given the run's identity
+/// first, then both measure the clock.
+fn answer_clock(
+    stream: &mut TcpStream,
+    what: u8,
+    reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
+    settings: &ServerSettings,
+    handshake: Instant,
+) -> Result<(), ConnectionRefusal> {
+    if what == purpose::RENDEZVOUS {
+        let run = reply(kind::RUN, settings.run_id.as_bytes());
+        write_frame(stream, kind::RUN, &run, handshake)?;
     }
+    let offset = ping_pong(stream, settings.clock_shift_ns, handshake)?;
+    write_frame(
+        stream,
+        kind::OFFSET,
+        &reply(kind::OFFSET, &offset),
+        handshake,
+    )
+}
+
+/// Reads rank `rank`'s payload and keeps it, if it is that rank's of this
+/// session and run, the first it sent, before the gather stopped.
+fn take_payload(
+    stream: &mut TcpStream,
+    rank: u32,
+    shared: &Shared,
+) -> Result<(), ConnectionRefusal> {
+    let settings = &shared.settings;
+    if let Some(first) = lock(&shared.collected).payloads.get(&rank) {
+        return Err(ConnectionRefusal::DuplicateRank {
+            rank,
+            first: first.source.clone(),
+        });
+    }
+    let until = Instant::now() + settings.payload_timeout;
+    let (bytes, _held) = read_frame_within(
+        stream,
+        kind::PAYLOAD,
+        settings.max_frame,
+        until,
+        Some(&shared.frames),
+    )?;
+    let payload = payload::decode(&bytes)
+        .map_err(|_| ConnectionRefusal::WrongPayload("it does not decode"))?;
+    let header = &payload.header;
+    if header.rank.rank != rank {
+        return Err(ConnectionRefusal::WrongPayload("it is another rank's"));
+    }
+    if header.session.id != settings.session_id {
+        return Err(ConnectionRefusal::WrongPayload("it is another session's"));
+    }
+    if header.session.run_id.as_deref() != Some(settings.run_id.as_str()) {
+        return Err(ConnectionRefusal::WrongPayload("it is another run's"));
+    }
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "an unknown address".into(), |a| a.to_string());
+    {
+        let mut collected = lock(&shared.collected);
+        if shared.stop.load(Ordering::SeqCst) {
+            return Err(ConnectionRefusal::Late);
+        }
+        if let Some(first) = collected.payloads.get(&rank) {
+            return Err(ConnectionRefusal::DuplicateRank {
+                rank,
+                first: first.source.clone(),
+            });
+        }
+        collected.payloads.insert(
+            rank,
+            Candidate {
+                source: format!("rank {rank} over TCP from {peer}"),
+                payload: Ok(payload),
+            },
+        );
+    }
+    shared.arrived.notify_all();
+    Ok(())
 }
 
 /// Rank 0's side of a ping-pong: the peer's offset, encoded for it (empty

@@ -37,15 +37,79 @@ pub(super) const MAX_CONTROL_BYTES: u64 = 4096;
 /// A greeting: rank, purpose, the peer's nonce, its proof.
 pub(super) const HELLO_BYTES: usize = 4 + 1 + 16 + 32;
 
+/// A peer's greeting: its rank, the connection's purpose, its nonce and
+/// its proof that it knows the token. Written by a rank ([`Hello::write`]),
+/// read and checked by rank 0 ([`Hello::read`], [`Hello::proves`]): the
+/// layout and the proof are defined here alone.
+#[derive(Debug)]
+pub(super) struct Hello<'a> {
+    /// The rank the peer says it is.
+    pub(super) rank: u32,
+    /// What it came for (`purpose`).
+    pub(super) what: u8,
+    /// Its nonce: rank 0's replies are sealed with it.
+    pub(super) nonce: &'a [u8],
+    proof: &'a [u8],
+}
+
+impl<'a> Hello<'a> {
+    /// The greeting of rank `rank` for `what`, proving that it knows
+    /// `token` for this connection's `challenge`.
+    pub(super) fn write(
+        token: &[u8],
+        challenge: &[u8],
+        rank: u32,
+        what: u8,
+        nonce: &[u8; 16],
+    ) -> Vec<u8> {
+        let mut hello = Vec::with_capacity(HELLO_BYTES);
+        hello.extend_from_slice(&rank.to_le_bytes());
+        hello.push(what);
+        hello.extend_from_slice(nonce);
+        hello.extend_from_slice(
+            &proof(token, challenge, rank, what, nonce)
+                .finalize()
+                .into_bytes(),
+        );
+        hello
+    }
+
+    /// Reads a greeting's parts; its proof is not checked yet.
+    pub(super) fn read(bytes: &'a [u8]) -> Result<Self, ConnectionRefusal> {
+        if bytes.len() != HELLO_BYTES {
+            return Err(ConnectionRefusal::Malformed(
+                "a greeting of the wrong length",
+            ));
+        }
+        let (rank, rest) = bytes.split_at(4);
+        let (what, rest) = rest.split_at(1);
+        let (nonce, proof) = rest.split_at(16);
+        Ok(Hello {
+            rank: u32::from_le_bytes(rank.try_into().expect("4 bytes")),
+            what: what[0],
+            nonce,
+            proof,
+        })
+    }
+
+    /// Whether the greeting proves that its peer knows `token` for
+    /// `challenge` (compared in constant time).
+    pub(super) fn proves(&self, token: &[u8], challenge: &[u8]) -> bool {
+        proof(token, challenge, self.rank, self.what, self.nonce)
+            .verify_slice(self.proof)
+            .is_ok()
+    }
+}
+
 /// The peer's proof that it knows `token`: HMAC-SHA256 of the challenge,
 /// its rank, the connection's purpose and its own nonce.
-pub(super) fn proof(token: &[u8], challenge: &[u8], rank: u32, what: u8, nonce: &[u8]) -> [u8; 32] {
+fn proof(token: &[u8], challenge: &[u8], rank: u32, what: u8, nonce: &[u8]) -> Hmac<Sha256> {
     let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key");
     mac.update(challenge);
     mac.update(&rank.to_le_bytes());
     mac.update(&[what]);
     mac.update(nonce);
-    mac.finalize().into_bytes().into()
+    mac
 }
 
 /// Rank 0's proof that a reply is its own: HMAC-SHA256, under the token, of
@@ -274,32 +338,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_proof_depends_on_the_token_the_challenge_the_rank_and_the_purpose() {
-        let base = proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[7; 16]);
+    fn a_greeting_proves_the_token_for_its_challenge_rank_purpose_and_nonce() {
+        let (token, challenge) = (b"token".as_slice(), [1u8; 32]);
+        let bytes = Hello::write(token, &challenge, 3, purpose::PAYLOAD, &[7; 16]);
+        let hello = Hello::read(&bytes).unwrap();
         assert_eq!(
-            base,
-            proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[7; 16])
+            (hello.rank, hello.what, hello.nonce),
+            (3, purpose::PAYLOAD, &[7u8; 16][..])
         );
-        assert_ne!(
-            base,
-            proof(b"other", &[1; 32], 3, purpose::PAYLOAD, &[7; 16])
-        );
-        assert_ne!(
-            base,
-            proof(b"token", &[2; 32], 3, purpose::PAYLOAD, &[7; 16])
-        );
-        assert_ne!(
-            base,
-            proof(b"token", &[1; 32], 4, purpose::PAYLOAD, &[7; 16])
-        );
-        assert_ne!(
-            base,
-            proof(b"token", &[1; 32], 3, purpose::RESYNC, &[7; 16])
-        );
-        assert_ne!(
-            base,
-            proof(b"token", &[1; 32], 3, purpose::PAYLOAD, &[8; 16])
-        );
+        assert!(hello.proves(token, &challenge));
+        assert!(!hello.proves(b"other", &challenge));
+        assert!(!hello.proves(token, &[2; 32]));
+        // A byte of its rank, its purpose or its nonce changed.
+        for at in [0, 4, 5] {
+            let mut forged = bytes.clone();
+            forged[at] ^= 1;
+            let forged = Hello::read(&forged).unwrap();
+            assert!(!forged.proves(token, &challenge), "byte {at}");
+        }
+        assert!(Hello::read(&bytes[1..]).is_err());
     }
 
     #[test]
