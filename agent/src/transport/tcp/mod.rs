@@ -23,6 +23,8 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use rankscope_common::env::RankEnv;
+use rankscope_common::error::Chain;
+use rankscope_common::gather::ConnectionRefusal;
 use rankscope_common::payload::{ClockOffset, ClockSync, TransportName};
 use rankscope_common::{Config, Gathered};
 use sha2::{Digest, Sha256};
@@ -130,16 +132,15 @@ impl TcpTransport {
         clock::wall_now_ns(self.clock_shift_ns)
     }
 
-    /// Connects to rank 0 for `what`, retrying with backoff until `deadline`.
-    fn connect(&self, rank: u32, what: u8, deadline: Instant) -> Option<Link> {
+    /// Connects to rank 0 for `what`, retrying with backoff until
+    /// `deadline`; past it, why the last try failed.
+    fn connect(&self, rank: u32, what: u8, deadline: Instant) -> Result<Link, Unreached> {
         let mut pause = Duration::from_millis(10);
         loop {
-            if let Some(stream) = self.try_connect(rank, what, deadline) {
-                return Some(stream);
-            }
+            let tried = self.try_connect(rank, what, deadline);
             let now = Instant::now();
-            if now >= deadline {
-                return None;
+            if tried.is_ok() || now >= deadline {
+                return tried;
             }
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(Duration::from_millis(500));
@@ -204,22 +205,29 @@ impl TcpTransport {
         }
     }
 
-    fn try_connect(&self, rank: u32, what: u8, deadline: Instant) -> Option<Link> {
-        let address = self.endpoint.to_socket_addrs().ok()?.next()?;
+    /// One try at a connection to rank 0 for `what`, up to this rank's
+    /// greeting.
+    fn try_connect(&self, rank: u32, what: u8, deadline: Instant) -> Result<Link, Unreached> {
+        let address = self
+            .endpoint
+            .to_socket_addrs()
+            .map_err(Unreached::Address)?
+            .next()
+            .ok_or(Unreached::Address(std::io::ErrorKind::NotFound.into()))?;
         let timeout = deadline
             .saturating_duration_since(Instant::now())
             .min(HANDSHAKE_TIMEOUT);
         let mut stream =
-            TcpStream::connect_timeout(&address, timeout.max(Duration::from_millis(1))).ok()?;
-        stream.set_nodelay(true).ok()?;
+            TcpStream::connect_timeout(&address, timeout.max(Duration::from_millis(1)))
+                .map_err(Unreached::Connect)?;
+        let _ = stream.set_nodelay(true);
         let handshake = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-        let challenge =
-            read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES, handshake).ok()?;
+        let challenge = read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES, handshake)?;
         let mut nonce = [0u8; 16];
-        getrandom::fill(&mut nonce).ok()?;
+        getrandom::fill(&mut nonce).map_err(|_| Unreached::NoRandomness)?;
         let hello = Hello::write(&self.token, &challenge, rank, what, &nonce);
-        write_frame(&mut stream, kind::HELLO, &hello, handshake).ok()?;
-        Some(Link {
+        write_frame(&mut stream, kind::HELLO, &hello, handshake)?;
+        Ok(Link {
             stream,
             challenge,
             nonce,
@@ -228,8 +236,13 @@ impl TcpTransport {
 
     /// A reply of rank 0's of `kind`, by `deadline`, if rank 0 sealed it
     /// (proving it knows the token).
-    fn read_reply(&self, link: &mut Link, kind: u8, deadline: Instant) -> Option<Vec<u8>> {
-        let frame = read_frame(&mut link.stream, kind, MAX_CONTROL_BYTES, deadline).ok()?;
+    fn read_reply(
+        &self,
+        link: &mut Link,
+        kind: u8,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, Unreached> {
+        let frame = read_frame(&mut link.stream, kind, MAX_CONTROL_BYTES, deadline)?;
         let body = unsealed(&self.token, &link.challenge, &link.nonce, kind, &frame);
         if body.is_none() {
             notice!(
@@ -237,25 +250,49 @@ impl TcpTransport {
                 self.endpoint
             );
         }
-        body
+        body.ok_or(Unreached::Unsealed)
     }
 
     /// The peer's side of a ping-pong: answers rank 0's pings with this
-    /// rank's clock, then reads the offset rank 0 worked out.
-    fn answer_clock(&self, link: &mut Link, deadline: Instant) -> Option<ClockOffset> {
+    /// rank's clock, then reads the offset rank 0 worked out (`None`: no
+    /// round could be used).
+    fn answer_clock(
+        &self,
+        link: &mut Link,
+        deadline: Instant,
+    ) -> Result<Option<ClockOffset>, Unreached> {
         for _ in 0..ROUNDS {
-            read_frame(&mut link.stream, kind::PING, MAX_CONTROL_BYTES, deadline).ok()?;
-            write_frame(
-                &mut link.stream,
-                kind::PONG,
-                &self.now().to_le_bytes(),
-                deadline,
-            )
-            .ok()?;
+            read_frame(&mut link.stream, kind::PING, MAX_CONTROL_BYTES, deadline)?;
+            let now = self.now().to_le_bytes();
+            write_frame(&mut link.stream, kind::PONG, &now, deadline)?;
         }
         let offset = self.read_reply(link, kind::OFFSET, deadline)?;
-        clock::decode(&offset)
+        Ok(clock::decode(&offset))
     }
+}
+
+/// Why this rank did not reach rank 0 (or rank 0 did not answer it), as
+/// its messages say.
+#[derive(Debug, thiserror::Error)]
+enum Unreached {
+    /// The endpoint's name did not resolve.
+    #[error("its address does not resolve")]
+    Address(#[source] std::io::Error),
+    /// Nothing took the connection.
+    #[error("the connection failed")]
+    Connect(#[source] std::io::Error),
+    /// The exchange failed: silent, closed, or not the protocol.
+    #[error(transparent)]
+    Exchange(#[from] ConnectionRefusal),
+    /// A reply was not sealed with the job token.
+    #[error("its reply was not sealed with this job's token")]
+    Unsealed,
+    /// Its run identity was not text.
+    #[error("its run identity is not UTF-8")]
+    RunNotText,
+    /// No nonce could be made.
+    #[error("no randomness for a nonce")]
+    NoRandomness,
 }
 
 /// A rank's connection to rank 0, after its greeting.
@@ -338,18 +375,20 @@ impl Transport for TcpTransport {
             .connect(session.rank, purpose::RENDEZVOUS, deadline)
             .and_then(|mut link| {
                 let run = self.read_reply(&mut link, kind::RUN, deadline)?;
-                let run = String::from_utf8(run).ok()?;
-                let offset = self.answer_clock(&mut link, deadline);
-                Some((run, offset))
+                let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
+                // The run is agreed; the clock is best effort.
+                let offset = self.answer_clock(&mut link, deadline).ok().flatten();
+                Ok((run, offset))
             });
-        self.reached = met.is_some();
+        self.reached = met.is_ok();
         let (run_id, offset) = match met {
-            Some((run, offset)) => (Some(run), offset),
-            None => {
+            Ok((run, offset)) => (Some(run), offset),
+            Err(why) => {
                 notice!(
-                    "rank 0 at {} did not answer the rendezvous in time; the launcher's run \\
-                     identity is used and the clock offset is unknown",
-                    self.endpoint
+                    "rank 0 at {} did not answer the rendezvous in time ({}); the launcher's \
+                     run identity is used and the clock offset is unknown",
+                    self.endpoint,
+                    Chain(&why)
                 );
                 (session.run_id.map(str::to_string), None)
             }
@@ -372,8 +411,8 @@ impl Transport for TcpTransport {
         if !self.reached {
             return None;
         }
-        let mut link = self.connect(session.rank, purpose::RESYNC, deadline)?;
-        self.answer_clock(&mut link, deadline)
+        let mut link = self.connect(session.rank, purpose::RESYNC, deadline).ok()?;
+        self.answer_clock(&mut link, deadline).ok().flatten()
     }
 
     fn gather(
@@ -393,13 +432,16 @@ impl Transport for TcpTransport {
             let sent = self
                 .connect(session.rank, purpose::PAYLOAD, deadline)
                 .and_then(|mut link| {
-                    write_frame(&mut link.stream, kind::PAYLOAD, payload, deadline).ok()?;
+                    write_frame(&mut link.stream, kind::PAYLOAD, payload, deadline)?;
                     // Rank 0 may take a while to decode: the ACK by the deadline.
                     let ack_by = deadline.max(Instant::now() + HANDSHAKE_TIMEOUT);
                     self.read_reply(&mut link, kind::ACK, ack_by)
                 });
-            if sent.is_none() {
-                say!("rank 0 did not take this rank's payload in time; it is in the spill file");
+            if let Err(why) = sent {
+                say!(
+                    "rank 0 did not take this rank's payload in time ({}); it is in the spill file",
+                    Chain(&why)
+                );
             }
             return Ok(None);
         }
@@ -435,6 +477,49 @@ mod tests {
         assert!(
             kept.iter().any(|n| n.starts_with("no RANKSCOPE_TOKEN")
                 && n.contains("run id (`none`) and 127.0.0.1:29501")),
+            "{kept:?}"
+        );
+    }
+
+    /// A rank whose rank 0 is not listening says why it went on without
+    /// it: the connection failed, not only "in time".
+    #[test]
+    fn a_rendezvous_nobody_answers_says_why() {
+        // A port just freed: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let env = RankEnv {
+            rank: 1,
+            world_size: 2,
+            job_id: Some("none".into()),
+            master: Some(("127.0.0.1".into(), port - 1)),
+            ..RankEnv::single()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let notices = crate::notice::Notices::new(env.rank, false);
+        let entered = notices.enter();
+        let mut transport = TcpTransport::for_rank(&Config::default(), &env).unwrap();
+        let session = SessionInfo {
+            rank: 1,
+            world_size: 2,
+            session_id: "s",
+            run_id: Some("none"),
+            session_dir: dir.path(),
+            spill_file: None,
+            started_unix_ns: 0,
+        };
+        let deadline = Instant::now() + Duration::from_millis(300);
+        let rendezvous = transport.open(&session, deadline).unwrap();
+        drop(entered);
+        assert_eq!(rendezvous.offset, None);
+        let kept = notices.take_kept();
+        assert!(
+            kept.iter()
+                .any(|n| n.contains("did not answer the rendezvous in time")
+                    && n.contains("the connection failed")),
             "{kept:?}"
         );
     }
