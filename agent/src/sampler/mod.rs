@@ -224,102 +224,152 @@ fn run(
     schedule: Schedule,
     signal: &StopSignal,
 ) -> SamplerStats {
-    let start = Instant::now();
-    let mut gpu_timer = Every::new(schedule.gpu, start);
-    let mut host_timer = Every::new(schedule.host, start);
-    let mut pcie_timer = schedule.pcie.map(|p| Every::new(p, start));
-    let mut display_timer = schedule.display.map(|d| Every::new(d, start + d));
-    let mut gpu_rows = Vec::new();
-    let mut events = Vec::new();
-    let mut last_host: Option<HostSampleRecord> = None;
-    let mut gpu_cost = Cost::default();
-    let mut host_cost = Cost::default();
+    let mut readings = Readings::new(&schedule, Instant::now());
     loop {
         let stopping = signal.is_stopped();
         let now = Instant::now();
         if let Some(reader) = &gpu {
-            if gpu_timer.due(now) || stopping {
-                let pcie = pcie_timer.as_mut().is_some_and(|t| t.due(now));
-                // The stages are read before the reader is locked: never hold
-                // the reader while waiting for a thread buffer.
-                let follows = lock(reader).follows_stages();
-                let open_stages = if follows {
-                    sampled.recorder.open_stage_names()
-                } else {
-                    Vec::new()
-                };
-                let mut reader = lock(reader);
-                gpu_rows.clear();
-                let started = Instant::now();
-                reader.sample(
-                    sampled.recorder.now_ns(),
-                    &open_stages,
-                    pcie,
-                    &mut gpu_rows,
-                    &mut events,
-                );
-                gpu_cost.add(started.elapsed());
-                drop(reader);
-                record_gpu(sampled, &gpu_rows, &mut events);
+            if readings.gpu_timer.due(now) || stopping {
+                readings.read_gpu(sampled, reader, now);
             }
         }
         if let Some(reader) = host.as_mut() {
-            if host_timer.due(now) || stopping {
-                let started = Instant::now();
-                let row = reader.sample(sampled.recorder.now_ns());
-                host_cost.add(started.elapsed());
-                record_host(&sampled.recorder, &row);
-                last_host = Some(row);
+            if readings.host_timer.due(now) || stopping {
+                readings.read_host(sampled, reader);
             }
         }
-        if display_timer.as_mut().is_some_and(|t| t.due(now)) {
-            if let Some(reader) = &gpu {
-                let reader = lock(reader);
-                let text = display::line(
-                    sampled.rank,
-                    reader.source(),
-                    reader.devices(),
-                    &gpu_rows,
-                    last_host.as_ref(),
-                );
-                show(&text);
-            } else if let Some(host) = &last_host {
-                let text = display::line(sampled.rank, Default::default(), &[], &[], Some(host));
-                show(&text);
-            }
+        if readings.display_timer.as_mut().is_some_and(|t| t.due(now)) {
+            readings.show_line(sampled, gpu.as_ref());
         }
         // The stage events recorded since the last reading become rows here,
         // off the recording threads.
         sampled.recorder.pair_events();
         if stopping {
-            if let Some(cpu_ms) = thread_cpu_ms() {
-                sampled
-                    .recorder
-                    .record_overhead(Overhead::SamplerCpuMs, cpu_ms);
-            }
-            let (gpu_readings, gpu_read_ns_mean, gpu_read_ns_max) = gpu_cost.summary();
-            let (host_readings, host_read_ns_mean, host_read_ns_max) = host_cost.summary();
-            return SamplerStats {
-                gpu_readings,
-                gpu_read_ns_mean,
-                gpu_read_ns_max,
-                host_readings,
-                host_read_ns_mean,
-                host_read_ns_max,
-            };
+            return readings.finish(sampled);
         }
-        // Only the timers of what is sampled: an idle timer would be always
-        // due. PCIe readings ride on GPU readings, so their timer waits for those.
-        let next = [
-            gpu.as_ref().map(|_| gpu_timer.next),
-            host.as_ref().map(|_| host_timer.next),
-            display_timer.as_ref().map(|t| t.next),
+        let next = readings.next_due(gpu.is_some(), host.is_some());
+        signal.wait(next.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// The sampler thread's state between readings: when each kind is due,
+/// the last readings (for the display line) and what reading cost.
+struct Readings {
+    gpu_timer: Every,
+    host_timer: Every,
+    pcie_timer: Option<Every>,
+    display_timer: Option<Every>,
+    gpu_rows: Vec<GpuSampleRecord>,
+    events: Vec<gpu::GpuEvent>,
+    last_host: Option<HostSampleRecord>,
+    gpu_cost: Cost,
+    host_cost: Cost,
+}
+
+impl Readings {
+    /// Every kind due at `start` (the display line one period later).
+    fn new(schedule: &Schedule, start: Instant) -> Self {
+        Readings {
+            gpu_timer: Every::new(schedule.gpu, start),
+            host_timer: Every::new(schedule.host, start),
+            pcie_timer: schedule.pcie.map(|p| Every::new(p, start)),
+            display_timer: schedule.display.map(|d| Every::new(d, start + d)),
+            gpu_rows: Vec::new(),
+            events: Vec::new(),
+            last_host: None,
+            gpu_cost: Cost::default(),
+            host_cost: Cost::default(),
+        }
+    }
+
+    /// Reads the GPUs (PCIe too when due) and records the readings.
+    fn read_gpu(&mut self, sampled: &Sampled, reader: &SharedGpuReader, now: Instant) {
+        let pcie = self.pcie_timer.as_mut().is_some_and(|t| t.due(now));
+        // The stages are read before the reader is locked: never hold the
+        // reader while waiting for a thread buffer.
+        let follows = lock(reader).follows_stages();
+        let open_stages = if follows {
+            sampled.recorder.open_stage_names()
+        } else {
+            Vec::new()
+        };
+        let mut reader = lock(reader);
+        self.gpu_rows.clear();
+        let started = Instant::now();
+        reader.sample(
+            sampled.recorder.now_ns(),
+            &open_stages,
+            pcie,
+            &mut self.gpu_rows,
+            &mut self.events,
+        );
+        self.gpu_cost.add(started.elapsed());
+        drop(reader);
+        record_gpu(sampled, &self.gpu_rows, &mut self.events);
+    }
+
+    /// Reads the host and records the reading.
+    fn read_host(&mut self, sampled: &Sampled, reader: &mut HostReader) {
+        let started = Instant::now();
+        let row = reader.sample(sampled.recorder.now_ns());
+        self.host_cost.add(started.elapsed());
+        record_host(&sampled.recorder, &row);
+        self.last_host = Some(row);
+    }
+
+    /// Prints the live display line from the last readings.
+    fn show_line(&self, sampled: &Sampled, gpu: Option<&SharedGpuReader>) {
+        let text = match gpu {
+            Some(reader) => {
+                let reader = lock(reader);
+                display::line(
+                    sampled.rank,
+                    reader.source(),
+                    reader.devices(),
+                    &self.gpu_rows,
+                    self.last_host.as_ref(),
+                )
+            }
+            None => match &self.last_host {
+                Some(host) => display::line(sampled.rank, Default::default(), &[], &[], Some(host)),
+                None => return,
+            },
+        };
+        show(&text);
+    }
+
+    /// When the next reading is due. Only the timers of what is sampled
+    /// count (an idle timer would be always due); PCIe readings ride on GPU
+    /// readings, so their timer waits for those.
+    fn next_due(&self, gpu: bool, host: bool) -> Instant {
+        [
+            gpu.then_some(self.gpu_timer.next),
+            host.then_some(self.host_timer.next),
+            self.display_timer.as_ref().map(|t| t.next),
         ]
         .into_iter()
         .flatten()
         .min()
-        .expect("the sampler runs only with something to sample");
-        signal.wait(next.saturating_duration_since(Instant::now()));
+        .expect("the sampler runs only with something to sample")
+    }
+
+    /// The sampler's own cost recorded, and what reading cost.
+    fn finish(self, sampled: &Sampled) -> SamplerStats {
+        if let Some(cpu_ms) = thread_cpu_ms() {
+            sampled
+                .recorder
+                .record_overhead(Overhead::SamplerCpuMs, cpu_ms);
+        }
+        let (gpu_readings, gpu_read_ns_mean, gpu_read_ns_max) = self.gpu_cost.summary();
+        let (host_readings, host_read_ns_mean, host_read_ns_max) = self.host_cost.summary();
+        SamplerStats {
+            gpu_readings,
+            gpu_read_ns_mean,
+            gpu_read_ns_max,
+            host_readings,
+            host_read_ns_mean,
+            host_read_ns_max,
+        }
     }
 }
 
