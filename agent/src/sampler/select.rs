@@ -68,76 +68,14 @@ pub fn select(
     cuda_visible: Option<&str>,
     local_rank: u32,
 ) -> Result<Selection, SelectError> {
-    let known = || {
-        devices
-            .iter()
-            .map(|d| format!("{} {} {}", d.index, d.uuid, d.pci_bus_id))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
     let mut by_bus: Vec<&DeviceId> = devices.iter().collect();
     by_bus.sort_by_key(|d| d.pci_bus_id.to_ascii_lowercase());
-
     if let Some(list) = configured.map(str::trim) {
-        if list.eq_ignore_ascii_case("all") {
-            return Ok(Selection {
-                indices: devices.iter().map(|d| d.index).collect(),
-                how: "gpu_devices=all".into(),
-            });
-        }
-        let origin = "gpu_devices";
-        let indices = entries(list)
-            .map(|entry| {
-                let found = match entry.parse::<u32>() {
-                    Ok(index) => devices.iter().find(|d| d.index == index),
-                    Err(_) => by_name(devices, entry, origin)?,
-                };
-                found.map(|d| d.index).ok_or_else(|| SelectError::NoMatch {
-                    origin,
-                    entry: entry.to_string(),
-                    known: known(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        return Ok(Selection {
-            indices,
-            how: format!("gpu_devices={list}"),
-        });
+        return configured_devices(devices, list);
     }
-
     if let Some(list) = cuda_visible.map(str::trim) {
-        let origin = "CUDA_VISIBLE_DEVICES";
-        if list.is_empty() || list == "-1" {
-            return Ok(Selection {
-                indices: Vec::new(),
-                how: format!("CUDA_VISIBLE_DEVICES={list:?} hides every GPU"),
-            });
-        }
-        let visible = entries(list)
-            .map(|entry| {
-                let found = match entry.parse::<usize>() {
-                    Ok(ordinal) => by_bus.get(ordinal).copied(),
-                    Err(_) => by_name(devices, entry, origin)?,
-                };
-                found.ok_or_else(|| SelectError::NoMatch {
-                    origin,
-                    entry: entry.to_string(),
-                    known: known(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let chosen = visible[local_rank as usize % visible.len()];
-        let how = if visible.len() == 1 {
-            format!("CUDA_VISIBLE_DEVICES={list}")
-        } else {
-            format!("CUDA_VISIBLE_DEVICES={list}, LOCAL_RANK={local_rank}")
-        };
-        return Ok(Selection {
-            indices: vec![chosen.index],
-            how,
-        });
+        return visible_device(devices, &by_bus, list, local_rank);
     }
-
     let chosen = by_bus
         .get(local_rank as usize)
         .ok_or(SelectError::NoDeviceForLocalRank {
@@ -148,6 +86,88 @@ pub fn select(
         indices: vec![chosen.index],
         how: format!("LOCAL_RANK={local_rank} (CUDA_VISIBLE_DEVICES unset), PCI bus order"),
     })
+}
+
+/// The devices `gpu_devices` names: `all`, or NVML indices, UUIDs and PCI
+/// bus ids.
+fn configured_devices(devices: &[DeviceId], list: &str) -> Result<Selection, SelectError> {
+    if list.eq_ignore_ascii_case("all") {
+        return Ok(Selection {
+            indices: devices.iter().map(|d| d.index).collect(),
+            how: "gpu_devices=all".into(),
+        });
+    }
+    let named = resolve(devices, list, "gpu_devices", |n| {
+        devices.iter().find(|d| d.index as usize == n)
+    })?;
+    Ok(Selection {
+        indices: named.iter().map(|d| d.index).collect(),
+        how: format!("gpu_devices={list}"),
+    })
+}
+
+/// The device of this local rank among those CUDA_VISIBLE_DEVICES shows
+/// (ordinals count in PCI bus order, as CUDA's do); none where it hides
+/// every GPU.
+fn visible_device(
+    devices: &[DeviceId],
+    by_bus: &[&DeviceId],
+    list: &str,
+    local_rank: u32,
+) -> Result<Selection, SelectError> {
+    let visible = match list == "-1" {
+        true => Vec::new(),
+        false => resolve(devices, list, "CUDA_VISIBLE_DEVICES", |n| {
+            by_bus.get(n).copied()
+        })?,
+    };
+    let how = match visible.len() {
+        0 => {
+            return Ok(Selection {
+                indices: Vec::new(),
+                how: format!("CUDA_VISIBLE_DEVICES={list:?} hides every GPU"),
+            })
+        }
+        1 => format!("CUDA_VISIBLE_DEVICES={list}"),
+        _ => format!("CUDA_VISIBLE_DEVICES={list}, LOCAL_RANK={local_rank}"),
+    };
+    let chosen = visible[local_rank as usize % visible.len()];
+    Ok(Selection {
+        indices: vec![chosen.index],
+        how,
+    })
+}
+
+/// The devices the entries of `list` (the setting `origin`) name: a number
+/// by `numbered`, else a UUID or PCI bus id.
+fn resolve<'d>(
+    devices: &'d [DeviceId],
+    list: &str,
+    origin: &'static str,
+    numbered: impl Fn(usize) -> Option<&'d DeviceId>,
+) -> Result<Vec<&'d DeviceId>, SelectError> {
+    entries(list)
+        .map(|entry| {
+            let found = match entry.parse::<usize>() {
+                Ok(n) => numbered(n),
+                Err(_) => by_name(devices, entry, origin)?,
+            };
+            found.ok_or_else(|| SelectError::NoMatch {
+                origin,
+                entry: entry.to_string(),
+                known: known(devices),
+            })
+        })
+        .collect()
+}
+
+/// Every device, for an error that names what there is.
+fn known(devices: &[DeviceId]) -> String {
+    devices
+        .iter()
+        .map(|d| format!("{} {} {}", d.index, d.uuid, d.pci_bus_id))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn entries(list: &str) -> impl Iterator<Item = &str> {
@@ -268,7 +288,9 @@ mod tests {
 
     #[test]
     fn hidden_gpus_select_nothing() {
-        for hidden in ["", "-1"] {
+        // A list of separators only hides every GPU too (it divided by
+        // zero before).
+        for hidden in ["", "-1", ",", " , ,"] {
             let s = select(&devices(), None, Some(hidden), 0).unwrap();
             assert!(s.indices.is_empty());
         }
