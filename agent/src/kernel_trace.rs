@@ -104,92 +104,128 @@ impl Profiler {
 
 /// Records the rows of `trace` HTA analyses.
 fn keep(recorder: &Recorder, trace: &RankTrace, window: u32) -> KernelTraceRows {
-    // The Unix time of the session's start, on this process's clock (not
-    // shifted by `clock_shift_ns`: Kineto's clock is not).
-    let session_start = clock::wall_now_ns(0).saturating_sub(recorder.now_ns() as i64);
-    let base = trace.base_time_ns.unwrap_or(0);
-    let on_session_clock = |start: i64| {
-        let unix = base.checked_add(start)?;
-        u64::try_from(unix.checked_sub(session_start)?).ok()
+    let keeping = Keeping {
+        recorder,
+        trace,
+        window,
+        // The Unix time of the session's start, on this process's clock
+        // (not shifted by `clock_shift_ns`: Kineto's clock is not).
+        session_start: clock::wall_now_ns(0).saturating_sub(recorder.now_ns() as i64),
     };
     let mut rows = KernelTraceRows {
         events: trace.events,
         cut: trace.cut,
         ..KernelTraceRows::default()
     };
-    let gpu = &trace.gpu;
-    let launches = trace.launch_times();
-    // Every activity: a window rankscope drives holds complete steps (HTA's
-    // dropping of the last step is for traces cut off mid-step).
-    for (i, launch) in launches.iter().enumerate() {
-        let Some(start_ns) = on_session_clock(gpu.start_ns[i]) else {
-            rows.before_session += 1;
-            continue;
-        };
-        rows.kernels += 1;
-        recorder.record_row(Table::Kernels, |t, _| {
-            let record = KernelRecord {
-                window,
-                name: t.names.intern(&trace.names[gpu.name[i] as usize]),
-                category: t.names.intern(gpu.category[i].as_str()),
-                stream: gpu.stream[i].unsigned_abs(),
-                device: u32::try_from(gpu.device[i]).ok(),
-                start_ns,
-                dur_ns: gpu.dur_ns[i].unsigned_abs(),
-                launch_ns: launch.and_then(on_session_clock),
-            };
-            t.records.kernels.push_back(record);
-        });
-    }
-    let calls = &trace.collectives;
-    for i in 0..calls.kind.len() {
-        let Some(start_ns) = on_session_clock(calls.start_ns[i]) else {
-            rows.before_session += 1;
-            continue;
-        };
-        rows.collectives += 1;
-        recorder.record_row(Table::Collectives, |t, _| {
-            let record = CollectiveRecord {
-                window,
-                kind: t.names.intern(&trace.names[calls.kind[i] as usize]),
-                group: calls.group[i].map(|g| trace.names[g as usize].clone()),
-                bytes: calls.bytes[i],
-                start_ns,
-                dur_ns: calls.dur_ns[i].unsigned_abs(),
-            };
-            t.records.collectives.push_back(record);
-        });
-    }
-    let ops = &trace.cpu_ops;
-    for i in 0..ops.name.len() {
-        rows.cpu_ops += 1;
-        recorder.record_row(Table::CpuOps, |t, _| {
-            let record = CpuOpRecord {
-                window,
-                name: t.names.intern(&trace.names[ops.name[i] as usize]),
-                calls: ops.calls[i],
-                total_ns: ops.total_ns[i].unsigned_abs(),
-            };
-            t.records.cpu_ops.push_back(record);
-        });
-    }
-    let spans = &trace.cpu_spans;
-    for i in 0..spans.name.len() {
-        let Some(start_ns) = on_session_clock(spans.start_ns[i]) else {
-            rows.before_session += 1;
-            continue;
-        };
-        rows.cpu_spans += 1;
-        recorder.record_row(Table::CpuSpans, |t, _| {
-            let record = CpuSpanRecord {
-                window,
-                name: t.names.intern(&trace.names[spans.name[i] as usize]),
-                thread: spans.thread[i].unsigned_abs(),
-                start_ns,
-                dur_ns: spans.dur_ns[i].unsigned_abs(),
-            };
-            t.records.cpu_spans.push_back(record);
-        });
-    }
+    keeping.kernels(&mut rows);
+    keeping.collectives(&mut rows);
+    keeping.cpu_ops(&mut rows);
+    keeping.cpu_spans(&mut rows);
     rows
+}
+
+/// One trace on its way into the recorder's tables, as rows of `window`.
+struct Keeping<'a> {
+    recorder: &'a Recorder,
+    trace: &'a RankTrace,
+    window: u32,
+    /// The session's start, Unix nanoseconds.
+    session_start: i64,
+}
+
+impl Keeping<'_> {
+    /// A trace time (from its base time) on the session clock; `None`
+    /// before the session began.
+    fn on_session_clock(&self, start: i64) -> Option<u64> {
+        let unix = self.trace.base_time_ns.unwrap_or(0).checked_add(start)?;
+        u64::try_from(unix.checked_sub(self.session_start)?).ok()
+    }
+
+    /// Every GPU activity: a window rankscope drives holds complete steps
+    /// (HTA's dropping of the last step is for traces cut off mid-step).
+    fn kernels(&self, rows: &mut KernelTraceRows) {
+        let (trace, gpu) = (self.trace, &self.trace.gpu);
+        for (i, launch) in trace.launch_times().iter().enumerate() {
+            let Some(start_ns) = self.on_session_clock(gpu.start_ns[i]) else {
+                rows.before_session += 1;
+                continue;
+            };
+            rows.kernels += 1;
+            self.recorder.record_row(Table::Kernels, |t, _| {
+                let record = KernelRecord {
+                    window: self.window,
+                    name: t.names.intern(&trace.names[gpu.name[i] as usize]),
+                    category: t.names.intern(gpu.category[i].as_str()),
+                    stream: gpu.stream[i].unsigned_abs(),
+                    device: u32::try_from(gpu.device[i]).ok(),
+                    start_ns,
+                    dur_ns: gpu.dur_ns[i].unsigned_abs(),
+                    launch_ns: launch.and_then(|at| self.on_session_clock(at)),
+                };
+                t.records.kernels.push_back(record);
+            });
+        }
+    }
+
+    /// The collective calls, with their process group and size.
+    fn collectives(&self, rows: &mut KernelTraceRows) {
+        let (trace, calls) = (self.trace, &self.trace.collectives);
+        for i in 0..calls.kind.len() {
+            let Some(start_ns) = self.on_session_clock(calls.start_ns[i]) else {
+                rows.before_session += 1;
+                continue;
+            };
+            rows.collectives += 1;
+            self.recorder.record_row(Table::Collectives, |t, _| {
+                let record = CollectiveRecord {
+                    window: self.window,
+                    kind: t.names.intern(&trace.names[calls.kind[i] as usize]),
+                    group: calls.group[i].map(|g| trace.names[g as usize].clone()),
+                    bytes: calls.bytes[i],
+                    start_ns,
+                    dur_ns: calls.dur_ns[i].unsigned_abs(),
+                };
+                t.records.collectives.push_back(record);
+            });
+        }
+    }
+
+    /// Each CPU operator's calls and total time.
+    fn cpu_ops(&self, rows: &mut KernelTraceRows) {
+        let (trace, ops) = (self.trace, &self.trace.cpu_ops);
+        for i in 0..ops.name.len() {
+            rows.cpu_ops += 1;
+            self.recorder.record_row(Table::CpuOps, |t, _| {
+                let record = CpuOpRecord {
+                    window: self.window,
+                    name: t.names.intern(&trace.names[ops.name[i] as usize]),
+                    calls: ops.calls[i],
+                    total_ns: ops.total_ns[i].unsigned_abs(),
+                };
+                t.records.cpu_ops.push_back(record);
+            });
+        }
+    }
+
+    /// The CPU operators one by one, for the timeline.
+    fn cpu_spans(&self, rows: &mut KernelTraceRows) {
+        let (trace, spans) = (self.trace, &self.trace.cpu_spans);
+        for i in 0..spans.name.len() {
+            let Some(start_ns) = self.on_session_clock(spans.start_ns[i]) else {
+                rows.before_session += 1;
+                continue;
+            };
+            rows.cpu_spans += 1;
+            self.recorder.record_row(Table::CpuSpans, |t, _| {
+                let record = CpuSpanRecord {
+                    window: self.window,
+                    name: t.names.intern(&trace.names[spans.name[i] as usize]),
+                    thread: spans.thread[i].unsigned_abs(),
+                    start_ns,
+                    dur_ns: spans.dur_ns[i].unsigned_abs(),
+                };
+                t.records.cpu_spans.push_back(record);
+            });
+        }
+    }
 }
