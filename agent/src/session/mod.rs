@@ -244,26 +244,13 @@ impl Session {
         );
         let id = capped("session id", &session_id(config, env)?, MAX_NAME_BYTES);
         let dir = session_dir(config, &name, &id);
-        let windows_dir = dir.clone();
         create_real_dir(&dir).map_err(|source| SessionError::SessionDir {
             path: dir.clone(),
             source,
         })?;
-        let mut transport = hub.take_transport()?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
-        let proposal = session_info(env, &id, env.run_id.as_deref(), &dir, start_unix_ns);
-        let deadline = Instant::now() + Duration::from_secs_f64(config.gather_timeout_s);
-        let rendezvous = match transport.open(&proposal, deadline) {
-            Ok(rendezvous) => rendezvous,
-            Err(source) => {
-                hub.put_back(transport);
-                return Err(SessionError::Transport {
-                    stage: "rendezvous",
-                    source,
-                });
-            }
-        };
-        let windows_run = rendezvous.run_id.clone();
+        let (transport, rendezvous) = hub.open_transport(&id, &dir, start_unix_ns)?;
+        let windows = (dir.clone(), rendezvous.run_id.clone());
         hub.recorder.begin_session();
         *lock(&hub.flushes) = Flushes::default();
         hub.parts_taken.store(0, Ordering::Release);
@@ -277,21 +264,14 @@ impl Session {
             rendezvous,
             transport,
             sampler: hub.telemetry.start(&hub.recorder),
-            flusher: (config.flush_interval_s > 0.0)
-                .then(|| {
-                    Flusher::start(
-                        periodic_flush(Arc::downgrade(&hub)),
-                        Duration::from_secs_f64(config.flush_interval_s),
-                    )
-                })
-                .flatten(),
+            flusher: periodic_flusher(&hub),
             _on_stop: hub.config.spill_on_signal.then(|| {
                 let on_stop = spill_on_stop(Arc::downgrade(&hub));
                 signals::watch(&on_stop);
                 on_stop
             }),
         });
-        *lock(&hub.windows) = WindowsThread::start(&hub, windows_dir, windows_run);
+        *lock(&hub.windows) = WindowsThread::start(&hub, windows.0, windows.1);
         Ok(Session {
             hub: Some(hub),
             pid: std::process::id(),
@@ -380,6 +360,18 @@ impl Drop for Session {
     }
 }
 
+/// The periodic flushes of the session of `hub`, where configured.
+fn periodic_flusher(hub: &Arc<Hub>) -> Option<Flusher> {
+    let interval = hub.config.flush_interval_s;
+    if interval <= 0.0 {
+        return None;
+    }
+    Flusher::start(
+        periodic_flush(Arc::downgrade(hub)),
+        Duration::from_secs_f64(interval),
+    )
+}
+
 /// What a stop signal does for the session of `hub`: spill it, and say
 /// where it went.
 fn spill_on_stop(hub: Weak<Hub>) -> Arc<OnStop> {
@@ -403,6 +395,30 @@ fn spill_on_stop(hub: Weak<Hub>) -> Arc<OnStop> {
 }
 
 impl Hub {
+    /// The transport taken and opened for a session (the rendezvous), by
+    /// the gather timeout; put back where it failed.
+    fn open_transport(
+        &self,
+        id: &str,
+        dir: &Path,
+        start_unix_ns: i64,
+    ) -> Result<(Box<dyn Transport>, Rendezvous), SessionError> {
+        let mut transport = self.take_transport()?;
+        let env = &self.env;
+        let proposal = session_info(env, id, env.run_id.as_deref(), dir, start_unix_ns);
+        let deadline = Instant::now() + Duration::from_secs_f64(self.config.gather_timeout_s);
+        match transport.open(&proposal, deadline) {
+            Ok(rendezvous) => Ok((transport, rendezvous)),
+            Err(source) => {
+                self.put_back(transport);
+                Err(SessionError::Transport {
+                    stage: "rendezvous",
+                    source,
+                })
+            }
+        }
+    }
+
     /// The profiler's transport: the one handed in, else the one configuration
     /// and launcher call for.
     pub(super) fn take_transport(&self) -> Result<Box<dyn Transport>, SessionError> {
