@@ -205,6 +205,93 @@ impl TcpTransport {
         }
     }
 
+    /// Rank 0's rendezvous: its listener started for the session (the
+    /// run's identity made here), or the directory where it cannot listen.
+    fn listen(
+        &mut self,
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) -> Result<Rendezvous, TransportError> {
+        let run_id = clock::session_run_id(session.run_id, "tcp", self.now());
+        let listener = match TcpListener::bind(&self.endpoint) {
+            Ok(listener) => listener,
+            Err(e) => {
+                // The job must not fail for its profiler: the session
+                // directory (if shared) still gathers what it can.
+                notice!(
+                    "cannot listen at {}: {e}; the ranks gather through the session \
+                     directory instead (set RANKSCOPE_PORT to a free port)",
+                    self.endpoint
+                );
+                return self.fall_back(session, deadline);
+            }
+        };
+        self.server = Some(Server::start(
+            listener,
+            ServerSettings {
+                token: self.token.clone(),
+                payload_timeout: self.payload_timeout,
+                session_id: session.session_id.to_string(),
+                run_id: run_id.clone(),
+                world_size: session.world_size,
+                max_frame: self.max_frame,
+                clock_shift_ns: self.clock_shift_ns,
+            },
+        )?);
+        let own_clock = ClockOffset {
+            offset_ns: 0,
+            round_trip_ns: 0,
+        };
+        Ok(Rendezvous {
+            run_id: Some(run_id),
+            offset: Some(own_clock),
+            ..self.unmet(session)
+        })
+    }
+
+    /// Another rank's rendezvous: rank 0's run identity and this rank's
+    /// clock offset to it; where rank 0 does not answer by `deadline`,
+    /// the launcher's run identity and no offset (said why).
+    fn meet_rank0(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> Rendezvous {
+        let met = self
+            .connect(session.rank, purpose::RENDEZVOUS, deadline)
+            .and_then(|mut link| {
+                let run = self.read_reply(&mut link, kind::RUN, deadline)?;
+                let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
+                // The run is agreed; the clock is best effort.
+                let offset = self.answer_clock(&mut link, deadline).ok().flatten();
+                Ok((run, offset))
+            });
+        self.reached = met.is_ok();
+        match met {
+            Ok((run, offset)) => Rendezvous {
+                run_id: Some(run),
+                offset,
+                ..self.unmet(session)
+            },
+            Err(why) => {
+                notice!(
+                    "rank 0 at {} did not answer the rendezvous in time ({}); the launcher's \
+                     run identity is used and the clock offset is unknown",
+                    self.endpoint,
+                    Chain(&why)
+                );
+                self.unmet(session)
+            }
+        }
+    }
+
+    /// The rendezvous of a rank that did not meet rank 0: the launcher's
+    /// run identity, no clock offset.
+    fn unmet(&self, session: &SessionInfo<'_>) -> Rendezvous {
+        Rendezvous {
+            run_id: session.run_id.map(str::to_string),
+            clock_sync: ClockSync::TcpPingpong,
+            offset: None,
+            endpoint: Some(self.endpoint.clone()),
+        }
+    }
+
     /// One try at a connection to rank 0 for `what`, up to this rank's
     /// greeting.
     fn try_connect(&self, rank: u32, what: u8, deadline: Instant) -> Result<Link, Unreached> {
@@ -327,78 +414,12 @@ impl Transport for TcpTransport {
                 return self.fall_back(session, deadline);
             }
             self.reached = false;
-            return Ok(Rendezvous {
-                run_id: session.run_id.map(str::to_string),
-                clock_sync: ClockSync::TcpPingpong,
-                offset: None,
-                endpoint: Some(self.endpoint.clone()),
-            });
+            return Ok(self.unmet(session));
         }
-        if session.rank == 0 {
-            let run_id = clock::session_run_id(session.run_id, "tcp", self.now());
-            let listener = match TcpListener::bind(&self.endpoint) {
-                Ok(listener) => listener,
-                Err(e) => {
-                    // The job must not fail for its profiler: the session
-                    // directory (if shared) still gathers what it can.
-                    notice!(
-                        "cannot listen at {}: {e}; the ranks gather through the session \
-                         directory instead (set RANKSCOPE_PORT to a free port)",
-                        self.endpoint
-                    );
-                    return self.fall_back(session, deadline);
-                }
-            };
-            self.server = Some(Server::start(
-                listener,
-                ServerSettings {
-                    token: self.token.clone(),
-                    payload_timeout: self.payload_timeout,
-                    session_id: session.session_id.to_string(),
-                    run_id: run_id.clone(),
-                    world_size: session.world_size,
-                    max_frame: self.max_frame,
-                    clock_shift_ns: self.clock_shift_ns,
-                },
-            )?);
-            return Ok(Rendezvous {
-                run_id: Some(run_id),
-                clock_sync: ClockSync::TcpPingpong,
-                offset: Some(ClockOffset {
-                    offset_ns: 0,
-                    round_trip_ns: 0,
-                }),
-                endpoint: Some(self.endpoint.clone()),
-            });
+        match session.rank {
+            0 => self.listen(session, deadline),
+            _ => Ok(self.meet_rank0(session, deadline)),
         }
-        let met = self
-            .connect(session.rank, purpose::RENDEZVOUS, deadline)
-            .and_then(|mut link| {
-                let run = self.read_reply(&mut link, kind::RUN, deadline)?;
-                let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
-                // The run is agreed; the clock is best effort.
-                let offset = self.answer_clock(&mut link, deadline).ok().flatten();
-                Ok((run, offset))
-            });
-        self.reached = met.is_ok();
-        let (run_id, offset) = match met {
-            Ok((run, offset)) => (Some(run), offset),
-            Err(why) => {
-                notice!(
-                    "rank 0 at {} did not answer the rendezvous in time ({}); the launcher's \
-                     run identity is used and the clock offset is unknown",
-                    self.endpoint,
-                    Chain(&why)
-                );
-                (session.run_id.map(str::to_string), None)
-            }
-        };
-        Ok(Rendezvous {
-            run_id,
-            clock_sync: ClockSync::TcpPingpong,
-            offset,
-            endpoint: Some(self.endpoint.clone()),
-        })
     }
 
     fn resync(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> Option<ClockOffset> {
