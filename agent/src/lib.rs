@@ -28,7 +28,6 @@
 //! ```
 #![deny(missing_docs)]
 
-mod events;
 mod flusher;
 mod kernel_trace;
 mod notice;

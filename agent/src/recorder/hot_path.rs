@@ -13,9 +13,9 @@ use rustc_hash::FxHashMap;
 use rankscope_common::names::{NameId, Names, OTHER};
 
 use super::budget::give_back;
+use super::events::{Event, EventLog};
 use super::thread::{Section, ThreadBuffer, ThreadData};
 use super::Recorder;
-use crate::events::{Event, EventLog};
 use crate::stage_name::StageName;
 use crate::sync::lock;
 use rankscope_common::table::{Overhead, Records, Table};

@@ -6,7 +6,7 @@
 //! Each thread that records gets its own buffer, found through a
 //! thread-local, so the hot path touches only memory its thread owns.
 //! Stages take no lock at all: a begin or an end is one event in the
-//! thread's event log ([`crate::events`]), and the thread keeps the stages
+//! thread's event log ((`events`)), and the thread keeps the stages
 //! it has open beside it, so `stop` and a guard's end need nobody else.
 //! The events become stage rows in batches, under the buffer's mutex,
 //! whenever the rows are read (the sampler's readings among them). A full
@@ -31,19 +31,19 @@
 //! `generations` (which session a stage belongs to); this module holds the
 //! recorder and what sessions call on it.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rankscope_common::payload::Overflow;
 use rankscope_common::table::{Builders, Table};
 use rankscope_common::Config;
 
-use crate::events::CHUNK_EVENTS;
 use crate::stage_name::StageName;
 use crate::sync::lock;
 use crate::ticks::Clock;
 
 mod budget;
+mod events;
 mod generations;
 mod hot_path;
 mod pairing;
@@ -53,6 +53,9 @@ use generations::Generations;
 use hot_path::LOCALS;
 use pairing::{add_overflow, Registry, Retired};
 pub(crate) use thread::Section;
+
+/// Events a chunk of a thread's event log holds: 128 KiB.
+pub(crate) const CHUNK_EVENTS: usize = 8192;
 
 /// Source of recorder ids: thread-locals are keyed by them.
 static NEXT_RECORDER_ID: AtomicU64 = AtomicU64::new(1);

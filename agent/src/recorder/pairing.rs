@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex};
 use rankscope_common::payload::Overflow;
 
 use super::budget::Grant;
+use super::events::{Chunk, Event};
 use super::generations::Generations;
 use super::thread::{OpenStage, ThreadBuffer, ThreadData};
+use super::CHUNK_EVENTS;
 use super::TABLES;
-use crate::events::{Chunk, Event, CHUNK_EVENTS};
 use crate::sync::lock;
 use crate::ticks::{Clock, Scale};
 use rankscope_common::table::{Builders, StageRecord, Table};

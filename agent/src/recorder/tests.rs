@@ -2,9 +2,10 @@
 //! chunks, the row budget under threads pairing at once, stage ids and
 //! sessions.
 
+use super::events::{Event, EventLog};
 use super::hot_path::{NOT_OPENED, REFUSED};
+use super::CHUNK_EVENTS;
 use super::*;
-use crate::events::CHUNK_EVENTS;
 use rankscope_common::table::StagesView;
 use std::cell::RefCell;
 
@@ -417,4 +418,39 @@ fn a_stage_belongs_to_the_session_it_began_and_ended_in() {
     recorder.end_stage(spanning);
     recorder.end_session();
     assert!(names(recorder.drain().0).is_empty());
+}
+
+/// The event log on its own (also run under Miri: scripts/miri.sh).
+#[test]
+fn event_log_round_trips_events_until_it_is_full() {
+    let log = EventLog::new();
+    let events = [
+        Event::Begin {
+            seq: u32::MAX,
+            name: 1_000_000,
+            ticks: u64::MAX,
+        },
+        Event::End { seq: 0, ticks: 1 },
+        Event::Begin {
+            seq: 7,
+            name: 0,
+            ticks: 0,
+        },
+    ];
+    for event in events {
+        assert!(log.push(event));
+    }
+    // SAFETY: nobody else has the log.
+    let (read, end) = unsafe { log.read(1) };
+    assert_eq!(read.collect::<Vec<_>>(), events[1..]);
+    assert_eq!(end, 3);
+    for i in 3..CHUNK_EVENTS {
+        assert!(log.push(Event::End {
+            seq: i as u32,
+            ticks: 0
+        }));
+    }
+    assert!(!log.push(Event::End { seq: 0, ticks: 0 }), "full");
+    log.clear();
+    assert_eq!(unsafe { log.read(0) }.1, 0);
 }

@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard, Weak};
 
 use rankscope_common::names::{NameId, Names};
 
+use super::events::{Chunk, EventLog};
 use super::pairing::Registry;
-use crate::events::{Chunk, EventLog};
 use crate::sync::lock;
 use rankscope_common::table::{MetricRecord, Records, OVERHEAD_SECTION, STAGE_GPU_SECTION};
 
