@@ -45,7 +45,6 @@ mod stop;
 mod sync;
 mod ticks;
 pub mod transport;
-mod windows;
 
 pub use kernel_trace::KernelTraceRows;
 pub use profiler::{LiveState, Profiler, ProfilerBuilder, ProfilerError};
@@ -60,10 +59,10 @@ pub use records::{BlockComputation, DiffusionStep, MemoryReading};
 #[cfg(feature = "report")]
 pub use reporter::CoordinatorReporter;
 pub use reporter::Reporter;
+pub use session::PlannedWindow;
 pub use session::{GatherSummary, Outcome, Session, SessionError};
 pub use stage::{OpenStageId, StageGuard};
 pub use stage_name::StageName;
-pub use windows::PlannedWindow;
 
 /// Times a stage until the guard it returns drops, like
 /// [`Profiler::stage`], with the name held in a `static` of the call site:

@@ -11,11 +11,11 @@ use rankscope_common::table::{
 use rankscope_common::Config;
 
 use crate::recorder::{Recorder, Section};
+use crate::session::PlannedWindow;
 use crate::session::{Hub, Session, SessionError};
 use crate::stage::{OpenStageId, StageGuard};
 use crate::stage_name::StageName;
 use crate::transport::Transport;
-use crate::windows::PlannedWindow;
 use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
 
 /// Why a profiler could not be made.

@@ -24,19 +24,21 @@ use crate::signals::{self, OnStop};
 use crate::slot::{Phase, Slot};
 use crate::sync::lock;
 use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport};
-use crate::windows::{Steps, WindowsThread};
+use windows::{Steps, WindowsThread};
 
 mod error;
 mod finish;
 mod flush;
 mod naming;
 mod window_rows;
+mod windows;
 
 pub use error::SessionError;
 use flush::{periodic_flush, Flushes};
 use naming::session_dir;
 use naming::{capped, capped_tags, create_real_dir, process_tag, session_id, MAX_NAME_BYTES};
-pub(crate) use window_rows::{WindowPayload, WindowRows};
+use window_rows::{WindowPayload, WindowRows};
+pub use windows::PlannedWindow;
 
 /// What a running session knows about itself.
 pub(crate) struct SessionState {

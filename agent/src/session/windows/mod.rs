@@ -33,8 +33,8 @@ use rankscope_common::payload::DroppedRows;
 use rankscope_common::table::Table;
 use rankscope_common::window::{self, Plan, Refusal, Request, Trigger, WindowMeta};
 
+use super::{Hub, WindowPayload, WindowRows};
 use crate::notice::{notice, say, spawn_with_notices};
-use crate::session::{Hub, WindowPayload, WindowRows};
 use crate::transport::dir::DirTransport;
 use crate::transport::Transport;
 
