@@ -120,50 +120,80 @@ pub fn start(launch: Launch, job: &Job<'_>, job_id: &str, on_line: LineHandler) 
                 Ok(token) if !token.is_empty() => token,
                 _ => fresh_token()?,
             };
+            let env = LocalRankEnv {
+                master_port,
+                listener_port,
+                job_id,
+                token: &token,
+            };
             for rank in 0..job.ranks {
-                // What torchrun sets, for one node (a fresh run id per launch).
-                let mut command = Command::new(job.program);
-                command
-                    .args(job.args)
-                    .env("RANK", rank.to_string())
-                    .env("LOCAL_RANK", rank.to_string())
-                    .env("GROUP_RANK", "0")
-                    .env("WORLD_SIZE", job.ranks.to_string())
-                    .env("LOCAL_WORLD_SIZE", job.ranks.to_string())
-                    .env("MASTER_ADDR", "127.0.0.1")
-                    .env("MASTER_PORT", master_port.to_string())
-                    .env("TORCHELASTIC_RUN_ID", job_id)
-                    .env("TORCHELASTIC_RESTART_COUNT", "0")
-                    .env("RANKSCOPE_TOKEN", &token);
-                if let Some(port) = listener_port {
-                    command.env("RANKSCOPE_PORT", port.to_string());
-                }
-                // A process group of its own: a terminal's Ctrl-C reaches the
-                // launcher alone, which passes it on once.
-                std::os::unix::process::CommandExt::process_group(&mut command, 0);
-                ranks.spawn(command, job, rank, &on_line)?;
+                ranks.spawn(env.command(job, rank), job, rank, &on_line)?;
             }
         }
         Launch::Mpirun => {
-            // mpirun gives the ranks their places and the job its id; the
-            // ranks inherit this environment on this machine.
-            let mut command = Command::new("mpirun");
-            command
-                .args(["-n", &job.ranks.to_string(), "--oversubscribe"])
-                .arg(job.program)
-                .args(job.args);
-            if is_root() {
-                // Open MPI refuses to run as root unless told it is meant.
-                command
-                    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-            }
             ranks
-                .spawn(command, job, 0, &on_line)
+                .spawn(mpirun_command(job), job, 0, &on_line)
                 .context("starting mpirun (is Open MPI installed? apt-get install openmpi-bin)")?;
         }
     }
     Ok(ranks)
+}
+
+/// What every rank of a [`Launch::Local`] job is told beside its rank.
+struct LocalRankEnv<'a> {
+    /// MASTER_PORT.
+    master_port: u16,
+    /// RANKSCOPE_PORT, where rankscope picked it.
+    listener_port: Option<u16>,
+    /// TORCHELASTIC_RUN_ID.
+    job_id: &'a str,
+    /// RANKSCOPE_TOKEN.
+    token: &'a str,
+}
+
+impl LocalRankEnv<'_> {
+    /// The command of rank `rank` of `job`, with what torchrun sets.
+    fn command(&self, job: &Job<'_>, rank: u32) -> Command {
+        // What torchrun sets, for one node (a fresh run id per launch).
+        let mut command = Command::new(job.program);
+        command
+            .args(job.args)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("GROUP_RANK", "0")
+            .env("WORLD_SIZE", job.ranks.to_string())
+            .env("LOCAL_WORLD_SIZE", job.ranks.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", self.master_port.to_string())
+            .env("TORCHELASTIC_RUN_ID", self.job_id)
+            .env("TORCHELASTIC_RESTART_COUNT", "0")
+            .env("RANKSCOPE_TOKEN", self.token);
+        if let Some(port) = self.listener_port {
+            command.env("RANKSCOPE_PORT", port.to_string());
+        }
+        // A process group of its own: a terminal's Ctrl-C reaches the
+        // launcher alone, which passes it on once.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        command
+    }
+}
+
+/// The `mpirun` command that starts every rank of `job`.
+fn mpirun_command(job: &Job<'_>) -> Command {
+    // mpirun gives the ranks their places and the job its id; the
+    // ranks inherit this environment on this machine.
+    let mut command = Command::new("mpirun");
+    command
+        .args(["-n", &job.ranks.to_string(), "--oversubscribe"])
+        .arg(job.program)
+        .args(job.args);
+    if is_root() {
+        // Open MPI refuses to run as root unless told it is meant.
+        command
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+    command
 }
 
 /// 32 random bytes, in hex.

@@ -318,10 +318,43 @@ pub fn notices<'a>(
 /// ranks with no payload are missing.
 pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gathered<T> {
     let mut skipped = Vec::new();
+    let decoded = decoded_within(candidates, expect.max_world_size, &mut skipped);
+    let (session_id, run, why) = match &expect.session_id {
+        Some(id) => (id.clone(), expect.run.clone(), "this process's run".into()),
+        None => chosen_run(&decoded, &expect.run, now_unix_ns()),
+    };
+    // The world size of the run reported on, not of any other.
+    let world_size = expect
+        .world_size
+        .unwrap_or_else(|| run_world_size(&decoded, &session_id, &run));
+    let by_rank = first_per_rank(decoded, &mut skipped, |header| {
+        check(header, &session_id, &run, &why, world_size, expect)
+    });
+    let missing = (0..world_size)
+        .filter(|r| !by_rank.contains_key(r))
+        .collect();
+    let (sources, payloads) = by_rank.into_values().unzip();
+    Gathered {
+        world_size,
+        missing,
+        payloads,
+        skipped: capped(skipped),
+        sources,
+        judged_by_age: false,
+    }
+}
+
+/// The candidates that decoded to a payload of a world no larger than
+/// `max_world_size`, with their sources; the others are added to `skipped`.
+fn decoded_within<T: Headed>(
+    candidates: Vec<Candidate<T>>,
+    max_world_size: Option<u32>,
+    skipped: &mut Vec<Skipped>,
+) -> Vec<(String, T)> {
     let mut decoded = Vec::new();
     for candidate in candidates {
         match candidate.payload {
-            Ok(payload) => match too_large(payload.header(), expect.max_world_size) {
+            Ok(payload) => match too_large(payload.header(), max_world_size) {
                 Some(reason) => skipped.push(Skipped {
                     source: candidate.source,
                     reason,
@@ -334,25 +367,33 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
             }),
         }
     }
-    let (session_id, run, why) = match &expect.session_id {
-        Some(id) => (id.clone(), expect.run.clone(), "this process's run".into()),
-        None => chosen_run(&decoded, &expect.run, now_unix_ns()),
-    };
-    // The world size of the run reported on, not of any other.
-    let world_size = expect.world_size.unwrap_or_else(|| {
-        decoded
-            .iter()
-            .map(|(_, p)| p.header())
-            .filter(|h| h.session.id == session_id && run.admits(h))
-            .map(|h| h.rank.world_size)
-            .max()
-            .unwrap_or(0)
-    });
+    decoded
+}
 
+/// The largest world size the payloads of session `session_id`, run `run`,
+/// claim; 0 without any.
+fn run_world_size<T: Headed>(decoded: &[(String, T)], session_id: &str, run: &RunFilter) -> u32 {
+    decoded
+        .iter()
+        .map(|(_, p)| p.header())
+        .filter(|h| h.session.id == session_id && run.admits(h))
+        .map(|h| h.rank.world_size)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The first payload of each rank, in the order given, that `refusal`
+/// does not refuse; the others are added to `skipped`, a later one of a
+/// rank as a duplicate.
+fn first_per_rank<T: Headed>(
+    decoded: Vec<(String, T)>,
+    skipped: &mut Vec<Skipped>,
+    refusal: impl Fn(&PayloadHeader) -> Option<Rejection>,
+) -> BTreeMap<u32, (String, T)> {
     let mut by_rank: BTreeMap<u32, (String, T)> = BTreeMap::new();
     for (source, payload) in decoded {
         let header = payload.header();
-        let refusal = check(header, &session_id, &run, &why, world_size, expect).or_else(|| {
+        let refusal = refusal(header).or_else(|| {
             by_rank
                 .get(&header.rank.rank)
                 .map(|(first, _)| Rejection::DuplicateRank {
@@ -367,18 +408,7 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
             }
         }
     }
-    let missing = (0..world_size)
-        .filter(|r| !by_rank.contains_key(r))
-        .collect();
-    let (sources, payloads) = by_rank.into_values().unzip();
-    Gathered {
-        world_size,
-        missing,
-        payloads,
-        skipped: capped(skipped),
-        sources,
-        judged_by_age: false,
-    }
+    by_rank
 }
 
 /// The refusal of a payload claiming a world past `max`.

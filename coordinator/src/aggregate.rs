@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rankscope_common::gather::{self, Expect, ReportFiles, RunFilter, Skipped};
+use rankscope_common::gather::{
+    self, Candidate, Expect, Gathered, ReportFiles, RunFilter, Skipped,
+};
 use rankscope_common::spill::{self, Input};
 use rankscope_common::Config;
 
@@ -122,9 +124,31 @@ pub fn aggregate_with(
         dir: reports_dir.to_path_buf(),
         source,
     })?;
-    // Each rank reduced as it is decoded: only the digests are held.
+    let candidates = read_digests(&inputs, config, progress);
+    let gathered = accept_run(candidates, reports_dir, run, config)?;
+    let output = output.unwrap_or(reports_dir);
+    create_dir(output)?;
+    let accepted = accepted_inputs(&inputs, &gathered);
+    let mut report = analyze_digests(gathered, config);
+    if report.window.is_none() && output == reports_dir {
+        report.windows = window_reports(reports_dir);
+    }
+    // The digests are gone, then the second pass's rows: what each took
+    // goes back before the next phase.
+    release_freed_memory();
+    let files = write_files(&accepted, output, &mut report, outputs, config, progress)?;
+    Ok(Aggregated { report, files })
+}
+
+/// Each of `inputs` decoded and reduced to its digest as it is (only the
+/// digests are held), numbered by its input; `progress` counts them.
+fn read_digests(
+    inputs: &[Input],
+    config: &Config,
+    progress: &dyn Progress,
+) -> Vec<Candidate<RankDigest>> {
     progress.begin("reading rank files", inputs.len() as u64);
-    let mut candidates = spill::read_inputs_with(&inputs, config.max_data_points, |payload| {
+    let mut candidates = spill::read_inputs_with(inputs, config.max_data_points, |payload| {
         let digest = RankDigest::new(&payload, config);
         progress.advance(1);
         digest
@@ -136,6 +160,17 @@ pub fn aggregate_with(
             digest.input = input;
         }
     }
+    candidates
+}
+
+/// The digests of run `run` (else the newest) of `reports_dir`, one per
+/// rank; an error where not one is usable.
+fn accept_run(
+    candidates: Vec<Candidate<RankDigest>>,
+    reports_dir: &Path,
+    run: Option<&str>,
+    config: &Config,
+) -> Result<Gathered<RankDigest>, AggregateError> {
     let expect = Expect {
         run: run.map_or(RunFilter::Any, |run| RunFilter::Only(Some(run.to_string()))),
         max_world_size: Some(config.max_world_size),
@@ -148,10 +183,15 @@ pub fn aggregate_with(
             skipped: gathered.skipped,
         });
     }
-    let output = output.unwrap_or(reports_dir);
-    create_dir(output)?;
-    // The inputs of the report, by rank, with what each decoded to.
-    let accepted: Vec<(Input, PayloadIdentity)> = gathered
+    Ok(gathered)
+}
+
+/// The inputs of the report, by rank, with what each decoded to.
+fn accepted_inputs(
+    inputs: &[Input],
+    gathered: &Gathered<RankDigest>,
+) -> Vec<(Input, PayloadIdentity)> {
+    gathered
         .payloads
         .iter()
         .map(|digest| {
@@ -160,25 +200,31 @@ pub fn aggregate_with(
                 PayloadIdentity::of(&digest.header),
             )
         })
-        .collect();
-    let mut report = analyze_digests(gathered, config);
-    if report.window.is_none() && output == reports_dir {
-        report.windows = window_reports(reports_dir);
-    }
-    // The digests are gone, then the second pass's rows: what each took
-    // goes back before the next phase.
-    release_freed_memory();
+        .collect()
+}
+
+/// Writes `report` into `output`: with [`Outputs::All`] the rows of the
+/// `accepted` inputs first (else their old files removed), then the
+/// report's own files.
+fn write_files(
+    accepted: &[(Input, PayloadIdentity)],
+    output: &Path,
+    report: &mut Report,
+    outputs: Outputs,
+    config: &Config,
+    progress: &dyn Progress,
+) -> Result<ReportFiles, AggregateError> {
     let row_files = match outputs {
-        Outputs::All => write_rows(&accepted, output, &mut report, config, progress)?,
+        Outputs::All => write_rows(accepted, output, report, config, progress)?,
         Outputs::ReportOnly => {
             remove_row_files(output)?;
             Vec::new()
         }
     };
     release_freed_memory();
-    let mut files = write_reports(&report, output)?;
+    let mut files = write_reports(report, output)?;
     files.files.extend(row_files);
-    Ok(Aggregated { report, files })
+    Ok(files)
 }
 
 /// Gives the memory the allocator holds free back to the system, so that

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::analysis::stats::mean_std;
-use crate::model::Report;
+use crate::model::{BlockSummary, Report};
 
 /// What a change amounts to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -88,33 +88,80 @@ impl Comparison {
 /// Compares `current` with `baseline`: a change worse than `threshold_pct`
 /// percent and larger than the spread across ranks is a regression.
 pub fn compare(baseline: &Report, current: &Report, threshold_pct: f64) -> Comparison {
-    let mut changes = Vec::new();
-    let mut add = |metric: String, unit, higher_is_better, b: Metric, c: Metric| {
-        changes.push(judge(metric, unit, higher_is_better, b, c, threshold_pct));
+    let mut changes = Changes {
+        threshold_pct,
+        judged: Vec::new(),
     };
-    add(
+    changes.add(
         "session_time_s".into(),
         "s",
         false,
         session_time(baseline),
         session_time(current),
     );
-    for stage in &baseline.stages {
-        if let Some(now) = current.stages.iter().find(|s| s.name == stage.name) {
-            add(
-                format!("stage:{}", stage.name),
-                "s/rank",
-                false,
-                Metric::new(stage.total_s.avg, stage.total_s.std),
-                Metric::new(now.total_s.avg, now.total_s.std),
-            );
+    changes.add_stages(baseline, current);
+    if let (Some(b), Some(c)) = (&baseline.diffusion.blocks, &current.diffusion.blocks) {
+        changes.add_throughput(b, c);
+    }
+    if let (Some(b), Some(c)) = (gpu_memory_peak(baseline), gpu_memory_peak(current)) {
+        changes.add("gpu_memory_peak_mb".into(), "MB", false, b, c);
+    }
+    Comparison {
+        threshold_pct,
+        changes: changes.judged,
+        only_in_baseline: stages_missing(baseline, current),
+        only_in_current: stages_missing(current, baseline),
+    }
+}
+
+/// The changes of a comparison, each judged against `threshold_pct`.
+struct Changes {
+    threshold_pct: f64,
+    judged: Vec<Change>,
+}
+
+impl Changes {
+    /// Judges `metric` (in `unit`) from `baseline` to `current`, and adds it.
+    fn add(
+        &mut self,
+        metric: String,
+        unit: &'static str,
+        higher_is_better: bool,
+        baseline: Metric,
+        current: Metric,
+    ) {
+        let change = judge(
+            metric,
+            unit,
+            higher_is_better,
+            baseline,
+            current,
+            self.threshold_pct,
+        );
+        self.judged.push(change);
+    }
+
+    /// Adds each stage of `baseline` that `current` ran too: its time per rank.
+    fn add_stages(&mut self, baseline: &Report, current: &Report) {
+        for stage in &baseline.stages {
+            if let Some(now) = current.stages.iter().find(|s| s.name == stage.name) {
+                self.add(
+                    format!("stage:{}", stage.name),
+                    "s/rank",
+                    false,
+                    Metric::new(stage.total_s.avg, stage.total_s.std),
+                    Metric::new(now.total_s.avg, now.total_s.std),
+                );
+            }
         }
     }
-    if let (Some(b), Some(c)) = (&baseline.diffusion.blocks, &current.diffusion.blocks) {
-        let fps_spread = |blocks: &crate::model::BlockSummary| {
-            std_dev(blocks.per_rank_fps.iter().map(|r| r.value))
-        };
-        add(
+
+    /// Adds the frames and blocks per second of the baseline's blocks `b`
+    /// and the current run's `c`.
+    fn add_throughput(&mut self, b: &BlockSummary, c: &BlockSummary) {
+        let fps_spread =
+            |blocks: &BlockSummary| std_dev(blocks.per_rank_fps.iter().map(|r| r.value));
+        self.add(
             "fps".into(),
             "frames/s",
             true,
@@ -122,14 +169,14 @@ pub fn compare(baseline: &Report, current: &Report, threshold_pct: f64) -> Compa
             Metric::new(c.fps, fps_spread(c)),
         );
         // Blocks/s moves with frames/s; its noise in proportion.
-        let scaled = |blocks: &crate::model::BlockSummary| {
+        let scaled = |blocks: &BlockSummary| {
             if blocks.fps > 0.0 {
                 fps_spread(blocks) * blocks.bps / blocks.fps
             } else {
                 0.0
             }
         };
-        add(
+        self.add(
             "blocks_per_s".into(),
             "blocks/s",
             true,
@@ -137,26 +184,16 @@ pub fn compare(baseline: &Report, current: &Report, threshold_pct: f64) -> Compa
             Metric::new(c.bps, scaled(c)),
         );
     }
-    if let (Some(b), Some(c)) = (gpu_memory_peak(baseline), gpu_memory_peak(current)) {
-        add("gpu_memory_peak_mb".into(), "MB", false, b, c);
-    }
-    let names =
-        |report: &Report| -> Vec<String> { report.stages.iter().map(|s| s.name.clone()).collect() };
-    let (before, after) = (names(baseline), names(current));
-    Comparison {
-        threshold_pct,
-        changes,
-        only_in_baseline: before
-            .iter()
-            .filter(|n| !after.contains(n))
-            .cloned()
-            .collect(),
-        only_in_current: after
-            .iter()
-            .filter(|n| !before.contains(n))
-            .cloned()
-            .collect(),
-    }
+}
+
+/// The names of the stages `report` ran and `other` did not, in `report`'s order.
+fn stages_missing(report: &Report, other: &Report) -> Vec<String> {
+    report
+        .stages
+        .iter()
+        .filter(|s| !other.stages.iter().any(|o| o.name == s.name))
+        .map(|s| s.name.clone())
+        .collect()
 }
 
 /// A value and its spread across ranks.

@@ -42,6 +42,8 @@ struct Converter {
 }
 
 impl Converter {
+    /// `value` as JSON, `depth` levels down, within what is left of the
+    /// values to convert.
     fn convert(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         if self.left == 0 {
             return Ok(Value::String(format!(
@@ -49,59 +51,80 @@ impl Converter {
             )));
         }
         self.left -= 1;
-        if value.is_none() {
-            return Ok(Value::Null);
-        }
-        if value.is_instance_of::<PyBool>() {
-            return Ok(Value::Bool(value.extract()?));
-        }
-        if value.is_instance_of::<PyInt>() {
-            if let Ok(n) = value.extract::<i64>() {
-                return Ok(Value::from(n));
-            }
-            if let Ok(n) = value.extract::<u64>() {
-                return Ok(Value::from(n));
-            }
-            return self.other(value, "an integer out of the 64-bit range");
-        }
-        if value.is_instance_of::<PyFloat>() {
-            return self.float(value, value.extract()?);
-        }
-        if let Ok(text) = value.cast::<PyString>() {
-            return Ok(Value::String(text.to_string_lossy().into_owned()));
+        if let Some(scalar) = self.scalar(value)? {
+            return Ok(scalar);
         }
         if depth >= MAX_DEPTH {
             return Ok(Value::String(format!(
                 "(cut: nested deeper than {MAX_DEPTH})"
             )));
         }
-        let items = match value.cast::<PyDict>() {
-            Ok(dict) => Some(dict.items()),
-            Err(_) => match value.cast::<PyMapping>() {
-                Ok(mapping) => Some(mapping.items()?),
-                Err(_) => None,
-            },
-        };
-        if let Some(items) = items {
-            let mut map = Map::new();
-            for item in items.iter() {
-                let (key, item): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
-                let key = match key.cast::<PyString>() {
-                    Ok(key) => key.to_string_lossy().into_owned(),
-                    Err(_) => key.str()?.to_string_lossy().into_owned(),
-                };
-                map.insert(key, self.convert(&item, depth + 1)?);
-            }
-            return Ok(Value::Object(map));
+        if let Some(items) = mapping_items(value)? {
+            return self.object(&items, depth);
         }
         if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-            let items: Vec<Bound<'_, PyAny>> = value.try_iter()?.collect::<PyResult<_>>()?;
-            let items = items
-                .iter()
-                .map(|item| self.convert(item, depth + 1))
-                .collect::<PyResult<Vec<_>>>()?;
-            return Ok(Value::Array(items));
+            return self.array(value, depth);
         }
+        self.foreign(value)
+    }
+
+    /// `None`, a bool, an int, a float or a str as JSON; `None` for any
+    /// other value.
+    fn scalar(&self, value: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
+        if value.is_none() {
+            return Ok(Some(Value::Null));
+        }
+        if value.is_instance_of::<PyBool>() {
+            return Ok(Some(Value::Bool(value.extract()?)));
+        }
+        if value.is_instance_of::<PyInt>() {
+            if let Ok(n) = value.extract::<i64>() {
+                return Ok(Some(Value::from(n)));
+            }
+            if let Ok(n) = value.extract::<u64>() {
+                return Ok(Some(Value::from(n)));
+            }
+            return self
+                .other(value, "an integer out of the 64-bit range")
+                .map(Some);
+        }
+        if value.is_instance_of::<PyFloat>() {
+            return self.float(value, value.extract()?).map(Some);
+        }
+        if let Ok(text) = value.cast::<PyString>() {
+            return Ok(Some(Value::String(text.to_string_lossy().into_owned())));
+        }
+        Ok(None)
+    }
+
+    /// A mapping's `items` (key, value pairs) as a JSON object, its keys as
+    /// text.
+    fn object(&mut self, items: &Bound<'_, PyList>, depth: usize) -> PyResult<Value> {
+        let mut map = Map::new();
+        for item in items.iter() {
+            let (key, item): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            let key = match key.cast::<PyString>() {
+                Ok(key) => key.to_string_lossy().into_owned(),
+                Err(_) => key.str()?.to_string_lossy().into_owned(),
+            };
+            map.insert(key, self.convert(&item, depth + 1)?);
+        }
+        Ok(Value::Object(map))
+    }
+
+    /// A list or tuple as a JSON array.
+    fn array(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+        let items: Vec<Bound<'_, PyAny>> = value.try_iter()?.collect::<PyResult<_>>()?;
+        let items = items
+            .iter()
+            .map(|item| self.convert(item, depth + 1))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Value::Array(items))
+    }
+
+    /// A value of no JSON kind: a path-like object's path text, a number of
+    /// another library, else [`Converter::other`].
+    fn foreign(&self, value: &Bound<'_, PyAny>) -> PyResult<Value> {
         if let Ok(path) = value.extract::<std::path::PathBuf>() {
             return Ok(Value::String(path.to_string_lossy().into_owned()));
         }
@@ -134,6 +157,18 @@ impl Converter {
             ))),
         }
     }
+}
+
+/// The items of a dict or other mapping, read once; `None` for any other
+/// value.
+fn mapping_items<'py>(value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyList>>> {
+    Ok(match value.cast::<PyDict>() {
+        Ok(dict) => Some(dict.items()),
+        Err(_) => match value.cast::<PyMapping>() {
+            Ok(mapping) => Some(mapping.items()?),
+            Err(_) => None,
+        },
+    })
 }
 
 /// `value` as a Python object.

@@ -394,27 +394,47 @@ impl<'a> Frames<'a> {
 
     /// The next message; `None` at the end marker.
     fn frame(&mut self) -> Result<Option<Framed<'a>>, String> {
-        let stream = self.stream;
-        if self.pos > stream.len() {
+        if self.pos > self.stream.len() {
             return Ok(None);
         }
-        let word = |at: usize| -> Result<[u8; 4], String> {
-            stream
-                .get(at..at.saturating_add(4))
-                .map(|w| w.try_into().expect("4 bytes"))
-                .ok_or_else(|| {
-                    malformed(format!(
-                        "message header at byte {at} runs past the end (no end marker)"
-                    ))
-                })
+        let Some(meta_len) = self.prefix()? else {
+            return Ok(None);
         };
-        if word(self.pos)? != Self::CONTINUATION {
+        let pos = self.pos;
+        let (meta, message) = self.metadata(pos, meta_len)?;
+        let body = self.body(pos + meta_len, &message)?;
+        self.pos = body.end;
+        Ok(Some(Framed {
+            meta,
+            message,
+            body,
+        }))
+    }
+
+    /// The 4 bytes at `at`.
+    fn word(&self, at: usize) -> Result<[u8; 4], String> {
+        self.stream
+            .get(at..at.saturating_add(4))
+            .map(|w| w.try_into().expect("4 bytes"))
+            .ok_or_else(|| {
+                malformed(format!(
+                    "message header at byte {at} runs past the end (no end marker)"
+                ))
+            })
+    }
+
+    /// Reads the continuation marker and the metadata's length that open a
+    /// message: the length, or `None` at the end marker (nothing may follow
+    /// it).
+    fn prefix(&mut self) -> Result<Option<usize>, String> {
+        let stream = self.stream;
+        if self.word(self.pos)? != Self::CONTINUATION {
             return Err(malformed(format!(
                 "no continuation marker at byte {}",
                 self.pos
             )));
         }
-        let meta_len = i32::from_le_bytes(word(self.pos + 4)?);
+        let meta_len = i32::from_le_bytes(self.word(self.pos + 4)?);
         self.pos += 8;
         if meta_len == 0 {
             let after = stream.len().saturating_sub(self.pos);
@@ -424,10 +444,20 @@ impl<'a> Frames<'a> {
                 _ => Err(malformed(format!("{after} bytes after the end marker"))),
             };
         }
-        let pos = self.pos;
-        let meta_len = usize::try_from(meta_len)
-            .map_err(|_| malformed(format!("negative metadata length {meta_len}")))?;
-        let meta = stream
+        usize::try_from(meta_len)
+            .map(Some)
+            .map_err(|_| malformed(format!("negative metadata length {meta_len}")))
+    }
+
+    /// The `meta_len` bytes of metadata at `pos`, and the message they
+    /// verify as.
+    fn metadata(
+        &self,
+        pos: usize,
+        meta_len: usize,
+    ) -> Result<(&'a [u8], arrow_ipc::Message<'a>), String> {
+        let meta = self
+            .stream
             .get(pos..pos.saturating_add(meta_len))
             .ok_or_else(|| {
                 malformed(format!(
@@ -436,29 +466,29 @@ impl<'a> Frames<'a> {
             })?;
         let message = arrow_ipc::root_as_message(meta)
             .map_err(|e| malformed(format!("message at byte {pos}: {e}")))?;
-        let left = stream.len() - pos - meta_len;
+        Ok((meta, message))
+    }
+
+    /// Where the body of `message` lies, from byte `start`: inside the
+    /// stream, and 8-aligned.
+    fn body(&self, start: usize, message: &arrow_ipc::Message<'_>) -> Result<Range<usize>, String> {
+        let left = self.stream.len() - start;
         let body_len = usize::try_from(message.bodyLength())
             .ok()
             .filter(|&len| len <= left)
             .ok_or_else(|| {
                 malformed(format!(
-                    "message body of {} bytes at byte {}, {left} left",
+                    "message body of {} bytes at byte {start}, {left} left",
                     message.bodyLength(),
-                    pos + meta_len
                 ))
             })?;
-        let body = pos + meta_len..pos + meta_len + body_len;
+        let body = start..start + body_len;
         // Buffers are checked 8-aligned within their body; the body itself
         // must be, within a stream that is.
         if body.start % 8 != 0 {
             return Err(malformed(format!("a body at byte {}", body.start)));
         }
-        self.pos = body.end;
-        Ok(Some(Framed {
-            meta,
-            message,
-            body,
-        }))
+        Ok(body)
     }
 }
 

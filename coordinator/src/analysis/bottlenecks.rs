@@ -97,69 +97,108 @@ pub fn own_bottlenecks(
     counts: &ReadingCounts,
     rule: &BottleneckRule,
 ) -> Vec<Bottleneck> {
-    let mut found = Vec::new();
-    let mut add = |kind, evidence: String| found.push(Bottleneck { kind, evidence });
     // Each rule needs something seen, not only a threshold met: a threshold
     // of 0 must not call a healthy GPU throttled.
-    if let (Some(peak), Some(total)) = (gpu.memory_peak_mb, gpu.memory_total_mb) {
-        let pct = peak / total * 100.0;
-        if total > 0.0 && peak > 0.0 && pct >= rule.memory_peak_pct {
-            add(
-                BottleneckKind::MemoryPressure,
-                format!("peak memory {peak:.0} of {total:.0} MB ({pct:.0}%)"),
-            );
-        }
-    }
+    [
+        memory_pressure(gpu, rule),
+        thermal_throttling(gpu, counts, rule),
+        power_capped(counts, rule),
+        clock_throttled(gpu, counts, rule),
+        underutilized(counts, rule),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// A bottleneck of `kind`, with its evidence.
+fn found(kind: BottleneckKind, evidence: String) -> Bottleneck {
+    Bottleneck { kind, evidence }
+}
+
+/// `memory_pressure`: peak memory near the total.
+fn memory_pressure(gpu: &GpuSummary, rule: &BottleneckRule) -> Option<Bottleneck> {
+    let (peak, total) = (gpu.memory_peak_mb?, gpu.memory_total_mb?);
+    let pct = peak / total * 100.0;
+    (total > 0.0 && peak > 0.0 && pct >= rule.memory_peak_pct).then(|| {
+        found(
+            BottleneckKind::MemoryPressure,
+            format!("peak memory {peak:.0} of {total:.0} MB ({pct:.0}%)"),
+        )
+    })
+}
+
+/// `thermal_throttling`: thermal reasons in enough readings, or a GPU hot.
+fn thermal_throttling(
+    gpu: &GpuSummary,
+    counts: &ReadingCounts,
+    rule: &BottleneckRule,
+) -> Option<Bottleneck> {
     let thermal_pct = share(counts.thermal, counts.with_reasons)
         .filter(|&p| counts.thermal > 0 && p >= rule.thermal_readings_pct);
     let hot = gpu.temp_max_c.filter(|&t| t >= rule.thermal_temp_c);
-    if thermal_pct.is_some() || hot.is_some() {
-        let mut evidence = Vec::new();
-        if counts.thermal > 0 {
-            evidence.push(format!(
-                "thermally throttled in {:.0}% of {} readings",
-                share(counts.thermal, counts.with_reasons).unwrap_or(0.0),
-                counts.with_reasons
-            ));
-        }
-        if let Some(t) = gpu.temp_max_c {
-            evidence.push(format!("{t:.0} °C at most"));
-        }
-        add(BottleneckKind::ThermalThrottling, evidence.join(", "));
+    if thermal_pct.is_none() && hot.is_none() {
+        return None;
     }
-    if let Some(p) = share(counts.capped, counts.with_power) {
-        if counts.capped > 0 && p >= rule.power_readings_pct {
-            add(
-                BottleneckKind::PowerCapped,
-                format!(
-                    "power-capped (a cap reason, or ≥ {:.0}% of the enforced limit) in {p:.0}% of {} readings",
-                    rule.power_draw_pct, counts.with_power
-                ),
-            );
-        }
+    let mut evidence = Vec::new();
+    if counts.thermal > 0 {
+        evidence.push(format!(
+            "thermally throttled in {:.0}% of {} readings",
+            share(counts.thermal, counts.with_reasons).unwrap_or(0.0),
+            counts.with_reasons
+        ));
     }
-    if let (Some(clock), Some(max)) = (counts.busy_sm_clock_mhz, gpu.sm_clock_max_mhz) {
-        let pct = clock / f64::from(max) * 100.0;
-        if max > 0 && clock < f64::from(max) && pct <= rule.clock_pct {
-            add(
-                BottleneckKind::ClockThrottled,
-                format!(
-                    "SM clock {clock:.0} of {max} MHz under load ({:.0}% below max)",
-                    100.0 - pct
-                ),
-            );
-        }
+    if let Some(t) = gpu.temp_max_c {
+        evidence.push(format!("{t:.0} °C at most"));
     }
-    if let Some(util) = counts
+    Some(found(
+        BottleneckKind::ThermalThrottling,
+        evidence.join(", "),
+    ))
+}
+
+/// `power_capped`: enough readings capped.
+fn power_capped(counts: &ReadingCounts, rule: &BottleneckRule) -> Option<Bottleneck> {
+    let p = share(counts.capped, counts.with_power)?;
+    (counts.capped > 0 && p >= rule.power_readings_pct).then(|| {
+        found(
+            BottleneckKind::PowerCapped,
+            format!(
+                "power-capped (a cap reason, or ≥ {:.0}% of the enforced limit) in {p:.0}% of {} readings",
+                rule.power_draw_pct, counts.with_power
+            ),
+        )
+    })
+}
+
+/// `clock_throttled`: the SM clock under load well below the maximum.
+fn clock_throttled(
+    gpu: &GpuSummary,
+    counts: &ReadingCounts,
+    rule: &BottleneckRule,
+) -> Option<Bottleneck> {
+    let (clock, max) = (counts.busy_sm_clock_mhz?, gpu.sm_clock_max_mhz?);
+    let pct = clock / f64::from(max) * 100.0;
+    (max > 0 && clock < f64::from(max) && pct <= rule.clock_pct).then(|| {
+        found(
+            BottleneckKind::ClockThrottled,
+            format!(
+                "SM clock {clock:.0} of {max} MHz under load ({:.0}% below max)",
+                100.0 - pct
+            ),
+        )
+    })
+}
+
+/// `underutilized`: low utilisation while stages ran.
+fn underutilized(counts: &ReadingCounts, rule: &BottleneckRule) -> Option<Bottleneck> {
+    let util = counts
         .util_in_stages
-        .filter(|&u| u < rule.underutilized_pct)
-    {
-        add(
-            BottleneckKind::Underutilized,
-            format!("{util:.0}% mean utilisation while stages ran"),
-        );
-    }
-    found
+        .filter(|&u| u < rule.underutilized_pct)?;
+    Some(found(
+        BottleneckKind::Underutilized,
+        format!("{util:.0}% mean utilisation while stages ran"),
+    ))
 }
 
 /// Adds an `outlier` bottleneck to each GPU out of line with its peers on

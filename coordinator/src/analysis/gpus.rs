@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 
+use rankscope_common::payload::GpuMeta;
 use rankscope_common::table::{GpuSamplesView, HostSamplesView};
-use rankscope_common::Payload;
+use rankscope_common::{Payload, PayloadHeader};
 
 use super::bottlenecks::{self, BottleneckRule, ReadingCounts, POWER_REASONS, THERMAL_REASONS};
 use super::series::{self, OuterStage};
@@ -126,26 +127,7 @@ pub fn rank_gpus(
         .iter()
         .zip(rows_of)
         .map(|(meta, rows)| {
-            let mut summary = GpuSummary {
-                rank: header.rank.rank,
-                sampled_by: vec![header.rank.rank],
-                host: header.rank.host.clone(),
-                index: meta.index,
-                uuid: meta.uuid.clone(),
-                name: meta.name.clone(),
-                source: header.gpu_source,
-                samples: rows.len() as u64,
-                memory_total_mb: meta.memory_total_bytes.map(|b| b as f64 / MB),
-                memory_peak_mb: None,
-                util_avg: None,
-                temp_max_c: None,
-                power_avg_w: None,
-                energy_j: None,
-                sm_clock_avg_mhz: None,
-                sm_clock_max_mhz: meta.max_sm_clock_mhz,
-                throttled_pct: None,
-                bottlenecks: Vec::new(),
-            };
+            let mut summary = header_summary(header, meta, rows.len() as u64);
             let mut series = GpuSeries {
                 rank: header.rank.rank,
                 index: meta.index,
@@ -157,27 +139,8 @@ pub fn rank_gpus(
                 let readings = GPU_METRICS.map(|metric| -> Vec<Option<f64>> {
                     rows.iter().map(|&i| finite((metric.value)(v, i))).collect()
                 });
-                let [util, memory_mb, temperature, power, sm_clock] = &readings;
-                fn all(values: &[Option<f64>]) -> impl Iterator<Item = f64> + '_ {
-                    values.iter().flatten().copied()
-                }
-                summary.memory_peak_mb = max(all(memory_mb));
-                summary.memory_total_mb = summary.memory_total_mb.or_else(|| {
-                    max(rows
-                        .iter()
-                        .filter_map(|&i| v.memory_total_bytes.get(i))
-                        .map(|b| b as f64 / MB))
-                });
-                summary.util_avg = mean(all(util));
-                summary.temp_max_c = max(all(temperature));
-                summary.power_avg_w = mean(all(power));
                 let ts: Vec<u64> = rows.iter().map(|&i| v.ts_ns[i]).collect();
-                summary.energy_j = energy_joules(&ts, power);
-                summary.sm_clock_avg_mhz = mean(all(sm_clock));
-                let counts = reading_counts(v, &rows, busy_spans, rule);
-                summary.throttled_pct = bottlenecks::share(counts.throttled, counts.with_reasons);
-                summary.bottlenecks = bottlenecks::own_bottlenecks(&summary, &counts, rule);
-
+                summarise_readings(&mut summary, v, &rows, &ts, &readings, busy_spans, rule);
                 let t: Vec<f64> = ts.iter().map(|&ns| ns as f64 / 1e9).collect();
                 for (values, timed) in readings.iter().zip(series.metrics_mut()) {
                     *timed = series::readings(&t, values, points);
@@ -186,6 +149,64 @@ pub fn rank_gpus(
             (summary, series)
         })
         .collect()
+}
+
+/// A GPU's summary from what the rank's `header` says of it (`meta`),
+/// before its `samples` readings are read.
+fn header_summary(header: &PayloadHeader, meta: &GpuMeta, samples: u64) -> GpuSummary {
+    GpuSummary {
+        rank: header.rank.rank,
+        sampled_by: vec![header.rank.rank],
+        host: header.rank.host.clone(),
+        index: meta.index,
+        uuid: meta.uuid.clone(),
+        name: meta.name.clone(),
+        source: header.gpu_source,
+        samples,
+        memory_total_mb: meta.memory_total_bytes.map(|b| b as f64 / MB),
+        memory_peak_mb: None,
+        util_avg: None,
+        temp_max_c: None,
+        power_avg_w: None,
+        energy_j: None,
+        sm_clock_avg_mhz: None,
+        sm_clock_max_mhz: meta.max_sm_clock_mhz,
+        throttled_pct: None,
+        bottlenecks: Vec::new(),
+    }
+}
+
+/// Fills `summary` in from one GPU's readings (`rows` of `v`, taken at
+/// `ts`; `readings` per metric of [`GPU_METRICS`]), with the bottlenecks
+/// they show.
+fn summarise_readings(
+    summary: &mut GpuSummary,
+    v: &GpuSamplesView<'_>,
+    rows: &[usize],
+    ts: &[u64],
+    readings: &[Vec<Option<f64>>; 5],
+    busy_spans: &[(u64, u64)],
+    rule: &BottleneckRule,
+) {
+    let [util, memory_mb, temperature, power, sm_clock] = readings;
+    fn all(values: &[Option<f64>]) -> impl Iterator<Item = f64> + '_ {
+        values.iter().flatten().copied()
+    }
+    summary.memory_peak_mb = max(all(memory_mb));
+    summary.memory_total_mb = summary.memory_total_mb.or_else(|| {
+        max(rows
+            .iter()
+            .filter_map(|&i| v.memory_total_bytes.get(i))
+            .map(|b| b as f64 / MB))
+    });
+    summary.util_avg = mean(all(util));
+    summary.temp_max_c = max(all(temperature));
+    summary.power_avg_w = mean(all(power));
+    summary.energy_j = energy_joules(ts, power);
+    summary.sm_clock_avg_mhz = mean(all(sm_clock));
+    let counts = reading_counts(v, rows, busy_spans, rule);
+    summary.throttled_pct = bottlenecks::share(counts.throttled, counts.with_reasons);
+    summary.bottlenecks = bottlenecks::own_bottlenecks(summary, &counts, rule);
 }
 
 /// What the bottleneck rules need from one GPU's readings (`rows` of `v`).

@@ -143,51 +143,13 @@ impl RankKernels {
         trace: &RankTrace,
         kept: &[usize],
     ) -> Self {
-        let gpu = &trace.gpu;
-        let mut by_device: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
-        let mut kernels = Totals::new();
-        for &i in kept {
-            by_device.entry(gpu.device[i]).or_default().push(i);
-            let name = &trace.names[gpu.name[i] as usize];
-            let entry = kernels
-                .entry(name.clone())
-                .or_insert((gpu.category[i], 0, 0));
-            entry.1 += 1;
-            entry.2 = entry.2.saturating_add(gpu.dur_ns[i]);
-        }
-        let gpu_time = by_device
-            .into_iter()
-            .filter_map(|(device, rows)| {
-                GpuParts::of_rows(trace, &rows).time(rank, (device >= 0).then_some(device))
-            })
-            .collect();
-        let base_ns = trace.base_time_ns.unwrap_or(0);
-        let rows = &trace.collectives;
-        let name = |id: u32| trace.names[id as usize].clone();
-        // One shared string per kind or group name, not per call.
-        let mut shared: HashMap<u32, Arc<str>> = HashMap::new();
-        let mut shared_name = |id: u32| {
-            let text = shared
-                .entry(id)
-                .or_insert_with(|| Arc::from(trace.names[id as usize].as_str()));
-            Arc::clone(text)
-        };
-        let mut collectives: Vec<CollectiveCall> = (0..rows.kind.len())
-            .map(|i| CollectiveCall {
-                window,
-                kind: shared_name(rows.kind[i]),
-                group: rows.group[i].map(&mut shared_name),
-                bytes: rows.bytes[i],
-                start_ns: base_ns.saturating_add(rows.start_ns[i]),
-                dur_ns: rows.dur_ns[i],
-            })
-            .collect();
-        collectives.sort_by_key(|c| c.start_ns);
+        let (kernels, gpu_time) = kernel_totals(rank, trace, kept);
+        let collectives = collective_calls(window, trace);
         let cpu = &trace.cpu_ops;
         let ops = (0..cpu.name.len())
             .map(|i| {
                 let totals = (KernelCategory::CpuOp, cpu.calls[i], cpu.total_ns[i]);
-                (name(cpu.name[i]), totals)
+                (trace.names[cpu.name[i] as usize].clone(), totals)
             })
             .collect();
         RankKernels {
@@ -207,6 +169,57 @@ impl RankKernels {
             collectives,
         }
     }
+}
+
+/// The totals per kernel name of the activities `kept` (rows of
+/// `trace.gpu`) of rank `rank`, and each GPU's time broken down.
+fn kernel_totals(rank: u32, trace: &RankTrace, kept: &[usize]) -> (Totals, Vec<GpuTime>) {
+    let gpu = &trace.gpu;
+    let mut by_device: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    let mut kernels = Totals::new();
+    for &i in kept {
+        by_device.entry(gpu.device[i]).or_default().push(i);
+        let name = &trace.names[gpu.name[i] as usize];
+        let entry = kernels
+            .entry(name.clone())
+            .or_insert((gpu.category[i], 0, 0));
+        entry.1 += 1;
+        entry.2 = entry.2.saturating_add(gpu.dur_ns[i]);
+    }
+    let gpu_time = by_device
+        .into_iter()
+        .filter_map(|(device, rows)| {
+            GpuParts::of_rows(trace, &rows).time(rank, (device >= 0).then_some(device))
+        })
+        .collect();
+    (kernels, gpu_time)
+}
+
+/// The collective calls of `trace`, window `window`, in start order, on
+/// the trace's clock.
+fn collective_calls(window: u32, trace: &RankTrace) -> Vec<CollectiveCall> {
+    let base_ns = trace.base_time_ns.unwrap_or(0);
+    let rows = &trace.collectives;
+    // One shared string per kind or group name, not per call.
+    let mut shared: HashMap<u32, Arc<str>> = HashMap::new();
+    let mut shared_name = |id: u32| {
+        let text = shared
+            .entry(id)
+            .or_insert_with(|| Arc::from(trace.names[id as usize].as_str()));
+        Arc::clone(text)
+    };
+    let mut collectives: Vec<CollectiveCall> = (0..rows.kind.len())
+        .map(|i| CollectiveCall {
+            window,
+            kind: shared_name(rows.kind[i]),
+            group: rows.group[i].map(&mut shared_name),
+            bytes: rows.bytes[i],
+            start_ns: base_ns.saturating_add(rows.start_ns[i]),
+            dur_ns: rows.dur_ns[i],
+        })
+        .collect();
+    collectives.sort_by_key(|c| c.start_ns);
+    collectives
 }
 
 impl RankKernels {
@@ -609,6 +622,15 @@ fn across_ranks(
             across.totals.insert(rank.rank, total_ns as f64 / 1e9);
         }
     }
+    let stragglers = name_stragglers(&by_name, rule);
+    (listed_and_folded(by_name, &with_gpu), stragglers)
+}
+
+/// The ranks slow at each name of `by_name`, the largest excess first.
+fn name_stragglers(
+    by_name: &HashMap<&str, KernelAcross>,
+    rule: StragglerRule,
+) -> Vec<KernelStraggler> {
     let mut stragglers: Vec<KernelStraggler> = by_name
         .iter()
         .flat_map(|(name, across)| {
@@ -627,7 +649,13 @@ fn across_ranks(
         })
         .collect();
     largest_excess_first(&mut stragglers);
+    stragglers
+}
 
+/// The statistics of the names of `by_name` with the largest totals (the
+/// top [`KERNELS_LISTED`]), then a row per category for the rest folded;
+/// `with_gpu` the ranks every row counts.
+fn listed_and_folded(by_name: HashMap<&str, KernelAcross>, with_gpu: &[u32]) -> Vec<KernelStats> {
     let mut named: Vec<(&str, KernelAcross)> = by_name.into_iter().collect();
     named.sort_by(|a, b| {
         let total = |k: &KernelAcross| k.totals.values().sum::<f64>();
@@ -642,7 +670,7 @@ fn across_ranks(
     for (_, across) in rest {
         let (count, fold) = folded
             .entry(across.category)
-            .or_insert_with(|| (0, KernelAcross::new(across.category, &with_gpu)));
+            .or_insert_with(|| (0, KernelAcross::new(across.category, with_gpu)));
         *count += 1;
         fold.calls += across.calls;
         for (rank, total) in across.totals {
@@ -657,7 +685,7 @@ fn across_ranks(
         };
         stats.push(fold.stats(format!("({count} other {what})")));
     }
-    (stats, stragglers)
+    stats
 }
 
 /// `collectives[]`: per rank, kind and group, the time in the calls and

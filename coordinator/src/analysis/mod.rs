@@ -27,8 +27,9 @@ use rankscope_common::{Config, Gathered, Rejection, Skipped};
 
 use crate::join::join;
 use crate::model::{
-    DroppedRows, GpuSeries, GpuSummary, Notice, RankGpu, RankSummary, RankTimeline, Report, Series,
-    SessionSummary, SkippedInput, WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
+    DiffusionSummary, DroppedRows, GpuSeries, GpuSummary, LockstepStage, Notice, RankGpu,
+    RankSummary, RankTimeline, Report, Series, SessionSummary, SkippedInput, StageStats,
+    WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
 };
 use times::{RankStages, StageTimes};
 
@@ -224,27 +225,7 @@ fn assemble_report<T>(
         .iter()
         .map(|r| r.header.clock.duration_ns as f64 / 1e9)
         .collect();
-    let session_total_s: f64 = durations.iter().sum();
-    let reference_start_ns = reference_start_ns(ranks);
-    let diffusion: Vec<_> = ranks
-        .iter()
-        .map(|r| (r.header.rank.rank, &r.diffusion))
-        .collect();
-    // The per-call analysis, the ranks and the diffusion steps beside the
-    // per-stage statistics.
-    let ((lockstep, rank_summaries, diffusion_stats), stages) = join(
-        || {
-            (
-                stragglers::lockstep(times),
-                ranks
-                    .iter()
-                    .map(|r| rank_summary(r, reference_start_ns))
-                    .collect(),
-                diffusion::diffusion(&diffusion),
-            )
-        },
-        || stages::stage_stats(times, session_total_s),
-    );
+    let analysed = Analysed::side_by_side(times, ranks, durations.iter().sum());
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         session: SessionSummary {
@@ -254,13 +235,13 @@ fn assemble_report<T>(
         },
         window: window_summary(ranks),
         windows: Vec::new(),
-        ranks: rank_summaries,
-        stages,
-        stragglers: stragglers::stragglers(times, &lockstep, merged.rule),
+        ranks: analysed.ranks,
+        stages: analysed.stages,
+        stragglers: stragglers::stragglers(times, &analysed.lockstep, merged.rule),
         straggler_groups: Vec::new(),
-        lockstep,
+        lockstep: analysed.lockstep,
         gpus: merged.gpus,
-        diffusion: diffusion_stats,
+        diffusion: analysed.diffusion,
         recommendations: Vec::new(),
         series: Series::default(),
         gpu_time: Vec::new(),
@@ -271,10 +252,60 @@ fn assemble_report<T>(
         collectives: Vec::new(),
         kernel_traces: Vec::new(),
     };
+    add_findings(&mut report, times);
+    report
+}
+
+/// The parts of the report [`Analysed::side_by_side`] computes.
+struct Analysed {
+    /// `lockstep[]`.
+    lockstep: Vec<LockstepStage>,
+    /// `ranks[]`.
+    ranks: Vec<RankSummary>,
+    /// `diffusion`.
+    diffusion: DiffusionSummary,
+    /// `stages[]`.
+    stages: Vec<StageStats>,
+}
+
+impl Analysed {
+    /// The per-call analysis, the ranks and the diffusion steps, beside
+    /// the per-stage statistics (`session_total_s`: the ranks' durations
+    /// summed).
+    fn side_by_side(times: &StageTimes, ranks: &[RankDigest], session_total_s: f64) -> Self {
+        let reference_start_ns = reference_start_ns(ranks);
+        let diffusion: Vec<_> = ranks
+            .iter()
+            .map(|r| (r.header.rank.rank, &r.diffusion))
+            .collect();
+        let ((lockstep, rank_summaries, diffusion_stats), stages) = join(
+            || {
+                (
+                    stragglers::lockstep(times),
+                    ranks
+                        .iter()
+                        .map(|r| rank_summary(r, reference_start_ns))
+                        .collect(),
+                    diffusion::diffusion(&diffusion),
+                )
+            },
+            || stages::stage_stats(times, session_total_s),
+        );
+        Analysed {
+            lockstep,
+            ranks: rank_summaries,
+            diffusion: diffusion_stats,
+            stages,
+        }
+    }
+}
+
+/// Adds what the report's parts say together: the stragglers' causes and
+/// host groups, and the recommendations.
+fn add_findings(report: &mut Report, times: &StageTimes) {
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
     report.straggler_groups = stragglers::host_groups(&report.stragglers, &report.ranks, times);
-    report.recommendations = recommend::recommend(&report);
-    report
+    report.recommendations = recommend::recommend(report);
 }
 
 /// The session's header: world, ranks reporting and missing, skipped inputs.
@@ -285,10 +316,6 @@ fn session_summary<T>(
     durations: &[f64],
 ) -> SessionSummary {
     let first = ranks.first().map(|r| &r.header);
-    let gpu_source = [GpuSource::Nvml, GpuSource::Simulated]
-        .into_iter()
-        .find(|source| ranks.iter().any(|r| r.header.gpu_source == *source))
-        .unwrap_or(GpuSource::None);
     SessionSummary {
         id: first.map(|h| h.session.id.clone()).unwrap_or_default(),
         name: first.map(|h| h.session.name.clone()).unwrap_or_default(),
@@ -310,36 +337,56 @@ fn session_summary<T>(
         endpoint: first.and_then(|h| h.endpoint.clone()),
         run_id: first.and_then(|h| h.session.run_id.clone()),
         duration_s: durations.iter().copied().fold(0.0, f64::max),
-        gpu_source,
+        gpu_source: gpu_source(ranks),
         started_unix_s: first.map_or(0.0, |h| h.clock.start_unix_ns as f64 / 1e9),
         skipped,
         other_runs: Vec::new(),
-        // Rank 0's own payload came from memory, not from a file judged.
-        judged_by_age: match gathered.judged_by_age {
-            true => ranks
-                .iter()
-                .zip(&gathered.sources)
-                .filter(|(rank, _)| rank.header.rank.rank != 0)
-                .map(|(_, source)| source.clone())
-                .collect(),
-            false => Vec::new(),
-        },
+        judged_by_age: judged_by_age(gathered, ranks),
         warmup_calls: 0,
         notices: rankscope_common::gather::notices(ranks.iter().map(Headed::header))
             .into_iter()
             .map(|(message, ranks)| Notice { message, ranks })
             .collect(),
-        dropped_rows: ranks
-            .iter()
-            .flat_map(|r| {
-                r.header.dropped.iter().map(|d| DroppedRows {
-                    rank: r.header.rank.rank,
-                    table: d.table.clone(),
-                    rows: d.rows,
-                })
-            })
-            .collect(),
+        dropped_rows: dropped_rows(ranks),
     }
+}
+
+/// The GPU source of the session: NVML where any rank read it, else
+/// simulated where any rank did, else none.
+fn gpu_source(ranks: &[RankDigest]) -> GpuSource {
+    [GpuSource::Nvml, GpuSource::Simulated]
+        .into_iter()
+        .find(|source| ranks.iter().any(|r| r.header.gpu_source == *source))
+        .unwrap_or(GpuSource::None)
+}
+
+/// The files of `ranks` judged this run's by their age alone; empty
+/// where the run was told by its identity.
+fn judged_by_age<T>(gathered: &Gathered<T>, ranks: &[RankDigest]) -> Vec<String> {
+    match gathered.judged_by_age {
+        // Rank 0's own payload came from memory, not from a file judged.
+        true => ranks
+            .iter()
+            .zip(&gathered.sources)
+            .filter(|(rank, _)| rank.header.rank.rank != 0)
+            .map(|(_, source)| source.clone())
+            .collect(),
+        false => Vec::new(),
+    }
+}
+
+/// The rows each rank dropped, per table.
+fn dropped_rows(ranks: &[RankDigest]) -> Vec<DroppedRows> {
+    ranks
+        .iter()
+        .flat_map(|r| {
+            r.header.dropped.iter().map(|d| DroppedRows {
+                rank: r.header.rank.rank,
+                table: d.table.clone(),
+                rows: d.rows,
+            })
+        })
+        .collect()
 }
 
 /// The window the payloads cover, as rank 0 (else the first rank) saw it;

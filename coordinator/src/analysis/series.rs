@@ -177,80 +177,137 @@ pub type OuterStage<'a> = (u64, u64, &'a str);
 pub fn rank_timeline<'a>(rank: u32, mut stages: Vec<OuterStage<'a>>, bars: usize) -> RankTimeline {
     stages.retain(|&(start, end, _)| start <= end);
     stages.sort_unstable_by_key(|&(start, end, _)| (start, end));
-    let mut timeline = RankTimeline {
-        rank,
-        coalesced: stages.len() > bars,
-        ..RankTimeline::default()
-    };
-    let mut index_of: BTreeMap<&str, u32> = BTreeMap::new();
-    let mut push =
-        |timeline: &mut RankTimeline, name: &'a str, start: u64, end: u64, calls: u64| {
-            let next = index_of.len() as u32;
-            let index = *index_of.entry(name).or_insert_with(|| {
-                timeline.names.push(name.to_string());
-                next
-            });
-            timeline.name.push(index);
-            timeline.start_s.push(round(start as f64 / 1e9, 6));
-            timeline.end_s.push(round(end as f64 / 1e9, 6));
-            timeline.calls.push(calls);
-        };
-    if !timeline.coalesced {
+    let mut bars_made = TimelineBars::new(rank, stages.len() > bars);
+    if !bars_made.timeline.coalesced {
         for &(start, end, name) in &stages {
-            push(&mut timeline, name, start, end, 1);
+            bars_made.push(name, start, end, 1);
         }
-        return timeline;
+        return bars_made.timeline;
     }
     let first = stages.first().map_or(0, |s| s.0);
     let last = stages.iter().map(|s| s.1).max().unwrap_or(first);
-    let width = (last - first).div_ceil(bars as u64).max(1);
-    // Per stretch: time and calls (starts) per name. A stage longer than a
-    // stretch counts in each it covers, up to a total of visits that keeps
-    // this linear whatever the input (past it, in its first stretch only).
-    let mut stretches: Vec<BTreeMap<&'a str, (u64, u64)>> = vec![BTreeMap::new(); bars];
-    let mut visits_left = stages.len() + 4 * bars;
-    for &(start, end, name) in &stages {
-        let stretch_of = |ns: u64| (((ns - first) / width) as usize).min(bars - 1);
-        let (from, to) = (
-            stretch_of(start),
-            stretch_of(end.saturating_sub(1).max(start)),
-        );
-        let to = to.min(from + visits_left.saturating_sub(1));
-        for (b, stretch) in stretches.iter_mut().enumerate().take(to + 1).skip(from) {
-            let lower = first.saturating_add((b as u64).saturating_mul(width));
-            let overlap = end
-                .min(lower.saturating_add(width))
-                .saturating_sub(start.max(lower));
-            let entry = stretch.entry(name).or_default();
-            entry.0 = entry.0.saturating_add(overlap);
-            entry.1 += u64::from(b == from);
+    let stretches = Stretches {
+        first,
+        width: (last - first).div_ceil(bars as u64).max(1),
+        count: bars,
+    };
+    let by_stretch = stretches.time_by_name(&stages);
+    stretches.join_dominant(&by_stretch, last, &mut bars_made);
+    bars_made.timeline
+}
+
+/// A rank's timeline being made, with each stage name's index in it.
+struct TimelineBars<'a> {
+    timeline: RankTimeline,
+    index_of: BTreeMap<&'a str, u32>,
+}
+
+impl<'a> TimelineBars<'a> {
+    /// An empty timeline of `rank`, marked `coalesced` or not.
+    fn new(rank: u32, coalesced: bool) -> Self {
+        TimelineBars {
+            timeline: RankTimeline {
+                rank,
+                coalesced,
+                ..RankTimeline::default()
+            },
+            index_of: BTreeMap::new(),
         }
-        visits_left = visits_left.saturating_sub(to + 1 - from);
     }
-    let mut current: Option<(&'a str, u64, u64, u64)> = None;
-    for (b, by_name) in stretches.iter().enumerate() {
-        let from = first.saturating_add((b as u64).saturating_mul(width));
-        let Some((&name, &(_, calls))) = by_name.iter().max_by_key(|(_, &(ns, _))| ns) else {
-            continue;
-        };
-        let to = from.saturating_add(width);
-        match &mut current {
-            Some((same, _, end, n)) if *same == name && *end == from => {
-                *end = to;
-                *n += calls;
+
+    /// Adds a bar of `name` from `start` to `end` (ns) standing for `calls` calls.
+    fn push(&mut self, name: &'a str, start: u64, end: u64, calls: u64) {
+        let timeline = &mut self.timeline;
+        let next = self.index_of.len() as u32;
+        let index = *self.index_of.entry(name).or_insert_with(|| {
+            timeline.names.push(name.to_string());
+            next
+        });
+        timeline.name.push(index);
+        timeline.start_s.push(round(start as f64 / 1e9, 6));
+        timeline.end_s.push(round(end as f64 / 1e9, 6));
+        timeline.calls.push(calls);
+    }
+}
+
+/// Equal stretches of a rank's time: `count` of `width` ns from `first`.
+struct Stretches {
+    first: u64,
+    width: u64,
+    count: usize,
+}
+
+/// Per name, the time (ns) and calls (starts) within one stretch.
+type StretchTotals<'a> = BTreeMap<&'a str, (u64, u64)>;
+
+impl Stretches {
+    /// The start (ns) of stretch `b`.
+    fn lower(&self, b: usize) -> u64 {
+        self.first
+            .saturating_add((b as u64).saturating_mul(self.width))
+    }
+
+    /// Per stretch, the time and calls of each stage name within it.
+    fn time_by_name<'a>(&self, stages: &[OuterStage<'a>]) -> Vec<StretchTotals<'a>> {
+        let (first, width, bars) = (self.first, self.width, self.count);
+        // A stage longer than a stretch counts in each it covers, up to a
+        // total of visits that keeps this linear whatever the input (past
+        // it, in its first stretch only).
+        let mut stretches: Vec<StretchTotals<'a>> = vec![BTreeMap::new(); bars];
+        let mut visits_left = stages.len() + 4 * bars;
+        for &(start, end, name) in stages {
+            let stretch_of = |ns: u64| (((ns - first) / width) as usize).min(bars - 1);
+            let (from, to) = (
+                stretch_of(start),
+                stretch_of(end.saturating_sub(1).max(start)),
+            );
+            let to = to.min(from + visits_left.saturating_sub(1));
+            for (b, stretch) in stretches.iter_mut().enumerate().take(to + 1).skip(from) {
+                let lower = self.lower(b);
+                let overlap = end
+                    .min(lower.saturating_add(width))
+                    .saturating_sub(start.max(lower));
+                let entry = stretch.entry(name).or_default();
+                entry.0 = entry.0.saturating_add(overlap);
+                entry.1 += u64::from(b == from);
             }
-            _ => {
-                if let Some((name, start, end, n)) = current.take() {
-                    push(&mut timeline, name, start, end.min(last), n);
+            visits_left = visits_left.saturating_sub(to + 1 - from);
+        }
+        stretches
+    }
+
+    /// Adds a bar per run of stretches with the same stage at most time,
+    /// ending no later than `last` (ns), to `bars`.
+    fn join_dominant<'a>(
+        &self,
+        by_stretch: &[StretchTotals<'a>],
+        last: u64,
+        bars: &mut TimelineBars<'a>,
+    ) {
+        let mut current: Option<(&'a str, u64, u64, u64)> = None;
+        for (b, by_name) in by_stretch.iter().enumerate() {
+            let from = self.lower(b);
+            let Some((&name, &(_, calls))) = by_name.iter().max_by_key(|(_, &(ns, _))| ns) else {
+                continue;
+            };
+            let to = from.saturating_add(self.width);
+            match &mut current {
+                Some((same, _, end, n)) if *same == name && *end == from => {
+                    *end = to;
+                    *n += calls;
                 }
-                current = Some((name, from, to, calls));
+                _ => {
+                    if let Some((name, start, end, n)) = current.take() {
+                        bars.push(name, start, end.min(last), n);
+                    }
+                    current = Some((name, from, to, calls));
+                }
             }
         }
+        if let Some((name, start, end, n)) = current {
+            bars.push(name, start, end.min(last), n);
+        }
     }
-    if let Some((name, start, end, n)) = current {
-        push(&mut timeline, name, start, end.min(last), n);
-    }
-    timeline
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use rankscope_common::names::{cut, cut_to};
+use rankscope_common::payload::GpuMeta;
 use rankscope_common::table::{
     counted_collectives, BlocksView, CollectivesView, CpuSpansView, DiffusionStepsView, EventsView,
     GpuSamplesView, KernelsView, MemorySnapshotsView, MetricsView, StagesView, OVERHEAD_SECTION,
@@ -293,10 +294,7 @@ fn stage_spans(
     };
     let mut rows: Vec<usize> = (0..v.len).collect();
     rows.sort_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.end_ns[i])));
-    if rows.len() > max {
-        left_out.push((Cut::Stages, (rows.len() - max) as u64));
-        rows.truncate(max);
-    }
+    keep_first(&mut rows, max, Cut::Stages, left_out);
     for i in rows {
         let tid = v.thread[i].min(MAX_THREAD_TRACK);
         threads
@@ -336,6 +334,15 @@ type Samples = (Vec<u64>, Vec<f64>);
 /// Where an instant's row is: (time, table, row).
 type MarkRow = (u64, Table, usize);
 
+/// Keeps the first `max` of `rows`, and adds how many it cut to
+/// `left_out` as `cut`.
+fn keep_first<T>(rows: &mut Vec<T>, max: usize, cut: Cut, left_out: &mut Vec<(Cut, u64)>) {
+    if rows.len() > max {
+        left_out.push((cut, (rows.len() - max) as u64));
+        rows.truncate(max);
+    }
+}
+
 /// Adds the rank's diffusion steps, blocks, events and memory snapshots as
 /// instants on their own track, the earliest `max` of them; whether there
 /// were any.
@@ -347,60 +354,12 @@ fn marks(
     at: &impl Fn(u64) -> f64,
     max: usize,
 ) -> bool {
-    let steps = payload.view::<DiffusionStepsView>().ok().flatten();
-    let blocks = payload.view::<BlocksView>().ok().flatten();
-    let user = payload.view::<EventsView>().ok().flatten();
-    let memory = payload.view::<MemorySnapshotsView>().ok().flatten();
-    let mut rows: Vec<MarkRow> = Vec::new();
-    let mut add = |table: Table, ts: &[u64]| {
-        rows.extend(ts.iter().enumerate().map(|(i, &t)| (t, table, i)));
-    };
-    if let Some(v) = &steps {
-        add(Table::DiffusionSteps, v.ts_ns);
-    }
-    if let Some(v) = &blocks {
-        add(Table::Blocks, v.ts_ns);
-    }
-    if let Some(v) = &user {
-        add(Table::Events, v.ts_ns);
-    }
-    if let Some(v) = &memory {
-        add(Table::MemorySnapshots, v.ts_ns);
-    }
-    rows.sort_unstable();
-    if rows.len() > max {
-        left_out.push((Cut::Instants, (rows.len() - max) as u64));
-        rows.truncate(max);
-    }
+    let tables = MarkTables::of(payload);
+    let mut rows = tables.rows();
+    keep_first(&mut rows, max, Cut::Instants, left_out);
     for &(ts, table, i) in &rows {
-        let (name, category, args) = match (table, &steps, &blocks, &user, &memory) {
-            (Table::DiffusionSteps, Some(v), ..) => (
-                format!("step {}", v.step[i]),
-                "diffusion",
-                json!({ "timestep": v.timestep[i], "block_size": v.block_size[i],
-                        "computation_ms": v.computation_ms[i],
-                        "guidance_scale": v.guidance_scale.get(i) }),
-            ),
-            (Table::Blocks, _, Some(v), ..) => (
-                format!("block {}", v.block_index[i]),
-                "diffusion",
-                json!({ "frames": v.block_size[i], "computation_ms": v.computation_ms[i],
-                        "memory_mb": v.memory_mb.get(i) }),
-            ),
-            (Table::Events, _, _, Some(v), _) => (
-                cut(v.name.get(i)).to_string(),
-                "event",
-                json!({ "payload": v.payload.get(i).map(|p| cut_to(p, MAX_ARG_BYTES)) }),
-            ),
-            (Table::MemorySnapshots, .., Some(v)) => (
-                format!("memory: {}", cut(v.label.value(i))),
-                "memory",
-                json!({ "source": cut(v.source.get(i)), "gpu": v.gpu.get(i),
-                        "allocated_bytes": v.allocated_bytes.get(i),
-                        "reserved_bytes": v.reserved_bytes.get(i),
-                        "max_allocated_bytes": v.max_allocated_bytes.get(i) }),
-            ),
-            _ => continue,
+        let Some((name, category, args)) = tables.mark(table, i) else {
+            continue;
         };
         events.push(&Event {
             tid: Some(MARKS_TRACK),
@@ -411,6 +370,83 @@ fn marks(
         });
     }
     !rows.is_empty()
+}
+
+/// The tables of a rank whose rows are instants on the marks track.
+struct MarkTables<'a> {
+    steps: Option<DiffusionStepsView<'a>>,
+    blocks: Option<BlocksView<'a>>,
+    user: Option<EventsView<'a>>,
+    memory: Option<MemorySnapshotsView<'a>>,
+}
+
+impl<'a> MarkTables<'a> {
+    /// The tables of `payload` it holds and can read.
+    fn of(payload: &'a Payload) -> Self {
+        MarkTables {
+            steps: payload.view::<DiffusionStepsView>().ok().flatten(),
+            blocks: payload.view::<BlocksView>().ok().flatten(),
+            user: payload.view::<EventsView>().ok().flatten(),
+            memory: payload.view::<MemorySnapshotsView>().ok().flatten(),
+        }
+    }
+
+    /// Every row of the tables, earliest first.
+    fn rows(&self) -> Vec<MarkRow> {
+        let mut rows: Vec<MarkRow> = Vec::new();
+        let mut add = |table: Table, ts: &[u64]| {
+            rows.extend(ts.iter().enumerate().map(|(i, &t)| (t, table, i)));
+        };
+        if let Some(v) = &self.steps {
+            add(Table::DiffusionSteps, v.ts_ns);
+        }
+        if let Some(v) = &self.blocks {
+            add(Table::Blocks, v.ts_ns);
+        }
+        if let Some(v) = &self.user {
+            add(Table::Events, v.ts_ns);
+        }
+        if let Some(v) = &self.memory {
+            add(Table::MemorySnapshots, v.ts_ns);
+        }
+        rows.sort_unstable();
+        rows
+    }
+
+    /// The instant of row `i` of `table`: its name, category and arguments.
+    fn mark(&self, table: Table, i: usize) -> Option<(String, &'static str, serde_json::Value)> {
+        Some(
+            match (table, &self.steps, &self.blocks, &self.user, &self.memory) {
+                (Table::DiffusionSteps, Some(v), ..) => (
+                    format!("step {}", v.step[i]),
+                    "diffusion",
+                    json!({ "timestep": v.timestep[i], "block_size": v.block_size[i],
+                        "computation_ms": v.computation_ms[i],
+                        "guidance_scale": v.guidance_scale.get(i) }),
+                ),
+                (Table::Blocks, _, Some(v), ..) => (
+                    format!("block {}", v.block_index[i]),
+                    "diffusion",
+                    json!({ "frames": v.block_size[i], "computation_ms": v.computation_ms[i],
+                        "memory_mb": v.memory_mb.get(i) }),
+                ),
+                (Table::Events, _, _, Some(v), _) => (
+                    cut(v.name.get(i)).to_string(),
+                    "event",
+                    json!({ "payload": v.payload.get(i).map(|p| cut_to(p, MAX_ARG_BYTES)) }),
+                ),
+                (Table::MemorySnapshots, .., Some(v)) => (
+                    format!("memory: {}", cut(v.label.value(i))),
+                    "memory",
+                    json!({ "source": cut(v.source.get(i)), "gpu": v.gpu.get(i),
+                        "allocated_bytes": v.allocated_bytes.get(i),
+                        "reserved_bytes": v.reserved_bytes.get(i),
+                        "max_allocated_bytes": v.max_allocated_bytes.get(i) }),
+                ),
+                _ => return None,
+            },
+        )
+    }
 }
 
 /// Adds the GPU activities (kernels, copies, sets) and collective calls of
@@ -427,32 +463,13 @@ fn gpu_activities(
 ) {
     let kernels = payload.view::<KernelsView>().ok().flatten();
     let calls = payload.view::<CollectivesView>().ok().flatten();
-    // (start, whether a kernel, row)
-    let mut rows: Vec<(u64, bool, usize)> = Vec::new();
-    if let Some(k) = &kernels {
-        rows.extend((0..k.len).map(|i| (k.start_ns[i], true, i)));
-    }
-    if let Some(c) = &calls {
-        rows.extend(counted_collectives(c).map(|i| (c.start_ns[i], false, i)));
-    }
-    rows.sort_unstable();
-    if rows.len() > max {
-        left_out.push((Cut::Kernels, (rows.len() - max) as u64));
-        rows.truncate(max);
-    }
+    let mut rows = activity_rows(kernels.as_ref(), calls.as_ref());
+    keep_first(&mut rows, max, Cut::Kernels, left_out);
     let mut streams: BTreeMap<(Option<u32>, u64), u32> = BTreeMap::new();
     for (start, kernel, i) in rows {
         let (tid, name, dur, category, args) = match (kernel, &kernels, &calls) {
             (true, Some(k), _) => {
-                let key = (k.device.get(i), k.stream[i]);
-                let tid = capped_track(&mut streams, key, COLLECTIVES_TRACK + 1, STREAM_TRACKS);
-                threads.entry(tid).or_insert_with(|| match key.0 {
-                    _ if tid == COLLECTIVES_TRACK + STREAM_TRACKS => {
-                        format!("GPU streams past the first {}", STREAM_TRACKS - 1)
-                    }
-                    Some(device) => format!("GPU {device} stream {}", key.1),
-                    None => format!("GPU stream {}", key.1),
-                });
+                let tid = stream_track(&mut streams, threads, (k.device.get(i), k.stream[i]));
                 if let Some(launch_ns) = k.launch_ns.get(i) {
                     launch_flow(events, threads, pid, at(launch_ns), (tid, at(start)), i);
                 }
@@ -485,6 +502,42 @@ fn gpu_activities(
     }
 }
 
+/// The kernels and counted collective calls, each as (start, whether a
+/// kernel, row), earliest first.
+fn activity_rows(
+    kernels: Option<&KernelsView<'_>>,
+    calls: Option<&CollectivesView<'_>>,
+) -> Vec<(u64, bool, usize)> {
+    let mut rows: Vec<(u64, bool, usize)> = Vec::new();
+    if let Some(k) = kernels {
+        rows.extend((0..k.len).map(|i| (k.start_ns[i], true, i)));
+    }
+    if let Some(c) = calls {
+        rows.extend(counted_collectives(c).map(|i| (c.start_ns[i], false, i)));
+    }
+    rows.sort_unstable();
+    rows
+}
+
+/// The track of a GPU stream (`key`: device and stream), named in
+/// `threads` when new; streams past the first [`STREAM_TRACKS`] `- 1`
+/// share the last track.
+fn stream_track(
+    streams: &mut BTreeMap<(Option<u32>, u64), u32>,
+    threads: &mut BTreeMap<u32, String>,
+    key: (Option<u32>, u64),
+) -> u32 {
+    let tid = capped_track(streams, key, COLLECTIVES_TRACK + 1, STREAM_TRACKS);
+    threads.entry(tid).or_insert_with(|| match key.0 {
+        _ if tid == COLLECTIVES_TRACK + STREAM_TRACKS => {
+            format!("GPU streams past the first {}", STREAM_TRACKS - 1)
+        }
+        Some(device) => format!("GPU {device} stream {}", key.1),
+        None => format!("GPU stream {}", key.1),
+    });
+    tid
+}
+
 /// The track of `key` among `count` tracks numbered from `first`: a new
 /// key takes the next, the last takes every key past them.
 fn capped_track<K: Ord>(tracks: &mut BTreeMap<K, u32>, key: K, first: u32, count: u32) -> u32 {
@@ -510,10 +563,7 @@ fn cpu_spans(
     let mut rows: Vec<usize> = (0..v.len).collect();
     // Earliest first; an enclosing span before the spans inside it.
     rows.sort_unstable_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.dur_ns[i])));
-    if rows.len() > max {
-        left_out.push((Cut::CpuSpans, (rows.len() - max) as u64));
-        rows.truncate(max);
-    }
+    keep_first(&mut rows, max, Cut::CpuSpans, left_out);
     let mut tracks: BTreeMap<u64, u32> = BTreeMap::new();
     for i in rows {
         let tid = capped_track(&mut tracks, v.thread[i], SPANS_TRACK, SPAN_TRACKS);
@@ -579,6 +629,10 @@ fn launch_flow(
     });
 }
 
+/// A counter track: its name, and its readings' times (ns on the rank's
+/// clock) and values.
+type Counter = (String, Vec<u64>, Vec<f64>);
+
 /// Adds the rank's GPU readings and metrics as counters: each series' finite
 /// values, at most [`COUNTER_POINTS`] of them (the lowest and highest of
 /// equal runs), at most [`COUNTER_TRACKS`] series.
@@ -589,53 +643,10 @@ fn counters(
     pid: u32,
     at: &impl Fn(u64) -> f64,
 ) {
-    // name → (times, values) per series, in the order made.
-    let mut series: Vec<(String, Vec<u64>, Vec<f64>)> = Vec::new();
-    if let Ok(Some(v)) = payload.view::<GpuSamplesView>() {
-        let gpus = &payload.header.gpus;
-        let rows_of = rows_by_gpu(&v, gpus.len());
-        let mut index_count: BTreeMap<u32, usize> = BTreeMap::new();
-        for meta in gpus {
-            *index_count.entry(meta.index).or_default() += 1;
-        }
-        for (g, (meta, rows)) in gpus.iter().zip(&rows_of).enumerate() {
-            // Two GPUs of one index (a crafted header) stay two tracks.
-            let same_index = index_count.get(&meta.index).is_some_and(|&n| n > 1);
-            let gpu = if same_index {
-                format!("GPU {} #{g}", meta.index)
-            } else {
-                format!("GPU {}", meta.index)
-            };
-            for metric in &GPU_METRICS {
-                let value = |i: usize| (metric.value)(&v, i).filter(|x| x.is_finite());
-                let (ts, values) = rows
-                    .iter()
-                    .filter_map(|&i| Some((v.ts_ns[i], value(i)?)))
-                    .unzip();
-                series.push((format!("{gpu} {}", metric.label), ts, values));
-            }
-        }
-    }
-    if let Ok(Some(v)) = payload.view::<MetricsView>() {
-        let mut by_name: BTreeMap<(&str, &str), Samples> = BTreeMap::new();
-        for i in 0..v.len {
-            // The profiler's own cost is in the report, not on the timeline.
-            if v.value[i].is_finite() && v.section.get(i) != OVERHEAD_SECTION {
-                let one = by_name
-                    .entry((v.section.get(i), v.name.get(i)))
-                    .or_default();
-                one.0.push(v.ts_ns[i]);
-                one.1.push(v.value[i]);
-            }
-        }
-        series.extend(by_name.into_iter().map(|((section, name), (ts, values))| {
-            (format!("{}: {}", cut(section), cut(name)), ts, values)
-        }));
-    }
-    if series.len() > COUNTER_TRACKS {
-        left_out.push((Cut::Counters, (series.len() - COUNTER_TRACKS) as u64));
-        series.truncate(COUNTER_TRACKS);
-    }
+    // In the order made: the GPUs' readings, then the metrics.
+    let mut series = gpu_counters(payload);
+    series.extend(metric_counters(payload));
+    keep_first(&mut series, COUNTER_TRACKS, Cut::Counters, left_out);
     for (name, ts, values) in &series {
         for i in min_max_indices(values, COUNTER_POINTS) {
             events.push(&Event {
@@ -644,6 +655,74 @@ fn counters(
             });
         }
     }
+}
+
+/// A counter per GPU of the rank's header and metric of [`GPU_METRICS`]:
+/// its finite readings.
+fn gpu_counters(payload: &Payload) -> Vec<Counter> {
+    let Ok(Some(v)) = payload.view::<GpuSamplesView>() else {
+        return Vec::new();
+    };
+    let gpus = &payload.header.gpus;
+    let rows_of = rows_by_gpu(&v, gpus.len());
+    let mut series = Vec::new();
+    for (rows, gpu) in rows_of.iter().zip(gpu_track_names(gpus)) {
+        for metric in &GPU_METRICS {
+            let value = |i: usize| (metric.value)(&v, i).filter(|x| x.is_finite());
+            let (ts, values) = rows
+                .iter()
+                .filter_map(|&i| Some((v.ts_ns[i], value(i)?)))
+                .unzip();
+            series.push((format!("{gpu} {}", metric.label), ts, values));
+        }
+    }
+    series
+}
+
+/// Each GPU's name on its counters: `GPU i`, or `GPU i #g` where two GPUs
+/// of the header (a crafted one) share index `i`, so that they stay two
+/// tracks.
+fn gpu_track_names(gpus: &[GpuMeta]) -> Vec<String> {
+    let mut index_count: BTreeMap<u32, usize> = BTreeMap::new();
+    for meta in gpus {
+        *index_count.entry(meta.index).or_default() += 1;
+    }
+    gpus.iter()
+        .enumerate()
+        .map(|(g, meta)| {
+            let same_index = index_count.get(&meta.index).is_some_and(|&n| n > 1);
+            if same_index {
+                format!("GPU {} #{g}", meta.index)
+            } else {
+                format!("GPU {}", meta.index)
+            }
+        })
+        .collect()
+}
+
+/// A counter per section and name of the rank's metrics (but the
+/// profiler's own cost): its finite values.
+fn metric_counters(payload: &Payload) -> Vec<Counter> {
+    let Ok(Some(v)) = payload.view::<MetricsView>() else {
+        return Vec::new();
+    };
+    let mut by_name: BTreeMap<(&str, &str), Samples> = BTreeMap::new();
+    for i in 0..v.len {
+        // The profiler's own cost is in the report, not on the timeline.
+        if v.value[i].is_finite() && v.section.get(i) != OVERHEAD_SECTION {
+            let one = by_name
+                .entry((v.section.get(i), v.name.get(i)))
+                .or_default();
+            one.0.push(v.ts_ns[i]);
+            one.1.push(v.value[i]);
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|((section, name), (ts, values))| {
+            (format!("{}: {}", cut(section), cut(name)), ts, values)
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
