@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The agent's unsafe and lock-free code under Miri (nightly), with Stacked
 # Borrows and with Tree Borrows: the MPI send path's buffer
-# (transport::send_buffer) and a thread's event log (recorder::events). Installs
-# nightly's Miri where it is missing. The payload codec is not run here:
-# it calls zstd, C code that Miri cannot execute.
+# (transport::send_buffer), a thread's event log (recorder::events) and a
+# payload's round trip through the codec, the IPC streams and the checks
+# made before Arrow reads a buffer (with LZ4: zstd is C code, which Miri
+# cannot execute). Installs nightly's Miri where it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null
@@ -12,3 +13,8 @@ echo "== Miri, Stacked Borrows: ${tests[*]}"
 cargo +nightly miri test -p rankscope --lib --locked -- "${tests[@]}"
 echo "== Miri, Tree Borrows: ${tests[*]}"
 MIRIFLAGS=-Zmiri-tree-borrows cargo +nightly miri test -p rankscope --lib --locked -- "${tests[@]}"
+payload=payload::tests::every_table_round_trips_with_lz4
+echo "== Miri, Stacked Borrows: $payload"
+cargo +nightly miri test -p rankscope-common --lib --locked -- --exact "$payload"
+echo "== Miri, Tree Borrows: $payload"
+MIRIFLAGS=-Zmiri-tree-borrows cargo +nightly miri test -p rankscope-common --lib --locked -- --exact "$payload"
