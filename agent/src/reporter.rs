@@ -33,10 +33,11 @@ impl Reporter for CoordinatorReporter {
         session_dir: &Path,
         config: &Config,
     ) -> Result<ReportFiles, Box<dyn std::error::Error + Send + Sync>> {
+        let config = rankscope_coordinator::AnalysisConfig::from(config);
         Ok(rankscope_coordinator::report::report(
             gathered,
             session_dir,
-            config,
+            &config,
         )?)
     }
 }

@@ -18,6 +18,7 @@ use rankscope_common::kineto::TraceLimits;
 use rankscope_common::text::terminal;
 use rankscope_common::Config;
 use rankscope_coordinator::model::SkippedInput;
+use rankscope_coordinator::AnalysisConfig;
 use rankscope_coordinator::{aggregate, compare, import, inspect, read, report};
 
 /// Exit status of an error.
@@ -222,6 +223,13 @@ enum Commands {
     },
 }
 
+/// What the analysis reads of the configuration (`RANKSCOPE_CONFIG` and
+/// `RANKSCOPE_*` variables).
+fn analysis_config() -> Result<AnalysisConfig> {
+    let config = Config::from_env().context("loading the configuration")?;
+    Ok(AnalysisConfig::from(&config))
+}
+
 /// Sets glibc's allocator up for the aggregation (BENCHMARKS.md, at 1024
 /// ranks on 2 cores). Only the command does this, never a rank.
 ///
@@ -407,7 +415,7 @@ fn run_aggregate(
     run: Option<&str>,
     report_only: bool,
 ) -> Result<Finished> {
-    let config = Config::from_env().context("loading the configuration")?;
+    let config = analysis_config()?;
     tune_malloc();
     let outputs = if report_only {
         aggregate::Outputs::ReportOnly
@@ -481,7 +489,7 @@ fn run_import(
     max_rows: usize,
     jobs: Option<u32>,
 ) -> Result<Finished> {
-    let config = Config::from_env().context("loading the configuration")?;
+    let config = analysis_config()?;
     let defaults = import::ImportOptions::default();
     let options = import::ImportOptions {
         limits: TraceLimits {

@@ -3,11 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::AnalysisConfig;
 use rankscope_common::gather::{
     self, Candidate, Expect, Gathered, ReportFiles, RunFilter, Skipped,
 };
 use rankscope_common::spill::{self, Input};
-use rankscope_common::Config;
 
 use crate::analysis::{analyze_digests, RankDigest};
 use crate::model::Notice;
@@ -105,7 +105,7 @@ pub fn aggregate(
     output: Option<&Path>,
     run: Option<&str>,
     outputs: Outputs,
-    config: &Config,
+    config: &AnalysisConfig,
 ) -> Result<Aggregated, AggregateError> {
     aggregate_with(reports_dir, output, run, outputs, config, &Silent)
 }
@@ -117,7 +117,7 @@ pub fn aggregate_with(
     output: Option<&Path>,
     run: Option<&str>,
     outputs: Outputs,
-    config: &Config,
+    config: &AnalysisConfig,
     progress: &dyn Progress,
 ) -> Result<Aggregated, AggregateError> {
     let inputs = spill::inputs(reports_dir).map_err(|source| AggregateError::Read {
@@ -144,7 +144,7 @@ pub fn aggregate_with(
 /// digests are held), numbered by its input; `progress` counts them.
 fn read_digests(
     inputs: &[Input],
-    config: &Config,
+    config: &AnalysisConfig,
     progress: &dyn Progress,
 ) -> Vec<Candidate<RankDigest>> {
     progress.begin("reading rank files", inputs.len() as u64);
@@ -169,7 +169,7 @@ fn accept_run(
     candidates: Vec<Candidate<RankDigest>>,
     reports_dir: &Path,
     run: Option<&str>,
-    config: &Config,
+    config: &AnalysisConfig,
 ) -> Result<Gathered<RankDigest>, AggregateError> {
     let expect = Expect {
         run: run.map_or(RunFilter::Any, |run| RunFilter::Only(Some(run.to_string()))),
@@ -211,7 +211,7 @@ fn write_files(
     output: &Path,
     report: &mut Report,
     outputs: Outputs,
-    config: &Config,
+    config: &AnalysisConfig,
     progress: &dyn Progress,
 ) -> Result<ReportFiles, AggregateError> {
     let row_files = match outputs {
@@ -249,7 +249,7 @@ fn write_rows(
     accepted: &[(Input, PayloadIdentity)],
     output: &Path,
     report: &mut Report,
-    config: &Config,
+    config: &AnalysisConfig,
     progress: &dyn Progress,
 ) -> Result<Vec<PathBuf>, AggregateError> {
     let mut rows = RowWriters::create(output, report, config)?;

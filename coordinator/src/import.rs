@@ -5,6 +5,7 @@
 //! set by the row budget, the jobs and the ranks' digests, not by the size
 //! of the traces.
 
+use crate::AnalysisConfig;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,10 +14,9 @@ use std::sync::{Mutex, PoisonError};
 use rankscope_common::gather::{Gathered, ReportFiles};
 use rankscope_common::kineto::{self, TraceError, TraceLimits};
 use rankscope_common::payload::TransportName;
-use rankscope_common::Config;
 
 use crate::analysis::kernels::{analyze_kernels, RankKernels};
-use crate::analysis::{add_kernels, analyze, StragglerRule};
+use crate::analysis::{add_kernels, analyze};
 use crate::model::{Notice, Report, SkippedInput};
 use crate::progress::{Progress, Silent};
 use crate::report::{create_dir, write_reports, WriteError, REPORT_JSON};
@@ -99,7 +99,7 @@ pub fn import(
     paths: &[PathBuf],
     out: &Path,
     options: &ImportOptions,
-    config: &Config,
+    config: &AnalysisConfig,
 ) -> Result<Imported, ImportError> {
     import_with(paths, out, options, config, &Silent)
 }
@@ -109,7 +109,7 @@ pub fn import_with(
     paths: &[PathBuf],
     out: &Path,
     options: &ImportOptions,
-    config: &Config,
+    config: &AnalysisConfig,
     progress: &dyn Progress,
 ) -> Result<Imported, ImportError> {
     // A bad output directory is said before the traces are read.
@@ -308,7 +308,7 @@ fn report(
     ranks: BTreeMap<u32, RankKernels>,
     world_size: u32,
     skipped: Vec<SkippedInput>,
-    config: &Config,
+    config: &AnalysisConfig,
 ) -> Report {
     let gathered: Gathered = Gathered {
         world_size,
@@ -330,10 +330,7 @@ fn report(
         .values()
         .flat_map(|r| r.gpu_time.iter().map(|g| g.window_s))
         .fold(0.0, f64::max);
-    let rule = StragglerRule {
-        threshold_pct: config.straggler_threshold_pct,
-        min_excess_s: config.straggler_min_s,
-    };
+    let rule = config.stragglers;
     add_kernels(
         &mut report,
         analyze_kernels(ranks.into_values().collect(), rule),

@@ -4,7 +4,8 @@
 //! merged `trace.json.gz` and the raw Arrow data (`raw/`). It depends on
 //! `rankscope-common` only: no NVML, no agent, no command line.
 //!
-//! - [`analysis::analyze`]: gathered payloads → [`model::Report`];
+//! - [`analysis::analyze`]: gathered payloads → [`model::Report`], under an
+//!   [`AnalysisConfig`] (what the analysis reads of the configuration);
 //! - [`report::report`]: analyse and write every report file, as rank 0 does
 //!   in-process (the agent calls it); [`report::write_reports`] renders a
 //!   report already analysed;
@@ -16,7 +17,7 @@
 //! ```
 //! use rankscope_common::gather::{accept, Candidate, Expect};
 //! use rankscope_common::payload::{Payload, PayloadHeader};
-//! use rankscope_common::Config;
+//! use rankscope_coordinator::AnalysisConfig;
 //!
 //! let header = PayloadHeader::new("job-1", "t2v", 0, 2);
 //! let candidate = Candidate {
@@ -25,7 +26,7 @@
 //! };
 //! let gathered = accept(vec![candidate], &Expect::default());
 //! let dir = tempfile::tempdir().unwrap();
-//! let files = rankscope_coordinator::report::report(&gathered, dir.path(), &Config::default()).unwrap();
+//! let files = rankscope_coordinator::report::report(&gathered, dir.path(), &AnalysisConfig::default()).unwrap();
 //! assert!(dir.path().join("report.json").exists());
 //! assert!(files.summary.contains("ranks 1/2"));
 //! ```
@@ -34,6 +35,7 @@
 pub mod aggregate;
 pub mod analysis;
 pub mod compare;
+mod config;
 pub mod import;
 pub mod inspect;
 mod join;
@@ -41,3 +43,5 @@ pub mod model;
 pub mod progress;
 pub mod read;
 pub mod report;
+
+pub use config::AnalysisConfig;

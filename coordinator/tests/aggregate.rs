@@ -4,9 +4,10 @@
 
 use rankscope_common::payload::{self, Compression};
 use rankscope_common::spill::{self, SpillName};
-use rankscope_common::{gather, Config, Payload};
+use rankscope_common::{gather, Payload};
 use rankscope_coordinator::aggregate::{aggregate, Outputs};
 use rankscope_coordinator::analysis::analyze;
+use rankscope_coordinator::AnalysisConfig;
 
 mod support;
 use support::synthetic::{rank_payload, BENCH, SLOW_RANK};
@@ -64,9 +65,9 @@ fn the_streamed_report_is_the_in_memory_report() {
     )
     .unwrap();
 
-    let config = Config {
+    let config = AnalysisConfig {
         warmup_calls: 2,
-        ..Config::default()
+        ..AnalysisConfig::default()
     };
     let out = tempfile::tempdir().unwrap();
     let streamed = aggregate(

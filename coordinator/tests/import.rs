@@ -2,11 +2,11 @@
 //! Analysis (HTA, run in the same test on the same files), and keeps
 //! reporting when some traces are hostile.
 
+use rankscope_coordinator::AnalysisConfig;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rankscope_common::Config;
 use rankscope_coordinator::import::{import, ImportOptions, Imported};
 use rankscope_coordinator::model::Report;
 use serde_json::Value;
@@ -27,7 +27,7 @@ fn import_all(paths: &[PathBuf]) -> (tempfile::TempDir, Imported) {
         paths,
         out.path(),
         &ImportOptions::default(),
-        &Config::default(),
+        &AnalysisConfig::default(),
     )
     .unwrap();
     (out, imported)
@@ -343,7 +343,7 @@ fn a_trace_cut_by_its_budget_makes_a_partial_report_that_says_so() {
         },
         ..ImportOptions::default()
     };
-    let imported = import(&[dir], out.path(), &options, &Config::default()).unwrap();
+    let imported = import(&[dir], out.path(), &options, &AnalysisConfig::default()).unwrap();
     assert!(!imported.is_complete());
     let warned: Vec<&str> = imported
         .report

@@ -3,12 +3,13 @@
 //! (the report says what was cut); `raw/` holds every row, readable by
 //! pyarrow with the row counts the report gives.
 
+use rankscope_coordinator::AnalysisConfig;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
 use std::process::Command;
 
-use rankscope_common::{Config, Gathered};
+use rankscope_common::Gathered;
 use rankscope_coordinator::aggregate::{aggregate, Outputs};
 use rankscope_coordinator::model::{Bottleneck, BottleneckKind, Notice, Report};
 use rankscope_coordinator::report;
@@ -23,7 +24,7 @@ const RANKS: u32 = 6;
 const STAGES: u64 = 2_000;
 
 /// Aggregates a synthetic job of [`RANKS`] ranks with `config`.
-fn job(config: &Config) -> (tempfile::TempDir, Report) {
+fn job(config: &AnalysisConfig) -> (tempfile::TempDir, Report) {
     let dir = tempfile::tempdir().unwrap();
     write_job(dir.path(), RANKS, &BENCH, &mut std::io::sink()).unwrap();
     let report = aggregate(dir.path(), None, None, Outputs::All, config)
@@ -126,7 +127,7 @@ fn check_trace(trace: &Value) -> (BTreeMap<u64, usize>, BTreeMap<u64, usize>) {
 
 #[test]
 fn the_trace_is_well_formed_and_holds_every_rank_and_stage() {
-    let (dir, report) = job(&Config::default());
+    let (dir, report) = job(&AnalysisConfig::default());
     let (per_pid, instants) = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
     let expected: BTreeMap<u64, usize> = (1..=u64::from(RANKS))
         .map(|pid| (pid, STAGES as usize))
@@ -149,9 +150,9 @@ fn cut_notice<'a>(report: &'a Report, what: &str) -> &'a Notice {
 
 #[test]
 fn a_trace_past_its_bound_is_cut_and_the_report_says_so() {
-    let config = Config {
+    let config = AnalysisConfig {
         trace_max_stages: 50,
-        ..Config::default()
+        ..AnalysisConfig::default()
     };
     let (dir, report) = job(&config);
     let (per_pid, instants) = check_trace(&read_trace(&dir.path().join("trace.json.gz")));
@@ -181,7 +182,7 @@ fn a_trace_past_its_bound_is_cut_and_the_report_says_so() {
 
 #[test]
 fn pyarrow_reads_every_raw_file_with_the_reports_row_counts() {
-    let (dir, report) = job(&Config::default());
+    let (dir, report) = job(&AnalysisConfig::default());
     // Per table, per rank, the rows the report says each rank recorded.
     let mut expected: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     for rank in &report.ranks {
@@ -243,7 +244,7 @@ fn an_hour_of_64_ranks_stays_a_few_megabytes() {
         ..Gathered::default()
     };
     let dir = tempfile::tempdir().unwrap();
-    report::report(&gathered, dir.path(), &Config::default()).unwrap();
+    report::report(&gathered, dir.path(), &AnalysisConfig::default()).unwrap();
     let size = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().len();
     let report: Report =
         serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
@@ -255,7 +256,7 @@ fn an_hour_of_64_ranks_stays_a_few_megabytes() {
         size("report.html")
     );
     // The trace holds each rank's first trace_max_stages stages.
-    let limit = Config::default().trace_max_stages;
+    let limit = AnalysisConfig::default().trace_max_stages;
     let stages = cut_notice(&report, " stages past");
     let left_out = (24_000 - limit) * u64::from(WORLD);
     assert!(
@@ -292,7 +293,8 @@ fn a_summary_of_4096_ranks_stays_under_200_lines() {
         payloads,
         ..Gathered::default()
     };
-    let mut report = rankscope_coordinator::analysis::analyze(&gathered, &Config::default());
+    let mut report =
+        rankscope_coordinator::analysis::analyze(&gathered, &AnalysisConfig::default());
     assert_eq!(
         report.gpus.len(),
         WORLD as usize,

@@ -340,7 +340,7 @@ fn a_rank_killed_mid_session_is_named_missing_and_recovered_from_its_flushes() {
         .unwrap()
         .unwrap()
         .path();
-    let config = rankscope_common::Config::default();
+    let config = rankscope_coordinator::AnalysisConfig::default();
     let aggregated = rankscope_coordinator::aggregate::aggregate(
         &dir,
         None,

@@ -2,8 +2,6 @@
 //! threshold and the numbers that fired it, and one rule across peers
 //! (a GPU out of line with the others).
 
-use rankscope_common::Config;
-
 use super::stats::mean_std;
 
 use crate::model::{Bottleneck, BottleneckKind, GpuSummary};
@@ -47,28 +45,10 @@ pub struct BottleneckRule {
     pub outlier_min_gpus: usize,
 }
 
-impl BottleneckRule {
-    /// The thresholds of `config`'s `gpu_*` keys; the others fixed.
-    pub fn from_config(config: &Config) -> Self {
-        BottleneckRule {
-            memory_peak_pct: config.gpu_memory_pressure_pct,
-            thermal_readings_pct: config.gpu_thermal_readings_pct,
-            thermal_temp_c: config.gpu_thermal_temp_c,
-            power_draw_pct: 95.0,
-            power_readings_pct: config.gpu_power_readings_pct,
-            busy_util_pct: 80.0,
-            clock_pct: config.gpu_clock_pct,
-            underutilized_pct: config.gpu_underutilized_pct,
-            outlier_sigma: config.gpu_outlier_sigma,
-            outlier_min_pct: 10.0,
-            outlier_min_gpus: 3,
-        }
-    }
-}
-
+/// The default configuration's thresholds.
 impl Default for BottleneckRule {
     fn default() -> Self {
-        BottleneckRule::from_config(&Config::default())
+        crate::AnalysisConfig::default().bottlenecks
     }
 }
 

@@ -4,13 +4,13 @@
 //! per rank one number per stage call and diffusion step (for the lockstep
 //! and percentile statistics), and bounded summaries of the rest.
 
+use crate::AnalysisConfig;
 use rankscope_common::gather::Headed;
 use rankscope_common::table::{MetricsView, StagesView};
 use std::collections::BTreeMap;
 
-use rankscope_common::{Config, Payload, PayloadHeader};
+use rankscope_common::{Payload, PayloadHeader};
 
-use super::bottlenecks::BottleneckRule;
 use super::diffusion::RankDiffusion;
 use super::kernels::RankKernels;
 use super::times::RankStages;
@@ -51,7 +51,7 @@ pub struct RankDigest {
 impl RankDigest {
     /// Reduces `payload` under the warm-up and bottleneck settings of
     /// `config`.
-    pub fn new(payload: &Payload, config: &Config) -> Self {
+    pub fn new(payload: &Payload, config: &AnalysisConfig) -> Self {
         let header = &payload.header;
         let (stages, outermost) = match payload.view::<StagesView>() {
             Ok(Some(view)) => {
@@ -68,11 +68,16 @@ impl RankDigest {
         let bars = series::share(series::TIMELINE_BARS, world);
         let gpu_metrics = world.saturating_mul(header.gpus.len()).saturating_mul(5);
         let points = series::share(series::GPU_POINTS, gpu_metrics);
-        let rule = BottleneckRule::from_config(config);
+
         RankDigest {
             header: header.clone(),
             stages,
-            gpus: gpus::rank_gpus(payload, &gpus::busy_spans(&outermost), &rule, points),
+            gpus: gpus::rank_gpus(
+                payload,
+                &gpus::busy_spans(&outermost),
+                &config.bottlenecks,
+                points,
+            ),
             timeline: series::rank_timeline(header.rank.rank, outermost, bars),
             host: gpus::host_summary(payload),
             diffusion: RankDiffusion::new(payload),

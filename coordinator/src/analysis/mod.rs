@@ -19,11 +19,12 @@ pub use bottlenecks::BottleneckRule;
 pub use digest::RankDigest;
 pub use stragglers::StragglerRule;
 
+use crate::AnalysisConfig;
 use rankscope_common::error::Chain;
 use rankscope_common::gather::Headed;
 use rankscope_common::payload::GpuSource;
 use rankscope_common::window::WindowMeta;
-use rankscope_common::{Config, Gathered, Rejection, Skipped};
+use rankscope_common::{Gathered, Rejection, Skipped};
 
 use crate::join::join;
 use crate::model::{
@@ -49,7 +50,7 @@ pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
 }
 
 /// Analyses everything rank 0 gathered.
-pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
+pub fn analyze(gathered: &Gathered, config: &AnalysisConfig) -> Report {
     let ranks = gathered
         .payloads
         .iter()
@@ -60,7 +61,7 @@ pub fn analyze(gathered: &Gathered, config: &Config) -> Report {
 
 /// Analyses the payloads gathered as digests ([`RankDigest`]), each made
 /// when its payload was decoded.
-pub fn analyze_digests(mut gathered: Gathered<RankDigest>, config: &Config) -> Report {
+pub fn analyze_digests(mut gathered: Gathered<RankDigest>, config: &AnalysisConfig) -> Report {
     let ranks = std::mem::take(&mut gathered.payloads);
     analyze_ranks(&gathered, ranks, config)
 }
@@ -68,18 +69,19 @@ pub fn analyze_digests(mut gathered: Gathered<RankDigest>, config: &Config) -> R
 /// The report of `ranks`, the digests of the payloads `gathered` accepted,
 /// by rank; the world, missing ranks and skipped inputs come from
 /// `gathered` (its payloads are not read).
-fn analyze_ranks<T>(gathered: &Gathered<T>, mut ranks: Vec<RankDigest>, config: &Config) -> Report {
+fn analyze_ranks<T>(
+    gathered: &Gathered<T>,
+    mut ranks: Vec<RankDigest>,
+    config: &AnalysisConfig,
+) -> Report {
     let (other_runs, mut skipped) = skipped_inputs(gathered);
     let parts = RankParts::take(&mut ranks, &mut skipped);
     // The GPUs merged beside the stages.
     let ((gpus, gpu_series), times) = join(
-        || gpus::gpu_summaries(parts.gpus, &BottleneckRule::from_config(config)),
+        || gpus::gpu_summaries(parts.gpus, &config.bottlenecks),
         || stage_times(parts.stages, &mut skipped),
     );
-    let rule = StragglerRule {
-        threshold_pct: config.straggler_threshold_pct,
-        min_excess_s: config.straggler_min_s,
-    };
+    let rule = config.stragglers;
     let mut report = assemble_report(
         gathered,
         &ranks,
@@ -218,7 +220,7 @@ fn assemble_report<T>(
     gathered: &Gathered<T>,
     ranks: &[RankDigest],
     merged: Merged,
-    config: &Config,
+    config: &AnalysisConfig,
 ) -> Report {
     let times = merged.times;
     let durations: Vec<f64> = ranks
@@ -456,6 +458,7 @@ mod tests {
     use super::gpus::tests::rank_reading;
     use super::*;
     use crate::model::BottleneckKind;
+    use rankscope_common::Config;
     use rankscope_common::Payload;
 
     /// Every rank of `payloads` reported.
@@ -476,7 +479,7 @@ mod tests {
             rank_reading(2, 10, |_, _| {}),
         ];
         let gathered = gathered(payloads);
-        analyze(&gathered, &Config::default())
+        analyze(&gathered, &AnalysisConfig::default())
     }
 
     #[test]
@@ -520,7 +523,7 @@ mod tests {
                 payload
             })
             .collect();
-        let report = analyze(&gathered(payloads), &Config::default());
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
         assert_eq!(
             report.stragglers.len(),
             2,
@@ -587,7 +590,7 @@ mod tests {
                 payload
             })
             .to_vec();
-        let report = analyze(&gathered(payloads), &Config::default());
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
         assert_eq!(report.gpus.len(), 1);
         assert_eq!(
             report.stragglers[0].evidence,
@@ -616,7 +619,7 @@ mod tests {
                 (5, None, "attention", 10.0, 11.0),
             ],
         );
-        let report = analyze(&gathered(vec![payload]), &Config::default());
+        let report = analyze(&gathered(vec![payload]), &AnalysisConfig::default());
         let shares: f64 = report.stages.iter().map(|s| s.share_pct).sum();
         assert!((shares - 100.0).abs() < 1e-6, "{shares}");
         let stage = |name: &str| report.stages.iter().find(|s| s.name == name).unwrap();
@@ -647,7 +650,7 @@ mod tests {
                 })
             })
             .collect();
-        let report = analyze(&gathered(payloads), &Config::default());
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
         assert_eq!(report.stragglers, []);
         assert!(report.gpus.iter().all(|g| g.bottlenecks.is_empty()));
         let alarms: Vec<_> = report
@@ -675,7 +678,7 @@ mod tests {
                 )
             })
             .collect();
-        let report = analyze(&gathered(payloads), &Config::default());
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
         assert_eq!(report.stragglers[0].stage, "attention");
         let stage_advice: Vec<&str> = report
             .recommendations
@@ -710,7 +713,7 @@ mod tests {
                 super::times::tests::rank_with_stages(rank, &[(1, None, name, 0.0, 10.0)])
             })
             .collect();
-        let report = analyze(&gathered(payloads), &Config::default());
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
         let share = |name: &str| {
             report
                 .stages
@@ -733,7 +736,7 @@ mod tests {
                 (name == "RANKSCOPE_GPU_THERMAL_TEMP_C").then(|| thermal_temp_c.to_string())
             })
             .unwrap();
-            analyze(&gathered, &config).gpus[0]
+            analyze(&gathered, &AnalysisConfig::from(&config)).gpus[0]
                 .bottlenecks
                 .iter()
                 .map(|b| b.kind)
@@ -750,7 +753,7 @@ mod tests {
             rank_reading(1, 10, |_, row| row.throttle_reasons = Some(0x4)),
         ];
         let gathered = gathered(payloads);
-        let report = analyze(&gathered, &Config::default());
+        let report = analyze(&gathered, &AnalysisConfig::default());
         assert_eq!(report.stragglers, []);
         let gpu: Vec<_> = report
             .recommendations

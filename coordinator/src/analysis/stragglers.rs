@@ -15,7 +15,7 @@ pub const HOST_CPU_SATURATED_PCT: f64 = 90.0;
 /// When a rank counts as a straggler in a stage: past both margins over
 /// the median of the other ranks, and, with eight ranks or more, an
 /// outlier against the stage's ordinary spread across ranks.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StragglerRule {
     /// Its total must exceed the other ranks' median by more than this, percent...
     pub threshold_pct: f64,

@@ -11,13 +11,13 @@ pub mod rows;
 mod summary;
 pub mod trace;
 
+use crate::AnalysisConfig;
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use rankscope_common::file::AtomicFile;
 use rankscope_common::gather::{Gathered, ReportFiles};
-use rankscope_common::Config;
 
 use crate::analysis::analyze;
 use crate::join::join;
@@ -56,7 +56,11 @@ pub fn create_dir(dir: &Path) -> Result<(), WriteError> {
 
 /// Analyses what rank 0 gathered and writes every report file into `dir`:
 /// what rank 0 does at the end of a session.
-pub fn report(gathered: &Gathered, dir: &Path, config: &Config) -> Result<ReportFiles, WriteError> {
+pub fn report(
+    gathered: &Gathered,
+    dir: &Path,
+    config: &AnalysisConfig,
+) -> Result<ReportFiles, WriteError> {
     let mut report = analyze(gathered, config);
     if report.window.is_none() {
         report.windows = window_reports(dir);

@@ -4,12 +4,13 @@
 //! rather than hold them all); [`RowWriters::finish`] puts the files in
 //! place and notes in the report what was left out of them.
 
+use crate::AnalysisConfig;
 use std::collections::BTreeMap;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use rankscope_common::file::AtomicFile;
-use rankscope_common::{Config, Payload, PayloadHeader};
+use rankscope_common::{Payload, PayloadHeader};
 
 use super::raw::{self, RankBatches, RawWriter, RAW_DIR};
 use super::trace::{self, Cut, RankEvents, TraceWriter};
@@ -100,7 +101,11 @@ pub struct RankRows {
 
 impl RowWriters {
     /// Starts the files in `dir` for the ranks of `report`.
-    pub fn create(dir: &Path, report: &Report, config: &Config) -> Result<Self, WriteError> {
+    pub fn create(
+        dir: &Path,
+        report: &Report,
+        config: &AnalysisConfig,
+    ) -> Result<Self, WriteError> {
         let trace_path = dir.join(TRACE_JSON_GZ);
         let failed = |source| WriteError {
             path: trace_path.clone(),
