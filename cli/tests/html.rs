@@ -394,5 +394,17 @@ fn a_page_of_4096_ranks_draws_every_chart() {
         text.contains("and 4032 more rows, in report.json"),
         "the rest counted"
     );
+    // The heatmap draws runs of 16 ranks, each cell its slowest, named;
+    // the timeline 64 ranks, the others counted.
+    let (cells, _) = chart(&mut browser, "chart-heatmap");
+    assert!(cells <= 256 * 50, "{cells} heatmap cells");
+    assert!(text.contains("16 consecutive ranks a column"), "{text}");
+    assert!(text.contains("64 ranks are drawn"), "{text}");
+    assert!(text.contains("4032 more are not"), "{text}");
+    let label = browser.eval(
+        "echarts.getInstanceByDom(document.getElementById('chart-heatmap'))
+             .getOption().xAxis[0].data[1]",
+    );
+    assert_eq!(label, json!("ranks 16–31"));
     browser.screenshot(&artifact("report-4096-ranks.png"));
 }

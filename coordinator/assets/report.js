@@ -58,12 +58,15 @@
     charts.forEach(function (c) { c.resize(); });
   });
 
-  var rankLabels = data.ranks.map(function (rank) { return 'rank ' + rank; });
-
-  // Time per stage and rank.
+  // Time per stage and rank: a column per rank, or past 256 ranks per run
+  // of consecutive ranks, each cell its slowest rank's, named.
   (function () {
     var totals = series.stage_totals_s;
+    var slowest = series.stage_slowest;
     var names = data.heatmap_stages;
+    var columnLabels = series.columns.map(function (c) {
+      return c.ranks === 1 ? 'rank ' + c.first : 'ranks ' + c.first + '–' + c.last;
+    });
     var cells = [];
     var max = 0;
     totals.forEach(function (row, y) {
@@ -74,12 +77,14 @@
     draw('chart-heatmap', cells.length, {
       tooltip: {
         formatter: function (p) {
-          return esc(names[p.value[1]]) + '<br>' + rankLabels[p.value[0]] + ': ' +
-            fixed(p.value[2], 3) + ' s';
+          var x = p.value[0], y = p.value[1];
+          var who = slowest.length ? columnLabels[x] + ', the slowest rank ' + slowest[y][x]
+                                   : columnLabels[x];
+          return esc(names[y]) + '<br>' + who + ': ' + fixed(p.value[2], 3) + ' s';
         }
       },
       grid: { left: 160, right: 24, top: 8, bottom: 72 },
-      xAxis: { type: 'category', data: rankLabels },
+      xAxis: { type: 'category', data: columnLabels },
       yAxis: { type: 'category', data: names, inverse: true,
                axisLabel: { width: 150, overflow: 'truncate' } },
       visualMap: { min: 0, max: max || 1, precision: 3, calculable: true, orient: 'horizontal',

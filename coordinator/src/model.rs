@@ -806,16 +806,37 @@ pub struct Recommendation {
 /// timeline (the zero of `ranks[].started_s`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Series {
-    /// Per stage (the first 50 of `stages`, the largest), per rank (in the
-    /// order of `ranks`): the rank's total seconds in it, `null` where it
-    /// never ran it.
+    /// The columns of the stage × rank heatmap, in the order of `ranks`:
+    /// one per rank up to 256 ranks, else runs of consecutive ranks.
+    pub columns: Vec<RankRun>,
+    /// Per stage (the first 50 of `stages`, the largest), per column: the
+    /// total seconds in it of the column's slowest rank, `null` where none
+    /// of its ranks ran it.
     pub stage_totals_s: Vec<Vec<Option<f64>>>,
-    /// Per rank, the stages that ran inside no other.
+    /// Where the columns are runs of ranks: per stage, per column, which
+    /// rank `stage_totals_s` is; empty where each column is one rank.
+    pub stage_slowest: Vec<Vec<Option<u32>>>,
+    /// Per rank drawn, the stages that ran inside no other: every rank up
+    /// to 64 ranks, else the stragglers and then the slowest ranks.
     pub timelines: Vec<RankTimeline>,
     /// Per GPU (in the order of `gpus`), its readings over time.
     pub gpus: Vec<GpuSeries>,
-    /// Per rank, its diffusion step times.
+    /// Per rank drawn (as for `timelines`), its diffusion step times.
     pub steps: Vec<RankSteps>,
+    /// Ranks whose timeline and step times are not drawn (past 64 ranks).
+    pub ranks_not_drawn: u64,
+}
+
+/// Consecutive ranks (in the order of `ranks`) drawn as one column.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankRun {
+    /// The first rank.
+    pub first: u32,
+    /// The last rank.
+    pub last: u32,
+    /// How many ranks the run holds (ranks missing from the report are
+    /// not in it).
+    pub ranks: u32,
 }
 
 /// One rank's outermost stages as bars on the shared timeline, in columns.

@@ -470,6 +470,40 @@ mod tests {
         }
     }
 
+    /// Past 256 ranks the heatmap's columns are runs of ranks, each cell
+    /// its slowest rank's, named; past 64 the timeline draws the
+    /// stragglers first and counts the ranks it leaves out.
+    #[test]
+    fn charts_at_scale_bin_ranks_and_name_the_slowest() {
+        const RANKS: u32 = 600;
+        let payloads = (0..RANKS)
+            .map(|rank| rank_reading(rank, if rank == 333 { 20 } else { 10 }, |_, _| {}))
+            .collect();
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
+        let series = &report.series;
+        // 600 ranks in runs of 3: 200 columns.
+        assert_eq!(series.columns.len(), 200);
+        let column = series
+            .columns
+            .iter()
+            .position(|c| (c.first..=c.last).contains(&333))
+            .unwrap();
+        assert_eq!(series.columns[column].ranks, 3);
+        assert_eq!(series.stage_totals_s[0][column], Some(20.0));
+        assert_eq!(series.stage_slowest[0][column], Some(333));
+        assert_eq!(series.stage_totals_s[0][0], Some(10.0));
+        assert_eq!(series.timelines.len(), series::DRAWN_RANKS);
+        assert_eq!(series.timelines.first().map(|t| t.rank), Some(0));
+        assert!(series.timelines.iter().any(|t| t.rank == 333));
+        assert_eq!(series.ranks_not_drawn, u64::from(RANKS) - 64);
+        // A few ranks: a column each, nothing named apart.
+        let small = rank1_slow(|_, _| {});
+        assert_eq!(small.series.columns.len(), 3);
+        assert!(small.series.stage_slowest.is_empty());
+        assert_eq!(small.series.timelines.len(), 3);
+        assert_eq!(small.series.ranks_not_drawn, 0);
+    }
+
     /// Three ranks run `denoise` for 10 s, rank 1 for 15 s; `shape_rank1`
     /// shapes rank 1's GPU readings.
     fn rank1_slow(shape_rank1: impl Fn(u64, &mut rankscope_common::table::GpuSampleRow)) -> Report {

@@ -7,10 +7,12 @@
 //!
 //! [`Series`]: crate::model::Series
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::times::StageTimes;
-use crate::model::{GpuSeries, RankSteps, RankTimeline, Report, Series, Timed};
+use crate::model::{
+    GpuSeries, RankRun, RankSteps, RankSummary, RankTimeline, Report, Series, Timed,
+};
 
 /// Timeline bars of all ranks together.
 pub const TIMELINE_BARS: usize = 40_000;
@@ -20,6 +22,10 @@ pub const GPU_POINTS: usize = 120_000;
 pub const STEP_POINTS: usize = 40_000;
 /// Stages in the stage × rank heatmap: the first of `stages` (the largest).
 pub const HEATMAP_STAGES: usize = 50;
+/// Columns of the heatmap: past this many ranks, runs of ranks.
+pub const RANK_COLUMNS: usize = 256;
+/// Ranks whose timeline and steps are drawn, at most.
+pub const DRAWN_RANKS: usize = 64;
 /// No part gets fewer than this many bars or points.
 const FLOOR: usize = 16;
 
@@ -119,7 +125,7 @@ pub fn series(
         let by = started_s.get(&rank).copied().unwrap_or(0.0);
         times.iter_mut().for_each(|t| *t = round(*t + by, 6));
     };
-    let timelines = timelines
+    let timelines: Vec<RankTimeline> = timelines
         .into_iter()
         .map(|mut timeline| {
             shift(timeline.rank, &mut timeline.start_s);
@@ -137,33 +143,110 @@ pub fn series(
             gpu
         })
         .collect();
-    let stage_totals_s = report
-        .stages
+    let columns = rank_runs(&report.ranks, RANK_COLUMNS);
+    let (stage_totals_s, stage_slowest) = stage_columns(report, times, &columns);
+    let drawn = drawn_ranks(report, times, DRAWN_RANKS);
+    let is_drawn = |rank: u32| drawn.as_ref().is_none_or(|d| d.contains(&rank));
+    let steps: Vec<(u32, &[f64])> = steps
         .iter()
-        .take(HEATMAP_STAGES)
-        .map(|stage| {
-            let by_rank = times.by_name.get(&stage.name);
-            report
-                .ranks
-                .iter()
-                .map(|rank| {
-                    let calls = by_rank?.get(&rank.rank)?;
-                    Some(round(StageTimes::total(calls), 6))
-                })
-                .collect()
-        })
+        .filter(|(rank, ms)| !ms.is_empty() && is_drawn(*rank))
+        .copied()
         .collect();
     let points = share(STEP_POINTS, steps.len());
     Series {
+        columns,
         stage_totals_s,
-        timelines,
+        stage_slowest,
+        timelines: timelines.into_iter().filter(|t| is_drawn(t.rank)).collect(),
         gpus,
         steps: steps
             .iter()
-            .filter(|(_, ms)| !ms.is_empty())
             .map(|&(rank, ms)| rank_steps(rank, ms, points))
             .collect(),
+        ranks_not_drawn: drawn.map_or(0, |d| (report.ranks.len() - d.len()) as u64),
     }
+}
+
+/// `ranks` (in order) as at most `columns` runs of consecutive ranks, each
+/// as long as the others (the last maybe shorter): one rank each where
+/// they fit.
+fn rank_runs(ranks: &[RankSummary], columns: usize) -> Vec<RankRun> {
+    let per_run = ranks.len().div_ceil(columns.max(1)).max(1);
+    ranks
+        .chunks(per_run)
+        .map(|run| RankRun {
+            first: run[0].rank,
+            last: run[run.len() - 1].rank,
+            ranks: run.len() as u32,
+        })
+        .collect()
+}
+
+/// Per heatmap stage, per column: the total of the column's slowest rank,
+/// and (where columns are runs of ranks) which rank that is.
+fn stage_columns(
+    report: &Report,
+    times: &StageTimes,
+    columns: &[RankRun],
+) -> (Vec<Vec<Option<f64>>>, Vec<Vec<Option<u32>>>) {
+    let binned = columns.len() < report.ranks.len();
+    let mut totals = Vec::new();
+    let mut slowest = Vec::new();
+    for stage in report.stages.iter().take(HEATMAP_STAGES) {
+        let by_rank = times.by_name.get(&stage.name);
+        let mut ranks = report.ranks.iter();
+        let (row_totals, row_slowest): (Vec<_>, Vec<_>) = columns
+            .iter()
+            .map(|column| {
+                (&mut ranks)
+                    .take(column.ranks as usize)
+                    .filter_map(|rank| {
+                        let calls = by_rank?.get(&rank.rank)?;
+                        Some((StageTimes::total(calls), rank.rank))
+                    })
+                    .max_by(|a, b| a.0.total_cmp(&b.0))
+                    .map(|(total, rank)| (round(total, 6), rank))
+                    .unzip()
+            })
+            .unzip();
+        totals.push(row_totals);
+        if binned {
+            slowest.push(row_slowest);
+        }
+    }
+    (totals, slowest)
+}
+
+/// The ranks whose timeline and steps are drawn, past `most` ranks: the
+/// stragglers' (the costliest first), then the ranks with the most time in
+/// stages, `most` in all; `None` (every rank) where they fit.
+fn drawn_ranks(report: &Report, times: &StageTimes, most: usize) -> Option<BTreeSet<u32>> {
+    if report.ranks.len() <= most {
+        return None;
+    }
+    let mut busiest: Vec<(f64, u32)> = report
+        .ranks
+        .iter()
+        .map(|rank| {
+            let total = times
+                .by_name
+                .values()
+                .filter_map(|by_rank| by_rank.get(&rank.rank))
+                .map(|calls| StageTimes::total(calls))
+                .sum::<f64>();
+            (total, rank.rank)
+        })
+        .collect();
+    busiest.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let stragglers = report.stragglers.iter().map(|s| s.rank);
+    let mut drawn = BTreeSet::new();
+    for rank in stragglers.chain(busiest.into_iter().map(|(_, rank)| rank)) {
+        if drawn.len() == most {
+            break;
+        }
+        drawn.insert(rank);
+    }
+    Some(drawn)
 }
 
 /// A stage that ran inside no other: start and end (ns on the rank's

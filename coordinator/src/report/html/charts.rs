@@ -12,7 +12,6 @@ use crate::model::{GpuTime, RankValue, Report, Series};
 #[derive(Serialize)]
 pub(super) struct ChartData<'a> {
     gpu_source: GpuSource,
-    ranks: Vec<u32>,
     /// The names of the heatmap's rows (`series.stage_totals_s`).
     heatmap_stages: Vec<&'a str>,
     block_fps: &'a [RankValue],
@@ -29,7 +28,6 @@ impl<'a> ChartData<'a> {
     pub(super) fn new(report: &'a Report) -> Self {
         ChartData {
             gpu_source: report.session.gpu_source,
-            ranks: report.ranks.iter().map(|r| r.rank).collect(),
             heatmap_stages: report
                 .stages
                 .iter()

@@ -27,6 +27,10 @@ pub(super) struct Page {
     session: Vec<(String, String)>,
     notes: Vec<String>,
     coalesced_timelines: usize,
+    /// Ranks per heatmap column, where a column is a run of ranks.
+    ranks_per_column: Option<u32>,
+    /// Ranks drawn on the timeline and the step chart, and how many are not.
+    ranks_drawn: (usize, u64),
     style: &'static str,
 }
 
@@ -99,6 +103,9 @@ impl Page {
                 .iter()
                 .filter(|t| t.coalesced)
                 .count(),
+            ranks_per_column: (report.series.columns.len() < report.ranks.len())
+                .then(|| report.series.columns.first().map_or(1, |c| c.ranks)),
+            ranks_drawn: (report.series.timelines.len(), report.series.ranks_not_drawn),
             style: STYLE,
         }
     }
