@@ -182,13 +182,16 @@ fn rank_runs(ranks: &[RankSummary], columns: usize) -> Vec<RankRun> {
         .collect()
 }
 
+/// A heatmap's rows: per stage, per column, a value.
+type Rows<T> = Vec<Vec<Option<T>>>;
+
 /// Per heatmap stage, per column: the total of the column's slowest rank,
 /// and (where columns are runs of ranks) which rank that is.
 fn stage_columns(
     report: &Report,
     times: &StageTimes,
     columns: &[RankRun],
-) -> (Vec<Vec<Option<f64>>>, Vec<Vec<Option<u32>>>) {
+) -> (Rows<f64>, Rows<u32>) {
     let binned = columns.len() < report.ranks.len();
     let mut totals = Vec::new();
     let mut slowest = Vec::new();
