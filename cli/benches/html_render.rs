@@ -15,8 +15,7 @@ mod browser;
 use browser::Browser;
 
 /// True once every chart has drawn (set by the page's script).
-const CHARTS_READY: &str =
-    "document.body && document.body.getAttribute('data-charts') === 'ready'";
+const CHARTS_READY: &str = "document.body && document.body.getAttribute('data-charts') === 'ready'";
 
 fn main() {
     let pages: Vec<PathBuf> = std::env::args()

@@ -449,8 +449,13 @@ pub struct Straggler {
 pub struct StragglerGroup {
     /// The stage.
     pub stage: String,
-    /// The host.
-    pub host: String,
+    /// The host the ranks share, where that is what they share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The GPU model the ranks share, where that is what they share: the
+    /// job's other ranks (most of them) run on other GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
     /// The ranks, ascending.
     pub ranks: Vec<u32>,
     /// Wall-clock time the ranks together cost the job in this stage,

@@ -306,7 +306,7 @@ impl Analysed {
 /// host groups, and the recommendations.
 fn add_findings(report: &mut Report, times: &StageTimes) {
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
-    report.straggler_groups = stragglers::host_groups(&report.stragglers, &report.ranks, times);
+    report.straggler_groups = stragglers::groups(&report.stragglers, &report.ranks, times);
     report.recommendations = recommend::recommend(report);
 }
 
@@ -468,6 +468,63 @@ mod tests {
             payloads,
             ..Gathered::default()
         }
+    }
+
+    /// Ranks slow in a stage that share a GPU model the other ranks lack,
+    /// on several hosts, are one finding about the model; ranks slow on one
+    /// host, one about the host.
+    #[test]
+    fn ranks_slow_on_a_minority_gpu_model_are_one_finding() {
+        // 16 ranks, 4 a host; one rank of each host on an A100, the others
+        // on H100s; the A100 ranks take half as long again.
+        let payloads = (0..16)
+            .map(|rank| {
+                let a100 = rank % 4 == 3;
+                let mut payload = rank_reading(rank, if a100 { 15 } else { 10 }, |_, _| {});
+                payload.header.rank.host = format!("node-{}", rank / 4);
+                payload.header.gpus[0].name = if a100 { "A100" } else { "H100" }.into();
+                payload
+            })
+            .collect();
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
+        let groups: Vec<_> = report
+            .straggler_groups
+            .iter()
+            .map(|g| (g.gpu_model.as_deref(), g.host.as_deref(), g.ranks.clone()))
+            .collect();
+        assert_eq!(groups, [(Some("A100"), None, vec![3, 7, 11, 15])]);
+        let told: Vec<_> = report
+            .recommendations
+            .iter()
+            .filter(|r| r.category == "straggler")
+            .collect();
+        assert_eq!(told.len(), 1, "{told:#?}");
+        assert!(
+            told[0]
+                .message
+                .starts_with("4 ranks on A100 GPUs (3, 7, 11, 15) are 50–50% slower")
+                && told[0]
+                    .message
+                    .contains("the other ranks run other GPU models"),
+            "{}",
+            told[0].message
+        );
+        // One model throughout: no group by model (the same slow ranks on
+        // four hosts are four findings' worth of ranks, not a model's).
+        let payloads = (0..16)
+            .map(|rank| {
+                let mut payload =
+                    rank_reading(rank, if rank % 4 == 3 { 15 } else { 10 }, |_, _| {});
+                payload.header.rank.host = format!("node-{}", rank / 4);
+                payload
+            })
+            .collect();
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
+        assert!(
+            report.straggler_groups.is_empty(),
+            "{:?}",
+            report.straggler_groups
+        );
     }
 
     /// Past 256 ranks the heatmap's columns are runs of ranks, each cell

@@ -201,8 +201,14 @@ fn straggler_group_finding(group: &Told) -> Option<Recommendation> {
         return None;
     };
     let evidence = group_evidence(group);
+    let by_model = group.group.is_some_and(|g| g.gpu_model.is_some());
     let (explanation, more) = match evidence.split_first() {
         Some((first, more)) => (*first, more),
+        None if by_model => (
+            "the other ranks run other GPU models: give these ranks less of the work, \
+             or run the job on one model",
+            &[][..],
+        ),
         None => (
             "no GPU or host bottleneck explains it: check its input and data loading",
             &[][..],
@@ -210,7 +216,7 @@ fn straggler_group_finding(group: &Told) -> Option<Recommendation> {
     };
     let (message, numbers) = match (group.group, group.stragglers.len()) {
         (None, _) | (Some(_), 1) => one_straggler_text(s, explanation),
-        (Some(host_group), _) => host_group_text(host_group, &group.stragglers, explanation),
+        (Some(shared), _) => group_text(shared, &group.stragglers, explanation),
     };
     Some(finding(
         Severity::Warning,
@@ -254,9 +260,10 @@ fn one_straggler_text(s: &Straggler, explanation: &str) -> (String, String) {
     )
 }
 
-/// The message and numbers of several stragglers of one host group.
-fn host_group_text(
-    host_group: &StragglerGroup,
+/// The message and numbers of several stragglers that share a host or a
+/// GPU model.
+fn group_text(
+    shared: &StragglerGroup,
     stragglers: &[&Straggler],
     explanation: &str,
 ) -> (String, String) {
@@ -270,9 +277,9 @@ fn host_group_text(
     ranks.sort_unstable();
     (
         format!(
-            "{n} ranks on host {} ({}) are {least:.0}–{most:.0}% slower than the \
+            "{n} ranks {} ({}) are {least:.0}–{most:.0}% slower than the \
              median of the other ranks in `{}`; {}",
-            cell(&host_group.host, 40),
+            what_they_share(shared),
             rankscope_common::text::rank_ranges(&ranks),
             stage,
             explanation
@@ -283,12 +290,21 @@ fn host_group_text(
             // What the ranks cost together (each alone may
             // cost nothing: another as slow holds the job).
             costs(
-                host_group.job_time_s,
+                shared.job_time_s,
                 stragglers.iter().map(|s| s.wait_s).sum(),
                 "them"
             )
         ),
     )
+}
+
+/// What the ranks of `group` share, in words: `on host h` or `on m GPUs`.
+fn what_they_share(group: &StragglerGroup) -> String {
+    match (&group.gpu_model, &group.host) {
+        (Some(model), _) => format!("on {} GPUs", cell(model, 40)),
+        (None, Some(host)) => format!("on host {}", cell(host, 40)),
+        (None, None) => "together".into(),
+    }
 }
 
 /// GPU bottlenecks by kind, those of a straggler's own GPU left out (they

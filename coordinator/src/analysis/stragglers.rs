@@ -1,7 +1,7 @@
 //! Stragglers: ranks slower than the median of the other ranks in a stage, and, call by
 //! call, which rank the others waited for.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::stats::{lower_spread, median, median_without, normal_quantile};
 use super::times::{CallSeconds, StageTimes};
@@ -141,40 +141,78 @@ pub fn stragglers(
     found
 }
 
-/// Stragglers of one stage on one host, two or more, each group with the
-/// wall-clock time its ranks cost the job together (each rank's own
-/// `job_time_s` leaves out what another rank as slow would have cost
-/// anyway: a node whose ranks are equally slow costs nothing rank by rank).
-pub fn host_groups(
+/// Stragglers that share something, each group with the wall-clock time
+/// its ranks cost the job together (each rank's own `job_time_s` leaves
+/// out what another rank as slow would have cost anyway: a node whose
+/// ranks are equally slow costs nothing rank by rank): two or more of one
+/// stage on one host; else, where the job mixes GPU models, two or more of
+/// one stage on several hosts whose GPU model is a minority's, of whose
+/// ranks they are at least half.
+pub fn groups(
     stragglers: &[Straggler],
     ranks: &[RankSummary],
     times: &StageTimes,
 ) -> Vec<StragglerGroup> {
-    let host_of: std::collections::HashMap<u32, &str> =
-        ranks.iter().map(|r| (r.rank, r.host.as_str())).collect();
-    let mut members: BTreeMap<(&str, &str), Vec<u32>> = BTreeMap::new();
+    let host_of: HashMap<u32, &str> = ranks.iter().map(|r| (r.rank, r.host.as_str())).collect();
+    let model_of: HashMap<u32, &str> = ranks
+        .iter()
+        .filter_map(|r| Some((r.rank, r.gpus.first()?.name.as_str())))
+        .collect();
+    let mut on_model: BTreeMap<&str, usize> = BTreeMap::new();
+    for model in model_of.values() {
+        *on_model.entry(model).or_default() += 1;
+    }
+    let mut by_host: BTreeMap<(&str, &str), Vec<u32>> = BTreeMap::new();
+    let mut by_model: BTreeMap<(&str, &str), Vec<u32>> = BTreeMap::new();
     for s in stragglers {
         if let Some(&host) = host_of.get(&s.rank) {
-            members.entry((&s.stage, host)).or_default().push(s.rank);
+            by_host.entry((&s.stage, host)).or_default().push(s.rank);
+        }
+        if let Some(&model) = model_of.get(&s.rank) {
+            by_model.entry((&s.stage, model)).or_default().push(s.rank);
         }
     }
-    members
-        .into_iter()
-        .filter(|(_, group)| group.len() >= 2)
-        .map(|((stage, host), mut group)| {
-            group.sort_unstable();
-            let job_time_s = times
-                .by_name
-                .get(stage)
-                .map_or(0.0, |by_rank| group_delay(by_rank, &group));
-            StragglerGroup {
-                stage: stage.to_string(),
-                host: host.to_string(),
-                ranks: group,
-                job_time_s,
-            }
-        })
-        .collect()
+    let group = |stage: &str, host: Option<&str>, gpu_model: Option<&str>, mut ranks: Vec<u32>| {
+        ranks.sort_unstable();
+        let job_time_s = times
+            .by_name
+            .get(stage)
+            .map_or(0.0, |by_rank| group_delay(by_rank, &ranks));
+        StragglerGroup {
+            stage: stage.to_string(),
+            host: host.map(str::to_string),
+            gpu_model: gpu_model.map(str::to_string),
+            ranks,
+            job_time_s,
+        }
+    };
+    // A GPU model's group first: it says why its ranks are slow, wherever
+    // they run (a straggler is told with the first group it is in).
+    let mut found = Vec::new();
+    if on_model.len() > 1 {
+        let model_groups = by_model.into_iter().filter(|((_, model), members)| {
+            let hosts: BTreeSet<&str> = members
+                .iter()
+                .filter_map(|r| host_of.get(r))
+                .copied()
+                .collect();
+            let on_it = on_model[model];
+            members.len() >= 2
+                && hosts.len() >= 2
+                && 2 * members.len() >= on_it
+                && 2 * on_it < model_of.len()
+        });
+        found.extend(
+            model_groups.map(|((stage, model), ranks)| group(stage, None, Some(model), ranks)),
+        );
+    }
+    found.extend(
+        by_host
+            .into_iter()
+            .filter(|(_, group)| group.len() >= 2)
+            .map(|((stage, host), ranks)| group(stage, Some(host), None, ranks)),
+    );
+    found
 }
 
 /// Σ over the calls every rank made of how much later the call ended
