@@ -230,7 +230,7 @@ pub struct DroppedRows {
 }
 
 /// One rank.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankSummary {
     /// Global rank.
     pub rank: u32,

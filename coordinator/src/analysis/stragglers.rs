@@ -467,6 +467,45 @@ mod tests {
         }
     }
 
+    /// A whole node planted slow (8 ranks, 40 % in `vae_decode`) among
+    /// 1,024: each of its ranks is found, nothing else but chance's one at
+    /// most, and they are one group about the node.
+    #[test]
+    fn a_slow_node_is_found_whole_and_told_as_one() {
+        let rule = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.01,
+        };
+        let node: Vec<u32> = (64..72).collect();
+        for seed in 1..=3 {
+            let times = generated(1_024, &node, false, seed * 7_919);
+            let found = stragglers(&times, &lockstep(&times), rule);
+            for &rank in &node {
+                assert!(
+                    found
+                        .iter()
+                        .any(|s| s.rank == rank && s.stage == "vae_decode"),
+                    "seed {seed}: rank {rank} missed: {found:?}"
+                );
+            }
+            let others = found.iter().filter(|s| !node.contains(&s.rank)).count();
+            assert!(others <= 1, "seed {seed}: {found:?}");
+            let ranks: Vec<RankSummary> = (0..1_024)
+                .map(|rank| RankSummary {
+                    rank,
+                    host: format!("node-{:04}", rank / 8),
+                    ..RankSummary::default()
+                })
+                .collect();
+            let told: Vec<_> = groups(&found, &ranks, &times)
+                .into_iter()
+                .filter(|g| g.stage == "vae_decode")
+                .map(|g| (g.host, g.ranks))
+                .collect();
+            assert_eq!(told, [(Some("node-0008".to_string()), node.clone())]);
+        }
+    }
+
     /// Every planted straggler is found at 64, 1,024 and 4,096 ranks, and
     /// at most one finding per job is not planted, where the margins alone
     /// (10 % over the median) fire on more than ten ranks whose slowness is
