@@ -138,6 +138,25 @@ fn a_held_stage_name_nests_on_every_thread_and_with_two_profilers() {
     assert_eq!(b_rows.len(), 4, "nothing else: {b_rows:?}");
 }
 
+/// A rank of a simulated node (`RANKSCOPE_NODE`, as `rankscope launch
+/// --nodes` sets) is named by its node, not the machine's host name.
+#[test]
+fn a_rank_of_a_named_node_reports_that_node_as_its_host() {
+    let out = tempfile::tempdir().unwrap();
+    let config = Config {
+        output_dir: out.path().to_path_buf(),
+        gather_timeout_s: 5.0,
+        ..Config::default()
+    };
+    let env = RankEnv {
+        node: Some("simulated-node-1".into()),
+        ..RankEnv::single()
+    };
+    let profiler = Profiler::with_rank_env(config, env);
+    let outcome = profiler.session("node", &[]).unwrap().finish().unwrap();
+    assert_eq!(spilled(&outcome).header.rank.host, "simulated-node-1");
+}
+
 /// Two profilers in one process: each payload holds its own notices only,
 /// whichever finishes first.
 #[test]

@@ -69,6 +69,7 @@ pub fn run(options: &DemoOptions) -> Result<bool> {
         ranks: options.ranks,
         env: &env,
         master_port: None,
+        nodes: 1,
     };
     let ranks = launcher::start(options.launch, &job, &job_id, progress.on_line())?;
     let statuses = ranks.wait(progress.shower(options.ranks))?;

@@ -21,6 +21,8 @@ pub struct LaunchOptions {
     pub ranks: u32,
     /// MASTER_PORT; a free one when `None`.
     pub master_port: Option<u16>,
+    /// Nodes the ranks stand for (simulated on this machine past one).
+    pub nodes: u32,
     /// The program and its arguments.
     pub command: Vec<String>,
 }
@@ -32,12 +34,20 @@ pub fn run(options: &LaunchOptions) -> Result<u8> {
         .command
         .split_first()
         .context("no command to launch: rankscope launch -n N -- CMD ARGS…")?;
+    if !options.ranks.is_multiple_of(options.nodes) {
+        anyhow::bail!(
+            "{} ranks do not divide into {} nodes of as many ranks each",
+            options.ranks,
+            options.nodes
+        );
+    }
     let job = launcher::Job {
         program: Path::new(program),
         args,
         ranks: options.ranks,
         env: &[],
         master_port: options.master_port,
+        nodes: options.nodes,
     };
     let on_line: launcher::LineHandler = Arc::new(|rank, output, line| {
         let text = format!("[rank {rank}] {line}\n");

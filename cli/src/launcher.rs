@@ -40,6 +40,9 @@ pub struct Job<'a> {
     /// MASTER_PORT (rank 0 of the program's own rendezvous); a free one
     /// when `None`, and then rankscope's listener gets a free one too.
     pub master_port: Option<u16>,
+    /// Nodes the ranks stand for, each its share of consecutive ranks:
+    /// past one, simulated on this machine ([`Launch::Local`] only).
+    pub nodes: u32,
 }
 
 /// Which of a rank's outputs a line came from.
@@ -152,17 +155,21 @@ struct LocalRankEnv<'a> {
 }
 
 impl LocalRankEnv<'_> {
-    /// The command of rank `rank` of `job`, with what torchrun sets.
+    /// The command of rank `rank` of `job`, with what torchrun sets: for
+    /// a job of several nodes, as on its node, named in `RANKSCOPE_NODE`
+    /// (`simulated-node-<n>`).
     fn command(&self, job: &Job<'_>, rank: u32) -> Command {
-        // What torchrun sets, for one node (a fresh run id per launch).
+        // What torchrun sets (a fresh run id per launch).
+        let per_node = job.ranks.div_ceil(job.nodes.max(1));
+        let node = rank / per_node;
         let mut command = Command::new(job.program);
         command
             .args(job.args)
             .env("RANK", rank.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env("GROUP_RANK", "0")
+            .env("LOCAL_RANK", (rank % per_node).to_string())
+            .env("GROUP_RANK", node.to_string())
             .env("WORLD_SIZE", job.ranks.to_string())
-            .env("LOCAL_WORLD_SIZE", job.ranks.to_string())
+            .env("LOCAL_WORLD_SIZE", per_node.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", self.master_port.to_string())
             .env("TORCHELASTIC_RUN_ID", self.job_id)
@@ -170,6 +177,9 @@ impl LocalRankEnv<'_> {
             .env("RANKSCOPE_TOKEN", self.token);
         if let Some(port) = self.listener_port {
             command.env("RANKSCOPE_PORT", port.to_string());
+        }
+        if job.nodes > 1 {
+            command.env("RANKSCOPE_NODE", format!("simulated-node-{node}"));
         }
         // A process group of its own: a terminal's Ctrl-C reaches the
         // launcher alone, which passes it on once.
@@ -318,6 +328,7 @@ mod tests {
             ranks,
             env: &[],
             master_port: None,
+            nodes: 1,
         };
         start(Launch::Local, &job, "signals", Arc::new(|_, _, _| {})).unwrap()
     }

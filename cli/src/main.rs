@@ -89,6 +89,13 @@ enum Commands {
         /// rankscope listens at it + 1, or RANKSCOPE_PORT).
         #[arg(long)]
         master_port: Option<u16>,
+        /// Run the ranks as this many nodes of consecutive ranks, simulated
+        /// on this machine: each rank gets its node's LOCAL_RANK,
+        /// LOCAL_WORLD_SIZE and GROUP_RANK, and the reports name its node
+        /// `simulated-node-<n>` (RANKSCOPE_NODE). The ranks must divide
+        /// evenly.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        nodes: u32,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -391,10 +398,12 @@ fn run(cli: Cli) -> Result<Finished> {
         Commands::Launch {
             ranks,
             master_port,
+            nodes,
             command,
         } => Ok(Finished::Status(launch::run(&launch::LaunchOptions {
             ranks,
             master_port,
+            nodes,
             command,
         })?)),
         Commands::DemoRank {

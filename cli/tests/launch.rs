@@ -144,3 +144,47 @@ fn a_launch_gives_its_ranks_a_fresh_secret_token() {
     };
     assert_ne!(tokens(), tokens(), "a fresh token per launch");
 }
+
+/// `--nodes K`: each rank gets its node's local rank, local world size and
+/// group rank, and its node's name; ranks that do not divide are refused.
+#[test]
+fn ranks_of_simulated_nodes_get_their_node_s_variables() {
+    let run = rankscope(
+        &[
+            "launch",
+            "-n",
+            "4",
+            "--nodes",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo local=$LOCAL_RANK of=$LOCAL_WORLD_SIZE group=$GROUP_RANK node=$RANKSCOPE_NODE",
+        ],
+        &[],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    for (rank, expected) in [
+        (0, "local=0 of=2 group=0 node=simulated-node-0"),
+        (1, "local=1 of=2 group=0 node=simulated-node-0"),
+        (2, "local=0 of=2 group=1 node=simulated-node-1"),
+        (3, "local=1 of=2 group=1 node=simulated-node-1"),
+    ] {
+        assert!(
+            stdout.contains(&format!("[rank {rank}] {expected}")),
+            "rank {rank}: {stdout}"
+        );
+    }
+    let uneven = rankscope(&["launch", "-n", "3", "--nodes", "2", "--", "true"], &[]);
+    assert!(!uneven.status.success());
+    assert!(
+        String::from_utf8_lossy(&uneven.stderr).contains("3 ranks do not divide into 2 nodes"),
+        "{}",
+        String::from_utf8_lossy(&uneven.stderr)
+    );
+}

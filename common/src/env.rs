@@ -76,6 +76,10 @@ pub struct RankEnv {
     pub run_id: Option<String>,
     /// Rank 0's rendezvous address and port (torchrun's MASTER_ADDR / MASTER_PORT).
     pub master: Option<(String, u16)>,
+    /// The name of this rank's node where the job gives one
+    /// (`RANKSCOPE_NODE`: `rankscope launch --nodes` runs several simulated
+    /// nodes on one machine); else the reports name the host.
+    pub node: Option<String>,
 }
 
 impl RankEnv {
@@ -90,6 +94,7 @@ impl RankEnv {
             job_id: None,
             run_id: None,
             master: None,
+            node: None,
         }
     }
 }
@@ -255,6 +260,7 @@ pub fn detect_with(var: impl Fn(&str) -> Option<String>) -> Result<RankEnv, EnvE
         job_id: job_id(vars.launcher, &var),
         run_id: run_id(vars.launcher, &var),
         master,
+        node: var("RANKSCOPE_NODE").filter(|node| !node.trim().is_empty()),
     })
 }
 
@@ -310,6 +316,25 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         detect_with(|name| map.get(name).cloned())
+    }
+
+    /// `rankscope launch --nodes` names each rank's simulated node; an
+    /// empty name is none.
+    #[test]
+    fn a_node_named_in_rankscope_node_is_the_rank_s() {
+        let torchrun = [("RANK", "2"), ("WORLD_SIZE", "4")];
+        let named = [
+            torchrun.as_slice(),
+            &[("RANKSCOPE_NODE", "simulated-node-1")],
+        ]
+        .concat();
+        assert_eq!(
+            detect_from(&named).unwrap().node.as_deref(),
+            Some("simulated-node-1")
+        );
+        let empty = [torchrun.as_slice(), &[("RANKSCOPE_NODE", " ")]].concat();
+        assert_eq!(detect_from(&empty).unwrap().node, None);
+        assert_eq!(detect_from(&torchrun).unwrap().node, None);
     }
 
     #[test]

@@ -37,6 +37,7 @@ const NON_KEY_VARIABLES: &[&str] = &[
     "RANKSCOPE_LOCAL_WORLD_SIZE",
     "RANKSCOPE_JOB_ID",
     "RANKSCOPE_RUN_ID",
+    "RANKSCOPE_NODE",
 ];
 
 /// A `RANKSCOPE_*` variable that no code reads.
