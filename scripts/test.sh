@@ -46,7 +46,7 @@ cargo test -p rankscope-tests -p rankscope-cli --features "$MPI_FEATURES" --lock
     --test mpi --test mpi_demo 2>&1 | tee -a "$log"
 mpi_status=${PIPESTATUS[0]}
 [ "$status" -ne 0 ] || status=$mpi_status
-echo "== Miri: the MPI send buffer and the event log (scripts/miri.sh)"
+echo "== Miri: the MPI send buffer, the event log and a payload's round trip (scripts/miri.sh)"
 scripts/miri.sh 2>&1 | tee -a "$log"
 miri_status=${PIPESTATUS[0]}
 [ "$status" -ne 0 ] || status=$miri_status

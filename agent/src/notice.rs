@@ -9,6 +9,10 @@
 //!   distinct notice once with the ranks it applies to and the report can
 //!   list them; printed here only where the rank is not quiet (rank 0, or
 //!   `quiet_ranks` off) — with hundreds of ranks, one line per rank is a wall.
+//!   Each profiler keeps its own ([`Notices`]): a notice goes to the one
+//!   whose work the thread is doing; one made outside every profiler's
+//!   work (a transport made before its profiler) goes to the next payload
+//!   built.
 //! - [`say!`]: about this process's own fate (stopped by a signal, a spill
 //!   that failed), after its payload was written: always printed.
 
@@ -54,7 +58,9 @@ pub(crate) struct Entered {
 impl Drop for Entered {
     fn drop(&mut self) {
         let before = self.before.take();
-        CURRENT.with(|current| *current.borrow_mut() = before);
+        // Gone only while the thread's locals are torn down: nothing to
+        // restore then.
+        let _ = CURRENT.try_with(|current| *current.borrow_mut() = before);
     }
 }
 
@@ -69,9 +75,14 @@ impl Notices {
         })
     }
 
-    /// Sends this thread's notices here until the guard drops.
+    /// Sends this thread's notices here until the guard drops (on a thread
+    /// whose locals are being torn down, a session dropped by one of them,
+    /// they stay where they go: printed and, outside any profiler's work,
+    /// kept for the next payload).
     pub(crate) fn enter(self: &Arc<Self>) -> Entered {
-        let before = CURRENT.with(|current| current.replace(Some(Arc::clone(self))));
+        let before = CURRENT
+            .try_with(|current| current.replace(Some(Arc::clone(self))))
+            .unwrap_or_default();
         Entered {
             before,
             _on_this_thread: PhantomData,
@@ -83,24 +94,42 @@ impl Notices {
         self.quiet
     }
 
-    /// The notices kept since the last call.
+    /// The notices kept since the last call, with any made outside every
+    /// profiler's work meanwhile.
     pub(crate) fn take_kept(&self) -> Vec<String> {
-        std::mem::take(&mut lock(&self.kept))
+        let mut kept = std::mem::take(&mut *lock(&self.kept));
+        for orphan in std::mem::take(&mut *lock(&ORPHANS)) {
+            if kept.len() < MAX_KEPT && !kept.contains(&orphan) {
+                kept.push(orphan);
+            }
+        }
+        kept
     }
 
     /// Keeps `text` (once, up to [`MAX_KEPT`]); whether to print it too.
     fn keep(&self, text: &str) -> bool {
-        let mut kept = lock(&self.kept);
-        if kept.len() < MAX_KEPT && !kept.iter().any(|k| k == text) {
-            kept.push(text.to_string());
-        }
+        keep_once(&mut lock(&self.kept), text);
         !self.quiet
+    }
+}
+
+/// Notices made outside every profiler's work (a transport made before
+/// its profiler): the next payload any profiler builds takes them.
+static ORPHANS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Adds `text` to `kept` unless it is there or `kept` is full.
+fn keep_once(kept: &mut Vec<String>, text: &str) {
+    if kept.len() < MAX_KEPT && !kept.iter().any(|k| k == text) {
+        kept.push(text.to_string());
     }
 }
 
 /// The notices this thread's work goes to, to enter on a thread it starts.
 pub(crate) fn current() -> Option<Arc<Notices>> {
-    CURRENT.with(|current| current.borrow().clone())
+    CURRENT
+        .try_with(|current| current.borrow().clone())
+        .ok()
+        .flatten()
 }
 
 /// Starts a thread named `name` whose notices go where this thread's go
@@ -128,11 +157,18 @@ pub(crate) fn say_now(message: fmt::Arguments<'_>) {
     print_line(who(), &message.to_string());
 }
 
-/// Keeps `message` for the payload of the profiler whose work this is,
-/// and prints it unless that rank is quiet.
+/// Keeps `message` for the payload of the profiler whose work this is
+/// (outside any, for the next payload built), and prints it unless that
+/// rank is quiet.
 pub(crate) fn keep(message: fmt::Arguments<'_>) {
     let text = message.to_string();
-    let print = current().is_none_or(|notices| notices.keep(&text));
+    let print = match current() {
+        Some(notices) => notices.keep(&text),
+        None => {
+            keep_once(&mut lock(&ORPHANS), &text);
+            true
+        }
+    };
     if print {
         print_line(who(), &text);
     }

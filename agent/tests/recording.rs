@@ -157,6 +157,40 @@ fn a_rank_of_a_named_node_reports_that_node_as_its_host() {
     assert_eq!(spilled(&outcome).header.rank.host, "simulated-node-1");
 }
 
+/// A session a program keeps in a thread-local of its own, dropped as the
+/// thread ends (after the agent's own thread-locals are gone), still
+/// spills: the process does not abort.
+#[test]
+fn a_session_dropped_as_its_thread_ends_still_spills() {
+    thread_local! {
+        static HELD: std::cell::RefCell<Option<rankscope::Session>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let out = tempfile::tempdir().unwrap();
+    let profiler = profiler(out.path(), no_telemetry);
+    std::thread::spawn(move || {
+        // Made before the session starts, so torn down after the agent's.
+        HELD.with(|_| ());
+        let session = profiler.session("held", &[]).unwrap();
+        profiler.record_metric("m", 1.0);
+        HELD.with(|held| *held.borrow_mut() = Some(session));
+    })
+    .join()
+    .unwrap();
+    let dir = std::fs::read_dir(out.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let spilled: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("rank-00000"))
+        .collect();
+    assert_eq!(spilled.len(), 1, "{spilled:?}");
+}
+
 /// Two profilers in one process: each payload holds its own notices only,
 /// whichever finishes first.
 #[test]

@@ -64,7 +64,7 @@
     var totals = series.stage_totals_s;
     var slowest = series.stage_slowest;
     var names = data.heatmap_stages;
-    var columnLabels = series.columns.map(function (c) {
+    var columnLabels = data.columns.map(function (c) {
       return c.ranks === 1 ? 'rank ' + c.first : 'ranks ' + c.first + '–' + c.last;
     });
     var cells = [];

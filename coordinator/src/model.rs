@@ -812,7 +812,9 @@ pub struct Recommendation {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Series {
     /// The columns of the stage × rank heatmap, in the order of `ranks`:
-    /// one per rank up to 256 ranks, else runs of consecutive ranks.
+    /// one per rank up to 256 ranks, else runs of consecutive ranks (empty
+    /// in a report made before columns were: one per rank).
+    #[serde(default)]
     pub columns: Vec<RankRun>,
     /// Per stage (the first 50 of `stages`, the largest), per column: the
     /// total seconds in it of the column's slowest rank, `null` where none
@@ -820,6 +822,7 @@ pub struct Series {
     pub stage_totals_s: Vec<Vec<Option<f64>>>,
     /// Where the columns are runs of ranks: per stage, per column, which
     /// rank `stage_totals_s` is; empty where each column is one rank.
+    #[serde(default)]
     pub stage_slowest: Vec<Vec<Option<u32>>>,
     /// Per rank drawn, the stages that ran inside no other: every rank up
     /// to 64 ranks, else the stragglers and then the slowest ranks.
@@ -829,6 +832,7 @@ pub struct Series {
     /// Per rank drawn (as for `timelines`), its diffusion step times.
     pub steps: Vec<RankSteps>,
     /// Ranks whose timeline and step times are not drawn (past 64 ranks).
+    #[serde(default)]
     pub ranks_not_drawn: u64,
 }
 

@@ -91,3 +91,42 @@ pub fn read_report(path: &Path) -> Result<Report, ReadError> {
     }
     serde_json::from_value(value).map_err(|source| ReadError::NotAReport { path: file, source })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankscope_common::gather::{accept, Candidate, Expect};
+    use rankscope_common::payload::{Payload, PayloadHeader};
+
+    /// A report.json written before the charts were binned and before
+    /// straggler groups said what they share (no `series.columns`,
+    /// `stage_slowest` or `ranks_not_drawn`; a group's `host` always a
+    /// string) still reads, as `rankscope compare` and `report` need.
+    #[test]
+    fn a_report_from_before_binned_charts_and_shared_groups_still_reads() {
+        let candidate = Candidate {
+            source: "rank 0".into(),
+            payload: Ok(Payload {
+                header: PayloadHeader::new("job", "t2v", 0, 1),
+                tables: Default::default(),
+            }),
+        };
+        let gathered = accept(vec![candidate], &Expect::default());
+        let report = crate::analysis::analyze(&gathered, &crate::AnalysisConfig::default());
+        let mut value = serde_json::to_value(&report).unwrap();
+        let series = value["series"].as_object_mut().unwrap();
+        for added in ["columns", "stage_slowest", "ranks_not_drawn"] {
+            assert!(series.remove(added).is_some(), "{added}");
+        }
+        value["straggler_groups"] = serde_json::json!([
+            {"stage": "denoise", "host": "node-1", "ranks": [4, 5], "job_time_s": 1.5}
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("report.json");
+        std::fs::write(&file, serde_json::to_vec(&value).unwrap()).unwrap();
+        let read = read_report(&file).unwrap();
+        assert!(read.series.columns.is_empty());
+        assert_eq!(read.straggler_groups[0].host.as_deref(), Some("node-1"));
+        assert_eq!(read.straggler_groups[0].gpu_model, None);
+    }
+}

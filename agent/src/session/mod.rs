@@ -250,8 +250,11 @@ impl Session {
             path: dir.clone(),
             source,
         })?;
+        // Taken once the transport is made (MPI's initialisation, the first
+        // time), so that the start is close to the recorder's zero.
+        let transport = hub.take_transport()?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
-        let (transport, rendezvous) = hub.open_transport(&id, &dir, start_unix_ns)?;
+        let (transport, rendezvous) = hub.open_transport(transport, &id, &dir, start_unix_ns)?;
         let windows = (dir.clone(), rendezvous.run_id.clone());
         hub.recorder.begin_session();
         *lock(&hub.flushes) = Flushes::default();
@@ -397,15 +400,15 @@ fn spill_on_stop(hub: Weak<Hub>) -> Arc<OnStop> {
 }
 
 impl Hub {
-    /// The transport taken and opened for a session (the rendezvous), by
-    /// the gather timeout; put back where it failed.
+    /// `transport` opened for a session (the rendezvous), by the gather
+    /// timeout; put back where it failed.
     fn open_transport(
         &self,
+        mut transport: Box<dyn Transport>,
         id: &str,
         dir: &Path,
         start_unix_ns: i64,
     ) -> Result<(Box<dyn Transport>, Rendezvous), SessionError> {
-        let mut transport = self.take_transport()?;
         let env = &self.env;
         let proposal = session_info(env, id, env.run_id.as_deref(), dir, start_unix_ns);
         let deadline = Instant::now() + Duration::from_secs_f64(self.config.gather_timeout_s);

@@ -144,10 +144,11 @@ pub fn stragglers(
 /// Stragglers that share something, each group with the wall-clock time
 /// its ranks cost the job together (each rank's own `job_time_s` leaves
 /// out what another rank as slow would have cost anyway: a node whose
-/// ranks are equally slow costs nothing rank by rank): two or more of one
-/// stage on one host; else, where the job mixes GPU models, two or more of
-/// one stage on several hosts whose GPU model is a minority's, of whose
-/// ranks they are at least half.
+/// ranks are equally slow costs nothing rank by rank): where the job mixes
+/// GPU models, two or more of one stage on several hosts whose GPU model is
+/// a minority's, of whose ranks they are at least half (these first: a
+/// straggler is told with the first group it is in); and two or more of
+/// one stage on one host.
 pub fn groups(
     stragglers: &[Straggler],
     ranks: &[RankSummary],

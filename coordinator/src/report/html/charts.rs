@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use rankscope_common::payload::GpuSource;
 
-use crate::model::{GpuTime, RankValue, Report, Series};
+use crate::model::{GpuTime, RankRun, RankValue, Report, Series};
 
 /// What the charts draw, from the report: its bounded series and the few
 /// names they need, not the whole report (whose stage and lockstep lists
@@ -12,6 +12,9 @@ use crate::model::{GpuTime, RankValue, Report, Series};
 #[derive(Serialize)]
 pub(super) struct ChartData<'a> {
     gpu_source: GpuSource,
+    /// The heatmap's columns: the series', or one per rank in a report
+    /// made before they were.
+    columns: Vec<RankRun>,
     /// The names of the heatmap's rows (`series.stage_totals_s`).
     heatmap_stages: Vec<&'a str>,
     block_fps: &'a [RankValue],
@@ -28,6 +31,16 @@ impl<'a> ChartData<'a> {
     pub(super) fn new(report: &'a Report) -> Self {
         ChartData {
             gpu_source: report.session.gpu_source,
+            columns: match report.series.columns.is_empty() {
+                false => report.series.columns.clone(),
+                true => (report.ranks.iter())
+                    .map(|r| RankRun {
+                        first: r.rank,
+                        last: r.rank,
+                        ranks: 1,
+                    })
+                    .collect(),
+            },
             heatmap_stages: report
                 .stages
                 .iter()

@@ -30,7 +30,7 @@ pub(super) struct Page {
     /// Ranks per heatmap column, where a column is a run of ranks.
     ranks_per_column: Option<u32>,
     /// Ranks drawn on the timeline and the step chart, and how many are not.
-    ranks_drawn: (usize, u64),
+    ranks_drawn: (u64, u64),
     style: &'static str,
 }
 
@@ -103,9 +103,14 @@ impl Page {
                 .iter()
                 .filter(|t| t.coalesced)
                 .count(),
-            ranks_per_column: (report.series.columns.len() < report.ranks.len())
-                .then(|| report.series.columns.first().map_or(1, |c| c.ranks)),
-            ranks_drawn: (report.series.timelines.len(), report.series.ranks_not_drawn),
+            ranks_per_column: (report.series.columns.first())
+                .map(|c| c.ranks)
+                .filter(|&ranks| ranks > 1),
+            ranks_drawn: {
+                let ranks = report.ranks.len() as u64;
+                let not_drawn = report.series.ranks_not_drawn.min(ranks);
+                (ranks - not_drawn, not_drawn)
+            },
             style: STYLE,
         }
     }
