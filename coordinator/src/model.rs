@@ -130,6 +130,31 @@ pub struct SessionSummary {
     pub notices: Vec<Notice>,
     /// Rows ranks recorded but could not keep.
     pub dropped_rows: Vec<DroppedRows>,
+    /// The levels of the gather that brought the payloads to rank 0: 1,
+    /// every rank straight to rank 0 (the only gather there is yet; a
+    /// report that does not say was gathered so).
+    #[serde(default = "one_level")]
+    pub gather_levels: u32,
+    /// The nodes the reporting ranks ran on (by the host, or the node name
+    /// the launcher gave: `RANKSCOPE_NODE`), in name order.
+    #[serde(default)]
+    pub nodes: Vec<NodeSummary>,
+}
+
+/// `gather_levels` of a report that does not say.
+fn one_level() -> u32 {
+    1
+}
+
+/// One node of the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    /// The host, or the node's name.
+    pub name: String,
+    /// Its leader: its lowest rank of local rank 0, else its lowest rank.
+    pub leader: u32,
+    /// Its reporting ranks, ascending.
+    pub ranks: Vec<u32>,
 }
 
 /// The window a report covers: a span of steps every rank profiled at

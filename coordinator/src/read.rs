@@ -98,10 +98,11 @@ mod tests {
     use rankscope_common::gather::{accept, Candidate, Expect};
     use rankscope_common::payload::{Payload, PayloadHeader};
 
-    /// A report.json written before the charts were binned and before
-    /// straggler groups said what they share (no `series.columns`,
-    /// `stage_slowest` or `ranks_not_drawn`; a group's `host` always a
-    /// string) still reads, as `rankscope compare` and `report` need.
+    /// A report.json written before the charts were binned, before
+    /// straggler groups said what they share and before the session listed
+    /// its nodes (no `series.columns`, `stage_slowest` or `ranks_not_drawn`;
+    /// a group's `host` always a string; no `session.gather_levels` or
+    /// `nodes`) still reads, as `rankscope compare` and `report` need.
     #[test]
     fn a_report_from_before_binned_charts_and_shared_groups_still_reads() {
         let candidate = Candidate {
@@ -118,6 +119,10 @@ mod tests {
         for added in ["columns", "stage_slowest", "ranks_not_drawn"] {
             assert!(series.remove(added).is_some(), "{added}");
         }
+        let session = value["session"].as_object_mut().unwrap();
+        for added in ["gather_levels", "nodes"] {
+            assert!(session.remove(added).is_some(), "{added}");
+        }
         value["straggler_groups"] = serde_json::json!([
             {"stage": "denoise", "host": "node-1", "ranks": [4, 5], "job_time_s": 1.5}
         ]);
@@ -128,5 +133,7 @@ mod tests {
         assert!(read.series.columns.is_empty());
         assert_eq!(read.straggler_groups[0].host.as_deref(), Some("node-1"));
         assert_eq!(read.straggler_groups[0].gpu_model, None);
+        assert_eq!(read.session.gather_levels, 1);
+        assert!(read.session.nodes.is_empty());
     }
 }

@@ -19,6 +19,8 @@ pub use bottlenecks::BottleneckRule;
 pub use digest::RankDigest;
 pub use stragglers::StragglerRule;
 
+use std::collections::BTreeMap;
+
 use crate::AnalysisConfig;
 use rankscope_common::error::Chain;
 use rankscope_common::gather::Headed;
@@ -28,8 +30,8 @@ use rankscope_common::{Gathered, Rejection, Skipped};
 
 use crate::join::join;
 use crate::model::{
-    DiffusionSummary, DroppedRows, GpuSeries, GpuSummary, LockstepStage, Notice, RankGpu,
-    RankSummary, RankTimeline, Report, Series, SessionSummary, SkippedInput, StageStats,
+    DiffusionSummary, DroppedRows, GpuSeries, GpuSummary, LockstepStage, NodeSummary, Notice,
+    RankGpu, RankSummary, RankTimeline, Report, Series, SessionSummary, SkippedInput, StageStats,
     WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
 };
 use times::{RankStages, StageTimes};
@@ -350,7 +352,32 @@ fn session_summary<T>(
             .map(|(message, ranks)| Notice { message, ranks })
             .collect(),
         dropped_rows: dropped_rows(ranks),
+        gather_levels: 1,
+        nodes: nodes(ranks),
     }
+}
+
+/// The nodes `ranks` ran on, by host (or node name), each with its leader.
+fn nodes(ranks: &[RankDigest]) -> Vec<NodeSummary> {
+    let mut by_name: BTreeMap<&str, Vec<(u32, u32)>> = BTreeMap::new();
+    for header in ranks.iter().map(|r| &r.header.rank) {
+        let on = by_name.entry(header.host.as_str()).or_default();
+        on.push((header.local_rank, header.rank));
+    }
+    by_name
+        .into_iter()
+        .map(|(name, mut on)| {
+            on.sort_unstable_by_key(|&(local_rank, rank)| (local_rank != 0, rank));
+            let leader = on[0].1;
+            let mut ranks: Vec<u32> = on.into_iter().map(|(_, rank)| rank).collect();
+            ranks.sort_unstable();
+            NodeSummary {
+                name: name.to_string(),
+                leader,
+                ranks,
+            }
+        })
+        .collect()
 }
 
 /// The GPU source of the session: NVML where any rank read it, else
@@ -468,6 +495,39 @@ mod tests {
             payloads,
             ..Gathered::default()
         }
+    }
+
+    /// The session lists its nodes, each with its leader (its rank of
+    /// local rank 0) and ranks, and says the gather had one level.
+    #[test]
+    fn the_session_names_each_node_with_its_leader_and_ranks() {
+        // node-b's local rank 0 is its second rank.
+        let placed = [
+            (0, "node-a", 0),
+            (1, "node-a", 1),
+            (2, "node-b", 1),
+            (3, "node-b", 0),
+        ];
+        let payloads = placed
+            .iter()
+            .map(|&(rank, host, local_rank)| {
+                let mut payload = rank_reading(rank, 2, |_, _| {});
+                payload.header.rank.host = host.into();
+                payload.header.rank.local_rank = local_rank;
+                payload
+            })
+            .collect();
+        let session = analyze(&gathered(payloads), &AnalysisConfig::default()).session;
+        assert_eq!(session.gather_levels, 1);
+        let nodes: Vec<_> = session
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.leader, n.ranks.clone()))
+            .collect();
+        assert_eq!(
+            nodes,
+            [("node-a", 0, vec![0, 1]), ("node-b", 3, vec![2, 3])]
+        );
     }
 
     /// Ranks slow in a stage that share a GPU model the other ranks lack,
