@@ -128,3 +128,45 @@ fn a_directory_gather_without_a_run_id_names_the_files_judged_by_age() {
         }
     }
 }
+
+/// Four ranks launched as two simulated nodes (`rankscope launch --nodes
+/// 2`): the report names each rank's node, and lists the nodes with their
+/// leaders and ranks.
+#[test]
+fn ranks_launched_as_simulated_nodes_are_reported_by_node() {
+    let out = tempfile::tempdir().unwrap();
+    let mut launch = std::process::Command::new(support::rankscope_cli());
+    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RANKSCOPE_")) {
+        launch.env_remove(key);
+    }
+    let run = launch
+        .args(["launch", "--nodes", "2", "-n", "4", "--"])
+        .arg(env!("CARGO_BIN_EXE_agent_only_rank"))
+        .env("RANKSCOPE_OUTPUT_DIR", out.path())
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let dir = support::only_session_dir(out.path());
+    let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let hosts: Vec<&str> = report["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["host"].as_str().unwrap())
+        .collect();
+    let node = |n: u32| format!("simulated-node-{n}");
+    assert_eq!(hosts, [node(0), node(0), node(1), node(1)]);
+    assert_eq!(
+        report["session"]["nodes"],
+        serde_json::json!([
+            {"name": node(0), "leader": 0, "ranks": [0, 1]},
+            {"name": node(1), "leader": 2, "ranks": [2, 3]}
+        ])
+    );
+}

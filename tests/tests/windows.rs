@@ -151,7 +151,7 @@ fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains(r#"<a href="window-3/report.html">3</a>"#));
     // Two windows compare as two sessions do.
-    let compare = Command::new(rankscope_cli())
+    let compare = Command::new(support::rankscope_cli())
         .arg("compare")
         .args([dir.join("window-1"), dir.join("window-2")])
         .arg("--json")
@@ -214,7 +214,7 @@ fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     std::fs::create_dir_all(&control).unwrap();
     std::fs::write(control.join("request-junk.json"), "{not json").unwrap();
 
-    let trigger = Command::new(rankscope_cli())
+    let trigger = Command::new(support::rankscope_cli())
         .args(["trigger", "--dir", dir.to_str().unwrap()])
         .args(["--steps", "10", "--wait", "--timeout", "60"])
         .output()
@@ -234,7 +234,7 @@ fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     let report = read_report(&window_dir);
     // A second window, of about 0.3 s: rank 0 turns it into steps at its
     // pace (its steps take 10 ms or more: 30 at most).
-    let timed = Command::new(rankscope_cli())
+    let timed = Command::new(support::rankscope_cli())
         .args(["trigger", "--dir", dir.to_str().unwrap()])
         .args(["--seconds", "0.3", "--wait", "--timeout", "60"])
         .output()
@@ -379,7 +379,7 @@ fn hostile_control_files_neither_hang_nor_stop_the_job() {
     }
     std::fs::create_dir(control.join("request-b.json")).unwrap();
     std::os::unix::fs::symlink(elsewhere.path(), dir.join("window-1")).unwrap();
-    let trigger = Command::new(rankscope_cli())
+    let trigger = Command::new(support::rankscope_cli())
         .args(["trigger", "--dir", dir.to_str().unwrap()])
         .args(["--steps", "5", "--timeout", "60"])
         .output()
@@ -408,7 +408,7 @@ fn hostile_control_files_neither_hang_nor_stop_the_job() {
 fn a_trigger_nobody_answers_fails_and_takes_its_request_back() {
     let dir = tempfile::tempdir().unwrap();
     let trigger = |timeout: &str| {
-        Command::new(rankscope_cli())
+        Command::new(support::rankscope_cli())
             .args(["trigger", "--dir", dir.path().to_str().unwrap()])
             .args(["--timeout", timeout])
             .output()
@@ -445,26 +445,10 @@ fn a_trigger_nobody_answers_fails_and_takes_its_request_back() {
         .collect();
     assert_eq!(left, ["live"], "the request is taken back");
     // A delay that would never come is a usage error.
-    let never = Command::new(rankscope_cli())
+    let never = Command::new(support::rankscope_cli())
         .args(["trigger", "--dir", dir.path().to_str().unwrap()])
         .args(["--delay-steps", "18446744073709551615"])
         .output()
         .unwrap();
     assert_eq!(never.status.code(), Some(2));
-}
-
-/// The `rankscope` command, built beside this test by `cargo test
-/// --workspace` (as the README's test command runs it).
-fn rankscope_cli() -> PathBuf {
-    let target = Path::new(env!("CARGO_BIN_EXE_agent_only_rank"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let cli = target.join("rankscope");
-    assert!(
-        cli.exists(),
-        "{} is not built: run `cargo build -p rankscope-cli` (cargo test --workspace builds it)",
-        cli.display()
-    );
-    cli
 }

@@ -89,3 +89,19 @@ pub fn only_session_dir(out: &Path) -> std::path::PathBuf {
     assert_eq!(dirs.len(), 1, "one session directory: {dirs:?}");
     dirs.into_iter().next().unwrap()
 }
+
+/// The `rankscope` command, built beside this test by `cargo test
+/// --workspace` (as the README's test command runs it).
+pub fn rankscope_cli() -> std::path::PathBuf {
+    let target = Path::new(env!("CARGO_BIN_EXE_agent_only_rank"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let cli = target.join("rankscope");
+    assert!(
+        cli.exists(),
+        "{} is not built: run `cargo build -p rankscope-cli` (cargo test --workspace builds it)",
+        cli.display()
+    );
+    cli
+}
