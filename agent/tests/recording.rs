@@ -152,9 +152,21 @@ fn a_rank_of_a_named_node_reports_that_node_as_its_host() {
         node: Some("simulated-node-1".into()),
         ..RankEnv::single()
     };
-    let profiler = Profiler::with_rank_env(config, env);
+    let profiler = Profiler::with_rank_env(config.clone(), env);
     let outcome = profiler.session("node", &[]).unwrap().finish().unwrap();
     assert_eq!(spilled(&outcome).header.rank.host, "simulated-node-1");
+    // A name past 256 bytes is cut to fit the payload's header, and said.
+    let env = RankEnv {
+        node: Some("n".repeat(3_000_000)),
+        ..RankEnv::single()
+    };
+    let profiler = Profiler::with_rank_env(config, env);
+    let header = spilled(&profiler.session("long", &[]).unwrap().finish().unwrap()).header;
+    assert_eq!(header.rank.host, "n".repeat(256));
+    assert!(header
+        .notices
+        .iter()
+        .any(|n| n.contains("node name of 3000000 bytes cut")));
 }
 
 /// A session a program keeps in a thread-local of its own, dropped as the

@@ -295,10 +295,7 @@ impl Hub {
                 rank: env.rank,
                 world_size: env.world_size,
                 local_rank: env.local_rank,
-                host: env
-                    .node
-                    .clone()
-                    .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned()),
+                host: state.host.clone(),
                 pid: std::process::id(),
                 launcher: env.launcher.as_str().to_string(),
             },

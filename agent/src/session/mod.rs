@@ -45,6 +45,9 @@ pub(crate) struct SessionState {
     id: String,
     pub(crate) name: String,
     tags: Vec<(String, String)>,
+    /// This rank's node, as the payload names it: the host, or the node
+    /// the launcher named (`RANKSCOPE_NODE`).
+    host: String,
     dir: PathBuf,
     start_unix_ns: i64,
     /// Tells this process's spill files from any other's.
@@ -263,6 +266,10 @@ impl Session {
             id,
             name,
             tags: capped_tags(tags),
+            host: match &env.node {
+                Some(node) => capped("node name", node, MAX_NAME_BYTES),
+                None => gethostname::gethostname().to_string_lossy().into_owned(),
+            },
             dir,
             start_unix_ns,
             process: process_tag(start_unix_ns),
