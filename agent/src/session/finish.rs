@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rankscope_common::error::Chain;
 use rankscope_common::gather::{self, Gathered, ReportFiles};
 use rankscope_common::payload::{
-    self, ClockMeta, DroppedRows, Limits, Overflow, Payload, PayloadHeader, RankMeta, SamplerStats,
+    self, ClockMeta, DroppedRows, Limits, Payload, PayloadHeader, RankMeta, SamplerStats,
     SessionMeta,
 };
 use rankscope_common::spill;
@@ -312,14 +312,10 @@ impl Hub {
             gpus: gpus.devices,
             gpu_selection: gpus.selection,
             sampler,
-            // Counted once, in the final payload (see `build_payload`).
-            dropped: Vec::new(),
-            overflow: Overflow::default(),
-            flushed_until_ns: None,
-            notices: Vec::new(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
-            encode_ns: None,
-            window: None,
+            // Drops and overflow are counted once, in the final payload (see
+            // `build_payload`); the rest as any header starts.
+            ..PayloadHeader::new(&state.id, &state.name, env.rank, env.world_size)
         }
     }
 }
