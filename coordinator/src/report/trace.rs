@@ -218,113 +218,270 @@ struct StageArgs<'a> {
 /// as many instants (each the earliest), at most [`COUNTER_TRACKS`]
 /// counters of at most [`COUNTER_POINTS`] readings.
 pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> RankEvents {
-    let max_events = usize::try_from(max_events).unwrap_or(usize::MAX);
-    let mut events = EventList::default();
-    let mut left_out = Vec::new();
-    // Perfetto treats pid 0 apart: rank N is process N + 1, named for it.
-    let pid = rank.rank.saturating_add(1);
-    // Microseconds on the shared timeline from the rank's own nanoseconds.
-    let at = |ns: u64| rank.started_s * 1e6 + ns as f64 / 1e3;
-    process_metadata(&mut events, pid, rank);
-    let mut threads: BTreeMap<u32, String> = BTreeMap::new();
-    stage_spans(
-        payload,
-        &mut events,
-        &mut left_out,
-        &mut threads,
-        pid,
-        &at,
-        max_events,
-    );
-    if marks(payload, &mut events, &mut left_out, pid, &at, max_events) {
-        threads.insert(MARKS_TRACK, "diffusion, events, memory".into());
-    }
-    gpu_activities(
-        payload,
-        &mut events,
-        &mut left_out,
-        &mut threads,
-        pid,
-        &at,
-        max_events,
-    );
-    cpu_spans(
-        payload,
-        &mut events,
-        &mut left_out,
-        &mut threads,
-        pid,
-        &at,
-        max_events,
-    );
-    thread_metadata(&mut events, pid, threads);
-    counters(payload, &mut events, &mut left_out, pid, &at);
-    RankEvents {
-        deflated: Deflated::new(&events.json),
-        left_out,
-    }
-}
-
-/// The rank's process named and sorted in Perfetto: `rank N @ host`.
-fn process_metadata(events: &mut EventList, pid: u32, rank: &RankSummary) {
-    let process = format!("rank {} @ {}", rank.rank, cut(&rank.host));
-    events.push(&Event::new(
-        "M",
-        "process_name",
-        pid,
-        json!({ "name": process }),
-    ));
-    let sort = json!({ "sort_index": rank.rank });
-    events.push(&Event::new("M", "process_sort_index", pid, sort));
-}
-
-/// The rank's stages as complete events, the earliest `max` of them, on
-/// their threads' tracks.
-fn stage_spans(
-    payload: &Payload,
-    events: &mut EventList,
-    left_out: &mut Vec<(Cut, u64)>,
-    threads: &mut BTreeMap<u32, String>,
-    pid: u32,
-    at: &impl Fn(u64) -> f64,
-    max: usize,
-) {
-    let Ok(Some(v)) = payload.view::<StagesView>() else {
-        return;
+    let mut trace = RankTrace {
+        events: EventList::default(),
+        left_out: Vec::new(),
+        threads: BTreeMap::new(),
+        // Perfetto treats pid 0 apart: rank N is process N + 1, named for it.
+        pid: rank.rank.saturating_add(1),
+        started_s: rank.started_s,
+        max: usize::try_from(max_events).unwrap_or(usize::MAX),
     };
-    let mut rows: Vec<usize> = (0..v.len).collect();
-    rows.sort_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.end_ns[i])));
-    keep_first(&mut rows, max, Cut::Stages, left_out);
-    for i in rows {
-        let tid = v.thread[i].min(MAX_THREAD_TRACK);
-        threads
-            .entry(tid)
-            .or_insert_with(|| cut(v.thread_name.get(i)).to_string());
-        let args = StageArgs {
-            call: v.call_index[i],
-            metadata: v.metadata.get(i).map(|m| cut_to(m, MAX_ARG_BYTES)),
-        };
-        events.push(&Event {
-            tid: Some(tid),
-            ts: Some(at(v.start_ns[i])),
-            dur: Some(v.end_ns[i].saturating_sub(v.start_ns[i]) as f64 / 1e3),
-            cat: Some("stage"),
-            ..Event::new("X", cut(v.name.get(i)), pid, args)
-        });
+    trace.process_metadata(rank);
+    trace.stage_spans(payload);
+    if trace.marks(payload) {
+        trace
+            .threads
+            .insert(MARKS_TRACK, "diffusion, events, memory".into());
+    }
+    trace.gpu_activities(payload);
+    trace.cpu_spans(payload);
+    trace.thread_metadata();
+    trace.counters(payload);
+    RankEvents {
+        deflated: Deflated::new(&trace.events.json),
+        left_out: trace.left_out,
     }
 }
 
-/// Each track named and sorted by its thread id.
-fn thread_metadata(events: &mut EventList, pid: u32, threads: BTreeMap<u32, String>) {
-    for (tid, name) in threads {
-        events.push(&Event {
-            tid: Some(tid),
-            ..Event::new("M", "thread_name", pid, json!({ "name": name }))
+/// One rank's trace events as they are made: the rank's process (`pid`),
+/// its tracks named so far, what the bounds left out, and the most events
+/// of each kind (`max`).
+struct RankTrace {
+    events: EventList,
+    left_out: Vec<(Cut, u64)>,
+    threads: BTreeMap<u32, String>,
+    pid: u32,
+    /// Where the rank sits on the shared timeline, seconds.
+    started_s: f64,
+    max: usize,
+}
+
+impl RankTrace {
+    /// Microseconds on the shared timeline from the rank's own nanoseconds.
+    fn at(&self, ns: u64) -> f64 {
+        self.started_s * 1e6 + ns as f64 / 1e3
+    }
+
+    /// The rank's process named and sorted in Perfetto: `rank N @ host`.
+    fn process_metadata(&mut self, rank: &RankSummary) {
+        let process = format!("rank {} @ {}", rank.rank, cut(&rank.host));
+        self.events.push(&Event::new(
+            "M",
+            "process_name",
+            self.pid,
+            json!({ "name": process }),
+        ));
+        let sort = json!({ "sort_index": rank.rank });
+        self.events
+            .push(&Event::new("M", "process_sort_index", self.pid, sort));
+    }
+    /// The rank's stages as complete events, the earliest `max` of them, on
+    /// their threads' tracks.
+    fn stage_spans(&mut self, payload: &Payload) {
+        let Ok(Some(v)) = payload.view::<StagesView>() else {
+            return;
+        };
+        let mut rows: Vec<usize> = (0..v.len).collect();
+        rows.sort_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.end_ns[i])));
+        keep_first(&mut rows, self.max, Cut::Stages, &mut self.left_out);
+        for i in rows {
+            let tid = v.thread[i].min(MAX_THREAD_TRACK);
+            self.threads
+                .entry(tid)
+                .or_insert_with(|| cut(v.thread_name.get(i)).to_string());
+            let args = StageArgs {
+                call: v.call_index[i],
+                metadata: v.metadata.get(i).map(|m| cut_to(m, MAX_ARG_BYTES)),
+            };
+            self.events.push(&Event {
+                tid: Some(tid),
+                ts: Some(self.at(v.start_ns[i])),
+                dur: Some(v.end_ns[i].saturating_sub(v.start_ns[i]) as f64 / 1e3),
+                cat: Some("stage"),
+                ..Event::new("X", cut(v.name.get(i)), self.pid, args)
+            });
+        }
+    }
+    /// Each track named and sorted by its thread id.
+    fn thread_metadata(&mut self) {
+        for (tid, name) in std::mem::take(&mut self.threads) {
+            self.events.push(&Event {
+                tid: Some(tid),
+                ..Event::new("M", "thread_name", self.pid, json!({ "name": name }))
+            });
+            self.events.push(&Event {
+                tid: Some(tid),
+                ..Event::new(
+                    "M",
+                    "thread_sort_index",
+                    self.pid,
+                    json!({ "sort_index": tid }),
+                )
+            });
+        }
+    }
+    /// Adds the rank's diffusion steps, blocks, events and memory snapshots as
+    /// instants on their own track, the earliest `max` of them; whether there
+    /// were any.
+    fn marks(&mut self, payload: &Payload) -> bool {
+        let tables = MarkTables::of(payload);
+        let mut rows = tables.rows();
+        keep_first(&mut rows, self.max, Cut::Instants, &mut self.left_out);
+        for &(ts, table, i) in &rows {
+            let Some((name, category, args)) = tables.mark(table, i) else {
+                continue;
+            };
+            self.events.push(&Event {
+                tid: Some(MARKS_TRACK),
+                ts: Some(self.at(ts)),
+                cat: Some(category),
+                s: Some("t"),
+                ..Event::new("i", &name, self.pid, args)
+            });
+        }
+        !rows.is_empty()
+    }
+    /// Adds the GPU activities (kernels, copies, sets) and collective calls of
+    /// the rank's torch.profiler windows as slices: one track per GPU stream
+    /// (`GPU d stream s`), one for the collectives; the earliest `max` of them.
+    fn gpu_activities(&mut self, payload: &Payload) {
+        let kernels = payload.view::<KernelsView>().ok().flatten();
+        let calls = payload.view::<CollectivesView>().ok().flatten();
+        let mut rows = activity_rows(kernels.as_ref(), calls.as_ref());
+        keep_first(&mut rows, self.max, Cut::Kernels, &mut self.left_out);
+        let mut streams: BTreeMap<(Option<u32>, u64), u32> = BTreeMap::new();
+        for (start, kernel, i) in rows {
+            let (tid, name, dur, category, args) = match (kernel, &kernels, &calls) {
+                (true, Some(k), _) => {
+                    let tid = stream_track(
+                        &mut streams,
+                        &mut self.threads,
+                        (k.device.get(i), k.stream[i]),
+                    );
+                    if let Some(launch_ns) = k.launch_ns.get(i) {
+                        let kernel = (tid, self.at(start));
+                        self.launch_flow(self.at(launch_ns), kernel, i);
+                    }
+                    let args = json!({ "category": cut(k.category.get(i)), "window": k.window[i] });
+                    (tid, k.name.get(i), k.dur_ns[i], "kernel", args)
+                }
+                (false, _, Some(c)) => {
+                    self.threads
+                        .entry(COLLECTIVES_TRACK)
+                        .or_insert_with(|| "collectives (host)".into());
+                    let args = json!({ "group": c.group.get(i).map(cut), "bytes": c.bytes.get(i),
+                                       "window": c.window[i] });
+                    (
+                        COLLECTIVES_TRACK,
+                        c.kind.get(i),
+                        c.dur_ns[i],
+                        "collective",
+                        args,
+                    )
+                }
+                _ => continue,
+            };
+            self.events.push(&Event {
+                tid: Some(tid),
+                ts: Some(self.at(start)),
+                dur: Some(dur as f64 / 1e3),
+                cat: Some(category),
+                ..Event::new("X", cut(name), self.pid, args)
+            });
+        }
+    }
+    /// Adds the CPU operators of the rank's torch.profiler windows as slices,
+    /// one track per host thread of the trace (`CPU operators, thread T`); the
+    /// earliest `max` of them.
+    fn cpu_spans(&mut self, payload: &Payload) {
+        let Some(v) = payload.view::<CpuSpansView>().ok().flatten() else {
+            return;
+        };
+        let mut rows: Vec<usize> = (0..v.len).collect();
+        // Earliest first; an enclosing span before the spans inside it.
+        rows.sort_unstable_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.dur_ns[i])));
+        keep_first(&mut rows, self.max, Cut::CpuSpans, &mut self.left_out);
+        let mut tracks: BTreeMap<u64, u32> = BTreeMap::new();
+        for i in rows {
+            let tid = capped_track(&mut tracks, v.thread[i], SPANS_TRACK, SPAN_TRACKS);
+            self.threads.entry(tid).or_insert_with(|| {
+                if tid == SPANS_TRACK + SPAN_TRACKS - 1 {
+                    format!(
+                        "CPU operators, self.threads past the first {}",
+                        SPAN_TRACKS - 1
+                    )
+                } else {
+                    format!("CPU operators, thread {}", v.thread[i])
+                }
+            });
+            self.events.push(&Event {
+                tid: Some(tid),
+                ts: Some(self.at(v.start_ns[i])),
+                dur: Some(v.dur_ns[i] as f64 / 1e3),
+                cat: Some("cpu_op"),
+                ..Event::new(
+                    "X",
+                    cut(v.name.get(i)),
+                    self.pid,
+                    json!({ "window": v.window[i] }),
+                )
+            });
+        }
+    }
+    /// Adds a kernel's launch: a slice on the host's launches track at
+    /// `launch_us` and an arrow from it to the kernel's slice (`kernel`: its
+    /// track and start), flow id `row` of the rank's process.
+    fn launch_flow(&mut self, launch_us: f64, kernel: (u32, f64), row: usize) {
+        self.threads
+            .entry(LAUNCHES_TRACK)
+            .or_insert_with(|| "kernel launches (host)".into());
+        // Flow ids are the whole trace's: the process in the high bits.
+        let id = (u64::from(self.pid) << 32) | (row as u64 & 0xffff_ffff);
+        let launch = |ph| Event {
+            tid: Some(LAUNCHES_TRACK),
+            ts: Some(launch_us),
+            cat: Some("launch"),
+            ..Event::new(ph, "launch", self.pid, json!({}))
+        };
+        self.events.push(&Event {
+            dur: Some(0.0),
+            ..launch("X")
         });
-        events.push(&Event {
-            tid: Some(tid),
-            ..Event::new("M", "thread_sort_index", pid, json!({ "sort_index": tid }))
+        self.events.push(&Event {
+            id: Some(id),
+            ..launch("s")
         });
+        self.events.push(&Event {
+            tid: Some(kernel.0),
+            ts: Some(kernel.1),
+            cat: Some("launch"),
+            id: Some(id),
+            bp: Some("e"),
+            ..Event::new("f", "launch", self.pid, json!({}))
+        });
+    }
+    /// Adds the rank's GPU readings and metrics as counters: each series' finite
+    /// values, at most [`COUNTER_POINTS`] of them (the lowest and highest of
+    /// equal runs), at most [`COUNTER_TRACKS`] series.
+    fn counters(&mut self, payload: &Payload) {
+        // In the order made: the GPUs' readings, then the metrics.
+        let mut series = gpu_counters(payload);
+        series.extend(metric_counters(payload));
+        keep_first(
+            &mut series,
+            COUNTER_TRACKS,
+            Cut::Counters,
+            &mut self.left_out,
+        );
+        for (name, ts, values) in &series {
+            for i in min_max_indices(values, COUNTER_POINTS) {
+                self.events.push(&Event {
+                    ts: Some(self.at(ts[i])),
+                    ..Event::new("C", name, self.pid, CounterArgs { value: values[i] })
+                });
+            }
+        }
     }
 }
 
@@ -341,35 +498,6 @@ fn keep_first<T>(rows: &mut Vec<T>, max: usize, cut: Cut, left_out: &mut Vec<(Cu
         left_out.push((cut, (rows.len() - max) as u64));
         rows.truncate(max);
     }
-}
-
-/// Adds the rank's diffusion steps, blocks, events and memory snapshots as
-/// instants on their own track, the earliest `max` of them; whether there
-/// were any.
-fn marks(
-    payload: &Payload,
-    events: &mut EventList,
-    left_out: &mut Vec<(Cut, u64)>,
-    pid: u32,
-    at: &impl Fn(u64) -> f64,
-    max: usize,
-) -> bool {
-    let tables = MarkTables::of(payload);
-    let mut rows = tables.rows();
-    keep_first(&mut rows, max, Cut::Instants, left_out);
-    for &(ts, table, i) in &rows {
-        let Some((name, category, args)) = tables.mark(table, i) else {
-            continue;
-        };
-        events.push(&Event {
-            tid: Some(MARKS_TRACK),
-            ts: Some(at(ts)),
-            cat: Some(category),
-            s: Some("t"),
-            ..Event::new("i", &name, pid, args)
-        });
-    }
-    !rows.is_empty()
 }
 
 /// The tables of a rank whose rows are instants on the marks track.
@@ -449,59 +577,6 @@ impl<'a> MarkTables<'a> {
     }
 }
 
-/// Adds the GPU activities (kernels, copies, sets) and collective calls of
-/// the rank's torch.profiler windows as slices: one track per GPU stream
-/// (`GPU d stream s`), one for the collectives; the earliest `max` of them.
-fn gpu_activities(
-    payload: &Payload,
-    events: &mut EventList,
-    left_out: &mut Vec<(Cut, u64)>,
-    threads: &mut BTreeMap<u32, String>,
-    pid: u32,
-    at: &impl Fn(u64) -> f64,
-    max: usize,
-) {
-    let kernels = payload.view::<KernelsView>().ok().flatten();
-    let calls = payload.view::<CollectivesView>().ok().flatten();
-    let mut rows = activity_rows(kernels.as_ref(), calls.as_ref());
-    keep_first(&mut rows, max, Cut::Kernels, left_out);
-    let mut streams: BTreeMap<(Option<u32>, u64), u32> = BTreeMap::new();
-    for (start, kernel, i) in rows {
-        let (tid, name, dur, category, args) = match (kernel, &kernels, &calls) {
-            (true, Some(k), _) => {
-                let tid = stream_track(&mut streams, threads, (k.device.get(i), k.stream[i]));
-                if let Some(launch_ns) = k.launch_ns.get(i) {
-                    launch_flow(events, threads, pid, at(launch_ns), (tid, at(start)), i);
-                }
-                let args = json!({ "category": cut(k.category.get(i)), "window": k.window[i] });
-                (tid, k.name.get(i), k.dur_ns[i], "kernel", args)
-            }
-            (false, _, Some(c)) => {
-                threads
-                    .entry(COLLECTIVES_TRACK)
-                    .or_insert_with(|| "collectives (host)".into());
-                let args = json!({ "group": c.group.get(i).map(cut), "bytes": c.bytes.get(i),
-                                   "window": c.window[i] });
-                (
-                    COLLECTIVES_TRACK,
-                    c.kind.get(i),
-                    c.dur_ns[i],
-                    "collective",
-                    args,
-                )
-            }
-            _ => continue,
-        };
-        events.push(&Event {
-            tid: Some(tid),
-            ts: Some(at(start)),
-            dur: Some(dur as f64 / 1e3),
-            cat: Some(category),
-            ..Event::new("X", cut(name), pid, args)
-        });
-    }
-}
-
 /// The kernels and counted collective calls, each as (start, whether a
 /// kernel, row), earliest first.
 fn activity_rows(
@@ -545,117 +620,9 @@ fn capped_track<K: Ord>(tracks: &mut BTreeMap<K, u32>, key: K, first: u32, count
     *tracks.entry(key).or_insert(next)
 }
 
-/// Adds the CPU operators of the rank's torch.profiler windows as slices,
-/// one track per host thread of the trace (`CPU operators, thread T`); the
-/// earliest `max` of them.
-fn cpu_spans(
-    payload: &Payload,
-    events: &mut EventList,
-    left_out: &mut Vec<(Cut, u64)>,
-    threads: &mut BTreeMap<u32, String>,
-    pid: u32,
-    at: &impl Fn(u64) -> f64,
-    max: usize,
-) {
-    let Some(v) = payload.view::<CpuSpansView>().ok().flatten() else {
-        return;
-    };
-    let mut rows: Vec<usize> = (0..v.len).collect();
-    // Earliest first; an enclosing span before the spans inside it.
-    rows.sort_unstable_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.dur_ns[i])));
-    keep_first(&mut rows, max, Cut::CpuSpans, left_out);
-    let mut tracks: BTreeMap<u64, u32> = BTreeMap::new();
-    for i in rows {
-        let tid = capped_track(&mut tracks, v.thread[i], SPANS_TRACK, SPAN_TRACKS);
-        threads.entry(tid).or_insert_with(|| {
-            if tid == SPANS_TRACK + SPAN_TRACKS - 1 {
-                format!("CPU operators, threads past the first {}", SPAN_TRACKS - 1)
-            } else {
-                format!("CPU operators, thread {}", v.thread[i])
-            }
-        });
-        events.push(&Event {
-            tid: Some(tid),
-            ts: Some(at(v.start_ns[i])),
-            dur: Some(v.dur_ns[i] as f64 / 1e3),
-            cat: Some("cpu_op"),
-            ..Event::new(
-                "X",
-                cut(v.name.get(i)),
-                pid,
-                json!({ "window": v.window[i] }),
-            )
-        });
-    }
-}
-
-/// Adds a kernel's launch: a slice on the host's launches track at
-/// `launch_us` and an arrow from it to the kernel's slice (`kernel`: its
-/// track and start), flow id `row` of the rank's process.
-fn launch_flow(
-    events: &mut EventList,
-    threads: &mut BTreeMap<u32, String>,
-    pid: u32,
-    launch_us: f64,
-    kernel: (u32, f64),
-    row: usize,
-) {
-    threads
-        .entry(LAUNCHES_TRACK)
-        .or_insert_with(|| "kernel launches (host)".into());
-    // Flow ids are the whole trace's: the process in the high bits.
-    let id = (u64::from(pid) << 32) | (row as u64 & 0xffff_ffff);
-    let launch = |ph| Event {
-        tid: Some(LAUNCHES_TRACK),
-        ts: Some(launch_us),
-        cat: Some("launch"),
-        ..Event::new(ph, "launch", pid, json!({}))
-    };
-    events.push(&Event {
-        dur: Some(0.0),
-        ..launch("X")
-    });
-    events.push(&Event {
-        id: Some(id),
-        ..launch("s")
-    });
-    events.push(&Event {
-        tid: Some(kernel.0),
-        ts: Some(kernel.1),
-        cat: Some("launch"),
-        id: Some(id),
-        bp: Some("e"),
-        ..Event::new("f", "launch", pid, json!({}))
-    });
-}
-
 /// A counter track: its name, and its readings' times (ns on the rank's
 /// clock) and values.
 type Counter = (String, Vec<u64>, Vec<f64>);
-
-/// Adds the rank's GPU readings and metrics as counters: each series' finite
-/// values, at most [`COUNTER_POINTS`] of them (the lowest and highest of
-/// equal runs), at most [`COUNTER_TRACKS`] series.
-fn counters(
-    payload: &Payload,
-    events: &mut EventList,
-    left_out: &mut Vec<(Cut, u64)>,
-    pid: u32,
-    at: &impl Fn(u64) -> f64,
-) {
-    // In the order made: the GPUs' readings, then the metrics.
-    let mut series = gpu_counters(payload);
-    series.extend(metric_counters(payload));
-    keep_first(&mut series, COUNTER_TRACKS, Cut::Counters, left_out);
-    for (name, ts, values) in &series {
-        for i in min_max_indices(values, COUNTER_POINTS) {
-            events.push(&Event {
-                ts: Some(at(ts[i])),
-                ..Event::new("C", name, pid, CounterArgs { value: values[i] })
-            });
-        }
-    }
-}
 
 /// A counter per GPU of the rank's header and metric of [`GPU_METRICS`]:
 /// its finite readings.
