@@ -414,7 +414,8 @@ pub struct Spread {
     pub max_rank: u32,
 }
 
-/// Percentiles of a distribution (linear interpolation), with min, mean and max.
+/// Percentiles of a distribution (linear interpolation between the values
+/// where they are exact), with min, mean and max.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     /// Median.
@@ -429,6 +430,12 @@ pub struct Percentiles {
     pub mean: f64,
     /// Largest value.
     pub max: f64,
+    /// `null` where p50 / p95 / p99 are exact; else how far each may be
+    /// from the value at its rank, relative to that value (a quantile
+    /// sketch's bound: a stage's calls past 65,536 across ranks). Min,
+    /// mean and max are exact either way.
+    #[serde(default)]
+    pub relative_error: Option<f64>,
 }
 
 /// A rank slower than the median of the other ranks in a stage.

@@ -1,6 +1,7 @@
 //! The analysis: gathered payloads in, the [`Report`] model out.
 
 pub mod bottlenecks;
+mod calls;
 mod diffusion;
 mod digest;
 pub mod gpus;
@@ -9,6 +10,7 @@ mod launches;
 mod overhead;
 pub mod recommend;
 pub mod series;
+mod sketch;
 mod stages;
 pub mod stats;
 mod stragglers;

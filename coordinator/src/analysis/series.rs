@@ -204,8 +204,8 @@ fn stage_columns(
                 (&mut ranks)
                     .take(column.ranks as usize)
                     .filter_map(|rank| {
-                        let calls = by_rank?.get(&rank.rank)?;
-                        Some((StageTimes::total(calls), rank.rank))
+                        let calls = by_rank?.ranks.get(&rank.rank)?;
+                        Some((calls.total_s, rank.rank))
                     })
                     .max_by(|a, b| a.0.total_cmp(&b.0))
                     .map(|(total, rank)| (round(total, 6), rank))
@@ -234,8 +234,8 @@ fn drawn_ranks(report: &Report, times: &StageTimes, most: usize) -> Option<BTree
             let total = times
                 .by_name
                 .values()
-                .filter_map(|by_rank| by_rank.get(&rank.rank))
-                .map(|calls| StageTimes::total(calls))
+                .filter_map(|stage| stage.ranks.get(&rank.rank))
+                .map(|calls| calls.total_s)
                 .sum::<f64>();
             (total, rank.rank)
         })

@@ -1,7 +1,7 @@
 //! Stages across ranks: count, spread of per-rank totals, per-call
 //! percentiles, imbalance and share of the session.
 
-use super::stats::{imbalance_pct, percentiles, spread};
+use super::stats::{imbalance_pct, spread};
 use super::times::StageTimes;
 use crate::model::StageStats;
 
@@ -13,14 +13,11 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
     let mut stats: Vec<StageStats> = times
         .by_name
         .iter()
-        .filter_map(|(name, by_rank)| {
-            let totals = StageTimes::totals(by_rank);
+        .filter_map(|(name, stage)| {
+            let totals = stage.totals();
             let total_s = spread(&totals)?;
-            let self_totals: Vec<(u32, f64)> = times
-                .self_by_name
-                .get(name)
-                .map(|ranks| ranks.iter().map(|(&rank, &s)| (rank, s)).collect())
-                .unwrap_or_default();
+            let self_totals: Vec<(u32, f64)> =
+                stage.ranks.iter().map(|(&r, c)| (r, c.self_s)).collect();
             let self_s = spread(&self_totals).unwrap_or(total_s);
             let gpu_s = times.gpu_by_name.get(name).and_then(|ranks| {
                 spread(
@@ -30,22 +27,17 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
                         .collect::<Vec<_>>(),
                 )
             });
-            let mut per_call_ms: Vec<f64> = by_rank
-                .values()
-                .flatten()
-                .map(|&s| f64::from(s) * 1e3)
-                .collect();
             let mut sorted_totals: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
             sorted_totals.sort_by(f64::total_cmp);
             Some(StageStats {
                 name: name.clone(),
                 parent: times.parent(name).map(str::to_string),
-                count: per_call_ms.len() as u64,
-                ranks: by_rank.len() as u32,
+                count: stage.quantiles.count(),
+                ranks: stage.ranks.len() as u32,
                 total_s,
                 self_s,
                 gpu_s,
-                per_call_ms: percentiles(&mut per_call_ms)?,
+                per_call_ms: stage.quantiles.percentiles_ms()?,
                 imbalance_pct: imbalance_pct(&sorted_totals),
                 share_pct: if session_total_s > 0.0 {
                     self_totals.iter().map(|&(_, s)| s).sum::<f64>() / session_total_s * 100.0
@@ -68,26 +60,24 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
 mod tests {
     use super::*;
     use crate::analysis::times::CallSeconds;
-    use std::collections::BTreeMap;
 
     /// A stage name and, per rank, its call durations.
     type StageCalls<'a> = (&'a str, &'a [(u32, &'a [CallSeconds])]);
 
     /// Stages with nothing nested: self time is all of their time.
     fn times(stages: &[StageCalls<'_>]) -> StageTimes {
-        let mut times = StageTimes::default();
-        for (name, ranks) in stages {
-            let ranks: BTreeMap<u32, Vec<CallSeconds>> = ranks
+        StageTimes::from_calls(
+            stages
                 .iter()
-                .map(|(r, calls)| (*r, calls.to_vec()))
-                .collect();
-            times.self_by_name.insert(
-                name.to_string(),
-                StageTimes::totals(&ranks).into_iter().collect(),
-            );
-            times.by_name.insert(name.to_string(), ranks);
-        }
-        times
+                .map(|(name, ranks)| {
+                    let by_rank = ranks
+                        .iter()
+                        .map(|(r, calls)| (*r, calls.to_vec()))
+                        .collect();
+                    (name.to_string(), by_rank)
+                })
+                .collect(),
+        )
     }
 
     #[test]

@@ -97,6 +97,7 @@ pub fn percentiles(values: &mut [f64]) -> Option<Percentiles> {
         min,
         mean,
         max,
+        relative_error: None,
     })
 }
 

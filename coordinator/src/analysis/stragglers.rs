@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::stats::{lower_spread, median, median_without, normal_quantile};
-use super::times::{CallSeconds, StageTimes};
+use super::times::{StageAcross, StageTimes};
 use crate::model::{
     GpuSummary, LockstepRank, LockstepStage, RankSummary, Straggler, StragglerGroup,
 };
@@ -109,11 +109,11 @@ pub fn stragglers(
     let lockstep_of: std::collections::HashMap<&str, &LockstepStage> =
         lockstep.iter().map(|l| (l.stage.as_str(), l)).collect();
     let mut found = Vec::new();
-    for (stage, by_rank) in &times.by_name {
-        if by_rank.len() < 2 {
+    for (stage, across) in &times.by_name {
+        if across.ranks.len() < 2 {
             continue;
         }
-        for slow in rule.slow_ranks(StageTimes::totals(by_rank)) {
+        for slow in rule.slow_ranks(across.totals()) {
             let imposed = lockstep_of
                 .get(stage.as_str())
                 .and_then(|l| l.ranks.iter().find(|r| r.rank == slow.rank));
@@ -178,7 +178,7 @@ pub fn groups(
         let job_time_s = times
             .by_name
             .get(stage)
-            .map_or(0.0, |by_rank| group_delay(by_rank, &ranks));
+            .map_or(0.0, |stage| group_delay(stage, &ranks));
         StragglerGroup {
             stage: stage.to_string(),
             host: host.map(str::to_string),
@@ -218,23 +218,12 @@ pub fn groups(
 
 /// Σ over the calls every rank made of how much later the call ended
 /// because of the ranks of `group` (sorted): the slowest time less the
-/// slowest of the other ranks', where a rank of the group is the slowest.
-fn group_delay(by_rank: &BTreeMap<u32, Vec<CallSeconds>>, group: &[u32]) -> f64 {
-    let calls = by_rank.values().map(Vec::len).min().unwrap_or(0);
-    (0..calls)
-        .map(|k| {
-            let (mut inside, mut outside) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
-            for (rank, times) in by_rank {
-                let t = f64::from(times[k]);
-                if group.binary_search(rank).is_ok() {
-                    inside = inside.max(t);
-                } else {
-                    outside = outside.max(t);
-                }
-            }
-            (inside - outside).max(0.0)
-        })
-        .filter(|d| d.is_finite())
+/// slowest of the other ranks', where a rank of the group is the slowest
+/// (see [`super::calls::CallAcross::group_delay`] for its bound).
+fn group_delay(stage: &StageAcross, group: &[u32]) -> f64 {
+    stage.by_call[..stage.calls_on_every_rank()]
+        .iter()
+        .filter_map(|call| call.group_delay(group))
         .sum()
 }
 
@@ -281,12 +270,13 @@ pub fn attribute(stragglers: &mut [Straggler], gpus: &[GpuSummary], ranks: &[Ran
 /// max − the next slowest (how much later the call ended because of it).
 pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
     let mut out = Vec::new();
-    for (stage, by_rank) in &times.by_name {
-        if by_rank.len() < 2 {
+    for (stage, across) in &times.by_name {
+        if across.ranks.len() < 2 {
             continue;
         }
-        let calls = by_rank.values().map(Vec::len).min().unwrap_or(0);
-        let mut per_rank: BTreeMap<u32, LockstepRank> = by_rank
+        let calls = across.calls_on_every_rank();
+        let mut per_rank: BTreeMap<u32, LockstepRank> = across
+            .ranks
             .keys()
             .map(|&rank| {
                 let entry = LockstepRank {
@@ -298,29 +288,14 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
                 (rank, entry)
             })
             .collect();
-        let by_rank: Vec<(u32, &[CallSeconds])> = by_rank
-            .iter()
-            .map(|(&rank, calls)| (rank, &calls[..]))
-            .collect();
-        for k in 0..calls {
-            let call = |calls: &[CallSeconds]| f64::from(calls[k]);
+        for call in &across.by_call[..calls] {
             // The slowest rank and its time, and the next slowest time.
-            let (slowest, max, second) = by_rank.iter().fold(
-                (u32::MAX, f64::NEG_INFINITY, f64::NEG_INFINITY),
-                |(rank, max, second), &(r, calls)| {
-                    let t = call(calls);
-                    if t > max {
-                        (r, t, max)
-                    } else {
-                        (rank, max, second.max(t))
-                    }
-                },
-            );
-            let wait: f64 = by_rank.iter().map(|(_, calls)| max - call(calls)).sum();
+            let (max, slowest) = call.slowest()[0];
+            let second = call.slowest()[1].0;
             if let Some(entry) = per_rank.get_mut(&slowest) {
                 entry.slowest_calls += 1;
-                entry.wait_imposed_s += wait;
-                entry.delay_imposed_s += max - second;
+                entry.wait_imposed_s += call.wait_s();
+                entry.delay_imposed_s += f64::from(max) - f64::from(second);
             }
         }
         out.push(LockstepStage {
@@ -335,6 +310,7 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::times::CallSeconds;
 
     /// How close a result from single-precision call times
     /// ([`CallSeconds`]) is to the exact one.
@@ -351,10 +327,7 @@ mod tests {
         by_rank.insert(3, vec![1.0, 1.0]);
         let mut by_name = BTreeMap::new();
         by_name.insert("decode".to_string(), by_rank);
-        StageTimes {
-            by_name,
-            ..StageTimes::default()
-        }
+        StageTimes::from_calls(by_name)
     }
 
     #[test]
@@ -406,10 +379,7 @@ mod tests {
         let mut by_rank = BTreeMap::new();
         by_rank.insert(0, vec![1.0]);
         by_rank.insert(1, vec![1.4]);
-        let times = StageTimes {
-            by_name: BTreeMap::from([("decode".to_string(), by_rank)]),
-            ..StageTimes::default()
-        };
+        let times = StageTimes::from_calls(BTreeMap::from([("decode".to_string(), by_rank)]));
         let rule = StragglerRule {
             threshold_pct: 10.0,
             min_excess_s: 0.01,
@@ -427,6 +397,16 @@ mod tests {
     /// `planted` rank 40 % slower in `vae_decode`, and rank 5 (when
     /// `bursty`) 3 times slower in 2 of the 20 `denoise` calls.
     fn generated(ranks: u32, planted: &[u32], bursty: bool, seed: u64) -> StageTimes {
+        StageTimes::from_calls(generated_calls(ranks, planted, bursty, seed))
+    }
+
+    /// The calls of [`generated`]: name → rank → call durations.
+    fn generated_calls(
+        ranks: u32,
+        planted: &[u32],
+        bursty: bool,
+        seed: u64,
+    ) -> BTreeMap<String, BTreeMap<u32, Vec<CallSeconds>>> {
         let mut state = seed | 1;
         let mut uniform = move || {
             state ^= state >> 12;
@@ -462,10 +442,7 @@ mod tests {
                 by_name.entry(stage.into()).or_default().insert(rank, times);
             }
         }
-        StageTimes {
-            by_name,
-            ..StageTimes::default()
-        }
+        by_name
     }
 
     /// A whole node planted slow (8 ranks, 40 % in `vae_decode`) among
@@ -561,8 +538,8 @@ mod tests {
         let margins_only = balanced
             .by_name
             .values()
-            .flat_map(|by_rank| {
-                let totals = StageTimes::totals(by_rank);
+            .flat_map(|stage| {
+                let totals = stage.totals();
                 let mut sorted: Vec<f64> = totals.iter().map(|t| t.1).collect();
                 sorted.sort_by(f64::total_cmp);
                 let median = sorted[sorted.len() / 2];
@@ -576,15 +553,15 @@ mod tests {
     /// spread is judged on the ordinary ranks, so all eight are found.
     #[test]
     fn half_the_ranks_slow_are_all_found() {
-        let times = generated(16, &[], false, 5);
-        let mut slow = times;
+        let mut calls = generated_calls(16, &[], false, 5);
         for rank in 8..16 {
-            for calls in slow.by_name.values_mut() {
-                for t in calls.get_mut(&rank).unwrap() {
+            for by_rank in calls.values_mut() {
+                for t in by_rank.get_mut(&rank).unwrap() {
                     *t *= 2.0;
                 }
             }
         }
+        let slow = StageTimes::from_calls(calls);
         let rule = StragglerRule {
             threshold_pct: 10.0,
             min_excess_s: 0.01,

@@ -9,7 +9,9 @@ use arrow_array::{Array, StringArray};
 
 use rankscope_common::table::{MetricsView, StagesView, STAGE_GPU_SECTION};
 
+use super::calls::{self, CallAcross};
 use super::series::OuterStage;
+use super::sketch::CallQuantiles;
 
 /// A call's duration in seconds, as the analysis keeps every call of every
 /// rank: the largest thing aggregation holds, halved by single precision
@@ -17,18 +19,77 @@ use super::series::OuterStage;
 /// Sums of them are taken in `f64`.
 pub type CallSeconds = f32;
 
-/// Every call of every stage, by name, then rank.
+/// Every stage's calls across the ranks merged so far, by name: what the
+/// stage, straggler and lockstep analyses read. Its size is set by the
+/// stages and their calls, plus a few numbers per rank and stage; two
+/// merged are what one merge of all their ranks would be
+/// ([`StageTimes::merge`]).
 #[derive(Debug, Default)]
 pub struct StageTimes {
-    /// name → rank → call durations in seconds, in start order.
-    pub by_name: BTreeMap<String, BTreeMap<u32, Vec<CallSeconds>>>,
-    /// name → rank → self time in seconds: the calls' durations less the
-    /// durations of the stages directly inside them.
-    pub self_by_name: BTreeMap<String, BTreeMap<u32, f64>>,
+    /// name → the stage across ranks.
+    pub by_name: BTreeMap<String, StageAcross>,
     /// name → enclosing name (`None`: the top) → calls.
     pub(super) parent_counts: BTreeMap<String, BTreeMap<Option<String>, u64>>,
     /// name → rank → GPU time in seconds, for the ranks that measured it.
     pub gpu_by_name: BTreeMap<String, BTreeMap<u32, f64>>,
+}
+
+/// One stage across the ranks that ran it.
+#[derive(Debug, Default)]
+pub struct StageAcross {
+    /// rank → its calls' count, total and self time.
+    pub ranks: BTreeMap<u32, RankCalls>,
+    /// Per call index, the slowest ranks and the sum over ranks.
+    pub by_call: Vec<CallAcross>,
+    /// Every call's duration, for the percentiles.
+    pub quantiles: CallQuantiles,
+}
+
+/// One rank's calls of one stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankCalls {
+    /// Calls past warm-up.
+    pub calls: u64,
+    /// Their summed duration, seconds.
+    pub total_s: f64,
+    /// Their summed self time (nested stages excluded), seconds.
+    pub self_s: f64,
+}
+
+impl StageAcross {
+    /// Each rank's total, seconds, by rank.
+    pub fn totals(&self) -> Vec<(u32, f64)> {
+        self.ranks.iter().map(|(&r, c)| (r, c.total_s)).collect()
+    }
+
+    /// How many calls every rank made (the calls compared call by call).
+    pub fn calls_on_every_rank(&self) -> usize {
+        let ranks = self.ranks.len() as u32;
+        self.by_call.partition_point(|call| call.ranks() >= ranks)
+    }
+
+    /// Adds the calls of `rank`: their durations in start order and
+    /// summed self time.
+    pub fn add(&mut self, rank: u32, durations: &[CallSeconds], self_s: f64) {
+        let total_s = StageTimes::total(durations);
+        let calls = RankCalls {
+            calls: durations.len() as u64,
+            total_s,
+            // Self time is summed from nanoseconds, the total from the
+            // calls' single-precision seconds: never more than the total.
+            self_s: self_s.min(total_s),
+        };
+        self.ranks.insert(rank, calls);
+        calls::add_rank(&mut self.by_call, rank, durations);
+        self.quantiles.add(durations);
+    }
+
+    /// Adds the ranks of `other` (none of them already here).
+    pub fn merge(&mut self, other: StageAcross) {
+        self.ranks.extend(other.ranks);
+        calls::merge(&mut self.by_call, &other.by_call);
+        self.quantiles.merge(other.quantiles);
+    }
 }
 
 /// What [`StageTimes`] keeps of one rank's stage table: per stage name its
@@ -277,12 +338,8 @@ impl StageTimes {
     /// Adds the stages of `rank`.
     pub fn add(&mut self, rank: u32, stages: RankStages) {
         let name = |at: u32| stages.names[at as usize].as_str();
-        for (at, durations, self_s) in stages.calls {
-            // Self time is summed from nanoseconds, the total from the
-            // calls' single-precision seconds: never more than the total.
-            let self_s = self_s.min(Self::total(&durations));
-            entry_of(&mut self.self_by_name, name(at)).insert(rank, self_s);
-            entry_of(&mut self.by_name, name(at)).insert(rank, durations);
+        for (at, durations, self_s) in &stages.calls {
+            entry_of(&mut self.by_name, name(*at)).add(rank, durations, *self_s);
         }
         for (name, gpu_s) in stages.gpu_s {
             self.gpu_by_name
@@ -290,11 +347,46 @@ impl StageTimes {
                 .or_default()
                 .insert(rank, gpu_s);
         }
-        for (at, parent, calls) in stages.parents {
+        for (at, parent, calls) in stages.parents.iter().copied() {
             *entry_of(&mut self.parent_counts, name(at))
                 .entry(parent.map(|at| name(at).to_string()))
                 .or_default() += calls;
         }
+    }
+
+    /// Adds the ranks of `other` (none of them already here).
+    pub fn merge(&mut self, other: StageTimes) {
+        for (name, stage) in other.by_name {
+            match self.by_name.get_mut(&name) {
+                Some(mine) => mine.merge(stage),
+                None => {
+                    self.by_name.insert(name, stage);
+                }
+            }
+        }
+        for (name, ranks) in other.gpu_by_name {
+            self.gpu_by_name.entry(name).or_default().extend(ranks);
+        }
+        for (name, parents) in other.parent_counts {
+            let mine = self.parent_counts.entry(name).or_default();
+            for (parent, calls) in parents {
+                *mine.entry(parent).or_default() += calls;
+            }
+        }
+    }
+
+    /// The stage times of calls given as name → rank → durations, none
+    /// nested (self time is all of their time).
+    #[cfg(test)]
+    pub fn from_calls(calls: BTreeMap<String, BTreeMap<u32, Vec<CallSeconds>>>) -> Self {
+        let mut times = StageTimes::default();
+        for (name, by_rank) in calls {
+            let stage = times.by_name.entry(name).or_default();
+            for (rank, durations) in by_rank {
+                stage.add(rank, &durations, StageTimes::total(&durations));
+            }
+        }
+        times
     }
 
     /// The name of the stage that `name`'s calls run inside most often;
@@ -307,14 +399,6 @@ impl StageTimes {
             .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
         // A stage inside a call of its own name has no other parent.
         parent.as_deref().filter(|p| *p != name)
-    }
-
-    /// Per-rank totals of one stage, seconds.
-    pub fn totals(calls: &BTreeMap<u32, Vec<CallSeconds>>) -> Vec<(u32, f64)> {
-        calls
-            .iter()
-            .map(|(&rank, calls)| (rank, Self::total(calls)))
-            .collect()
     }
 
     /// The sum of `calls`, seconds: four running sums, so that each
@@ -350,6 +434,17 @@ pub(super) mod tests {
             );
         }
         times
+    }
+
+    /// The call durations of `name` where one rank ran it, in start order.
+    fn only_rank_calls(times: &StageTimes, name: &str) -> Vec<CallSeconds> {
+        let stage = &times.by_name[name];
+        assert_eq!(stage.ranks.len(), 1);
+        stage
+            .by_call
+            .iter()
+            .map(|call| call.slowest()[0].0)
+            .collect()
     }
 
     /// A rank whose stages are `(id, parent, name, start, end)` in seconds.
@@ -400,7 +495,7 @@ pub(super) mod tests {
             ],
         );
         let times = times_of(&[payload], 0);
-        let self_s = |name: &str| times.self_by_name[name][&0];
+        let self_s = |name: &str| times.by_name[name].ranks[&0].self_s;
         assert!((self_s("step") - 2.0).abs() < 1e-9, "10 − 5 − 3");
         assert!((self_s("denoise") - 3.0).abs() < 1e-9, "5 − 2");
         assert!((self_s("decode") - 3.0).abs() < 1e-9);
@@ -408,7 +503,7 @@ pub(super) mod tests {
             (self_s("attention") - 3.0).abs() < 1e-9,
             "2 + (1 − 0.2) + 0.2"
         );
-        assert_eq!(times.by_name["attention"][&0], [2.0, 1.0, 0.2]);
+        assert_eq!(only_rank_calls(&times, "attention"), [2.0, 1.0, 0.2]);
         assert_eq!(times.parent("denoise"), Some("step"));
         assert_eq!(times.parent("decode"), Some("step"));
         // attention: inside denoise once, at the top once, inside itself
@@ -431,14 +526,13 @@ pub(super) mod tests {
             ],
         );
         let times = times_of(std::slice::from_ref(&payload), 1);
-        assert_eq!(times.by_name["step"][&0], [1.0, 1.0]);
-        assert!((times.self_by_name["step"][&0] - 1.5).abs() < 1e-9);
+        assert_eq!(only_rank_calls(&times, "step"), [1.0, 1.0]);
+        assert!((times.by_name["step"].ranks[&0].self_s - 1.5).abs() < 1e-9);
         // decode's one call is its warm-up: nothing of it is left.
         assert!(!times.by_name.contains_key("decode"));
-        assert!(!times.self_by_name.contains_key("decode"));
         assert_eq!(times.parent("decode"), None, "nor where it ran");
         let none = times_of(&[payload], 0);
-        assert_eq!(none.by_name["step"][&0], [5.0, 1.0, 1.0]);
+        assert_eq!(only_rank_calls(&none, "step"), [5.0, 1.0, 1.0]);
     }
 
     #[test]
@@ -477,8 +571,8 @@ pub(super) mod tests {
             .unwrap();
         let times = times_of(&[merged], 1);
         // Four calls of each name, the first one warm-up (once, not once per key).
-        assert_eq!(times.by_name["decode"][&0].len(), 3);
-        assert_eq!(times.by_name["step"][&0].len(), 3);
+        assert_eq!(times.by_name["decode"].ranks[&0].calls, 3);
+        assert_eq!(times.by_name["step"].ranks[&0].calls, 3);
     }
 
     #[test]
@@ -487,6 +581,6 @@ pub(super) mod tests {
         let payload = rank_with_stages(0, &[(7, Some(99), "decode", 0.0, 1.0)]);
         let times = times_of(&[payload], 0);
         assert_eq!(times.parent("decode"), None);
-        assert!((times.self_by_name["decode"][&0] - 1.0).abs() < 1e-9);
+        assert!((times.by_name["decode"].ranks[&0].self_s - 1.0).abs() < 1e-9);
     }
 }

@@ -684,6 +684,7 @@ mod tests {
                 min: 1.0,
                 mean: 1.0,
                 max: 1.0,
+                relative_error: None,
             },
             imbalance_pct: 0.0,
             share_pct: 0.0,

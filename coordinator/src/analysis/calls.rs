@@ -1,0 +1,193 @@
+//! One stage's calls across ranks, merged call by call: for the k-th call
+//! (the k-th on every rank, as in a lockstep tensor-parallel job) the
+//! slowest ranks and the sum over every rank. Merging is exact and its
+//! size is set by the calls, not the ranks, so a node leader can merge its
+//! ranks and rank 0 the nodes with the same result as one merge of all.
+
+use super::times::CallSeconds;
+
+/// The slowest ranks kept per call: one more than the GPUs of a large
+/// node, so that the delay a whole slow node of up to 8 ranks imposes is
+/// exact (see [`CallAcross::group_delay`]).
+pub const CALL_TOP: usize = 9;
+
+/// The k-th call of one stage on the ranks merged so far.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallAcross {
+    /// The slowest ranks' `(seconds, rank)`, slowest first (on a tie the
+    /// lowest rank first); the first `len` are set.
+    top: [(CallSeconds, u32); CALL_TOP],
+    /// How many of `top` are set.
+    len: u8,
+    /// The sum over every rank, seconds.
+    sum_s: f64,
+    /// How many ranks made this call.
+    ranks: u32,
+}
+
+/// Whether `a` comes before `b` among the slowest: slower, or as slow and
+/// a lower rank.
+fn before(a: (CallSeconds, u32), b: (CallSeconds, u32)) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+impl CallAcross {
+    /// The call of `rank`, which took `seconds`.
+    pub fn one(rank: u32, seconds: CallSeconds) -> Self {
+        let mut top = [(0.0, 0); CALL_TOP];
+        top[0] = (seconds, rank);
+        CallAcross {
+            top,
+            len: 1,
+            sum_s: f64::from(seconds),
+            ranks: 1,
+        }
+    }
+
+    /// Adds the same call of other ranks.
+    pub fn merge(&mut self, other: &CallAcross) {
+        let (mine, theirs) = (self.slowest(), other.slowest());
+        let mut top = [(0.0, 0); CALL_TOP];
+        let (mut i, mut j, mut len) = (0, 0, 0);
+        while len < CALL_TOP && (i < mine.len() || j < theirs.len()) {
+            let take_mine = j == theirs.len() || (i < mine.len() && before(mine[i], theirs[j]));
+            top[len] = if take_mine {
+                i += 1;
+                mine[i - 1]
+            } else {
+                j += 1;
+                theirs[j - 1]
+            };
+            len += 1;
+        }
+        self.top = top;
+        self.len = len as u8;
+        self.sum_s += other.sum_s;
+        self.ranks += other.ranks;
+    }
+
+    /// The slowest ranks' `(seconds, rank)`, slowest first.
+    pub fn slowest(&self) -> &[(CallSeconds, u32)] {
+        &self.top[..usize::from(self.len)]
+    }
+
+    /// How many ranks made this call.
+    pub fn ranks(&self) -> u32 {
+        self.ranks
+    }
+
+    /// The wait the slowest rank imposed: Σ over the other ranks of
+    /// (slowest − own).
+    pub fn wait_s(&self) -> f64 {
+        let max = f64::from(self.top[0].0);
+        f64::from(self.ranks) * max - self.sum_s
+    }
+
+    /// How much later this call ended because of the ranks of `group`
+    /// (sorted): the slowest time less the slowest of the other ranks',
+    /// where a rank of the group is the slowest; `None` where no other
+    /// rank made the call. Exact where fewer than [`CALL_TOP`] ranks of
+    /// the group are among the slowest; past that the slowest kept stands
+    /// for the other ranks' slowest, which is no slower (a lower bound).
+    pub fn group_delay(&self, group: &[u32]) -> Option<f64> {
+        let in_group = |rank: &u32| group.binary_search(rank).is_ok();
+        let slowest = self.slowest();
+        let &(max, rank) = slowest.first()?;
+        if !in_group(&rank) {
+            return Some(0.0);
+        }
+        let outside = match slowest.iter().find(|(_, r)| !in_group(r)) {
+            Some(&(t, _)) => t,
+            None if self.ranks as usize > slowest.len() => slowest[slowest.len() - 1].0,
+            None => return None,
+        };
+        Some(f64::from(max) - f64::from(outside))
+    }
+}
+
+/// Adds the calls of `rank` (in start order) to `calls`, one per index.
+pub fn add_rank(calls: &mut Vec<CallAcross>, rank: u32, durations: &[CallSeconds]) {
+    for (k, &seconds) in durations.iter().enumerate() {
+        let one = CallAcross::one(rank, seconds);
+        match calls.get_mut(k) {
+            Some(call) => call.merge(&one),
+            None => calls.push(one),
+        }
+    }
+}
+
+/// Adds `other`'s calls to `calls`, index by index.
+pub fn merge(calls: &mut Vec<CallAcross>, other: &[CallAcross]) {
+    for (k, call) in other.iter().enumerate() {
+        match calls.get_mut(k) {
+            Some(mine) => mine.merge(call),
+            None => calls.push(*call),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Call 0 of ranks 0..n, rank r taking `seconds(r)`, merged one by one.
+    fn call_of(n: u32, seconds: impl Fn(u32) -> f32) -> CallAcross {
+        let mut calls = Vec::new();
+        for rank in 0..n {
+            add_rank(&mut calls, rank, &[seconds(rank)]);
+        }
+        calls[0]
+    }
+
+    #[test]
+    fn the_slowest_ranks_are_kept_slowest_first_ties_to_the_lowest_rank() {
+        let call = call_of(20, |r| if r % 3 == 0 { 2.0 } else { r as f32 / 10.0 });
+        let ranks: Vec<u32> = call.slowest().iter().map(|&(_, r)| r).collect();
+        assert_eq!(ranks, [0, 3, 6, 9, 12, 15, 18, 19, 17]);
+        assert_eq!(call.ranks(), 20);
+    }
+
+    #[test]
+    fn merging_in_any_grouping_is_the_same() {
+        let seconds = |r: u32| ((r * 7919) % 101) as f32 / 100.0;
+        let one_level = call_of(64, seconds);
+        let mut two_level = Vec::new();
+        for node in 0..8 {
+            let mut calls = Vec::new();
+            for rank in node * 8..node * 8 + 8 {
+                add_rank(&mut calls, rank, &[seconds(rank)]);
+            }
+            merge(&mut two_level, &calls);
+        }
+        assert_eq!(one_level.slowest(), two_level[0].slowest());
+        assert_eq!(one_level.ranks(), two_level[0].ranks());
+        assert!((one_level.wait_s() - two_level[0].wait_s()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn group_delay_against_the_slowest_outside_the_group() {
+        // A node of 8 ranks (8..16) slow at 2.0 + rank/100, the others
+        // at most 1.5.
+        let call = call_of(32, |r| {
+            if (8..16).contains(&r) {
+                2.0 + r as f32 / 100.0
+            } else {
+                1.0 + r as f32 / 64.0
+            }
+        });
+        let node: Vec<u32> = (8..16).collect();
+        let outside_max = 1.0 + 31.0 / 64.0;
+        let delay = call.group_delay(&node).unwrap();
+        assert!((delay - (2.15 - outside_max)).abs() < 1e-6, "{delay}");
+        // A group that is not the slowest imposed nothing.
+        assert_eq!(call.group_delay(&[0, 1]), Some(0.0));
+        // The whole job as one group: nothing to be later than.
+        let all: Vec<u32> = (0..32).collect();
+        assert_eq!(
+            call.group_delay(&all),
+            Some(f64::from(2.15f32) - f64::from(call.slowest()[8].0))
+        );
+        let two = call_of(2, |r| r as f32);
+        assert_eq!(two.group_delay(&[0, 1]), None);
+    }
+}

@@ -1,0 +1,293 @@
+//! The distribution of a stage's call durations across ranks, mergeable:
+//! every value while they are few ([`EXACT_CALLS`]), past that a DDSketch
+//! (Masson, Rim and Lee, VLDB 2019) whose quantiles are within
+//! [`RELATIVE_ERROR`] of the value at the quantile's rank. Merging is exact
+//! either way (a sketch's buckets add), so the merge of any grouping of
+//! the same values gives the same quantiles: a two-level gather reports
+//! what one level does.
+
+use std::collections::BTreeMap;
+
+use super::stats::percentiles;
+use crate::model::Percentiles;
+
+/// Values kept one by one, across all ranks, before they are counted in
+/// buckets instead: 256 KiB of single-precision seconds per stage.
+pub const EXACT_CALLS: usize = 1 << 16;
+
+/// How far a quantile read from the sketch may be from the value at its
+/// rank, relative to that value.
+pub const RELATIVE_ERROR: f64 = 0.01;
+
+/// The call durations of one stage (seconds, single precision), every one
+/// or counted in logarithmic buckets, with their exact count, sum, least
+/// and greatest.
+#[derive(Debug, Clone, Default)]
+pub struct CallQuantiles {
+    /// The values one by one, or their buckets.
+    kept: Kept,
+    /// How many values.
+    count: u64,
+    /// Their sum, seconds.
+    sum_s: f64,
+    /// The least and greatest, once there is one.
+    range: Option<(f32, f32)>,
+}
+
+/// How the values are kept.
+#[derive(Debug, Clone)]
+enum Kept {
+    /// Every value, while at most [`EXACT_CALLS`].
+    Exact(Vec<f32>),
+    /// Bucket index → values in it; `zeros`: values of 0.
+    Sketch {
+        buckets: BTreeMap<i32, u64>,
+        zeros: u64,
+    },
+}
+
+impl Default for Kept {
+    fn default() -> Self {
+        Kept::Exact(Vec::new())
+    }
+}
+
+/// The sketch's bucket ratio γ = (1 + α) / (1 − α): bucket `i` holds the
+/// values in (γ^(i−1), γ^i].
+fn gamma() -> f64 {
+    (1.0 + RELATIVE_ERROR) / (1.0 - RELATIVE_ERROR)
+}
+
+/// The bucket of a positive value.
+fn bucket_of(value: f32, ln_gamma: f64) -> i32 {
+    (f64::from(value).ln() / ln_gamma).ceil() as i32
+}
+
+impl CallQuantiles {
+    /// Adds `values` (finite, not negative).
+    pub fn add(&mut self, values: &[f32]) {
+        for &v in values {
+            self.count += 1;
+            self.sum_s += f64::from(v);
+            self.range = Some(match self.range {
+                Some((lo, hi)) => (lo.min(v), hi.max(v)),
+                None => (v, v),
+            });
+        }
+        match &mut self.kept {
+            Kept::Exact(all) => all.extend_from_slice(values),
+            Kept::Sketch { .. } => self.count_in_buckets(values),
+        }
+        self.bucket_when_many();
+    }
+
+    /// Adds every value of `other`.
+    pub fn merge(&mut self, other: CallQuantiles) {
+        self.count += other.count;
+        self.sum_s += other.sum_s;
+        self.range = match (self.range, other.range) {
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+            (one, other) => one.or(other),
+        };
+        match other.kept {
+            Kept::Exact(values) => match &mut self.kept {
+                Kept::Exact(all) => all.extend(values),
+                Kept::Sketch { .. } => self.count_in_buckets(&values),
+            },
+            Kept::Sketch { buckets, zeros } => {
+                self.bucket_all();
+                if let Kept::Sketch {
+                    buckets: mine,
+                    zeros: my_zeros,
+                } = &mut self.kept
+                {
+                    *my_zeros += zeros;
+                    for (bucket, n) in buckets {
+                        *mine.entry(bucket).or_default() += n;
+                    }
+                }
+            }
+        }
+        self.bucket_when_many();
+    }
+
+    /// How many values.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// p50 / p95 / p99, min, mean and max, in milliseconds; `None` when
+    /// empty. Exact while the values are kept one by one; from the sketch
+    /// past that (the least, greatest and mean are exact either way).
+    pub fn percentiles_ms(&self) -> Option<Percentiles> {
+        let (min, max) = self.range?;
+        match &self.kept {
+            Kept::Exact(values) => {
+                let mut ms: Vec<f64> = values.iter().map(|&s| f64::from(s) * 1e3).collect();
+                percentiles(&mut ms)
+            }
+            Kept::Sketch { buckets, zeros } => {
+                let (min, max) = (f64::from(min), f64::from(max));
+                let at = |q: f64| {
+                    let seconds = sketch_quantile(buckets, *zeros, self.count, q);
+                    seconds.clamp(min, max) * 1e3
+                };
+                Some(Percentiles {
+                    p50: at(0.50),
+                    p95: at(0.95),
+                    p99: at(0.99),
+                    min: min * 1e3,
+                    mean: self.sum_s / self.count as f64 * 1e3,
+                    max: max * 1e3,
+                    relative_error: Some(RELATIVE_ERROR),
+                })
+            }
+        }
+    }
+
+    /// Counts `values` in the buckets (the values already kept are).
+    fn count_in_buckets(&mut self, values: &[f32]) {
+        let ln_gamma = gamma().ln();
+        if let Kept::Sketch { buckets, zeros } = &mut self.kept {
+            for &v in values {
+                if v > 0.0 {
+                    *buckets.entry(bucket_of(v, ln_gamma)).or_default() += 1;
+                } else {
+                    *zeros += 1;
+                }
+            }
+        }
+    }
+
+    /// Turns the values kept one by one, if they are, into buckets.
+    fn bucket_all(&mut self) {
+        if let Kept::Exact(values) = &mut self.kept {
+            let values = std::mem::take(values);
+            self.kept = Kept::Sketch {
+                buckets: BTreeMap::new(),
+                zeros: 0,
+            };
+            self.count_in_buckets(&values);
+        }
+    }
+
+    /// Buckets the values once they are more than [`EXACT_CALLS`].
+    fn bucket_when_many(&mut self) {
+        if matches!(&self.kept, Kept::Exact(values) if values.len() > EXACT_CALLS) {
+            self.bucket_all();
+        }
+    }
+}
+
+/// The quantile `q` of `count` values counted in `buckets` and `zeros`:
+/// the middle of the bucket that holds the value of rank ⌊q·(count − 1)⌋.
+fn sketch_quantile(buckets: &BTreeMap<i32, u64>, zeros: u64, count: u64, q: f64) -> f64 {
+    let rank = (q.clamp(0.0, 1.0) * (count - 1) as f64).floor() as u64;
+    if rank < zeros {
+        return 0.0;
+    }
+    let mut below = zeros;
+    let gamma = gamma();
+    for (&bucket, &n) in buckets {
+        below += n;
+        if rank < below {
+            return 2.0 * gamma.powi(bucket) / (gamma + 1.0);
+        }
+    }
+    f64::INFINITY
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::stats::quantiles;
+
+    /// `n` durations spread over six decades (1 µs to 1 s), from `seed`.
+    fn durations(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed | 1;
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+                10f64.powf(-6.0 + 6.0 * unit) as f32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn few_values_give_exact_percentiles() {
+        let values = [0.25f32, 0.5, 0.5, 0.75, 1.0, 2.0];
+        let mut kept = CallQuantiles::default();
+        kept.add(&values[..3]);
+        let mut rest = CallQuantiles::default();
+        rest.add(&values[3..]);
+        kept.merge(rest);
+        let p = kept.percentiles_ms().unwrap();
+        assert!((p.p50 - 625.0).abs() < 1e-9, "{}", p.p50);
+        assert_eq!((p.min, p.max), (250.0, 2000.0));
+        assert_eq!(p.relative_error, None, "exact");
+    }
+
+    #[test]
+    fn many_values_are_within_the_bound_of_the_value_at_each_rank() {
+        let values = durations(200_000, 7);
+        let mut kept = CallQuantiles::default();
+        for chunk in values.chunks(3_000) {
+            kept.add(chunk);
+        }
+        let p = kept.percentiles_ms().unwrap();
+        assert_eq!(p.relative_error, Some(RELATIVE_ERROR));
+        let mut sorted: Vec<f64> = values.iter().map(|&s| f64::from(s) * 1e3).collect();
+        sorted.sort_by(f64::total_cmp);
+        for (q, found) in [(0.50, p.p50), (0.95, p.p95), (0.99, p.p99)] {
+            let at_rank = sorted[(q * (sorted.len() - 1) as f64).floor() as usize];
+            let error = (found - at_rank).abs() / at_rank;
+            assert!(error <= RELATIVE_ERROR, "q {q}: {found} against {at_rank}");
+        }
+        assert_eq!((p.min, p.max), (sorted[0], sorted[sorted.len() - 1]));
+        let mean = sorted.iter().sum::<f64>() / sorted.len() as f64;
+        assert!((p.mean - mean).abs() / mean < 1e-9);
+    }
+
+    #[test]
+    fn any_grouping_of_the_same_values_merges_to_the_same_quantiles() {
+        // 80,000 values as 16 ranks' calls: merged rank by rank (one
+        // level), and four ranks at a time first (two levels).
+        let values = durations(80_000, 11);
+        let ranks: Vec<&[f32]> = values.chunks(5_000).collect();
+        let of = |ranks: &[&[f32]]| {
+            let mut kept = CallQuantiles::default();
+            for rank in ranks {
+                kept.add(rank);
+            }
+            kept
+        };
+        let one_level = of(&ranks).percentiles_ms().unwrap();
+        let mut two_level = CallQuantiles::default();
+        for node in ranks.chunks(4) {
+            two_level.merge(of(node));
+        }
+        let two_level = two_level.percentiles_ms().unwrap();
+        assert_eq!(
+            [one_level.p50, one_level.p95, one_level.p99],
+            [two_level.p50, two_level.p95, two_level.p99]
+        );
+        assert_eq!(one_level.relative_error, Some(RELATIVE_ERROR));
+        // And the exact quantiles of the same values, for scale.
+        let mut ms: Vec<f64> = values.iter().map(|&s| f64::from(s) * 1e3).collect();
+        let [p50] = quantiles(&mut ms, [0.5]);
+        assert!((one_level.p50 - p50).abs() / p50 <= 2.0 * RELATIVE_ERROR);
+    }
+
+    #[test]
+    fn zero_length_calls_count_below_every_bucket() {
+        let mut kept = CallQuantiles::default();
+        kept.add(&vec![0.0; EXACT_CALLS]);
+        kept.add(&[1.0; 10]);
+        let p = kept.percentiles_ms().unwrap();
+        assert_eq!((p.p50, p.p95, p.min), (0.0, 0.0, 0.0));
+        assert_eq!(p.max, 1000.0);
+    }
+}
