@@ -367,6 +367,7 @@ fn a_page_of_4096_ranks_draws_every_chart() {
         inner_ns: (1_000_000, 3_000_000),
         gpu_readings: 20,
         host_readings: 10,
+        ..synthetic::BENCH
     };
     let dir = synthetic_report(RANKS, &small);
     let page = dir.path().join("report.html");

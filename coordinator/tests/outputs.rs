@@ -284,6 +284,7 @@ fn a_summary_of_4096_ranks_stays_under_200_lines() {
         inner_ns: (1_000_000, 3_000_000),
         gpu_readings: 20,
         host_readings: 10,
+        ..support::synthetic::BENCH
     };
     let payloads = (0..WORLD)
         .map(|rank| rank_payload(rank, WORLD, &small, &mut std::io::sink()).unwrap())

@@ -44,6 +44,23 @@ impl CallAcross {
         }
     }
 
+    /// Adds the same call of `rank`, which took `seconds`.
+    pub fn add(&mut self, rank: u32, seconds: CallSeconds) {
+        self.sum_s += f64::from(seconds);
+        self.ranks += 1;
+        let one = (seconds, rank);
+        let len = usize::from(self.len);
+        // Most ranks are not among the slowest: one comparison.
+        if len == CALL_TOP && !before(one, self.top[CALL_TOP - 1]) {
+            return;
+        }
+        let at = self.top[..len].partition_point(|&kept| before(kept, one));
+        let end = len.min(CALL_TOP - 1);
+        self.top.copy_within(at..end, at + 1);
+        self.top[at] = one;
+        self.len = (len + 1).min(CALL_TOP) as u8;
+    }
+
     /// Adds the same call of other ranks.
     pub fn merge(&mut self, other: &CallAcross) {
         let (mine, theirs) = (self.slowest(), other.slowest());
@@ -107,13 +124,15 @@ impl CallAcross {
 
 /// Adds the calls of `rank` (in start order) to `calls`, one per index.
 pub fn add_rank(calls: &mut Vec<CallAcross>, rank: u32, durations: &[CallSeconds]) {
-    for (k, &seconds) in durations.iter().enumerate() {
-        let one = CallAcross::one(rank, seconds);
-        match calls.get_mut(k) {
-            Some(call) => call.merge(&one),
-            None => calls.push(one),
-        }
+    let made = calls.len().min(durations.len());
+    for (call, &seconds) in calls.iter_mut().zip(&durations[..made]) {
+        call.add(rank, seconds);
     }
+    calls.extend(
+        durations[made..]
+            .iter()
+            .map(|&seconds| CallAcross::one(rank, seconds)),
+    );
 }
 
 /// Adds `other`'s calls to `calls`, index by index.
@@ -162,6 +181,18 @@ mod tests {
         assert_eq!(one_level.slowest(), two_level[0].slowest());
         assert_eq!(one_level.ranks(), two_level[0].ranks());
         assert!((one_level.wait_s() - two_level[0].wait_s()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn adding_one_rank_is_merging_its_call() {
+        let seconds = |r: u32| ((r * 31) % 13) as f32 / 4.0;
+        let mut added = CallAcross::one(0, seconds(0));
+        let mut merged = added;
+        for rank in 1..40 {
+            added.add(rank, seconds(rank));
+            merged.merge(&CallAcross::one(rank, seconds(rank)));
+            assert_eq!(added, merged, "after rank {rank}");
+        }
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! rank reduced on its own (and on any thread) as soon as it is decoded.
 //! A report over a thousand ranks holds their digests, not their payloads:
 //! per rank one number per stage call and diffusion step (for the lockstep
-//! and percentile statistics), and bounded summaries of the rest.
+//! and percentile statistics), and bounded summaries of the rest. The
+//! digests of a node's ranks become one [`NodeDigest`], their stage calls
+//! merged call by call; node digests merge into the digest of the job.
 
 use crate::AnalysisConfig;
 use rankscope_common::gather::Headed;
@@ -13,7 +15,7 @@ use rankscope_common::{Payload, PayloadHeader};
 
 use super::diffusion::RankDiffusion;
 use super::kernels::RankKernels;
-use super::times::RankStages;
+use super::times::{RankStages, StageTimes};
 use super::{gpus, overhead, series};
 use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimeline};
 
@@ -96,5 +98,46 @@ impl RankDigest {
 impl Headed for RankDigest {
     fn header(&self) -> &PayloadHeader {
         &self.header
+    }
+}
+
+/// The digests of a set of ranks (a node's, or the whole job's) with their
+/// stage calls merged ([`StageTimes`]): what a node leader makes of its
+/// ranks, and what rank 0 merges across nodes. Its stage calls' size is
+/// set by the stages and their calls, not by the ranks; merging node
+/// digests in any grouping gives the digest of all their ranks at once.
+#[derive(Debug, Default)]
+pub struct NodeDigest {
+    /// The ranks' digests, in rank order, their stage calls taken out.
+    pub ranks: Vec<RankDigest>,
+    /// The stage calls of them all.
+    pub(super) stages: StageTimes,
+    /// The ranks whose stage tables were refused, and why, in rank order.
+    pub(super) refused: Vec<(u32, String)>,
+}
+
+impl NodeDigest {
+    /// The digest of `ranks`, their stage calls moved into one merge.
+    pub fn new(mut ranks: Vec<RankDigest>) -> Self {
+        ranks.sort_by_key(|digest| digest.header.rank.rank);
+        let mut node = NodeDigest::default();
+        for digest in &mut ranks {
+            let rank = digest.header.rank.rank;
+            match std::mem::replace(&mut digest.stages, Ok(RankStages::default())) {
+                Ok(stages) => node.stages.add(rank, stages),
+                Err(reason) => node.refused.push((rank, reason)),
+            }
+        }
+        node.ranks = ranks;
+        node
+    }
+
+    /// Adds the ranks of `other` (none of them already here).
+    pub fn merge(&mut self, other: NodeDigest) {
+        self.ranks.extend(other.ranks);
+        self.ranks.sort_by_key(|digest| digest.header.rank.rank);
+        self.stages.merge(other.stages);
+        self.refused.extend(other.refused);
+        self.refused.sort_by_key(|&(rank, _)| rank);
     }
 }

@@ -18,7 +18,7 @@ pub mod timeline;
 mod times;
 
 pub use bottlenecks::BottleneckRule;
-pub use digest::RankDigest;
+pub use digest::{NodeDigest, RankDigest};
 pub use stragglers::StragglerRule;
 
 use std::collections::BTreeMap;
@@ -36,7 +36,7 @@ use crate::model::{
     RankGpu, RankSummary, RankTimeline, Report, Series, SessionSummary, SkippedInput, StageStats,
     WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
 };
-use times::{RankStages, StageTimes};
+use times::StageTimes;
 
 /// Puts the analysis of kernel traces into `report`: its kernel sections,
 /// the kernel stragglers joined to the stage stragglers, and the
@@ -60,31 +60,45 @@ pub fn analyze(gathered: &Gathered, config: &AnalysisConfig) -> Report {
         .iter()
         .map(|payload| RankDigest::new(payload, config))
         .collect();
-    analyze_ranks(gathered, ranks, config)
+    analyze_nodes(gathered, [NodeDigest::new(ranks)], config)
 }
 
 /// Analyses the payloads gathered as digests ([`RankDigest`]), each made
 /// when its payload was decoded.
 pub fn analyze_digests(mut gathered: Gathered<RankDigest>, config: &AnalysisConfig) -> Report {
     let ranks = std::mem::take(&mut gathered.payloads);
-    analyze_ranks(&gathered, ranks, config)
+    analyze_nodes(&gathered, [NodeDigest::new(ranks)], config)
 }
 
-/// The report of `ranks`, the digests of the payloads `gathered` accepted,
-/// by rank; the world, missing ranks and skipped inputs come from
-/// `gathered` (its payloads are not read).
-fn analyze_ranks<T>(
+/// The report of the ranks of `nodes`, merged; the world, missing ranks
+/// and skipped inputs come from `gathered` (its payloads are not read).
+pub fn analyze_nodes<T>(
     gathered: &Gathered<T>,
-    mut ranks: Vec<RankDigest>,
+    nodes: impl IntoIterator<Item = NodeDigest>,
     config: &AnalysisConfig,
 ) -> Report {
+    let mut nodes = nodes.into_iter();
+    let mut job = nodes.next().unwrap_or_default();
+    for node in nodes {
+        job.merge(node);
+    }
+    analyze_job(gathered, job, config)
+}
+
+/// The report of `job`, the digest of every rank `gathered` accepted.
+fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConfig) -> Report {
     let (other_runs, mut skipped) = skipped_inputs(gathered);
+    let NodeDigest {
+        mut ranks,
+        stages: times,
+        refused,
+    } = job;
     let parts = RankParts::take(&mut ranks, &mut skipped);
-    // The GPUs merged beside the stages.
-    let ((gpus, gpu_series), times) = join(
-        || gpus::gpu_summaries(parts.gpus, &config.bottlenecks),
-        || stage_times(parts.stages, &mut skipped),
-    );
+    skipped.extend(refused.into_iter().map(|(rank, reason)| SkippedInput {
+        source: format!("rank {rank} stages"),
+        reason,
+    }));
+    let (gpus, gpu_series) = gpus::gpu_summaries(parts.gpus, &config.bottlenecks);
     let rule = config.stragglers;
     let mut report = assemble_report(
         gathered,
@@ -131,8 +145,6 @@ fn skipped_inputs<T>(gathered: &Gathered<T>) -> (Vec<SkippedInput>, Vec<SkippedI
 struct RankParts {
     /// The kernel traces of the ranks that recorded any.
     kernels: Vec<kernels::RankKernels>,
-    /// Each rank's stages, or why its stage table was refused.
-    stages: Vec<(u32, Result<RankStages, String>)>,
     /// Each rank's GPUs and their readings.
     gpus: Vec<Vec<(GpuSummary, GpuSeries)>>,
     /// Each rank's outermost stages over time.
@@ -145,7 +157,6 @@ impl RankParts {
     fn take(ranks: &mut [RankDigest], skipped: &mut Vec<SkippedInput>) -> Self {
         let mut parts = RankParts {
             kernels: Vec::new(),
-            stages: Vec::with_capacity(ranks.len()),
             gpus: Vec::with_capacity(ranks.len()),
             timelines: Vec::with_capacity(ranks.len()),
         };
@@ -159,34 +170,11 @@ impl RankParts {
                     reason,
                 }),
             }
-        }
-        for digest in ranks.iter_mut() {
             parts.gpus.push(std::mem::take(&mut digest.gpus));
             parts.timelines.push(std::mem::take(&mut digest.timeline));
-            let stages = std::mem::replace(&mut digest.stages, Ok(RankStages::default()));
-            parts.stages.push((digest.header.rank.rank, stages));
         }
         parts
     }
-}
-
-/// The stage calls of every rank merged; stage tables refused are added
-/// to `skipped`.
-fn stage_times(
-    stages_by_rank: Vec<(u32, Result<RankStages, String>)>,
-    skipped: &mut Vec<SkippedInput>,
-) -> StageTimes {
-    let mut times = StageTimes::default();
-    for (rank, stages) in stages_by_rank {
-        match stages {
-            Ok(stages) => times.add(rank, stages),
-            Err(reason) => skipped.push(SkippedInput {
-                source: format!("rank {rank} stages"),
-                reason,
-            }),
-        }
-    }
-    times
 }
 
 /// The timeline's zero: rank 0's session start, else the earliest rank's.

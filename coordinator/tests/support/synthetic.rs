@@ -2,7 +2,8 @@
 
 //! A synthetic job of any size, in the tables the agent records: per rank
 //! `step` stages holding inner stages of 29 names, GPU and host readings
-//! ([`Shape`]). Rank 7 (where there is one) is 30 % slower in `stage_07`.
+//! ([`Shape`]). Rank 7 (where there is one; or the ranks the shape names)
+//! is 30 % slower in `stage_07`.
 //! The GPUs are labelled simulated.
 //! Shared by the aggregation benchmark's generator
 //! (`examples/gen_payloads.rs`), the aggregation tests and, for its
@@ -21,6 +22,7 @@ use rankscope_common::table::{
 const INNER_NAMES: u64 = 29;
 
 /// How much one rank records.
+#[derive(Clone, Copy)]
 pub struct Shape {
     /// `step` stages.
     pub steps: u64,
@@ -32,6 +34,8 @@ pub struct Shape {
     pub gpu_readings: u64,
     /// Host readings over the session.
     pub host_readings: u64,
+    /// The ranks 30 % slower in `stage_07`: `first..end`.
+    pub slow_ranks: (u32, u32),
 }
 
 /// The aggregation benchmark's rank: 2,000 stages in about 4 s, 300 GPU
@@ -42,6 +46,7 @@ pub const BENCH: Shape = Shape {
     inner_ns: (1_000_000, 3_000_000),
     gpu_readings: 300,
     host_readings: 150,
+    slow_ranks: (SLOW_RANK, SLOW_RANK + 1),
 };
 
 /// A rank over about an hour at the default sampling rates (GPU every
@@ -52,8 +57,9 @@ pub const HOUR: Shape = Shape {
     inner_ns: (100_000_000, 300_000_000),
     gpu_readings: 7_200,
     host_readings: 3_600,
+    slow_ranks: (SLOW_RANK, SLOW_RANK + 1),
 };
-/// The rank that is slower in `stage_07`.
+/// The rank that is slower in `stage_07` in the shapes here.
 pub const SLOW_RANK: u32 = 7;
 
 /// A small repeatable generator (xorshift64*), so every run writes the same
@@ -124,7 +130,7 @@ pub fn rank_payload(
         for k in 0..shape.inner_per_step {
             let which = (step + k) % INNER_NAMES;
             let mut ns = rng.between(shape.inner_ns.0, shape.inner_ns.1);
-            if rank == SLOW_RANK && which == 7 {
+            if (shape.slow_ranks.0..shape.slow_ranks.1).contains(&rank) && which == 7 {
                 ns = ns * 13 / 10;
             }
             inner.push((which, now, now + ns));
