@@ -931,6 +931,17 @@ pub struct GpuSeries {
 
 impl GpuSeries {
     /// Each metric's series, in the order of `analysis::gpus::GPU_METRICS`.
+    pub fn metrics(&self) -> [&Timed; 5] {
+        [
+            &self.util_pct,
+            &self.memory_mb,
+            &self.temperature_c,
+            &self.power_w,
+            &self.sm_clock_mhz,
+        ]
+    }
+
+    /// Each metric's series, in the order of `analysis::gpus::GPU_METRICS`.
     pub fn metrics_mut(&mut self) -> [&mut Timed; 5] {
         [
             &mut self.util_pct,

@@ -2,10 +2,14 @@
 //! each node's ranks merged on the node ([`NodeDigest`]), then the nodes
 //! merged, give what one merge of every rank gives — exactly for counts,
 //! ranks and names, to the last bits of a sum for sums taken in another
-//! order, and the same percentiles whether they are exact or sketched.
+//! order, and the same percentiles whether they are exact or sketched;
+//! a node digest that is damaged or forged is refused with its reason,
+//! and never panics the analysis.
 
 use rankscope_common::{gather, Gathered, Payload};
-use rankscope_coordinator::analysis::{analyze, analyze_nodes, NodeDigest, RankDigest};
+use rankscope_coordinator::analysis::{
+    analyze, analyze_nodes, DigestError, NodeDigest, RankDigest,
+};
 use rankscope_coordinator::AnalysisConfig;
 use serde_json::Value;
 
@@ -14,6 +18,8 @@ use support::synthetic::{rank_payload, Shape, BENCH};
 
 /// Ranks per simulated node.
 const PER_NODE: u32 = 4;
+/// The most bytes a node digest may unpack to here.
+const LIMIT: usize = 64 << 20;
 
 /// A job of `ranks` ranks of `shape`, on nodes of [`PER_NODE`]; the ranks
 /// of node 2 are 30 % slower in `stage_07` (a slow node, found as a group).
@@ -56,7 +62,9 @@ fn both_reports(payloads: Vec<Payload>, config: &AnalysisConfig) -> (Value, Valu
                 .iter()
                 .map(|payload| RankDigest::new(payload, config))
                 .collect();
-            NodeDigest::new(digests)
+            // As a leader sends it and rank 0 reads it.
+            let bytes = NodeDigest::new(digests).encode().unwrap();
+            NodeDigest::decode(&bytes, LIMIT).unwrap()
         })
         .collect();
     let rest = Gathered::<()> {
@@ -136,4 +144,86 @@ fn sketched_percentiles_are_the_same_and_say_their_bound() {
         .unwrap();
     assert_eq!(step["count"], 24 * 3_000);
     assert_eq!(step["per_call_ms"]["relative_error"], 0.01);
+}
+
+/// The encoded digest of node 1 of a 16-rank job.
+fn node_bytes() -> Vec<u8> {
+    let config = AnalysisConfig::default();
+    let digests = job(16, &BENCH)
+        .iter()
+        .filter(|p| p.header.rank.rank / PER_NODE == 1)
+        .map(|payload| RankDigest::new(payload, &config))
+        .collect();
+    NodeDigest::new(digests).encode().unwrap()
+}
+
+#[test]
+fn damaged_digests_are_refused_with_their_reason() {
+    let bytes = node_bytes();
+    let refused = |bytes: &[u8], limit: usize| NodeDigest::decode(bytes, limit).unwrap_err();
+    assert!(matches!(refused(b"RSN", LIMIT), DigestError::NotADigest));
+    assert!(matches!(
+        refused(&bytes[1..], LIMIT),
+        DigestError::NotADigest
+    ));
+    let mut other_version = bytes.clone();
+    other_version[4] = 9;
+    assert_eq!(
+        refused(&other_version, LIMIT).to_string(),
+        "node digest version 9; this build reads version 1"
+    );
+    assert!(matches!(
+        refused(&bytes[..bytes.len() / 2], LIMIT),
+        DigestError::Unpack(_)
+    ));
+    assert!(matches!(
+        refused(&bytes, 1_000),
+        DigestError::TooLarge { limit: 1_000 }
+    ));
+    // Well packed, but not a digest inside.
+    let mut garbage = bytes[..6].to_vec();
+    garbage.extend(zstd::bulk::compress(&[0xff; 64], 1).unwrap());
+    assert!(matches!(refused(&garbage, LIMIT), DigestError::Decode(_)));
+}
+
+#[test]
+fn no_damage_to_a_digest_panics_the_analysis() {
+    // Each time a few bytes of the unpacked digest changed at random
+    // (packed again, so the damage reaches the decoder): refused, or
+    // analysed without a panic.
+    let bytes = node_bytes();
+    let body = zstd::stream::decode_all(&bytes[6..]).unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut refused, mut analysed) = (0, 0);
+    for _ in 0..300 {
+        let mut damaged = body.clone();
+        for _ in 0..1 + next() % 4 {
+            let at = (next() % damaged.len() as u64) as usize;
+            damaged[at] = next() as u8;
+        }
+        let mut packed = bytes[..6].to_vec();
+        packed.extend(zstd::bulk::compress(&damaged, 1).unwrap());
+        match NodeDigest::decode(&packed, LIMIT) {
+            Err(_) => refused += 1,
+            Ok(node) => {
+                let rest = Gathered::<()> {
+                    world_size: 16,
+                    ..Gathered::default()
+                };
+                let report = analyze_nodes(&rest, [node], &AnalysisConfig::default());
+                serde_json::to_string(&report).unwrap();
+                analysed += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0 && analysed > 0,
+        "{refused} refused, {analysed} analysed"
+    );
 }

@@ -4,6 +4,8 @@
 //! size is set by the calls, not the ranks, so a node leader can merge its
 //! ranks and rank 0 the nodes with the same result as one merge of all.
 
+use serde::{Deserialize, Serialize};
+
 use super::times::CallSeconds;
 
 /// The slowest ranks kept per call: one more than the GPUs of a large
@@ -12,7 +14,7 @@ use super::times::CallSeconds;
 pub const CALL_TOP: usize = 9;
 
 /// The k-th call of one stage on the ranks merged so far.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CallAcross {
     /// The slowest ranks' `(seconds, rank)`, slowest first (on a tie the
     /// lowest rank first); the first `len` are set.
@@ -91,6 +93,22 @@ impl CallAcross {
     /// How many ranks made this call.
     pub fn ranks(&self) -> u32 {
         self.ranks
+    }
+
+    /// Whether the call's parts fit together (as a merge leaves them, of
+    /// at most `ranks` ranks): slowest ranks kept, at least one, slowest
+    /// first, as many as the ranks or all kept; a finite sum.
+    pub fn is_whole(&self, ranks: u64) -> bool {
+        let len = usize::from(self.len);
+        (1..=CALL_TOP).contains(&len)
+            && u64::from(self.ranks) <= ranks
+            && (len == CALL_TOP || len == self.ranks as usize)
+            && self.slowest().windows(2).all(|w| before(w[0], w[1]))
+            && self
+                .slowest()
+                .iter()
+                .all(|(t, _)| t.is_finite() && *t >= 0.0)
+            && self.sum_s.is_finite()
     }
 
     /// The wait the slowest rank imposed: Σ over the other ranks of

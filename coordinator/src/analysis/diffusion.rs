@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 
 use rankscope_common::table::{BlocksView, DiffusionStepsView, ModelParametersView};
 use rankscope_common::Payload;
+use serde::{Deserialize, Serialize};
 
 use super::stats::percentiles;
 use crate::model::{BlockSummary, DiffusionSummary, RankValue, StepSummary};
 
 /// What the diffusion summary keeps of one rank.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct RankDiffusion {
     /// Step computation times, ms.
     steps_ms: Vec<f64>,

@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use rankscope_common::kineto::{KernelCategory, RankTrace};
 use rankscope_common::table::{
     counted_collectives, CollectivesView, CpuOpsView, KernelsView, StagesView,
@@ -30,7 +32,7 @@ pub const KERNEL_STRAGGLERS_LISTED: usize = 50;
 pub type Totals = HashMap<String, (KernelCategory, u64, i64)>;
 
 /// What the analysis keeps of one rank's kernel trace.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RankKernels {
     /// The rank.
     pub rank: u32,
@@ -55,7 +57,7 @@ pub struct RankKernels {
 }
 
 /// One collective call on a rank's host.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollectiveCall {
     /// The torch.profiler window it ran in (1 for an imported trace):
     /// calls are matched across ranks within a window.

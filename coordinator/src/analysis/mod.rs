@@ -18,7 +18,7 @@ pub mod timeline;
 mod times;
 
 pub use bottlenecks::BottleneckRule;
-pub use digest::{NodeDigest, RankDigest};
+pub use digest::{DigestError, NodeDigest, RankDigest};
 pub use stragglers::StragglerRule;
 
 use std::collections::BTreeMap;

@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use super::stats::percentiles;
 use crate::model::Percentiles;
 
@@ -22,7 +24,7 @@ pub const RELATIVE_ERROR: f64 = 0.01;
 /// The call durations of one stage (seconds, single precision), every one
 /// or counted in logarithmic buckets, with their exact count, sum, least
 /// and greatest.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CallQuantiles {
     /// The values one by one, or their buckets.
     kept: Kept,
@@ -35,7 +37,7 @@ pub struct CallQuantiles {
 }
 
 /// How the values are kept.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 enum Kept {
     /// Every value, while at most [`EXACT_CALLS`].
     Exact(Vec<f32>),
@@ -116,11 +118,34 @@ impl CallQuantiles {
         self.count
     }
 
+    /// Whether the parts fit together (as adding and merging leave them):
+    /// a count that is the values kept or counted, a range where there
+    /// are values, finite and not negative.
+    pub fn is_whole(&self) -> bool {
+        let kept = match &self.kept {
+            Kept::Exact(values) => values.len() as u64,
+            Kept::Sketch { buckets, zeros } => buckets
+                .values()
+                .try_fold(*zeros, |sum, &n| sum.checked_add(n))
+                .unwrap_or(u64::MAX),
+        };
+        let range = match self.range {
+            Some((lo, hi)) => {
+                self.count > 0 && lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi
+            }
+            None => self.count == 0,
+        };
+        kept == self.count && range && self.sum_s.is_finite()
+    }
+
     /// p50 / p95 / p99, min, mean and max, in milliseconds; `None` when
     /// empty. Exact while the values are kept one by one; from the sketch
     /// past that (the least, greatest and mean are exact either way).
     pub fn percentiles_ms(&self) -> Option<Percentiles> {
         let (min, max) = self.range?;
+        if self.count == 0 {
+            return None;
+        }
         match &self.kept {
             Kept::Exact(values) => {
                 let mut ms: Vec<f64> = values.iter().map(|&s| f64::from(s) * 1e3).collect();

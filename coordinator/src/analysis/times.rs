@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use arrow_array::{Array, StringArray};
+use serde::{Deserialize, Serialize};
 
 use rankscope_common::table::{MetricsView, StagesView, STAGE_GPU_SECTION};
 
@@ -24,7 +25,7 @@ pub type CallSeconds = f32;
 /// stages and their calls, plus a few numbers per rank and stage; two
 /// merged are what one merge of all their ranks would be
 /// ([`StageTimes::merge`]).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct StageTimes {
     /// name → the stage across ranks.
     pub by_name: BTreeMap<String, StageAcross>,
@@ -35,7 +36,7 @@ pub struct StageTimes {
 }
 
 /// One stage across the ranks that ran it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct StageAcross {
     /// rank → its calls' count, total and self time.
     pub ranks: BTreeMap<u32, RankCalls>,
@@ -46,7 +47,7 @@ pub struct StageAcross {
 }
 
 /// One rank's calls of one stage.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RankCalls {
     /// Calls past warm-up.
     pub calls: u64,

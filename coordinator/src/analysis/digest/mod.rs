@@ -9,24 +9,33 @@
 use crate::AnalysisConfig;
 use rankscope_common::gather::Headed;
 use rankscope_common::table::{MetricsView, StagesView};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use rankscope_common::{Payload, PayloadHeader};
 
 use super::diffusion::RankDiffusion;
 use super::kernels::RankKernels;
-use super::times::{RankStages, StageTimes};
+use super::times::RankStages;
 use super::{gpus, overhead, series};
+
+mod node;
+mod wire;
+
 use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimeline};
+pub use node::NodeDigest;
+pub use wire::DigestError;
 
 /// One rank's payload reduced to what the analysis reads: its header, its
 /// stage calls by name, a summary per GPU and of its host, and its
-/// diffusion steps and blocks.
-#[derive(Debug)]
+/// diffusion steps and blocks. A digest travels without its stage calls
+/// (merged into a [`NodeDigest`] first).
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RankDigest {
     /// The payload's header.
     pub header: PayloadHeader,
     /// Its stages by name, or why its stage table was refused.
+    #[serde(skip, default = "taken")]
     pub(super) stages: Result<RankStages, String>,
     /// Its GPUs, with the bottlenecks each shows on its own, and their
     /// readings over time.
@@ -101,43 +110,7 @@ impl Headed for RankDigest {
     }
 }
 
-/// The digests of a set of ranks (a node's, or the whole job's) with their
-/// stage calls merged ([`StageTimes`]): what a node leader makes of its
-/// ranks, and what rank 0 merges across nodes. Its stage calls' size is
-/// set by the stages and their calls, not by the ranks; merging node
-/// digests in any grouping gives the digest of all their ranks at once.
-#[derive(Debug, Default)]
-pub struct NodeDigest {
-    /// The ranks' digests, in rank order, their stage calls taken out.
-    pub ranks: Vec<RankDigest>,
-    /// The stage calls of them all.
-    pub(super) stages: StageTimes,
-    /// The ranks whose stage tables were refused, and why, in rank order.
-    pub(super) refused: Vec<(u32, String)>,
-}
-
-impl NodeDigest {
-    /// The digest of `ranks`, their stage calls moved into one merge.
-    pub fn new(mut ranks: Vec<RankDigest>) -> Self {
-        ranks.sort_by_key(|digest| digest.header.rank.rank);
-        let mut node = NodeDigest::default();
-        for digest in &mut ranks {
-            let rank = digest.header.rank.rank;
-            match std::mem::replace(&mut digest.stages, Ok(RankStages::default())) {
-                Ok(stages) => node.stages.add(rank, stages),
-                Err(reason) => node.refused.push((rank, reason)),
-            }
-        }
-        node.ranks = ranks;
-        node
-    }
-
-    /// Adds the ranks of `other` (none of them already here).
-    pub fn merge(&mut self, other: NodeDigest) {
-        self.ranks.extend(other.ranks);
-        self.ranks.sort_by_key(|digest| digest.header.rank.rank);
-        self.stages.merge(other.stages);
-        self.refused.extend(other.refused);
-        self.refused.sort_by_key(|&(rank, _)| rank);
-    }
+/// The stages of a digest whose stages were merged into a [`NodeDigest`].
+fn taken() -> Result<RankStages, String> {
+    Ok(RankStages::default())
 }
