@@ -54,27 +54,30 @@ fn both_reports(payloads: Vec<Payload>, config: &AnalysisConfig) -> (Value, Valu
     );
     assert_eq!(gathered.payloads.len(), world_size as usize);
     let one_level = analyze(&gathered, config);
-    let nodes: Vec<NodeDigest> = gathered
+    // Each node's digest as its leader sends it, the last node first.
+    let sent: Vec<Vec<u8>> = gathered
         .payloads
         .chunks(PER_NODE as usize)
+        .rev()
         .map(|node| {
             let digests: Vec<RankDigest> = node
                 .iter()
                 .map(|payload| RankDigest::new(payload, config))
                 .collect();
-            // As a leader sends it and rank 0 reads it.
-            let bytes = NodeDigest::new(digests).encode().unwrap();
-            NodeDigest::decode(&bytes, LIMIT).unwrap()
+            let mut node = NodeDigest::new(digests);
+            node.bucket_for_job();
+            node.encode().unwrap()
         })
         .collect();
+    // As rank 0 reads them.
+    let (merged, refused) = NodeDigest::decode_all(&sent, |b| Ok(b.clone()), LIMIT);
+    assert!(refused.is_empty(), "{refused:?}");
     let rest = Gathered::<()> {
         world_size: gathered.world_size,
         sources: gathered.sources.clone(),
         ..Gathered::default()
     };
-    // Merged in reverse, for good measure: the order of nodes is no part
-    // of the result.
-    let two_level = analyze_nodes(&rest, nodes.into_iter().rev(), config);
+    let two_level = analyze_nodes(&rest, [merged], config);
     (
         serde_json::to_value(&one_level).unwrap(),
         serde_json::to_value(&two_level).unwrap(),
@@ -180,6 +183,15 @@ fn damaged_digests_are_refused_with_their_reason() {
         refused(&bytes, 1_000),
         DigestError::TooLarge { limit: 1_000 }
     ));
+    // Among good ones, refused by position; the others merged.
+    let (merged, rejected) = NodeDigest::decode_all(
+        &[bytes.clone(), b"RSND".to_vec(), bytes.clone()],
+        |b| Ok(b.clone()),
+        LIMIT,
+    );
+    assert_eq!(merged.ranks.len(), 2 * PER_NODE as usize);
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].0, 1);
     // Well packed, but not a digest inside.
     let mut garbage = bytes[..6].to_vec();
     garbage.extend(zstd::bulk::compress(&[0xff; 64], 1).unwrap());

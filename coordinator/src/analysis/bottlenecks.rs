@@ -2,8 +2,6 @@
 //! threshold and the numbers that fired it, and one rule across peers
 //! (a GPU out of line with the others).
 
-use super::stats::mean_std;
-
 use crate::model::{Bottleneck, BottleneckKind, GpuSummary};
 
 /// NVML throttle-reason bits of thermal slowdown (software and hardware).
@@ -207,18 +205,14 @@ pub fn add_outliers(gpus: &mut [GpuSummary], rule: &BottleneckRule) {
     let mut found: Vec<Vec<String>> = vec![Vec::new(); gpus.len()];
     for (label, unit, metric, worse) in METRICS {
         let values: Vec<Option<f64>> = gpus.iter().map(metric).collect();
+        let all = Moments::of(values.iter().flatten().copied());
         for (i, value) in values.iter().enumerate() {
             let Some(value) = *value else { continue };
-            let peers: Vec<f64> = values
-                .iter()
-                .enumerate()
-                .filter(|&(j, _)| j != i)
-                .filter_map(|(_, v)| *v)
-                .collect();
-            if peers.len() + 1 < rule.outlier_min_gpus {
+            let peers = all.count - 1;
+            if peers + 1 < rule.outlier_min_gpus {
                 continue;
             }
-            let Some((mean, std)) = mean_std(&peers) else {
+            let Some((mean, std)) = all.without(value) else {
                 continue;
             };
             let off = (value - mean) * worse;
@@ -227,8 +221,7 @@ pub fn add_outliers(gpus: &mut [GpuSummary], rule: &BottleneckRule) {
                 && off > 0.0
             {
                 found[i].push(format!(
-                    "{label} {value:.0}{unit} against {mean:.0}{unit} ± {std:.0} on its {} peers",
-                    peers.len()
+                    "{label} {value:.0}{unit} against {mean:.0}{unit} ± {std:.0} on its {peers} peers"
                 ));
             }
         }
@@ -243,6 +236,48 @@ pub fn add_outliers(gpus: &mut [GpuSummary], rule: &BottleneckRule) {
     }
 }
 
+/// The count, sum and sum of squares of values, each less a shift (their
+/// mean, for precision): each value's peers' mean and standard deviation
+/// in constant time, not a pass over the others per GPU.
+struct Moments {
+    /// How many values.
+    count: usize,
+    /// What each value was taken less.
+    shift: f64,
+    /// Σ (v − shift).
+    sum: f64,
+    /// Σ (v − shift)².
+    squares: f64,
+}
+
+impl Moments {
+    /// The moments of `values`.
+    fn of(values: impl Iterator<Item = f64> + Clone) -> Self {
+        let (count, total) = values.clone().fold((0, 0.0), |(n, s), v| (n + 1, s + v));
+        let shift = if count > 0 { total / count as f64 } else { 0.0 };
+        let (sum, squares) = values.fold((0.0, 0.0), |(s, q), v| {
+            let d = v - shift;
+            (s + d, q + d * d)
+        });
+        Moments {
+            count,
+            shift,
+            sum,
+            squares,
+        }
+    }
+
+    /// The mean and population standard deviation of the values but one
+    /// equal to `value`; `None` where no other is left.
+    fn without(&self, value: f64) -> Option<(f64, f64)> {
+        let n = self.count.checked_sub(1).filter(|&n| n > 0)? as f64;
+        let d = value - self.shift;
+        let mean = (self.sum - d) / n;
+        let variance = ((self.squares - d * d) / n - mean * mean).max(0.0);
+        Some((self.shift + mean, variance.sqrt()))
+    }
+}
+
 /// `part` of `whole` in percent; `None` when `whole` is 0.
 pub fn share(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64 * 100.0)
@@ -251,6 +286,26 @@ pub fn share(part: u64, whole: u64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::stats::mean_std;
+
+    #[test]
+    fn the_peers_moments_are_those_of_the_others() {
+        let values = [61.0, 58.5, 99.0, 60.25, 1e-3, 60.0];
+        let all = Moments::of(values.iter().copied());
+        for (i, &value) in values.iter().enumerate() {
+            let others: Vec<f64> = values
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, &v)| v)
+                .collect();
+            let (mean, std) = mean_std(&others).unwrap();
+            let (found_mean, found_std) = all.without(value).unwrap();
+            assert!((found_mean - mean).abs() < 1e-9, "{i}: {found_mean} {mean}");
+            assert!((found_std - std).abs() < 1e-9, "{i}: {found_std} {std}");
+        }
+        assert_eq!(Moments::of([1.0].into_iter()).without(1.0), None);
+    }
 
     #[test]
     fn kind_names_are_the_names_in_report_json() {

@@ -82,6 +82,7 @@ pub fn analyze_nodes<T>(
     for node in nodes {
         job.merge(node);
     }
+    job.sort();
     analyze_job(gathered, job, config)
 }
 

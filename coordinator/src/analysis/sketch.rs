@@ -6,8 +6,6 @@
 //! the same values gives the same quantiles: a two-level gather reports
 //! what one level does.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use super::stats::percentiles;
@@ -41,11 +39,8 @@ pub struct CallQuantiles {
 enum Kept {
     /// Every value, while at most [`EXACT_CALLS`].
     Exact(Vec<f32>),
-    /// Bucket index → values in it; `zeros`: values of 0.
-    Sketch {
-        buckets: BTreeMap<i32, u64>,
-        zeros: u64,
-    },
+    /// Counted in buckets.
+    Sketch(Buckets),
 }
 
 impl Default for Kept {
@@ -54,15 +49,112 @@ impl Default for Kept {
     }
 }
 
-/// The sketch's bucket ratio γ = (1 + α) / (1 − α): bucket `i` holds the
-/// values in (γ^(i−1), γ^i].
+/// The sketch's buckets, densely: bucket `i` holds the values in
+/// (γ^(i−1), γ^i], γ = (1 + α) / (1 − α).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Buckets {
+    /// The index of `counts[0]`.
+    first: i32,
+    /// Values per bucket, from `first` up.
+    counts: Vec<u64>,
+    /// Values of 0.
+    zeros: u64,
+}
+
+/// The lowest and highest bucket a positive single-precision value can
+/// fall in (the least subnormal, 1.4e-45, and the largest, 3.4e38): a
+/// sketch spans at most this many buckets.
+const BUCKETS: std::ops::RangeInclusive<i32> = -5_200..=4_500;
+
+/// γ.
 fn gamma() -> f64 {
     (1.0 + RELATIVE_ERROR) / (1.0 - RELATIVE_ERROR)
 }
 
-/// The bucket of a positive value.
-fn bucket_of(value: f32, ln_gamma: f64) -> i32 {
-    (f64::from(value).ln() / ln_gamma).ceil() as i32
+impl Buckets {
+    /// Counts `values`.
+    fn add(&mut self, values: &[f32]) {
+        let ln_gamma = gamma().ln();
+        for &v in values {
+            if v > 0.0 {
+                let index = (f64::from(v).ln() / ln_gamma).ceil() as i32;
+                self.cover(index, index);
+                self.counts[(index - self.first) as usize] += 1;
+            } else {
+                self.zeros += 1;
+            }
+        }
+    }
+
+    /// Adds the counts of `other`.
+    fn merge(&mut self, other: &Buckets) {
+        self.zeros += other.zeros;
+        let Some(last) = other.last() else {
+            return;
+        };
+        self.cover(other.first, last);
+        let at = (other.first - self.first) as usize;
+        for (mine, theirs) in self.counts[at..].iter_mut().zip(&other.counts) {
+            *mine += theirs;
+        }
+    }
+
+    /// The index of the last bucket, where there is one.
+    fn last(&self) -> Option<i32> {
+        let len = i32::try_from(self.counts.len()).ok()?;
+        (len > 0).then(|| self.first + len - 1)
+    }
+
+    /// Makes room for buckets `low..=high`.
+    fn cover(&mut self, low: i32, high: i32) {
+        let Some(last) = self.last() else {
+            self.first = low;
+            self.counts = vec![0; (high - low + 1) as usize];
+            return;
+        };
+        if low < self.first {
+            let more = (self.first - low) as usize;
+            self.counts.splice(0..0, std::iter::repeat_n(0, more));
+            self.first = low;
+        }
+        if high > last {
+            self.counts
+                .resize(self.counts.len() + (high - last) as usize, 0);
+        }
+    }
+
+    /// How many values, unless the counts overflow.
+    fn total(&self) -> Option<u64> {
+        self.counts
+            .iter()
+            .try_fold(self.zeros, |sum, &n| sum.checked_add(n))
+    }
+
+    /// Whether the buckets lie where values can fall.
+    fn is_whole(&self) -> bool {
+        match self.last() {
+            Some(last) => BUCKETS.contains(&self.first) && BUCKETS.contains(&last),
+            None => self.counts.is_empty(),
+        }
+    }
+
+    /// The quantile `q` of the `count` values counted: the middle of the
+    /// bucket that holds the value of rank ⌊q·(count − 1)⌋.
+    fn quantile(&self, count: u64, q: f64) -> f64 {
+        let rank = (q.clamp(0.0, 1.0) * count.saturating_sub(1) as f64).floor() as u64;
+        if rank < self.zeros {
+            return 0.0;
+        }
+        let mut below = self.zeros;
+        let gamma = gamma();
+        for (index, &n) in (self.first..).zip(&self.counts) {
+            below += n;
+            if rank < below {
+                return 2.0 * gamma.powi(index) / (gamma + 1.0);
+            }
+        }
+        f64::INFINITY
+    }
 }
 
 impl CallQuantiles {
@@ -78,9 +170,9 @@ impl CallQuantiles {
         }
         match &mut self.kept {
             Kept::Exact(all) => all.extend_from_slice(values),
-            Kept::Sketch { .. } => self.count_in_buckets(values),
+            Kept::Sketch(buckets) => buckets.add(values),
         }
-        self.bucket_when_many();
+        self.bucket_past(EXACT_CALLS as u64);
     }
 
     /// Adds every value of `other`.
@@ -91,26 +183,28 @@ impl CallQuantiles {
             (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
             (one, other) => one.or(other),
         };
-        match other.kept {
-            Kept::Exact(values) => match &mut self.kept {
-                Kept::Exact(all) => all.extend(values),
-                Kept::Sketch { .. } => self.count_in_buckets(&values),
-            },
-            Kept::Sketch { buckets, zeros } => {
-                self.bucket_all();
-                if let Kept::Sketch {
-                    buckets: mine,
-                    zeros: my_zeros,
-                } = &mut self.kept
-                {
-                    *my_zeros += zeros;
-                    for (bucket, n) in buckets {
-                        *mine.entry(bucket).or_default() += n;
-                    }
-                }
+        match (&mut self.kept, other.kept) {
+            (Kept::Exact(all), Kept::Exact(values)) => all.extend(values),
+            (Kept::Sketch(buckets), Kept::Exact(values)) => buckets.add(&values),
+            (Kept::Sketch(buckets), Kept::Sketch(theirs)) => buckets.merge(&theirs),
+            (Kept::Exact(values), Kept::Sketch(mut theirs)) => {
+                theirs.add(values);
+                self.kept = Kept::Sketch(theirs);
             }
         }
-        self.bucket_when_many();
+        self.bucket_past(EXACT_CALLS as u64);
+    }
+
+    /// Counts the values in buckets now where `total`, the values of the
+    /// whole job as foreseen, will be past [`EXACT_CALLS`]: a node
+    /// leader's digest travels as buckets, and rank 0 adds buckets rather
+    /// than counting every call of the job (what it counts is the same
+    /// either way; only where the foresight is wrong may a report be
+    /// sketched that one level would have made exact).
+    pub fn bucket_for(&mut self, total: u64) {
+        if total > EXACT_CALLS as u64 {
+            self.bucket_past(0);
+        }
     }
 
     /// How many values.
@@ -119,15 +213,12 @@ impl CallQuantiles {
     }
 
     /// Whether the parts fit together (as adding and merging leave them):
-    /// a count that is the values kept or counted, a range where there
-    /// are values, finite and not negative.
+    /// a count that is the values kept or counted, buckets where values
+    /// fall, a range where there are values, finite and not negative.
     pub fn is_whole(&self) -> bool {
         let kept = match &self.kept {
-            Kept::Exact(values) => values.len() as u64,
-            Kept::Sketch { buckets, zeros } => buckets
-                .values()
-                .try_fold(*zeros, |sum, &n| sum.checked_add(n))
-                .unwrap_or(u64::MAX),
+            Kept::Exact(values) => Some(values.len() as u64),
+            Kept::Sketch(buckets) => buckets.total().filter(|_| buckets.is_whole()),
         };
         let range = match self.range {
             Some((lo, hi)) => {
@@ -135,7 +226,7 @@ impl CallQuantiles {
             }
             None => self.count == 0,
         };
-        kept == self.count && range && self.sum_s.is_finite()
+        kept == Some(self.count) && range && self.sum_s.is_finite()
     }
 
     /// p50 / p95 / p99, min, mean and max, in milliseconds; `None` when
@@ -151,12 +242,9 @@ impl CallQuantiles {
                 let mut ms: Vec<f64> = values.iter().map(|&s| f64::from(s) * 1e3).collect();
                 percentiles(&mut ms)
             }
-            Kept::Sketch { buckets, zeros } => {
+            Kept::Sketch(buckets) => {
                 let (min, max) = (f64::from(min), f64::from(max));
-                let at = |q: f64| {
-                    let seconds = sketch_quantile(buckets, *zeros, self.count, q);
-                    seconds.clamp(min, max) * 1e3
-                };
+                let at = |q: f64| buckets.quantile(self.count, q).clamp(min, max) * 1e3;
                 Some(Percentiles {
                     p50: at(0.50),
                     p95: at(0.95),
@@ -170,56 +258,16 @@ impl CallQuantiles {
         }
     }
 
-    /// Counts `values` in the buckets (the values already kept are).
-    fn count_in_buckets(&mut self, values: &[f32]) {
-        let ln_gamma = gamma().ln();
-        if let Kept::Sketch { buckets, zeros } = &mut self.kept {
-            for &v in values {
-                if v > 0.0 {
-                    *buckets.entry(bucket_of(v, ln_gamma)).or_default() += 1;
-                } else {
-                    *zeros += 1;
-                }
+    /// Counts the values in buckets once they are more than `most`.
+    fn bucket_past(&mut self, most: u64) {
+        if let Kept::Exact(values) = &mut self.kept {
+            if values.len() as u64 > most {
+                let mut buckets = Buckets::default();
+                buckets.add(values);
+                self.kept = Kept::Sketch(buckets);
             }
         }
     }
-
-    /// Turns the values kept one by one, if they are, into buckets.
-    fn bucket_all(&mut self) {
-        if let Kept::Exact(values) = &mut self.kept {
-            let values = std::mem::take(values);
-            self.kept = Kept::Sketch {
-                buckets: BTreeMap::new(),
-                zeros: 0,
-            };
-            self.count_in_buckets(&values);
-        }
-    }
-
-    /// Buckets the values once they are more than [`EXACT_CALLS`].
-    fn bucket_when_many(&mut self) {
-        if matches!(&self.kept, Kept::Exact(values) if values.len() > EXACT_CALLS) {
-            self.bucket_all();
-        }
-    }
-}
-
-/// The quantile `q` of `count` values counted in `buckets` and `zeros`:
-/// the middle of the bucket that holds the value of rank ⌊q·(count − 1)⌋.
-fn sketch_quantile(buckets: &BTreeMap<i32, u64>, zeros: u64, count: u64, q: f64) -> f64 {
-    let rank = (q.clamp(0.0, 1.0) * (count - 1) as f64).floor() as u64;
-    if rank < zeros {
-        return 0.0;
-    }
-    let mut below = zeros;
-    let gamma = gamma();
-    for (&bucket, &n) in buckets {
-        below += n;
-        if rank < below {
-            return 2.0 * gamma.powi(bucket) / (gamma + 1.0);
-        }
-    }
-    f64::INFINITY
 }
 
 #[cfg(test)]
@@ -304,6 +352,45 @@ mod tests {
         let mut ms: Vec<f64> = values.iter().map(|&s| f64::from(s) * 1e3).collect();
         let [p50] = quantiles(&mut ms, [0.5]);
         assert!((one_level.p50 - p50).abs() / p50 <= 2.0 * RELATIVE_ERROR);
+    }
+
+    #[test]
+    fn values_bucketed_early_count_as_those_bucketed_late() {
+        // A leader foresees 40 nodes like its own and buckets its 5,000
+        // values; rank 0 adds 39 more nodes' values as they come.
+        let values = durations(200_000, 3);
+        let nodes: Vec<&[f32]> = values.chunks(5_000).collect();
+        let mut late = CallQuantiles::default();
+        for node in &nodes {
+            late.add(node);
+        }
+        let mut early = CallQuantiles::default();
+        for node in &nodes {
+            let mut kept = CallQuantiles::default();
+            kept.add(node);
+            kept.bucket_for(kept.count() * nodes.len() as u64);
+            assert!(matches!(kept.kept, Kept::Sketch(_)));
+            early.merge(kept);
+        }
+        assert!(matches!((&early.kept, &late.kept), (Kept::Sketch(a), Kept::Sketch(b)) if a == b));
+        // A job foreseen small stays exact.
+        let mut small = CallQuantiles::default();
+        small.add(nodes[0]);
+        small.bucket_for(EXACT_CALLS as u64);
+        assert!(matches!(small.kept, Kept::Exact(_)));
+    }
+
+    #[test]
+    fn buckets_out_of_reach_of_any_value_are_not_whole() {
+        let mut kept = CallQuantiles::default();
+        kept.add(&[1e-30, 1.0, 1e30]);
+        kept.bucket_for(u64::MAX);
+        assert!(kept.is_whole());
+        let Kept::Sketch(buckets) = &mut kept.kept else {
+            unreachable!("bucketed above")
+        };
+        buckets.first = i32::MIN;
+        assert!(!kept.is_whole());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::super::times::StageTimes;
-use super::{taken, RankDigest};
+use super::{taken, DigestError, RankDigest};
 
 /// The digests of a set of ranks (a node's, or the whole job's) with their
 /// stage calls merged ([`StageTimes`]): what a node leader makes of its
@@ -36,12 +36,92 @@ impl NodeDigest {
         node
     }
 
-    /// Adds the ranks of `other` (none of them already here).
+    /// Readies the digest to travel from a node leader: each stage's calls
+    /// counted in buckets where the job's calls of it, foreseen from this
+    /// node's share of the world, will be past those kept one by one
+    /// ([`super::super::sketch::EXACT_CALLS`]), so that rank 0 adds
+    /// buckets instead of counting every call of the job.
+    pub fn bucket_for_job(&mut self) {
+        let Some(world) = self.ranks.first().map(|r| r.header.rank.world_size) else {
+            return;
+        };
+        let here = self.ranks.len() as u64;
+        for stage in self.stages.by_name.values_mut() {
+            let foreseen = stage.quantiles.count().saturating_mul(u64::from(world)) / here;
+            stage.quantiles.bucket_for(foreseen);
+        }
+    }
+
+    /// Adds the ranks of `other` (none of them already here); the ranks
+    /// are in rank order again once [`NodeDigest::sort`] is called.
     pub fn merge(&mut self, other: NodeDigest) {
         self.ranks.extend(other.ranks);
-        self.ranks.sort_by_key(|digest| digest.header.rank.rank);
         self.stages.merge(other.stages);
         self.refused.extend(other.refused);
+    }
+
+    /// Puts the ranks, and the ranks refused, in rank order.
+    pub fn sort(&mut self) {
+        self.ranks.sort_by_key(|digest| digest.header.rank.rank);
         self.refused.sort_by_key(|&(rank, _)| rank);
+    }
+
+    /// The digests of `sources` (the bytes of each, as
+    /// [`NodeDigest::encode`] writes them, from `bytes_of`; unpacked to at
+    /// most `limit` bytes) decoded and merged, on every core: each thread
+    /// reads, decodes and merges its share one digest at a time, then the
+    /// shares are merged. Those refused are returned by position, with why.
+    pub fn decode_all<S: Sync>(
+        sources: &[S],
+        bytes_of: impl Fn(&S) -> std::io::Result<Vec<u8>> + Sync,
+        limit: usize,
+    ) -> (NodeDigest, Vec<(usize, DigestError)>) {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let share = sources.len().div_ceil(threads).max(1);
+        let decode_share = |first: usize, share: &[S]| {
+            let mut merged = NodeDigest::default();
+            let mut refused = Vec::new();
+            for (i, source) in share.iter().enumerate() {
+                let decoded = bytes_of(source)
+                    .map_err(DigestError::Read)
+                    .and_then(|bytes| NodeDigest::decode(&bytes, limit));
+                match decoded {
+                    Ok(node) => merged.merge(node),
+                    Err(e) => refused.push((first + i, e)),
+                }
+            }
+            (merged, refused)
+        };
+        // A share whose thread cannot be had (a limit on processes) is
+        // decoded here.
+        let shares: Vec<(NodeDigest, Vec<(usize, DigestError)>)> = std::thread::scope(|scope| {
+            let spawned: Vec<_> = sources
+                .chunks(share)
+                .enumerate()
+                .map(|(k, chunk)| {
+                    std::thread::Builder::new()
+                        .name("rankscope-merge".into())
+                        .spawn_scoped(scope, move || decode_share(k * share, chunk))
+                        .map_err(|_| (k, chunk))
+                })
+                .collect();
+            spawned
+                .into_iter()
+                .map(|thread| match thread {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err((k, chunk)) => decode_share(k * share, chunk),
+                })
+                .collect()
+        });
+        let mut merged = NodeDigest::default();
+        let mut refused = Vec::new();
+        for (node, their_refused) in shares {
+            merged.merge(node);
+            refused.extend(their_refused);
+        }
+        merged.sort();
+        (merged, refused)
     }
 }

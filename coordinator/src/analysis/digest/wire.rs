@@ -40,6 +40,9 @@ pub enum DigestError {
         /// The allowed size, bytes.
         limit: usize,
     },
+    /// The digest could not be read from where it was.
+    #[error("reading a node digest")]
+    Read(#[source] std::io::Error),
     /// The zstd frame is damaged.
     #[error("node digest's zstd frame")]
     Unpack(#[source] std::io::Error),
@@ -135,17 +138,22 @@ impl NodeDigest {
     }
 }
 
-/// The zstd frame `packed`, unpacked to at most `limit` bytes.
+/// The zstd frame `packed`, unpacked to at most `limit` bytes: the size
+/// its header gives is checked first, and the frame unpacked into that
+/// much (one allocation, no stream window).
 fn unpack(packed: &[u8], limit: usize) -> Result<Vec<u8>, DigestError> {
-    use std::io::Read;
-    let decoder = zstd::stream::read::Decoder::new(packed).map_err(DigestError::Unpack)?;
-    let mut body = Vec::new();
-    decoder
-        .take(limit as u64 + 1)
-        .read_to_end(&mut body)
-        .map_err(DigestError::Unpack)?;
-    if body.len() > limit {
+    let damaged = |what: &str| DigestError::Unpack(std::io::Error::other(what.to_string()));
+    let size = match zstd::zstd_safe::get_frame_content_size(packed) {
+        Ok(Some(size)) => size,
+        Ok(None) => return Err(damaged("the frame does not give its size")),
+        Err(_) => return Err(damaged("no zstd frame header")),
+    };
+    if size > limit as u64 {
         return Err(DigestError::TooLarge { limit });
+    }
+    let body = zstd::bulk::decompress(packed, size as usize).map_err(DigestError::Unpack)?;
+    if body.len() as u64 != size {
+        return Err(damaged("the frame is shorter than its size"));
     }
     Ok(body)
 }
