@@ -232,6 +232,26 @@ pub struct Gathered<T = Payload> {
     /// The payloads were judged this run's by their files' age alone (the
     /// directory transport without a run identity): `sources` names them.
     pub judged_by_age: bool,
+    /// In a two-level gather, the digests the other nodes' leaders sent,
+    /// as they arrived (the report's analysis decodes and checks them);
+    /// their ranks are not in `payloads`, and not in `missing` either:
+    /// which of them are missing is known once the digests are read.
+    pub nodes: Vec<NodeSent>,
+}
+
+/// A node digest a node leader sent rank 0 in a two-level gather, as it
+/// arrived: encoded, not yet checked.
+#[derive(Debug, Clone)]
+pub struct NodeSent {
+    /// Where it came from.
+    pub source: String,
+    /// The leader, as it authenticated.
+    pub leader: u32,
+    /// The ranks the leader answers for (its node's): a digest that holds
+    /// any other is refused.
+    pub ranks: std::ops::Range<u32>,
+    /// The digest.
+    pub bytes: Vec<u8>,
 }
 
 impl<T> Default for Gathered<T> {
@@ -243,6 +263,7 @@ impl<T> Default for Gathered<T> {
             skipped: Vec::new(),
             sources: Vec::new(),
             judged_by_age: false,
+            nodes: Vec::new(),
         }
     }
 }
@@ -341,6 +362,7 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
         skipped: capped(skipped),
         sources,
         judged_by_age: false,
+        nodes: Vec::new(),
     }
 }
 

@@ -44,6 +44,6 @@ pub mod window;
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::ArrowError;
 pub use config::Config;
-pub use gather::{ConnectionRefusal, Gathered, Rejection, Skipped};
+pub use gather::{ConnectionRefusal, Gathered, NodeSent, Rejection, Skipped};
 pub use payload::{Payload, PayloadError, PayloadHeader};
 pub use table::Table;

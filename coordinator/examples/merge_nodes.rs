@@ -33,7 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     paths.retain(|p| p.extension().is_some_and(|e| e == "rsnd"));
     paths.sort();
-    let (job, refused) = NodeDigest::decode_all(&paths, |path| std::fs::read(path), LIMIT);
+    let (job, refused) =
+        NodeDigest::decode_all(&paths, |path| std::fs::read(path), |_, _| Ok(()), LIMIT);
     if let Some((at, e)) = refused.first() {
         return Err(format!("{}: {e}", paths[*at].display()).into());
     }

@@ -6,9 +6,10 @@
 //! a node digest that is damaged or forged is refused with its reason,
 //! and never panics the analysis.
 
+use rankscope_common::gather::NodeSent;
 use rankscope_common::{gather, Gathered, Payload};
 use rankscope_coordinator::analysis::{
-    analyze, analyze_nodes, DigestError, NodeDigest, RankDigest,
+    analyze, analyze_nodes, leader_digest, DigestError, NodeDigest, RankDigest,
 };
 use rankscope_coordinator::AnalysisConfig;
 use serde_json::Value;
@@ -70,7 +71,7 @@ fn both_reports(payloads: Vec<Payload>, config: &AnalysisConfig) -> (Value, Valu
         })
         .collect();
     // As rank 0 reads them.
-    let (merged, refused) = NodeDigest::decode_all(&sent, |b| Ok(b.clone()), LIMIT);
+    let (merged, refused) = NodeDigest::decode_all(&sent, |b| Ok(b.clone()), |_, _| Ok(()), LIMIT);
     assert!(refused.is_empty(), "{refused:?}");
     let rest = Gathered::<()> {
         world_size: gathered.world_size,
@@ -187,6 +188,7 @@ fn damaged_digests_are_refused_with_their_reason() {
     let (merged, rejected) = NodeDigest::decode_all(
         &[bytes.clone(), b"RSND".to_vec(), bytes.clone()],
         |b| Ok(b.clone()),
+        |_, _| Ok(()),
         LIMIT,
     );
     assert_eq!(merged.ranks.len(), 2 * PER_NODE as usize);
@@ -238,4 +240,103 @@ fn no_damage_to_a_digest_panics_the_analysis() {
         refused > 0 && analysed > 0,
         "{refused} refused, {analysed} analysed"
     );
+}
+
+/// What rank 0 of a 16-rank job gathers in two levels: node 0's payloads
+/// and, for each of `sent` (leader, the payloads of the ranks its digest
+/// holds), a leader's digest.
+fn gathered_in_two_levels(payloads: &[Payload], sent: &[(u32, &[Payload])]) -> Gathered {
+    let config = AnalysisConfig::default();
+    let nodes = sent
+        .iter()
+        .map(|&(leader, held)| {
+            let node = Gathered {
+                world_size: 16,
+                payloads: held.to_vec(),
+                ..Gathered::default()
+            };
+            NodeSent {
+                source: format!("node digest of rank {leader}"),
+                leader,
+                ranks: leader..leader + PER_NODE,
+                bytes: leader_digest(&node, &config).unwrap(),
+            }
+        })
+        .collect();
+    Gathered {
+        world_size: 16,
+        payloads: payloads[..PER_NODE as usize].to_vec(),
+        nodes,
+        ..Gathered::default()
+    }
+}
+
+#[test]
+fn rank_0_takes_its_nodes_digests_and_refuses_forged_ones() {
+    let payloads = job(16, &BENCH);
+    let node = |k: usize| &payloads[k * 4..k * 4 + 4];
+    // Node 3's leader sends node 1's ranks as its own; another leader
+    // sends ranks of another session.
+    let mut other_session = node(2).to_vec();
+    for payload in &mut other_session {
+        payload.header.session.id = "another".into();
+    }
+    let gathered = gathered_in_two_levels(
+        &payloads,
+        &[
+            (4, node(1)),
+            (8, node(2)),
+            (12, node(1)),
+            (8, &other_session),
+        ],
+    );
+    let report = analyze(&gathered, &AnalysisConfig::default());
+    assert_eq!(report.session.gather_levels, 2);
+    assert_eq!(
+        report.session.ranks_reporting,
+        (0..12).collect::<Vec<u32>>()
+    );
+    assert_eq!(report.session.ranks_missing, [12, 13, 14, 15]);
+    let refused: Vec<(&str, &str)> = report
+        .session
+        .skipped
+        .iter()
+        .map(|s| (s.source.as_str(), s.reason.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (
+                "node digest of rank 12",
+                "node digest refused: it holds rank 4, not of its leader's node (ranks 12..16)"
+            ),
+            (
+                "node digest of rank 8",
+                "node digest refused: rank 8 is of another session"
+            ),
+        ]
+    );
+    // The report of the ranks taken is the one-level report of their
+    // payloads (but for how it was gathered and what was refused, which
+    // is also told as a recommendation each).
+    let one_level = analyze(
+        &Gathered {
+            world_size: 16,
+            payloads: payloads[..12].to_vec(),
+            missing: (12..16).collect(),
+            ..Gathered::default()
+        },
+        &AnalysisConfig::default(),
+    );
+    let mut two_level = serde_json::to_value(&report).unwrap();
+    let mut one_level = serde_json::to_value(&one_level).unwrap();
+    for report in [&mut two_level, &mut one_level] {
+        let session = report["session"].as_object_mut().unwrap();
+        session.remove("gather_levels");
+        session.remove("skipped");
+        // What the refused digests are told as.
+        let recommendations = report["recommendations"].as_array_mut().unwrap();
+        recommendations.retain(|r| !r["evidence"].as_str().unwrap().starts_with("node digest"));
+    }
+    assert_same(&one_level, &two_level, 1e-9, "report");
 }

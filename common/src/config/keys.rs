@@ -70,6 +70,9 @@ const fn numeric(
 
 /// Every numeric key, each with its range and value in one entry.
 pub const NUMERIC_KEYS: &[NumericKey] = &[
+    numeric("gather_levels", 1.0, 2.0, |c| {
+        Some(f64::from(c.gather_levels))
+    }),
     numeric("gather_timeout_s", 0.001, 604_800.0, |c| {
         Some(c.gather_timeout_s)
     }),

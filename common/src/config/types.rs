@@ -112,6 +112,11 @@ pub struct Config {
     pub transport: TransportKind,
     /// How long rank 0 waits for the other ranks, seconds.
     pub gather_timeout_s: f64,
+    /// The gather's levels: 2 (the default) where the job spans several
+    /// nodes and the transport is TCP: each node's leader (its local rank
+    /// 0) gathers its node's payloads over loopback and sends rank 0 one
+    /// digest of them; 1: every rank sends rank 0 its payload.
+    pub gather_levels: u8,
     /// Rows kept per table per rank; rows past it are dropped and counted.
     pub max_data_points: usize,
     /// Distinct names (stages, metrics, events, labels) kept per thread;
@@ -288,6 +293,7 @@ impl Config {
             session_id: None,
             transport: TransportKind::Auto,
             gather_timeout_s: 60.0,
+            gather_levels: 2,
             max_data_points: 100_000,
             max_names: 10_000,
             max_open_stages: 1_024,

@@ -18,7 +18,7 @@ pub mod timeline;
 mod times;
 
 pub use bottlenecks::BottleneckRule;
-pub use digest::{DigestError, NodeDigest, RankDigest};
+pub use digest::{leader_digest, DigestError, NodeDigest, RankDigest, NODE_DIGEST_LIMIT};
 pub use stragglers::StragglerRule;
 
 use std::collections::BTreeMap;
@@ -53,14 +53,21 @@ pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
     report.recommendations = recommend::recommend(report);
 }
 
-/// Analyses everything rank 0 gathered.
+/// Analyses everything rank 0 gathered: its payloads, and in a two-level
+/// gather the other nodes' digests (those refused named as skipped inputs).
 pub fn analyze(gathered: &Gathered, config: &AnalysisConfig) -> Report {
     let ranks = gathered
         .payloads
         .iter()
         .map(|payload| RankDigest::new(payload, config))
         .collect();
-    analyze_nodes(gathered, [NodeDigest::new(ranks)], config)
+    let mut job = NodeDigest::new(ranks);
+    if !gathered.nodes.is_empty() {
+        let (nodes, refused) = digest::accept_nodes(gathered);
+        job.merge(nodes);
+        job.skipped.extend(refused);
+    }
+    analyze_nodes(gathered, [job], config)
 }
 
 /// Analyses the payloads gathered as digests ([`RankDigest`]), each made
@@ -93,7 +100,9 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         mut ranks,
         stages: times,
         refused,
+        skipped: skipped_by_leaders,
     } = job;
+    skipped.extend(skipped_by_leaders);
     let parts = RankParts::take(&mut ranks, &mut skipped);
     skipped.extend(refused.into_iter().map(|(rank, reason)| SkippedInput {
         source: format!("rank {rank} stages"),
@@ -311,6 +320,7 @@ fn session_summary<T>(
     durations: &[f64],
 ) -> SessionSummary {
     let first = ranks.first().map(|r| &r.header);
+    let missing = missing_ranks(gathered, ranks);
     SessionSummary {
         id: first.map(|h| h.session.id.clone()).unwrap_or_default(),
         name: first.map(|h| h.session.name.clone()).unwrap_or_default(),
@@ -319,13 +329,8 @@ fn session_summary<T>(
             .unwrap_or_default(),
         world_size: gathered.world_size,
         ranks_reporting: ranks.iter().map(|r| r.header.rank.rank).collect(),
-        ranks_missing: gathered
-            .missing
-            .iter()
-            .take(MISSING_LISTED)
-            .copied()
-            .collect(),
-        ranks_missing_count: gathered.missing.len() as u32,
+        ranks_missing: missing.iter().take(MISSING_LISTED).copied().collect(),
+        ranks_missing_count: missing.len() as u32,
         launcher: first.map(|h| h.rank.launcher.clone()).unwrap_or_default(),
         transport: first.map(|h| h.transport).unwrap_or_default(),
         clock_sync: first.map(|h| h.clock_sync).unwrap_or_default(),
@@ -343,9 +348,23 @@ fn session_summary<T>(
             .map(|(message, ranks)| Notice { message, ranks })
             .collect(),
         dropped_rows: dropped_rows(ranks),
-        gather_levels: 1,
+        gather_levels: if gathered.nodes.is_empty() { 1 } else { 2 },
         nodes: nodes(ranks),
     }
+}
+
+/// The ranks of the world with no payload: as `gathered` says, or in a
+/// two-level gather (where which ranks of a node its digest holds is
+/// known only now) every rank of the world that `ranks` lack.
+fn missing_ranks<T>(gathered: &Gathered<T>, ranks: &[RankDigest]) -> Vec<u32> {
+    if gathered.nodes.is_empty() {
+        return gathered.missing.clone();
+    }
+    let reporting: std::collections::BTreeSet<u32> =
+        ranks.iter().map(|r| r.header.rank.rank).collect();
+    (0..gathered.world_size)
+        .filter(|rank| !reporting.contains(rank))
+        .collect()
 }
 
 /// The nodes `ranks` ran on, by host (or node name), each with its leader.

@@ -20,10 +20,12 @@ use super::times::RankStages;
 use super::{gpus, overhead, series};
 
 mod node;
+mod two_level;
 mod wire;
 
 use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimeline};
 pub use node::NodeDigest;
+pub use two_level::{accept_nodes, leader_digest, NODE_DIGEST_LIMIT};
 pub use wire::DigestError;
 
 /// One rank's payload reduced to what the analysis reads: its header, its

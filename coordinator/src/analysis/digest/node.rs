@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::super::times::StageTimes;
 use super::{taken, DigestError, RankDigest};
+use crate::model::SkippedInput;
 
 /// The digests of a set of ranks (a node's, or the whole job's) with their
 /// stage calls merged ([`StageTimes`]): what a node leader makes of its
@@ -18,6 +19,8 @@ pub struct NodeDigest {
     pub(in crate::analysis) stages: StageTimes,
     /// The ranks whose stage tables were refused, and why, in rank order.
     pub(in crate::analysis) refused: Vec<(u32, String)>,
+    /// What the node's leader refused of its ranks' payloads, and why.
+    pub(in crate::analysis) skipped: Vec<SkippedInput>,
 }
 
 impl NodeDigest {
@@ -58,6 +61,7 @@ impl NodeDigest {
         self.ranks.extend(other.ranks);
         self.stages.merge(other.stages);
         self.refused.extend(other.refused);
+        self.skipped.extend(other.skipped);
     }
 
     /// Puts the ranks, and the ranks refused, in rank order.
@@ -68,12 +72,14 @@ impl NodeDigest {
 
     /// The digests of `sources` (the bytes of each, as
     /// [`NodeDigest::encode`] writes them, from `bytes_of`; unpacked to at
-    /// most `limit` bytes) decoded and merged, on every core: each thread
-    /// reads, decodes and merges its share one digest at a time, then the
-    /// shares are merged. Those refused are returned by position, with why.
+    /// most `limit` bytes) decoded, checked by `check` and merged, on every
+    /// core: each thread reads, decodes and merges its share one digest at
+    /// a time, then the shares are merged. Those refused are returned by
+    /// position, with why.
     pub fn decode_all<S: Sync>(
         sources: &[S],
         bytes_of: impl Fn(&S) -> std::io::Result<Vec<u8>> + Sync,
+        check: impl Fn(&S, &NodeDigest) -> Result<(), String> + Sync,
         limit: usize,
     ) -> (NodeDigest, Vec<(usize, DigestError)>) {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -84,7 +90,11 @@ impl NodeDigest {
             for (i, source) in share.iter().enumerate() {
                 let decoded = bytes_of(source)
                     .map_err(DigestError::Read)
-                    .and_then(|bytes| NodeDigest::decode(&bytes, limit));
+                    .and_then(|bytes| NodeDigest::decode(&bytes, limit))
+                    .and_then(|node| match check(source, &node) {
+                        Ok(()) => Ok(node),
+                        Err(why) => Err(DigestError::Refused(why)),
+                    });
                 match decoded {
                     Ok(node) => merged.merge(node),
                     Err(e) => refused.push((first + i, e)),

@@ -52,6 +52,9 @@ pub enum DigestError {
     /// The bytes inside are not a digest of this version.
     #[error("decoding a node digest")]
     Decode(#[source] bincode::error::DecodeError),
+    /// The digest is whole, but not one this report takes.
+    #[error("node digest refused: {0}")]
+    Refused(String),
     /// The digest decodes, but its parts do not fit together.
     #[error("node digest is inconsistent: {0}")]
     Inconsistent(String),

@@ -1,0 +1,102 @@
+//! The two ends of a two-level gather: what a node leader sends rank 0 of
+//! its node's payloads ([`leader_digest`]), and which of the node digests
+//! rank 0 received it takes ([`accept_nodes`]): decoded, each checked to
+//! be of this session and run and to hold only ranks of its leader's node.
+
+use rankscope_common::error::Chain;
+use rankscope_common::gather::NodeSent;
+use rankscope_common::Gathered;
+
+use super::{DigestError, NodeDigest, RankDigest};
+use crate::model::SkippedInput;
+use crate::AnalysisConfig;
+
+/// The most bytes a node digest may unpack to at rank 0 (a node of 8 ranks
+/// of an hour each makes about 1 MB).
+pub const NODE_DIGEST_LIMIT: usize = 256 << 20;
+
+/// The digest a node leader sends rank 0: the payloads it `gathered` (its
+/// own and its node's), digested under `config` and merged, with the
+/// inputs it refused, readied to travel ([`NodeDigest::bucket_for_job`]),
+/// encoded.
+pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec<u8>, DigestError> {
+    let digests: Vec<RankDigest> = gathered
+        .payloads
+        .iter()
+        .map(|payload| RankDigest::new(payload, config))
+        .collect();
+    let mut node = NodeDigest::new(digests);
+    node.skipped = gathered
+        .skipped
+        .iter()
+        .map(|s| SkippedInput {
+            source: s.source.clone(),
+            reason: Chain(&s.reason).to_string(),
+        })
+        .collect();
+    node.bucket_for_job();
+    node.encode()
+}
+
+/// The node digests of `gathered` that are this job's, merged, and those
+/// refused with why. A digest is this job's where every rank it holds is
+/// of the session, run and world of `gathered`'s own payloads (rank 0's
+/// first) and of its leader's node.
+pub fn accept_nodes(gathered: &Gathered) -> (NodeDigest, Vec<SkippedInput>) {
+    let own = gathered.payloads.first().map(|p| &p.header);
+    let check = |sent: &NodeSent, node: &NodeDigest| {
+        let own = own.ok_or("rank 0 has no payload of its own to check it against")?;
+        if node.ranks.is_empty() {
+            return Err("it holds no rank".to_string());
+        }
+        for digest in &node.ranks {
+            let header = &digest.header;
+            let rank = header.rank.rank;
+            if !sent.ranks.contains(&rank) {
+                return Err(format!(
+                    "it holds rank {rank}, not of its leader's node (ranks {}..{})",
+                    sent.ranks.start, sent.ranks.end
+                ));
+            }
+            if header.session.id != own.session.id {
+                return Err(format!("rank {rank} is of another session"));
+            }
+            if header.session.run_id != own.session.run_id {
+                return Err(format!("rank {rank} is of another run"));
+            }
+            if header.rank.world_size != gathered.world_size {
+                return Err(format!("rank {rank} claims another world size"));
+            }
+        }
+        if node
+            .ranks
+            .windows(2)
+            .any(|w| w[0].header.rank.rank == w[1].header.rank.rank)
+        {
+            return Err("it holds a rank twice".into());
+        }
+        let stage_ranks = node.stages.by_name.values().flat_map(|s| s.ranks.keys());
+        let refused_ranks = node.refused.iter().map(|(rank, _)| rank);
+        if let Some(rank) = stage_ranks
+            .chain(refused_ranks)
+            .find(|r| !sent.ranks.contains(r))
+        {
+            return Err(format!("its stages name rank {rank}, not of its node"));
+        }
+        Ok(())
+    };
+    let (merged, refused) = NodeDigest::decode_all(
+        &gathered.nodes,
+        |sent| Ok(sent.bytes.clone()),
+        check,
+        NODE_DIGEST_LIMIT,
+    );
+    let refused = refused
+        .into_iter()
+        .map(|(at, why)| SkippedInput {
+            source: gathered.nodes[at].source.clone(),
+            reason: Chain(&why).to_string(),
+        })
+        .collect();
+    (merged, refused)
+}
