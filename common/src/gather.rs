@@ -151,6 +151,16 @@ pub enum ConnectionRefusal {
         /// The world size.
         world_size: u32,
     },
+    /// The peer claimed a rank of the world that does not send this
+    /// listener what it came for (in a two-level gather a rank's payload
+    /// goes to its node's leader, and only leaders send rank 0 digests).
+    #[error("rank {rank} does not send its {what} here")]
+    NotHere {
+        /// The rank claimed.
+        rank: u32,
+        /// What it came to send: `payload`, `node digest`, `clock`.
+        what: &'static str,
+    },
     /// The peer claimed a rank whose payload already arrived: a conflict
     /// between two peers, of which the first is kept.
     #[error("a conflict: rank {rank}'s payload already arrived from {first}; the first is kept")]

@@ -144,11 +144,17 @@ pub fn for_rank(config: &Config, env: &RankEnv) -> Result<Box<dyn Transport>, Tr
     }
 }
 
-/// What rank 0 of a transport that carries payloads itself (MPI, TCP)
-/// gathered: its own payload first, then what arrived over the wire, then
-/// the spill files of the ranks that sent nothing (in this run: every rank
-/// knows the run's identity), checked by [`gather::accept`].
-fn gathered_by_rank0(own: &[u8], arrived: Vec<Candidate>, session: &SessionInfo<'_>) -> Gathered {
+/// What rank 0 (or a node leader) of a transport that carries payloads
+/// itself (MPI, TCP) gathered: its own payload first, then what arrived
+/// over the wire, then the spill files of the ranks of `answers_for` that
+/// sent nothing (in this run: every rank knows the run's identity),
+/// checked by [`gather::accept`].
+fn gathered_by(
+    own: &[u8],
+    arrived: Vec<Candidate>,
+    session: &SessionInfo<'_>,
+    answers_for: std::ops::Range<u32>,
+) -> Gathered {
     let expect = Expect {
         session_id: Some(session.session_id.to_string()),
         run: RunFilter::Only(session.run_id.map(str::to_string)),
@@ -162,7 +168,7 @@ fn gathered_by_rank0(own: &[u8], arrived: Vec<Candidate>, session: &SessionInfo<
     }];
     candidates.extend(arrived);
     let first = gather::accept(candidates, &expect);
-    if first.missing.is_empty() {
+    if !first.missing.iter().any(|r| answers_for.contains(r)) {
         return first;
     }
     // The ranks still missing once what arrived was checked (sent nothing,
@@ -175,7 +181,7 @@ fn gathered_by_rank0(own: &[u8], arrived: Vec<Candidate>, session: &SessionInfo<
             payload: Ok(payload),
         })
         .collect();
-    for &rank in &first.missing {
+    for &rank in first.missing.iter().filter(|r| answers_for.contains(r)) {
         let found = spill::find(session.session_dir, Some(rank), session.run_id, UNIX_EPOCH)
             .unwrap_or_default();
         again.extend(spill::read_files(

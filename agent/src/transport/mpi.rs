@@ -315,7 +315,12 @@ impl Transport for MpiTransport {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        Ok(Some(super::gathered_by_rank0(payload, arrived, session)))
+        Ok(Some(super::gathered_by(
+            payload,
+            arrived,
+            session,
+            0..session.world_size,
+        )))
     }
 }
 

@@ -21,7 +21,7 @@ use rankscope_common::gather::{Gathered, ReportFiles};
 
 use crate::analysis::analyze;
 use crate::join::join;
-use crate::model::{Report, StageStats};
+use crate::model::{Notice, Report, StageStats};
 
 pub use rows::{RowWriters, TRACE_JSON_GZ};
 pub use summary::summary;
@@ -70,9 +70,31 @@ pub fn report(
         rows.add(payload)?;
     }
     let row_files = rows.finish(&mut report)?;
+    if !gathered.nodes.is_empty() {
+        report.session.notices.push(rows_of_rank0_alone(gathered));
+    }
     let mut files = write_reports(&report, dir)?;
     files.files.extend(row_files);
     Ok(files)
+}
+
+/// What a two-level gather's rows hold: the payloads rank 0 gathered
+/// itself (its node's), as the other nodes' leaders send digests only.
+fn rows_of_rank0_alone(gathered: &Gathered) -> Notice {
+    let ranks: Vec<u32> = gathered
+        .payloads
+        .iter()
+        .map(|payload| payload.header.rank.rank)
+        .collect();
+    Notice {
+        message: format!(
+            "gathered in two levels: {TRACE_JSON_GZ} and raw/ hold the ranks whose payloads \
+             rank 0 took itself ({}); every rank's data is in its spill file in the session \
+             directory, of which `rankscope aggregate` writes both for every rank",
+            rankscope_common::text::rank_ranges(&ranks)
+        ),
+        ranks: vec![0],
+    }
 }
 
 /// The numbers of the windows in session directory `dir` that have a

@@ -8,6 +8,15 @@
 //!   measures the rank's clock offset by ping-pong ([`super::clock`]);
 //! - at finish, the same ping-pong again (drift), then the payload.
 //!
+//! A job on several nodes (LOCAL_WORLD_SIZE below WORLD_SIZE) gathers in
+//! two levels (`gather_levels: 2`, the default): each node's leader (its
+//! local rank 0; rank 0 for its own node) listens on loopback from its
+//! rendezvous on, and leaves its address in the session directory as rank
+//! 0 leaves a token ([`super::token_file`]); its node's ranks send it their
+//! payloads, and it sends rank 0 one digest of them all
+//! (`rankscope_coordinator::analysis::leader_digest`). The rendezvous and
+//! the resync still go to rank 0 from every rank.
+//!
 //! Every connection opens with a fresh 32-byte challenge from rank 0 that
 //! the peer answers with an HMAC-SHA256 under the job token (compared in
 //! constant time); a peer that fails, sends anything but the protocol,
@@ -20,6 +29,7 @@
 //! `wire.rs` what crosses a connection (frames, proofs, seals).
 
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use rankscope_common::env::RankEnv;
@@ -38,7 +48,7 @@ use crate::notice::{notice, say};
 mod server;
 mod wire;
 
-use server::{Server, ServerSettings};
+use server::{Server, ServerSettings, Serves};
 use wire::{kind, purpose, read_frame, unsealed, write_frame, Hello, MAX_CONTROL_BYTES};
 
 /// How long a connection's greeting (and a clock exchange) may take, all
@@ -46,6 +56,9 @@ use wire::{kind, purpose, read_frame, unsealed, write_frame, Hello, MAX_CONTROL_
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a rank tries to reach rank 0 at session start.
 const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most of a gather's time a node leader keeps to digest its node's
+/// payloads and send rank 0 the digest (else a fifth of what is left).
+const FORWARD_TIME: Duration = Duration::from_secs(5);
 
 /// Gathers over authenticated TCP connections to rank 0.
 pub struct TcpTransport {
@@ -64,6 +77,26 @@ pub struct TcpTransport {
     fallback: Option<DirTransport>,
     /// A rank other than 0 reached rank 0 at the session's start.
     reached: bool,
+    /// In a two-level gather, the ranks of a node (consecutive, the first
+    /// its leader).
+    node_size: Option<u32>,
+    /// What a node leader digests its node's payloads under.
+    #[cfg(feature = "report")]
+    digest_config: rankscope_coordinator::AnalysisConfig,
+}
+
+/// Ranks per node where the job gathers in two levels: `gather_levels` 2,
+/// a build that can digest payloads, and ranks laid out by node as
+/// torchrun lays them out (LOCAL_WORLD_SIZE ranks per node, consecutive,
+/// on more than one node).
+fn two_level_nodes(config: &Config, env: &RankEnv) -> Option<u32> {
+    let size = env.local_world_size.filter(|&size| size > 0)?;
+    let fits = config.gather_levels >= 2
+        && cfg!(feature = "report")
+        && size < env.world_size
+        && env.world_size.is_multiple_of(size)
+        && env.rank % size == env.local_rank;
+    fits.then_some(size)
 }
 
 /// Why the TCP transport could not be set up.
@@ -125,19 +158,52 @@ impl TcpTransport {
             server: None,
             fallback: None,
             reached: false,
+            node_size: two_level_nodes(config, env),
+            #[cfg(feature = "report")]
+            digest_config: rankscope_coordinator::AnalysisConfig::from(config),
         })
+    }
+
+    /// This rank's node leader in a two-level gather, unless that is rank
+    /// 0 (whose node's ranks send it their payloads, as in one level).
+    fn leader(&self, rank: u32) -> Option<u32> {
+        let size = self.node_size?;
+        let leader = rank - rank % size;
+        (leader != 0).then_some(leader)
+    }
+
+    /// The ranks whose payloads this rank collects: rank 0 every other
+    /// rank's (its node's in two levels), a leader its node's others.
+    fn senders(&self, rank: u32, world_size: u32) -> Range<u32> {
+        match self.node_size {
+            Some(size) => rank + 1..(rank + size).min(world_size),
+            None => rank + 1..world_size,
+        }
+    }
+
+    /// Where a node leader leaves its address for its node's ranks: a
+    /// key of its own beside rank 0's token.
+    fn leader_key(&self, leader: u32) -> String {
+        format!("{} leader of rank {leader}", self.endpoint)
     }
 
     fn now(&self) -> i64 {
         clock::wall_now_ns(self.clock_shift_ns)
     }
 
-    /// Connects to rank 0 for `what`, retrying with backoff until
-    /// `deadline`; past it, why the last try failed.
-    fn connect(&self, rank: u32, what: u8, deadline: Instant) -> Result<Link, Unreached> {
+    /// Connects to `endpoint` (rank 0's or a leader's) for `what`,
+    /// retrying with backoff until `deadline`; past it, why the last try
+    /// failed.
+    fn connect(
+        &self,
+        endpoint: &str,
+        rank: u32,
+        what: u8,
+        deadline: Instant,
+    ) -> Result<Link, Unreached> {
         let mut pause = Duration::from_millis(10);
         loop {
-            let tried = self.try_connect(rank, what, deadline);
+            let tried = self.try_connect(endpoint, rank, what, deadline);
             let now = Instant::now();
             if tried.is_ok() || now >= deadline {
                 return tried;
@@ -226,17 +292,12 @@ impl TcpTransport {
                 return self.fall_back(session, deadline);
             }
         };
+        let serves = Serves::Rank0 {
+            node_size: self.node_size,
+        };
         self.server = Some(Server::start(
             listener,
-            ServerSettings {
-                token: self.token.clone(),
-                payload_timeout: self.payload_timeout,
-                session_id: session.session_id.to_string(),
-                run_id: run_id.clone(),
-                world_size: session.world_size,
-                max_frame: self.max_frame,
-                clock_shift_ns: self.clock_shift_ns,
-            },
+            self.server_settings(serves, session, &run_id),
         )?);
         let own_clock = ClockOffset {
             offset_ns: 0,
@@ -249,12 +310,154 @@ impl TcpTransport {
         })
     }
 
+    /// What this rank's listener (rank 0's, or a node leader's) serves,
+    /// for the session and run `run_id`.
+    fn server_settings(
+        &self,
+        serves: Serves,
+        session: &SessionInfo<'_>,
+        run_id: &str,
+    ) -> ServerSettings {
+        ServerSettings {
+            serves,
+            senders: self.senders(session.rank, session.world_size),
+            token: self.token.clone(),
+            payload_timeout: self.payload_timeout,
+            session_id: session.session_id.to_string(),
+            run_id: run_id.to_string(),
+            world_size: session.world_size,
+            max_frame: self.max_frame,
+            clock_shift_ns: self.clock_shift_ns,
+        }
+    }
+
+    /// A node leader's listener for its node's payloads, on loopback from
+    /// its rendezvous (of run `run_id`) on, its address left for them in
+    /// the session directory; said where that failed (its node's ranks
+    /// then keep their payloads in their spill files).
+    fn lead(&mut self, session: &SessionInfo<'_>, run_id: &str) {
+        let started = TcpListener::bind("127.0.0.1:0").and_then(|listener| {
+            let address = listener.local_addr()?.to_string();
+            let settings = self.server_settings(Serves::Leader, session, run_id);
+            let server = Server::start(listener, settings)
+                .map_err(|e| std::io::Error::other(Chain(&e).to_string()))?;
+            let key = self.leader_key(session.rank);
+            token_file::write(session.session_dir, &key, run_id, address.as_bytes())?;
+            Ok(server)
+        });
+        match started {
+            Ok(server) => self.server = Some(server),
+            Err(e) => notice!(
+                "this node's leader cannot take its node's payloads ({e}); they stay in their \
+                 spill files for `rankscope aggregate`"
+            ),
+        }
+    }
+
+    /// Sends `bytes` as a frame of `kind` to `endpoint` for `what`, and
+    /// waits for the receiver's acknowledgement (it may take a while to
+    /// decode: by the deadline, or a handshake's time past it).
+    fn send(
+        &self,
+        endpoint: &str,
+        rank: u32,
+        (what, kind): (u8, u8),
+        bytes: &[u8],
+        deadline: Instant,
+    ) -> Result<(), Unreached> {
+        let mut link = self.connect(endpoint, rank, what, deadline)?;
+        write_frame(&mut link.stream, kind, bytes, deadline)?;
+        let ack_by = deadline.max(Instant::now() + HANDSHAKE_TIMEOUT);
+        self.read_reply(&mut link, kind::ACK, ack_by).map(drop)
+    }
+
+    /// A rank of a node led by `leader`: its payload to the leader, at the
+    /// address the leader left; said where that failed.
+    fn send_to_leader(
+        &self,
+        leader: u32,
+        payload: &[u8],
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) {
+        let run = session.run_id.unwrap_or("");
+        let key = self.leader_key(leader);
+        let Some(address) = token_file::read(session.session_dir, &key, run, deadline) else {
+            say!(
+                "rank {leader}, this node's leader, left no address in {} in time; this rank's \
+                 payload is in its spill file",
+                session.session_dir.display()
+            );
+            return;
+        };
+        let address = String::from_utf8_lossy(&address).into_owned();
+        let what = (purpose::PAYLOAD, kind::PAYLOAD);
+        if let Err(why) = self.send(&address, session.rank, what, payload, deadline) {
+            say!(
+                "rank {leader}, this node's leader, did not take this rank's payload in time \
+                 ({}); it is in the spill file",
+                Chain(&why)
+            );
+        }
+    }
+
+    /// A node leader's gather: its node's payloads, taken until the time
+    /// to forward is what is left ([`FORWARD_TIME`]), digested with its
+    /// own into one node digest, sent to rank 0; said where that failed
+    /// (the payloads are in their spill files).
+    fn forward_node(&mut self, payload: &[u8], session: &SessionInfo<'_>, deadline: Instant) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let members_by = deadline - (left / 5).min(FORWARD_TIME);
+        let (arrived, refused) = match self.server.take() {
+            Some(server) => {
+                let collected = server.finish(members_by);
+                (
+                    collected.payloads.into_values().collect(),
+                    collected.refused,
+                )
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        let node = session.rank..self.senders(session.rank, session.world_size).end;
+        let mut gathered = super::gathered_by(payload, arrived, session, node);
+        gathered.skipped.extend(refused);
+        let digest = match self.node_digest(&gathered) {
+            Ok(digest) => digest,
+            Err(why) => {
+                say!("this node's digest could not be made ({why}); its ranks' payloads are in their spill files");
+                return;
+            }
+        };
+        let what = (purpose::NODE_DIGEST, kind::NODE_DIGEST);
+        if let Err(why) = self.send(&self.endpoint, session.rank, what, &digest, deadline) {
+            say!(
+                "rank 0 did not take this node's digest in time ({}); its ranks' payloads are \
+                 in their spill files",
+                Chain(&why)
+            );
+        }
+    }
+
+    /// The digest of a node leader's `gathered` payloads, encoded.
+    #[cfg(feature = "report")]
+    fn node_digest(&self, gathered: &Gathered) -> Result<Vec<u8>, String> {
+        rankscope_coordinator::analysis::leader_digest(gathered, &self.digest_config)
+            .map_err(|e| Chain(&e).to_string())
+    }
+
+    /// No digest without the coordinator: a build without the `report`
+    /// feature gathers in one level ([`two_level_nodes`]).
+    #[cfg(not(feature = "report"))]
+    fn node_digest(&self, _gathered: &Gathered) -> Result<Vec<u8>, String> {
+        Err("this build has no `report` feature".into())
+    }
+
     /// Another rank's rendezvous: rank 0's run identity and this rank's
     /// clock offset to it; where rank 0 does not answer by `deadline`,
     /// the launcher's run identity and no offset (said why).
     fn meet_rank0(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> Rendezvous {
         let met = self
-            .connect(session.rank, purpose::RENDEZVOUS, deadline)
+            .connect(&self.endpoint, session.rank, purpose::RENDEZVOUS, deadline)
             .and_then(|mut link| {
                 let run = self.read_reply(&mut link, kind::RUN, deadline)?;
                 let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
@@ -292,11 +495,16 @@ impl TcpTransport {
         }
     }
 
-    /// One try at a connection to rank 0 for `what`, up to this rank's
+    /// One try at a connection to `endpoint` for `what`, up to this rank's
     /// greeting.
-    fn try_connect(&self, rank: u32, what: u8, deadline: Instant) -> Result<Link, Unreached> {
-        let address = self
-            .endpoint
+    fn try_connect(
+        &self,
+        endpoint: &str,
+        rank: u32,
+        what: u8,
+        deadline: Instant,
+    ) -> Result<Link, Unreached> {
+        let address = endpoint
             .to_socket_addrs()
             .map_err(Unreached::Address)?
             .next()
@@ -418,7 +626,14 @@ impl Transport for TcpTransport {
         }
         match session.rank {
             0 => self.listen(session, deadline),
-            _ => Ok(self.meet_rank0(session, deadline)),
+            rank => {
+                let rendezvous = self.meet_rank0(session, deadline);
+                let leads = self.reached && self.leader(rank) == Some(rank);
+                if let Some(run) = rendezvous.run_id.as_deref().filter(|_| leads) {
+                    self.lead(session, run);
+                }
+                Ok(rendezvous)
+            }
         }
     }
 
@@ -432,7 +647,9 @@ impl Transport for TcpTransport {
         if !self.reached {
             return None;
         }
-        let mut link = self.connect(session.rank, purpose::RESYNC, deadline).ok()?;
+        let mut link = self
+            .connect(&self.endpoint, session.rank, purpose::RESYNC, deadline)
+            .ok()?;
         self.answer_clock(&mut link, deadline).ok().flatten()
     }
 
@@ -450,19 +667,23 @@ impl Transport for TcpTransport {
                 // Rank 0 did not answer at the start: the spill file is the send.
                 return Ok(None);
             }
-            let sent = self
-                .connect(session.rank, purpose::PAYLOAD, deadline)
-                .and_then(|mut link| {
-                    write_frame(&mut link.stream, kind::PAYLOAD, payload, deadline)?;
-                    // Rank 0 may take a while to decode: the ACK by the deadline.
-                    let ack_by = deadline.max(Instant::now() + HANDSHAKE_TIMEOUT);
-                    self.read_reply(&mut link, kind::ACK, ack_by)
-                });
-            if let Err(why) = sent {
-                say!(
-                    "rank 0 did not take this rank's payload in time ({}); it is in the spill file",
-                    Chain(&why)
-                );
+            match self.leader(session.rank) {
+                Some(leader) if leader == session.rank => {
+                    self.forward_node(payload, session, deadline);
+                }
+                Some(leader) => self.send_to_leader(leader, payload, session, deadline),
+                None => {
+                    let what = (purpose::PAYLOAD, kind::PAYLOAD);
+                    if let Err(why) =
+                        self.send(&self.endpoint, session.rank, what, payload, deadline)
+                    {
+                        say!(
+                            "rank 0 did not take this rank's payload in time ({}); it is in the \
+                             spill file",
+                            Chain(&why)
+                        );
+                    }
+                }
             }
             return Ok(None);
         }
@@ -470,9 +691,12 @@ impl Transport for TcpTransport {
             "rank 0's listener is not running: the session did not open it",
         ))?;
         let collected = server.finish(deadline);
-        let mut gathered =
-            super::gathered_by_rank0(payload, collected.payloads.into_values().collect(), session);
+        // Rank 0 answers for its node's ranks (every rank, in one level).
+        let answers_for = 0..self.senders(0, session.world_size).end;
+        let arrived = collected.payloads.into_values().collect();
+        let mut gathered = super::gathered_by(payload, arrived, session, answers_for);
         gathered.skipped.extend(collected.refused);
+        gathered.nodes = collected.nodes.into_values().collect();
         Ok(Some(gathered))
     }
 }

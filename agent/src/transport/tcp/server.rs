@@ -1,18 +1,21 @@
-//! Rank 0's listener: it accepts connections on a thread of its own, gives
-//! each a thread, authenticates it by the challenge and its proof, answers
-//! the rendezvous and the clock exchanges, and collects the payloads, each
-//! within its budgets (connections not yet authenticated, frame bytes in
-//! flight) and deadlines.
+//! Rank 0's listener, and a node leader's in a two-level gather: it accepts
+//! connections on a thread of its own, gives each a thread, authenticates
+//! it by the challenge and its proof, answers the rendezvous and the clock
+//! exchanges (rank 0's), and collects the payloads of its senders and (rank
+//! 0's, in two levels) the other nodes' leaders' digests, each within its
+//! budgets (connections not yet authenticated, frame bytes in flight) and
+//! deadlines.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rankscope_common::gather::{
-    Candidate, ConnectionRefusal, Rejection, Skipped, MAX_LISTED_SKIPPED,
+    Candidate, ConnectionRefusal, NodeSent, Rejection, Skipped, MAX_LISTED_SKIPPED,
 };
 use rankscope_common::payload;
 
@@ -25,8 +28,23 @@ use super::HANDSHAKE_TIMEOUT;
 use crate::sync::lock;
 use crate::transport::TransportError;
 
-/// What rank 0's listener needs to know.
+/// Whose listener it is, for what it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Serves {
+    /// Rank 0's: the rendezvous and clock of every rank, payloads, and
+    /// with `node_size` (a two-level gather of nodes of that many ranks)
+    /// the digests of the other nodes' leaders.
+    Rank0 { node_size: Option<u32> },
+    /// A node leader's: its node's payloads only.
+    Leader,
+}
+
+/// What a listener needs to know.
 pub(super) struct ServerSettings {
+    /// Whose it is.
+    pub(super) serves: Serves,
+    /// The ranks whose payloads it takes.
+    pub(super) senders: Range<u32>,
     pub(super) token: Vec<u8>,
     /// How long a payload's frame may take to arrive.
     pub(super) payload_timeout: Duration,
@@ -41,6 +59,8 @@ pub(super) struct ServerSettings {
 #[derive(Default)]
 pub(super) struct Collected {
     pub(super) payloads: BTreeMap<u32, Candidate>,
+    /// The node digests of the other nodes' leaders, by leader.
+    pub(super) nodes: BTreeMap<u32, NodeSent>,
     /// The first [`MAX_LISTED_SKIPPED`] connections refused, with why (a
     /// port scan must not grow rank 0's memory).
     pub(super) refused: Vec<Skipped>,
@@ -145,9 +165,10 @@ impl Server {
     /// Waits until every other rank's payload arrived or `deadline`, then
     /// stops listening and hands over what was collected.
     pub(super) fn finish(mut self, deadline: Instant) -> Collected {
-        let expected = self.shared.settings.world_size.saturating_sub(1) as usize;
+        let settings = &self.shared.settings;
+        let (senders, leaders) = (settings.senders.len(), settings.leaders());
         let mut collected = lock(&self.shared.collected);
-        while collected.payloads.len() < expected {
+        while collected.payloads.len() < senders || collected.nodes.len() < leaders {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -290,8 +311,12 @@ fn serve(
         purpose::RENDEZVOUS | purpose::RESYNC => {
             answer_clock(&mut stream, hello.what, &reply, &shared.settings, handshake)
         }
-        purpose::PAYLOAD => {
-            take_payload(&mut stream, hello.rank, shared)?;
+        purpose::PAYLOAD | purpose::NODE_DIGEST => {
+            if hello.what == purpose::PAYLOAD {
+                take_payload(&mut stream, hello.rank, shared)?;
+            } else {
+                take_node_digest(&mut stream, hello.rank, shared)?;
+            }
             let _ = write_frame(
                 &mut stream,
                 kind::ACK,
@@ -301,6 +326,59 @@ fn serve(
             Ok(())
         }
         _ => Err(ConnectionRefusal::Malformed("an unknown purpose")),
+    }
+}
+
+impl ServerSettings {
+    /// How many other nodes' digests it waits for.
+    fn leaders(&self) -> usize {
+        match self.serves {
+            Serves::Rank0 {
+                node_size: Some(size),
+            } if size > 0 => self.world_size.div_ceil(size).saturating_sub(1) as usize,
+            _ => 0,
+        }
+    }
+
+    /// The ranks of the node `leader` leads, where it leads one whose
+    /// digest this listener takes.
+    fn node_of(&self, leader: u32) -> Option<Range<u32>> {
+        match self.serves {
+            Serves::Rank0 {
+                node_size: Some(size),
+            } if size > 0
+                && leader > 0
+                && leader < self.world_size
+                && leader.is_multiple_of(size) =>
+            {
+                Some(leader..leader.saturating_add(size).min(self.world_size))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether rank `rank` may come here for `what`; else why not.
+    fn takes(&self, rank: u32, what: u8) -> Result<(), ConnectionRefusal> {
+        if rank >= self.world_size {
+            return Err(ConnectionRefusal::OutsideWorld {
+                rank,
+                world_size: self.world_size,
+            });
+        }
+        let (here, what) = match what {
+            purpose::PAYLOAD => (self.senders.contains(&rank), "payload"),
+            purpose::NODE_DIGEST => (self.node_of(rank).is_some(), "node digest"),
+            purpose::RENDEZVOUS | purpose::RESYNC => (
+                rank > 0 && matches!(self.serves, Serves::Rank0 { .. }),
+                "clock",
+            ),
+            // Refused as not the protocol once admitted.
+            _ => (true, ""),
+        };
+        match here {
+            true => Ok(()),
+            false => Err(ConnectionRefusal::NotHere { rank, what }),
+        }
     }
 }
 
@@ -321,20 +399,19 @@ fn admit(
         return Err(ConnectionRefusal::Evicted);
     }
     *reached = Reached::LeftWaiting;
-    // Authenticated: among the ranks' connections, a budget of their own.
-    let most = settings.world_size as usize * 2 + 16;
+    // Authenticated: among the ranks' connections, a budget of their own
+    // (rank 0's: every rank's rendezvous and resync).
+    let peers = match settings.serves {
+        Serves::Rank0 { .. } => settings.world_size as usize,
+        Serves::Leader => settings.senders.len(),
+    };
+    let most = peers * 2 + 16;
     if shared.connections.fetch_add(1, Ordering::SeqCst) >= most {
         shared.connections.fetch_sub(1, Ordering::SeqCst);
         return Err(ConnectionRefusal::TooMany);
     }
     *reached = Reached::Counted;
-    if hello.rank == 0 || hello.rank >= settings.world_size {
-        return Err(ConnectionRefusal::OutsideWorld {
-            rank: hello.rank,
-            world_size: settings.world_size,
-        });
-    }
-    Ok(())
+    settings.takes(hello.rank, hello.what)
 }
 
 /// A rendezvous or a resync: the rendezvous is given the run's identity
@@ -393,9 +470,7 @@ fn take_payload(
     if header.session.run_id.as_deref() != Some(settings.run_id.as_str()) {
         return Err(ConnectionRefusal::WrongPayload("it is another run's"));
     }
-    let peer = stream
-        .peer_addr()
-        .map_or_else(|_| "an unknown address".into(), |a| a.to_string());
+    let peer = peer_of(stream);
     {
         let mut collected = lock(&shared.collected);
         if shared.stop.load(Ordering::SeqCst) {
@@ -417,6 +492,75 @@ fn take_payload(
     }
     shared.arrived.notify_all();
     Ok(())
+}
+
+/// Reads node leader `leader`'s digest and keeps it, the first it sent,
+/// before the gather stopped (what it holds is checked by the report's
+/// analysis: rank 0 only carries it).
+fn take_node_digest(
+    stream: &mut TcpStream,
+    leader: u32,
+    shared: &Shared,
+) -> Result<(), ConnectionRefusal> {
+    let settings = &shared.settings;
+    let Some(ranks) = settings.node_of(leader) else {
+        return Err(ConnectionRefusal::NotHere {
+            rank: leader,
+            what: "node digest",
+        });
+    };
+    let duplicate = |collected: &Collected| {
+        collected
+            .nodes
+            .get(&leader)
+            .map(|first| ConnectionRefusal::DuplicateRank {
+                rank: leader,
+                first: first.source.clone(),
+            })
+    };
+    if let Some(refusal) = duplicate(&lock(&shared.collected)) {
+        return Err(refusal);
+    }
+    let until = Instant::now() + settings.payload_timeout;
+    let (bytes, _held) = read_frame_within(
+        stream,
+        kind::NODE_DIGEST,
+        settings.max_frame,
+        until,
+        Some(&shared.frames),
+    )?;
+    let peer = peer_of(stream);
+    {
+        let mut collected = lock(&shared.collected);
+        if shared.stop.load(Ordering::SeqCst) {
+            return Err(ConnectionRefusal::Late);
+        }
+        if let Some(refusal) = duplicate(&collected) {
+            return Err(refusal);
+        }
+        let source = format!(
+            "node digest of rank {leader} (ranks {}..{}) over TCP from {peer}",
+            ranks.start, ranks.end
+        );
+        collected.nodes.insert(
+            leader,
+            NodeSent {
+                source,
+                leader,
+                ranks,
+                bytes,
+            },
+        );
+    }
+    shared.arrived.notify_all();
+    Ok(())
+}
+
+/// The address of `stream`'s peer, for the report.
+fn peer_of(stream: &TcpStream) -> String {
+    stream
+        .peer_addr()
+        .map_or_else(|_| "an unknown address".into(), |a| a.to_string())
 }
 
 /// Rank 0's side of a ping-pong: the peer's offset, encoded for it (empty

@@ -23,6 +23,7 @@ pub(super) mod kind {
     pub const OFFSET: u8 = 7;
     pub const PAYLOAD: u8 = 8;
     pub const ACK: u8 = 9;
+    pub const NODE_DIGEST: u8 = 10;
 }
 
 /// What a connection is for.
@@ -30,6 +31,7 @@ pub(super) mod purpose {
     pub const RENDEZVOUS: u8 = 1;
     pub const RESYNC: u8 = 2;
     pub const PAYLOAD: u8 = 3;
+    pub const NODE_DIGEST: u8 = 4;
 }
 
 /// Largest control frame (everything but a payload).

@@ -1,0 +1,153 @@
+//! A job on several nodes gathers in two levels over TCP: 16 real processes
+//! as 4 simulated nodes of 4 (`rankscope launch --nodes 4`), each node's
+//! leader taking its node's payloads over loopback and sending rank 0 one
+//! digest. The report is the one-level report of the same payloads (their
+//! spill files, aggregated), and a dead leader or a dead rank is named
+//! missing by the deadline.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+mod support;
+
+/// Runs `rankscope launch --nodes 4 -n 16` of the agent-only rank program
+/// with `args`, writing into `out`, its gather given `timeout_s`.
+fn launch(out: &Path, timeout_s: &str, args: &[&str]) -> Output {
+    let mut launch = Command::new(support::rankscope_cli());
+    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RANKSCOPE_")) {
+        launch.env_remove(key);
+    }
+    launch
+        .args(["launch", "--nodes", "4", "-n", "16", "--"])
+        .arg(env!("CARGO_BIN_EXE_agent_only_rank"))
+        .args(args)
+        .env("RANKSCOPE_OUTPUT_DIR", out)
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .env("RANKSCOPE_GATHER_TIMEOUT_S", timeout_s)
+        .output()
+        .unwrap()
+}
+
+/// The report.json in `dir`.
+fn report_in(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
+}
+
+/// Asserts `a` and `b` equal, numbers within `relative` of each other.
+fn assert_same(a: &Value, b: &Value, relative: f64, at: &str) {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            let scale = x.abs().max(y.abs()).max(1e-12);
+            assert!((x - y).abs() / scale <= relative, "{at}: {x} against {y}");
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: lengths");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                assert_same(x, y, relative, &format!("{at}[{i}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            let keys = |o: &serde_json::Map<String, Value>| o.keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(x), keys(y), "{at}: keys");
+            for (key, x) in x {
+                assert_same(x, &y[key], relative, &format!("{at}.{key}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+#[test]
+fn four_nodes_gather_in_two_levels_and_report_what_one_level_would() {
+    let out = tempfile::tempdir().unwrap();
+    let run = launch(out.path(), "60", &["--steps", "6", "--slow-rank", "9"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let dir = support::only_session_dir(out.path());
+    let two_level = report_in(&dir);
+    let session = &two_level["session"];
+    assert_eq!(session["gather_levels"], 2);
+    assert_eq!(session["transport"], "tcp");
+    assert_eq!(
+        session["ranks_reporting"],
+        serde_json::json!((0..16).collect::<Vec<u32>>())
+    );
+    let leaders: Vec<&Value> = session["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| &n["leader"])
+        .collect();
+    assert_eq!(leaders, [0, 4, 8, 12]);
+    // What trace.json.gz and raw/ hold, said.
+    let notices = session["notices"].as_array().unwrap();
+    assert!(
+        notices.iter().any(|n| n["message"]
+            .as_str()
+            .unwrap()
+            .contains("hold the ranks whose payloads rank 0 took itself (0-3)")),
+        "{notices:?}"
+    );
+    assert!(
+        two_level["stragglers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["rank"] == 9 && s["stage"] == "denoise_step"),
+        "{}",
+        two_level["stragglers"]
+    );
+
+    // One level over the same payloads: every rank's spill file.
+    let aggregated = tempfile::tempdir().unwrap();
+    let one = Command::new(support::rankscope_cli())
+        .args(["aggregate", "--report-only", "--reports-dir"])
+        .arg(&dir)
+        .arg("--output")
+        .arg(aggregated.path())
+        .output()
+        .unwrap();
+    assert!(
+        one.status.success(),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    let mut one_level = report_in(aggregated.path());
+    let mut two_level = two_level;
+    for report in [&mut one_level, &mut two_level] {
+        // How it was gathered.
+        let session = report["session"].as_object_mut().unwrap();
+        session.remove("gather_levels");
+        let notices = session["notices"].as_array_mut().unwrap();
+        notices.retain(|n| {
+            !n["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("gathered in two levels")
+        });
+    }
+    assert_same(&one_level, &two_level, 1e-9, "report");
+}
+
+#[test]
+fn a_dead_leader_and_a_dead_rank_are_named_missing_by_the_deadline() {
+    // Rank 4 leads node 1, and rank 10 is a rank of node 2 (led by 8).
+    for (dead, missing) in [(4, vec![4, 5, 6, 7]), (10, vec![10])] {
+        let out = tempfile::tempdir().unwrap();
+        let run = launch(out.path(), "8", &["--exit-rank", &dead.to_string()]);
+        assert!(!run.status.success(), "rank {dead} died");
+        let dir = support::only_session_dir(out.path());
+        let report = report_in(&dir);
+        let session = &report["session"];
+        assert_eq!(session["gather_levels"], 2, "dead {dead}");
+        assert_eq!(session["ranks_missing"], serde_json::json!(missing));
+        let reporting: Vec<u32> = (0..16).filter(|r| !missing.contains(r)).collect();
+        assert_eq!(session["ranks_reporting"], serde_json::json!(reporting));
+    }
+}
