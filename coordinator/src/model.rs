@@ -438,6 +438,21 @@ pub struct Percentiles {
     pub relative_error: Option<f64>,
 }
 
+impl Report {
+    /// The stages whose percentiles came from a quantile sketch, and the
+    /// largest relative error of them; `None` where every one is exact.
+    pub fn sketched_stages(&self) -> Option<(usize, f64)> {
+        let errors = self
+            .stages
+            .iter()
+            .filter_map(|s| s.per_call_ms.relative_error);
+        errors.fold(None, |found, e| match found {
+            Some((n, most)) => Some((n + 1, f64::max(most, e))),
+            None => Some((1, e)),
+        })
+    }
+}
+
 /// A rank slower than the median of the other ranks in a stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Straggler {

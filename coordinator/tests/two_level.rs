@@ -148,6 +148,17 @@ fn sketched_percentiles_are_the_same_and_say_their_bound() {
         .unwrap();
     assert_eq!(step["count"], 24 * 3_000);
     assert_eq!(step["per_call_ms"]["relative_error"], 0.01);
+    // And the summary and the page say so.
+    let report: rankscope_coordinator::model::Report = serde_json::from_value(one_level).unwrap();
+    let summary = rankscope_coordinator::report::summary(&report);
+    assert!(
+        summary.contains("p50 and p95 of 1 stage(s) past 65,536 calls across ranks are from a quantile sketch: within 1%"),
+        "{summary}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    rankscope_coordinator::report::write_reports(&report, dir.path()).unwrap();
+    let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(page.contains("of 1 stage(s) with more than 65,536 calls across ranks come from a quantile sketch: each within 1 %"));
 }
 
 /// The encoded digest of node 1 of a 16-rank job.

@@ -31,6 +31,8 @@ pub(super) struct Page {
     ranks_per_column: Option<u32>,
     /// Ranks drawn on the timeline and the step chart, and how many are not.
     ranks_drawn: (u64, u64),
+    /// Stages whose percentiles are sketched, and within what percent.
+    sketched_stages: Option<(usize, f64)>,
     style: &'static str,
 }
 
@@ -111,6 +113,7 @@ impl Page {
                 let not_drawn = report.series.ranks_not_drawn.min(ranks);
                 (ranks - not_drawn, not_drawn)
             },
+            sketched_stages: report.sketched_stages().map(|(n, e)| (n, e * 100.0)),
             style: STYLE,
         }
     }
