@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Finalize time (gather + analysis + report) with 10-minute-sized payloads:
 # under mpirun, MPI against the shared directory (2-16 ranks); under
-# `rankscope launch`, TCP against the directory (16 and 64 ranks). The
-# median of $1 runs (default 3) each, all in one run.
+# `rankscope launch`, TCP against the directory (16 and 64 ranks); and 64
+# ranks as 8 simulated nodes of 8 (`rankscope launch --nodes 8`) over TCP,
+# one level against two (`gather_levels`). The median of $1 runs (default
+# 3) each; $2 picks a part (`mpi`, `launch`, `levels`; default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
+part="${2:-all}"
 cargo build --release --quiet -p rankscope --features mpi --example finalize_bench
 cargo build --release --quiet -p rankscope-cli
 bench=target/release/examples/finalize_bench
@@ -27,15 +30,26 @@ measure() {
 }
 
 printf '%-9s %-6s %-10s %12s %14s\n' launcher ranks transport finalize_ms payload_bytes
-for ranks in 2 4 8 16; do
-    for transport in mpi dir; do
-        printf '%-9s %-6s %-10s ' mpirun "$ranks" "$transport"
-        measure "$transport" mpirun -n "$ranks" --oversubscribe "$bench"
+if [[ $part == all || $part == mpi ]]; then
+    for ranks in 2 4 8 16; do
+        for transport in mpi dir; do
+            printf '%-9s %-6s %-10s ' mpirun "$ranks" "$transport"
+            measure "$transport" mpirun -n "$ranks" --oversubscribe "$bench"
+        done
     done
-done
-for ranks in 16 64; do
-    for transport in tcp dir; do
-        printf '%-9s %-6s %-10s ' launch "$ranks" "$transport"
-        measure "$transport" target/release/rankscope launch -n "$ranks" -- "$bench"
+fi
+if [[ $part == all || $part == launch ]]; then
+    for ranks in 16 64; do
+        for transport in tcp dir; do
+            printf '%-9s %-6s %-10s ' launch "$ranks" "$transport"
+            measure "$transport" target/release/rankscope launch -n "$ranks" -- "$bench"
+        done
     done
-done
+fi
+if [[ $part == all || $part == levels ]]; then
+    for levels in 1 2; do
+        printf '%-9s %-6s %-10s ' "8 nodes" 64 "tcp ${levels}-level"
+        RANKSCOPE_GATHER_LEVELS=$levels measure tcp \
+            target/release/rankscope launch --nodes 8 -n 64 -- "$bench"
+    done
+fi
