@@ -15,6 +15,7 @@ use rankscope_coordinator::AnalysisConfig;
 use serde_json::Value;
 
 mod support;
+use support::json::assert_same;
 use support::synthetic::{rank_payload, Shape, BENCH};
 
 /// Ranks per simulated node.
@@ -83,31 +84,6 @@ fn both_reports(payloads: Vec<Payload>, config: &AnalysisConfig) -> (Value, Valu
         serde_json::to_value(&one_level).unwrap(),
         serde_json::to_value(&two_level).unwrap(),
     )
-}
-
-/// Asserts `a` and `b` equal, numbers within `relative` of each other.
-fn assert_same(a: &Value, b: &Value, relative: f64, at: &str) {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            let scale = x.abs().max(y.abs()).max(1e-12);
-            assert!((x - y).abs() / scale <= relative, "{at}: {x} against {y}");
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            assert_eq!(x.len(), y.len(), "{at}: lengths");
-            for (i, (x, y)) in x.iter().zip(y).enumerate() {
-                assert_same(x, y, relative, &format!("{at}[{i}]"));
-            }
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            let keys = |o: &serde_json::Map<String, Value>| o.keys().cloned().collect::<Vec<_>>();
-            assert_eq!(keys(x), keys(y), "{at}: keys");
-            for (key, x) in x {
-                assert_same(x, &y[key], relative, &format!("{at}.{key}"));
-            }
-        }
-        _ => assert_eq!(a, b, "{at}"),
-    }
 }
 
 #[test]

@@ -10,7 +10,10 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[path = "../../coordinator/tests/support/json.rs"]
+mod json;
 mod support;
+use json::assert_same;
 
 /// Runs `rankscope launch --nodes 4 -n 16` of the agent-only rank program
 /// with `args`, writing into `out`, its gather given `timeout_s`.
@@ -33,31 +36,6 @@ fn launch(out: &Path, timeout_s: &str, args: &[&str]) -> Output {
 /// The report.json in `dir`.
 fn report_in(dir: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
-}
-
-/// Asserts `a` and `b` equal, numbers within `relative` of each other.
-fn assert_same(a: &Value, b: &Value, relative: f64, at: &str) {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            let scale = x.abs().max(y.abs()).max(1e-12);
-            assert!((x - y).abs() / scale <= relative, "{at}: {x} against {y}");
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            assert_eq!(x.len(), y.len(), "{at}: lengths");
-            for (i, (x, y)) in x.iter().zip(y).enumerate() {
-                assert_same(x, y, relative, &format!("{at}[{i}]"));
-            }
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            let keys = |o: &serde_json::Map<String, Value>| o.keys().cloned().collect::<Vec<_>>();
-            assert_eq!(keys(x), keys(y), "{at}: keys");
-            for (key, x) in x {
-                assert_same(x, &y[key], relative, &format!("{at}.{key}"));
-            }
-        }
-        _ => assert_eq!(a, b, "{at}"),
-    }
 }
 
 #[test]

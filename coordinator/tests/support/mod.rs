@@ -1,5 +1,6 @@
 //! Test support shared by the coordinator's tests.
 
+pub mod json;
 pub mod synthetic;
 
 use std::path::{Path, PathBuf};
