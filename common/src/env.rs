@@ -119,6 +119,14 @@ pub enum EnvError {
         /// The size variable missing.
         size_var: &'static str,
     },
+    /// `RANKSCOPE_SIMULATED_NODES` does not divide the world.
+    #[error("RANKSCOPE_SIMULATED_NODES={nodes} does not divide the world of {world_size} ranks")]
+    SimulatedNodes {
+        /// The nodes asked for.
+        nodes: u32,
+        /// The world size.
+        world_size: u32,
+    },
     /// Rank outside the world.
     #[error("rank {rank} (from {var}) is not below the world size {world_size}")]
     RankOutOfRange {
@@ -251,7 +259,7 @@ pub fn detect_with(var: impl Fn(&str) -> Option<String>) -> Result<RankEnv, EnvE
         (Some(addr), Some(port)) => u16::try_from(port).ok().map(|port| (addr, port)),
         _ => None,
     };
-    Ok(RankEnv {
+    let env = RankEnv {
         launcher: vars.launcher,
         rank,
         world_size,
@@ -261,7 +269,38 @@ pub fn detect_with(var: impl Fn(&str) -> Option<String>) -> Result<RankEnv, EnvE
         run_id: run_id(vars.launcher, &var),
         master,
         node: var("RANKSCOPE_NODE").filter(|node| !node.trim().is_empty()),
-    })
+    };
+    match number("RANKSCOPE_SIMULATED_NODES")? {
+        Some(nodes) => env.on_simulated_nodes(nodes),
+        None => Ok(env),
+    }
+}
+
+impl RankEnv {
+    /// This rank as one of `nodes` simulated nodes on this machine, under
+    /// any launcher (`RANKSCOPE_SIMULATED_NODES`, as `rankscope launch
+    /// --nodes` gives torchrun's variables): the world's ranks split into
+    /// `nodes` runs of consecutive ranks, this rank's local rank its place
+    /// in its run, its node `simulated-node-<n>` unless RANKSCOPE_NODE
+    /// names one.
+    fn on_simulated_nodes(self, nodes: u32) -> Result<Self, EnvError> {
+        if nodes == 0 || !self.world_size.is_multiple_of(nodes) {
+            return Err(EnvError::SimulatedNodes {
+                nodes,
+                world_size: self.world_size,
+            });
+        }
+        let size = self.world_size / nodes;
+        let node = self
+            .node
+            .or_else(|| Some(format!("simulated-node-{}", self.rank / size)));
+        Ok(RankEnv {
+            local_rank: self.rank % size,
+            local_world_size: Some(size),
+            node,
+            ..self
+        })
+    }
 }
 
 /// The id a launcher gives the whole job, the same on every rank.
@@ -335,6 +374,27 @@ mod tests {
         let empty = [torchrun.as_slice(), &[("RANKSCOPE_NODE", " ")]].concat();
         assert_eq!(detect_from(&empty).unwrap().node, None);
         assert_eq!(detect_from(&torchrun).unwrap().node, None);
+    }
+
+    /// Under mpirun on one machine, RANKSCOPE_SIMULATED_NODES splits the
+    /// world into nodes of consecutive ranks.
+    #[test]
+    fn simulated_nodes_split_the_world_by_consecutive_ranks() {
+        let mpi = [
+            ("OMPI_COMM_WORLD_RANK", "9"),
+            ("OMPI_COMM_WORLD_SIZE", "16"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "9"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "16"),
+        ];
+        let four = [mpi.as_slice(), &[("RANKSCOPE_SIMULATED_NODES", "4")]].concat();
+        let env = detect_from(&four).unwrap();
+        assert_eq!((env.local_rank, env.local_world_size), (1, Some(4)));
+        assert_eq!(env.node.as_deref(), Some("simulated-node-2"));
+        let three = [mpi.as_slice(), &[("RANKSCOPE_SIMULATED_NODES", "3")]].concat();
+        assert_eq!(
+            detect_from(&three).unwrap_err().to_string(),
+            "RANKSCOPE_SIMULATED_NODES=3 does not divide the world of 16 ranks"
+        );
     }
 
     #[test]

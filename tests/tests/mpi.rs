@@ -6,6 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[path = "../../coordinator/tests/support/json.rs"]
+mod json;
+mod support;
+
 /// Runs `mpirun` with `args` (program and its arguments included), writing
 /// into `out`.
 fn mpirun(args: &[&str], out: &Path, env: &[(&str, &str)]) -> Output {
@@ -268,4 +272,67 @@ fn rolling_windows_under_mpirun_each_get_a_report_of_every_rank() {
             .collect();
         assert_eq!(stragglers, [3], "window {index}");
     }
+}
+
+/// 16 processes as 4 simulated nodes of 4 (RANKSCOPE_SIMULATED_NODES): each
+/// node's leader takes its node's payloads over MPI and sends rank 0 one
+/// digest; the report is the one-level report of the same payloads (their
+/// spill files, aggregated).
+#[test]
+fn four_simulated_nodes_gather_in_two_levels_over_mpi() {
+    let out = tempfile::tempdir().unwrap();
+    let run = mpirun(
+        &["-n", "16", RANK, "--steps", "4", "--slow-rank", "9"],
+        out.path(),
+        &[("RANKSCOPE_SIMULATED_NODES", "4")],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let dir = session_dir(out.path());
+    let mut two_level = report(&dir);
+    let session = &two_level["session"];
+    assert_eq!(session["transport"], "mpi");
+    assert_eq!(session["gather_levels"], 2);
+    assert_eq!(
+        session["ranks_reporting"],
+        serde_json::json!((0..16).collect::<Vec<u32>>())
+    );
+    let leaders: Vec<&serde_json::Value> = session["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| &n["leader"])
+        .collect();
+    assert_eq!(leaders, [0, 4, 8, 12]);
+    assert!(
+        two_level["stragglers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["rank"] == 9),
+        "{}",
+        two_level["stragglers"]
+    );
+    let aggregated = tempfile::tempdir().unwrap();
+    let one = Command::new(support::rankscope_cli())
+        .args(["aggregate", "--report-only", "--reports-dir"])
+        .arg(&dir)
+        .arg("--output")
+        .arg(aggregated.path())
+        .output()
+        .unwrap();
+    assert!(one.status.success(), "{}", text(&one.stderr));
+    let mut one_level = report(aggregated.path());
+    for report in [&mut one_level, &mut two_level] {
+        // How it was gathered.
+        let session = report["session"].as_object_mut().unwrap();
+        session.remove("gather_levels");
+        let notices = session["notices"].as_array_mut().unwrap();
+        notices.retain(|n| {
+            !n["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("gathered in two levels")
+        });
+    }
+    json::assert_same(&one_level, &two_level, 1e-9, "report");
 }

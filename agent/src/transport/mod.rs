@@ -19,6 +19,7 @@ pub mod clock;
 pub mod dir;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+mod nodes;
 #[cfg(any(feature = "mpi", test))]
 mod send_buffer;
 pub mod tcp;
@@ -132,10 +133,10 @@ pub trait Transport: Send {
 pub fn for_rank(config: &Config, env: &RankEnv) -> Result<Box<dyn Transport>, TransportError> {
     match config.transport {
         TransportKind::Dir => Ok(Box::new(dir::DirTransport)),
-        TransportKind::Mpi => mpi_transport(config),
+        TransportKind::Mpi => mpi_transport(config, env),
         TransportKind::Tcp => Ok(Box::new(tcp::TcpTransport::for_rank(config, env)?)),
         TransportKind::Auto if cfg!(feature = "mpi") && env.launcher.is_mpi() => {
-            mpi_transport(config)
+            mpi_transport(config, env)
         }
         TransportKind::Auto if env.master.is_some() && !env.launcher.is_mpi() => {
             Ok(Box::new(tcp::TcpTransport::for_rank(config, env)?))
@@ -194,11 +195,12 @@ fn gathered_by(
 }
 
 #[cfg(feature = "mpi")]
-fn mpi_transport(config: &Config) -> Result<Box<dyn Transport>, TransportError> {
-    Ok(Box::new(mpi::MpiTransport::from_launcher(config)?))
+fn mpi_transport(config: &Config, env: &RankEnv) -> Result<Box<dyn Transport>, TransportError> {
+    let transport = mpi::MpiTransport::from_launcher(config)?;
+    Ok(Box::new(transport.in_nodes(nodes::Nodes::of(config, env))))
 }
 
 #[cfg(not(feature = "mpi"))]
-fn mpi_transport(_config: &Config) -> Result<Box<dyn Transport>, TransportError> {
+fn mpi_transport(_config: &Config, _env: &RankEnv) -> Result<Box<dyn Transport>, TransportError> {
     Err(TransportError::Unavailable("mpi"))
 }

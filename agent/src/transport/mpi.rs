@@ -14,7 +14,11 @@
 //!   each rank's clock offset by ping-pong ([`super::clock`]);
 //! - `resync`: the ping-pong again at finish, so drift is known;
 //! - `gather`: each rank sends its payload's size, then the payload in
-//!   chunks of at most 1 GiB (MPI counts are 32-bit).
+//!   chunks of at most 1 GiB (MPI counts are 32-bit). On several nodes
+//!   (`gather_levels` 2, [`super::nodes`]) a rank sends it to its node's
+//!   leader, and each leader sends rank 0 its node's digest the same way
+//!   under tags of its own; rank 0 takes its own node's payloads and the
+//!   digests.
 //!
 //! MPI is initialised here only when the program has not done it (then
 //! rankscope finalises it when the profiler is dropped, after every
@@ -38,12 +42,13 @@ use mpi::request::StaticScope;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::Equivalence;
 use mpi::Threading;
-use rankscope_common::gather::{Candidate, Rejection};
+use rankscope_common::gather::{Candidate, NodeSent, Rejection, Skipped};
 use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName, MAX_PAYLOAD_BYTES};
 use rankscope_common::{Config, Gathered};
 
 use super::clock::{self, Round, ROUNDS};
 use super::dir::DirTransport;
+use super::nodes::Nodes;
 use super::send_buffer::SendBuffer;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
@@ -54,6 +59,8 @@ const TAG_PONG: i32 = TAG_RUN + 2;
 const TAG_OFFSET: i32 = TAG_RUN + 3;
 const TAG_SIZE: i32 = TAG_RUN + 4;
 const TAG_CHUNK: i32 = TAG_RUN + 5;
+const TAG_NODE_SIZE: i32 = TAG_RUN + 6;
+const TAG_NODE_CHUNK: i32 = TAG_RUN + 7;
 /// Largest message: MPI counts are `int`.
 const CHUNK_BYTES: usize = 1 << 30;
 /// How long rank 0 waits for one rank's clock answers.
@@ -76,6 +83,28 @@ pub struct MpiTransport {
     /// This session went through the shared directory: MPI could not be
     /// called from the thread that started it.
     fell_back: bool,
+    /// The job's nodes, where it gathers in two levels.
+    nodes: Option<Nodes>,
+}
+
+/// What one rank sends another at finish: its size first, then its
+/// chunks, under tags of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// A rank's payload, to rank 0 or to its node's leader.
+    Payload,
+    /// A node leader's digest of its node, to rank 0.
+    NodeDigest,
+}
+
+impl Sent {
+    /// The tag of its size and the tag of its chunks.
+    fn tags(self) -> (i32, i32) {
+        match self {
+            Sent::Payload => (TAG_SIZE, TAG_CHUNK),
+            Sent::NodeDigest => (TAG_NODE_SIZE, TAG_NODE_CHUNK),
+        }
+    }
 }
 
 impl MpiTransport {
@@ -114,7 +143,14 @@ impl MpiTransport {
             clock_shift_ns: config.clock_shift_ns,
             any_thread,
             fell_back: false,
+            nodes: None,
         }
+    }
+
+    /// Gathers in two levels over `nodes`, where the job has them.
+    pub(crate) fn in_nodes(mut self, nodes: Option<Nodes>) -> Self {
+        self.nodes = nodes;
+        self
     }
 
     /// Whether this thread may call MPI now; if not, says so (`step` names
@@ -296,32 +332,137 @@ impl Transport for MpiTransport {
         let Some(comm) = self.comm.as_ref().filter(|_| usable) else {
             return DirTransport.gather(payload, session, deadline);
         };
+        let nodes = self.nodes.as_ref();
         if session.rank != 0 {
-            send_payload(comm, payload, deadline);
+            match nodes.and_then(|nodes| Some((nodes, nodes.leader(session.rank)?))) {
+                Some((nodes, leader)) if leader == session.rank => {
+                    forward_node(comm, nodes, payload, session, deadline);
+                }
+                Some((_, leader)) => {
+                    if !send_sized(comm, leader as i32, Sent::Payload, payload, deadline) {
+                        say!(
+                            "rank {leader}, this node's leader, did not take this rank's payload \
+                             in time; it is in the spill file"
+                        );
+                    }
+                }
+                None => {
+                    if !send_sized(comm, 0, Sent::Payload, payload, deadline) {
+                        say!("rank 0 did not take this rank's payload in time; it is in the spill file");
+                    }
+                }
+            }
             return Ok(None);
         }
+        let world = session.world_size;
+        // Rank 0 answers for its node's ranks (every rank, in one level),
+        // and takes each other node's digest from its leader.
+        let node = nodes.map_or(0..world, |nodes| nodes.node_of(0, world));
+        let mut expected = payloads_of(node.start + 1..node.end);
+        if let Some(nodes) = nodes {
+            let leaders = (node.end..world).step_by(nodes.size() as usize);
+            expected.extend(leaders.map(|leader| (leader as i32, Sent::NodeDigest)));
+        }
         let mut arrived = Vec::new();
-        let mut pending: Vec<i32> = (1..comm.size()).collect();
-        while !pending.is_empty() && Instant::now() < deadline {
-            let before = pending.len();
-            pending.retain(|&peer| match probe_size(comm, peer) {
-                None => true,
-                Some(size) => {
-                    arrived.push(receive_payload(comm, peer, size, deadline));
-                    false
-                }
-            });
-            if pending.len() == before {
-                std::thread::sleep(Duration::from_millis(1));
+        let mut digests = Vec::new();
+        for (peer, sent, bytes) in collect(comm, expected, deadline) {
+            match sent {
+                Sent::Payload => arrived.push(payload_of(peer, bytes)),
+                Sent::NodeDigest => digests.push((peer as u32, bytes)),
             }
         }
-        Ok(Some(super::gathered_by(
-            payload,
-            arrived,
-            session,
-            0..session.world_size,
-        )))
+        let mut gathered = super::gathered_by(payload, arrived, session, node);
+        for (leader, bytes) in digests {
+            let Some(nodes) = nodes else { continue };
+            let ranks = nodes.node_of(leader, world);
+            let source = format!(
+                "node digest of rank {leader} (ranks {}..{}) over MPI",
+                ranks.start, ranks.end
+            );
+            match bytes {
+                Ok(bytes) => gathered.nodes.push(NodeSent {
+                    source,
+                    leader,
+                    ranks,
+                    bytes,
+                }),
+                Err(reason) => gathered.skipped.push(Skipped { source, reason }),
+            }
+        }
+        Ok(Some(gathered))
     }
+}
+
+/// The payloads of `ranks`, to be taken.
+fn payloads_of(ranks: std::ops::Range<u32>) -> Vec<(i32, Sent)> {
+    ranks.map(|rank| (rank as i32, Sent::Payload)).collect()
+}
+
+/// `peer`'s payload as received: decoded, or why there is none.
+fn payload_of(peer: i32, bytes: Result<Vec<u8>, Rejection>) -> Candidate {
+    Candidate {
+        source: format!("rank {peer} over MPI"),
+        payload: bytes.and_then(|bytes| payload::decode(&bytes).map_err(Rejection::Payload)),
+    }
+}
+
+/// A node leader's gather: its node's payloads, taken until the time to
+/// forward is what is left ([`Nodes::members_by`]), digested with its own
+/// into one node digest, sent to rank 0; said where that failed (the
+/// payloads are in their spill files).
+fn forward_node(
+    comm: &SimpleCommunicator,
+    nodes: &Nodes,
+    payload: &[u8],
+    session: &SessionInfo<'_>,
+    deadline: Instant,
+) {
+    let node = nodes.node_of(session.rank, session.world_size);
+    let members = payloads_of(node.start + 1..node.end);
+    let arrived = collect(comm, members, Nodes::members_by(deadline))
+        .into_iter()
+        .map(|(peer, _, bytes)| payload_of(peer, bytes))
+        .collect();
+    let gathered = super::gathered_by(payload, arrived, session, node);
+    let sent = nodes
+        .digest(&gathered)
+        .map(|digest| send_sized(comm, 0, Sent::NodeDigest, &digest, deadline));
+    match sent {
+        Ok(true) => {}
+        Ok(false) => say!(
+            "rank 0 did not take this node's digest in time; its ranks' payloads are in their \
+             spill files"
+        ),
+        Err(why) => say!(
+            "this node's digest could not be made ({why}); its ranks' payloads are in their \
+             spill files"
+        ),
+    }
+}
+
+/// Takes what each of `expected` sends (its size, then its chunks) as it
+/// arrives, until all of it came or `deadline` passed; in the order it
+/// arrived.
+fn collect(
+    comm: &SimpleCommunicator,
+    mut pending: Vec<(i32, Sent)>,
+    deadline: Instant,
+) -> Vec<(i32, Sent, Result<Vec<u8>, Rejection>)> {
+    let mut arrived = Vec::new();
+    while !pending.is_empty() && Instant::now() < deadline {
+        let before = pending.len();
+        pending.retain(|&(peer, sent)| match probe_size(comm, peer, sent) {
+            None => true,
+            Some(size) => {
+                arrived.push((peer, sent, receive_sized(comm, peer, sent, size, deadline)));
+                false
+            }
+        });
+        if pending.len() == before {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    arrived
 }
 
 /// Waits until `deadline` for a message of `source` with `tag` of at most
@@ -352,70 +493,67 @@ fn receive(
     }
 }
 
-/// The size `peer` announced for its payload, if it has sent it.
-fn probe_size(comm: &SimpleCommunicator, peer: i32) -> Option<u64> {
+/// The size `peer` announced for what it sends, if it has sent it.
+fn probe_size(comm: &SimpleCommunicator, peer: i32, sent: Sent) -> Option<u64> {
+    let (size_tag, _) = sent.tags();
     let process = comm.process_at_rank(peer);
-    let status = process.immediate_probe_with_tag(TAG_SIZE)?;
+    let status = process.immediate_probe_with_tag(size_tag)?;
     let mut bytes = [0u8; 8];
     if status.count(u8::equivalent_datatype()) != bytes.len() as i32 {
         // Not a size (left unreceived): refused as past every limit.
         return Some(u64::MAX);
     }
-    process.receive_into_with_tag(&mut bytes[..], TAG_SIZE);
+    process.receive_into_with_tag(&mut bytes[..], size_tag);
     Some(u64::from_le_bytes(bytes))
 }
 
-/// Receives the chunks of `peer`'s payload of `size` bytes.
-fn receive_payload(
+/// Receives the chunks of what `peer` sends, of `size` bytes.
+fn receive_sized(
     comm: &SimpleCommunicator,
     peer: i32,
+    sent: Sent,
     size: u64,
     deadline: Instant,
-) -> Candidate {
-    let source = format!("rank {peer} over MPI");
+) -> Result<Vec<u8>, Rejection> {
     if size > MAX_PAYLOAD_BYTES {
-        return Candidate {
-            source,
-            payload: Err(Rejection::TooLarge { bytes: size }),
-        };
+        return Err(Rejection::TooLarge { bytes: size });
     }
+    let (_, chunk_tag) = sent.tags();
     let mut bytes = Vec::with_capacity(size as usize);
     while (bytes.len() as u64) < size {
         let left = size as usize - bytes.len();
-        match receive(comm, peer, TAG_CHUNK, left.min(CHUNK_BYTES), deadline) {
+        match receive(comm, peer, chunk_tag, left.min(CHUNK_BYTES), deadline) {
             Some(chunk) if !chunk.is_empty() => bytes.extend_from_slice(&chunk),
             _ => {
-                return Candidate {
-                    source,
-                    payload: Err(Rejection::Io(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!(
-                            "{} of {size} bytes arrived before the deadline",
-                            bytes.len()
-                        ),
-                    ))),
-                }
+                return Err(Rejection::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "{} of {size} bytes arrived before the deadline",
+                        bytes.len()
+                    ),
+                )))
             }
         }
     }
-    Candidate {
-        source,
-        payload: payload::decode(&bytes).map_err(Rejection::Payload),
-    }
+    Ok(bytes)
 }
 
-/// Sends this rank's payload to rank 0: its size, then its chunks. Past
-/// `deadline` the send is left to MPI and the rank goes on: its spill file
-/// holds the same payload.
-fn send_payload(comm: &SimpleCommunicator, payload: &[u8], deadline: Instant) {
-    let size = (payload.len() as u64).to_le_bytes();
-    let sent = send(comm, 0, &size, TAG_SIZE, deadline)
-        && payload
+/// Sends `bytes` to `peer`: its size, then its chunks. Past `deadline`
+/// the send is left to MPI and `false` returned: the rank goes on (its
+/// spill file holds the same payload).
+fn send_sized(
+    comm: &SimpleCommunicator,
+    peer: i32,
+    sent: Sent,
+    bytes: &[u8],
+    deadline: Instant,
+) -> bool {
+    let (size_tag, chunk_tag) = sent.tags();
+    let size = (bytes.len() as u64).to_le_bytes();
+    send(comm, peer, &size, size_tag, deadline)
+        && bytes
             .chunks(CHUNK_BYTES)
-            .all(|chunk| send(comm, 0, chunk, TAG_CHUNK, deadline));
-    if !sent {
-        say!("rank 0 did not take this rank's payload in time; it is in the spill file");
-    }
+            .all(|chunk| send(comm, peer, chunk, chunk_tag, deadline))
 }
 
 /// Sends `bytes` to `peer` with `tag`: a non-blocking send, polled until it

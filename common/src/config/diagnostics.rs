@@ -38,6 +38,7 @@ const NON_KEY_VARIABLES: &[&str] = &[
     "RANKSCOPE_JOB_ID",
     "RANKSCOPE_RUN_ID",
     "RANKSCOPE_NODE",
+    "RANKSCOPE_SIMULATED_NODES",
 ];
 
 /// A `RANKSCOPE_*` variable that no code reads.

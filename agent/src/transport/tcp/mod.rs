@@ -41,6 +41,7 @@ use sha2::{Digest, Sha256};
 
 use super::clock::{self, ROUNDS};
 use super::dir::DirTransport;
+use super::nodes::Nodes;
 use super::token_file;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
@@ -56,9 +57,6 @@ use wire::{kind, purpose, read_frame, unsealed, write_frame, Hello, MAX_CONTROL_
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a rank tries to reach rank 0 at session start.
 const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(30);
-/// The most of a gather's time a node leader keeps to digest its node's
-/// payloads and send rank 0 the digest (else a fifth of what is left).
-const FORWARD_TIME: Duration = Duration::from_secs(5);
 
 /// Gathers over authenticated TCP connections to rank 0.
 pub struct TcpTransport {
@@ -77,26 +75,8 @@ pub struct TcpTransport {
     fallback: Option<DirTransport>,
     /// A rank other than 0 reached rank 0 at the session's start.
     reached: bool,
-    /// In a two-level gather, the ranks of a node (consecutive, the first
-    /// its leader).
-    node_size: Option<u32>,
-    /// What a node leader digests its node's payloads under.
-    #[cfg(feature = "report")]
-    digest_config: rankscope_coordinator::AnalysisConfig,
-}
-
-/// Ranks per node where the job gathers in two levels: `gather_levels` 2,
-/// a build that can digest payloads, and ranks laid out by node as
-/// torchrun lays them out (LOCAL_WORLD_SIZE ranks per node, consecutive,
-/// on more than one node).
-fn two_level_nodes(config: &Config, env: &RankEnv) -> Option<u32> {
-    let size = env.local_world_size.filter(|&size| size > 0)?;
-    let fits = config.gather_levels >= 2
-        && cfg!(feature = "report")
-        && size < env.world_size
-        && env.world_size.is_multiple_of(size)
-        && env.rank % size == env.local_rank;
-    fits.then_some(size)
+    /// The job's nodes, where it gathers in two levels.
+    nodes: Option<Nodes>,
 }
 
 /// Why the TCP transport could not be set up.
@@ -158,25 +138,21 @@ impl TcpTransport {
             server: None,
             fallback: None,
             reached: false,
-            node_size: two_level_nodes(config, env),
-            #[cfg(feature = "report")]
-            digest_config: rankscope_coordinator::AnalysisConfig::from(config),
+            nodes: Nodes::of(config, env),
         })
     }
 
     /// This rank's node leader in a two-level gather, unless that is rank
     /// 0 (whose node's ranks send it their payloads, as in one level).
     fn leader(&self, rank: u32) -> Option<u32> {
-        let size = self.node_size?;
-        let leader = rank - rank % size;
-        (leader != 0).then_some(leader)
+        self.nodes.as_ref()?.leader(rank)
     }
 
     /// The ranks whose payloads this rank collects: rank 0 every other
     /// rank's (its node's in two levels), a leader its node's others.
     fn senders(&self, rank: u32, world_size: u32) -> Range<u32> {
-        match self.node_size {
-            Some(size) => rank + 1..(rank + size).min(world_size),
+        match &self.nodes {
+            Some(nodes) => rank + 1..nodes.node_of(rank, world_size).end,
             None => rank + 1..world_size,
         }
     }
@@ -293,7 +269,7 @@ impl TcpTransport {
             }
         };
         let serves = Serves::Rank0 {
-            node_size: self.node_size,
+            node_size: self.nodes.as_ref().map(Nodes::size),
         };
         self.server = Some(Server::start(
             listener,
@@ -401,14 +377,20 @@ impl TcpTransport {
         }
     }
 
-    /// A node leader's gather: its node's payloads, taken until the time
-    /// to forward is what is left ([`FORWARD_TIME`]), digested with its
-    /// own into one node digest, sent to rank 0; said where that failed
-    /// (the payloads are in their spill files).
-    fn forward_node(&mut self, payload: &[u8], session: &SessionInfo<'_>, deadline: Instant) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let members_by = deadline - (left / 5).min(FORWARD_TIME);
-        let (arrived, refused) = match self.server.take() {
+    /// A node leader's gather: its node's payloads, taken by its `server`
+    /// until the time to forward is what is left ([`Nodes::members_by`]),
+    /// digested with its own into one node digest, sent to rank 0; said
+    /// where that failed (the payloads are in their spill files).
+    fn forward_node(
+        &self,
+        nodes: &Nodes,
+        server: Option<Server>,
+        payload: &[u8],
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) {
+        let members_by = Nodes::members_by(deadline);
+        let (arrived, refused) = match server {
             Some(server) => {
                 let collected = server.finish(members_by);
                 (
@@ -418,10 +400,10 @@ impl TcpTransport {
             }
             None => (Vec::new(), Vec::new()),
         };
-        let node = session.rank..self.senders(session.rank, session.world_size).end;
+        let node = nodes.node_of(session.rank, session.world_size);
         let mut gathered = super::gathered_by(payload, arrived, session, node);
         gathered.skipped.extend(refused);
-        let digest = match self.node_digest(&gathered) {
+        let digest = match nodes.digest(&gathered) {
             Ok(digest) => digest,
             Err(why) => {
                 say!("this node's digest could not be made ({why}); its ranks' payloads are in their spill files");
@@ -436,20 +418,6 @@ impl TcpTransport {
                 Chain(&why)
             );
         }
-    }
-
-    /// The digest of a node leader's `gathered` payloads, encoded.
-    #[cfg(feature = "report")]
-    fn node_digest(&self, gathered: &Gathered) -> Result<Vec<u8>, String> {
-        rankscope_coordinator::analysis::leader_digest(gathered, &self.digest_config)
-            .map_err(|e| Chain(&e).to_string())
-    }
-
-    /// No digest without the coordinator: a build without the `report`
-    /// feature gathers in one level ([`two_level_nodes`]).
-    #[cfg(not(feature = "report"))]
-    fn node_digest(&self, _gathered: &Gathered) -> Result<Vec<u8>, String> {
-        Err("this build has no `report` feature".into())
     }
 
     /// Another rank's rendezvous: rank 0's run identity and this rank's
@@ -669,7 +637,10 @@ impl Transport for TcpTransport {
             }
             match self.leader(session.rank) {
                 Some(leader) if leader == session.rank => {
-                    self.forward_node(payload, session, deadline);
+                    let server = self.server.take();
+                    if let Some(nodes) = &self.nodes {
+                        self.forward_node(nodes, server, payload, session, deadline);
+                    }
                 }
                 Some(leader) => self.send_to_leader(leader, payload, session, deadline),
                 None => {
