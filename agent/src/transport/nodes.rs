@@ -36,7 +36,10 @@ impl Nodes {
             && size < env.world_size
             && env.world_size.is_multiple_of(size)
             && env.rank % size == env.local_rank;
-        fits.then(|| Nodes {
+        if !fits {
+            return None;
+        }
+        Some(Nodes {
             size,
             #[cfg(feature = "report")]
             digest_config: rankscope_coordinator::AnalysisConfig::from(config),
