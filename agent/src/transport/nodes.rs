@@ -86,7 +86,7 @@ impl Nodes {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "report"))]
 mod tests {
     use super::*;
 
@@ -101,7 +101,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "report")]
     fn nodes_of_consecutive_ranks_each_led_by_its_first() {
         let config = Config::default();
         let nodes = Nodes::of(&config, &env(9, 16, 1, 4)).unwrap();
