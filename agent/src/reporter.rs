@@ -10,7 +10,11 @@ use rankscope_common::Config;
 
 /// Writes the report of a session from the gathered payloads.
 pub trait Reporter: Send + Sync {
-    /// Analyses `gathered` and writes the report into `session_dir`.
+    /// Analyses `gathered` and writes the report into `session_dir`. In a
+    /// two-level gather (`gathered.gather_levels` 2) `gathered.payloads`
+    /// holds rank 0's node's payloads (and those of ranks that reached no
+    /// leader); the other nodes come as their leaders' digests,
+    /// `gathered.nodes`, which `rankscope-coordinator` reads.
     fn report(
         &self,
         gathered: &Gathered,

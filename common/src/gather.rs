@@ -247,6 +247,24 @@ pub struct Gathered<T = Payload> {
     /// their ranks are not in `payloads`, and not in `missing` either:
     /// which of them are missing is known once the digests are read.
     pub nodes: Vec<NodeSent>,
+    /// 2 where the transport gathered through node leaders (whether or
+    /// not any leader's digest came), else 1.
+    pub gather_levels: u8,
+}
+
+impl<T> Gathered<T> {
+    /// Takes the digests other nodes' leaders sent into a two-level
+    /// gather: the ranks they answer for are no longer missing.
+    pub fn add_nodes(&mut self, mut nodes: Vec<NodeSent>) {
+        nodes.sort_by_key(|node| node.ranks.start);
+        let answered = |rank: &u32| {
+            let at = nodes.partition_point(|node| node.ranks.end <= *rank);
+            nodes.get(at).is_some_and(|node| node.ranks.contains(rank))
+        };
+        self.missing.retain(|rank| !answered(rank));
+        self.nodes = nodes;
+        self.gather_levels = 2;
+    }
 }
 
 /// A node digest a node leader sent rank 0 in a two-level gather, as it
@@ -274,6 +292,7 @@ impl<T> Default for Gathered<T> {
             sources: Vec::new(),
             judged_by_age: false,
             nodes: Vec::new(),
+            gather_levels: 1,
         }
     }
 }
@@ -373,6 +392,7 @@ pub fn accept<T: Headed>(candidates: Vec<Candidate<T>>, expect: &Expect) -> Gath
         sources,
         judged_by_age: false,
         nodes: Vec::new(),
+        gather_levels: 1,
     }
 }
 

@@ -128,13 +128,13 @@ fn sketched_percentiles_are_the_same_and_say_their_bound() {
     let report: rankscope_coordinator::model::Report = serde_json::from_value(one_level).unwrap();
     let summary = rankscope_coordinator::report::summary(&report);
     assert!(
-        summary.contains("p50 and p95 of 1 stage(s) past 65,536 calls across ranks are from a quantile sketch: within 1%"),
+        summary.contains("p50, p95 and p99 of 1 stage(s) past 65536 calls across ranks are from a quantile sketch: within 1%"),
         "{summary}"
     );
     let dir = tempfile::tempdir().unwrap();
     rankscope_coordinator::report::write_reports(&report, dir.path()).unwrap();
     let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
-    assert!(page.contains("of 1 stage(s) with more than 65,536 calls across ranks come from a quantile sketch: each within 1 %"));
+    assert!(page.contains("of 1 stage(s) with more than 65536 calls across ranks come from a quantile sketch: each within 1 %"));
 }
 
 /// The encoded digest of node 1 of a 16-rank job.
@@ -250,12 +250,15 @@ fn gathered_in_two_levels(payloads: &[Payload], sent: &[(u32, &[Payload])]) -> G
             }
         })
         .collect();
-    Gathered {
+    let mut gathered = Gathered {
         world_size: 16,
         payloads: payloads[..PER_NODE as usize].to_vec(),
-        nodes,
+        missing: (PER_NODE..16).collect(),
         ..Gathered::default()
-    }
+    };
+    gathered.add_nodes(nodes);
+    assert!(gathered.missing.is_empty(), "each node answered for");
+    gathered
 }
 
 #[test]
@@ -294,12 +297,12 @@ fn rank_0_takes_its_nodes_digests_and_refuses_forged_ones() {
         refused,
         [
             (
-                "node digest of rank 12",
-                "node digest refused: it holds rank 4, not of its leader's node (ranks 12..16)"
-            ),
-            (
                 "node digest of rank 8",
                 "node digest refused: rank 8 is of another session"
+            ),
+            (
+                "node digest of rank 12",
+                "node digest refused: it holds rank 4, not of its leader's node (ranks 12..16)"
             ),
         ]
     );

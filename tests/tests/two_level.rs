@@ -129,3 +129,30 @@ fn a_dead_leader_and_a_dead_rank_are_named_missing_by_the_deadline() {
         assert_eq!(session["ranks_reporting"], serde_json::json!(reporting));
     }
 }
+
+/// Ranks laid out cyclically over 2 nodes of 4 (srun's
+/// `--distribution=cyclic`: ranks 0, 2, 4, 6 on one node): a layout by
+/// node of consecutive ranks does not hold, so each rank that cannot
+/// reach a leader sends rank 0 its payload, and every rank is reported.
+#[test]
+fn ranks_not_laid_out_by_node_all_reach_rank_0() {
+    let out = tempfile::tempdir().unwrap();
+    let master_port = support::free_port() - 1;
+    let children = (0..8u32)
+        .map(|rank| {
+            let mut command = support::torchrun_rank(rank, 8, out.path(), master_port);
+            command
+                .env("LOCAL_RANK", (rank / 2).to_string())
+                .env("LOCAL_WORLD_SIZE", "4")
+                .env("RANKSCOPE_NODE", format!("node-{}", rank % 2));
+            command.spawn().unwrap()
+        })
+        .collect();
+    support::wait_all(children, &[]);
+    let report = report_in(&support::only_session_dir(out.path()));
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!((0..8).collect::<Vec<u32>>())
+    );
+    assert!(report["session"]["skipped"].as_array().unwrap().is_empty());
+}

@@ -164,7 +164,7 @@ fn gathered_by(
         ended_after_unix_ns: None,
     };
     let mut candidates = vec![Candidate {
-        source: "rank 0".into(),
+        source: format!("rank {}", session.rank),
         payload: payload::decode(own).map_err(Rejection::Payload),
     }];
     candidates.extend(arrived);

@@ -357,7 +357,7 @@ impl Transport for MpiTransport {
         let world = session.world_size;
         // Rank 0 answers for its node's ranks (every rank, in one level),
         // and takes each other node's digest from its leader.
-        let node = nodes.map_or(0..world, |nodes| nodes.node_of(0, world));
+        let node = nodes.map_or(0..world, |nodes| nodes.answers_for(0, world));
         let mut expected = payloads_of(node.start + 1..node.end);
         if let Some(nodes) = nodes {
             let leaders = (node.end..world).step_by(nodes.size() as usize);
@@ -372,22 +372,25 @@ impl Transport for MpiTransport {
             }
         }
         let mut gathered = super::gathered_by(payload, arrived, session, node);
-        for (leader, bytes) in digests {
-            let Some(nodes) = nodes else { continue };
-            let ranks = nodes.node_of(leader, world);
-            let source = format!(
-                "node digest of rank {leader} (ranks {}..{}) over MPI",
-                ranks.start, ranks.end
-            );
-            match bytes {
-                Ok(bytes) => gathered.nodes.push(NodeSent {
-                    source,
-                    leader,
-                    ranks,
-                    bytes,
-                }),
-                Err(reason) => gathered.skipped.push(Skipped { source, reason }),
+        if let Some(nodes) = nodes {
+            let mut sent = Vec::new();
+            for (leader, bytes) in digests {
+                let ranks = nodes.node_of(leader, world);
+                let source = format!(
+                    "node digest of rank {leader} (ranks {}..{}) over MPI",
+                    ranks.start, ranks.end
+                );
+                match bytes {
+                    Ok(bytes) => sent.push(NodeSent {
+                        source,
+                        leader,
+                        ranks,
+                        bytes,
+                    }),
+                    Err(reason) => gathered.skipped.push(Skipped { source, reason }),
+                }
             }
+            gathered.add_nodes(sent);
         }
         Ok(Some(gathered))
     }
@@ -423,7 +426,8 @@ fn forward_node(
         .into_iter()
         .map(|(peer, _, bytes)| payload_of(peer, bytes))
         .collect();
-    let gathered = super::gathered_by(payload, arrived, session, node);
+    let own = nodes.answers_for(session.rank, session.world_size);
+    let gathered = super::gathered_by(payload, arrived, session, own);
     let sent = nodes
         .digest(&gathered)
         .map(|digest| send_sized(comm, 0, Sent::NodeDigest, &digest, deadline));

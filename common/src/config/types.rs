@@ -113,9 +113,11 @@ pub struct Config {
     /// How long rank 0 waits for the other ranks, seconds.
     pub gather_timeout_s: f64,
     /// The gather's levels: 2 (the default) where the job spans several
-    /// nodes and the transport is TCP: each node's leader (its local rank
-    /// 0) gathers its node's payloads over loopback and sends rank 0 one
-    /// digest of them; 1: every rank sends rank 0 its payload.
+    /// nodes of LOCAL_WORLD_SIZE consecutive ranks each (over TCP or MPI,
+    /// with an agent built with its `report` feature): each node's leader
+    /// (its local rank 0) gathers its node's payloads and sends rank 0 one
+    /// digest of them; 1, or any other layout: every rank sends rank 0 its
+    /// payload.
     pub gather_levels: u8,
     /// Rows kept per table per rank; rows past it are dropped and counted.
     pub max_data_points: usize,

@@ -95,20 +95,21 @@ impl CallAcross {
         self.ranks
     }
 
-    /// Whether the call's parts fit together (as a merge leaves them, of
-    /// at most `ranks` ranks): slowest ranks kept, at least one, slowest
-    /// first, as many as the ranks or all kept; a finite sum.
-    pub fn is_whole(&self, ranks: u64) -> bool {
+    /// Whether the call's parts fit together as adding and merging leave
+    /// them: of at least one rank, as many slowest kept as there are ranks
+    /// up to [`CALL_TOP`], slowest first, each a rank `of_stage` accepts
+    /// and a time finite and not negative, and a finite sum.
+    pub fn is_whole(&self, of_stage: impl Fn(u32) -> bool) -> bool {
         let len = usize::from(self.len);
-        (1..=CALL_TOP).contains(&len)
-            && u64::from(self.ranks) <= ranks
-            && (len == CALL_TOP || len == self.ranks as usize)
+        self.ranks >= 1
+            && len == (self.ranks as usize).min(CALL_TOP)
             && self.slowest().windows(2).all(|w| before(w[0], w[1]))
             && self
                 .slowest()
                 .iter()
-                .all(|(t, _)| t.is_finite() && *t >= 0.0)
+                .all(|&(t, rank)| t.is_finite() && t >= 0.0 && of_stage(rank))
             && self.sum_s.is_finite()
+            && self.sum_s >= 0.0
     }
 
     /// The wait the slowest rank imposed: Σ over the other ranks of

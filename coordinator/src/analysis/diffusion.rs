@@ -22,6 +22,15 @@ pub struct RankDiffusion {
 }
 
 impl RankDiffusion {
+    /// Whether its numbers are as [`RankDiffusion::new`] leaves them:
+    /// step times finite, block seconds finite and not negative.
+    pub fn is_whole(&self) -> bool {
+        self.steps_ms.iter().all(|ms| ms.is_finite())
+            && self
+                .blocks
+                .is_none_or(|(_, _, seconds)| seconds.is_finite() && seconds >= 0.0)
+    }
+
     /// The rank's step times, ms.
     pub fn steps_ms(&self) -> &[f64] {
         &self.steps_ms

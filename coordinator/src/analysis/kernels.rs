@@ -329,7 +329,7 @@ impl RankKernels {
         ] {
             for (name, (category, calls, total_ns)) in theirs {
                 let entry = mine.entry(name).or_insert((category, 0, 0));
-                entry.1 += calls;
+                entry.1 = entry.1.saturating_add(calls);
                 entry.2 = entry.2.saturating_add(total_ns);
             }
         }
@@ -620,7 +620,7 @@ fn across_ranks(
             let across = by_name
                 .entry(name.as_str())
                 .or_insert_with(|| KernelAcross::new(category, &with_gpu));
-            across.calls += calls;
+            across.calls = across.calls.saturating_add(calls);
             across.totals.insert(rank.rank, total_ns as f64 / 1e9);
         }
     }
@@ -674,7 +674,7 @@ fn listed_and_folded(by_name: HashMap<&str, KernelAcross>, with_gpu: &[u32]) -> 
             .entry(across.category)
             .or_insert_with(|| (0, KernelAcross::new(across.category, with_gpu)));
         *count += 1;
-        fold.calls += across.calls;
+        fold.calls = fold.calls.saturating_add(across.calls);
         for (rank, total) in across.totals {
             *fold.totals.entry(rank).or_default() += total;
         }

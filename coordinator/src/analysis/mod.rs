@@ -19,6 +19,7 @@ mod times;
 
 pub use bottlenecks::BottleneckRule;
 pub use digest::{leader_digest, DigestError, NodeDigest, RankDigest, NODE_DIGEST_LIMIT};
+pub use sketch::EXACT_CALLS;
 pub use stragglers::StragglerRule;
 
 use std::collections::BTreeMap;
@@ -63,9 +64,9 @@ pub fn analyze(gathered: &Gathered, config: &AnalysisConfig) -> Report {
         .collect();
     let mut job = NodeDigest::new(ranks);
     if !gathered.nodes.is_empty() {
-        let (nodes, refused) = digest::accept_nodes(gathered);
+        let (nodes, refused) = digest::accept_nodes(gathered, config);
         job.merge(nodes);
-        job.skipped.extend(refused);
+        job.add_skipped(refused, 0);
     }
     analyze_nodes(gathered, [job], config)
 }
@@ -101,8 +102,16 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         stages: times,
         refused,
         skipped: skipped_by_leaders,
+        skipped_unlisted,
+        analysed_under: _,
     } = job;
     skipped.extend(skipped_by_leaders);
+    if skipped_unlisted > 0 {
+        skipped.push(SkippedInput {
+            source: "more inputs the node leaders refused".into(),
+            reason: format!("{skipped_unlisted} not listed one by one"),
+        });
+    }
     let parts = RankParts::take(&mut ranks, &mut skipped);
     skipped.extend(refused.into_iter().map(|(rank, reason)| SkippedInput {
         source: format!("rank {rank} stages"),
@@ -348,7 +357,7 @@ fn session_summary<T>(
             .map(|(message, ranks)| Notice { message, ranks })
             .collect(),
         dropped_rows: dropped_rows(ranks),
-        gather_levels: if gathered.nodes.is_empty() { 1 } else { 2 },
+        gather_levels: u32::from(gathered.gather_levels),
         nodes: nodes(ranks),
     }
 }

@@ -77,7 +77,10 @@ impl Buckets {
         let ln_gamma = gamma().ln();
         for &v in values {
             if v > 0.0 {
-                let index = (f64::from(v).ln() / ln_gamma).ceil() as i32;
+                // A value past every single-precision one (an infinity
+                // from a damaged digest) counts in the last bucket.
+                let index = ((f64::from(v).ln() / ln_gamma).ceil() as i32)
+                    .clamp(*BUCKETS.start(), *BUCKETS.end());
                 self.cover(index, index);
                 self.counts[(index - self.first) as usize] += 1;
             } else {
@@ -99,10 +102,11 @@ impl Buckets {
         }
     }
 
-    /// The index of the last bucket, where there is one.
+    /// The index of the last bucket, where there is one (and it is an
+    /// index).
     fn last(&self) -> Option<i32> {
         let len = i32::try_from(self.counts.len()).ok()?;
-        (len > 0).then(|| self.first + len - 1)
+        (len > 0).then(|| self.first.checked_add(len - 1))?
     }
 
     /// Makes room for buckets `low..=high`.
@@ -177,7 +181,7 @@ impl CallQuantiles {
 
     /// Adds every value of `other`.
     pub fn merge(&mut self, other: CallQuantiles) {
-        self.count += other.count;
+        self.count = self.count.saturating_add(other.count);
         self.sum_s += other.sum_s;
         self.range = match (self.range, other.range) {
             (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
@@ -212,21 +216,28 @@ impl CallQuantiles {
         self.count
     }
 
-    /// Whether the parts fit together (as adding and merging leave them):
-    /// a count that is the values kept or counted, buckets where values
-    /// fall, a range where there are values, finite and not negative.
-    pub fn is_whole(&self) -> bool {
-        let kept = match &self.kept {
-            Kept::Exact(values) => Some(values.len() as u64),
-            Kept::Sketch(buckets) => buckets.total().filter(|_| buckets.is_whole()),
-        };
+    /// Whether the parts fit together as adding and merging leave them:
+    /// `calls` values, kept one by one (at most [`EXACT_CALLS`], each
+    /// finite, not negative and in the range) or counted in buckets where
+    /// values can fall; a range where there are values, finite and not
+    /// negative; a finite sum.
+    pub fn is_whole(&self, calls: u64) -> bool {
         let range = match self.range {
             Some((lo, hi)) => {
-                self.count > 0 && lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi
+                calls > 0 && lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi
             }
-            None => self.count == 0,
+            None => calls == 0,
         };
-        kept == Some(self.count) && range && self.sum_s.is_finite()
+        let in_range = |v: &f32| self.range.is_some_and(|(lo, hi)| (lo..=hi).contains(v));
+        let kept = match &self.kept {
+            Kept::Exact(values) => {
+                values.len() <= EXACT_CALLS
+                    && values.len() as u64 == calls
+                    && values.iter().all(in_range)
+            }
+            Kept::Sketch(buckets) => buckets.is_whole() && buckets.total() == Some(calls),
+        };
+        self.count == calls && range && kept && self.sum_s.is_finite() && self.sum_s >= 0.0
     }
 
     /// p50 / p95 / p99, min, mean and max, in milliseconds; `None` when
@@ -385,12 +396,17 @@ mod tests {
         let mut kept = CallQuantiles::default();
         kept.add(&[1e-30, 1.0, 1e30]);
         kept.bucket_for(u64::MAX);
-        assert!(kept.is_whole());
-        let Kept::Sketch(buckets) = &mut kept.kept else {
-            unreachable!("bucketed above")
-        };
-        buckets.first = i32::MIN;
-        assert!(!kept.is_whole());
+        assert!(kept.is_whole(3));
+        assert!(!kept.is_whole(4), "a count not the stage's calls");
+        for (first, why) in [
+            (i32::MIN, "before the first index"),
+            (i32::MAX, "past the last"),
+        ] {
+            if let Kept::Sketch(buckets) = &mut kept.kept {
+                buckets.first = first;
+            }
+            assert!(!kept.is_whole(3), "{why}");
+        }
     }
 
     #[test]

@@ -289,9 +289,11 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
             })
             .collect();
         for call in &across.by_call[..calls] {
-            // The slowest rank and its time, and the next slowest time.
-            let (max, slowest) = call.slowest()[0];
-            let second = call.slowest()[1].0;
+            // The slowest rank and its time, and the next slowest time
+            // (every rank of the stage, two or more, made the call).
+            let [(max, slowest), (second, _), ..] = *call.slowest() else {
+                continue;
+            };
             if let Some(entry) = per_rank.get_mut(&slowest) {
                 entry.slowest_calls += 1;
                 entry.wait_imposed_s += call.wait_s();

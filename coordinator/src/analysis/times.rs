@@ -58,6 +58,36 @@ pub struct RankCalls {
 }
 
 impl StageAcross {
+    /// Whether the stage's parts fit together as adding and merging leave
+    /// them, else what does not: ranks that `holds` accepts, each with a
+    /// call at least and finite times; per call index as many ranks as
+    /// made that many calls, each call whole ([`CallAcross::is_whole`]);
+    /// the distribution of every call ([`CallQuantiles::is_whole`]).
+    pub fn is_whole(&self, holds: impl Fn(u32) -> bool) -> Result<(), String> {
+        let finite = |s: f64| s.is_finite() && s >= 0.0;
+        if let Some((rank, _)) = self.ranks.iter().find(|(&rank, c)| {
+            !holds(rank) || c.calls == 0 || !finite(c.total_s) || !finite(c.self_s)
+        }) {
+            return Err(format!("its rank {rank}"));
+        }
+        let mut calls: Vec<u64> = self.ranks.values().map(|c| c.calls).collect();
+        calls.sort_unstable();
+        if calls.last().copied().unwrap_or(0) != self.by_call.len() as u64 {
+            return Err("its calls by index".into());
+        }
+        for (k, call) in self.by_call.iter().enumerate() {
+            let made = calls.len() - calls.partition_point(|&c| c <= k as u64);
+            if call.ranks() as usize != made || !call.is_whole(|r| self.ranks.contains_key(&r)) {
+                return Err(format!("its call {k}"));
+            }
+        }
+        let total = calls.iter().fold(0u64, |sum, &c| sum.saturating_add(c));
+        if !self.quantiles.is_whole(total) {
+            return Err("its calls' distribution".into());
+        }
+        Ok(())
+    }
+
     /// Each rank's total, seconds, by rank.
     pub fn totals(&self) -> Vec<(u32, f64)> {
         self.ranks.iter().map(|(&r, c)| (r, c.total_s)).collect()
@@ -336,6 +366,25 @@ fn entry_of<'m, V: Default>(map: &'m mut BTreeMap<String, V>, name: &str) -> &'m
 }
 
 impl StageTimes {
+    /// Whether every stage's parts fit together ([`StageAcross::is_whole`])
+    /// and hold only ranks `holds` accepts, else what does not.
+    pub fn is_whole(&self, holds: impl Fn(u32) -> bool) -> Result<(), String> {
+        for (name, stage) in &self.by_name {
+            stage
+                .is_whole(&holds)
+                .map_err(|e| format!("stage {name:?}: {e}"))?;
+        }
+        for (name, ranks) in &self.gpu_by_name {
+            if ranks
+                .iter()
+                .any(|(&rank, &s)| !holds(rank) || !s.is_finite() || s < 0.0)
+            {
+                return Err(format!("stage {name:?}: its GPU times"));
+            }
+        }
+        Ok(())
+    }
+
     /// Adds the stages of `rank`.
     pub fn add(&mut self, rank: u32, stages: RankStages) {
         let name = |at: u32| stages.names[at as usize].as_str();
@@ -371,7 +420,8 @@ impl StageTimes {
         for (name, parents) in other.parent_counts {
             let mine = self.parent_counts.entry(name).or_default();
             for (parent, calls) in parents {
-                *mine.entry(parent).or_default() += calls;
+                let count = mine.entry(parent).or_default();
+                *count = count.saturating_add(calls);
             }
         }
     }

@@ -70,7 +70,7 @@ pub fn report(
         rows.add(payload)?;
     }
     let row_files = rows.finish(&mut report)?;
-    if !gathered.nodes.is_empty() {
+    if gathered.gather_levels > 1 {
         report.session.notices.push(rows_of_rank0_alone(gathered));
     }
     let mut files = write_reports(&report, dir)?;

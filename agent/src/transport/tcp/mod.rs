@@ -57,6 +57,9 @@ use wire::{kind, purpose, read_frame, unsealed, write_frame, Hello, MAX_CONTROL_
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a rank tries to reach rank 0 at session start.
 const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a rank looks for its node leader's address at finish (the
+/// leader leaves it at its rendezvous, long before).
+const LEADER_WAIT: Duration = Duration::from_secs(5);
 
 /// Gathers over authenticated TCP connections to rank 0.
 pub struct TcpTransport {
@@ -148,12 +151,22 @@ impl TcpTransport {
         self.nodes.as_ref()?.leader(rank)
     }
 
-    /// The ranks whose payloads this rank collects: rank 0 every other
-    /// rank's (its node's in two levels), a leader its node's others.
+    /// The ranks whose payloads this rank takes: rank 0 every other
+    /// rank's (in two levels too: a rank whose leader it could not reach
+    /// sends rank 0 its payload), a leader its node's others.
     fn senders(&self, rank: u32, world_size: u32) -> Range<u32> {
+        match (&self.nodes, rank) {
+            (Some(nodes), 1..) => rank + 1..nodes.node_of(rank, world_size).end,
+            _ => rank + 1..world_size,
+        }
+    }
+
+    /// The ranks whose spill files this rank reads where their payloads
+    /// did not come ([`Nodes::answers_for`]; every rank's, in one level).
+    fn answers_for(&self, rank: u32, world_size: u32) -> Range<u32> {
         match &self.nodes {
-            Some(nodes) => rank + 1..nodes.node_of(rank, world_size).end,
-            None => rank + 1..world_size,
+            Some(nodes) => nodes.answers_for(rank, world_size),
+            None => 0..world_size,
         }
     }
 
@@ -348,7 +361,8 @@ impl TcpTransport {
     }
 
     /// A rank of a node led by `leader`: its payload to the leader, at the
-    /// address the leader left; said where that failed.
+    /// address the leader left (looked for until [`LEADER_WAIT`] passed);
+    /// where there is none or the leader does not take it, to rank 0.
     fn send_to_leader(
         &self,
         leader: u32,
@@ -358,20 +372,37 @@ impl TcpTransport {
     ) {
         let run = session.run_id.unwrap_or("");
         let key = self.leader_key(leader);
-        let Some(address) = token_file::read(session.session_dir, &key, run, deadline) else {
-            say!(
-                "rank {leader}, this node's leader, left no address in {} in time; this rank's \
-                 payload is in its spill file",
+        let until = deadline.min(Instant::now() + LEADER_WAIT);
+        let sent = match token_file::read(session.session_dir, &key, run, until) {
+            None => Err(format!(
+                "rank {leader}, this node's leader, left no address in {}",
                 session.session_dir.display()
-            );
-            return;
+            )),
+            Some(address) => {
+                let address = String::from_utf8_lossy(&address).into_owned();
+                let what = (purpose::PAYLOAD, kind::PAYLOAD);
+                self.send(&address, session.rank, what, payload, deadline)
+                    .map_err(|why| {
+                        format!(
+                            "rank {leader}, this node's leader, did not take this rank's \
+                             payload ({})",
+                            Chain(&why)
+                        )
+                    })
+            }
         };
-        let address = String::from_utf8_lossy(&address).into_owned();
+        if let Err(why) = sent {
+            say!("{why}: it goes to rank 0 instead");
+            self.send_to_rank0(payload, session, deadline);
+        }
+    }
+
+    /// This rank's payload to rank 0; said where rank 0 did not take it.
+    fn send_to_rank0(&self, payload: &[u8], session: &SessionInfo<'_>, deadline: Instant) {
         let what = (purpose::PAYLOAD, kind::PAYLOAD);
-        if let Err(why) = self.send(&address, session.rank, what, payload, deadline) {
+        if let Err(why) = self.send(&self.endpoint, session.rank, what, payload, deadline) {
             say!(
-                "rank {leader}, this node's leader, did not take this rank's payload in time \
-                 ({}); it is in the spill file",
+                "rank 0 did not take this rank's payload in time ({}); it is in the spill file",
                 Chain(&why)
             );
         }
@@ -400,8 +431,8 @@ impl TcpTransport {
             }
             None => (Vec::new(), Vec::new()),
         };
-        let node = nodes.node_of(session.rank, session.world_size);
-        let mut gathered = super::gathered_by(payload, arrived, session, node);
+        let own = self.answers_for(session.rank, session.world_size);
+        let mut gathered = super::gathered_by(payload, arrived, session, own);
         gathered.skipped.extend(refused);
         let digest = match nodes.digest(&gathered) {
             Ok(digest) => digest,
@@ -643,18 +674,7 @@ impl Transport for TcpTransport {
                     }
                 }
                 Some(leader) => self.send_to_leader(leader, payload, session, deadline),
-                None => {
-                    let what = (purpose::PAYLOAD, kind::PAYLOAD);
-                    if let Err(why) =
-                        self.send(&self.endpoint, session.rank, what, payload, deadline)
-                    {
-                        say!(
-                            "rank 0 did not take this rank's payload in time ({}); it is in the \
-                             spill file",
-                            Chain(&why)
-                        );
-                    }
-                }
+                None => self.send_to_rank0(payload, session, deadline),
             }
             return Ok(None);
         }
@@ -663,11 +683,13 @@ impl Transport for TcpTransport {
         ))?;
         let collected = server.finish(deadline);
         // Rank 0 answers for its node's ranks (every rank, in one level).
-        let answers_for = 0..self.senders(0, session.world_size).end;
+        let answers_for = self.answers_for(0, session.world_size);
         let arrived = collected.payloads.into_values().collect();
         let mut gathered = super::gathered_by(payload, arrived, session, answers_for);
         gathered.skipped.extend(collected.refused);
-        gathered.nodes = collected.nodes.into_values().collect();
+        if self.nodes.is_some() {
+            gathered.add_nodes(collected.nodes.into_values().collect());
+        }
         Ok(Some(gathered))
     }
 }

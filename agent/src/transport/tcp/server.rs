@@ -122,7 +122,8 @@ impl Shared {
     }
 }
 
-/// Rank 0's listener: a thread accepting connections, a thread for each.
+/// Rank 0's listener, or a node leader's: a thread accepting connections,
+/// a thread for each.
 pub(super) struct Server {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -162,13 +163,13 @@ impl Server {
         })
     }
 
-    /// Waits until every other rank's payload arrived or `deadline`, then
-    /// stops listening and hands over what was collected.
+    /// Waits until every rank it waits for answered ([`ServerSettings::
+    /// all_answered`]) or `deadline`, then stops listening and hands over
+    /// what was collected.
     pub(super) fn finish(mut self, deadline: Instant) -> Collected {
         let settings = &self.shared.settings;
-        let (senders, leaders) = (settings.senders.len(), settings.leaders());
         let mut collected = lock(&self.shared.collected);
-        while collected.payloads.len() < senders || collected.nodes.len() < leaders {
+        while !settings.all_answered(&collected) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -330,14 +331,25 @@ fn serve(
 }
 
 impl ServerSettings {
-    /// How many other nodes' digests it waits for.
-    fn leaders(&self) -> usize {
-        match self.serves {
-            Serves::Rank0 {
-                node_size: Some(size),
-            } if size > 0 => self.world_size.div_ceil(size).saturating_sub(1) as usize,
-            _ => 0,
-        }
+    /// Whether every rank it waits for answered: each of its senders by
+    /// its payload, or (rank 0 in two levels) by its node leader's digest.
+    fn all_answered(&self, collected: &Collected) -> bool {
+        let Serves::Rank0 {
+            node_size: Some(size),
+        } = self.serves
+        else {
+            return collected.payloads.len() >= self.senders.len();
+        };
+        let by_leader = |rank: u32| size > 0 && collected.nodes.contains_key(&(rank - rank % size));
+        // A rank that sent its payload too (its leader did not take it) is
+        // counted once.
+        let twice = collected
+            .payloads
+            .keys()
+            .filter(|&&rank| by_leader(rank))
+            .count();
+        let by_digests: usize = collected.nodes.values().map(|node| node.ranks.len()).sum();
+        collected.payloads.len() + by_digests - twice >= self.senders.len()
     }
 
     /// The ranks of the node `leader` leads, where it leads one whose

@@ -1,5 +1,9 @@
 //! The digest of a set of ranks, their stage calls merged.
 
+use std::marker::PhantomData;
+
+use rankscope_common::gather::MAX_LISTED_SKIPPED;
+use serde::de::{self, Deserializer, SeqAccess};
 use serde::{Deserialize, Serialize};
 
 use super::super::times::StageTimes;
@@ -18,9 +22,51 @@ pub struct NodeDigest {
     /// The stage calls of them all.
     pub(in crate::analysis) stages: StageTimes,
     /// The ranks whose stage tables were refused, and why, in rank order.
+    #[serde(deserialize_with = "at_most::<_, _, MOST_REFUSED>")]
     pub(in crate::analysis) refused: Vec<(u32, String)>,
-    /// What the node's leader refused of its ranks' payloads, and why.
+    /// What the node's leaders refused of their ranks' payloads, and why:
+    /// the first [`MAX_LISTED_SKIPPED`].
+    #[serde(deserialize_with = "at_most::<_, _, MAX_LISTED_SKIPPED>")]
     pub(in crate::analysis) skipped: Vec<SkippedInput>,
+    /// How many more the leaders refused.
+    pub(in crate::analysis) skipped_unlisted: u64,
+    /// The analysis settings the ranks were digested under (their debug
+    /// form): rank 0 takes a digest made under its own alone.
+    pub(in crate::analysis) analysed_under: String,
+}
+
+/// The most stage tables a decoded digest may name as refused (one per
+/// rank of a node of many).
+const MOST_REFUSED: usize = 4_096;
+
+/// A list of at most `N` entries, decoded: a damaged or forged digest
+/// cannot make a long list out of a few bytes each.
+fn at_most<'de, D, T, const N: usize>(decoder: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    /// Takes the entries while there are at most `N`.
+    struct Bounded<T, const N: usize>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>, const N: usize> de::Visitor<'de> for Bounded<T, N> {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "a list of at most {N} entries")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut entries = Vec::new();
+            while let Some(entry) = seq.next_element()? {
+                if entries.len() == N {
+                    return Err(de::Error::custom(format!("a list past {N} entries")));
+                }
+                entries.push(entry);
+            }
+            Ok(entries)
+        }
+    }
+    decoder.deserialize_seq(Bounded::<T, N>(PhantomData))
 }
 
 impl NodeDigest {
@@ -61,7 +107,19 @@ impl NodeDigest {
         self.ranks.extend(other.ranks);
         self.stages.merge(other.stages);
         self.refused.extend(other.refused);
-        self.skipped.extend(other.skipped);
+        self.add_skipped(other.skipped, other.skipped_unlisted);
+    }
+
+    /// Adds `skipped` (and `unlisted` more) to the inputs refused, listing
+    /// the first [`MAX_LISTED_SKIPPED`] and counting the rest.
+    pub(in crate::analysis) fn add_skipped(&mut self, skipped: Vec<SkippedInput>, unlisted: u64) {
+        let room = MAX_LISTED_SKIPPED.saturating_sub(self.skipped.len());
+        let over = skipped.len().saturating_sub(room) as u64;
+        self.skipped.extend(skipped.into_iter().take(room));
+        self.skipped_unlisted = self
+            .skipped_unlisted
+            .saturating_add(unlisted)
+            .saturating_add(over);
     }
 
     /// Puts the ranks, and the ranks refused, in rank order.

@@ -13,7 +13,7 @@ use crate::AnalysisConfig;
 
 /// The most bytes a node digest may unpack to at rank 0 (a node of 8 ranks
 /// of an hour each makes about 1 MB).
-pub const NODE_DIGEST_LIMIT: usize = 256 << 20;
+pub const NODE_DIGEST_LIMIT: usize = 64 << 20;
 
 /// The digest a node leader sends rank 0: the payloads it `gathered` (its
 /// own and its node's), digested under `config` and merged, with the
@@ -26,32 +26,53 @@ pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec
         .map(|payload| RankDigest::new(payload, config))
         .collect();
     let mut node = NodeDigest::new(digests);
-    node.skipped = gathered
-        .skipped
-        .iter()
-        .map(|s| SkippedInput {
-            source: s.source.clone(),
-            reason: Chain(&s.reason).to_string(),
-        })
-        .collect();
+    let skipped = gathered.skipped.iter().map(|s| SkippedInput {
+        source: s.source.clone(),
+        reason: Chain(&s.reason).to_string(),
+    });
+    node.add_skipped(skipped.collect(), 0);
+    node.analysed_under = format!("{config:?}");
     node.bucket_for_job();
     node.encode()
 }
 
 /// The node digests of `gathered` that are this job's, merged, and those
-/// refused with why. A digest is this job's where every rank it holds is
-/// of the session, run and world of `gathered`'s own payloads (rank 0's
-/// first) and of its leader's node.
-pub fn accept_nodes(gathered: &Gathered) -> (NodeDigest, Vec<SkippedInput>) {
+/// refused with why. A digest is this job's where it was made under
+/// `config` and every rank it holds is of the session, run and world of
+/// `gathered`'s own payloads (rank 0's first), of its leader's node, and
+/// not among those payloads (the digest's own consistency, each rank once
+/// and its parts its ranks', is checked as it is decoded).
+pub fn accept_nodes(
+    gathered: &Gathered,
+    config: &AnalysisConfig,
+) -> (NodeDigest, Vec<SkippedInput>) {
     let own = gathered.payloads.first().map(|p| &p.header);
+    let taken: Vec<u32> = gathered
+        .payloads
+        .iter()
+        .map(|p| p.header.rank.rank)
+        .collect();
+    let analysed_under = format!("{config:?}");
     let check = |sent: &NodeSent, node: &NodeDigest| {
         let own = own.ok_or("rank 0 has no payload of its own to check it against")?;
         if node.ranks.is_empty() {
             return Err("it holds no rank".to_string());
         }
+        if node.analysed_under != analysed_under {
+            return Err(
+                "it was digested under other analysis settings (warm-up calls, straggler or \
+                 bottleneck thresholds) than rank 0's"
+                    .into(),
+            );
+        }
         for digest in &node.ranks {
             let header = &digest.header;
             let rank = header.rank.rank;
+            if taken.contains(&rank) {
+                return Err(format!(
+                    "it holds rank {rank}, whose payload rank 0 took itself"
+                ));
+            }
             if !sent.ranks.contains(&rank) {
                 return Err(format!(
                     "it holds rank {rank}, not of its leader's node (ranks {}..{})",
@@ -67,21 +88,6 @@ pub fn accept_nodes(gathered: &Gathered) -> (NodeDigest, Vec<SkippedInput>) {
             if header.rank.world_size != gathered.world_size {
                 return Err(format!("rank {rank} claims another world size"));
             }
-        }
-        if node
-            .ranks
-            .windows(2)
-            .any(|w| w[0].header.rank.rank == w[1].header.rank.rank)
-        {
-            return Err("it holds a rank twice".into());
-        }
-        let stage_ranks = node.stages.by_name.values().flat_map(|s| s.ranks.keys());
-        let refused_ranks = node.refused.iter().map(|(rank, _)| rank);
-        if let Some(rank) = stage_ranks
-            .chain(refused_ranks)
-            .find(|r| !sent.ranks.contains(r))
-        {
-            return Err(format!("its stages name rank {rank}, not of its node"));
         }
         Ok(())
     };

@@ -8,11 +8,15 @@
 //! ```
 //!
 //! Decoding refuses what is not a digest, another version, a frame past
-//! the size it is allowed, and a digest whose parts do not fit together
-//! (a call with more slowest ranks than are kept, a timeline bar naming no
-//! name): a clear error, never a panic.
+//! the size it is allowed, and a digest whose parts do not fit together as
+//! the analysis reads them (a call with more slowest ranks than are kept
+//! or ranks that rise from one call to the next, a time that is not
+//! finite, a timeline bar naming no name, a part of a rank it does not
+//! hold): a clear error, never a panic.
 
-use super::NodeDigest;
+use super::{NodeDigest, RankDigest};
+#[cfg(test)]
+use rankscope_common::gather::MAX_LISTED_SKIPPED;
 
 /// The first bytes of an encoded digest.
 const MAGIC: &[u8; 4] = b"RSND";
@@ -43,6 +47,9 @@ pub enum DigestError {
     /// The digest could not be read from where it was.
     #[error("reading a node digest")]
     Read(#[source] std::io::Error),
+    /// The digest could not be packed.
+    #[error("packing a node digest")]
+    Pack(#[source] std::io::Error),
     /// The zstd frame is damaged.
     #[error("node digest's zstd frame")]
     Unpack(#[source] std::io::Error),
@@ -68,7 +75,7 @@ impl NodeDigest {
         let mut bytes = Vec::with_capacity(6 + body.len() / 2);
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&VERSION.to_le_bytes());
-        let packed = zstd::bulk::compress(&body, LEVEL).map_err(DigestError::Unpack)?;
+        let packed = zstd::bulk::compress(&body, LEVEL).map_err(DigestError::Pack)?;
         bytes.extend_from_slice(&packed);
         Ok(bytes)
     }
@@ -96,49 +103,65 @@ impl NodeDigest {
     }
 
     /// Whether the parts of a decoded digest fit together as the analysis
-    /// reads them.
+    /// reads them, else what does not: ranks in rank order, each once;
+    /// the stage calls (`StageTimes::is_whole`) and the refused stage
+    /// tables of those ranks alone; each rank's parts its own, with
+    /// finite numbers where the analysis adds them up.
     fn check(&self) -> Result<(), String> {
-        for (name, stage) in &self.stages.by_name {
-            let ranks = stage.ranks.len() as u64;
-            for (k, call) in stage.by_call.iter().enumerate() {
-                if !call.is_whole(ranks) {
-                    return Err(format!("stage {name:?}, call {k}: its slowest ranks"));
-                }
-            }
-            if !stage.quantiles.is_whole() {
-                return Err(format!("stage {name:?}: its calls' distribution"));
-            }
+        let ranks: Vec<u32> = self.ranks.iter().map(|d| d.header.rank.rank).collect();
+        if !ranks.windows(2).all(|w| w[0] < w[1]) {
+            return Err("its ranks are not each once, in order".into());
+        }
+        let holds = |rank: u32| ranks.binary_search(&rank).is_ok();
+        self.stages.is_whole(holds)?;
+        if self.refused.iter().any(|&(rank, _)| !holds(rank)) {
+            return Err("a refused stage table of a rank it does not hold".into());
         }
         for digest in &self.ranks {
             let rank = digest.header.rank.rank;
-            let timeline = &digest.timeline;
-            let bars = timeline.name.len();
-            let whole = [
-                timeline.start_s.len(),
-                timeline.end_s.len(),
-                timeline.calls.len(),
-            ]
-            .iter()
-            .all(|&n| n == bars)
-                && timeline
-                    .name
-                    .iter()
-                    .all(|&at| (at as usize) < timeline.names.len());
-            if !whole {
-                return Err(format!("rank {rank}: its timeline"));
-            }
-            for (_, series) in &digest.gpus {
-                if series
-                    .metrics()
-                    .iter()
-                    .any(|m| m.t_s.len() != m.value.len())
-                {
-                    return Err(format!("rank {rank}: GPU {}'s readings", series.index));
-                }
-            }
+            rank_is_whole(digest).map_err(|part| format!("rank {rank}: its {part}"))?;
         }
         Ok(())
     }
+}
+
+/// Whether the parts of one rank's digest are that rank's and fit
+/// together, else which part does not.
+fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
+    let rank = digest.header.rank.rank;
+    let timeline = &digest.timeline;
+    let bars = timeline.name.len();
+    let whole = timeline.rank == rank
+        && [
+            timeline.start_s.len(),
+            timeline.end_s.len(),
+            timeline.calls.len(),
+        ]
+        .iter()
+        .all(|&n| n == bars)
+        && timeline
+            .name
+            .iter()
+            .all(|&at| (at as usize) < timeline.names.len());
+    if !whole {
+        return Err("timeline");
+    }
+    for (summary, series) in &digest.gpus {
+        let readings = series
+            .metrics()
+            .iter()
+            .all(|m| m.t_s.len() == m.value.len());
+        if summary.rank != rank || series.rank != rank || !readings {
+            return Err("GPUs");
+        }
+    }
+    if !digest.diffusion.is_whole() {
+        return Err("diffusion steps");
+    }
+    if matches!(&digest.kernels, Ok(Some(kernels)) if kernels.rank != rank) {
+        return Err("kernel traces");
+    }
+    Ok(())
 }
 
 /// The zstd frame `packed`, unpacked to at most `limit` bytes: the size
@@ -159,4 +182,102 @@ fn unpack(packed: &[u8], limit: usize) -> Result<Vec<u8>, DigestError> {
         return Err(damaged("the frame is shorter than its size"));
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::times::tests::rank_with_stages;
+    use super::super::super::times::StageAcross;
+    use super::*;
+    use crate::model::SkippedInput;
+    use crate::AnalysisConfig;
+
+    /// The digest of ranks 4 and 5, each with two calls of `decode`.
+    fn node() -> NodeDigest {
+        let config = AnalysisConfig::default();
+        let digests = [4, 5]
+            .map(|rank| {
+                let payload = rank_with_stages(
+                    rank,
+                    &[(1, None, "decode", 0.0, 1.0), (2, None, "decode", 1.0, 2.5)],
+                );
+                RankDigest::new(&payload, &config)
+            })
+            .into();
+        NodeDigest::new(digests)
+    }
+
+    /// Why `node`, sent and read back, is refused.
+    fn refused(node: &NodeDigest) -> String {
+        let bytes = node.encode().unwrap();
+        NodeDigest::decode(&bytes, 1 << 20).unwrap_err().to_string()
+    }
+
+    /// The stage `decode` of `node`.
+    fn decode_stage(node: &mut NodeDigest) -> &mut StageAcross {
+        node.stages.by_name.get_mut("decode").unwrap()
+    }
+
+    #[test]
+    fn a_whole_digest_reads_back() {
+        let bytes = node().encode().unwrap();
+        let read = NodeDigest::decode(&bytes, 1 << 20).unwrap();
+        assert_eq!(read.ranks.len(), 2);
+        assert_eq!(read.stages.by_name["decode"].by_call.len(), 2);
+    }
+
+    #[test]
+    fn forged_parts_are_refused_by_name() {
+        // More ranks at a later call than at the one before.
+        let mut rising = node();
+        let stage = decode_stage(&mut rising);
+        stage.by_call[0] = super::super::super::calls::CallAcross::one(4, 1.0);
+        assert!(refused(&rising).contains("stage \"decode\": its call 0"));
+        // The slowest rank of a call a rank the digest does not hold.
+        let mut stranger = node();
+        let stage = decode_stage(&mut stranger);
+        let mut call = super::super::super::calls::CallAcross::one(1, 9.0);
+        call.add(4, 1.0);
+        stage.by_call[1] = call;
+        assert!(refused(&stranger).contains("its call 1"));
+        // An infinite call time among those kept one by one.
+        let mut infinite = node();
+        decode_stage(&mut infinite).quantiles.add(&[f32::INFINITY]);
+        assert!(refused(&infinite).contains("its calls' distribution"));
+        // GPU time of a rank it does not hold.
+        let mut gpu = node();
+        gpu.stages
+            .gpu_by_name
+            .insert("decode".into(), [(0, 1e6)].into());
+        assert!(refused(&gpu).contains("its GPU times"));
+        // A rank twice.
+        let mut twice = node();
+        let copy = node().ranks.remove(0);
+        twice.ranks.insert(0, copy);
+        assert!(refused(&twice).contains("its ranks are not each once, in order"));
+        // A refused stage table of a rank it does not hold.
+        let mut refusal = node();
+        refusal.refused.push((9, "damaged".into()));
+        assert!(refused(&refusal).contains("a refused stage table"));
+    }
+
+    #[test]
+    fn a_list_of_refusals_past_its_bound_is_not_read() {
+        let mut flood = node();
+        flood.skipped = (0..MAX_LISTED_SKIPPED + 1)
+            .map(|i| SkippedInput {
+                source: i.to_string(),
+                reason: String::new(),
+            })
+            .collect();
+        assert!(
+            refused(&flood).contains("decoding a node digest"),
+            "{}",
+            refused(&flood)
+        );
+        let mut merged = node();
+        merged.add_skipped(flood.skipped, 3);
+        assert_eq!(merged.skipped.len(), MAX_LISTED_SKIPPED);
+        assert_eq!(merged.skipped_unlisted, 4);
+    }
 }

@@ -31,8 +31,9 @@ pub(super) struct Page {
     ranks_per_column: Option<u32>,
     /// Ranks drawn on the timeline and the step chart, and how many are not.
     ranks_drawn: (u64, u64),
-    /// Stages whose percentiles are sketched, and within what percent.
-    sketched_stages: Option<(usize, f64)>,
+    /// Stages whose percentiles are sketched, within what percent, and
+    /// past how many calls a stage's are.
+    sketched_stages: Option<(usize, f64, usize)>,
     style: &'static str,
 }
 
@@ -113,7 +114,9 @@ impl Page {
                 let not_drawn = report.series.ranks_not_drawn.min(ranks);
                 (ranks - not_drawn, not_drawn)
             },
-            sketched_stages: report.sketched_stages().map(|(n, e)| (n, e * 100.0)),
+            sketched_stages: report
+                .sketched_stages()
+                .map(|(n, e)| (n, e * 100.0, crate::analysis::EXACT_CALLS)),
             style: STYLE,
         }
     }

@@ -173,8 +173,9 @@ fn write_stage_table(out: &mut String, report: &Report) -> std::fmt::Result {
     if let Some((stages, error)) = report.sketched_stages() {
         writeln!(
             out,
-            "p50 and p95 of {stages} stage(s) past 65,536 calls across ranks are from a quantile \
-             sketch: within {}% of the call at each one's rank",
+            "p50, p95 and p99 of {stages} stage(s) past {} calls across ranks are from a \
+             quantile sketch: within {}% of the call at each one's rank",
+            crate::analysis::EXACT_CALLS,
             error * 100.0
         )?;
     }
