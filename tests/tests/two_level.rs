@@ -1,7 +1,7 @@
 //! A job on several nodes gathers in two levels over TCP: 16 real processes
 //! as 4 simulated nodes of 4 (`rankscope launch --nodes 4`), each node's
-//! leader taking its node's payloads over loopback and sending rank 0 one
-//! digest. The report is the one-level report of the same payloads (their
+//! leader meeting its node's ranks at their rendezvous, taking their
+//! payloads over loopback and sending rank 0 one digest. The report is the one-level report of the same payloads (their
 //! spill files, aggregated), and a dead leader or a dead rank is named
 //! missing by the deadline.
 
@@ -63,6 +63,11 @@ fn four_nodes_gather_in_two_levels_and_report_what_one_level_would() {
         .map(|n| &n["leader"])
         .collect();
     assert_eq!(leaders, [0, 4, 8, 12]);
+    // Every rank's clock offset measured: the other nodes' ranks through
+    // their leaders'.
+    for rank in two_level["ranks"].as_array().unwrap() {
+        assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
+    }
     // What trace.json.gz and raw/ hold, said.
     let notices = session["notices"].as_array().unwrap();
     assert!(

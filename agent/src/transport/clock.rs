@@ -40,6 +40,20 @@ pub fn estimate(rounds: &[Round]) -> Option<ClockOffset> {
         })
 }
 
+/// A rank's offset to rank 0 measured through its node leader: its offset
+/// to the leader (`to_leader`) and the leader's to rank 0 added, each
+/// known to within half its round trip, so the sum to within half of both.
+pub fn through_leader(to_leader: ClockOffset, leader_to_rank0: ClockOffset) -> ClockOffset {
+    ClockOffset {
+        offset_ns: to_leader
+            .offset_ns
+            .saturating_add(leader_to_rank0.offset_ns),
+        round_trip_ns: to_leader
+            .round_trip_ns
+            .saturating_add(leader_to_rank0.round_trip_ns),
+    }
+}
+
 /// An offset as it travels to its rank: 16 bytes, little endian.
 pub fn encode(offset: &ClockOffset) -> [u8; 16] {
     let mut bytes = [0u8; 16];
@@ -100,5 +114,19 @@ mod tests {
         assert_eq!(offset.round_trip_ns, 200);
         assert_eq!(offset.offset_ns, 1_000);
         assert_eq!(estimate(&[]), None);
+    }
+
+    #[test]
+    fn an_offset_through_a_leader_adds_both_and_their_bounds() {
+        let to_leader = ClockOffset {
+            offset_ns: 1_000,
+            round_trip_ns: 50,
+        };
+        let leader = ClockOffset {
+            offset_ns: -300,
+            round_trip_ns: 400,
+        };
+        let found = through_leader(to_leader, leader);
+        assert_eq!((found.offset_ns, found.round_trip_ns), (700, 450));
     }
 }

@@ -80,6 +80,9 @@ pub struct TcpTransport {
     reached: bool,
     /// The job's nodes, where it gathers in two levels.
     nodes: Option<Nodes>,
+    /// The node leader's address this rank met at its rendezvous, and
+    /// goes to for its resync and gather (rank 0's where `None`).
+    via: Option<String>,
 }
 
 /// Why the TCP transport could not be set up.
@@ -142,6 +145,7 @@ impl TcpTransport {
             fallback: None,
             reached: false,
             nodes: Nodes::of(config, env),
+            via: None,
         })
     }
 
@@ -286,7 +290,7 @@ impl TcpTransport {
         };
         self.server = Some(Server::start(
             listener,
-            self.server_settings(serves, session, &run_id),
+            self.server_settings(serves, session, (&run_id, None)),
         )?);
         let own_clock = ClockOffset {
             offset_ns: 0,
@@ -305,10 +309,11 @@ impl TcpTransport {
         &self,
         serves: Serves,
         session: &SessionInfo<'_>,
-        run_id: &str,
+        (run_id, relay): (&str, Option<ClockOffset>),
     ) -> ServerSettings {
         ServerSettings {
             serves,
+            relay,
             senders: self.senders(session.rank, session.world_size),
             token: self.token.clone(),
             payload_timeout: self.payload_timeout,
@@ -320,18 +325,24 @@ impl TcpTransport {
         }
     }
 
-    /// A node leader's listener for its node's payloads, on loopback from
-    /// its rendezvous (of run `run_id`) on, its address left for them in
-    /// the session directory; said where that failed (its node's ranks
-    /// then keep their payloads in their spill files).
-    fn lead(&mut self, session: &SessionInfo<'_>, run_id: &str) {
+    /// A node leader's listener for its node's ranks, on loopback from
+    /// its `rendezvous` with rank 0 on (their rendezvous, resync and
+    /// payloads), its address left for them in the session directory
+    /// under the launcher's run; said where that failed (its node's ranks
+    /// then meet rank 0 themselves).
+    fn lead(&mut self, session: &SessionInfo<'_>, rendezvous: &Rendezvous) {
+        let Some(run_id) = rendezvous.run_id.as_deref() else {
+            return;
+        };
         let started = TcpListener::bind("127.0.0.1:0").and_then(|listener| {
             let address = listener.local_addr()?.to_string();
-            let settings = self.server_settings(Serves::Leader, session, run_id);
+            let agreed = (run_id, rendezvous.offset);
+            let settings = self.server_settings(Serves::Leader, session, agreed);
             let server = Server::start(listener, settings)
                 .map_err(|e| std::io::Error::other(Chain(&e).to_string()))?;
             let key = self.leader_key(session.rank);
-            token_file::write(session.session_dir, &key, run_id, address.as_bytes())?;
+            let launch = session.run_id.unwrap_or("");
+            token_file::write(session.session_dir, &key, launch, address.as_bytes())?;
             Ok(server)
         });
         match started {
@@ -360,41 +371,54 @@ impl TcpTransport {
         self.read_reply(&mut link, kind::ACK, ack_by).map(drop)
     }
 
-    /// A rank of a node led by `leader`: its payload to the leader, at the
-    /// address the leader left (looked for until [`LEADER_WAIT`] passed);
-    /// where there is none or the leader does not take it, to rank 0.
+    /// A rank of a node whose leader it met at its rendezvous, at
+    /// `address`: its payload to the leader; where the leader does not
+    /// take it, to rank 0.
     fn send_to_leader(
         &self,
-        leader: u32,
+        address: &str,
         payload: &[u8],
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) {
-        let run = session.run_id.unwrap_or("");
-        let key = self.leader_key(leader);
-        let until = deadline.min(Instant::now() + LEADER_WAIT);
-        let sent = match token_file::read(session.session_dir, &key, run, until) {
-            None => Err(format!(
-                "rank {leader}, this node's leader, left no address in {}",
-                session.session_dir.display()
-            )),
-            Some(address) => {
-                let address = String::from_utf8_lossy(&address).into_owned();
-                let what = (purpose::PAYLOAD, kind::PAYLOAD);
-                self.send(&address, session.rank, what, payload, deadline)
-                    .map_err(|why| {
-                        format!(
-                            "rank {leader}, this node's leader, did not take this rank's \
-                             payload ({})",
-                            Chain(&why)
-                        )
-                    })
-            }
-        };
-        if let Err(why) = sent {
-            say!("{why}: it goes to rank 0 instead");
+        let what = (purpose::PAYLOAD, kind::PAYLOAD);
+        if let Err(why) = self.send(address, session.rank, what, payload, deadline) {
+            say!(
+                "this node's leader did not take this rank's payload ({}): it goes to rank 0 \
+                 instead",
+                Chain(&why)
+            );
             self.send_to_rank0(payload, session, deadline);
         }
+    }
+
+    /// A rank of a node led by `leader`: its rendezvous with the leader, at
+    /// the address the leader left (looked for until [`LEADER_WAIT`]
+    /// passed), which gives it the run and its clock offset to rank 0
+    /// through the leader's; where there is none or the leader does not
+    /// answer, with rank 0 itself.
+    fn meet_leader(
+        &mut self,
+        leader: u32,
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+    ) -> Rendezvous {
+        let key = self.leader_key(leader);
+        let launch = session.run_id.unwrap_or("");
+        let until = deadline.min(Instant::now() + LEADER_WAIT);
+        if let Some(address) = token_file::read(session.session_dir, &key, launch, until) {
+            let address = String::from_utf8_lossy(&address).into_owned();
+            if let Ok((run, offset)) = self.meet(&address, session.rank, deadline) {
+                self.reached = true;
+                self.via = Some(address);
+                return Rendezvous {
+                    run_id: Some(run),
+                    offset,
+                    ..self.unmet(session)
+                };
+            }
+        }
+        self.meet_rank0(session, deadline)
     }
 
     /// This rank's payload to rank 0; said where rank 0 did not take it.
@@ -455,15 +479,7 @@ impl TcpTransport {
     /// clock offset to it; where rank 0 does not answer by `deadline`,
     /// the launcher's run identity and no offset (said why).
     fn meet_rank0(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> Rendezvous {
-        let met = self
-            .connect(&self.endpoint, session.rank, purpose::RENDEZVOUS, deadline)
-            .and_then(|mut link| {
-                let run = self.read_reply(&mut link, kind::RUN, deadline)?;
-                let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
-                // The run is agreed; the clock is best effort.
-                let offset = self.answer_clock(&mut link, deadline).ok().flatten();
-                Ok((run, offset))
-            });
+        let met = self.meet(&self.endpoint, session.rank, deadline);
         self.reached = met.is_ok();
         match met {
             Ok((run, offset)) => Rendezvous {
@@ -481,6 +497,22 @@ impl TcpTransport {
                 self.unmet(session)
             }
         }
+    }
+
+    /// The rendezvous at `endpoint` (rank 0's, or a node leader's): the
+    /// run's identity and this rank's clock offset to rank 0.
+    fn meet(
+        &self,
+        endpoint: &str,
+        rank: u32,
+        deadline: Instant,
+    ) -> Result<(String, Option<ClockOffset>), Unreached> {
+        let mut link = self.connect(endpoint, rank, purpose::RENDEZVOUS, deadline)?;
+        let run = self.read_reply(&mut link, kind::RUN, deadline)?;
+        let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
+        // The run is agreed; the clock is best effort.
+        let offset = self.answer_clock(&mut link, deadline).ok().flatten();
+        Ok((run, offset))
     }
 
     /// The rendezvous of a rank that did not meet rank 0: the launcher's
@@ -623,13 +655,16 @@ impl Transport for TcpTransport {
             self.reached = false;
             return Ok(self.unmet(session));
         }
+        self.via = None;
         match session.rank {
             0 => self.listen(session, deadline),
             rank => {
-                let rendezvous = self.meet_rank0(session, deadline);
-                let leads = self.reached && self.leader(rank) == Some(rank);
-                if let Some(run) = rendezvous.run_id.as_deref().filter(|_| leads) {
-                    self.lead(session, run);
+                let rendezvous = match self.leader(rank).filter(|&leader| leader != rank) {
+                    Some(leader) => self.meet_leader(leader, session, deadline),
+                    None => self.meet_rank0(session, deadline),
+                };
+                if self.reached && self.leader(rank) == Some(rank) {
+                    self.lead(session, &rendezvous);
                 }
                 Ok(rendezvous)
             }
@@ -646,10 +681,17 @@ impl Transport for TcpTransport {
         if !self.reached {
             return None;
         }
-        let mut link = self
-            .connect(&self.endpoint, session.rank, purpose::RESYNC, deadline)
-            .ok()?;
-        self.answer_clock(&mut link, deadline).ok().flatten()
+        let endpoint = self.via.as_deref().unwrap_or(&self.endpoint);
+        let offset = self
+            .connect(endpoint, session.rank, purpose::RESYNC, deadline)
+            .and_then(|mut link| self.answer_clock(&mut link, deadline))
+            .ok()
+            .flatten();
+        // A leader's node resyncs through its new offset from now on.
+        if let (Some(server), Some(_), 1..) = (&self.server, offset, session.rank) {
+            server.relay(offset);
+        }
+        offset
     }
 
     fn gather(
@@ -673,8 +715,10 @@ impl Transport for TcpTransport {
                         self.forward_node(nodes, server, payload, session, deadline);
                     }
                 }
-                Some(leader) => self.send_to_leader(leader, payload, session, deadline),
-                None => self.send_to_rank0(payload, session, deadline),
+                _ => match &self.via {
+                    Some(address) => self.send_to_leader(address, payload, session, deadline),
+                    None => self.send_to_rank0(payload, session, deadline),
+                },
             }
             return Ok(None);
         }

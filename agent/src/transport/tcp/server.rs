@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use rankscope_common::gather::{
     Candidate, ConnectionRefusal, NodeSent, Rejection, Skipped, MAX_LISTED_SKIPPED,
 };
-use rankscope_common::payload;
+use rankscope_common::payload::{self, ClockOffset};
 
 use super::clock::{self, Round, ROUNDS};
 use super::wire::{
@@ -43,6 +43,9 @@ pub(super) enum Serves {
 pub(super) struct ServerSettings {
     /// Whose it is.
     pub(super) serves: Serves,
+    /// A leader's clock offset to rank 0, from its rendezvous: the ranks
+    /// that meet it are given their offset to rank 0 through it.
+    pub(super) relay: Option<ClockOffset>,
     /// The ranks whose payloads it takes.
     pub(super) senders: Range<u32>,
     pub(super) token: Vec<u8>,
@@ -87,6 +90,9 @@ struct Shared {
     /// Connections not authenticated yet, oldest first, by id.
     unauthenticated: Mutex<VecDeque<(u64, TcpStream)>>,
     stop: AtomicBool,
+    /// A leader's latest offset to rank 0 (from its rendezvous, then its
+    /// resync).
+    relay: Mutex<Option<ClockOffset>>,
 }
 
 impl Shared {
@@ -140,6 +146,7 @@ impl Server {
                 path: "listener".into(),
                 source,
             })?;
+        let relay = settings.relay;
         let shared = Arc::new(Shared {
             settings,
             collected: Mutex::default(),
@@ -148,6 +155,7 @@ impl Server {
             connections: AtomicUsize::new(0),
             unauthenticated: Mutex::default(),
             stop: AtomicBool::new(false),
+            relay: Mutex::new(relay),
         });
         let accepting = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -199,6 +207,12 @@ impl Server {
             });
         }
         taken
+    }
+
+    /// A leader's offset to rank 0 measured again (its resync): the ranks
+    /// that resync with it from now on are given theirs through it.
+    pub(super) fn relay(&self, offset: Option<ClockOffset>) {
+        *lock(&self.shared.relay) = offset;
     }
 
     fn stop(&mut self) {
@@ -310,7 +324,7 @@ fn serve(
     let reply = |kind: u8, body: &[u8]| sealed(token, &challenge, hello.nonce, kind, body);
     match hello.what {
         purpose::RENDEZVOUS | purpose::RESYNC => {
-            answer_clock(&mut stream, hello.what, &reply, &shared.settings, handshake)
+            answer_clock(&mut stream, hello.what, &reply, shared, handshake)
         }
         purpose::PAYLOAD | purpose::NODE_DIGEST => {
             if hello.what == purpose::PAYLOAD {
@@ -380,10 +394,10 @@ impl ServerSettings {
         let (here, what) = match what {
             purpose::PAYLOAD => (self.senders.contains(&rank), "payload"),
             purpose::NODE_DIGEST => (self.node_of(rank).is_some(), "node digest"),
-            purpose::RENDEZVOUS | purpose::RESYNC => (
-                rank > 0 && matches!(self.serves, Serves::Rank0 { .. }),
-                "clock",
-            ),
+            purpose::RENDEZVOUS | purpose::RESYNC => match self.serves {
+                Serves::Rank0 { .. } => (rank > 0, "clock"),
+                Serves::Leader => (self.senders.contains(&rank), "clock"),
+            },
             // Refused as not the protocol once admitted.
             _ => (true, ""),
         };
@@ -432,14 +446,26 @@ fn answer_clock(
     stream: &mut TcpStream,
     what: u8,
     reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
-    settings: &ServerSettings,
+    shared: &Shared,
     handshake: Instant,
 ) -> Result<(), ConnectionRefusal> {
+    let settings = &shared.settings;
     if what == purpose::RENDEZVOUS {
         let run = reply(kind::RUN, settings.run_id.as_bytes());
         write_frame(stream, kind::RUN, &run, handshake)?;
     }
-    let offset = ping_pong(stream, settings.clock_shift_ns, handshake)?;
+    let mut offset = ping_pong(stream, settings.clock_shift_ns, handshake)?;
+    if settings.serves == Serves::Leader {
+        // The peer's offset to this leader, carried on to rank 0's clock
+        // (unknown where the leader's own is).
+        let relay = *lock(&shared.relay);
+        offset = match (clock::decode(&offset), relay) {
+            (Some(to_leader), Some(leader)) => {
+                clock::encode(&clock::through_leader(to_leader, leader)).to_vec()
+            }
+            _ => Vec::new(),
+        };
+    }
     write_frame(
         stream,
         kind::OFFSET,
