@@ -11,11 +11,11 @@
 //! A job on several nodes (LOCAL_WORLD_SIZE below WORLD_SIZE) gathers in
 //! two levels (`gather_levels: 2`, the default): each node's leader (its
 //! local rank 0; rank 0 for its own node) listens on loopback from its
-//! rendezvous on, and leaves its address in the session directory as rank
-//! 0 leaves a token ([`super::token_file`]); its node's ranks send it their
-//! payloads, and it sends rank 0 one digest of them all
-//! (`rankscope_coordinator::analysis::leader_digest`). The rendezvous and
-//! the resync still go to rank 0 from every rank.
+//! rendezvous with rank 0 on, and leaves its address in the session
+//! directory as rank 0 leaves a token (`token_file`); its node's ranks
+//! meet it instead of rank 0 (their clock offset to rank 0 through its
+//! own), resync with it and send it their payloads, and it sends rank 0
+//! one digest of them all (`rankscope_coordinator::analysis::leader_digest`).
 //!
 //! Every connection opens with a fresh 32-byte challenge from rank 0 that
 //! the peer answers with an HMAC-SHA256 under the job token (compared in

@@ -11,7 +11,7 @@ use super::{taken, DigestError, RankDigest};
 use crate::model::SkippedInput;
 
 /// The digests of a set of ranks (a node's, or the whole job's) with their
-/// stage calls merged ([`StageTimes`]): what a node leader makes of its
+/// stage calls merged (call by call): what a node leader makes of its
 /// ranks, and what rank 0 merges across nodes. Its stage calls' size is
 /// set by the stages and their calls, not by the ranks; merging node
 /// digests in any grouping gives the digest of all their ranks at once.
@@ -88,7 +88,7 @@ impl NodeDigest {
     /// Readies the digest to travel from a node leader: each stage's calls
     /// counted in buckets where the job's calls of it, foreseen from this
     /// node's share of the world, will be past those kept one by one
-    /// ([`super::super::sketch::EXACT_CALLS`]), so that rank 0 adds
+    /// ([`crate::analysis::EXACT_CALLS`]), so that rank 0 adds
     /// buckets instead of counting every call of the job.
     pub fn bucket_for_job(&mut self) {
         let Some(world) = self.ranks.first().map(|r| r.header.rank.world_size) else {
