@@ -68,14 +68,32 @@ fn four_nodes_gather_in_two_levels_and_report_what_one_level_would() {
     for rank in two_level["ranks"].as_array().unwrap() {
         assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
     }
-    // What trace.json.gz and raw/ hold, said.
+    // What trace.json.gz and raw/ hold, said: rank 0's node, and the
+    // busiest rank of every other (node 2's: the slow rank 9).
     let notices = session["notices"].as_array().unwrap();
     assert!(
-        notices.iter().any(|n| n["message"]
-            .as_str()
-            .unwrap()
-            .contains("hold the ranks whose payloads rank 0 took itself (0-3)")),
+        notices
+            .iter()
+            .any(|n| n["message"].as_str().unwrap().contains(
+                "hold the ranks whose payloads rank 0 took itself (0-3) and the busiest rank of 3 \
+             other node(s)"
+            )),
         "{notices:?}"
+    );
+    let trace =
+        flate2::read::GzDecoder::new(std::fs::File::open(dir.join("trace.json.gz")).unwrap());
+    let trace: Value = serde_json::from_reader(trace).unwrap();
+    let processes: Vec<&str> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(processes.len(), 4 + 3, "{processes:?}");
+    assert!(
+        processes.contains(&"rank 9 @ simulated-node-2"),
+        "{processes:?}"
     );
     assert!(
         two_level["stragglers"]

@@ -18,6 +18,7 @@ pub mod timeline;
 mod times;
 
 pub use bottlenecks::BottleneckRule;
+pub use digest::REPRESENTED_NODES;
 pub use digest::{leader_digest, DigestError, NodeDigest, RankDigest, NODE_DIGEST_LIMIT};
 pub use sketch::EXACT_CALLS;
 pub use stragglers::StragglerRule;
@@ -29,7 +30,7 @@ use rankscope_common::error::Chain;
 use rankscope_common::gather::Headed;
 use rankscope_common::payload::GpuSource;
 use rankscope_common::window::WindowMeta;
-use rankscope_common::{Gathered, Rejection, Skipped};
+use rankscope_common::{Gathered, Payload, Rejection, Skipped};
 
 use crate::join::join;
 use crate::model::{
@@ -57,18 +58,28 @@ pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
 /// Analyses everything rank 0 gathered: its payloads, and in a two-level
 /// gather the other nodes' digests (those refused named as skipped inputs).
 pub fn analyze(gathered: &Gathered, config: &AnalysisConfig) -> Report {
+    analyze_with_rows(gathered, config).0
+}
+
+/// [`analyze`], and the payloads of the busiest rank of the nodes the
+/// digests came from (of the [`REPRESENTED_NODES`] busiest), decoded, by
+/// rank: rank 0 writes their rows into the trace and raw/ beside its own.
+pub fn analyze_with_rows(gathered: &Gathered, config: &AnalysisConfig) -> (Report, Vec<Payload>) {
     let ranks = gathered
         .payloads
         .iter()
         .map(|payload| RankDigest::new(payload, config))
         .collect();
     let mut job = NodeDigest::new(ranks);
+    let mut represented = Vec::new();
     if !gathered.nodes.is_empty() {
-        let (nodes, refused) = digest::accept_nodes(gathered, config);
+        let (mut nodes, refused) = digest::accept_nodes(gathered, config);
+        represented = std::mem::take(&mut nodes.representatives);
         job.merge(nodes);
         job.add_skipped(refused, 0);
     }
-    analyze_nodes(gathered, [job], config)
+    let report = analyze_nodes(gathered, [job], config);
+    (report, digest::represented_payloads(gathered, represented))
 }
 
 /// Analyses the payloads gathered as digests ([`RankDigest`]), each made
@@ -104,6 +115,7 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         skipped: skipped_by_leaders,
         skipped_unlisted,
         analysed_under: _,
+        representatives: _,
     } = job;
     skipped.extend(skipped_by_leaders);
     if skipped_unlisted > 0 {

@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 
 use rankscope_common::file::AtomicFile;
 use rankscope_common::gather::{Gathered, ReportFiles};
+use rankscope_common::Payload;
 
-use crate::analysis::analyze;
+use crate::analysis::analyze_with_rows;
 use crate::join::join;
 use crate::model::{Notice, Report, StageStats};
 
@@ -61,17 +62,20 @@ pub fn report(
     dir: &Path,
     config: &AnalysisConfig,
 ) -> Result<ReportFiles, WriteError> {
-    let mut report = analyze(gathered, config);
+    let (mut report, represented) = analyze_with_rows(gathered, config);
     if report.window.is_none() {
         report.windows = window_reports(dir);
     }
     let mut rows = RowWriters::create(dir, &report, config)?;
-    for payload in &gathered.payloads {
+    for payload in gathered.payloads.iter().chain(&represented) {
         rows.add(payload)?;
     }
     let row_files = rows.finish(&mut report)?;
     if gathered.gather_levels > 1 {
-        report.session.notices.push(rows_of_rank0_alone(gathered));
+        report
+            .session
+            .notices
+            .push(rows_of_two_levels(gathered, &represented));
     }
     let mut files = write_reports(&report, dir)?;
     files.files.extend(row_files);
@@ -79,19 +83,23 @@ pub fn report(
 }
 
 /// What a two-level gather's rows hold: the payloads rank 0 gathered
-/// itself (its node's), as the other nodes' leaders send digests only.
-fn rows_of_rank0_alone(gathered: &Gathered) -> Notice {
-    let ranks: Vec<u32> = gathered
-        .payloads
-        .iter()
-        .map(|payload| payload.header.rank.rank)
-        .collect();
+/// itself (its node's), and the busiest rank of each other node
+/// (`represented`, of the busiest nodes), as their leaders send digests.
+fn rows_of_two_levels(gathered: &Gathered, represented: &[Payload]) -> Notice {
+    let ranks = |payloads: &[Payload]| {
+        let ranks: Vec<u32> = payloads.iter().map(|p| p.header.rank.rank).collect();
+        rankscope_common::text::rank_ranges(&ranks)
+    };
     Notice {
         message: format!(
             "gathered in two levels: {TRACE_JSON_GZ} and raw/ hold the ranks whose payloads \
-             rank 0 took itself ({}); every rank's data is in its spill file in the session \
+             rank 0 took itself ({}) and the busiest rank of {} other node(s) ({}; of the {} \
+             busiest at most); every rank's data is in its spill file in the session \
              directory, of which `rankscope aggregate` writes both for every rank",
-            rankscope_common::text::rank_ranges(&ranks)
+            ranks(&gathered.payloads),
+            represented.len(),
+            ranks(represented),
+            crate::analysis::REPRESENTED_NODES
         ),
         ranks: vec![0],
     }

@@ -25,7 +25,8 @@ mod wire;
 
 use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimeline};
 pub use node::NodeDigest;
-pub use two_level::{accept_nodes, leader_digest, NODE_DIGEST_LIMIT};
+pub use node::REPRESENTED_NODES;
+pub use two_level::{accept_nodes, leader_digest, represented_payloads, NODE_DIGEST_LIMIT};
 pub use wire::DigestError;
 
 /// One rank's payload reduced to what the analysis reads: its header, its

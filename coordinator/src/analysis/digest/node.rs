@@ -33,7 +33,18 @@ pub struct NodeDigest {
     /// The analysis settings the ranks were digested under (their debug
     /// form): rank 0 takes a digest made under its own alone.
     pub(in crate::analysis) analysed_under: String,
+    /// The ranks whose rows rank 0 writes into the trace and raw/ beside
+    /// its own node's: of each node its busiest rank (the most time in
+    /// stages, where a straggler shows), as `(seconds, rank, encoded
+    /// payload)`; merged, those of the [`REPRESENTED_NODES`] busiest.
+    #[serde(deserialize_with = "at_most::<_, _, 1>")]
+    pub(in crate::analysis) representatives: Vec<(f64, u32, Vec<u8>)>,
 }
+
+/// How many nodes' busiest ranks a merge of node digests keeps for the
+/// trace and raw/: their payloads, about 70 KB each for ten minutes, are
+/// held until the rows are written.
+pub const REPRESENTED_NODES: usize = 64;
 
 /// The most stage tables a decoded digest may name as refused (one per
 /// rank of a node of many).
@@ -108,6 +119,26 @@ impl NodeDigest {
         self.stages.merge(other.stages);
         self.refused.extend(other.refused);
         self.add_skipped(other.skipped, other.skipped_unlisted);
+        self.representatives.extend(other.representatives);
+        if self.representatives.len() > REPRESENTED_NODES {
+            self.representatives
+                .sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            self.representatives.truncate(REPRESENTED_NODES);
+        }
+    }
+
+    /// The busiest of its ranks, the most seconds in stages, and those
+    /// seconds; `None` for a digest of no stage.
+    pub(in crate::analysis) fn busiest(&self) -> Option<(f64, u32)> {
+        let mut busy: std::collections::BTreeMap<u32, f64> = Default::default();
+        for stage in self.stages.by_name.values() {
+            for (&rank, calls) in &stage.ranks {
+                *busy.entry(rank).or_default() += calls.total_s;
+            }
+        }
+        busy.into_iter()
+            .map(|(rank, seconds)| (seconds, rank))
+            .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
     }
 
     /// Adds `skipped` (and `unlisted` more) to the inputs refused, listing

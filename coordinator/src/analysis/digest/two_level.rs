@@ -5,7 +5,8 @@
 
 use rankscope_common::error::Chain;
 use rankscope_common::gather::NodeSent;
-use rankscope_common::Gathered;
+use rankscope_common::payload::{self, Compression};
+use rankscope_common::{Gathered, Payload};
 
 use super::{DigestError, NodeDigest, RankDigest};
 use crate::model::SkippedInput;
@@ -32,6 +33,15 @@ pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec
     });
     node.add_skipped(skipped.collect(), 0);
     node.analysed_under = format!("{config:?}");
+    if let Some((seconds, rank)) = node.busiest() {
+        let busiest = gathered
+            .payloads
+            .iter()
+            .find(|p| p.header.rank.rank == rank);
+        if let Some(encoded) = busiest.and_then(|p| payload::encode(p, Compression::Zstd).ok()) {
+            node.representatives.push((seconds, rank, encoded));
+        }
+    }
     node.bucket_for_job();
     node.encode()
 }
@@ -89,6 +99,10 @@ pub fn accept_nodes(
                 return Err(format!("rank {rank} claims another world size"));
             }
         }
+        let represented = node.representatives.iter().map(|&(_, rank, _)| rank);
+        if let Some(rank) = represented.into_iter().find(|r| !holds_rank(node, *r)) {
+            return Err(format!("its busiest rank {rank} is not one it holds"));
+        }
         Ok(())
     };
     let (merged, refused) = NodeDigest::decode_all(
@@ -105,4 +119,37 @@ pub fn accept_nodes(
         })
         .collect();
     (merged, refused)
+}
+
+/// Whether `node` holds `rank`.
+fn holds_rank(node: &NodeDigest, rank: u32) -> bool {
+    node.ranks
+        .binary_search_by_key(&rank, |digest| digest.header.rank.rank)
+        .is_ok()
+}
+
+/// The payloads of the busiest ranks the accepted node digests carried
+/// (`represented`), decoded, those of this job alone (the session, run and
+/// world of `gathered`'s own payloads), by rank.
+pub fn represented_payloads(
+    gathered: &Gathered,
+    represented: Vec<(f64, u32, Vec<u8>)>,
+) -> Vec<Payload> {
+    let Some(own) = gathered.payloads.first().map(|p| &p.header) else {
+        return Vec::new();
+    };
+    let mut payloads: Vec<Payload> = represented
+        .into_iter()
+        .filter_map(|(_, rank, bytes)| {
+            let payload = payload::decode(&bytes).ok()?;
+            let header = &payload.header;
+            let ours = header.rank.rank == rank
+                && header.session.id == own.session.id
+                && header.session.run_id == own.session.run_id
+                && header.rank.world_size == gathered.world_size;
+            ours.then_some(payload)
+        })
+        .collect();
+    payloads.sort_by_key(|p| p.header.rank.rank);
+    payloads
 }

@@ -262,6 +262,24 @@ mod tests {
     }
 
     #[test]
+    fn a_merge_keeps_the_busiest_nodes_representatives() {
+        let mut merged = NodeDigest::default();
+        for k in 0..70u32 {
+            let mut one = NodeDigest::default();
+            one.representatives.push((f64::from(k), k, Vec::new()));
+            merged.merge(one);
+        }
+        let mut kept: Vec<u32> = merged.representatives.iter().map(|r| r.1).collect();
+        kept.sort_unstable();
+        let first = 70 - super::super::REPRESENTED_NODES as u32;
+        assert_eq!(kept, (first..70).collect::<Vec<u32>>());
+        // A digest carries one, of a rank it holds.
+        let mut two = node();
+        two.representatives = vec![(1.0, 4, Vec::new()), (1.0, 5, Vec::new())];
+        assert!(refused(&two).contains("decoding a node digest"));
+    }
+
+    #[test]
     fn a_list_of_refusals_past_its_bound_is_not_read() {
         let mut flood = node();
         flood.skipped = (0..MAX_LISTED_SKIPPED + 1)
