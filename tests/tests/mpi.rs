@@ -288,7 +288,7 @@ fn four_simulated_nodes_gather_in_two_levels_over_mpi() {
     );
     assert!(run.status.success(), "{}", text(&run.stderr));
     let dir = session_dir(out.path());
-    let mut two_level = report(&dir);
+    let two_level = report(&dir);
     let session = &two_level["session"];
     assert_eq!(session["transport"], "mpi");
     assert_eq!(session["gather_levels"], 2);
@@ -312,27 +312,6 @@ fn four_simulated_nodes_gather_in_two_levels_over_mpi() {
         "{}",
         two_level["stragglers"]
     );
-    let aggregated = tempfile::tempdir().unwrap();
-    let one = Command::new(support::rankscope_cli())
-        .args(["aggregate", "--report-only", "--reports-dir"])
-        .arg(&dir)
-        .arg("--output")
-        .arg(aggregated.path())
-        .output()
-        .unwrap();
-    assert!(one.status.success(), "{}", text(&one.stderr));
-    let mut one_level = report(aggregated.path());
-    for report in [&mut one_level, &mut two_level] {
-        // How it was gathered.
-        let session = report["session"].as_object_mut().unwrap();
-        session.remove("gather_levels");
-        let notices = session["notices"].as_array_mut().unwrap();
-        notices.retain(|n| {
-            !n["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("gathered in two levels")
-        });
-    }
+    let (one_level, two_level) = support::as_one_level(&dir, two_level);
     json::assert_same(&one_level, &two_level, 1e-9, "report");
 }

@@ -106,33 +106,7 @@ fn four_nodes_gather_in_two_levels_and_report_what_one_level_would() {
     );
 
     // One level over the same payloads: every rank's spill file.
-    let aggregated = tempfile::tempdir().unwrap();
-    let one = Command::new(support::rankscope_cli())
-        .args(["aggregate", "--report-only", "--reports-dir"])
-        .arg(&dir)
-        .arg("--output")
-        .arg(aggregated.path())
-        .output()
-        .unwrap();
-    assert!(
-        one.status.success(),
-        "{}",
-        String::from_utf8_lossy(&one.stderr)
-    );
-    let mut one_level = report_in(aggregated.path());
-    let mut two_level = two_level;
-    for report in [&mut one_level, &mut two_level] {
-        // How it was gathered.
-        let session = report["session"].as_object_mut().unwrap();
-        session.remove("gather_levels");
-        let notices = session["notices"].as_array_mut().unwrap();
-        notices.retain(|n| {
-            !n["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("gathered in two levels")
-        });
-    }
+    let (one_level, two_level) = support::as_one_level(&dir, two_level);
     assert_same(&one_level, &two_level, 1e-9, "report");
 }
 

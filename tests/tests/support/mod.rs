@@ -105,3 +105,42 @@ pub fn rankscope_cli() -> std::path::PathBuf {
     );
     cli
 }
+
+/// The one-level report of the spill files in `session_dir` (`rankscope
+/// aggregate --report-only`), and `two_level`, each without what says how
+/// it was gathered (`session.gather_levels`, the notice of what a
+/// two-level gather's rows hold): two reports of the same payloads that
+/// must then be the same.
+#[allow(dead_code)] // the two-level tests use it
+pub fn as_one_level(
+    session_dir: &Path,
+    mut two_level: serde_json::Value,
+) -> (serde_json::Value, serde_json::Value) {
+    let aggregated = tempfile::tempdir().unwrap();
+    let one = Command::new(rankscope_cli())
+        .args(["aggregate", "--report-only", "--reports-dir"])
+        .arg(session_dir)
+        .arg("--output")
+        .arg(aggregated.path())
+        .output()
+        .unwrap();
+    assert!(
+        one.status.success(),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    let text = std::fs::read(aggregated.path().join("report.json")).unwrap();
+    let mut one_level: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    for report in [&mut one_level, &mut two_level] {
+        let session = report["session"].as_object_mut().unwrap();
+        session.remove("gather_levels");
+        let notices = session["notices"].as_array_mut().unwrap();
+        notices.retain(|n| {
+            !n["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("gathered in two levels")
+        });
+    }
+    (one_level, two_level)
+}
