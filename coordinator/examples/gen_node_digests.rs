@@ -1,8 +1,9 @@
 //! Writes the node digests of a synthetic job, for the two-level merge
 //! benchmark (`scripts/bench-merge.sh`): RANKS ranks of the aggregation
 //! benchmark's shape (`gen_payloads`: the same payloads, rank by rank),
-//! PER_NODE to a node, each node's ranks digested and merged as its
-//! leader would, into `DIR/node-NNNNN.rsnd`. Prints a leader's time for its
+//! PER_NODE to a node, each node's digest made by its leader's own code
+//! (`leader_digest`, its busiest rank's payload with it), into
+//! `DIR/node-NNNNN.rsnd`. Prints a leader's time for its
 //! node: its ranks' payloads (as they arrive, encoded) decoded and
 //! digested, merged, and encoded to send.
 //!
@@ -13,7 +14,8 @@ use std::time::Instant;
 
 use rankscope_common::payload::{self, Compression};
 
-use rankscope_coordinator::analysis::{NodeDigest, RankDigest};
+use rankscope_common::Gathered;
+use rankscope_coordinator::analysis::leader_digest;
 use rankscope_coordinator::AnalysisConfig;
 
 #[path = "../tests/support/synthetic.rs"]
@@ -71,14 +73,15 @@ fn write_node(dir: &Path, node: u32, per_node: u32, ranks: u32) -> f64 {
         })
         .collect();
     let start = Instant::now();
-    let config = AnalysisConfig::default();
-    let digests: Vec<RankDigest> = arrived
-        .iter()
-        .map(|bytes| RankDigest::new(&payload::decode(bytes).expect("decodes"), &config))
-        .collect();
-    let mut digest = NodeDigest::new(digests);
-    digest.bucket_for_job();
-    let bytes = digest.encode().expect("encodes");
+    let gathered = Gathered {
+        world_size: ranks,
+        payloads: arrived
+            .iter()
+            .map(|bytes| payload::decode(bytes).expect("decodes"))
+            .collect(),
+        ..Gathered::default()
+    };
+    let bytes = leader_digest(&gathered, &AnalysisConfig::default()).expect("encodes");
     let leader_s = start.elapsed().as_secs_f64();
     std::fs::write(dir.join(format!("node-{node:05}.rsnd")), bytes).expect("writes");
     leader_s

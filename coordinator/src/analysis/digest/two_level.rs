@@ -8,6 +8,7 @@ use rankscope_common::gather::NodeSent;
 use rankscope_common::payload::{self, Compression};
 use rankscope_common::{Gathered, Payload};
 
+use super::node::Bytes;
 use super::{DigestError, NodeDigest, RankDigest};
 use crate::model::SkippedInput;
 use crate::AnalysisConfig;
@@ -39,7 +40,7 @@ pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec
             .iter()
             .find(|p| p.header.rank.rank == rank);
         if let Some(encoded) = busiest.and_then(|p| payload::encode(p, Compression::Zstd).ok()) {
-            node.representatives.push((seconds, rank, encoded));
+            node.representatives.push((seconds, rank, Bytes(encoded)));
         }
     }
     node.bucket_for_job();
@@ -133,7 +134,7 @@ fn holds_rank(node: &NodeDigest, rank: u32) -> bool {
 /// world of `gathered`'s own payloads), by rank.
 pub fn represented_payloads(
     gathered: &Gathered,
-    represented: Vec<(f64, u32, Vec<u8>)>,
+    represented: Vec<(f64, u32, Bytes)>,
 ) -> Vec<Payload> {
     let Some(own) = gathered.payloads.first().map(|p| &p.header) else {
         return Vec::new();
@@ -141,7 +142,7 @@ pub fn represented_payloads(
     let mut payloads: Vec<Payload> = represented
         .into_iter()
         .filter_map(|(_, rank, bytes)| {
-            let payload = payload::decode(&bytes).ok()?;
+            let payload = payload::decode(&bytes.0).ok()?;
             let header = &payload.header;
             let ours = header.rank.rank == rank
                 && header.session.id == own.session.id

@@ -266,7 +266,8 @@ mod tests {
         let mut merged = NodeDigest::default();
         for k in 0..70u32 {
             let mut one = NodeDigest::default();
-            one.representatives.push((f64::from(k), k, Vec::new()));
+            one.representatives
+                .push((f64::from(k), k, Default::default()));
             merged.merge(one);
         }
         let mut kept: Vec<u32> = merged.representatives.iter().map(|r| r.1).collect();
@@ -275,7 +276,7 @@ mod tests {
         assert_eq!(kept, (first..70).collect::<Vec<u32>>());
         // A digest carries one, of a rank it holds.
         let mut two = node();
-        two.representatives = vec![(1.0, 4, Vec::new()), (1.0, 5, Vec::new())];
+        two.representatives = vec![(1.0, 4, Default::default()), (1.0, 5, Default::default())];
         assert!(refused(&two).contains("decoding a node digest"));
     }
 
