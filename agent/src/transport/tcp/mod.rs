@@ -348,8 +348,8 @@ impl TcpTransport {
         match started {
             Ok(server) => self.server = Some(server),
             Err(e) => notice!(
-                "this node's leader cannot take its node's payloads ({e}); they stay in their \
-                 spill files for `rankscope aggregate`"
+                "this node's leader cannot serve its node ({e}); its ranks meet rank 0 \
+                 themselves"
             ),
         }
     }
