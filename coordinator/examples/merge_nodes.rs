@@ -7,6 +7,7 @@
 //!
 //! `cargo run --release -p rankscope-coordinator --example merge_nodes -- DIR [--write OUT]`
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -33,8 +34,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     paths.retain(|p| p.extension().is_some_and(|e| e == "rsnd"));
     paths.sort();
-    let (job, refused) =
-        NodeDigest::decode_all(&paths, |path| std::fs::read(path), |_, _| Ok(()), LIMIT);
+    let (job, refused) = NodeDigest::decode_all(
+        &paths,
+        |path| std::fs::read(path).map(Cow::Owned),
+        |_, _| Ok(()),
+        LIMIT,
+    );
     if let Some((at, e)) = refused.first() {
         return Err(format!("{}: {e}", paths[*at].display()).into());
     }

@@ -6,6 +6,8 @@
 //! a node digest that is damaged or forged is refused with its reason,
 //! and never panics the analysis.
 
+use std::borrow::Cow;
+
 use rankscope_common::gather::NodeSent;
 use rankscope_common::{gather, Gathered, Payload};
 use rankscope_coordinator::analysis::{
@@ -72,7 +74,8 @@ fn both_reports(payloads: Vec<Payload>, config: &AnalysisConfig) -> (Value, Valu
         })
         .collect();
     // As rank 0 reads them.
-    let (merged, refused) = NodeDigest::decode_all(&sent, |b| Ok(b.clone()), |_, _| Ok(()), LIMIT);
+    let (merged, refused) =
+        NodeDigest::decode_all(&sent, |b| Ok(Cow::Borrowed(b)), |_, _| Ok(()), LIMIT);
     assert!(refused.is_empty(), "{refused:?}");
     let rest = Gathered::<()> {
         world_size: gathered.world_size,
@@ -174,7 +177,7 @@ fn damaged_digests_are_refused_with_their_reason() {
     // Among good ones, refused by position; the others merged.
     let (merged, rejected) = NodeDigest::decode_all(
         &[bytes.clone(), b"RSND".to_vec(), bytes.clone()],
-        |b| Ok(b.clone()),
+        |b| Ok(Cow::Borrowed(b)),
         |_, _| Ok(()),
         LIMIT,
     );

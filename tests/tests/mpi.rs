@@ -296,13 +296,7 @@ fn four_simulated_nodes_gather_in_two_levels_over_mpi() {
         session["ranks_reporting"],
         serde_json::json!((0..16).collect::<Vec<u32>>())
     );
-    let leaders: Vec<&serde_json::Value> = session["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| &n["leader"])
-        .collect();
-    assert_eq!(leaders, [0, 4, 8, 12]);
+    assert_eq!(support::node_leaders(&two_level), [0, 4, 8, 12]);
     assert!(
         two_level["stragglers"]
             .as_array()

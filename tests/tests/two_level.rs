@@ -56,13 +56,7 @@ fn four_nodes_gather_in_two_levels_and_report_what_one_level_would() {
         session["ranks_reporting"],
         serde_json::json!((0..16).collect::<Vec<u32>>())
     );
-    let leaders: Vec<&Value> = session["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| &n["leader"])
-        .collect();
-    assert_eq!(leaders, [0, 4, 8, 12]);
+    assert_eq!(support::node_leaders(&two_level), [0, 4, 8, 12]);
     // Every rank's clock offset measured: the other nodes' ranks through
     // their leaders'.
     for rank in two_level["ranks"].as_array().unwrap() {

@@ -426,21 +426,14 @@ fn forward_node(
         .into_iter()
         .map(|(peer, _, bytes)| payload_of(peer, bytes))
         .collect();
-    let own = nodes.answers_for(session.rank, session.world_size);
-    let gathered = super::gathered_by(payload, arrived, session, own);
-    let sent = nodes
-        .digest(&gathered)
-        .map(|digest| send_sized(comm, 0, Sent::NodeDigest, &digest, deadline));
-    match sent {
-        Ok(true) => {}
-        Ok(false) => say!(
+    let Some(digest) = nodes.digest_node(payload, (arrived, Vec::new()), session) else {
+        return;
+    };
+    if !send_sized(comm, 0, Sent::NodeDigest, &digest, deadline) {
+        say!(
             "rank 0 did not take this node's digest in time; its ranks' payloads are in their \
              spill files"
-        ),
-        Err(why) => say!(
-            "this node's digest could not be made ({why}); its ranks' payloads are in their \
-             spill files"
-        ),
+        );
     }
 }
 

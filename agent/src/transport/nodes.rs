@@ -9,7 +9,11 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use rankscope_common::env::RankEnv;
+use rankscope_common::gather::{Candidate, Skipped};
 use rankscope_common::{Config, Gathered};
+
+use super::SessionInfo;
+use crate::notice::say;
 
 /// The most of a gather's time a node leader keeps to digest its node's
 /// payloads and send rank 0 the digest (else a fifth of what is left).
@@ -82,9 +86,32 @@ impl Nodes {
         deadline - (left / 5).min(FORWARD_TIME)
     }
 
+    /// A leader's node digest, encoded: its own `payload` and its node's
+    /// `arrived` payloads (`refused`: those it refused), gathered as
+    /// [`super::gathered_by`] gathers them; `None`, said why, where it
+    /// could not be made (the payloads are in their spill files).
+    pub(crate) fn digest_node(
+        &self,
+        payload: &[u8],
+        (arrived, refused): (Vec<Candidate>, Vec<Skipped>),
+        session: &SessionInfo<'_>,
+    ) -> Option<Vec<u8>> {
+        let own = self.answers_for(session.rank, session.world_size);
+        let mut gathered = super::gathered_by(payload, arrived, session, own);
+        gathered.skipped.extend(refused);
+        self.digest(&gathered)
+            .map_err(|why| {
+                say!(
+                    "this node's digest could not be made ({why}); its ranks' payloads are in \
+                     their spill files"
+                )
+            })
+            .ok()
+    }
+
     /// The node digest of a leader's `gathered` payloads, encoded.
     #[cfg(feature = "report")]
-    pub(crate) fn digest(&self, gathered: &Gathered) -> Result<Vec<u8>, String> {
+    fn digest(&self, gathered: &Gathered) -> Result<Vec<u8>, String> {
         rankscope_coordinator::analysis::leader_digest(gathered, &self.digest_config)
             .map_err(|e| rankscope_common::error::Chain(&e).to_string())
     }
@@ -92,7 +119,7 @@ impl Nodes {
     /// No digest without the coordinator: a build without the `report`
     /// feature gathers in one level ([`Nodes::of`]).
     #[cfg(not(feature = "report"))]
-    pub(crate) fn digest(&self, _gathered: &Gathered) -> Result<Vec<u8>, String> {
+    fn digest(&self, _gathered: &Gathered) -> Result<Vec<u8>, String> {
         Err("this build has no `report` feature".into())
     }
 }

@@ -58,13 +58,23 @@ pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
 /// Analyses everything rank 0 gathered: its payloads, and in a two-level
 /// gather the other nodes' digests (those refused named as skipped inputs).
 pub fn analyze(gathered: &Gathered, config: &AnalysisConfig) -> Report {
-    analyze_with_rows(gathered, config).0
+    analyze_gathered(gathered, config).0
 }
 
 /// [`analyze`], and the payloads of the busiest rank of the nodes the
 /// digests came from (of the [`REPRESENTED_NODES`] busiest), decoded, by
 /// rank: rank 0 writes their rows into the trace and raw/ beside its own.
 pub fn analyze_with_rows(gathered: &Gathered, config: &AnalysisConfig) -> (Report, Vec<Payload>) {
+    let (report, represented) = analyze_gathered(gathered, config);
+    (report, digest::represented_payloads(gathered, represented))
+}
+
+/// [`analyze`], and the busiest ranks' payloads the node digests carried,
+/// still encoded.
+fn analyze_gathered(
+    gathered: &Gathered,
+    config: &AnalysisConfig,
+) -> (Report, Vec<digest::Representative>) {
     let ranks = gathered
         .payloads
         .iter()
@@ -78,8 +88,7 @@ pub fn analyze_with_rows(gathered: &Gathered, config: &AnalysisConfig) -> (Repor
         job.merge(nodes);
         job.add_skipped(refused, 0);
     }
-    let report = analyze_nodes(gathered, [job], config);
-    (report, digest::represented_payloads(gathered, represented))
+    (analyze_nodes(gathered, [job], config), represented)
 }
 
 /// Analyses the payloads gathered as digests ([`RankDigest`]), each made

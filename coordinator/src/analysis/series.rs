@@ -227,18 +227,11 @@ fn drawn_ranks(report: &Report, times: &StageTimes, most: usize) -> Option<BTree
     if report.ranks.len() <= most {
         return None;
     }
+    let busy = times.busy_by_rank();
     let mut busiest: Vec<(f64, u32)> = report
         .ranks
         .iter()
-        .map(|rank| {
-            let total = times
-                .by_name
-                .values()
-                .filter_map(|stage| stage.ranks.get(&rank.rank))
-                .map(|calls| calls.total_s)
-                .sum::<f64>();
-            (total, rank.rank)
-        })
+        .map(|rank| (busy.get(&rank.rank).copied().unwrap_or(0.0), rank.rank))
         .collect();
     busiest.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let stragglers = report.stragglers.iter().map(|s| s.rank);

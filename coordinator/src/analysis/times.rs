@@ -389,6 +389,17 @@ impl StageTimes {
         Ok(())
     }
 
+    /// Each rank's seconds in stages: its totals summed over the stages.
+    pub fn busy_by_rank(&self) -> BTreeMap<u32, f64> {
+        let mut busy: BTreeMap<u32, f64> = BTreeMap::new();
+        for stage in self.by_name.values() {
+            for (&rank, calls) in &stage.ranks {
+                *busy.entry(rank).or_default() += calls.total_s;
+            }
+        }
+        busy
+    }
+
     /// Adds the stages of `rank`.
     pub fn add(&mut self, rank: u32, stages: RankStages) {
         let name = |at: u32| stages.names[at as usize].as_str();

@@ -144,3 +144,14 @@ pub fn as_one_level(
     }
     (one_level, two_level)
 }
+
+/// The leader of each node `report.json`'s session lists, in order.
+#[allow(dead_code)] // the two-level tests use it
+pub fn node_leaders(report: &serde_json::Value) -> Vec<u64> {
+    report["session"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|node| node["leader"].as_u64().unwrap())
+        .collect()
+}

@@ -444,26 +444,16 @@ impl TcpTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) {
-        let members_by = Nodes::members_by(deadline);
-        let (arrived, refused) = match server {
+        let members = match server {
             Some(server) => {
-                let collected = server.finish(members_by);
-                (
-                    collected.payloads.into_values().collect(),
-                    collected.refused,
-                )
+                let collected = server.finish(Nodes::members_by(deadline));
+                let arrived = collected.payloads.into_values().collect();
+                (arrived, collected.refused)
             }
             None => (Vec::new(), Vec::new()),
         };
-        let own = self.answers_for(session.rank, session.world_size);
-        let mut gathered = super::gathered_by(payload, arrived, session, own);
-        gathered.skipped.extend(refused);
-        let digest = match nodes.digest(&gathered) {
-            Ok(digest) => digest,
-            Err(why) => {
-                say!("this node's digest could not be made ({why}); its ranks' payloads are in their spill files");
-                return;
-            }
+        let Some(digest) = nodes.digest_node(payload, members, session) else {
+            return;
         };
         let what = (purpose::NODE_DIGEST, kind::NODE_DIGEST);
         if let Err(why) = self.send(&self.endpoint, session.rank, what, &digest, deadline) {

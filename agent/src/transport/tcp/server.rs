@@ -482,54 +482,29 @@ fn take_payload(
     shared: &Shared,
 ) -> Result<(), ConnectionRefusal> {
     let settings = &shared.settings;
-    if let Some(first) = lock(&shared.collected).payloads.get(&rank) {
-        return Err(ConnectionRefusal::DuplicateRank {
-            rank,
-            first: first.source.clone(),
-        });
-    }
-    let until = Instant::now() + settings.payload_timeout;
-    let (bytes, _held) = read_frame_within(
-        stream,
-        kind::PAYLOAD,
-        settings.max_frame,
-        until,
-        Some(&shared.frames),
-    )?;
-    let payload = payload::decode(&bytes)
-        .map_err(|_| ConnectionRefusal::WrongPayload("it does not decode"))?;
-    let header = &payload.header;
-    if header.rank.rank != rank {
-        return Err(ConnectionRefusal::WrongPayload("it is another rank's"));
-    }
-    if header.session.id != settings.session_id {
-        return Err(ConnectionRefusal::WrongPayload("it is another session's"));
-    }
-    if header.session.run_id.as_deref() != Some(settings.run_id.as_str()) {
-        return Err(ConnectionRefusal::WrongPayload("it is another run's"));
-    }
-    let peer = peer_of(stream);
-    {
-        let mut collected = lock(&shared.collected);
-        if shared.stop.load(Ordering::SeqCst) {
-            return Err(ConnectionRefusal::Late);
+    let payload_of = |bytes: Vec<u8>, peer: String| {
+        let payload = payload::decode(&bytes)
+            .map_err(|_| ConnectionRefusal::WrongPayload("it does not decode"))?;
+        let header = &payload.header;
+        if header.rank.rank != rank {
+            return Err(ConnectionRefusal::WrongPayload("it is another rank's"));
         }
-        if let Some(first) = collected.payloads.get(&rank) {
-            return Err(ConnectionRefusal::DuplicateRank {
-                rank,
-                first: first.source.clone(),
-            });
+        if header.session.id != settings.session_id {
+            return Err(ConnectionRefusal::WrongPayload("it is another session's"));
         }
-        collected.payloads.insert(
-            rank,
-            Candidate {
-                source: format!("rank {rank} over TCP from {peer}"),
-                payload: Ok(payload),
-            },
-        );
-    }
-    shared.arrived.notify_all();
-    Ok(())
+        if header.session.run_id.as_deref() != Some(settings.run_id.as_str()) {
+            return Err(ConnectionRefusal::WrongPayload("it is another run's"));
+        }
+        Ok(Candidate {
+            source: format!("rank {rank} over TCP from {peer}"),
+            payload: Ok(payload),
+        })
+    };
+    let kept = Kept {
+        slot: |collected| &mut collected.payloads,
+        source: |candidate| candidate.source.as_str(),
+    };
+    take_frame(stream, (rank, kind::PAYLOAD), shared, kept, payload_of)
 }
 
 /// Reads node leader `leader`'s digest and keeps it, the first it sent,
@@ -540,55 +515,79 @@ fn take_node_digest(
     leader: u32,
     shared: &Shared,
 ) -> Result<(), ConnectionRefusal> {
-    let settings = &shared.settings;
-    let Some(ranks) = settings.node_of(leader) else {
+    let Some(ranks) = shared.settings.node_of(leader) else {
         return Err(ConnectionRefusal::NotHere {
             rank: leader,
             what: "node digest",
         });
     };
-    let duplicate = |collected: &Collected| {
-        collected
-            .nodes
-            .get(&leader)
+    let digest_of = |bytes: Vec<u8>, peer: String| {
+        let source = format!(
+            "node digest of rank {leader} (ranks {}..{}) over TCP from {peer}",
+            ranks.start, ranks.end
+        );
+        Ok(NodeSent {
+            source,
+            leader,
+            ranks,
+            bytes,
+        })
+    };
+    let kept = Kept {
+        slot: |collected| &mut collected.nodes,
+        source: |node| node.source.as_str(),
+    };
+    take_frame(stream, (leader, kind::NODE_DIGEST), shared, kept, digest_of)
+}
+
+/// Where [`take_frame`] keeps what it took: `slot` picks the map of what
+/// was collected, by sender; `source` says where a kept one came from.
+struct Kept<T> {
+    slot: fn(&mut Collected) -> &mut BTreeMap<u32, T>,
+    source: fn(&T) -> &str,
+}
+
+/// Reads `sender`'s frame of `kind` and keeps what `make` makes of it and
+/// its peer's address, where `kept` says: the first `sender` sent, before
+/// the gather stopped.
+fn take_frame<T>(
+    stream: &mut TcpStream,
+    (sender, kind): (u32, u8),
+    shared: &Shared,
+    kept: Kept<T>,
+    make: impl FnOnce(Vec<u8>, String) -> Result<T, ConnectionRefusal>,
+) -> Result<(), ConnectionRefusal> {
+    let duplicate = |collected: &mut Collected| {
+        (kept.slot)(collected)
+            .get(&sender)
             .map(|first| ConnectionRefusal::DuplicateRank {
-                rank: leader,
-                first: first.source.clone(),
+                rank: sender,
+                first: (kept.source)(first).to_string(),
             })
     };
-    if let Some(refusal) = duplicate(&lock(&shared.collected)) {
+    if let Some(refusal) = duplicate(&mut lock(&shared.collected)) {
         return Err(refusal);
     }
+    let settings = &shared.settings;
     let until = Instant::now() + settings.payload_timeout;
+    // The frame's bytes count against the budget until it is kept.
     let (bytes, _held) = read_frame_within(
         stream,
-        kind::NODE_DIGEST,
+        kind,
         settings.max_frame,
         until,
         Some(&shared.frames),
     )?;
-    let peer = peer_of(stream);
+    let taken = make(bytes, peer_of(stream))?;
     {
         let mut collected = lock(&shared.collected);
         if shared.stop.load(Ordering::SeqCst) {
             return Err(ConnectionRefusal::Late);
         }
-        if let Some(refusal) = duplicate(&collected) {
+        if let Some(refusal) = duplicate(&mut collected) {
             return Err(refusal);
         }
-        let source = format!(
-            "node digest of rank {leader} (ranks {}..{}) over TCP from {peer}",
-            ranks.start, ranks.end
-        );
-        collected.nodes.insert(
-            leader,
-            NodeSent {
-                source,
-                leader,
-                ranks,
-                bytes,
-            },
-        );
+        (kept.slot)(&mut collected).insert(sender, taken);
     }
     shared.arrived.notify_all();
     Ok(())

@@ -25,6 +25,7 @@ mod wire;
 
 use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimeline};
 pub use node::NodeDigest;
+pub(in crate::analysis) use node::Representative;
 pub use node::REPRESENTED_NODES;
 pub use two_level::{accept_nodes, leader_digest, represented_payloads, NODE_DIGEST_LIMIT};
 pub use wire::DigestError;

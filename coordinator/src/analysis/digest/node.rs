@@ -1,5 +1,6 @@
 //! The digest of a set of ranks, their stage calls merged.
 
+use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use rankscope_common::gather::MAX_LISTED_SKIPPED;
@@ -38,8 +39,12 @@ pub struct NodeDigest {
     /// stages, where a straggler shows), as `(seconds, rank, encoded
     /// payload)`; merged, those of the [`REPRESENTED_NODES`] busiest.
     #[serde(deserialize_with = "at_most::<_, _, 1>")]
-    pub(in crate::analysis) representatives: Vec<(f64, u32, Bytes)>,
+    pub(in crate::analysis) representatives: Vec<Representative>,
 }
+
+/// A node's busiest rank, for the trace and raw/: its seconds in stages,
+/// the rank, and its payload, encoded.
+pub type Representative = (f64, u32, Bytes);
 
 /// Bytes that travel as one run of bytes, not as a list of numbers (a
 /// payload of 70 KB decodes in one copy rather than 70,000 calls).
@@ -164,13 +169,9 @@ impl NodeDigest {
     /// The busiest of its ranks, the most seconds in stages, and those
     /// seconds; `None` for a digest of no stage.
     pub(in crate::analysis) fn busiest(&self) -> Option<(f64, u32)> {
-        let mut busy: std::collections::BTreeMap<u32, f64> = Default::default();
-        for stage in self.stages.by_name.values() {
-            for (&rank, calls) in &stage.ranks {
-                *busy.entry(rank).or_default() += calls.total_s;
-            }
-        }
-        busy.into_iter()
+        self.stages
+            .busy_by_rank()
+            .into_iter()
             .map(|(rank, seconds)| (seconds, rank))
             .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
     }
@@ -187,6 +188,14 @@ impl NodeDigest {
             .saturating_add(over);
     }
 
+    /// Whether it holds `rank` (its ranks in rank order, as a merge leaves
+    /// them once sorted and a decoded digest is checked to have them).
+    pub(in crate::analysis) fn holds(&self, rank: u32) -> bool {
+        self.ranks
+            .binary_search_by_key(&rank, |digest| digest.header.rank.rank)
+            .is_ok()
+    }
+
     /// Puts the ranks, and the ranks refused, in rank order.
     pub fn sort(&mut self) {
         self.ranks.sort_by_key(|digest| digest.header.rank.rank);
@@ -194,14 +203,15 @@ impl NodeDigest {
     }
 
     /// The digests of `sources` (the bytes of each, as
-    /// [`NodeDigest::encode`] writes them, from `bytes_of`; unpacked to at
+    /// [`NodeDigest::encode`] writes them, from `bytes_of`: read, or
+    /// borrowed where the source holds them; unpacked to at
     /// most `limit` bytes) decoded, checked by `check` and merged, on every
     /// core: each thread reads, decodes and merges its share one digest at
     /// a time, then the shares are merged. Those refused are returned by
     /// position, with why.
     pub fn decode_all<S: Sync>(
         sources: &[S],
-        bytes_of: impl Fn(&S) -> std::io::Result<Vec<u8>> + Sync,
+        bytes_of: impl for<'s> Fn(&'s S) -> std::io::Result<Cow<'s, [u8]>> + Sync,
         check: impl Fn(&S, &NodeDigest) -> Result<(), String> + Sync,
         limit: usize,
     ) -> (NodeDigest, Vec<(usize, DigestError)>) {

@@ -4,11 +4,13 @@
 //! be of this session and run and to hold only ranks of its leader's node.
 
 use rankscope_common::error::Chain;
+use std::borrow::Cow;
+
 use rankscope_common::gather::NodeSent;
 use rankscope_common::payload::{self, Compression};
 use rankscope_common::{Gathered, Payload};
 
-use super::node::Bytes;
+use super::node::{Bytes, Representative};
 use super::{DigestError, NodeDigest, RankDigest};
 use crate::model::SkippedInput;
 use crate::AnalysisConfig;
@@ -101,14 +103,14 @@ pub fn accept_nodes(
             }
         }
         let represented = node.representatives.iter().map(|&(_, rank, _)| rank);
-        if let Some(rank) = represented.into_iter().find(|r| !holds_rank(node, *r)) {
+        if let Some(rank) = represented.into_iter().find(|&r| !node.holds(r)) {
             return Err(format!("its busiest rank {rank} is not one it holds"));
         }
         Ok(())
     };
     let (merged, refused) = NodeDigest::decode_all(
         &gathered.nodes,
-        |sent| Ok(sent.bytes.clone()),
+        |sent| Ok(Cow::Borrowed(&sent.bytes)),
         check,
         NODE_DIGEST_LIMIT,
     );
@@ -122,20 +124,10 @@ pub fn accept_nodes(
     (merged, refused)
 }
 
-/// Whether `node` holds `rank`.
-fn holds_rank(node: &NodeDigest, rank: u32) -> bool {
-    node.ranks
-        .binary_search_by_key(&rank, |digest| digest.header.rank.rank)
-        .is_ok()
-}
-
 /// The payloads of the busiest ranks the accepted node digests carried
 /// (`represented`), decoded, those of this job alone (the session, run and
 /// world of `gathered`'s own payloads), by rank.
-pub fn represented_payloads(
-    gathered: &Gathered,
-    represented: Vec<(f64, u32, Bytes)>,
-) -> Vec<Payload> {
+pub fn represented_payloads(gathered: &Gathered, represented: Vec<Representative>) -> Vec<Payload> {
     let Some(own) = gathered.payloads.first().map(|p| &p.header) else {
         return Vec::new();
     };

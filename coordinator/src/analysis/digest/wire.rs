@@ -108,11 +108,14 @@ impl NodeDigest {
     /// tables of those ranks alone; each rank's parts its own, with
     /// finite numbers where the analysis adds them up.
     fn check(&self) -> Result<(), String> {
-        let ranks: Vec<u32> = self.ranks.iter().map(|d| d.header.rank.rank).collect();
-        if !ranks.windows(2).all(|w| w[0] < w[1]) {
+        let in_order = self
+            .ranks
+            .windows(2)
+            .all(|w| w[0].header.rank.rank < w[1].header.rank.rank);
+        if !in_order {
             return Err("its ranks are not each once, in order".into());
         }
-        let holds = |rank: u32| ranks.binary_search(&rank).is_ok();
+        let holds = |rank: u32| self.holds(rank);
         self.stages.is_whole(holds)?;
         if self.refused.iter().any(|&(rank, _)| !holds(rank)) {
             return Err("a refused stage table of a rank it does not hold".into());
