@@ -238,9 +238,10 @@ fn a_torchrun_restart_under_the_same_run_id_gives_a_new_report() {
 #[test]
 fn a_port_in_use_falls_back_to_the_session_directory() {
     let out = tempfile::tempdir().unwrap();
-    let port = free_port();
-    // Someone else listens where rank 0 would.
-    let _squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // Someone else listens where rank 0 would: a port the system hands out,
+    // held from the start, so no other process can take it first.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = squatter.local_addr().unwrap().port();
     // Rank 1 gives up on the rendezvous soon; rank 0 waits longer for its file.
     let ranks: Vec<Child> = [(0, "30"), (1, "2")]
         .into_iter()
