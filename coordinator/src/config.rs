@@ -24,6 +24,9 @@ pub struct AnalysisConfig {
     pub max_world_size: u32,
     /// Stage spans written into `trace.json.gz` (`trace_max_stages`).
     pub trace_max_stages: u64,
+    /// Ranks whose rows the trace and raw/ hold in a two-level gather too
+    /// (`trace_ranks`).
+    pub trace_ranks: Vec<u32>,
 }
 
 impl From<&Config> for AnalysisConfig {
@@ -50,6 +53,7 @@ impl From<&Config> for AnalysisConfig {
             max_data_points: config.max_data_points,
             max_world_size: config.max_world_size,
             trace_max_stages: config.trace_max_stages,
+            trace_ranks: config.trace_ranks.clone(),
         }
     }
 }

@@ -16,8 +16,9 @@ mod support;
 use json::assert_same;
 
 /// Runs `rankscope launch --nodes 4 -n 16` of the agent-only rank program
-/// with `args`, writing into `out`, its gather given `timeout_s`.
-fn launch(out: &Path, timeout_s: &str, args: &[&str]) -> Output {
+/// with `args` and the `RANKSCOPE_*` variables of `envs`, writing into
+/// `out`, its gather given `timeout_s`.
+fn launch(out: &Path, timeout_s: &str, args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut launch = Command::new(support::rankscope_cli());
     for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RANKSCOPE_")) {
         launch.env_remove(key);
@@ -29,8 +30,26 @@ fn launch(out: &Path, timeout_s: &str, args: &[&str]) -> Output {
         .env("RANKSCOPE_OUTPUT_DIR", out)
         .env("RANKSCOPE_GPU_SOURCE", "none")
         .env("RANKSCOPE_GATHER_TIMEOUT_S", timeout_s)
+        .envs(envs.iter().copied())
         .output()
         .unwrap()
+}
+
+/// The ranks with rows in raw/'s stage table `path`, each once, in order.
+fn stage_rows_ranks(path: &Path) -> Vec<u32> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt32Type;
+    let file = std::fs::File::open(path).unwrap();
+    let mut ranks: Vec<u32> = arrow_ipc::reader::FileReader::try_new(file, None)
+        .unwrap()
+        .flat_map(|batch| {
+            let batch = batch.unwrap();
+            let column = batch.column_by_name("rank").unwrap();
+            column.as_primitive::<UInt32Type>().values().to_vec()
+        })
+        .collect();
+    ranks.dedup();
+    ranks
 }
 
 /// The report.json in `dir`.
@@ -41,7 +60,14 @@ fn report_in(dir: &Path) -> Value {
 #[test]
 fn four_nodes_gather_in_two_levels_and_report_what_one_level_would() {
     let out = tempfile::tempdir().unwrap();
-    let run = launch(out.path(), "60", &["--steps", "6", "--slow-rank", "9"]);
+    // Ranks 6 and 13, of nodes 1 and 3, named to trace.
+    let traced = [("RANKSCOPE_TRACE_RANKS", "6,13")];
+    let run = launch(
+        out.path(),
+        "60",
+        &["--steps", "6", "--slow-rank", "9"],
+        &traced,
+    );
     assert!(
         run.status.success(),
         "{}",
@@ -62,18 +88,15 @@ fn four_nodes_gather_in_two_levels_and_report_what_one_level_would() {
     for rank in two_level["ranks"].as_array().unwrap() {
         assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
     }
-    // What trace.json.gz and raw/ hold, said: rank 0's node, and the
-    // busiest rank of every other (node 2's: the slow rank 9).
+    // What trace.json.gz and raw/ hold, said: rank 0's node, the busiest
+    // rank of every other (node 2's: the slow rank 9) and the ranks named.
     let notices = session["notices"].as_array().unwrap();
-    assert!(
-        notices
-            .iter()
-            .any(|n| n["message"].as_str().unwrap().contains(
-                "hold the ranks whose payloads rank 0 took itself (0-3) and the busiest rank of 3 \
-             other node(s)"
-            )),
-        "{notices:?}"
-    );
+    let rows = notices
+        .iter()
+        .filter_map(|n| n["message"].as_str())
+        .find(|m| m.contains("hold the ranks whose payloads rank 0 took itself (0-3) and "))
+        .unwrap_or_else(|| panic!("{notices:?}"));
+    assert!(rows.contains("`trace_ranks` names"), "{rows}");
     let trace =
         flate2::read::GzDecoder::new(std::fs::File::open(dir.join("trace.json.gz")).unwrap());
     let trace: Value = serde_json::from_reader(trace).unwrap();
@@ -84,11 +107,26 @@ fn four_nodes_gather_in_two_levels_and_report_what_one_level_would() {
         .filter(|e| e["name"] == "process_name")
         .map(|e| e["args"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(processes.len(), 4 + 3, "{processes:?}");
+    // Node 0's four ranks, one busiest rank of each other node, and the
+    // two named where they are not their node's busiest.
     assert!(
-        processes.contains(&"rank 9 @ simulated-node-2"),
+        (4 + 3..=4 + 3 + 2).contains(&processes.len()),
         "{processes:?}"
     );
+    for rank in [
+        "rank 9 @ simulated-node-2",
+        "rank 6 @ simulated-node-1",
+        "rank 13 @ simulated-node-3",
+    ] {
+        assert!(processes.contains(&rank), "{rank} in {processes:?}");
+    }
+    let raw_ranks = stage_rows_ranks(&dir.join("raw/stages.arrow"));
+    for rank in [6, 9, 13] {
+        assert!(
+            raw_ranks.contains(&rank),
+            "rank {rank} in raw/: {raw_ranks:?}"
+        );
+    }
     assert!(
         two_level["stragglers"]
             .as_array()
@@ -109,7 +147,7 @@ fn a_dead_leader_and_a_dead_rank_are_named_missing_by_the_deadline() {
     // Rank 4 leads node 1, and rank 10 is a rank of node 2 (led by 8).
     for (dead, missing) in [(4, vec![4, 5, 6, 7]), (10, vec![10])] {
         let out = tempfile::tempdir().unwrap();
-        let run = launch(out.path(), "8", &["--exit-rank", &dead.to_string()]);
+        let run = launch(out.path(), "8", &["--exit-rank", &dead.to_string()], &[]);
         assert!(!run.status.success(), "rank {dead} died");
         let dir = support::only_session_dir(out.path());
         let report = report_in(&dir);

@@ -1,7 +1,7 @@
 //! The table of numeric keys, each with its range, and the validation of a
 //! configuration against it.
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, MAX_TRACE_RANKS};
 
 impl Config {
     /// Checks every numeric key against its range ([`NUMERIC_KEYS`]).
@@ -12,6 +12,15 @@ impl Config {
                 reason: "`window_every_s` and `window_every_steps` are both set: windows \
                          come one way, by steps or by seconds"
                     .into(),
+            });
+        }
+        if self.trace_ranks.len() > MAX_TRACE_RANKS {
+            return Err(ConfigError::Invalid {
+                key: "trace_ranks",
+                reason: format!(
+                    "`trace_ranks` names {} ranks, past the {MAX_TRACE_RANKS} allowed",
+                    self.trace_ranks.len()
+                ),
             });
         }
         if self.flush_interval_s > 0.0 && self.flush_interval_s < 0.05 {

@@ -239,6 +239,14 @@ fn env_candidates(value: &str) -> Vec<Value> {
     if let Ok(number) = value.trim().parse::<f64>() {
         out.push(Value::from(number));
     }
+    // A list of whole numbers (`trace_ranks: 3,17`); none for an empty value.
+    let items: Result<Vec<u64>, _> = match value.trim() {
+        "" => Ok(Vec::new()),
+        list => list.split(',').map(|item| item.trim().parse()).collect(),
+    };
+    if let Ok(items) = items {
+        out.push(Value::from(items));
+    }
     out.push(Value::String(value.to_string()));
     out.push(Value::String(value.trim().to_lowercase()));
     out
@@ -280,7 +288,7 @@ fn read_file(path: &Path) -> Result<Map<String, Value>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TransportKind;
+    use crate::config::{TransportKind, MAX_TRACE_RANKS};
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -350,9 +358,29 @@ mod tests {
                 ("RANKSCOPE_MAX_DATA_POINTS", "10"),
                 ("RANKSCOPE_SIMULATED_HOT_RANK", "2"),
                 ("RANKSCOPE_CLOCK_SHIFT_NS", "-5"),
+                ("RANKSCOPE_TRACE_RANKS", "3, 17,40"),
             ]),
         )
         .unwrap();
+        assert_eq!(config.trace_ranks, [3, 17, 40], "a list");
+        let one = Config::load(None, env(&[("RANKSCOPE_TRACE_RANKS", "9")])).unwrap();
+        assert_eq!(one.trace_ranks, [9], "a list of one");
+        let none = Config::load(None, env(&[("RANKSCOPE_TRACE_RANKS", "")])).unwrap();
+        assert!(none.trace_ranks.is_empty(), "an empty list");
+        let many = (0..=MAX_TRACE_RANKS)
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>();
+        let err = Config::load(None, env(&[("RANKSCOPE_TRACE_RANKS", &many.join(","))]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("RANKSCOPE_TRACE_RANKS") && err.contains("256"),
+            "{err}"
+        );
+        let err = Config::load(None, env(&[("RANKSCOPE_TRACE_RANKS", "3,x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("RANKSCOPE_TRACE_RANKS=\"3,x\""), "{err}");
         assert_eq!(config.clock_shift_ns, -5, "a negative number");
         assert!(!config.enabled);
         assert_eq!(config.output_dir, PathBuf::from("/tmp/out"));

@@ -17,6 +17,7 @@ pub use diagnostics::{unknown_variables, UnknownVariable};
 pub use keys::{NumericKey, NUMERIC_KEYS};
 pub use types::{
     Config, DisplayRanks, GpuSourceKind, GpuTiming, Preset, TorchActivities, TransportKind,
+    MAX_TRACE_RANKS,
 };
 
 /// An underlying error of a configuration file: YAML, TOML or JSON.

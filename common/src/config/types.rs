@@ -93,6 +93,10 @@ pub enum DisplayRanks {
     All,
 }
 
+/// The most ranks `trace_ranks` may name: their payloads travel whole to
+/// rank 0 beside the node digests.
+pub const MAX_TRACE_RANKS: usize = 256;
+
 /// Every setting of the agent and the coordinator. Each key can be set in a
 /// file or as `RANKSCOPE_<KEY>` (upper case) in the environment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +238,11 @@ pub struct Config {
     /// blocks, events, snapshots): the first this many of each (in time
     /// order); the report says how many more there were.
     pub trace_max_stages: u64,
+    /// Ranks whose rows `trace.json.gz` and raw/ hold whatever the scale:
+    /// in a two-level gather, where they hold rank 0's node and each other
+    /// node's busiest rank, each of these ranks' leaders sends its payload
+    /// too (at most [`MAX_TRACE_RANKS`]; `RANKSCOPE_TRACE_RANKS=3,17`).
+    pub trace_ranks: Vec<u32>,
     /// GPU `memory_pressure`: peak memory at least this share of the total, %.
     pub gpu_memory_pressure_pct: f64,
     /// GPU `thermal_throttling`: thermal reason bits in at least this share
@@ -338,6 +347,7 @@ impl Config {
             straggler_min_s: 0.01,
             warmup_calls: 0,
             trace_max_stages: 5_000,
+            trace_ranks: Vec::new(),
             gpu_memory_pressure_pct: 90.0,
             gpu_thermal_readings_pct: 10.0,
             gpu_thermal_temp_c: 85.0,

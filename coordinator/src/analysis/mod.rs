@@ -62,19 +62,20 @@ pub fn analyze(gathered: &Gathered, config: &AnalysisConfig) -> Report {
 }
 
 /// [`analyze`], and the payloads of the busiest rank of the nodes the
-/// digests came from (of the [`REPRESENTED_NODES`] busiest), decoded, by
-/// rank: rank 0 writes their rows into the trace and raw/ beside its own.
+/// digests came from (of the [`REPRESENTED_NODES`] busiest) and of the
+/// ranks `trace_ranks` names, decoded, by rank: rank 0 writes their rows
+/// into the trace and raw/ beside its own.
 pub fn analyze_with_rows(gathered: &Gathered, config: &AnalysisConfig) -> (Report, Vec<Payload>) {
     let (report, represented) = analyze_gathered(gathered, config);
     (report, digest::represented_payloads(gathered, represented))
 }
 
-/// [`analyze`], and the busiest ranks' payloads the node digests carried,
-/// still encoded.
+/// [`analyze`], and the payloads the node digests carried (their busiest
+/// ranks' and those to trace), still encoded, as `(rank, payload)`.
 fn analyze_gathered(
     gathered: &Gathered,
     config: &AnalysisConfig,
-) -> (Report, Vec<digest::Representative>) {
+) -> (Report, Vec<(u32, digest::Bytes)>) {
     let ranks = gathered
         .payloads
         .iter()
@@ -84,7 +85,12 @@ fn analyze_gathered(
     let mut represented = Vec::new();
     if !gathered.nodes.is_empty() {
         let (mut nodes, refused) = digest::accept_nodes(gathered, config);
-        represented = std::mem::take(&mut nodes.representatives);
+        let busiest = std::mem::take(&mut nodes.representatives);
+        represented = busiest
+            .into_iter()
+            .map(|(_, rank, bytes)| (rank, bytes))
+            .collect();
+        represented.append(&mut nodes.traced);
         job.merge(nodes);
         job.add_skipped(refused, 0);
     }
@@ -125,6 +131,7 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         skipped_unlisted,
         analysed_under: _,
         representatives: _,
+        traced: _,
     } = job;
     skipped.extend(skipped_by_leaders);
     if skipped_unlisted > 0 {

@@ -83,8 +83,9 @@ pub fn report(
 }
 
 /// What a two-level gather's rows hold: the payloads rank 0 gathered
-/// itself (its node's), and the busiest rank of each other node
-/// (`represented`, of the busiest nodes), as their leaders send digests.
+/// itself (its node's), and of the other nodes, whose leaders send
+/// digests, those they carried (`represented`: each node's busiest rank,
+/// of the busiest nodes, and the ranks `trace_ranks` names).
 fn rows_of_two_levels(gathered: &Gathered, represented: &[Payload]) -> Notice {
     let ranks = |payloads: &[Payload]| {
         let ranks: Vec<u32> = payloads.iter().map(|p| p.header.rank.rank).collect();
@@ -93,9 +94,10 @@ fn rows_of_two_levels(gathered: &Gathered, represented: &[Payload]) -> Notice {
     Notice {
         message: format!(
             "gathered in two levels: {TRACE_JSON_GZ} and raw/ hold the ranks whose payloads \
-             rank 0 took itself ({}) and the busiest rank of {} other node(s) ({}; of the {} \
-             busiest at most); every rank's data is in its spill file in the session \
-             directory, of which `rankscope aggregate` writes both for every rank",
+             rank 0 took itself ({}) and {} rank(s) of the other nodes ({}: each node's busiest \
+             rank, of the {} busiest nodes at most, and those `trace_ranks` names); every \
+             rank's data is in its spill file in the session directory, of which `rankscope \
+             aggregate` writes both for every rank",
             ranks(&gathered.payloads),
             represented.len(),
             ranks(represented),

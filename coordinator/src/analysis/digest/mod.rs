@@ -24,8 +24,8 @@ mod two_level;
 mod wire;
 
 use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimeline};
+pub(in crate::analysis) use node::Bytes;
 pub use node::NodeDigest;
-pub(in crate::analysis) use node::Representative;
 pub use node::REPRESENTED_NODES;
 pub use two_level::{accept_nodes, leader_digest, represented_payloads, NODE_DIGEST_LIMIT};
 pub use wire::DigestError;

@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::marker::PhantomData;
 
+use rankscope_common::config::MAX_TRACE_RANKS;
 use rankscope_common::gather::MAX_LISTED_SKIPPED;
 use serde::de::{self, Deserializer, SeqAccess};
 use serde::{Deserialize, Serialize};
@@ -40,6 +41,10 @@ pub struct NodeDigest {
     /// payload)`; merged, those of the [`REPRESENTED_NODES`] busiest.
     #[serde(deserialize_with = "at_most::<_, _, 1>")]
     pub(in crate::analysis) representatives: Vec<Representative>,
+    /// The payloads of its ranks named by `trace_ranks`, each kept
+    /// whatever the merge, as `(rank, encoded payload)`.
+    #[serde(deserialize_with = "at_most::<_, _, MAX_TRACE_RANKS>")]
+    pub(in crate::analysis) traced: Vec<(u32, Bytes)>,
 }
 
 /// A node's busiest rank, for the trace and raw/: its seconds in stages,
@@ -164,6 +169,7 @@ impl NodeDigest {
                 .sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             self.representatives.truncate(REPRESENTED_NODES);
         }
+        self.traced.extend(other.traced);
     }
 
     /// The busiest of its ranks, the most seconds in stages, and those

@@ -10,7 +10,7 @@ use rankscope_common::gather::NodeSent;
 use rankscope_common::payload::{self, Compression};
 use rankscope_common::{Gathered, Payload};
 
-use super::node::{Bytes, Representative};
+use super::node::Bytes;
 use super::{DigestError, NodeDigest, RankDigest};
 use crate::model::SkippedInput;
 use crate::AnalysisConfig;
@@ -21,8 +21,9 @@ pub const NODE_DIGEST_LIMIT: usize = 64 << 20;
 
 /// The digest a node leader sends rank 0: the payloads it `gathered` (its
 /// own and its node's), digested under `config` and merged, with the
-/// inputs it refused, readied to travel ([`NodeDigest::bucket_for_job`]),
-/// encoded.
+/// inputs it refused, its busiest rank's payload and those of its ranks
+/// `config` names to trace, readied to travel
+/// ([`NodeDigest::bucket_for_job`]), encoded.
 pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec<u8>, DigestError> {
     let digests: Vec<RankDigest> = gathered
         .payloads
@@ -36,15 +37,27 @@ pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec
     });
     node.add_skipped(skipped.collect(), 0);
     node.analysed_under = format!("{config:?}");
-    if let Some((seconds, rank)) = node.busiest() {
-        let busiest = gathered
+    let encoded = |rank: u32| {
+        let payload = gathered
             .payloads
             .iter()
-            .find(|p| p.header.rank.rank == rank);
-        if let Some(encoded) = busiest.and_then(|p| payload::encode(p, Compression::Zstd).ok()) {
-            node.representatives.push((seconds, rank, Bytes(encoded)));
+            .find(|p| p.header.rank.rank == rank)?;
+        payload::encode(payload, Compression::Zstd).ok().map(Bytes)
+    };
+    let busiest = node.busiest();
+    if let Some((seconds, rank)) = busiest {
+        if let Some(bytes) = encoded(rank) {
+            node.representatives.push((seconds, rank, bytes));
         }
     }
+    let mut traced: Vec<u32> = config.trace_ranks.clone();
+    traced.sort_unstable();
+    traced.dedup();
+    traced.retain(|&rank| node.holds(rank) && Some(rank) != busiest.map(|b| b.1));
+    node.traced = traced
+        .into_iter()
+        .filter_map(|rank| Some((rank, encoded(rank)?)))
+        .collect();
     node.bucket_for_job();
     node.encode()
 }
@@ -74,7 +87,7 @@ pub fn accept_nodes(
         if node.analysed_under != analysed_under {
             return Err(
                 "it was digested under other analysis settings (warm-up calls, straggler or \
-                 bottleneck thresholds) than rank 0's"
+                 bottleneck thresholds, ranks to trace) than rank 0's"
                     .into(),
             );
         }
@@ -106,6 +119,16 @@ pub fn accept_nodes(
         if let Some(rank) = represented.into_iter().find(|&r| !node.holds(r)) {
             return Err(format!("its busiest rank {rank} is not one it holds"));
         }
+        let traced: Vec<u32> = node.traced.iter().map(|&(rank, _)| rank).collect();
+        if !traced.is_sorted_by(|a, b| a < b) {
+            return Err("the payloads it carries to trace are not each once in rank order".into());
+        }
+        let unasked = |rank: &&u32| !node.holds(**rank) || !config.trace_ranks.contains(rank);
+        if let Some(rank) = traced.iter().find(unasked) {
+            return Err(format!(
+                "it carries the payload of rank {rank}, not one of its own that `trace_ranks` names"
+            ));
+        }
         Ok(())
     };
     let (merged, refused) = NodeDigest::decode_all(
@@ -124,16 +147,20 @@ pub fn accept_nodes(
     (merged, refused)
 }
 
-/// The payloads of the busiest ranks the accepted node digests carried
-/// (`represented`), decoded, those of this job alone (the session, run and
-/// world of `gathered`'s own payloads), by rank.
-pub fn represented_payloads(gathered: &Gathered, represented: Vec<Representative>) -> Vec<Payload> {
+/// The payloads the accepted node digests carried (`represented`: their
+/// busiest ranks' and those `trace_ranks` names, as `(rank, payload)`),
+/// decoded, those of this job alone (the session, run and world of
+/// `gathered`'s own payloads), by rank, each once.
+pub fn represented_payloads(
+    gathered: &Gathered,
+    represented: impl IntoIterator<Item = (u32, Bytes)>,
+) -> Vec<Payload> {
     let Some(own) = gathered.payloads.first().map(|p| &p.header) else {
         return Vec::new();
     };
     let mut payloads: Vec<Payload> = represented
         .into_iter()
-        .filter_map(|(_, rank, bytes)| {
+        .filter_map(|(rank, bytes)| {
             let payload = payload::decode(&bytes.0).ok()?;
             let header = &payload.header;
             let ours = header.rank.rank == rank
@@ -144,5 +171,99 @@ pub fn represented_payloads(gathered: &Gathered, represented: Vec<Representative
         })
         .collect();
     payloads.sort_by_key(|p| p.header.rank.rank);
+    payloads.dedup_by_key(|p| p.header.rank.rank);
     payloads
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::times::tests::rank_with_stages;
+    use super::*;
+
+    /// Rank `rank` of a world of 8, `seconds` in one call of `decode`.
+    fn payload(rank: u32, seconds: f64) -> Payload {
+        let mut payload = rank_with_stages(rank, &[(1, None, "decode", 0.0, seconds)]);
+        payload.header.rank.world_size = 8;
+        payload
+    }
+
+    /// Rank 0's node (ranks 0 to 3) and the digest of node 1 (ranks 4 to
+    /// 7, rank 7 the busiest), read back and changed by `forge`, as rank 0
+    /// gathers them.
+    fn gathered(leader: &AnalysisConfig, forge: impl FnOnce(&mut NodeDigest)) -> Gathered {
+        let node = Gathered {
+            world_size: 8,
+            payloads: (4..8).map(|r| payload(r, f64::from(r))).collect(),
+            ..Gathered::default()
+        };
+        let mut digest =
+            NodeDigest::decode(&leader_digest(&node, leader).unwrap(), 1 << 20).unwrap();
+        forge(&mut digest);
+        let mut gathered = Gathered {
+            world_size: 8,
+            payloads: (0..4).map(|r| payload(r, 1.0)).collect(),
+            missing: (4..8).collect(),
+            ..Gathered::default()
+        };
+        gathered.add_nodes(vec![NodeSent {
+            source: "node digest of rank 4".into(),
+            leader: 4,
+            ranks: 4..8,
+            bytes: digest.encode().unwrap(),
+        }]);
+        gathered
+    }
+
+    /// The ranks whose payloads a digest of `gathered` carried, and why
+    /// its digest was refused, if it was.
+    fn carried(gathered: &Gathered, config: &AnalysisConfig) -> (Vec<u32>, Option<String>) {
+        let (mut node, refused) = accept_nodes(gathered, config);
+        let busiest = node.representatives.drain(..).map(|(_, r, b)| (r, b));
+        let carried = represented_payloads(gathered, busiest.chain(node.traced));
+        let ranks = carried.iter().map(|p| p.header.rank.rank).collect();
+        (ranks, refused.first().map(|s| s.reason.clone()))
+    }
+
+    #[test]
+    fn ranks_named_to_trace_travel_beside_the_busiest() {
+        let config = AnalysisConfig::default();
+        assert_eq!(
+            carried(&gathered(&config, |_| ()), &config),
+            (vec![7], None)
+        );
+        let named = AnalysisConfig {
+            trace_ranks: vec![5, 7, 12],
+            ..AnalysisConfig::default()
+        };
+        assert_eq!(
+            carried(&gathered(&named, |_| ()), &named),
+            (vec![5, 7], None)
+        );
+    }
+
+    #[test]
+    fn a_digest_carrying_ranks_not_named_is_refused() {
+        let named = AnalysisConfig {
+            trace_ranks: vec![5],
+            ..AnalysisConfig::default()
+        };
+        let copy_of = |rank: u32| {
+            move |digest: &mut NodeDigest| {
+                let bytes = payload::encode(&payload(rank, 1.0), Compression::Zstd).unwrap();
+                digest.traced.push((rank, Bytes(bytes)));
+            }
+        };
+        let (ranks, refused) = carried(&gathered(&named, copy_of(6)), &named);
+        assert!(ranks.is_empty());
+        let refused = refused.unwrap();
+        assert!(
+            refused.contains("the payload of rank 6, not one of its own that `trace_ranks` names"),
+            "{refused}"
+        );
+        let (_, twice) = carried(&gathered(&named, copy_of(5)), &named);
+        assert!(twice.unwrap().contains("not each once in rank order"));
+        // A leader with other ranks to trace digested under other settings.
+        let (_, other) = carried(&gathered(&named, |_| ()), &AnalysisConfig::default());
+        assert!(other.unwrap().contains("other analysis settings"));
+    }
 }
