@@ -143,40 +143,55 @@ fn a_session_off_mpis_main_thread_below_serialized_goes_through_the_directory() 
     );
 }
 
+/// The report of `-n N` ranks (`args` and `env` given) of which rank
+/// `dead` leaves without finishing, Open MPI told to let the others go on
+/// (as a job whose launcher does not end it at the first failure).
+fn report_without(dead: u32, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let out = tempfile::tempdir().unwrap();
+    let dead = dead.to_string();
+    let mut all = vec!["--mca", "orte_abort_on_non_zero_status", "0"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&[RANK, "--exit-rank", &dead]);
+    let mut env = env.to_vec();
+    env.push(("RANKSCOPE_GATHER_TIMEOUT_S", "6"));
+    let run = mpirun(&all, out.path(), &env);
+    let dir = session_dir(out.path());
+    assert!(
+        dir.join("report.json").exists(),
+        "rank 0 reports: {}",
+        text(&run.stderr)
+    );
+    report(&dir)
+}
+
 #[test]
 fn a_rank_that_leaves_without_finishing_is_named_missing() {
-    let out = tempfile::tempdir().unwrap();
-    let run = mpirun(
-        &["-n", "4", RANK, "--exit-rank", "2"],
-        out.path(),
-        &[("RANKSCOPE_GATHER_TIMEOUT_S", "5")],
-    );
-    assert!(!run.status.success(), "mpirun reports the rank that left");
-    let dir = session_dir(out.path());
-    // Rank 0 wrote the report by the deadline, or Open MPI ended the job
-    // first: then the spill files rebuild it.
-    if !dir.join("report.json").exists() {
-        let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
-        let rankscope = [cli.join("debug/rankscope"), cli.join("release/rankscope")]
-            .into_iter()
-            .find(|p| p.exists());
-        let Some(rankscope) = rankscope else {
-            panic!("rank 0 wrote no report and no rankscope binary is built to aggregate");
-        };
-        let aggregate = Command::new(rankscope)
-            .args(["aggregate", "--reports-dir", dir.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert_eq!(
-            aggregate.status.code(),
-            Some(3),
-            "{}",
-            text(&aggregate.stderr)
-        );
-    }
-    let report = report(&dir);
+    let report = report_without(2, &["-n", "4"], &[]);
     assert_eq!(report["session"]["world_size"], 4);
     assert_eq!(report["session"]["ranks_missing"], serde_json::json!([2]));
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 3])
+    );
+}
+
+/// On 4 simulated nodes of 4: a dead leader's node is missing (its ranks
+/// sent it their payloads), a dead rank of another node alone; the rest
+/// report by the deadline, their clocks measured.
+#[test]
+fn a_dead_leader_and_a_dead_rank_under_mpirun_are_named_missing() {
+    let nodes = [("RANKSCOPE_SIMULATED_NODES", "4")];
+    for (dead, missing) in [(4, vec![4, 5, 6, 7]), (10, vec![10])] {
+        let report = report_without(dead, &["-n", "16"], &nodes);
+        let session = &report["session"];
+        assert_eq!(session["gather_levels"], 2, "dead {dead}");
+        assert_eq!(session["ranks_missing"], serde_json::json!(missing));
+        let reporting: Vec<u32> = (0..16).filter(|r| !missing.contains(r)).collect();
+        assert_eq!(session["ranks_reporting"], serde_json::json!(reporting));
+        for rank in report["ranks"].as_array().unwrap() {
+            assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
+        }
+    }
 }
 
 /// Rank 0 busy elsewhere until the others' finish has returned: a rank

@@ -1,9 +1,11 @@
-//! Clock offsets between ranks, estimated by ping-pong as NTP does: rank 0
-//! notes when it sends, the peer answers with its own clock, rank 0 notes
-//! when the answer arrives. Assuming the two legs take equally long, the
-//! peer's clock minus rank 0's is `peer − (sent + received) / 2`, known to
-//! within half the round trip; of a few rounds, the one with the shortest
-//! round trip is kept. The MPI and TCP transports share this code.
+//! Clock offsets between ranks, estimated by ping-pong as NTP does: one
+//! side notes when it sends, the peer answers with its own clock, the
+//! first notes when the answer arrives. Assuming the two legs take equally
+//! long, the peer's clock minus the first's is `peer − (sent + received) /
+//! 2`, known to within half the round trip; of a few rounds, the one with
+//! the shortest round trip is kept. Over TCP rank 0 (or a node leader)
+//! measures each rank; over MPI each rank measures the rank it sends its
+//! payload to. The MPI and TCP transports share this code.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,15 +14,16 @@ use rankscope_common::payload::ClockOffset;
 /// Ping-pong rounds per rank.
 pub const ROUNDS: usize = 8;
 
-/// One ping-pong round, in nanoseconds of the Unix epoch: when rank 0 sent
-/// the ping, the peer's clock when it answered, when rank 0 got the answer.
+/// One ping-pong round, in nanoseconds of the Unix epoch: when the
+/// measuring side sent the ping, the peer's clock when it answered, when
+/// the measuring side got the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Round {
-    /// Rank 0's clock when it sent.
+    /// The measuring side's clock when it sent.
     pub sent_ns: i64,
     /// The peer's clock when it answered.
     pub peer_ns: i64,
-    /// Rank 0's clock when the answer arrived.
+    /// The measuring side's clock when the answer arrived.
     pub received_ns: i64,
 }
 

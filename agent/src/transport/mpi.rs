@@ -10,15 +10,20 @@
 //! payload as it arrives and stop at the deadline with what it has (plus
 //! any spill files of the missing ranks).
 //!
-//! - `open`: rank 0 sends the run's identity to every rank, then measures
-//!   each rank's clock offset by ping-pong ([`super::clock`]);
-//! - `resync`: the ping-pong again at finish, so drift is known;
+//! - `open`: rank 0 sends the run's identity to every rank; then each rank
+//!   measures its clock against its receiver's by ping-pong
+//!   ([`super::clock`]): the rank it sends its payload to, rank 0 or, on
+//!   several nodes, its node's leader, which answers each ping at once
+//!   with its clock and its own offset to rank 0 (the two are added);
+//! - `resync`: the ping-pong again at finish, so drift is known; the
+//!   receivers answer while they collect, so a rank that never comes
+//!   costs the others nothing;
 //! - `gather`: each rank sends its payload's size, then the payload in
 //!   chunks of at most 1 GiB (MPI counts are 32-bit). On several nodes
 //!   (`gather_levels` 2, [`super::nodes`]) a rank sends it to its node's
 //!   leader, and each leader sends rank 0 its node's digest the same way
 //!   under tags of its own; rank 0 takes its own node's payloads and the
-//!   digests.
+//!   digests. Rank 0 so exchanges with its node and the leaders alone.
 //!
 //! MPI is initialised here only when the program has not done it (then
 //! rankscope finalises it when the profiler is dropped, after every
@@ -56,15 +61,17 @@ use crate::notice::{notice, say};
 const TAG_RUN: i32 = 0x5253;
 const TAG_PING: i32 = TAG_RUN + 1;
 const TAG_PONG: i32 = TAG_RUN + 2;
-const TAG_OFFSET: i32 = TAG_RUN + 3;
 const TAG_SIZE: i32 = TAG_RUN + 4;
 const TAG_CHUNK: i32 = TAG_RUN + 5;
 const TAG_NODE_SIZE: i32 = TAG_RUN + 6;
 const TAG_NODE_CHUNK: i32 = TAG_RUN + 7;
 /// Largest message: MPI counts are `int`.
 const CHUNK_BYTES: usize = 1 << 30;
-/// How long rank 0 waits for one rank's clock answers.
-const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+/// A clock ping: the sender's clock.
+const PING_BYTES: usize = 8;
+/// A clock answer: the ping echoed, the receiver's clock, and its offset
+/// to rank 0 where it knows it.
+const PONG_BYTES: usize = 32;
 /// Longest run id accepted from rank 0.
 const MAX_RUN_ID_BYTES: usize = 1024;
 
@@ -85,6 +92,9 @@ pub struct MpiTransport {
     fell_back: bool,
     /// The job's nodes, where it gathers in two levels.
     nodes: Option<Nodes>,
+    /// This rank's clock offset to rank 0, as last measured: what it
+    /// tells the ranks that measure theirs against it.
+    offset: Option<ClockOffset>,
 }
 
 /// What one rank sends another at finish: its size first, then its
@@ -144,6 +154,7 @@ impl MpiTransport {
             any_thread,
             fell_back: false,
             nodes: None,
+            offset: None,
         }
     }
 
@@ -170,65 +181,148 @@ impl MpiTransport {
         clock::wall_now_ns(self.clock_shift_ns)
     }
 
-    /// Rank 0: ping-pong with every other rank, then tells each its offset.
-    /// Elsewhere: answers rank 0's pings; returns this rank's offset.
-    fn sync_clocks(&self, deadline: Instant) -> Option<ClockOffset> {
+    /// Measures this rank's clock offset to rank 0: against its
+    /// receiver's clock ([`receiver_of`]), that receiver's offset added.
+    /// With `answer_all`, then answers the pings of the ranks that measure
+    /// theirs against this one until each has, or `deadline` (at finish
+    /// the gather answers them as it collects).
+    fn sync_clocks(
+        &mut self,
+        session: &SessionInfo<'_>,
+        deadline: Instant,
+        answer_all: bool,
+    ) -> Option<ClockOffset> {
         let comm = self.comm.as_ref()?;
-        let rank = comm.rank();
-        if rank != 0 {
-            for _ in 0..ROUNDS {
-                let ping = receive(comm, 0, TAG_PING, 8, deadline)?;
-                // The answer echoes the ping, so that rank 0 never pairs a
-                // late answer with a later ping.
-                let mut pong = [0u8; 16];
-                pong[..8].copy_from_slice(&ping);
-                pong[8..].copy_from_slice(&self.now().to_le_bytes());
-                send(comm, 0, &pong, TAG_PONG, deadline);
+        let nodes = self.nodes.as_ref();
+        let offset = match session.rank {
+            // Rank 0's offset to itself is measured as exactly nothing.
+            0 => Some(ClockOffset {
+                offset_ns: 0,
+                round_trip_ns: 0,
+            }),
+            rank => measure(
+                comm,
+                receiver_of(nodes, rank),
+                self.clock_shift_ns,
+                deadline,
+            ),
+        };
+        if answer_all {
+            let measuring = sent_to(nodes, session.rank, session.world_size).len();
+            let mut answers = ClockAnswers::new(comm, offset, self.clock_shift_ns);
+            let mut polls = 0;
+            while answers.done() < measuring && Instant::now() < deadline {
+                match answers.answer_waiting(deadline) {
+                    true => polls = 0,
+                    false => back_off(&mut polls),
+                }
             }
-            // Empty when rank 0 could not tell the offset.
-            let offset = receive(comm, 0, TAG_OFFSET, 16, deadline)?;
-            return clock::decode(&offset);
         }
-        for peer in 1..comm.size() {
-            // Each rank its own wait: one absent rank costs the others nothing.
-            let until = deadline.min(Instant::now() + PEER_TIMEOUT);
-            let mut rounds = Vec::with_capacity(ROUNDS);
-            for _ in 0..ROUNDS {
-                let sent_ns = self.now();
-                send(comm, peer, &sent_ns.to_le_bytes(), TAG_PING, until);
-                let answer = loop {
-                    let Some(answer) = receive(comm, peer, TAG_PONG, 16, until) else {
-                        break None;
-                    };
-                    if answer.get(..8) == Some(&sent_ns.to_le_bytes()[..]) {
-                        break Some(answer);
-                    }
-                };
-                let Some(answer) = answer else { break };
-                let received_ns = self.now();
-                let peer_ns = i64::from_le_bytes(answer[8..16].try_into().unwrap_or_default());
-                rounds.push(Round {
-                    sent_ns,
-                    peer_ns,
-                    received_ns,
-                });
-            }
-            let offset = (rounds.len() == ROUNDS)
-                .then(|| clock::estimate(&rounds))
-                .flatten();
-            if offset.is_none() {
-                notice!("rank {peer} did not answer the clock exchange; its offset is unknown");
-            }
-            let message = offset
-                .map(|o| clock::encode(&o).to_vec())
-                .unwrap_or_default();
-            send(comm, peer, &message, TAG_OFFSET, until);
+        self.offset = offset;
+        offset
+    }
+}
+
+/// This rank's offset to rank 0, measured against the clock of `receiver`
+/// (rank 0, or the node leader that knows its own offset to it) over
+/// [`ROUNDS`] pings, or as many as are answered by `deadline`.
+fn measure(
+    comm: &SimpleCommunicator,
+    receiver: u32,
+    shift_ns: i64,
+    deadline: Instant,
+) -> Option<ClockOffset> {
+    let receiver = receiver as i32;
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    let mut receivers_offset = None;
+    for _ in 0..ROUNDS {
+        let sent_ns = clock::wall_now_ns(shift_ns);
+        let ping = sent_ns.to_le_bytes();
+        if !send(comm, receiver, &ping, TAG_PING, deadline) {
+            break;
         }
-        // Rank 0's offset to itself is measured as exactly nothing.
-        Some(ClockOffset {
-            offset_ns: 0,
-            round_trip_ns: 0,
-        })
+        // An answer to an earlier ping (one that came late) is passed over.
+        let answer = loop {
+            match receive(comm, receiver, TAG_PONG, PONG_BYTES, deadline) {
+                Some(answer) if answer.starts_with(&ping) => break Some(answer),
+                Some(_) => continue,
+                None => break None,
+            }
+        };
+        let Some(answer) = answer.filter(|a| a.len() >= 16) else {
+            break;
+        };
+        let received_ns = clock::wall_now_ns(shift_ns);
+        let receiver_ns = i64::from_le_bytes(answer[8..16].try_into().ok()?);
+        rounds.push(Round {
+            sent_ns,
+            peer_ns: receiver_ns,
+            received_ns,
+        });
+        receivers_offset = clock::decode(&answer[16..]);
+    }
+    // The receiver's clock minus this rank's, turned around.
+    let theirs = clock::estimate(&rounds);
+    if theirs.is_none() {
+        notice!("rank {receiver} did not answer the clock exchange; this rank's offset is unknown");
+    }
+    let to_receiver = ClockOffset {
+        offset_ns: theirs?.offset_ns.saturating_neg(),
+        ..theirs?
+    };
+    Some(clock::through_leader(to_receiver, receivers_offset?))
+}
+
+/// The answering side of a clock exchange: each ping answered at once
+/// with this rank's clock and its offset to rank 0.
+struct ClockAnswers<'a> {
+    comm: &'a SimpleCommunicator,
+    /// This rank's offset to rank 0, where known.
+    offset: Option<ClockOffset>,
+    shift_ns: i64,
+    /// Pings answered, by rank.
+    answered: std::collections::HashMap<i32, usize>,
+}
+
+impl<'a> ClockAnswers<'a> {
+    fn new(comm: &'a SimpleCommunicator, offset: Option<ClockOffset>, shift_ns: i64) -> Self {
+        ClockAnswers {
+            comm,
+            offset,
+            shift_ns,
+            answered: Default::default(),
+        }
+    }
+
+    /// Answers the pings waiting, whoever sent them; whether there were any.
+    fn answer_waiting(&mut self, deadline: Instant) -> bool {
+        let mut any = false;
+        while let Some(status) = self.comm.any_process().immediate_probe_with_tag(TAG_PING) {
+            any = true;
+            let peer = status.source_rank();
+            // Received whatever its size, so that it is not probed again.
+            let count = usize::try_from(status.count(u8::equivalent_datatype())).unwrap_or(0);
+            let mut ping = vec![0u8; count];
+            self.comm
+                .process_at_rank(peer)
+                .receive_into_with_tag(&mut ping[..], TAG_PING);
+            if count != PING_BYTES {
+                continue;
+            }
+            let mut answer = ping;
+            answer.extend_from_slice(&clock::wall_now_ns(self.shift_ns).to_le_bytes());
+            if let Some(offset) = &self.offset {
+                answer.extend_from_slice(&clock::encode(offset));
+            }
+            send(self.comm, peer, &answer, TAG_PONG, deadline);
+            *self.answered.entry(peer).or_default() += 1;
+        }
+        any
+    }
+
+    /// The ranks whose every ping was answered.
+    fn done(&self) -> usize {
+        self.answered.values().filter(|&&n| n >= ROUNDS).count()
     }
 }
 
@@ -310,16 +404,16 @@ impl Transport for MpiTransport {
         Ok(Rendezvous {
             run_id,
             clock_sync: ClockSync::MpiPingpong,
-            offset: self.sync_clocks(deadline),
+            offset: self.sync_clocks(session, deadline, true),
             endpoint: None,
         })
     }
 
-    fn resync(&mut self, _session: &SessionInfo<'_>, deadline: Instant) -> Option<ClockOffset> {
+    fn resync(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> Option<ClockOffset> {
         if self.fell_back || !self.may_call_mpi("clock comparison") {
             return None;
         }
-        self.sync_clocks(deadline)
+        self.sync_clocks(session, deadline, false)
     }
 
     fn gather(
@@ -333,10 +427,11 @@ impl Transport for MpiTransport {
             return DirTransport.gather(payload, session, deadline);
         };
         let nodes = self.nodes.as_ref();
+        let mut answers = ClockAnswers::new(comm, self.offset, self.clock_shift_ns);
         if session.rank != 0 {
             match nodes.and_then(|nodes| Some((nodes, nodes.leader(session.rank)?))) {
                 Some((nodes, leader)) if leader == session.rank => {
-                    forward_node(comm, nodes, payload, session, deadline);
+                    forward_node(comm, nodes, payload, session, (deadline, &mut answers));
                 }
                 Some((_, leader)) => {
                     if !send_sized(comm, leader as i32, Sent::Payload, payload, deadline) {
@@ -358,14 +453,10 @@ impl Transport for MpiTransport {
         // Rank 0 answers for its node's ranks (every rank, in one level),
         // and takes each other node's digest from its leader.
         let node = nodes.map_or(0..world, |nodes| nodes.answers_for(0, world));
-        let mut expected = payloads_of(node.start + 1..node.end);
-        if let Some(nodes) = nodes {
-            let leaders = (node.end..world).step_by(nodes.size() as usize);
-            expected.extend(leaders.map(|leader| (leader as i32, Sent::NodeDigest)));
-        }
+        let expected = sent_to(nodes, 0, world);
         let mut arrived = Vec::new();
         let mut digests = Vec::new();
-        for (peer, sent, bytes) in collect(comm, expected, deadline) {
+        for (peer, sent, bytes) in collect(comm, expected, (deadline, &mut answers)) {
             match sent {
                 Sent::Payload => arrived.push(payload_of(peer, bytes)),
                 Sent::NodeDigest => digests.push((peer as u32, bytes)),
@@ -396,6 +487,38 @@ impl Transport for MpiTransport {
     }
 }
 
+/// What `rank` takes at finish, and from whom: rank 0 the payloads of its
+/// node's other ranks (of every rank, in one level) and each other node's
+/// digest from its leader; a leader its node's other ranks' payloads; any
+/// other rank nothing. Those ranks measure their clocks against `rank`'s.
+fn sent_to(nodes: Option<&Nodes>, rank: u32, world: u32) -> Vec<(i32, Sent)> {
+    let Some(nodes) = nodes else {
+        return match rank {
+            0 => payloads_of(1..world),
+            _ => Vec::new(),
+        };
+    };
+    let node = nodes.node_of(rank, world);
+    if node.start != rank {
+        return Vec::new();
+    }
+    let mut sent = payloads_of(rank + 1..node.end);
+    if rank == 0 {
+        let leaders = (node.end..world).step_by(nodes.size() as usize);
+        sent.extend(leaders.map(|leader| (leader as i32, Sent::NodeDigest)));
+    }
+    sent
+}
+
+/// The rank `rank` sends its payload (or digest) to and measures its clock
+/// against: its node's leader, else rank 0.
+fn receiver_of(nodes: Option<&Nodes>, rank: u32) -> u32 {
+    match nodes.and_then(|nodes| nodes.leader(rank)) {
+        Some(leader) if leader != rank => leader,
+        _ => 0,
+    }
+}
+
 /// The payloads of `ranks`, to be taken.
 fn payloads_of(ranks: std::ops::Range<u32>) -> Vec<(i32, Sent)> {
     ranks.map(|rank| (rank as i32, Sent::Payload)).collect()
@@ -410,19 +533,18 @@ fn payload_of(peer: i32, bytes: Result<Vec<u8>, Rejection>) -> Candidate {
 }
 
 /// A node leader's gather: its node's payloads, taken until the time to
-/// forward is what is left ([`Nodes::members_by`]), digested with its own
-/// into one node digest, sent to rank 0; said where that failed (the
-/// payloads are in their spill files).
+/// forward is what is left ([`Nodes::members_by`]) while it `answers` their
+/// clock pings, digested with its own into one node digest, sent to rank
+/// 0; said where that failed (the payloads are in their spill files).
 fn forward_node(
     comm: &SimpleCommunicator,
     nodes: &Nodes,
     payload: &[u8],
     session: &SessionInfo<'_>,
-    deadline: Instant,
+    (deadline, answers): (Instant, &mut ClockAnswers<'_>),
 ) {
-    let node = nodes.node_of(session.rank, session.world_size);
-    let members = payloads_of(node.start + 1..node.end);
-    let arrived = collect(comm, members, Nodes::members_by(deadline))
+    let members = sent_to(Some(nodes), session.rank, session.world_size);
+    let arrived = collect(comm, members, (Nodes::members_by(deadline), answers))
         .into_iter()
         .map(|(peer, _, bytes)| payload_of(peer, bytes))
         .collect();
@@ -438,16 +560,19 @@ fn forward_node(
 }
 
 /// Takes what each of `expected` sends (its size, then its chunks) as it
-/// arrives, until all of it came or `deadline` passed; in the order it
+/// arrives, until all of it came or `deadline` passed, meanwhile answering
+/// the clock pings of the ranks that send it (`answers`); in the order it
 /// arrived.
 fn collect(
     comm: &SimpleCommunicator,
     mut pending: Vec<(i32, Sent)>,
-    deadline: Instant,
+    (deadline, answers): (Instant, &mut ClockAnswers<'_>),
 ) -> Vec<(i32, Sent, Result<Vec<u8>, Rejection>)> {
     let mut arrived = Vec::new();
+    let mut polls = 0;
     while !pending.is_empty() && Instant::now() < deadline {
         let before = pending.len();
+        let answered = answers.answer_waiting(deadline);
         pending.retain(|&(peer, sent)| match probe_size(comm, peer, sent) {
             None => true,
             Some(size) => {
@@ -455,8 +580,9 @@ fn collect(
                 false
             }
         });
-        if pending.len() == before {
-            std::thread::sleep(Duration::from_millis(1));
+        match answered || pending.len() < before {
+            true => polls = 0,
+            false => back_off(&mut polls),
         }
     }
     arrived
