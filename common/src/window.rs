@@ -12,7 +12,9 @@
 //!   opens at step `first_step` for `steps` steps; the other ranks look for
 //!   the next plan at their step boundaries' pace;
 //! - `refused-<nonce>.json` ([`Refusal`]): rank 0's answer when it cannot
-//!   plan the window asked for, with the reason.
+//!   plan the window asked for, with the reason;
+//! - `pace-<rank>.json` ([`Pace`]): each rank's pace of steps, rewritten
+//!   each second where windows open on imbalance; rank 0 reads them all.
 //!
 //! Whoever can write into the session directory can ask for a window: the
 //! directory's permissions are the authentication. Every file is written
@@ -52,6 +54,8 @@ pub enum Trigger {
     Command,
     /// `SIGUSR1` to rank 0.
     Signal,
+    /// `window_on_imbalance_pct`: one rank's steps began to lag the others'.
+    Imbalance,
 }
 
 impl Trigger {
@@ -62,6 +66,7 @@ impl Trigger {
             Trigger::Periodic => "periodic",
             Trigger::Command => "command",
             Trigger::Signal => "signal",
+            Trigger::Imbalance => "imbalance",
         }
     }
 }
@@ -131,6 +136,18 @@ pub struct Plan {
     /// earlier launch left in the same folder is not this run's.
     #[serde(default)]
     pub run: Option<String>,
+}
+
+/// A rank's pace of steps, as it shares it for windows on imbalance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pace {
+    /// The run it belongs to: a pace an earlier launch left is not read.
+    pub run: Option<String>,
+    /// Steps ended so far.
+    pub steps: u64,
+    /// Seconds per step over the last second or more measured; where no
+    /// step ended in it, the seconds since the last one did.
+    pub step_s: f64,
 }
 
 /// Rank 0's answer to a request it cannot plan.
@@ -256,6 +273,31 @@ pub fn write_plan(session_dir: &Path, plan: &Plan) -> std::io::Result<()> {
 /// Writes `refusal` as its request's answer, atomically.
 pub fn write_refusal(session_dir: &Path, refusal: &Refusal) -> std::io::Result<()> {
     write_json(&refusal_path(session_dir, &refusal.nonce), refusal)
+}
+
+/// Writes `rank`'s `pace`, atomically, over the one before.
+pub fn write_pace(session_dir: &Path, rank: u32, pace: &Pace) -> std::io::Result<()> {
+    write_json(
+        &control_dir(session_dir).join(format!("pace-{rank}.json")),
+        pace,
+    )
+}
+
+/// The paces of ranks `ranks` of run `run` that have stepped, by rank:
+/// `(rank, seconds per step)`. A rank with no pace file yet, or one that
+/// cannot be read or holds no finite positive time, is left out.
+pub fn read_paces(session_dir: &Path, ranks: Range<u32>, run: Option<&str>) -> Vec<(u32, f64)> {
+    let dir = control_dir(session_dir);
+    ranks
+        .filter_map(|rank| {
+            let pace: Pace = read_json(&dir.join(format!("pace-{rank}.json"))).ok()?;
+            let usable = pace.run.as_deref() == run
+                && pace.steps > 0
+                && pace.step_s.is_finite()
+                && pace.step_s > 0.0;
+            usable.then_some((rank, pace.step_s))
+        })
+        .collect()
 }
 
 /// Window `index`'s plan, `None` while there is none.

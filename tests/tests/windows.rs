@@ -302,6 +302,60 @@ fn sigusr1_to_rank_0_opens_a_window_of_window_steps() {
     assert!(rank0.contains("window 1 planned (signal)"), "{rank0}");
 }
 
+/// Windows on imbalance (steps twice as long as the others' median): a
+/// rank slowed mid-run opens one, holding that rank as the straggler;
+/// a balanced run, whose ranks share their paces alike, opens none.
+#[test]
+fn a_rank_slowed_mid_run_opens_a_window_and_a_balanced_run_none() {
+    let on_imbalance = [
+        ("RANKSCOPE_WINDOW_ON_IMBALANCE_PCT", "100"),
+        ("RANKSCOPE_WINDOW_STEPS", "5"),
+    ];
+    // Rank 3 slows at step 100 (of 10 ms steps, about 1 s in) to 30 ms
+    // steps; the others have steps left after the pace of a second or two
+    // shows it.
+    let out = tempfile::tempdir().unwrap();
+    let outputs = wait_for(job_with(
+        out.path(),
+        600,
+        &["--slow-from", "100"],
+        &on_imbalance,
+    ));
+    let dir = session_dir(out.path());
+    let report = read_report(&dir.join("window-1"));
+    assert_eq!(report["window"]["trigger"], "imbalance");
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
+    assert!(!dir.join("window-2").exists(), "once while it lasts");
+    let rank0 = String::from_utf8_lossy(&outputs[0].stderr);
+    assert!(
+        rank0.contains("rank 3's steps take") && rank0.contains("window 1 planned (imbalance)"),
+        "{rank0}"
+    );
+
+    // Rank 3 never slows: every pace shared, no window.
+    let out = tempfile::tempdir().unwrap();
+    wait_for(job_with(
+        out.path(),
+        250,
+        &["--slow-from", "1000000"],
+        &on_imbalance,
+    ));
+    let dir = session_dir(out.path());
+    for rank in 0..4 {
+        let pace = dir.join(format!("control/pace-{rank}.json"));
+        assert!(pace.exists(), "{}", pace.display());
+    }
+    assert!(!dir.join("window-1").exists(), "balanced");
+    assert_eq!(
+        read_report(&dir)["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+}
+
 #[test]
 fn a_rank_that_dies_in_a_window_is_named_missing_in_it_by_the_deadline() {
     let out = tempfile::tempdir().unwrap();

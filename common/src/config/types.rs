@@ -208,6 +208,12 @@ pub struct Config {
     /// Steps a window asked for by `rankscope trigger` (or `SIGUSR1` to
     /// rank 0) covers when the request names none.
     pub window_steps: u64,
+    /// Imbalance windows: a window of `window_steps` steps opens when one
+    /// rank's steps take this much longer than the median of the others'
+    /// (and `straggler_min_s` longer), %, once each time imbalance begins;
+    /// 0 (the default) turns them off. Ranks measure their pace each
+    /// second and share it through the session directory.
+    pub window_on_imbalance_pct: f64,
     /// Moves this rank's wall clock by this many nanoseconds: a testing aid
     /// that skews a rank on purpose, to check that clock alignment undoes
     /// it. 0 in real jobs.
@@ -337,6 +343,7 @@ impl Config {
             window_every_steps: 0,
             window_every_s: 0.0,
             window_steps: 20,
+            window_on_imbalance_pct: 0.0,
             clock_shift_ns: 0,
             spill_on_signal: true,
             quiet_ranks: true,

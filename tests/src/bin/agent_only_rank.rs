@@ -7,7 +7,8 @@
 //! waits to be stopped, as a rank a scheduler cancels mid-job. With
 //! `--exit-rank R`, rank R leaves without finishing its session, as a
 //! crashed rank does. With `--steps N` it runs N steps of about 10 ms
-//! (`--slow-rank R`: rank R's take three times as long), calling
+//! (`--slow-rank R`: rank R's take three times as long, from step S on
+//! with `--slow-from S`), calling
 //! `Profiler::step` after each, as a job with windows does; with
 //! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S;
 //! with `--step-inside`, each step ends inside its stage. With
@@ -31,6 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let steps = number_after("--steps");
     let slow_rank = number_after("--slow-rank");
+    let slow_from = number_after("--slow-from").unwrap_or(0);
     let exit_rank = number_after("--exit-rank");
     let exit_at_step = number_after("--exit-at-step");
     let late_rank = number_after("--late-rank");
@@ -40,8 +42,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = profiler.session("agent-only", &[("linked", "agent")])?;
     match steps {
         Some(steps) => {
-            let ms = if slow_rank == Some(rank) { 30 } else { 10 };
             for step in 0..steps {
+                let slow = slow_rank == Some(rank) && step >= slow_from;
+                let ms = if slow { 30 } else { 10 };
                 if exit_rank == Some(rank) && exit_at_step == Some(step) {
                     std::process::exit(3);
                 }

@@ -7,8 +7,9 @@
 //! flush parts hold only rows from before it. The session's windows thread
 //! ([`WindowsThread`]) takes the edges in order: rolling windows every
 //! `window_every_steps` steps, which every rank knows alike, or windows
-//! rank 0 plans on request (`rankscope trigger`, `SIGUSR1`) or every
-//! `window_every_s` seconds, and the other
+//! rank 0 plans on request (`rankscope trigger`, `SIGUSR1`), every
+//! `window_every_s` seconds, or as one rank's steps begin to lag the
+//! others' ([`imbalance`]), and the other
 //! ranks read from the session directory's control files
 //! ([`rankscope_common::window`]). When a window closes, the thread
 //! flushes, keeps of the parts since its opening edge the rows that
@@ -38,9 +39,11 @@ use crate::notice::{notice, say, spawn_with_notices};
 use crate::transport::dir::DirTransport;
 use crate::transport::Transport;
 
+mod imbalance;
 mod sigusr1;
 mod steps;
 
+use imbalance::ImbalanceWatch;
 use sigusr1::Sigusr1;
 pub use steps::PlannedWindow;
 pub(crate) use steps::Steps;
@@ -113,6 +116,13 @@ impl WindowsThread {
                 )
             }),
             periodic_taken: 0,
+            // Rolling windows leave no room for others.
+            imbalance: ImbalanceWatch::new(
+                hub.config.window_on_imbalance_pct,
+                hub.config.straggler_min_s,
+            )
+            .filter(|_| rolling == 0),
+            imbalances_taken: 0,
         };
         if hub.env.rank == 0 {
             let host = gethostname::gethostname().to_string_lossy().into_owned();
@@ -249,6 +259,11 @@ struct Windows {
     every: Option<(Duration, Instant)>,
     /// Periodic windows planned so far.
     periodic_taken: u64,
+    /// Windows on imbalance: this rank's pace shared, and on rank 0 the
+    /// others' watched.
+    imbalance: Option<ImbalanceWatch>,
+    /// Windows on imbalance planned so far.
+    imbalances_taken: u64,
 }
 
 impl Windows {
@@ -321,10 +336,14 @@ impl Windows {
     /// Answers requests (rank 0) or reads plans (the others), and asks the
     /// steps for the edges of a window planned.
     fn look(&mut self, hub: &Arc<Hub>) {
+        let lag = self.watch_imbalance(hub.env.world_size);
         if self.rank == 0 {
             // Kept measured, for the lead of the next plan.
             self.steps_per_second();
             self.answer_requests();
+            if let Some(lag) = lag {
+                self.answer_imbalance(lag);
+            }
         }
         if self.rolling > 0 {
             return;
@@ -445,6 +464,38 @@ impl Windows {
                 }
             }
         }
+    }
+
+    /// Shares this rank's pace where windows open on imbalance; on rank 0,
+    /// once a second, the rank whose lag begins now among the `world`
+    /// ranks' paces.
+    fn watch_imbalance(&mut self, world: u32) -> Option<imbalance::Lag> {
+        let watch = self.imbalance.as_mut()?;
+        let run = self.run.as_deref();
+        let shared = watch.share(&self.dir, self.rank, run, self.steps.count());
+        (shared && self.rank == 0)
+            .then(|| watch.begun(&self.dir, world, run))
+            .flatten()
+    }
+
+    /// Rank 0: plans a window on `lag`, the imbalance that began, where
+    /// none is open or planned (that one holds it).
+    fn answer_imbalance(&mut self, lag: imbalance::Lag) {
+        say!(
+            "rank {}'s steps take {:.1} ms, the others' {:.1} ms (median): imbalance begins",
+            lag.rank,
+            lag.step_s * 1e3,
+            lag.others_s * 1e3
+        );
+        self.imbalances_taken += 1;
+        self.answer(Request {
+            nonce: format!("imbalance-{}", self.imbalances_taken),
+            steps: 0,
+            delay_steps: 0,
+            trigger: Trigger::Imbalance,
+            torch: false,
+            duration_ms: 0,
+        });
     }
 
     /// Plans the window `request` asks for, where none is open or planned;
