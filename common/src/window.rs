@@ -13,8 +13,10 @@
 //!   the next plan at their step boundaries' pace;
 //! - `refused-<nonce>.json` ([`Refusal`]): rank 0's answer when it cannot
 //!   plan the window asked for, with the reason;
-//! - `pace-<rank>.json` ([`Pace`]): each rank's pace of steps, rewritten
-//!   each second where windows open on imbalance; rank 0 reads them all.
+//! - `status-<rank>.json` ([`LiveStatus`]): each rank's pace of steps, open
+//!   stages and latest GPU readings, rewritten each second where windows
+//!   open on imbalance (rank 0 reads them all) or while `rankscope top`
+//!   watches (it keeps `watch` fresh).
 //!
 //! Whoever can write into the session directory can ask for a window: the
 //! directory's permissions are the authentication. Every file is written
@@ -138,16 +140,113 @@ pub struct Plan {
     pub run: Option<String>,
 }
 
-/// A rank's pace of steps, as it shares it for windows on imbalance.
+/// What a rank is doing, as it shares it each second: for windows on
+/// imbalance and for `rankscope top`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Pace {
-    /// The run it belongs to: a pace an earlier launch left is not read.
+pub struct LiveStatus {
+    /// The run it belongs to: a status an earlier launch left is not read.
     pub run: Option<String>,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// The rank's host.
+    pub host: String,
+    /// Seconds since its session started.
+    pub elapsed_s: f64,
     /// Steps ended so far.
     pub steps: u64,
     /// Seconds per step over the last second or more measured; where no
-    /// step ended in it, the seconds since the last one did.
-    pub step_s: f64,
+    /// step ended in it, the seconds since the last one did; `None` before
+    /// the first step.
+    pub step_s: Option<f64>,
+    /// The stages open now, innermost last: the innermost
+    /// [`MAX_STATUS_STAGES`], each cut to [`MAX_STATUS_NAME`] characters.
+    pub stages: Vec<String>,
+    /// Its GPUs' latest readings, the first [`MAX_STATUS_GPUS`].
+    pub gpus: Vec<GpuStatus>,
+    /// Whether the GPU readings are simulated (the demo's).
+    pub simulated: bool,
+}
+
+/// One GPU's latest readings in a [`LiveStatus`]; `None` where not read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    /// The device's index.
+    pub index: u32,
+    /// Utilisation, %.
+    pub util_pct: Option<f64>,
+    /// Temperature, °C.
+    pub temperature_c: Option<f64>,
+    /// Memory in use, MiB.
+    pub memory_used_mib: Option<f64>,
+}
+
+/// Stages a status lists.
+pub const MAX_STATUS_STAGES: usize = 4;
+/// Characters of a stage name a status keeps.
+pub const MAX_STATUS_NAME: usize = 64;
+/// GPUs a status lists.
+pub const MAX_STATUS_GPUS: usize = 16;
+/// The file `rankscope top` keeps fresh while it watches.
+pub const WATCH_FILE: &str = "watch";
+
+impl LiveStatus {
+    /// Cuts what it lists to the bounds a control file holds.
+    pub fn bounded(mut self) -> Self {
+        let first = self.stages.len().saturating_sub(MAX_STATUS_STAGES);
+        self.stages.drain(..first);
+        for stage in &mut self.stages {
+            if let Some((cut, _)) = stage.char_indices().nth(MAX_STATUS_NAME) {
+                stage.truncate(cut);
+            }
+        }
+        self.host = self.host.chars().take(MAX_STATUS_NAME).collect();
+        self.gpus.truncate(MAX_STATUS_GPUS);
+        self
+    }
+
+    /// Its seconds per step, where it stepped and the time is usable.
+    pub fn pace(&self) -> Option<f64> {
+        self.step_s
+            .filter(|s| self.steps > 0 && s.is_finite() && *s > 0.0)
+    }
+}
+
+/// Writes `rank`'s `status` ([`LiveStatus::bounded`]), atomically, over
+/// the one before.
+pub fn write_status(session_dir: &Path, rank: u32, status: LiveStatus) -> std::io::Result<()> {
+    let path = control_dir(session_dir).join(format!("status-{rank}.json"));
+    write_json(&path, &status.bounded())
+}
+
+/// The statuses of ranks `ranks` of run `run`, by rank: a rank with no
+/// status yet, or one that cannot be read, is left out.
+pub fn read_statuses(
+    session_dir: &Path,
+    ranks: Range<u32>,
+    run: Option<&str>,
+) -> Vec<(u32, LiveStatus)> {
+    let dir = control_dir(session_dir);
+    ranks
+        .filter_map(|rank| {
+            let status: LiveStatus = read_json(&dir.join(format!("status-{rank}.json"))).ok()?;
+            (status.run.as_deref() == run).then_some((rank, status))
+        })
+        .collect()
+}
+
+/// Says that `rankscope top` watches `session_dir` now: the ranks share
+/// their status each second while this was said within the last few.
+pub fn watch(session_dir: &Path) -> std::io::Result<()> {
+    let dir = control_dir(session_dir);
+    std::fs::create_dir_all(&dir)?;
+    crate::file::write_atomic(&dir.join(WATCH_FILE), b"top\n")
+}
+
+/// Whether `rankscope top` said it watches `session_dir` within `within`.
+pub fn watched(session_dir: &Path, within: std::time::Duration) -> bool {
+    std::fs::metadata(control_dir(session_dir).join(WATCH_FILE))
+        .and_then(|m| m.modified())
+        .is_ok_and(|at| at.elapsed().is_ok_and(|age| age <= within))
 }
 
 /// Rank 0's answer to a request it cannot plan.
@@ -273,31 +372,6 @@ pub fn write_plan(session_dir: &Path, plan: &Plan) -> std::io::Result<()> {
 /// Writes `refusal` as its request's answer, atomically.
 pub fn write_refusal(session_dir: &Path, refusal: &Refusal) -> std::io::Result<()> {
     write_json(&refusal_path(session_dir, &refusal.nonce), refusal)
-}
-
-/// Writes `rank`'s `pace`, atomically, over the one before.
-pub fn write_pace(session_dir: &Path, rank: u32, pace: &Pace) -> std::io::Result<()> {
-    write_json(
-        &control_dir(session_dir).join(format!("pace-{rank}.json")),
-        pace,
-    )
-}
-
-/// The paces of ranks `ranks` of run `run` that have stepped, by rank:
-/// `(rank, seconds per step)`. A rank with no pace file yet, or one that
-/// cannot be read or holds no finite positive time, is left out.
-pub fn read_paces(session_dir: &Path, ranks: Range<u32>, run: Option<&str>) -> Vec<(u32, f64)> {
-    let dir = control_dir(session_dir);
-    ranks
-        .filter_map(|rank| {
-            let pace: Pace = read_json(&dir.join(format!("pace-{rank}.json"))).ok()?;
-            let usable = pace.run.as_deref() == run
-                && pace.steps > 0
-                && pace.step_s.is_finite()
-                && pace.step_s > 0.0;
-            usable.then_some((rank, pace.step_s))
-        })
-        .collect()
 }
 
 /// Window `index`'s plan, `None` while there is none.

@@ -336,7 +336,7 @@ fn a_rank_slowed_mid_run_opens_a_window_and_a_balanced_run_none() {
         "{rank0}"
     );
 
-    // Rank 3 never slows: every pace shared, no window.
+    // Rank 3 never slows: every status shared, no window.
     let out = tempfile::tempdir().unwrap();
     wait_for(job_with(
         out.path(),
@@ -346,7 +346,7 @@ fn a_rank_slowed_mid_run_opens_a_window_and_a_balanced_run_none() {
     ));
     let dir = session_dir(out.path());
     for rank in 0..4 {
-        let pace = dir.join(format!("control/pace-{rank}.json"));
+        let pace = dir.join(format!("control/status-{rank}.json"));
         assert!(pace.exists(), "{}", pace.display());
     }
     assert!(!dir.join("window-1").exists(), "balanced");

@@ -21,6 +21,7 @@ use rankscope_common::env::RankEnv;
 use rankscope_common::error::Chain;
 use rankscope_common::payload::{GpuMeta, GpuSource, SamplerStats};
 use rankscope_common::table::{EventRecord, GpuSampleRecord, HostSampleRecord, Overhead, Table};
+use rankscope_common::window::GpuStatus;
 use rankscope_common::Config;
 
 use crate::notice::{notice, spawn_with_notices};
@@ -30,12 +31,18 @@ use crate::sync::lock;
 use gpu::{GpuReader, SharedGpuReader};
 use host::HostReader;
 
+/// Bytes in a MiB.
+const MIB: f64 = (1u64 << 20) as f64;
+
 /// A rank's telemetry: the GPU reader (opened once, at the first session)
 /// and the settings of its sampler.
 pub(crate) struct Telemetry {
     config: Config,
     env: RankEnv,
     gpu: OnceLock<Option<SharedGpuReader>>,
+    /// The GPUs' latest readings, one row each, as the sampler last took
+    /// them: what a live status shows.
+    latest_gpus: Arc<Mutex<Vec<GpuSampleRecord>>>,
 }
 
 /// What the payload header says of a rank's GPUs.
@@ -51,7 +58,26 @@ impl Telemetry {
             config: config.clone(),
             env: env.clone(),
             gpu: OnceLock::new(),
+            latest_gpus: Arc::default(),
         }
+    }
+
+    /// The GPUs' latest readings, and whether they are simulated.
+    pub(crate) fn latest_gpus(&self) -> (Vec<GpuStatus>, bool) {
+        let simulated = self
+            .lock_gpu()
+            .is_some_and(|gpu| gpu.source() == GpuSource::Simulated);
+        let devices = self.describe_gpus().devices;
+        let gpus = lock(&self.latest_gpus)
+            .iter()
+            .map(|row| GpuStatus {
+                index: devices.get(row.gpu as usize).map_or(row.gpu, |d| d.index),
+                util_pct: row.util_gpu_pct,
+                temperature_c: row.temperature_c,
+                memory_used_mib: row.memory_used_bytes.map(|b| b as f64 / MIB),
+            })
+            .collect();
+        (gpus, simulated)
     }
 
     /// The GPU reader, opened on first use; says once why GPU telemetry is off.
@@ -113,6 +139,7 @@ impl Telemetry {
         let sampled = Sampled {
             recorder: Arc::clone(recorder),
             rank: self.env.rank,
+            latest_gpus: Arc::clone(&self.latest_gpus),
         };
         match Sampler::start(sampled, gpu, host, schedule) {
             Ok(sampler) => Some(sampler),
@@ -124,11 +151,12 @@ impl Telemetry {
     }
 }
 
-/// What the sampler thread writes into: the rank's recording, and the rank
-/// number for its notices and display.
+/// What the sampler thread writes into: the rank's recording, the rank
+/// number for its notices and display, and the GPUs' latest readings.
 struct Sampled {
     recorder: Arc<Recorder>,
     rank: u32,
+    latest_gpus: Arc<Mutex<Vec<GpuSampleRecord>>>,
 }
 
 /// When each reading is due.
@@ -305,6 +333,7 @@ impl Readings {
         );
         self.gpu_cost.add(started.elapsed());
         drop(reader);
+        lock(&sampled.latest_gpus).clone_from(&self.gpu_rows);
         record_gpu(sampled, &self.gpu_rows, &mut self.events);
     }
 

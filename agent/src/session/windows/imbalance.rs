@@ -1,23 +1,16 @@
-//! Windows on imbalance (`window_on_imbalance_pct`): every rank measures
-//! its pace of steps each second and shares it in the session directory
-//! ([`window::Pace`]); rank 0 reads them all and opens a window when the
-//! slowest rank's steps take past the threshold longer than the median of
-//! the others', once each time imbalance begins, so that the window holds
-//! the moment it did.
+//! Windows on imbalance (`window_on_imbalance_pct`): every rank shares
+//! its pace of steps each second ([`super::live_status`]); rank 0 reads
+//! them all and opens a window when the slowest rank's steps take past the
+//! threshold longer than the median of the others', once each time
+//! imbalance begins, so that the window holds the moment it did.
 //!
 //! The pace is of whole steps: where every rank waits for the slowest in
 //! each step (a collective per step), all keep one pace and none lags;
 //! rolling windows' straggler analysis finds that rank instead.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use rankscope_common::window::{self, Pace};
-
-use crate::notice::notice;
-
-/// How long each pace is measured over.
-const MEASURE: Duration = Duration::from_secs(1);
+use rankscope_common::window;
 
 /// A rank whose steps lag the others'.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,72 +53,34 @@ pub(super) fn lagging(paces: &[(u32, f64)], pct: f64, min_s: f64) -> Option<Lag>
     })
 }
 
-/// One rank's side of windows on imbalance: its pace measured and shared
-/// each second, and on rank 0 the others' read.
+/// Rank 0's watch for a rank whose steps begin to lag.
 pub(super) struct ImbalanceWatch {
     pct: f64,
     min_s: f64,
-    /// Since when the pace is measured, and the step count then.
-    since: (Instant, u64),
-    /// When the step count last changed, and to what.
-    last_step: (Instant, u64),
     /// Whether the last look found a rank lagging: no new window until
     /// one finds none.
     lagging: bool,
-    /// Whether a pace could not be written (said once).
-    unwritable: bool,
 }
 
 impl ImbalanceWatch {
     /// A watch for ranks lagging by `pct` % and `min_s` seconds; `None`
     /// where `pct` is 0 (windows on imbalance off).
     pub(super) fn new(pct: f64, min_s: f64) -> Option<Self> {
-        let now = Instant::now();
         (pct > 0.0).then_some(ImbalanceWatch {
             pct,
             min_s,
-            since: (now, 0),
-            last_step: (now, 0),
             lagging: false,
-            unwritable: false,
         })
     }
 
-    /// Notes the step count `steps`; once a second, shares this rank's
-    /// pace in `dir`, and returns whether it did.
-    pub(super) fn share(&mut self, dir: &Path, rank: u32, run: Option<&str>, steps: u64) -> bool {
-        let now = Instant::now();
-        if steps != self.last_step.1 {
-            self.last_step = (now, steps);
-        }
-        let (since, then) = self.since;
-        let elapsed = now.duration_since(since);
-        if elapsed < MEASURE {
-            return false;
-        }
-        self.since = (now, steps);
-        let step_s = match steps.saturating_sub(then) {
-            0 => now.duration_since(self.last_step.0).as_secs_f64(),
-            stepped => elapsed.as_secs_f64() / stepped as f64,
-        };
-        let pace = Pace {
-            run: run.map(str::to_string),
-            steps,
-            step_s,
-        };
-        if let Err(e) = window::write_pace(dir, rank, &pace) {
-            if !std::mem::replace(&mut self.unwritable, true) {
-                notice!("windows on imbalance: this rank's pace cannot be shared: {e}");
-            }
-        }
-        true
-    }
-
-    /// Rank 0: the rank lagging among the `world` ranks' paces in `dir`,
-    /// where imbalance begins with this look (not where it went on from
-    /// the last).
+    /// The rank lagging among the paces the `world` ranks of run `run`
+    /// shared in `dir`, where imbalance begins with this look (not where it
+    /// went on from the last).
     pub(super) fn begun(&mut self, dir: &Path, world: u32, run: Option<&str>) -> Option<Lag> {
-        let paces = window::read_paces(dir, 0..world, run);
+        let paces: Vec<(u32, f64)> = window::read_statuses(dir, 0..world, run)
+            .into_iter()
+            .filter_map(|(rank, status)| Some((rank, status.pace()?)))
+            .collect();
         let lag = lagging(&paces, self.pct, self.min_s);
         let was = std::mem::replace(&mut self.lagging, lag.is_some());
         lag.filter(|_| !was)
@@ -156,12 +111,18 @@ mod tests {
     fn a_window_opens_once_each_time_imbalance_begins() {
         let dir = tempfile::tempdir().unwrap();
         let write = |rank: u32, step_s: f64| {
-            let pace = Pace {
+            let status = window::LiveStatus {
                 run: Some("r".into()),
+                world_size: 3,
+                host: "h".into(),
+                elapsed_s: 1.0,
                 steps: 10,
-                step_s,
+                step_s: Some(step_s),
+                stages: Vec::new(),
+                gpus: Vec::new(),
+                simulated: false,
             };
-            window::write_pace(dir.path(), rank, &pace).unwrap();
+            window::write_status(dir.path(), rank, status).unwrap();
         };
         let mut watch = ImbalanceWatch::new(100.0, 0.0).unwrap();
         for rank in 0..3 {

@@ -40,10 +40,12 @@ use crate::transport::dir::DirTransport;
 use crate::transport::Transport;
 
 mod imbalance;
+mod live_status;
 mod sigusr1;
 mod steps;
 
 use imbalance::ImbalanceWatch;
+use live_status::StatusSharing;
 use sigusr1::Sigusr1;
 pub use steps::PlannedWindow;
 pub(crate) use steps::Steps;
@@ -86,6 +88,11 @@ impl WindowsThread {
     ) -> Option<WindowsThread> {
         let steps = Arc::clone(&hub.steps);
         let rolling = hub.config.window_every_steps;
+        let on_imbalance = hub.config.window_on_imbalance_pct;
+        let host = hub
+            .session
+            .with_running(|s| s.host.clone())
+            .unwrap_or_default();
         steps.reset(rolling);
         let mut windows = Windows {
             hub: Arc::downgrade(hub),
@@ -117,11 +124,9 @@ impl WindowsThread {
             }),
             periodic_taken: 0,
             // Rolling windows leave no room for others.
-            imbalance: ImbalanceWatch::new(
-                hub.config.window_on_imbalance_pct,
-                hub.config.straggler_min_s,
-            )
-            .filter(|_| rolling == 0),
+            imbalance: ImbalanceWatch::new(on_imbalance, hub.config.straggler_min_s)
+                .filter(|_| rolling == 0 && hub.env.rank == 0),
+            status: StatusSharing::new(rolling == 0 && on_imbalance > 0.0, host),
             imbalances_taken: 0,
         };
         if hub.env.rank == 0 {
@@ -259,9 +264,10 @@ struct Windows {
     every: Option<(Duration, Instant)>,
     /// Periodic windows planned so far.
     periodic_taken: u64,
-    /// Windows on imbalance: this rank's pace shared, and on rank 0 the
-    /// others' watched.
+    /// Rank 0's watch for imbalance, where windows open on it.
     imbalance: Option<ImbalanceWatch>,
+    /// This rank's live status, shared where it is read.
+    status: StatusSharing,
     /// Windows on imbalance planned so far.
     imbalances_taken: u64,
 }
@@ -336,7 +342,7 @@ impl Windows {
     /// Answers requests (rank 0) or reads plans (the others), and asks the
     /// steps for the edges of a window planned.
     fn look(&mut self, hub: &Arc<Hub>) {
-        let lag = self.watch_imbalance(hub.env.world_size);
+        let lag = self.watch_imbalance(hub);
         if self.rank == 0 {
             // Kept measured, for the lead of the next plan.
             self.steps_per_second();
@@ -466,16 +472,14 @@ impl Windows {
         }
     }
 
-    /// Shares this rank's pace where windows open on imbalance; on rank 0,
-    /// once a second, the rank whose lag begins now among the `world`
-    /// ranks' paces.
-    fn watch_imbalance(&mut self, world: u32) -> Option<imbalance::Lag> {
-        let watch = self.imbalance.as_mut()?;
+    /// Shares this rank's live status where it is read; on rank 0, once a
+    /// second where windows open on imbalance, the rank whose lag begins
+    /// now among every rank's.
+    fn watch_imbalance(&mut self, hub: &Hub) -> Option<imbalance::Lag> {
         let run = self.run.as_deref();
-        let shared = watch.share(&self.dir, self.rank, run, self.steps.count());
-        (shared && self.rank == 0)
-            .then(|| watch.begun(&self.dir, world, run))
-            .flatten()
+        let shared = self.status.share(hub, &self.dir, run, self.steps.count());
+        let watch = self.imbalance.as_mut().filter(|_| shared)?;
+        watch.begun(&self.dir, hub.env.world_size, run)
     }
 
     /// Rank 0: plans a window on `lag`, the imbalance that began, where
