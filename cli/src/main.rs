@@ -5,6 +5,7 @@ mod demo;
 mod launch;
 mod launcher;
 mod progress;
+mod top;
 mod trigger;
 
 use std::path::{Path, PathBuf};
@@ -134,6 +135,29 @@ enum Commands {
         /// Seconds to wait for rank 0's answer (and, with --wait, for the report).
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
+    },
+    /// Watch a running session: per rank its steps, pace, open stage and
+    /// GPUs, the slowest rank marked, refreshed each interval.
+    ///
+    /// While this runs, every rank shares a status once a second in the
+    /// session directory's control folder (nothing is written while nobody
+    /// watches); the ranks must all see the session directory (one machine,
+    /// or a shared file system). A rank with no status in the last 5 s is
+    /// named missing.
+    Top {
+        /// The running session's directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// One JSON object per view, a line each, for scripts (one view
+        /// unless --count says more).
+        #[arg(long)]
+        json: bool,
+        /// Seconds between views.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Views to show (default: until the session ends; 1 with --json).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
     },
     /// Merge the rank spill files (rank-NNNNN.rsp) of a session directory
     /// into one report, as rank 0 does at the end of a job.
@@ -372,6 +396,21 @@ fn run(cli: Cli) -> Result<Finished> {
         } => run_import(&paths, &out, max_rows, jobs),
         Commands::Inspect { file } => {
             print!("{}", inspect::inspect(&file)?);
+            Ok(Finished::Complete)
+        }
+        Commands::Top {
+            dir,
+            json,
+            interval,
+            count,
+        } => {
+            top::run(&top::TopOptions {
+                dir,
+                json,
+                interval: Duration::try_from_secs_f64(interval)
+                    .context("--interval must be a number of seconds, 0 or more")?,
+                count,
+            })?;
             Ok(Finished::Complete)
         }
         Commands::Trigger {

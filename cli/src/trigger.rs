@@ -36,20 +36,7 @@ pub struct TriggerOptions {
 /// the folder of the window's report once it is written.
 pub fn run(options: &TriggerOptions) -> Result<()> {
     let dir = &options.dir;
-    if !window::is_live(dir) {
-        bail!(
-            "no session runs in {}: its rank 0 keeps {}/{} there while it does",
-            dir.display(),
-            window::CONTROL_DIR,
-            window::LIVE_FILE
-        );
-    }
-    if let Some(pid) = gone_here(dir) {
-        bail!(
-            "no session runs in {}: its rank 0 (process {pid} on this machine) is gone",
-            dir.display()
-        );
-    }
+    check_running(dir)?;
     let deadline = Instant::now()
         .checked_add(options.timeout)
         .context("--timeout is too long")?;
@@ -88,6 +75,26 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
             .context("--timeout is too long")?;
         wait_for_report(&report_dir, options.timeout, deadline)?;
         println!("{}", report_dir.display());
+    }
+    Ok(())
+}
+
+/// Fails, saying why, unless a session runs in `dir`: its rank 0 keeps
+/// `control/live` there, and is not a process of this machine that is gone.
+pub(crate) fn check_running(dir: &Path) -> Result<()> {
+    if !window::is_live(dir) {
+        bail!(
+            "no session runs in {}: its rank 0 keeps {}/{} there while it does",
+            dir.display(),
+            window::CONTROL_DIR,
+            window::LIVE_FILE
+        );
+    }
+    if let Some(pid) = gone_here(dir) {
+        bail!(
+            "no session runs in {}: its rank 0 (process {pid} on this machine) is gone",
+            dir.display()
+        );
     }
     Ok(())
 }

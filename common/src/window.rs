@@ -214,8 +214,7 @@ impl LiveStatus {
 /// Writes `rank`'s `status` ([`LiveStatus::bounded`]), atomically, over
 /// the one before.
 pub fn write_status(session_dir: &Path, rank: u32, status: LiveStatus) -> std::io::Result<()> {
-    let path = control_dir(session_dir).join(format!("status-{rank}.json"));
-    write_json(&path, &status.bounded())
+    write_json(&status_path(session_dir, rank), &status.bounded())
 }
 
 /// The statuses of ranks `ranks` of run `run`, by rank: a rank with no
@@ -225,13 +224,22 @@ pub fn read_statuses(
     ranks: Range<u32>,
     run: Option<&str>,
 ) -> Vec<(u32, LiveStatus)> {
-    let dir = control_dir(session_dir);
     ranks
         .filter_map(|rank| {
-            let status: LiveStatus = read_json(&dir.join(format!("status-{rank}.json"))).ok()?;
+            let status = read_status(session_dir, rank).ok()?;
             (status.run.as_deref() == run).then_some((rank, status))
         })
         .collect()
+}
+
+/// The status file of `rank`.
+pub fn status_path(session_dir: &Path, rank: u32) -> PathBuf {
+    control_dir(session_dir).join(format!("status-{rank}.json"))
+}
+
+/// `rank`'s last status, of whichever run.
+pub fn read_status(session_dir: &Path, rank: u32) -> Result<LiveStatus, ControlError> {
+    read_json(&status_path(session_dir, rank))
 }
 
 /// Says that `rankscope top` watches `session_dir` now: the ranks share

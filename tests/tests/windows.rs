@@ -356,6 +356,76 @@ fn a_rank_slowed_mid_run_opens_a_window_and_a_balanced_run_none() {
     );
 }
 
+/// `rankscope top` on a running job (rank 3's steps three times as long,
+/// simulated GPUs): every rank's steps, pace, open stage and GPUs, rank 3
+/// marked slowest, as JSON and as a table; once the job ended, it says no
+/// session runs.
+#[test]
+fn rankscope_top_shows_every_rank_and_marks_the_slowest() {
+    let out = tempfile::tempdir().unwrap();
+    let children = job(out.path(), 500, &[("RANKSCOPE_GPU_SOURCE", "simulated")]);
+    let dir = live_session_dir(out.path());
+    let top = |args: &[&str]| {
+        Command::new(support::rankscope_cli())
+            .args(["top", "--dir", dir.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // Views until every rank shares (the others may start their sessions
+    // after rank 0 made the directory).
+    let started = Instant::now();
+    let view = loop {
+        let json = top(&["--json"]);
+        let text = String::from_utf8_lossy(&json.stdout).to_string();
+        assert!(
+            json.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&json.stderr)
+        );
+        let view: Value = serde_json::from_str(text.trim()).unwrap();
+        if view["missing"] == serde_json::json!([]) {
+            break view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+    };
+    assert_eq!(view["world_size"], 4);
+    assert_eq!(view["slowest_rank"], 3, "{view}");
+    assert_eq!(view["gpus_simulated"], true);
+    let ranks = view["ranks"].as_array().unwrap();
+    let listed: Vec<u64> = ranks.iter().map(|r| r["rank"].as_u64().unwrap()).collect();
+    assert_eq!(listed, [0, 1, 2, 3], "{view}");
+    for rank in ranks {
+        assert!(rank["steps"].as_u64().unwrap() > 0, "{rank}");
+        assert!(rank["gpus"][0]["temperature_c"].is_f64(), "{rank}");
+    }
+    let pace = |rank: usize| ranks[rank]["step_ms"].as_f64().unwrap();
+    assert!(
+        pace(3) > 2.0 * pace(0),
+        "rank 3 {} ms, rank 0 {} ms",
+        pace(3),
+        pace(0)
+    );
+
+    let table = top(&["--count", "2", "--interval", "0.2"]);
+    let text = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(table.status.success(), "{text}");
+    assert_eq!(text.matches("GPU readings simulated").count(), 2, "{text}");
+    let marked: Vec<&str> = text.lines().filter(|l| l.starts_with('*')).collect();
+    assert!(
+        marked
+            .iter()
+            .all(|l| l.contains(" 3  ") || l.contains("rank 3"))
+            && marked.len() == 4,
+        "{text}"
+    );
+
+    wait_for(children);
+    let ended = top(&["--json"]);
+    assert!(!ended.status.success());
+    assert!(String::from_utf8_lossy(&ended.stderr).contains("no session runs"));
+}
+
 #[test]
 fn a_rank_that_dies_in_a_window_is_named_missing_in_it_by_the_deadline() {
     let out = tempfile::tempdir().unwrap();

@@ -1,0 +1,311 @@
+//! `rankscope top --dir`: a live view of a running session, refreshed from
+//! the statuses its ranks share in the session directory while this
+//! command keeps `control/watch` fresh ([`rankscope_common::window`]): per
+//! rank its steps, pace, open stage and GPUs, the slowest rank marked; or
+//! the same numbers as JSON lines for scripts.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use rankscope_common::text::terminal;
+use rankscope_common::window::{self, GpuStatus, LiveStatus};
+use serde::Serialize;
+
+use crate::trigger::check_running;
+
+/// How often the command looks for the first statuses.
+const POLL: Duration = Duration::from_millis(50);
+/// How long the first view waits for rank 0's status.
+const FIRST_WAIT: Duration = Duration::from_secs(5);
+/// How long the ranks take to see the watch and share (they look each
+/// second): the first view waits this long for every rank's status.
+const EVERY_RANK_WAIT: Duration = Duration::from_millis(2_500);
+/// A status older than this is of a rank that stopped sharing (gone, or
+/// its windows thread stuck): the view names it missing.
+const FRESH: Duration = Duration::from_secs(5);
+
+/// What `rankscope top` was asked.
+pub struct TopOptions {
+    /// The running session's directory.
+    pub dir: PathBuf,
+    /// JSON lines instead of a table.
+    pub json: bool,
+    /// Time between two views.
+    pub interval: Duration,
+    /// Views to show; `None`: until the session ends.
+    pub count: Option<u64>,
+}
+
+/// One view of the session: every rank's latest status.
+#[derive(Debug, Serialize)]
+pub struct View {
+    /// The session directory.
+    pub session_dir: PathBuf,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// The ranks that shared a status lately, by rank.
+    pub ranks: Vec<RankView>,
+    /// The ranks with no fresh status.
+    pub missing: Vec<u32>,
+    /// The rank whose steps take longest, where two or more ranks stepped.
+    pub slowest_rank: Option<u32>,
+    /// Whether the GPU readings are simulated (the demo's).
+    pub gpus_simulated: bool,
+}
+
+/// One rank in a [`View`].
+#[derive(Debug, Serialize)]
+pub struct RankView {
+    pub rank: u32,
+    pub host: String,
+    /// Seconds since the rank's session started.
+    pub elapsed_s: f64,
+    pub steps: u64,
+    /// Milliseconds per step over the last second (`null` before a step).
+    pub step_ms: Option<f64>,
+    pub steps_per_s: Option<f64>,
+    /// The innermost stage open, `null` between stages.
+    pub stage: Option<String>,
+    /// Every stage open, innermost last.
+    pub stages: Vec<String>,
+    pub gpus: Vec<GpuStatus>,
+}
+
+/// Shows the session in `options.dir` until `options.count` views were
+/// shown or the session ends.
+pub fn run(options: &TopOptions) -> Result<()> {
+    let dir = &options.dir;
+    check_running(dir)?;
+    let count = options.count.or(options.json.then_some(1));
+    let tty = !options.json && std::io::stdout().is_terminal();
+    let watched_from = SystemTime::now();
+    window::watch(dir)
+        .with_context(|| format!("asking the ranks of {} for their status", dir.display()))?;
+    wait_for_ranks(dir, watched_from)?;
+    let mut shown = 0;
+    loop {
+        window::watch(dir).context("keeping the ranks' statuses coming")?;
+        let view = read_view(dir)?;
+        let mut out = std::io::stdout().lock();
+        if options.json {
+            serde_json::to_writer(&mut out, &view)?;
+            writeln!(out)?;
+        } else {
+            if tty {
+                // Home, and clear the screen: the view redrawn in place.
+                write!(out, "\x1b[H\x1b[2J")?;
+            } else if shown > 0 {
+                writeln!(out)?;
+            }
+            write!(out, "{}", render(&view, tty))?;
+        }
+        out.flush()?;
+        shown += 1;
+        if count.is_some_and(|count| shown >= count) {
+            return Ok(());
+        }
+        std::thread::sleep(options.interval);
+        if check_running(dir).is_err() {
+            eprintln!("rankscope top: the session in {} ended", dir.display());
+            return Ok(());
+        }
+    }
+}
+
+/// Waits until rank 0 shares a status after `since` (it saw the watch),
+/// then until every rank did, or [`EVERY_RANK_WAIT`] more passed (a rank
+/// gone, or not yet started, shares none).
+fn wait_for_ranks(dir: &Path, since: SystemTime) -> Result<()> {
+    let started = Instant::now();
+    let shared = |rank: u32| modified_after(&window::status_path(dir, rank), since);
+    while !shared(0) {
+        if started.elapsed() >= FIRST_WAIT {
+            bail!(
+                "rank 0 of the session in {} shared no status within {} s: do its ranks run a \
+                 version of rankscope that shares one?",
+                dir.display(),
+                FIRST_WAIT.as_secs()
+            );
+        }
+        std::thread::sleep(POLL);
+    }
+    let world = window::read_status(dir, 0).map_or(1, |s| s.world_size);
+    let rank_0_shared = Instant::now();
+    while rank_0_shared.elapsed() < EVERY_RANK_WAIT && !(1..world).all(shared) {
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}
+
+/// Whether the file at `path` was written after `since`.
+fn modified_after(path: &Path, since: SystemTime) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|at| at >= since)
+}
+
+/// The view of every rank of rank 0's run whose status is fresh.
+pub fn read_view(dir: &Path) -> Result<View> {
+    let own = window::read_status(dir, 0).context("reading rank 0's status")?;
+    let fresh = SystemTime::now() - FRESH;
+    let world_size = own.world_size.max(1);
+    let mut ranks = Vec::new();
+    let mut missing = Vec::new();
+    let mut simulated = false;
+    for rank in 0..world_size {
+        let status = window::read_status(dir, rank)
+            .ok()
+            .filter(|s| s.run == own.run)
+            .filter(|_| modified_after(&window::status_path(dir, rank), fresh));
+        match status {
+            Some(status) => {
+                simulated |= status.simulated;
+                ranks.push(rank_view(rank, status));
+            }
+            None => missing.push(rank),
+        }
+    }
+    let stepped = ranks.iter().filter(|r| r.step_ms.is_some()).count();
+    let slowest_rank = ranks
+        .iter()
+        .filter_map(|r| Some((r.rank, r.step_ms?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(rank, _)| rank)
+        .filter(|_| stepped >= 2);
+    Ok(View {
+        session_dir: dir.to_path_buf(),
+        world_size,
+        ranks,
+        missing,
+        slowest_rank,
+        gpus_simulated: simulated,
+    })
+}
+
+fn rank_view(rank: u32, status: LiveStatus) -> RankView {
+    let pace = status.pace();
+    RankView {
+        rank,
+        step_ms: pace.map(|s| s * 1e3),
+        steps_per_s: pace.map(|s| 1.0 / s),
+        stage: status.stages.last().cloned(),
+        host: status.host,
+        elapsed_s: status.elapsed_s,
+        steps: status.steps,
+        stages: status.stages,
+        gpus: status.gpus,
+    }
+}
+
+/// The view as a table: a line per rank, the slowest marked `*` (in bold
+/// on a terminal, `tty`); names from the ranks made safe to print.
+pub fn render(view: &View, tty: bool) -> String {
+    let mut out = format!(
+        "rankscope top: {} ({} of {} ranks sharing{})\n",
+        terminal(&view.session_dir.display().to_string()),
+        view.ranks.len(),
+        view.world_size,
+        if view.gpus_simulated {
+            "; GPU readings simulated"
+        } else {
+            ""
+        }
+    );
+    out.push_str(&format!(
+        "  {:>6}  {:<20} {:>8} {:>8} {:>8}  {:<24} {:>5} {:>5}\n",
+        "rank", "host", "steps", "ms/step", "steps/s", "stage", "GPU%", "°C"
+    ));
+    let num =
+        |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    for rank in &view.ranks {
+        let slowest = view.slowest_rank == Some(rank.rank);
+        let util = mean(rank.gpus.iter().filter_map(|g| g.util_pct));
+        let temperature = rank
+            .gpus
+            .iter()
+            .filter_map(|g| g.temperature_c)
+            .max_by(f64::total_cmp);
+        let line = format!(
+            "{} {:>6}  {:<20} {:>8} {:>8} {:>8}  {:<24} {:>5} {:>5}",
+            if slowest { "*" } else { " " },
+            rank.rank,
+            cut(&terminal(&rank.host), 20),
+            rank.steps,
+            num(rank.step_ms, 1),
+            num(rank.steps_per_s, 1),
+            cut(&terminal(rank.stage.as_deref().unwrap_or("-")), 24),
+            num(util, 0),
+            num(temperature, 0),
+        );
+        match (slowest, tty) {
+            (true, true) => out.push_str(&format!("\x1b[1m{line}\x1b[0m\n")),
+            _ => out.push_str(&format!("{line}\n")),
+        }
+    }
+    if let Some(slowest) = view.slowest_rank {
+        out.push_str(&format!("* slowest steps: rank {slowest}\n"));
+    }
+    if !view.missing.is_empty() {
+        let missing = rankscope_common::text::rank_ranges(&view.missing);
+        out.push_str(&format!(
+            "missing: {missing} (no status in the last {} s)\n",
+            FRESH.as_secs()
+        ));
+    }
+    out
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / f64::from(n))
+}
+
+/// `text` cut to `width` characters.
+fn cut(text: &str, width: usize) -> String {
+    text.chars().take(width).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(rank: u32, step_ms: Option<f64>, stage: &str) -> RankView {
+        RankView {
+            rank,
+            host: "node-a".into(),
+            elapsed_s: 1.0,
+            steps: 10,
+            step_ms,
+            steps_per_s: step_ms.map(|ms| 1e3 / ms),
+            stage: Some(stage.into()),
+            stages: vec![stage.into()],
+            gpus: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_table_marks_the_slowest_names_the_missing_and_prints_no_control_codes() {
+        let view = View {
+            session_dir: "/s".into(),
+            world_size: 4,
+            ranks: vec![
+                rank(0, Some(10.0), "decode"),
+                rank(2, Some(31.0), "\x1b]0;owned\x07attention"),
+            ],
+            missing: vec![1, 3],
+            slowest_rank: Some(2),
+            gpus_simulated: false,
+        };
+        let text = render(&view, false);
+        assert!(text.contains("(2 of 4 ranks sharing)"), "{text}");
+        let marked: Vec<&str> = text.lines().filter(|l| l.starts_with('*')).collect();
+        assert_eq!(marked.len(), 2, "{text}");
+        assert!(marked[0].contains("31.0") && marked[1].ends_with("rank 2"), "{text}");
+        assert!(text.contains("missing: 1, 3 (no status in the last 5 s)"), "{text}");
+        assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+        // On a terminal the slowest rank's line is bold.
+        assert!(render(&view, true).contains("\x1b[1m*"));
+    }
+}
