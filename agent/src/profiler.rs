@@ -187,8 +187,8 @@ impl Profiler {
     #[inline]
     pub fn stage(&self, name: &str) -> StageGuard<'_> {
         StageGuard::new(
-            self.recording()
-                .map(|rec| (rec, rec.begin_stage(name, None))),
+            self.recording_hub()
+                .map(|hub| (hub, hub.recorder.begin_stage(name, None))),
         )
     }
 
@@ -198,17 +198,17 @@ impl Profiler {
     #[inline]
     pub fn stage_named(&self, name: &StageName) -> StageGuard<'_> {
         StageGuard::new(
-            self.recording()
-                .map(|rec| (rec, rec.begin_named_stage(name, None))),
+            self.recording_hub()
+                .map(|hub| (hub, hub.recorder.begin_named_stage(name, None))),
         )
     }
 
     /// Like [`Profiler::stage`], with metadata kept as JSON text on the stage.
     pub fn stage_with(&self, name: &str, metadata: &serde_json::Value) -> StageGuard<'_> {
-        StageGuard::new(
-            self.recording()
-                .map(|rec| (rec, rec.begin_stage(name, Some(json_text(metadata))))),
-        )
+        StageGuard::new(self.recording_hub().map(|hub| {
+            let metadata = Some(json_text(metadata));
+            (hub, hub.recorder.begin_stage(name, metadata))
+        }))
     }
 
     /// Begins a stage named by `name` without a guard, for bindings and
@@ -231,7 +231,7 @@ impl Profiler {
     #[inline]
     pub fn end(&self, stage: OpenStageId) {
         if let Some(hub) = self.enabled.as_deref() {
-            hub.recorder.end_stage(stage.0);
+            hub.end_stage(stage.0);
         }
     }
 
@@ -242,7 +242,7 @@ impl Profiler {
     #[inline]
     pub fn end_named(&self, name: &StageName) -> bool {
         match self.enabled.as_deref() {
-            Some(hub) => hub.recorder.stop_named_stage(name),
+            Some(hub) => hub.ended(hub.recorder.stop_named_stage(name)),
             None => false,
         }
     }
@@ -256,11 +256,7 @@ impl Profiler {
     #[inline]
     pub fn step(&self) {
         if let Some(hub) = self.enabled.as_deref() {
-            hub.steps.advance(|| {
-                // The parts first: those it counts were taken before the time.
-                let parts = hub.parts_taken.load(std::sync::atomic::Ordering::Acquire);
-                (hub.recorder.now_ns(), parts)
-            });
+            hub.step();
         }
     }
 
@@ -312,7 +308,7 @@ impl Profiler {
     pub fn stop(&self, name: &str) -> bool {
         // Also after the session ended: the stage leaves the open stack.
         match self.enabled.as_deref() {
-            Some(hub) => hub.recorder.stop_stage(name),
+            Some(hub) => hub.ended(hub.recorder.stop_stage(name)),
             None => false,
         }
     }
@@ -449,8 +445,14 @@ impl Profiler {
     /// The recorder, when a session is recording.
     #[inline(always)]
     pub(crate) fn recording(&self) -> Option<&Recorder> {
-        let recorder = &*self.enabled.as_deref()?.recorder;
-        recorder.is_recording().then_some(recorder)
+        self.recording_hub().map(|hub| &*hub.recorder)
+    }
+
+    /// The hub, while a session records.
+    #[inline(always)]
+    fn recording_hub(&self) -> Option<&Hub> {
+        let hub = self.enabled.as_deref()?;
+        hub.recorder.is_recording().then_some(hub)
     }
 }
 

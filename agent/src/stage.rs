@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use crate::recorder::Recorder;
+use crate::session::Hub;
 
 /// An open stage; the stage ends when this guard is dropped.
 ///
@@ -27,13 +27,13 @@ use crate::recorder::Recorder;
 /// ```
 #[must_use = "a stage ends when its guard is dropped"]
 pub struct StageGuard<'p> {
-    open: Option<(&'p Recorder, u64)>,
+    open: Option<(&'p Hub, u64)>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl<'p> StageGuard<'p> {
     #[inline(always)]
-    pub(crate) fn new(open: Option<(&'p Recorder, u64)>) -> Self {
+    pub(crate) fn new(open: Option<(&'p Hub, u64)>) -> Self {
         StageGuard {
             open,
             _not_send: PhantomData,
@@ -49,8 +49,8 @@ impl<'p> StageGuard<'p> {
 impl Drop for StageGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if let Some((recorder, stage_id)) = self.open.take() {
-            recorder.end_stage(stage_id);
+        if let Some((hub, stage_id)) = self.open.take() {
+            hub.end_stage(stage_id);
         }
     }
 }

@@ -302,8 +302,14 @@ mod tests {
         assert!(text.contains("(2 of 4 ranks sharing)"), "{text}");
         let marked: Vec<&str> = text.lines().filter(|l| l.starts_with('*')).collect();
         assert_eq!(marked.len(), 2, "{text}");
-        assert!(marked[0].contains("31.0") && marked[1].ends_with("rank 2"), "{text}");
-        assert!(text.contains("missing: 1, 3 (no status in the last 5 s)"), "{text}");
+        assert!(
+            marked[0].contains("31.0") && marked[1].ends_with("rank 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("missing: 1, 3 (no status in the last 5 s)"),
+            "{text}"
+        );
         assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
         // On a terminal the slowest rank's line is bold.
         assert!(render(&view, true).contains("\x1b[1m*"));

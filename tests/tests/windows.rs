@@ -168,6 +168,30 @@ fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
     assert_eq!(straggler_ranks(&session, "denoise_step"), [3]);
 }
 
+/// A program that never calls `Profiler::step`: the end of its
+/// `step_stage` counts the steps, and rolling windows hold 5 of them each.
+#[test]
+fn a_stage_name_counts_the_steps_of_a_program_that_calls_no_step() {
+    let out = tempfile::tempdir().unwrap();
+    wait_for(job_with(
+        out.path(),
+        12,
+        &["--no-step"],
+        &[
+            ("RANKSCOPE_WINDOW_EVERY_STEPS", "5"),
+            ("RANKSCOPE_STEP_STAGE", "denoise_step"),
+        ],
+    ));
+    let dir = session_dir(out.path());
+    for (index, first_step) in [(1, 0), (2, 5)] {
+        let report = read_report(&dir.join(format!("window-{index}")));
+        assert_eq!(report["window"]["first_step"], first_step);
+        assert_eq!(report["window"]["steps"], 5);
+        assert_eq!(calls(&report, "denoise_step"), 4 * 5, "window {index}");
+    }
+    assert_eq!(read_report(&dir)["windows"], serde_json::json!([1, 2, 3]));
+}
+
 #[test]
 fn periodic_windows_come_every_so_many_seconds_with_every_rank() {
     let out = tempfile::tempdir().unwrap();

@@ -42,7 +42,24 @@ pub(super) struct Local {
     /// Names looked up by text, so that a stage named by a `&str` takes no
     /// lock after its first use; at most `max_names` of them.
     pub(super) names: FxHashMap<Box<str>, NameId>,
+    /// The id of the stage name whose end is a step (`step_stage`) on this
+    /// thread, once interned here; [`NO_STEP_STAGE`] until then.
+    pub(super) step_stage: NameId,
 }
+
+/// What ending a stage by name did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// No stage of the name was open.
+    None,
+    /// A stage ended.
+    Stage,
+    /// A stage ended, and its end is a step (`step_stage`).
+    Step,
+}
+
+/// No stage's end is a step on this thread (yet).
+const NO_STEP_STAGE: NameId = NameId::MAX;
 
 /// This thread's state for each live recorder it has recorded into; when
 /// the thread exits, each buffer is retired into its recorder.
@@ -150,31 +167,37 @@ impl Recorder {
 
     /// Ends the stage `stage_id` that this thread began (one refused as too
     /// deep: the innermost such); an id of another thread's, or of none,
-    /// ends nothing. Not inlined (see [`Recorder::begin_stage`]).
+    /// ends nothing. Returns whether the stage ended is a step
+    /// (`step_stage`). Not inlined (see [`Recorder::begin_stage`]).
     #[inline(never)]
-    pub(crate) fn end_stage(&self, stage_id: u64) {
+    pub(crate) fn end_stage(&self, stage_id: u64) -> bool {
         let ticks = self.registry.clock.ticks();
         self.with_local(|local| {
             if stage_id & !REFUSED & !u64::from(u32::MAX) != local.owner {
-                return;
+                return false;
             }
             if stage_id & REFUSED != 0 {
                 if let Some(pos) = local.refused.len().checked_sub(1) {
                     end_refused(&mut local.refused, pos);
                 }
-                return;
+                return false;
             }
             let stage_seq = stage_id as u32;
-            if let Some(pos) = local.open.iter().rposition(|&(seq, _)| seq == stage_seq) {
-                let (seq, _) = local.open.remove(pos);
-                self.push_event(local, Event::End { seq, ticks });
+            match local.open.iter().rposition(|&(seq, _)| seq == stage_seq) {
+                Some(pos) => {
+                    let (seq, name) = local.open.remove(pos);
+                    self.push_event(local, Event::End { seq, ticks });
+                    name == local.step_stage
+                }
+                None => false,
             }
-        });
+        })
+        .unwrap_or(false)
     }
 
-    /// Ends the innermost open stage called `name` on this thread; `false`
-    /// if there is none.
-    pub(crate) fn stop_stage(&self, name: &str) -> bool {
+    /// Ends the innermost open stage called `name` on this thread: what
+    /// ended ([`Ended`]).
+    pub(crate) fn stop_stage(&self, name: &str) -> Ended {
         // A lookup, not interning: a name never started costs nothing.
         self.stop_stage_as(|local| match local.names.get(name) {
             Some(&id) => Some(id),
@@ -185,16 +208,16 @@ impl Recorder {
     /// Ends the innermost open stage named by `name` on this thread;
     /// `false` if there is none.
     #[inline]
-    pub(crate) fn stop_named_stage(&self, name: &StageName) -> bool {
+    pub(crate) fn stop_named_stage(&self, name: &StageName) -> Ended {
         self.stop_stage_as(|local| Some(self.named_id(local, name)))
     }
 
     #[inline(always)]
-    pub(super) fn stop_stage_as(&self, name: impl FnOnce(&mut Local) -> Option<NameId>) -> bool {
+    pub(super) fn stop_stage_as(&self, name: impl FnOnce(&mut Local) -> Option<NameId>) -> Ended {
         let ticks = self.registry.clock.ticks();
         self.with_local(|local| {
             let Some(name) = name(local) else {
-                return false;
+                return Ended::None;
             };
             // A refused stage is deeper than every open one: if it has the
             // name, it is the innermost.
@@ -204,18 +227,21 @@ impl Recorder {
                 .rposition(|&(n, _)| n == name || n == ANY_NAME)
             {
                 end_refused(&mut local.refused, pos);
-                return true;
+                return Ended::Stage;
             }
             match local.open.iter().rposition(|&(_, n)| n == name) {
                 Some(pos) => {
                     let (seq, _) = local.open.remove(pos);
                     self.push_event(local, Event::End { seq, ticks });
-                    true
+                    match name == local.step_stage {
+                        true => Ended::Step,
+                        false => Ended::Stage,
+                    }
                 }
-                None => false,
+                None => Ended::None,
             }
         })
-        .unwrap_or(false)
+        .unwrap_or(Ended::None)
     }
 
     /// Appends a stage event to this thread's log; a full chunk is handed
@@ -279,6 +305,9 @@ impl Recorder {
         let (id, cacheable) = intern(&local.buffer, name);
         if cacheable && local.names.len() < self.max_names {
             local.names.insert(name.into(), id);
+        }
+        if cacheable && self.step_stage.as_deref() == Some(name) {
+            local.step_stage = id;
         }
         (id, cacheable)
     }
@@ -386,6 +415,7 @@ impl Recorder {
             refused: Vec::new(),
             next_seq: 0,
             names: FxHashMap::default(),
+            step_stage: NO_STEP_STAGE,
         });
         locals.len() - 1
     }

@@ -50,6 +50,7 @@ mod pairing;
 mod thread;
 
 use generations::Generations;
+pub(crate) use hot_path::Ended;
 use hot_path::LOCALS;
 use pairing::{add_overflow, Registry, Retired};
 pub(crate) use thread::Section;
@@ -68,6 +69,8 @@ pub(crate) struct Recorder {
     max_names: usize,
     max_open_stages: usize,
     last_generation: AtomicU64,
+    /// The stage whose end is a step (`step_stage`).
+    step_stage: Option<Box<str>>,
 }
 
 const TABLES: usize = Table::ALL.len();
@@ -93,6 +96,7 @@ impl Recorder {
             max_names: config.max_names,
             max_open_stages: config.max_open_stages,
             last_generation: AtomicU64::new(0),
+            step_stage: config.step_stage.as_deref().map(Box::from),
         }
     }
 

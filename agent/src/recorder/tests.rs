@@ -48,7 +48,7 @@ fn a_stage_recorded_while_the_thread_is_torn_down_is_left_out() {
             let recorder = &self.0;
             let late = recorder.begin_stage("late", None);
             recorder.end_stage(late);
-            let stopped = recorder.stop_stage("work");
+            let stopped = recorder.stop_stage("work") != Ended::None;
             recorder.record_row(Table::Metrics, |t, ticks| {
                 t.push_metric(ticks, Section::Custom, "late", 1.0);
             });
@@ -269,7 +269,7 @@ fn ending_a_stage_refused_as_too_deep_leaves_the_open_ones_alone() {
     for _ in 0..3 {
         // Refused, then ended by name: the refused call ends.
         assert_ne!(recorder.begin_named_stage(&name, None) & REFUSED, 0);
-        assert!(recorder.stop_named_stage(&name));
+        assert_eq!(recorder.stop_named_stage(&name), Ended::Stage);
     }
     let refused = recorder.begin_named_stage(&name, None);
     recorder.end_stage(refused);
@@ -329,8 +329,16 @@ fn refused_calls_past_the_room_for_runs_still_end_first() {
     let outer = recorder.begin_named_stage(&a, None);
     assert_ne!(recorder.begin_named_stage(&b, None) & REFUSED, 0);
     assert_ne!(recorder.begin_named_stage(&a, None) & REFUSED, 0);
-    assert!(recorder.stop_named_stage(&a), "the refused `a`");
-    assert!(recorder.stop_named_stage(&b), "the refused `b`");
+    assert_eq!(
+        recorder.stop_named_stage(&a),
+        Ended::Stage,
+        "the refused `a`"
+    );
+    assert_eq!(
+        recorder.stop_named_stage(&b),
+        Ended::Stage,
+        "the refused `b`"
+    );
     assert_eq!(
         recorder.open_stage_names(),
         ["a"],
@@ -453,4 +461,35 @@ fn event_log_round_trips_events_until_it_is_full() {
     assert!(!log.push(Event::End { seq: 0, ticks: 0 }), "full");
     log.clear();
     assert_eq!(unsafe { log.read(0) }.1, 0);
+}
+
+/// The end of a stage named `step_stage` is a step, on any thread and by
+/// id or by name; no other stage's end is, nor an end that ends nothing.
+#[test]
+fn the_end_of_the_step_stage_is_a_step() {
+    let recorder = Recorder::new(&Config {
+        step_stage: Some("denoise".into()),
+        ..Config::default()
+    });
+    recorder.begin_session();
+    let outer = recorder.begin_stage("generate", None);
+    let step = recorder.begin_stage("denoise", None);
+    assert!(recorder.end_stage(step));
+    assert!(!recorder.end_stage(step), "ended already");
+    recorder.begin_stage("denoise", None);
+    assert_eq!(recorder.stop_stage("denoise"), Ended::Step);
+    assert_eq!(recorder.stop_stage("denoise"), Ended::None);
+    assert!(!recorder.end_stage(outer));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let name = crate::StageName::new("denoise");
+            recorder.begin_named_stage(&name, None);
+            assert_eq!(recorder.stop_named_stage(&name), Ended::Step);
+        });
+    });
+    // Without a step stage, no end is a step.
+    let plain = Recorder::new(&Config::default());
+    plain.begin_session();
+    let stage = plain.begin_stage("denoise", None);
+    assert!(!plain.end_stage(stage));
 }

@@ -17,7 +17,7 @@ use rankscope_common::Config;
 
 use crate::flusher::Flusher;
 use crate::notice::{say, Notices};
-use crate::recorder::Recorder;
+use crate::recorder::{Ended, Recorder};
 use crate::reporter::Reporter;
 use crate::sampler::{Sampler, Telemetry};
 use crate::signals::{self, OnStop};
@@ -140,6 +140,36 @@ pub(crate) struct Hub {
 }
 
 impl Hub {
+    /// Ends a step (`Profiler::step`, or the end of the `step_stage`):
+    /// one count more, and at a window's edge the time and the flush parts
+    /// taken noted.
+    #[inline]
+    pub(crate) fn step(&self) {
+        self.steps.advance(|| {
+            // The parts first: those it counts were taken before the time.
+            let parts = self.parts_taken.load(Ordering::Acquire);
+            (self.recorder.now_ns(), parts)
+        });
+    }
+
+    /// Ends the stage `stage_id` this thread began, and the step where it
+    /// is the `step_stage`.
+    #[inline(always)]
+    pub(crate) fn end_stage(&self, stage_id: u64) {
+        if self.recorder.end_stage(stage_id) {
+            self.step();
+        }
+    }
+
+    /// Counts the step where `ended` says the stage ended by name was the
+    /// `step_stage`; whether a stage ended.
+    pub(crate) fn ended(&self, ended: Ended) -> bool {
+        if ended == Ended::Step {
+            self.step();
+        }
+        ended != Ended::None
+    }
+
     /// The hub of a profiler with `config` for the rank `env` describes,
     /// with the program's own transport and reporter where it gave them.
     pub(crate) fn new(

@@ -208,6 +208,11 @@ pub struct Config {
     /// Steps a window asked for by `rankscope trigger` (or `SIGUSR1` to
     /// rank 0) covers when the request names none.
     pub window_steps: u64,
+    /// The stage whose end is a step, for a program that calls neither
+    /// `Profiler::step` nor the Python package's `prof.step()` or
+    /// `record_diffusion_step` (`step_stage: denoise_step`): each end of a
+    /// stage of that name, on any thread, counts one step.
+    pub step_stage: Option<String>,
     /// Imbalance windows: a window of `window_steps` steps opens when one
     /// rank's steps take this much longer than the median of the others'
     /// (and `straggler_min_s` longer), %, once each time imbalance begins;
@@ -344,6 +349,7 @@ impl Config {
             window_every_s: 0.0,
             window_steps: 20,
             window_on_imbalance_pct: 0.0,
+            step_stage: None,
             clock_shift_ns: 0,
             spill_on_signal: true,
             quiet_ranks: true,

@@ -11,7 +11,9 @@
 //! with `--slow-from S`), calling
 //! `Profiler::step` after each, as a job with windows does; with
 //! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S;
-//! with `--step-inside`, each step ends inside its stage. With
+//! with `--step-inside`, each step ends inside its stage; with
+//! `--no-step`, it never calls `Profiler::step` (a `step_stage` counts the
+//! steps). With
 //! `--late-rank R`, rank R finishes only once every other rank's finish
 //! has returned (each leaves `finished-<rank>` in the output directory),
 //! as a rank 0 busy elsewhere while the others end; `--bulk N` records N
@@ -25,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let wait_for_signal = args.iter().any(|a| a == "--wait-for-signal");
     let step_inside = args.iter().any(|a| a == "--step-inside");
+    let no_step = args.iter().any(|a| a == "--no-step");
     let number_after = |flag: &str| -> Option<u32> {
         args.iter()
             .position(|a| a == flag)
@@ -59,7 +62,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     drop(stage);
                 } else {
                     drop(stage);
-                    profiler.step();
+                    if !no_step {
+                        profiler.step();
+                    }
                 }
             }
         }
