@@ -24,7 +24,8 @@
 //! is named missing in each window's report, by the gather's deadline.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+// What `step_count.rs` takes from its parent module (loom's, in its test).
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,14 +43,16 @@ use crate::transport::Transport;
 mod imbalance;
 mod live_status;
 mod sigusr1;
+mod step_count;
 mod steps;
 
 use imbalance::ImbalanceWatch;
 use live_status::StatusSharing;
 use sigusr1::Sigusr1;
+use step_count::NONE;
+use steps::Edge;
 pub use steps::PlannedWindow;
 pub(crate) use steps::Steps;
-use steps::{Edge, NONE};
 
 /// How often the windows thread looks at the control files when no edge
 /// wakes it.

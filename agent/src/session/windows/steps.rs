@@ -1,24 +1,21 @@
 //! The steps of a running session (`Profiler::step`) and the edges they
-//! note: an atomic count the hot path advances, and, at the counts where a
-//! window opens or closes, the time and the flush parts taken, queued for
-//! the windows thread. A step reaching an edge and the thread arming one
-//! see each other (sequentially consistent count and edge), so no edge is
-//! armed past and never reached.
+//! note: the step count the hot path advances ([`StepCount`]), and, at the
+//! counts where a window opens or closes, the time and the flush parts
+//! taken, queued for the windows thread.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use rankscope_common::window::Plan;
 
+use super::step_count::StepCount;
 use crate::stop::StopSignal;
 use crate::sync::lock;
 
 /// Edges kept for the thread; past this (a thread that cannot keep up with
 /// one-step windows) the oldest go, counted.
 const MAX_EDGES: usize = 1024;
-/// No edge is due.
-pub(super) const NONE: u64 = u64::MAX;
 
 /// A step count at which a window opens or closes, as the step that
 /// reached it saw it.
@@ -35,13 +32,7 @@ pub(crate) struct Edge {
 /// The steps of the running session (`Profiler::step`), and the counts at
 /// which a step notes an edge for the windows thread.
 pub(crate) struct Steps {
-    count: AtomicU64,
-    /// The count of the next edge; [`NONE`]: none due.
-    next_edge: AtomicU64,
-    /// The edge after it (a planned window's close), where known.
-    then_edge: AtomicU64,
-    /// Rolling windows: each edge is followed by one this many steps later.
-    period: AtomicU64,
+    count: StepCount,
     edges: Mutex<Edges>,
     /// The window planned or open now, as the program may ask for it.
     current: Mutex<Option<PlannedWindow>>,
@@ -60,10 +51,7 @@ struct Edges {
 impl Default for Steps {
     fn default() -> Self {
         Steps {
-            count: AtomicU64::new(0),
-            next_edge: AtomicU64::new(NONE),
-            then_edge: AtomicU64::new(NONE),
-            period: AtomicU64::new(0),
+            count: StepCount::new(),
             edges: Mutex::default(),
             current: Mutex::default(),
             signal: StopSignal::default(),
@@ -76,63 +64,35 @@ impl Steps {
     /// Ends a step: one count more and, where a window opens or closes at
     /// the new count, an edge noted at the time and parts `edge` gives.
     #[inline]
-    pub(crate) fn advance(&self, edge: impl FnOnce() -> (u64, u32)) {
-        // SeqCst, with `arm`'s store and load: of a step passing the count
-        // an edge is armed at and the arming, one sees the other.
-        let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
-        if count == self.next_edge.load(Ordering::SeqCst) {
-            self.reach(count, edge);
-        }
+    pub(crate) fn advance(&self, edge: impl Fn() -> (u64, u32)) {
+        self.count.advance(|count| {
+            let (ns, parts) = edge();
+            self.queue(Edge { count, ns, parts });
+        });
     }
 
-    /// The edge at `count`, claimed from the windows thread (which takes
-    /// back an edge the count passed before it was set).
+    /// Queues an edge for the thread, and wakes it.
     #[cold]
-    fn reach(&self, count: u64, edge: impl FnOnce() -> (u64, u32)) {
-        let claimed =
-            self.next_edge
-                .compare_exchange(count, NONE, Ordering::AcqRel, Ordering::Acquire);
-        if claimed.is_err() {
-            return;
-        }
-        let (ns, parts) = edge();
-        let next = match self.period.load(Ordering::Relaxed) {
-            0 => self.then_edge.swap(NONE, Ordering::AcqRel),
-            period => count.saturating_add(period),
-        };
-        self.next_edge.store(next, Ordering::Release);
+    fn queue(&self, edge: Edge) {
         let mut edges = lock(&self.edges);
         if edges.queue.len() >= MAX_EDGES {
             edges.queue.pop_front();
             edges.dropped += 1;
         }
-        edges.queue.push_back(Edge { count, ns, parts });
+        edges.queue.push_back(edge);
         drop(edges);
         self.signal.nudge();
     }
 
     /// Steps ended since the session started.
     pub(crate) fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.count.count()
     }
 
     /// Asks the steps for an edge at `at`, then one at `then`. `false`
     /// where the count passed `at` first: no edge comes for it.
     pub(super) fn arm(&self, at: u64, then: u64) -> bool {
-        self.then_edge.store(then, Ordering::Release);
-        self.next_edge.store(at, Ordering::SeqCst);
-        if self.count.load(Ordering::SeqCst) < at {
-            return true;
-        }
-        // Passed: a step claimed the edge (it is queued), or none ever will.
-        let taken_back = self
-            .next_edge
-            .compare_exchange(at, NONE, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if taken_back {
-            self.then_edge.store(NONE, Ordering::Release);
-        }
-        !taken_back
+        self.count.arm(at, then)
     }
 
     /// The window planned or open now on this rank.
@@ -156,11 +116,7 @@ impl Steps {
     }
 
     pub(super) fn reset(&self, period: u64) {
-        self.count.store(0, Ordering::Relaxed);
-        self.next_edge
-            .store(if period > 0 { period } else { NONE }, Ordering::Release);
-        self.then_edge.store(NONE, Ordering::Release);
-        self.period.store(period, Ordering::Relaxed);
+        self.count.reset(period);
         *lock(&self.edges) = Edges::default();
         *lock(&self.current) = None;
         self.close_on_stop.store(false, Ordering::Relaxed);
