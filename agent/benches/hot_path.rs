@@ -1,5 +1,6 @@
 //! The cost of the hot path against its peers, in one process: a stage
-//! begun and ended (by name, by `stage!`, nested, on two threads at once), a
+//! begun and ended (by name, by `stage!`, nested, on two threads at once,
+//! as the `step_stage` whose end is a step), a
 //! metric recorded, a step ended (`step()`, windows' clock), a disabled
 //! profiler; puffin's scope (top level and
 //! nested) and a `tracing` span with a subscriber that does nothing; the
@@ -75,6 +76,14 @@ fn main() {
         ..Config::default()
     };
     let enabled = Arc::new(Profiler::with_rank_env(config.clone(), RankEnv::single()));
+    // A profiler whose `denoise` stage's end is a step (`step_stage`).
+    let stepping = Profiler::with_rank_env(
+        Config {
+            step_stage: Some("denoise".into()),
+            ..config.clone()
+        },
+        RankEnv::single(),
+    );
     let disabled = Profiler::with_rank_env(
         Config {
             enabled: false,
@@ -86,6 +95,7 @@ fn main() {
     let dispatch = tracing::Dispatch::new(NoOp);
 
     let session = enabled.session("bench", &[]).unwrap();
+    let stepping_session = stepping.session("bench-step-stage", &[]).unwrap();
     let outer_scope = || {
         puffin::profile_scope!("outer");
         // A scope nested in another, as puffin's own benchmarks time it.
@@ -148,6 +158,10 @@ fn main() {
         (
             "stage!(p, \"decode\"), in a session",
             Box::new(|| round(|_| drop(black_box(rankscope::stage!(enabled, "decode"))))),
+        ),
+        (
+            "stage!(p, \"denoise\"), the step_stage: its end a step",
+            Box::new(|| round(|_| drop(black_box(rankscope::stage!(stepping, "denoise"))))),
         ),
         (
             "stage!, nested in another, in a session",
@@ -229,8 +243,10 @@ fn main() {
         // to a part file, their memory kept for the next rounds.
         puffin::GlobalProfiler::lock().new_frame();
         session.flush().unwrap();
+        stepping_session.flush().unwrap();
     }
     drop(session);
+    drop(stepping_session);
 
     println!(
         "{:<46} {:>10}   best of {ROUNDS} rounds of {CALLS} calls",
