@@ -89,15 +89,20 @@ impl Profiler {
         path: &Path,
         window: u32,
     ) -> Result<KernelTraceRows, TraceError> {
-        let Some(recorder) = self.recording() else {
+        let Some(hub) = self.recording_hub() else {
             return Ok(KernelTraceRows::default());
         };
+        let recorder = &hub.recorder;
         let limits = TraceLimits {
             max_rows: recorder.max_rows(),
             cpu_spans: true,
             ..TraceLimits::default()
         };
         let trace = kineto::read_trace(path, &limits)?;
+        if !trace.parallel.is_empty() {
+            // The rank's place in its process groups: its payloads say it.
+            *crate::sync::lock(&hub.parallel) = trace.parallel.clone();
+        }
         Ok(keep(recorder, &trace, window))
     }
 }

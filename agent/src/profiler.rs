@@ -450,7 +450,7 @@ impl Profiler {
 
     /// The hub, while a session records.
     #[inline(always)]
-    fn recording_hub(&self) -> Option<&Hub> {
+    pub(crate) fn recording_hub(&self) -> Option<&Hub> {
         let hub = self.enabled.as_deref()?;
         hub.recorder.is_recording().then_some(hub)
     }

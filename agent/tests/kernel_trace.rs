@@ -30,7 +30,8 @@ fn now_us() -> u64 {
 /// 0–10 ms, an NCCL all-reduce 5–25 ms, a copy 40–50 ms (each launched
 /// about a millisecond before `t0`), the host's `nccl:all_reduce`, the
 /// CPU operator `aten::mm` on thread 42 around the GEMM's launch, and a
-/// kernel from a minute before the session.
+/// kernel from a minute before the session; the rank is rank 0 of a
+/// tensor-parallel group of 2.
 fn write_trace(path: &Path, t0: u64) {
     let kernel = |name: &str, ts: u64, dur: u64, correlation: u32| {
         format!(
@@ -69,7 +70,12 @@ fn write_trace(path: &Path, t0: u64) {
     ];
     std::fs::write(
         path,
-        format!(r#"{{"traceEvents": [{}]}}"#, events.join(",")),
+        format!(
+            r#"{{"distributedInfo": {{"rank": 0, "pg_config": [
+                {{"pg_desc": "mesh_tp", "ranks": [0, 1]}}]}},
+                "traceEvents": [{}]}}"#,
+            events.join(",")
+        ),
     )
     .unwrap();
 }
@@ -113,6 +119,9 @@ fn a_window_trace_becomes_rows_on_the_session_clock_and_the_reports_gpu_time() {
     assert_eq!(kernels.start_ns[1] - kernels.start_ns[0], 5_000_000);
     let calls = payload.view::<CollectivesView>().unwrap().unwrap();
     assert_eq!((calls.len, calls.kind.get(0)), (1, "all_reduce"));
+    // The trace's process groups place the rank: its header says where.
+    let tp = rankscope_common::parallel::label(&payload.header.parallel);
+    assert_eq!(tp, "tp 0/2");
 
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(outcome.session_dir.join("report.json")).unwrap())
@@ -138,6 +147,9 @@ fn a_window_trace_becomes_rows_on_the_session_clock_and_the_reports_gpu_time() {
         report["kernel_traces"][0]["events"],
         serde_json::Value::Null
     );
+    let tp = serde_json::json!([{"dim": "tp", "index": 0, "size": 2}]);
+    assert_eq!(report["ranks"][0]["parallel"], tp);
+    assert_eq!(report["kernel_traces"][0]["parallel"], tp);
     // Stages to kernels: the three activities were launched inside `decode`.
     let decode = &report["stage_kernels"][0];
     assert_eq!(decode["name"], "decode");

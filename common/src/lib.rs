@@ -11,7 +11,9 @@
 //!   ([`gather::accept`], [`gather::Gathered`], [`gather::Rejection`]);
 //! - [`spill`]: payloads on disk, written atomically and read back safely;
 //! - [`window`]: windows of a running session, and the control files that
-//!   ask for and plan them.
+//!   ask for and plan them;
+//! - [`parallel`]: a rank's parallel coordinates (TP, DP, PP, ...) from
+//!   its process groups.
 //!
 //! ```
 //! use rankscope_common::table::{ModelParameterRow, ModelParametersBuilder, Table};
@@ -35,6 +37,7 @@ pub mod file;
 pub mod gather;
 pub mod kineto;
 pub mod names;
+pub mod parallel;
 pub mod payload;
 pub mod spill;
 pub mod table;

@@ -65,8 +65,9 @@ pub use header::{
 pub const MAGIC: [u8; 4] = *b"RSPL";
 /// The format version this build writes (and the newest it reads).
 /// Versions 1 (no run identity, no measured clock offset), 2 (every
-/// column stored as values) and 3 (no window in the header) are still read.
-pub const FORMAT_VERSION: u16 = 4;
+/// column stored as values), 3 (no window in the header) and 4 (no
+/// parallel coordinates) are still read.
+pub const FORMAT_VERSION: u16 = 5;
 /// Largest header accepted.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// Largest payload accepted: 4 GiB.

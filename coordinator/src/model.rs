@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use rankscope_common::parallel::ParallelCoord;
 use rankscope_common::payload::{ClockSync, GpuSource, Overflow, SamplerStats, TransportName};
 use serde::{Deserialize, Serialize};
 
@@ -265,6 +266,10 @@ pub struct RankSummary {
     pub pid: u32,
     /// Rank within the node.
     pub local_rank: u32,
+    /// Its parallel coordinates (`[{dim: "tp", index: 1, size: 4}, …]`),
+    /// where its kernel traces' process groups named them; else empty.
+    #[serde(default)]
+    pub parallel: Vec<ParallelCoord>,
     /// This rank's clock minus rank 0's, nanoseconds; `null` where the
     /// transport measured no offset.
     pub clock_offset_ns: Option<i64>,
@@ -656,6 +661,10 @@ pub struct KernelTraceInput {
     /// What the read left out, and why; `null` for windows a rank read
     /// itself (rows past its budget are its dropped rows of `kernels`).
     pub cut: Option<rankscope_common::kineto::TraceCut>,
+    /// The rank's parallel coordinates, where the trace's process groups
+    /// named them.
+    #[serde(default)]
+    pub parallel: Vec<ParallelCoord>,
 }
 
 /// One stage, call by call across ranks.

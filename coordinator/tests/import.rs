@@ -354,3 +354,29 @@ fn a_trace_cut_by_its_budget_makes_a_partial_report_that_says_so() {
         .collect();
     assert_eq!(warned.len(), 2, "{warned:?}");
 }
+
+/// A trace whose process groups name their dimensions (Megatron-LM's
+/// names) places its rank: report.json's `kernel_traces` say where.
+#[test]
+fn imported_ranks_carry_their_parallel_coordinates() {
+    let dir = tempfile::tempdir().unwrap();
+    for rank in 0..2 {
+        let trace = format!(
+            r#"{{"distributedInfo": {{"rank": {rank}, "world_size": 2, "pg_config": [
+                {{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1]}},
+                {{"pg_name": "1", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "ranks": [0, 1]}}
+            ]}}, "traceEvents": [
+                {{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,
+                  "ts": 100, "dur": 50, "args": {{"device": 0, "stream": 7, "correlation": 1}}}}
+            ]}}"#
+        );
+        std::fs::write(dir.path().join(format!("rank{rank}.json")), trace).unwrap();
+    }
+    let (_, report) = import_dir(dir.path());
+    let coords: Vec<String> = report
+        .kernel_traces
+        .iter()
+        .map(|t| rankscope_common::parallel::label(&t.parallel))
+        .collect();
+    assert_eq!(coords, ["tp 0/2", "tp 1/2"]);
+}

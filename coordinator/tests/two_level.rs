@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 
 use rankscope_common::gather::NodeSent;
+use rankscope_common::parallel::ParallelCoord;
 use rankscope_common::{gather, Gathered, Payload};
 use rankscope_coordinator::analysis::{
     analyze, analyze_nodes, leader_digest, DigestError, NodeDigest, RankDigest,
@@ -25,7 +26,8 @@ const PER_NODE: u32 = 4;
 /// The most bytes a node digest may unpack to here.
 const LIMIT: usize = 64 << 20;
 
-/// A job of `ranks` ranks of `shape`, on nodes of [`PER_NODE`]; the ranks
+/// A job of `ranks` ranks of `shape`, on nodes of [`PER_NODE`], each node
+/// a tensor-parallel group (its ranks' coordinates `tp k/4`); the ranks
 /// of node 2 are 30 % slower in `stage_07` (a slow node, found as a group).
 fn job(ranks: u32, shape: &Shape) -> Vec<Payload> {
     let shape = Shape {
@@ -37,6 +39,11 @@ fn job(ranks: u32, shape: &Shape) -> Vec<Payload> {
             let mut payload = rank_payload(rank, ranks, &shape, &mut std::io::sink()).unwrap();
             payload.header.rank.host = format!("node-{}", rank / PER_NODE);
             payload.header.rank.local_rank = rank % PER_NODE;
+            payload.header.parallel = vec![ParallelCoord {
+                dim: "tp".into(),
+                index: rank % PER_NODE,
+                size: PER_NODE,
+            }];
             payload
         })
         .collect()
@@ -97,6 +104,11 @@ fn the_report_of_nodes_merged_is_the_report_of_every_rank() {
     };
     let (one_level, two_level) = both_reports(job(16, &BENCH), &config);
     assert_same(&one_level, &two_level, 1e-9, "report");
+    // Each rank's parallel coordinates, through its node's digest too.
+    assert_eq!(
+        two_level["ranks"][5]["parallel"],
+        serde_json::json!([{"dim": "tp", "index": 1, "size": 4}])
+    );
     // And the report is about the job: the slow node found as one group.
     let groups = one_level["straggler_groups"].as_array().unwrap();
     let node2 = groups
@@ -332,4 +344,34 @@ fn rank_0_takes_its_nodes_digests_and_refuses_forged_ones() {
         recommendations.retain(|r| !r["evidence"].as_str().unwrap().starts_with("node digest"));
     }
     assert_same(&one_level, &two_level, 1e-9, "report");
+}
+
+/// The trace names each rank's process with its parallel coordinates.
+#[test]
+fn the_trace_labels_each_rank_with_its_parallel_coordinates() {
+    let gathered = gather::accept(
+        job(8, &BENCH)
+            .into_iter()
+            .map(|payload| gather::Candidate {
+                source: format!("rank {}", payload.header.rank.rank),
+                payload: Ok(payload),
+            })
+            .collect(),
+        &Default::default(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    rankscope_coordinator::report::report(&gathered, dir.path(), &AnalysisConfig::default())
+        .unwrap();
+    let trace = flate2::read::GzDecoder::new(
+        std::fs::File::open(dir.path().join("trace.json.gz")).unwrap(),
+    );
+    let trace: Value = serde_json::from_reader(trace).unwrap();
+    let names: Vec<&str> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"rank 5 @ node-1 · tp 1/4"), "{names:?}");
 }

@@ -313,6 +313,7 @@ impl Hub {
             gpu_selection: gpus.selection,
             sampler,
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            parallel: lock(&self.parallel).clone(),
             // Drops and overflow are counted once, in the final payload (see
             // `build_payload`); the rest as any header starts.
             ..PayloadHeader::new(&state.id, &state.name, env.rank, env.world_size)

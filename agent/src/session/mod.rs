@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rankscope_common::env::RankEnv;
 use rankscope_common::error::Chain;
 use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
+use rankscope_common::parallel::ParallelCoord;
 use rankscope_common::spill::SpillName;
 use rankscope_common::text::rank_ranges;
 use rankscope_common::Config;
@@ -137,6 +138,9 @@ pub(crate) struct Hub {
     windows: Mutex<Option<WindowsThread>>,
     /// This profiler's notices: its calls and threads enter them.
     pub(crate) notices: Arc<Notices>,
+    /// The rank's parallel coordinates, as the last kernel trace read
+    /// gave them: its payloads' headers carry them.
+    pub(crate) parallel: Mutex<Vec<ParallelCoord>>,
 }
 
 impl Hub {
@@ -196,6 +200,7 @@ impl Hub {
             steps: Arc::default(),
             parts_taken: AtomicU32::new(0),
             windows: Mutex::default(),
+            parallel: Mutex::default(),
         }
     }
 }

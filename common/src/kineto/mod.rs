@@ -28,6 +28,8 @@ mod tests;
 use std::collections::HashSet;
 use std::path::PathBuf;
 
+use crate::parallel::ParallelCoord;
+
 pub use classify::{collective_kind, KernelCategory};
 pub use read::{rank_from_file_name, read_trace, read_trace_from};
 
@@ -73,6 +75,9 @@ pub struct RankTrace {
     pub world_size: Option<u32>,
     /// The distributed backend (`nccl`, `gloo`), from `distributedInfo`.
     pub backend: Option<String>,
+    /// The rank's parallel coordinates (TP, PP, ...), from the process
+    /// groups of `distributedInfo.pg_config` ([`crate::parallel`]).
+    pub parallel: Vec<ParallelCoord>,
     /// A `distributedInfo` field present but unusable (`rank: -1`,
     /// `world_size: 1.5`), named with its value: the trace's rank cannot be
     /// trusted.

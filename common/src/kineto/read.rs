@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::classify::{collective_kind, normalize_kind, KernelCategory};
 use super::{CollectiveRows, RankTrace, TraceError, TraceLimits};
+use crate::parallel::{self, ProcessGroup};
 
 /// Reads the Kineto trace at `path` (plain JSON, or gzip by its magic
 /// bytes, whatever the file is named).
@@ -528,6 +529,9 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
                     trace.rank = count("rank", info.rank);
                     trace.world_size = count("world_size", info.world_size);
                     trace.backend = info.backend.and_then(text);
+                    if let (Some(rank), Some(groups)) = (trace.rank, info.pg_config) {
+                        trace.parallel = parallel::coordinates(rank, &process_groups(groups));
+                    }
                 }
                 TopField::BaseTime => {
                     let value: Value = map.next_value()?;
@@ -549,12 +553,35 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
     }
 }
 
-/// `distributedInfo`: the rank, the world and the backend.
+/// `distributedInfo`: the rank, the world, the backend and the process
+/// groups.
 #[derive(serde::Deserialize)]
 struct DistributedInfo {
     rank: Option<Value>,
     world_size: Option<Value>,
     backend: Option<Value>,
+    pg_config: Option<Value>,
+}
+
+/// The process groups of a `pg_config` list: each entry with a string
+/// `pg_desc` and a `ranks` list of ranks; an entry that has not both is
+/// passed over.
+fn process_groups(pg_config: Value) -> Vec<ProcessGroup> {
+    let Value::Array(entries) = pg_config else {
+        return Vec::new();
+    };
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let desc = entry.get("pg_desc")?.as_str()?.to_string();
+            let ranks = entry.get("ranks")?.as_array()?;
+            let ranks = ranks
+                .iter()
+                .map(|r| u32::try_from(r.as_u64()?).ok())
+                .collect::<Option<Vec<u32>>>()?;
+            Some(ProcessGroup { desc, ranks })
+        })
+        .collect()
 }
 
 /// The `traceEvents` array, event by event into the builder.

@@ -304,3 +304,31 @@ fn the_rank_in_a_file_name() {
         assert_eq!(rank_from_file_name(Path::new(name)), rank, "{name}");
     }
 }
+
+#[test]
+fn the_process_groups_place_the_rank_along_each_dimension() {
+    let trace = read_str(
+        r#"{"distributedInfo": {"rank": 6, "world_size": 8, "pg_config": [
+            {"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3, 4, 5, 6, 7]},
+            {"pg_name": "1", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "ranks": [4, 5, 6, 7]},
+            {"pg_name": "2", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP", "ranks": [2, 6]},
+            {"pg_name": "3", "pg_desc": "mesh_dp", "ranks": [6, -1]},
+            {"pg_name": "4", "pg_desc": 7, "ranks": [6, 7]},
+            {"pg_name": "5", "pg_desc": "expert", "ranks": "6,7"},
+            "not a group"
+        ]}, "traceEvents": []}"#,
+    )
+    .unwrap();
+    assert_eq!(crate::parallel::label(&trace.parallel), "tp 2/4 · pp 1/2");
+    // A real trace's groups name no dimension (`default_pg`, `undefined`).
+    let gloo = read_trace(
+        &fixture("hta-gloo-cpu/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"),
+        &TraceLimits::default(),
+    )
+    .unwrap();
+    assert!(gloo.parallel.is_empty());
+    // Groups that are no list leave the trace readable.
+    let odd =
+        read_str(r#"{"distributedInfo": {"rank": 0, "pg_config": {"a": 1}}, "traceEvents": []}"#);
+    assert!(odd.unwrap().parallel.is_empty());
+}

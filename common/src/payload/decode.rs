@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use arrow_array::RecordBatch;
 
 use super::codec::decompress;
-use super::header::{self, HeaderTail, HeaderTailV3};
+use super::header::{self, HeaderTail, HeaderTailV3, HeaderTailV4};
 use super::stream::read_stream;
 use super::{
     delta, Limits, Payload, PayloadError, PayloadHeader, CHECKSUM_BYTES, FORMAT_VERSION, MAGIC,
@@ -166,11 +166,19 @@ pub(super) fn decode_header_of(version: u16, bytes: &[u8]) -> Result<PayloadHead
             header.encode_ns = tail.encode_ns;
             Ok(header)
         }
+        4 => {
+            let (mut header, used) = decode_prefix::<PayloadHeader>(bytes)?;
+            let tail: HeaderTailV4 = decode_header(&bytes[used..])?;
+            header.encode_ns = tail.encode_ns;
+            header.window = tail.window;
+            Ok(header)
+        }
         _ => {
             let (mut header, used) = decode_prefix::<PayloadHeader>(bytes)?;
             let tail: HeaderTail = decode_header(&bytes[used..])?;
             header.encode_ns = tail.encode_ns;
             header.window = tail.window;
+            header.parallel = tail.parallel;
             Ok(header)
         }
     }

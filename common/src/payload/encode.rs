@@ -7,7 +7,7 @@ use arrow_ipc::writer::StreamWriter;
 
 use super::codec::{codec_id, compress, expansion_allowed};
 use super::decode::decode_header_of;
-use super::header::{HeaderTail, HeaderTailV3};
+use super::header::{HeaderTail, HeaderTailV3, HeaderTailV4};
 use super::{
     delta, Compression, Limits, Payload, PayloadError, PayloadHeader, CHECKSUM_BYTES,
     FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, PREAMBLE_BYTES,
@@ -101,10 +101,18 @@ fn encode_header(
     let tail = match version {
         ..=2 => Ok(Vec::new()),
         3 => bincode::serde::encode_to_vec(HeaderTailV3 { encode_ns }, config),
+        4 => bincode::serde::encode_to_vec(
+            HeaderTailV4 {
+                encode_ns,
+                window: header.window.clone(),
+            },
+            config,
+        ),
         _ => bincode::serde::encode_to_vec(
             HeaderTail {
                 encode_ns,
                 window: header.window.clone(),
+                parallel: header.parallel.clone(),
             },
             config,
         ),

@@ -3,6 +3,7 @@
 //! versions 2 and 3 share this header; version 1 headers are still read and
 //! converted.
 
+use crate::parallel::ParallelCoord;
 use crate::window::WindowMeta;
 use serde::{Deserialize, Serialize};
 
@@ -220,6 +221,11 @@ pub struct PayloadHeader {
     /// in the header's tail.
     #[serde(skip)]
     pub window: Option<WindowMeta>,
+    /// The rank's parallel coordinates (TP, PP, ...), where a trace's
+    /// process groups gave them. Format 5 carries them in the header's
+    /// tail.
+    #[serde(skip)]
+    pub parallel: Vec<ParallelCoord>,
 }
 
 /// What format 3 writes after the header's fields: the fields that came
@@ -233,9 +239,18 @@ pub(super) struct HeaderTailV3 {
 /// What format 4 writes after the header's fields: format 3's tail and
 /// the window a payload covers.
 #[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct HeaderTailV4 {
+    pub(super) encode_ns: Option<u64>,
+    pub(super) window: Option<WindowMeta>,
+}
+
+/// What format 5 writes after the header's fields: format 4's tail and
+/// the rank's parallel coordinates.
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct HeaderTail {
     pub(super) encode_ns: Option<u64>,
     pub(super) window: Option<WindowMeta>,
+    pub(super) parallel: Vec<ParallelCoord>,
 }
 
 impl PayloadHeader {
@@ -289,6 +304,7 @@ impl PayloadHeader {
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
             encode_ns: None,
             window: None,
+            parallel: Vec::new(),
         }
     }
 }
@@ -363,6 +379,7 @@ pub(super) mod v1 {
                 agent_version: v1.agent_version,
                 encode_ns: None,
                 window: None,
+                parallel: Vec::new(),
             }
         }
     }

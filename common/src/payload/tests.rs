@@ -245,11 +245,13 @@ fn a_version_2_payload_still_decodes() {
     let original = sample();
     let v2 = encode_as(2, &original, Compression::Zstd, &Limits::DEFAULT).unwrap();
     let v3 = encode_as(3, &original, Compression::Zstd, &Limits::DEFAULT).unwrap();
-    let v4 = encode(&original, Compression::Zstd).unwrap();
+    let v4 = encode_as(4, &original, Compression::Zstd, &Limits::DEFAULT).unwrap();
+    let v5 = encode(&original, Compression::Zstd).unwrap();
     assert_eq!(format_version(&v2), 2);
     assert_eq!(format_version(&v3), 3);
     assert_eq!(format_version(&v4), 4);
-    for bytes in [v2, v3, v4] {
+    assert_eq!(format_version(&v5), 5);
+    for bytes in [v2, v3, v4, v5] {
         let decoded = decode(&bytes).unwrap();
         assert_eq!(decoded.header, original.header);
         assert_eq!(decoded.tables, original.tables);
@@ -299,8 +301,9 @@ fn the_encode_time_travels_in_format_3_only() {
     ));
 }
 
-/// A window's payload says which window it covers (format 4); format 3
-/// has no room for it and reads as a session's own payload.
+/// A window's payload says which window it covers (format 4), and a
+/// rank's parallel coordinates travel (format 5); an older format has no
+/// room for them and reads without.
 #[test]
 fn the_window_travels_in_format_4() {
     let mut payload = sample();
@@ -314,8 +317,20 @@ fn the_window_travels_in_format_4() {
         started_ns: 1_500_000_000,
         duration_ns: 2_000_000_000,
     });
-    let v4 = encode(&payload, Compression::Zstd).unwrap();
-    assert_eq!(decode(&v4).unwrap().header, payload.header);
+    payload.header.parallel = vec![crate::parallel::ParallelCoord {
+        dim: "tp".into(),
+        index: 1,
+        size: 4,
+    }];
+    let v5 = encode(&payload, Compression::Zstd).unwrap();
+    assert_eq!(decode(&v5).unwrap().header, payload.header);
+    let v4 = encode_as(4, &payload, Compression::Zstd, &Limits::DEFAULT).unwrap();
+    let read = decode(&v4).unwrap().header;
+    assert_eq!(read.window, payload.header.window);
+    assert!(
+        read.parallel.is_empty(),
+        "format 4 has no parallel coordinates"
+    );
     let v3 = encode_as(3, &payload, Compression::Zstd, &Limits::DEFAULT).unwrap();
     assert_eq!(decode(&v3).unwrap().header.window, None);
 }

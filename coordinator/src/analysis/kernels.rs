@@ -162,6 +162,7 @@ impl RankKernels {
                 events: Some(trace.events),
                 gpu_activities: kept.len() as u64,
                 cut: Some(trace.cut),
+                parallel: trace.parallel.clone(),
             }),
             gpu_time,
             kernels,
@@ -259,6 +260,7 @@ impl RankKernels {
             .map(|input| KernelTraceInput {
                 events: None,
                 cut: None,
+                parallel: header.parallel.clone(),
                 ..input
             });
         if let (Some(k), Ok(Some(stages))) = (&kernels, payload.view::<StagesView>()) {

@@ -263,9 +263,14 @@ impl RankTrace {
         self.started_s * 1e6 + ns as f64 / 1e3
     }
 
-    /// The rank's process named and sorted in Perfetto: `rank N @ host`.
+    /// The rank's process named and sorted in Perfetto: `rank N @ host`,
+    /// and its parallel coordinates where known (`· tp 1/4 · pp 0/2`).
     fn process_metadata(&mut self, rank: &RankSummary) {
-        let process = format!("rank {} @ {}", rank.rank, cut(&rank.host));
+        let mut process = format!("rank {} @ {}", rank.rank, cut(&rank.host));
+        if !rank.parallel.is_empty() {
+            let label = rankscope_common::parallel::label(&rank.parallel);
+            process = format!("{process} · {}", cut(&label));
+        }
         self.events.push(&Event::new(
             "M",
             "process_name",

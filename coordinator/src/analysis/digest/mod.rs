@@ -8,6 +8,7 @@
 
 use crate::AnalysisConfig;
 use rankscope_common::gather::Headed;
+use rankscope_common::parallel::ParallelCoord;
 use rankscope_common::table::{MetricsView, StagesView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -55,6 +56,9 @@ pub struct RankDigest {
     pub(super) rows: BTreeMap<String, u64>,
     /// What profiling cost it, where its agent measured that.
     pub(super) overhead: Option<RankOverhead>,
+    /// Its parallel coordinates (the header's, which travels without
+    /// them).
+    pub(super) parallel: Vec<ParallelCoord>,
     /// Its torch.profiler windows, where it recorded any, or why its
     /// kernel tables were refused.
     pub(super) kernels: Result<Option<RankKernels>, String>,
@@ -102,6 +106,7 @@ impl RankDigest {
                 .map(|(table, batch)| (table.name().to_string(), batch.num_rows() as u64))
                 .collect(),
             overhead: overhead::rank_overhead(payload),
+            parallel: header.parallel.clone(),
             kernels: RankKernels::from_payload(payload),
             input: 0,
         }

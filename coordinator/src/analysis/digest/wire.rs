@@ -128,6 +128,9 @@ impl NodeDigest {
     }
 }
 
+/// The most parallel coordinates a rank has: one per dimension.
+const MAX_PARALLEL_DIMENSIONS: usize = 6;
+
 /// Whether the parts of one rank's digest are that rank's and fit
 /// together, else which part does not.
 fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
@@ -148,6 +151,9 @@ fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
             .all(|&at| (at as usize) < timeline.names.len());
     if !whole {
         return Err("timeline");
+    }
+    if digest.parallel.len() > MAX_PARALLEL_DIMENSIONS {
+        return Err("parallel coordinates");
     }
     for (summary, series) in &digest.gpus {
         let readings = series
