@@ -18,7 +18,7 @@ use rankscope_coordinator::AnalysisConfig;
 use serde_json::Value;
 
 mod support;
-use support::json::assert_same;
+use support::json::{assert_same, trace_process_names};
 use support::synthetic::{rank_payload, Shape, BENCH};
 
 /// Ranks per simulated node.
@@ -49,10 +49,9 @@ fn job(ranks: u32, shape: &Shape) -> Vec<Payload> {
         .collect()
 }
 
-/// The one-level report of `payloads` and the two-level one (their
-/// digests merged per node first, then across nodes), as JSON.
-fn both_reports(payloads: Vec<Payload>, config: &AnalysisConfig) -> (Value, Value) {
-    let world_size = payloads.len() as u32;
+/// `payloads` as rank 0 gathers them in one level, every one taken.
+fn gathered_in_one_level(payloads: Vec<Payload>) -> Gathered {
+    let world_size = payloads.len();
     let gathered = gather::accept(
         payloads
             .into_iter()
@@ -63,7 +62,14 @@ fn both_reports(payloads: Vec<Payload>, config: &AnalysisConfig) -> (Value, Valu
             .collect(),
         &Default::default(),
     );
-    assert_eq!(gathered.payloads.len(), world_size as usize);
+    assert_eq!(gathered.payloads.len(), world_size);
+    gathered
+}
+
+/// The one-level report of `payloads` and the two-level one (their
+/// digests merged per node first, then across nodes), as JSON.
+fn both_reports(payloads: Vec<Payload>, config: &AnalysisConfig) -> (Value, Value) {
+    let gathered = gathered_in_one_level(payloads);
     let one_level = analyze(&gathered, config);
     // Each node's digest as its leader sends it, the last node first.
     let sent: Vec<Vec<u8>> = gathered
@@ -349,29 +355,13 @@ fn rank_0_takes_its_nodes_digests_and_refuses_forged_ones() {
 /// The trace names each rank's process with its parallel coordinates.
 #[test]
 fn the_trace_labels_each_rank_with_its_parallel_coordinates() {
-    let gathered = gather::accept(
-        job(8, &BENCH)
-            .into_iter()
-            .map(|payload| gather::Candidate {
-                source: format!("rank {}", payload.header.rank.rank),
-                payload: Ok(payload),
-            })
-            .collect(),
-        &Default::default(),
-    );
+    let gathered = gathered_in_one_level(job(8, &BENCH));
     let dir = tempfile::tempdir().unwrap();
     rankscope_coordinator::report::report(&gathered, dir.path(), &AnalysisConfig::default())
         .unwrap();
-    let trace = flate2::read::GzDecoder::new(
-        std::fs::File::open(dir.path().join("trace.json.gz")).unwrap(),
+    let names = trace_process_names(&dir.path().join("trace.json.gz"));
+    assert!(
+        names.iter().any(|n| n == "rank 5 @ node-1 · tp 1/4"),
+        "{names:?}"
     );
-    let trace: Value = serde_json::from_reader(trace).unwrap();
-    let names: Vec<&str> = trace["traceEvents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["name"] == "process_name")
-        .map(|e| e["args"]["name"].as_str().unwrap())
-        .collect();
-    assert!(names.contains(&"rank 5 @ node-1 · tp 1/4"), "{names:?}");
 }

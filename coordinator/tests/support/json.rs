@@ -30,3 +30,17 @@ pub fn assert_same(a: &Value, b: &Value, relative: f64, at: &str) {
         _ => assert_eq!(a, b, "{at}"),
     }
 }
+
+/// The process names of the gzipped trace at `path` (`rank N @ host`), in
+/// the trace's order.
+pub fn trace_process_names(path: &std::path::Path) -> Vec<String> {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let trace: Value = serde_json::from_reader(flate2::read::GzDecoder::new(file)).unwrap();
+    trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
