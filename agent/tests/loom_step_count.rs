@@ -110,3 +110,38 @@ fn a_close_passed_while_it_is_armed_is_noted_late_not_lost() {
         assert_eq!(claimed, [1, 2]);
     });
 }
+
+/// A window's close noted, the windows thread arms the next window while
+/// the step that noted it still finishes its claim: the new plan's edges
+/// stand, and the steps after claim them.
+#[test]
+fn a_plan_armed_as_a_close_is_noted_stands() {
+    loom::model(|| {
+        let count = Arc::new(StepCount::new());
+        count.reset(0);
+        assert!(count.arm(1, NONE));
+        let (noted, seen) = loom::sync::mpsc::channel();
+        let stepper = {
+            let count = Arc::clone(&count);
+            thread::spawn(move || {
+                let mut claimed = Vec::new();
+                for _ in 0..4 {
+                    count.advance(|edge| {
+                        claimed.push(edge);
+                        let _ = noted.send(edge);
+                    });
+                }
+                claimed
+            })
+        };
+        // As the windows thread does: the next plan armed once the edge
+        // at 1 is seen (unless the count passed 3 first).
+        assert_eq!(seen.recv().unwrap(), 1);
+        let armed = count.arm(3, 4);
+        let claimed = stepper.join().unwrap();
+        match armed {
+            true => assert_eq!(claimed, [1, 3, 4]),
+            false => assert_eq!(claimed, [1]),
+        }
+    });
+}

@@ -25,6 +25,9 @@ const EVERY_RANK_WAIT: Duration = Duration::from_millis(2_500);
 /// A status older than this is of a rank that stopped sharing (gone, or
 /// its windows thread stuck): the view names it missing.
 const FRESH: Duration = Duration::from_secs(5);
+/// The most ranks a view reads (a status file each, every view): rank 0's
+/// status claiming more is refused.
+const MAX_RANKS: u32 = 65_536;
 
 /// What `rankscope top` was asked.
 pub struct TopOptions {
@@ -131,7 +134,7 @@ fn wait_for_ranks(dir: &Path, since: SystemTime) -> Result<()> {
         }
         std::thread::sleep(POLL);
     }
-    let world = window::read_status(dir, 0).map_or(1, |s| s.world_size);
+    let world = window::read_status(dir, 0).map_or(1, |s| s.world_size.min(MAX_RANKS));
     let rank_0_shared = Instant::now();
     while rank_0_shared.elapsed() < EVERY_RANK_WAIT && !(1..world).all(shared) {
         std::thread::sleep(POLL);
@@ -151,6 +154,12 @@ pub fn read_view(dir: &Path) -> Result<View> {
     let own = window::read_status(dir, 0).context("reading rank 0's status")?;
     let fresh = SystemTime::now() - FRESH;
     let world_size = own.world_size.max(1);
+    if world_size > MAX_RANKS {
+        bail!(
+            "rank 0's status in {} claims {world_size} ranks, past the {MAX_RANKS} this view reads",
+            dir.display()
+        );
+    }
     let mut ranks = Vec::new();
     let mut missing = Vec::new();
     let mut simulated = false;
@@ -283,6 +292,28 @@ mod tests {
             stages: vec![stage.into()],
             gpus: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_status_claiming_a_world_past_the_bound_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let status = LiveStatus {
+            run: None,
+            world_size: u32::MAX,
+            host: "h".into(),
+            elapsed_s: 1.0,
+            steps: 1,
+            step_s: Some(0.01),
+            stages: Vec::new(),
+            gpus: Vec::new(),
+            simulated: false,
+        };
+        window::write_status(dir.path(), 0, status).unwrap();
+        let err = read_view(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("claims 4294967295 ranks, past the 65536"),
+            "{err}"
+        );
     }
 
     #[test]

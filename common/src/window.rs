@@ -217,19 +217,29 @@ pub fn write_status(session_dir: &Path, rank: u32, status: LiveStatus) -> std::i
     write_json(&status_path(session_dir, rank), &status.bounded())
 }
 
-/// The statuses of ranks `ranks` of run `run`, by rank: a rank with no
-/// status yet, or one that cannot be read, is left out.
+/// The statuses of ranks `ranks` of run `run` written within `fresh`, by
+/// rank: a rank with no status yet, an old one (a rank gone), or one that
+/// cannot be read, is left out.
 pub fn read_statuses(
     session_dir: &Path,
     ranks: Range<u32>,
     run: Option<&str>,
+    fresh: std::time::Duration,
 ) -> Vec<(u32, LiveStatus)> {
     ranks
+        .filter(|&rank| written_within(&status_path(session_dir, rank), fresh))
         .filter_map(|rank| {
             let status = read_status(session_dir, rank).ok()?;
             (status.run.as_deref() == run).then_some((rank, status))
         })
         .collect()
+}
+
+/// Whether the file at `path` was written within the last `within`.
+fn written_within(path: &Path, within: std::time::Duration) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|at| at.elapsed().is_ok_and(|age| age <= within))
 }
 
 /// The status file of `rank`.
@@ -252,9 +262,7 @@ pub fn watch(session_dir: &Path) -> std::io::Result<()> {
 
 /// Whether `rankscope top` said it watches `session_dir` within `within`.
 pub fn watched(session_dir: &Path, within: std::time::Duration) -> bool {
-    std::fs::metadata(control_dir(session_dir).join(WATCH_FILE))
-        .and_then(|m| m.modified())
-        .is_ok_and(|at| at.elapsed().is_ok_and(|age| age <= within))
+    written_within(&control_dir(session_dir).join(WATCH_FILE), within)
 }
 
 /// Rank 0's answer to a request it cannot plan.

@@ -270,6 +270,12 @@ fn measure(
         offset_ns: theirs?.offset_ns.saturating_neg(),
         ..theirs?
     };
+    if receivers_offset.is_none() {
+        notice!(
+            "rank {receiver} does not know its own clock offset to rank 0: this rank's offset is \
+             unknown"
+        );
+    }
     Some(clock::through_leader(to_receiver, receivers_offset?))
 }
 
@@ -300,7 +306,9 @@ impl<'a> ClockAnswers<'a> {
         while let Some(status) = self.comm.any_process().immediate_probe_with_tag(TAG_PING) {
             any = true;
             let peer = status.source_rank();
-            // Received whatever its size, so that it is not probed again.
+            // Received whatever its size, so that it is not probed again
+            // (it comes from a rank of this job, on rankscope's own
+            // communicator: a size past a ping's is a bug, not an attack).
             let count = usize::try_from(status.count(u8::equivalent_datatype())).unwrap_or(0);
             let mut ping = vec![0u8; count];
             self.comm

@@ -10,7 +10,8 @@
 //! (`--slow-rank R`: rank R's take three times as long, from step S on
 //! with `--slow-from S`), calling
 //! `Profiler::step` after each, as a job with windows does; with
-//! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S;
+//! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S
+//! (once its payloads of the rolling windows closed before S are written);
 //! with `--step-inside`, each step ends inside its stage; with
 //! `--no-step`, it never calls `Profiler::step` (a `step_stage` counts the
 //! steps). With
@@ -49,6 +50,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let slow = slow_rank == Some(rank) && step >= slow_from;
                 let ms = if slow { 30 } else { 10 };
                 if exit_rank == Some(rank) && exit_at_step == Some(step) {
+                    if let Some(dir) = session.dir() {
+                        wait_for_closed_windows(&dir, rank, u64::from(step));
+                    }
                     std::process::exit(3);
                 }
                 let stage = profiler.stage("denoise_step");
@@ -111,6 +115,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Waits (at most a minute) until every rank but `rank` has left
 /// `finished-<rank>` in `out`; says so where they had not.
+/// Waits (up to a minute) until this rank's payloads of the rolling
+/// windows (`RANKSCOPE_WINDOW_EVERY_STEPS`) that closed before `step` are
+/// written: a rank that leaves at `step` leaves in its window, not in one
+/// it had finished.
+fn wait_for_closed_windows(dir: &std::path::Path, rank: u32, step: u64) {
+    let every: u64 = std::env::var("RANKSCOPE_WINDOW_EVERY_STEPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let closed = step.checked_div(every).unwrap_or(0);
+    let gave_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let written = |window: u64| {
+        std::fs::read_dir(dir.join(format!("window-{window}")))
+            .map(|entries| {
+                entries.filter_map(Result::ok).any(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("rank-{rank:05}"))
+                })
+            })
+            .unwrap_or(false)
+    };
+    while !(1..=closed).all(written) && std::time::Instant::now() < gave_up {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 fn wait_for_the_others(out: &std::path::Path, rank: u32, world: u32) {
     let gave_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let all_finished = || {

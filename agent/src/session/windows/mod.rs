@@ -132,6 +132,12 @@ impl WindowsThread {
             status: StatusSharing::new(rolling == 0 && on_imbalance > 0.0, host),
             imbalances_taken: 0,
         };
+        if hub.env.rank == 0 && rolling > 0 && on_imbalance > 0.0 {
+            notice!(
+                "no windows on imbalance (window_on_imbalance_pct): rolling windows run \
+                 (window_every_steps = {rolling}), and each already gets a report"
+            );
+        }
         if hub.env.rank == 0 {
             let host = gethostname::gethostname().to_string_lossy().into_owned();
             if let Err(e) = window::write_live(&windows.dir, &host) {
@@ -476,12 +482,15 @@ impl Windows {
     }
 
     /// Shares this rank's live status where it is read; on rank 0, once a
-    /// second where windows open on imbalance, the rank whose lag begins
-    /// now among every rank's.
+    /// second where windows open on imbalance and none is planned or open
+    /// now, the rank whose lag begins now among every rank's (an imbalance
+    /// that begins while a window is planned or open is found once that
+    /// window closed, if it lasts).
     fn watch_imbalance(&mut self, hub: &Hub) -> Option<imbalance::Lag> {
         let run = self.run.as_deref();
         let shared = self.status.share(hub, &self.dir, run, self.steps.count());
-        let watch = self.imbalance.as_mut().filter(|_| shared)?;
+        let free = self.busy().is_none();
+        let watch = self.imbalance.as_mut().filter(|_| shared && free)?;
         watch.begun(&self.dir, hub.env.world_size, run)
     }
 

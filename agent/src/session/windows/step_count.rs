@@ -67,11 +67,14 @@ impl StepCount {
             return;
         }
         loop {
-            note(edge);
+            // The next edge is taken before this one is noted: once noted,
+            // the windows thread may arm a new plan's edges, which this
+            // claim must leave be.
             let next = match self.period.load(Ordering::Relaxed) {
                 0 => self.then_edge.swap(NONE, Ordering::AcqRel),
                 period => edge.saturating_add(period),
             };
+            note(edge);
             if next == NONE || self.arm_next(next) {
                 return;
             }

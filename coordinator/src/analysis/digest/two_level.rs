@@ -18,6 +18,10 @@ use crate::AnalysisConfig;
 /// The most bytes a node digest may unpack to at rank 0 (a node of 8 ranks
 /// of an hour each makes about 1 MB).
 pub const NODE_DIGEST_LIMIT: usize = 64 << 20;
+/// Of that, what the payloads a digest carries (its busiest rank's, those
+/// `trace_ranks` names) may take: one past it stays out, so that the
+/// digest itself always fits.
+const CARRIED_BYTES: usize = NODE_DIGEST_LIMIT / 2;
 
 /// The digest a node leader sends rank 0: the payloads it `gathered` (its
 /// own and its node's), digested under `config` and merged, with the
@@ -25,6 +29,15 @@ pub const NODE_DIGEST_LIMIT: usize = 64 << 20;
 /// `config` names to trace, readied to travel
 /// ([`NodeDigest::bucket_for_job`]), encoded.
 pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec<u8>, DigestError> {
+    leader_digest_within(gathered, config, CARRIED_BYTES)
+}
+
+/// [`leader_digest`], the payloads it carries within `room` bytes.
+fn leader_digest_within(
+    gathered: &Gathered,
+    config: &AnalysisConfig,
+    room: usize,
+) -> Result<Vec<u8>, DigestError> {
     let digests: Vec<RankDigest> = gathered
         .payloads
         .iter()
@@ -37,12 +50,16 @@ pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec
     });
     node.add_skipped(skipped.collect(), 0);
     node.analysed_under = format!("{config:?}");
-    let encoded = |rank: u32| {
+    // The payloads carried, each while it fits in what is left of `room`.
+    let mut room = room;
+    let mut encoded = |rank: u32| {
         let payload = gathered
             .payloads
             .iter()
             .find(|p| p.header.rank.rank == rank)?;
-        payload::encode(payload, Compression::Zstd).ok().map(Bytes)
+        let bytes = payload::encode(payload, Compression::Zstd).ok()?;
+        room = room.checked_sub(bytes.len())?;
+        Some(Bytes(bytes))
     };
     let busiest = node.busiest();
     if let Some((seconds, rank)) = busiest {
@@ -54,10 +71,21 @@ pub fn leader_digest(gathered: &Gathered, config: &AnalysisConfig) -> Result<Vec
     traced.sort_unstable();
     traced.dedup();
     traced.retain(|&rank| node.holds(rank) && Some(rank) != busiest.map(|b| b.1));
-    node.traced = traced
-        .into_iter()
-        .filter_map(|rank| Some((rank, encoded(rank)?)))
-        .collect();
+    let mut left_out = Vec::new();
+    for rank in traced {
+        match encoded(rank) {
+            Some(bytes) => node.traced.push((rank, bytes)),
+            None => left_out.push(SkippedInput {
+                source: format!("rank {rank}'s payload, for trace_ranks"),
+                reason: format!(
+                    "past the {} MiB a node digest carries of payloads: its rows are in its \
+                     spill file",
+                    CARRIED_BYTES >> 20
+                ),
+            }),
+        }
+    }
+    node.add_skipped(left_out, 0);
     node.bucket_for_job();
     node.encode()
 }
@@ -238,6 +266,36 @@ mod tests {
         assert_eq!(
             carried(&gathered(&named, |_| ()), &named),
             (vec![5, 7], None)
+        );
+    }
+
+    #[test]
+    fn payloads_past_the_room_stay_out_and_are_named() {
+        let named = AnalysisConfig {
+            trace_ranks: vec![4, 5, 6],
+            ..AnalysisConfig::default()
+        };
+        let node = Gathered {
+            world_size: 8,
+            payloads: (4..8).map(|r| payload(r, f64::from(r))).collect(),
+            ..Gathered::default()
+        };
+        let one = payload::encode(&node.payloads[0], Compression::Zstd)
+            .unwrap()
+            .len();
+        // Room for the busiest (rank 7) and one more.
+        let bytes = leader_digest_within(&node, &named, 2 * one + one / 2).unwrap();
+        let digest = NodeDigest::decode(&bytes, 1 << 20).unwrap();
+        let busiest: Vec<u32> = digest.representatives.iter().map(|r| r.1).collect();
+        let traced: Vec<u32> = digest.traced.iter().map(|t| t.0).collect();
+        assert_eq!((busiest, traced), (vec![7], vec![4]));
+        let named_out: Vec<&str> = digest.skipped.iter().map(|s| s.source.as_str()).collect();
+        assert_eq!(
+            named_out,
+            [
+                "rank 5's payload, for trace_ranks",
+                "rank 6's payload, for trace_ranks"
+            ]
         );
     }
 
