@@ -335,17 +335,20 @@ fn a_rank_slowed_mid_run_opens_a_window_and_a_balanced_run_none() {
         ("RANKSCOPE_WINDOW_ON_IMBALANCE_PCT", "100"),
         ("RANKSCOPE_WINDOW_STEPS", "5"),
     ];
-    // Rank 3 slows at step 100 (of 10 ms steps, about 1 s in) to 30 ms
-    // steps; the others have steps left after the pace of a second or two
-    // shows it.
+    // Rank 3 slows at step 50 (of 10 ms steps, half a second in) to 40 ms
+    // steps (twice the others' even where a loaded machine adds 20 ms to
+    // every step); the others have steps left after the pace of a second
+    // or two shows it.
     let out = tempfile::tempdir().unwrap();
     let outputs = wait_for(job_with(
         out.path(),
-        600,
-        &["--slow-from", "100"],
+        400,
+        &["--slow-from", "50", "--slow-ms", "40"],
         &on_imbalance,
     ));
     let dir = session_dir(out.path());
+    let rank0 = String::from_utf8_lossy(&outputs[0].stderr);
+    assert!(dir.join("window-1").exists(), "{rank0}");
     let report = read_report(&dir.join("window-1"));
     assert_eq!(report["window"]["trigger"], "imbalance");
     assert_eq!(
@@ -354,7 +357,6 @@ fn a_rank_slowed_mid_run_opens_a_window_and_a_balanced_run_none() {
     );
     assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
     assert!(!dir.join("window-2").exists(), "once while it lasts");
-    let rank0 = String::from_utf8_lossy(&outputs[0].stderr);
     assert!(
         rank0.contains("rank 3's steps take") && rank0.contains("window 1 planned (imbalance)"),
         "{rank0}"

@@ -7,8 +7,8 @@
 //! waits to be stopped, as a rank a scheduler cancels mid-job. With
 //! `--exit-rank R`, rank R leaves without finishing its session, as a
 //! crashed rank does. With `--steps N` it runs N steps of about 10 ms
-//! (`--slow-rank R`: rank R's take three times as long, from step S on
-//! with `--slow-from S`), calling
+//! (`--slow-rank R`: rank R's take three times as long, or M ms with
+//! `--slow-ms M`, from step S on with `--slow-from S`), calling
 //! `Profiler::step` after each, as a job with windows does; with
 //! `--exit-at-step S` too, the rank of `--exit-rank` leaves at step S
 //! (once its payloads of the rolling windows closed before S are written);
@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let steps = number_after("--steps");
     let slow_rank = number_after("--slow-rank");
     let slow_from = number_after("--slow-from").unwrap_or(0);
+    let slow_ms = number_after("--slow-ms").map_or(30, u64::from);
     let exit_rank = number_after("--exit-rank");
     let exit_at_step = number_after("--exit-at-step");
     let late_rank = number_after("--late-rank");
@@ -48,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(steps) => {
             for step in 0..steps {
                 let slow = slow_rank == Some(rank) && step >= slow_from;
-                let ms = if slow { 30 } else { 10 };
+                let ms = if slow { slow_ms } else { 10 };
                 if exit_rank == Some(rank) && exit_at_step == Some(step) {
                     if let Some(dir) = session.dir() {
                         wait_for_closed_windows(&dir, rank, u64::from(step));
