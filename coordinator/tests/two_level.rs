@@ -352,7 +352,8 @@ fn rank_0_takes_its_nodes_digests_and_refuses_forged_ones() {
     assert_same(&one_level, &two_level, 1e-9, "report");
 }
 
-/// The trace names each rank's process with its parallel coordinates.
+/// The trace names each rank's process with its parallel coordinates, and
+/// report.html's table of ranks shows them.
 #[test]
 fn the_trace_labels_each_rank_with_its_parallel_coordinates() {
     let gathered = gathered_in_one_level(job(8, &BENCH));
@@ -364,4 +365,8 @@ fn the_trace_labels_each_rank_with_its_parallel_coordinates() {
         names.iter().any(|n| n == "rank 5 @ node-1 · tp 1/4"),
         "{names:?}"
     );
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains(">Parallel<"), "a column");
+    // Escaped as the page escapes every cell (`/` as `&#x2F;`).
+    assert!(html.contains(">tp 1&#x2F;4<"), "rank 5's cell");
 }

@@ -130,6 +130,8 @@ impl NodeDigest {
 
 /// The most parallel coordinates a rank has: one per dimension.
 const MAX_PARALLEL_DIMENSIONS: usize = 6;
+/// The longest name of a dimension (`tp`, `dp`, ...) a digest may carry.
+const MAX_DIMENSION_NAME: usize = 8;
 
 /// Whether the parts of one rank's digest are that rank's and fit
 /// together, else which part does not.
@@ -152,7 +154,11 @@ fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
     if !whole {
         return Err("timeline");
     }
-    if digest.parallel.len() > MAX_PARALLEL_DIMENSIONS {
+    let long_name = digest
+        .parallel
+        .iter()
+        .any(|c| c.dim.len() > MAX_DIMENSION_NAME);
+    if digest.parallel.len() > MAX_PARALLEL_DIMENSIONS || long_name {
         return Err("parallel coordinates");
     }
     for (summary, series) in &digest.gpus {
@@ -268,6 +274,14 @@ mod tests {
         let mut refusal = node();
         refusal.refused.push((9, "damaged".into()));
         assert!(refused(&refusal).contains("a refused stage table"));
+        // A dimension's name no process group gives.
+        let mut named = node();
+        named.ranks[0].parallel = vec![rankscope_common::parallel::ParallelCoord {
+            dim: "x".repeat(100),
+            index: 0,
+            size: 2,
+        }];
+        assert!(refused(&named).contains("rank 4: its parallel coordinates"));
     }
 
     #[test]
