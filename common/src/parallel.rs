@@ -6,7 +6,8 @@
 //! that Megatron-LM (`TENSOR_MODEL_PARALLEL_GROUP`), DeviceMesh
 //! (`mesh_tp`) and the serving frameworks (`tp`, `pp`) give their groups.
 //! A description that names no dimension (`default_pg`, `undefined`), or
-//! more than one (`TENSOR_AND_DATA_PARALLEL_GROUP`), gives none.
+//! more than one (`TENSOR_AND_DATA_PARALLEL_GROUP`), gives none; so does a
+//! group that lists a rank twice or holds more ranks than the world.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,8 +41,14 @@ const DIMENSIONS: [(&str, &[&str]); 6] = [
     ("sp", &["sp", "sequence", "ulysses"]),
 ];
 
+/// The longest description read: longer ones name no dimension.
+pub const MAX_DESC_BYTES: usize = 256;
+
 /// The dimension a group's description names, where it names exactly one.
 pub fn dimension_of(desc: &str) -> Option<&'static str> {
+    if desc.len() > MAX_DESC_BYTES {
+        return None;
+    }
     let lower = desc.to_ascii_lowercase();
     let words: Vec<&str> = lower
         .split(|c: char| !c.is_ascii_alphanumeric())
@@ -57,26 +64,64 @@ pub fn dimension_of(desc: &str) -> Option<&'static str> {
     }
 }
 
-/// `rank`'s coordinates along each dimension of `groups` that hold it and
-/// more than one rank: the first such group of each dimension, in the
-/// order tp, dp, pp, ep, cp, sp.
-pub fn coordinates(rank: u32, groups: &[ProcessGroup]) -> Vec<ParallelCoord> {
+/// `rank`'s coordinates, in a world of `world_size` ranks where known,
+/// along each dimension of `groups` that hold it and more than one rank:
+/// of each dimension the largest such group (the first of equals: of a
+/// DeviceMesh's `mesh_dp_replicate` and `mesh_dp`, the whole data-parallel
+/// group), in the order tp, dp, pp, ep, cp, sp. A group listing a rank
+/// twice, or more ranks than the world, is passed over.
+pub fn coordinates(
+    rank: u32,
+    world_size: Option<u32>,
+    groups: &[ProcessGroup],
+) -> Vec<ParallelCoord> {
+    let mut best: [Option<(usize, usize)>; DIMENSIONS.len()] = [None; DIMENSIONS.len()];
+    for group in groups {
+        let size = group.ranks.len();
+        let fits = size > 1 && world_size.is_none_or(|world| size <= world as usize);
+        let Some(index) = group.ranks.iter().position(|&r| r == rank).filter(|_| fits) else {
+            continue;
+        };
+        let Some(dim) = dimension_of(&group.desc) else {
+            continue;
+        };
+        let mut sorted = group.ranks.clone();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
+            continue;
+        }
+        let slot = DIMENSIONS
+            .iter()
+            .position(|(d, _)| *d == dim)
+            .expect("a dimension of the table");
+        if best[slot].is_none_or(|(_, larger)| size > larger) {
+            best[slot] = Some((index, size));
+        }
+    }
     DIMENSIONS
         .iter()
-        .filter_map(|(dim, _)| {
-            groups
-                .iter()
-                .filter(|g| g.ranks.len() > 1 && dimension_of(&g.desc) == Some(dim))
-                .find_map(|g| {
-                    let index = g.ranks.iter().position(|&r| r == rank)?;
-                    Some(ParallelCoord {
-                        dim: (*dim).to_string(),
-                        index: u32::try_from(index).ok()?,
-                        size: u32::try_from(g.ranks.len()).ok()?,
-                    })
-                })
+        .zip(best)
+        .filter_map(|((dim, _), best)| {
+            let (index, size) = best?;
+            Some(ParallelCoord {
+                dim: (*dim).to_string(),
+                index: u32::try_from(index).ok()?,
+                size: u32::try_from(size).ok()?,
+            })
         })
         .collect()
+}
+
+/// Whether `coords` are coordinates as [`coordinates`] makes them: each
+/// of the six dimensions at most once, in order, each index within its
+/// size. What a payload or a node digest carries is checked so.
+pub fn are_valid(coords: &[ParallelCoord]) -> bool {
+    let slots: Option<Vec<usize>> = coords
+        .iter()
+        .map(|c| DIMENSIONS.iter().position(|(d, _)| *d == c.dim))
+        .collect();
+    let in_order = slots.is_some_and(|s| s.windows(2).all(|pair| pair[0] < pair[1]));
+    in_order && coords.iter().all(|c| c.index < c.size)
 }
 
 /// `coords` as a label: `tp 1/4 · pp 0/2`; empty for none.
@@ -130,9 +175,47 @@ mod tests {
             group("PIPELINE_MODEL_PARALLEL_GROUP", &[2, 6]),
             group("DATA_PARALLEL_GROUP", &[6]),
         ];
-        let coords = coordinates(6, &groups);
+        let coords = coordinates(6, Some(8), &groups);
         assert_eq!(label(&coords), "tp 2/4 · pp 1/2");
-        assert!(coordinates(6, &groups[..1]).is_empty());
+        assert!(are_valid(&coords));
+        assert!(coordinates(6, Some(8), &groups[..1]).is_empty());
         assert_eq!(label(&[]), "");
+    }
+
+    #[test]
+    fn groups_that_cannot_be_are_passed_over_and_the_largest_counts() {
+        // A rank listed twice; more ranks than the world.
+        assert!(coordinates(6, Some(8), &[group("tp", &[6, 6])]).is_empty());
+        assert!(coordinates(2, Some(8), &[group("tp", &[0, 1, 1, 2])]).is_empty());
+        let wide: Vec<u32> = (0..16).collect();
+        assert!(coordinates(2, Some(8), &[group("tp", &wide)]).is_empty());
+        assert_eq!(
+            label(&coordinates(2, None, &[group("tp", &wide)])),
+            "tp 2/16"
+        );
+        // HSDP: the replicate group first, then the whole data-parallel one.
+        let groups = [
+            group("mesh_dp_replicate", &[1, 5]),
+            group("mesh_dp", &[0, 1, 2, 3, 4, 5, 6, 7]),
+        ];
+        assert_eq!(label(&coordinates(5, Some(8), &groups)), "dp 5/8");
+        // A description past the bound names nothing.
+        let long = format!("tp_{}", "x".repeat(MAX_DESC_BYTES));
+        assert!(coordinates(0, Some(8), &[group(&long, &[0, 1])]).is_empty());
+    }
+
+    #[test]
+    fn only_coordinates_as_made_are_valid() {
+        let coord = |dim: &str, index, size| ParallelCoord {
+            dim: dim.into(),
+            index,
+            size,
+        };
+        assert!(are_valid(&[coord("tp", 1, 4), coord("pp", 0, 2)]));
+        assert!(are_valid(&[]));
+        assert!(!are_valid(&[coord("pipeline1", 0, 2)]));
+        assert!(!are_valid(&[coord("tp", 4, 4)]));
+        assert!(!are_valid(&[coord("pp", 0, 2), coord("tp", 1, 4)]), "order");
+        assert!(!are_valid(&[coord("tp", 0, 2), coord("tp", 1, 2)]), "twice");
     }
 }

@@ -21,6 +21,7 @@
 //! in nanoseconds (Kineto writes wall-clock microseconds).
 
 mod classify;
+mod groups;
 mod read;
 #[cfg(test)]
 mod tests;

@@ -14,8 +14,9 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::Value;
 
 use super::classify::{collective_kind, normalize_kind, KernelCategory};
+use super::groups::{Groups, Lenient};
 use super::{CollectiveRows, RankTrace, TraceError, TraceLimits};
-use crate::parallel::{self, ProcessGroup};
+use crate::parallel;
 
 /// Reads the Kineto trace at `path` (plain JSON, or gzip by its magic
 /// bytes, whatever the file is named).
@@ -529,8 +530,9 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
                     trace.rank = count("rank", info.rank);
                     trace.world_size = count("world_size", info.world_size);
                     trace.backend = info.backend.and_then(text);
-                    if let (Some(rank), Some(groups)) = (trace.rank, info.pg_config) {
-                        trace.parallel = parallel::coordinates(rank, &process_groups(groups));
+                    let groups = info.pg_config.and_then(|groups| groups.0);
+                    if let (Some(rank), Some(Groups(groups))) = (trace.rank, groups) {
+                        trace.parallel = parallel::coordinates(rank, trace.world_size, &groups);
                     }
                 }
                 TopField::BaseTime => {
@@ -560,28 +562,7 @@ struct DistributedInfo {
     rank: Option<Value>,
     world_size: Option<Value>,
     backend: Option<Value>,
-    pg_config: Option<Value>,
-}
-
-/// The process groups of a `pg_config` list: each entry with a string
-/// `pg_desc` and a `ranks` list of ranks; an entry that has not both is
-/// passed over.
-fn process_groups(pg_config: Value) -> Vec<ProcessGroup> {
-    let Value::Array(entries) = pg_config else {
-        return Vec::new();
-    };
-    entries
-        .into_iter()
-        .filter_map(|entry| {
-            let desc = entry.get("pg_desc")?.as_str()?.to_string();
-            let ranks = entry.get("ranks")?.as_array()?;
-            let ranks = ranks
-                .iter()
-                .map(|r| u32::try_from(r.as_u64()?).ok())
-                .collect::<Option<Vec<u32>>>()?;
-            Some(ProcessGroup { desc, ranks })
-        })
-        .collect()
+    pg_config: Option<Lenient<Groups>>,
 }
 
 /// The `traceEvents` array, event by event into the builder.

@@ -178,7 +178,10 @@ pub(super) fn decode_header_of(version: u16, bytes: &[u8]) -> Result<PayloadHead
             let tail: HeaderTail = decode_header(&bytes[used..])?;
             header.encode_ns = tail.encode_ns;
             header.window = tail.window;
-            header.parallel = tail.parallel;
+            // Coordinates as a trace's groups give them, or none.
+            if crate::parallel::are_valid(&tail.parallel) {
+                header.parallel = tail.parallel;
+            }
             Ok(header)
         }
     }

@@ -333,6 +333,10 @@ fn the_window_travels_in_format_4() {
     );
     let v3 = encode_as(3, &payload, Compression::Zstd, &Limits::DEFAULT).unwrap();
     assert_eq!(decode(&v3).unwrap().header.window, None);
+    // Coordinates no trace's groups could give are dropped as read.
+    payload.header.parallel[0].dim = "pipeline1".into();
+    let v5 = encode(&payload, Compression::Zstd).unwrap();
+    assert!(decode(&v5).unwrap().header.parallel.is_empty());
 }
 
 #[test]

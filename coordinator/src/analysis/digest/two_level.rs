@@ -50,20 +50,38 @@ fn leader_digest_within(
     });
     node.add_skipped(skipped.collect(), 0);
     node.analysed_under = format!("{config:?}");
-    // The payloads carried, each while it fits in what is left of `room`.
+    // The payloads carried, each while it fits in what is left of `room`;
+    // one left out is named, with why.
     let mut room = room;
-    let mut encoded = |rank: u32| {
+    let mut left_out = Vec::new();
+    let mut carried = |rank: u32, as_what: &str| {
         let payload = gathered
             .payloads
             .iter()
             .find(|p| p.header.rank.rank == rank)?;
-        let bytes = payload::encode(payload, Compression::Zstd).ok()?;
-        room = room.checked_sub(bytes.len())?;
-        Some(Bytes(bytes))
+        let reason = match payload::encode(payload, Compression::Zstd) {
+            Ok(bytes) => match room.checked_sub(bytes.len()) {
+                Some(left) => {
+                    room = left;
+                    return Some(Bytes(bytes));
+                }
+                None => format!(
+                    "past the {} MiB a node digest carries of payloads: its rows are in its \
+                     spill file",
+                    CARRIED_BYTES >> 20
+                ),
+            },
+            Err(e) => format!("it could not be encoded again: {}", Chain(&e)),
+        };
+        left_out.push(SkippedInput {
+            source: format!("rank {rank}'s payload, {as_what}"),
+            reason,
+        });
+        None
     };
     let busiest = node.busiest();
     if let Some((seconds, rank)) = busiest {
-        if let Some(bytes) = encoded(rank) {
+        if let Some(bytes) = carried(rank, "as its node's busiest") {
             node.representatives.push((seconds, rank, bytes));
         }
     }
@@ -71,18 +89,9 @@ fn leader_digest_within(
     traced.sort_unstable();
     traced.dedup();
     traced.retain(|&rank| node.holds(rank) && Some(rank) != busiest.map(|b| b.1));
-    let mut left_out = Vec::new();
     for rank in traced {
-        match encoded(rank) {
-            Some(bytes) => node.traced.push((rank, bytes)),
-            None => left_out.push(SkippedInput {
-                source: format!("rank {rank}'s payload, for trace_ranks"),
-                reason: format!(
-                    "past the {} MiB a node digest carries of payloads: its rows are in its \
-                     spill file",
-                    CARRIED_BYTES >> 20
-                ),
-            }),
+        if let Some(bytes) = carried(rank, "for trace_ranks") {
+            node.traced.push((rank, bytes));
         }
     }
     node.add_skipped(left_out, 0);
@@ -297,6 +306,15 @@ mod tests {
                 "rank 6's payload, for trace_ranks"
             ]
         );
+        // No room even for the busiest: it is named too.
+        let bytes = leader_digest_within(&node, &named, one / 2).unwrap();
+        let digest = NodeDigest::decode(&bytes, 1 << 20).unwrap();
+        assert!(digest.representatives.is_empty());
+        assert_eq!(
+            digest.skipped[0].source,
+            "rank 7's payload, as its node's busiest"
+        );
+        assert_eq!(digest.skipped.len(), 4);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use rankscope_common::gather::MAX_LISTED_SKIPPED;
 /// The first bytes of an encoded digest.
 const MAGIC: &[u8; 4] = b"RSND";
 /// The version this build writes and reads.
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 /// The zstd level: the fastest, as rank 0 waits for it.
 const LEVEL: i32 = 1;
 
@@ -128,11 +128,6 @@ impl NodeDigest {
     }
 }
 
-/// The most parallel coordinates a rank has: one per dimension.
-const MAX_PARALLEL_DIMENSIONS: usize = 6;
-/// The longest name of a dimension (`tp`, `dp`, ...) a digest may carry.
-const MAX_DIMENSION_NAME: usize = 8;
-
 /// Whether the parts of one rank's digest are that rank's and fit
 /// together, else which part does not.
 fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
@@ -154,11 +149,7 @@ fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
     if !whole {
         return Err("timeline");
     }
-    let long_name = digest
-        .parallel
-        .iter()
-        .any(|c| c.dim.len() > MAX_DIMENSION_NAME);
-    if digest.parallel.len() > MAX_PARALLEL_DIMENSIONS || long_name {
+    if !rankscope_common::parallel::are_valid(&digest.parallel) {
         return Err("parallel coordinates");
     }
     for (summary, series) in &digest.gpus {
