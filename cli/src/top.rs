@@ -152,7 +152,6 @@ fn modified_after(path: &Path, since: SystemTime) -> bool {
 /// The view of every rank of rank 0's run whose status is fresh.
 pub fn read_view(dir: &Path) -> Result<View> {
     let own = window::read_status(dir, 0).context("reading rank 0's status")?;
-    let fresh = SystemTime::now() - FRESH;
     let world_size = own.world_size.max(1);
     if world_size > MAX_RANKS {
         bail!(
@@ -160,22 +159,15 @@ pub fn read_view(dir: &Path) -> Result<View> {
             dir.display()
         );
     }
-    let mut ranks = Vec::new();
-    let mut missing = Vec::new();
-    let mut simulated = false;
-    for rank in 0..world_size {
-        let status = window::read_status(dir, rank)
-            .ok()
-            .filter(|s| s.run == own.run)
-            .filter(|_| modified_after(&window::status_path(dir, rank), fresh));
-        match status {
-            Some(status) => {
-                simulated |= status.simulated;
-                ranks.push(rank_view(rank, status));
-            }
-            None => missing.push(rank),
-        }
-    }
+    let shared = window::read_statuses(dir, 0..world_size, own.run.as_deref(), FRESH);
+    let gpus_simulated = shared.iter().any(|(_, status)| status.simulated);
+    let missing = (0..world_size)
+        .filter(|rank| shared.binary_search_by_key(rank, |(r, _)| *r).is_err())
+        .collect();
+    let ranks: Vec<RankView> = shared
+        .into_iter()
+        .map(|(rank, status)| rank_view(rank, status))
+        .collect();
     let stepped = ranks.iter().filter(|r| r.step_ms.is_some()).count();
     let slowest_rank = ranks
         .iter()
@@ -189,7 +181,7 @@ pub fn read_view(dir: &Path) -> Result<View> {
         ranks,
         missing,
         slowest_rank,
-        gpus_simulated: simulated,
+        gpus_simulated,
     })
 }
 
