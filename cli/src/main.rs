@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use rankscope_common::error::Chain;
 use rankscope_common::kineto::TraceLimits;
+use rankscope_common::parallel::ParallelLayout;
 use rankscope_common::text::terminal;
 use rankscope_common::Config;
 use rankscope_coordinator::model::SkippedInput;
@@ -237,6 +238,11 @@ enum Commands {
         /// Traces read at once (default: the number of cores).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
         jobs: Option<u32>,
+        /// The job's parallel layout (`tp=4,dp=2`, the dimension whose
+        /// neighbours are adjacent ranks first): it labels each rank whose
+        /// trace's process groups do not.
+        #[arg(long)]
+        parallel_layout: Option<ParallelLayout>,
     },
     /// Show what a payload (spill) file holds: its header and the rows in
     /// each table.
@@ -393,7 +399,8 @@ fn run(cli: Cli) -> Result<Finished> {
             out,
             max_rows,
             jobs,
-        } => run_import(&paths, &out, max_rows, jobs),
+            parallel_layout,
+        } => run_import(&paths, &out, max_rows, jobs, parallel_layout),
         Commands::Inspect { file } => {
             print!("{}", inspect::inspect(&file)?);
             Ok(Finished::Complete)
@@ -536,6 +543,7 @@ fn run_import(
     out: &Path,
     max_rows: usize,
     jobs: Option<u32>,
+    layout: Option<ParallelLayout>,
 ) -> Result<Finished> {
     let config = analysis_config()?;
     let defaults = import::ImportOptions::default();
@@ -545,6 +553,7 @@ fn run_import(
             ..defaults.limits
         },
         jobs: jobs.map_or(defaults.jobs, |jobs| jobs as usize),
+        layout,
     };
     let imported = {
         let bar = progress::Bar::stderr();

@@ -8,6 +8,11 @@
 //! A description that names no dimension (`default_pg`, `undefined`), or
 //! more than one (`TENSOR_AND_DATA_PARALLEL_GROUP`), gives none; so does a
 //! group that lists a rank twice or holds more ranks than the world.
+//!
+//! Where no trace gives the groups, a [`ParallelLayout`] the user declares
+//! (`parallel_layout: tp=4,dp=2`) places every rank the same way.
+
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -124,6 +129,127 @@ pub fn are_valid(coords: &[ParallelCoord]) -> bool {
     in_order && coords.iter().all(|c| c.index < c.size)
 }
 
+/// A job's ranks laid out along independent parallel dimensions, as the
+/// user declares them where no trace gives the process groups:
+/// `tp=4,dp=2,pp=2`, the dimension along which neighbouring ranks differ
+/// first (as Megatron-LM's default order, tp-cp-ep-dp-pp, lists them).
+/// The sizes multiply to the world size; a dimension carved out of another
+/// (Megatron's expert parallelism within data parallelism) cannot be
+/// written so, and is left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParallelLayout {
+    /// Each dimension with its size, fastest first.
+    dims: Vec<(&'static str, u32)>,
+}
+
+/// Why a [`ParallelLayout`] could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    /// An item is not `dim=size`.
+    #[error("`{0}` is not dim=size (as in tp=4,dp=2)")]
+    NotAPair(String),
+    /// A dimension no group of the six.
+    #[error("`{0}` is no dimension: tp, dp, pp, ep, cp or sp")]
+    UnknownDim(String),
+    /// A dimension given twice.
+    #[error("`{0}` is given twice")]
+    Twice(String),
+    /// A size that is no whole number from 1.
+    #[error("the size of `{dim}`, `{size}`, is no whole number from 1")]
+    BadSize {
+        /// The dimension.
+        dim: String,
+        /// What was given.
+        size: String,
+    },
+    /// The sizes multiply past any world.
+    #[error("the sizes multiply past 2^32 ranks")]
+    TooLarge,
+    /// No dimension at all.
+    #[error("it names no dimension")]
+    Empty,
+}
+
+impl FromStr for ParallelLayout {
+    type Err = LayoutError;
+
+    fn from_str(text: &str) -> Result<Self, LayoutError> {
+        let mut dims: Vec<(&'static str, u32)> = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (dim, size) = item
+                .split_once('=')
+                .ok_or_else(|| LayoutError::NotAPair(item.to_string()))?;
+            let (dim, size) = (dim.trim(), size.trim());
+            let known = DIMENSIONS
+                .iter()
+                .map(|(d, _)| *d)
+                .find(|d| d.eq_ignore_ascii_case(dim))
+                .ok_or_else(|| LayoutError::UnknownDim(dim.to_string()))?;
+            if dims.iter().any(|(d, _)| *d == known) {
+                return Err(LayoutError::Twice(known.to_string()));
+            }
+            let size = size
+                .parse::<u32>()
+                .ok()
+                .filter(|&s| s >= 1)
+                .ok_or_else(|| LayoutError::BadSize {
+                    dim: known.to_string(),
+                    size: size.to_string(),
+                })?;
+            dims.push((known, size));
+        }
+        if dims.is_empty() {
+            return Err(LayoutError::Empty);
+        }
+        let layout = ParallelLayout { dims };
+        u32::try_from(layout.ranks()).map_err(|_| LayoutError::TooLarge)?;
+        Ok(layout)
+    }
+}
+
+impl std::fmt::Display for ParallelLayout {
+    /// As written: `tp=4,dp=2`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let items: Vec<String> = self
+            .dims
+            .iter()
+            .map(|(dim, size)| format!("{dim}={size}"))
+            .collect();
+        f.write_str(&items.join(","))
+    }
+}
+
+impl ParallelLayout {
+    /// The ranks the layout places: its sizes multiplied.
+    pub fn ranks(&self) -> u64 {
+        self.dims.iter().map(|(_, size)| u64::from(*size)).product()
+    }
+
+    /// `rank`'s coordinates along each dimension of more than one rank, in
+    /// the order [`coordinates`] gives them; none for a rank past the
+    /// layout.
+    pub fn coordinates(&self, rank: u32) -> Vec<ParallelCoord> {
+        if u64::from(rank) >= self.ranks() {
+            return Vec::new();
+        }
+        let mut stride = 1u32;
+        let mut coords: Vec<ParallelCoord> = Vec::new();
+        for (dim, size) in &self.dims {
+            if *size > 1 {
+                coords.push(ParallelCoord {
+                    dim: (*dim).to_string(),
+                    index: rank / stride % size,
+                    size: *size,
+                });
+            }
+            // Within u32: the product of all sizes is.
+            stride *= size;
+        }
+        coords.sort_by_key(|c| DIMENSIONS.iter().position(|(d, _)| *d == c.dim));
+        coords
+    }
+}
+
 /// `coords` as a label: `tp 1/4 · pp 0/2`; empty for none.
 pub fn label(coords: &[ParallelCoord]) -> String {
     coords
@@ -202,6 +328,57 @@ mod tests {
         // A description past the bound names nothing.
         let long = format!("tp_{}", "x".repeat(MAX_DESC_BYTES));
         assert!(coordinates(0, Some(8), &[group(&long, &[0, 1])]).is_empty());
+    }
+
+    #[test]
+    fn a_layout_places_ranks_fastest_dimension_first() {
+        let layout: ParallelLayout = "tp=4, PP=2,dp=1".parse().unwrap();
+        assert_eq!(
+            (layout.ranks(), layout.to_string().as_str()),
+            (8, "tp=4,pp=2,dp=1")
+        );
+        // Ranks 0-3 are one TP group; rank 6 is TP 2 of 4 on PP stage 1.
+        assert_eq!(label(&layout.coordinates(6)), "tp 2/4 · pp 1/2");
+        assert_eq!(label(&layout.coordinates(1)), "tp 1/4 · pp 0/2");
+        assert!(layout.coordinates(8).is_empty(), "past the layout");
+        // Listed slowest first, they come out in the usual order.
+        let layout: ParallelLayout = "pp=2,tp=4".parse().unwrap();
+        assert_eq!(label(&layout.coordinates(6)), "tp 3/4 · pp 0/2");
+        assert!(are_valid(&layout.coordinates(7)));
+        // Agreeing with the groups of the same job.
+        let megatron: ParallelLayout = "tp=4,pp=2".parse().unwrap();
+        let groups = [
+            group("TENSOR_MODEL_PARALLEL_GROUP", &[4, 5, 6, 7]),
+            group("PIPELINE_MODEL_PARALLEL_GROUP", &[2, 6]),
+        ];
+        assert_eq!(megatron.coordinates(6), coordinates(6, Some(8), &groups));
+    }
+
+    #[test]
+    fn a_layout_that_cannot_be_is_refused_by_name() {
+        for (text, error) in [
+            ("tp4", LayoutError::NotAPair("tp4".into())),
+            ("zz=2", LayoutError::UnknownDim("zz".into())),
+            ("tp=2,tp=2", LayoutError::Twice("tp".into())),
+            (
+                "tp=0",
+                LayoutError::BadSize {
+                    dim: "tp".into(),
+                    size: "0".into(),
+                },
+            ),
+            (
+                "dp=-1",
+                LayoutError::BadSize {
+                    dim: "dp".into(),
+                    size: "-1".into(),
+                },
+            ),
+            ("tp=65536,dp=65536", LayoutError::TooLarge),
+            (" , ", LayoutError::Empty),
+        ] {
+            assert_eq!(text.parse::<ParallelLayout>(), Err(error), "{text}");
+        }
     }
 
     #[test]

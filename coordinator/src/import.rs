@@ -13,6 +13,7 @@ use std::sync::{Mutex, PoisonError};
 
 use rankscope_common::gather::{Gathered, ReportFiles};
 use rankscope_common::kineto::{self, TraceError, TraceLimits};
+use rankscope_common::parallel::ParallelLayout;
 use rankscope_common::payload::TransportName;
 
 use crate::analysis::kernels::{analyze_kernels, RankKernels};
@@ -46,6 +47,15 @@ pub enum ImportError {
         /// Every trace refused, with the reason.
         skipped: Vec<SkippedInput>,
     },
+    /// `--parallel-layout` places another number of ranks than the traces'
+    /// world holds.
+    #[error("the parallel layout {layout} places {} ranks; the traces' world has {world_size}", .layout.ranks())]
+    Layout {
+        /// The layout given.
+        layout: ParallelLayout,
+        /// The traces' world size.
+        world_size: u32,
+    },
     /// The output directory could not be made, or a report file written.
     #[error(transparent)]
     Write(#[from] WriteError),
@@ -75,13 +85,16 @@ impl Imported {
 }
 
 /// How [`import`] reads the traces.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ImportOptions {
     /// The bounds of each trace's read.
     pub limits: TraceLimits,
     /// Traces read at once (default: the cores); each holds up to its row
     /// budget while it is read.
     pub jobs: usize,
+    /// The job's parallel layout: it places each rank whose trace's
+    /// process groups do not.
+    pub layout: Option<ParallelLayout>,
 }
 
 impl Default for ImportOptions {
@@ -89,6 +102,7 @@ impl Default for ImportOptions {
         ImportOptions {
             limits: TraceLimits::default(),
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
+            layout: None,
         }
     }
 }
@@ -147,6 +161,9 @@ pub fn import_with(
     if ranks.is_empty() {
         return Err(ImportError::NothingUsable { skipped });
     }
+    if let Some(layout) = &options.layout {
+        place(&mut ranks, layout, world_size)?;
+    }
     let mut report = report(paths, ranks, world_size, skipped, config);
     if worlds.len() > 1 {
         let claims: Vec<String> = worlds.iter().map(u32::to_string).collect();
@@ -160,6 +177,26 @@ pub fn import_with(
     }
     let files = write_reports(&report, out)?;
     Ok(Imported { report, files })
+}
+
+/// Places by `layout` each rank its trace's process groups did not place.
+fn place(
+    ranks: &mut BTreeMap<u32, RankKernels>,
+    layout: &ParallelLayout,
+    world_size: u32,
+) -> Result<(), ImportError> {
+    if layout.ranks() != u64::from(world_size) {
+        return Err(ImportError::Layout {
+            layout: layout.clone(),
+            world_size,
+        });
+    }
+    for (rank, kernels) in ranks {
+        if let Some(input) = kernels.input.as_mut().filter(|i| i.parallel.is_empty()) {
+            input.parallel = layout.coordinates(*rank);
+        }
+    }
+    Ok(())
 }
 
 /// The trace files among `paths` (in name order within a directory), and

@@ -360,23 +360,64 @@ fn a_trace_cut_by_its_budget_makes_a_partial_report_that_says_so() {
 #[test]
 fn imported_ranks_carry_their_parallel_coordinates() {
     let dir = tempfile::tempdir().unwrap();
+    write_grouped_traces(dir.path(), |_| "TENSOR_MODEL_PARALLEL_GROUP");
+    let (_, report) = import_dir(dir.path());
+    assert_eq!(coordinate_labels(&report), ["tp 0/2", "tp 1/2"]);
+}
+
+/// `--parallel-layout` places a rank its trace's groups do not; a rank the
+/// groups place keeps their coordinates; a layout for another world is
+/// refused, saying both sizes.
+#[test]
+fn a_parallel_layout_places_the_ranks_no_trace_places() {
+    let dir = tempfile::tempdir().unwrap();
+    // Rank 0's trace names its tensor-parallel group, rank 1's none.
+    write_grouped_traces(dir.path(), |rank| {
+        if rank == 0 {
+            "TENSOR_MODEL_PARALLEL_GROUP"
+        } else {
+            "default_pg"
+        }
+    });
+    let out = tempfile::tempdir().unwrap();
+    let with = |layout: &str| ImportOptions {
+        layout: Some(layout.parse().unwrap()),
+        ..ImportOptions::default()
+    };
+    let config = AnalysisConfig::default();
+    let paths = [dir.path().to_path_buf()];
+    let imported = import(&paths, out.path(), &with("dp=2"), &config).unwrap();
+    assert_eq!(coordinate_labels(&imported.report), ["tp 0/2", "dp 1/2"]);
+    let refused = import(&paths, out.path(), &with("dp=2,tp=2"), &config).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "the parallel layout dp=2,tp=2 places 4 ranks; the traces' world has 2"
+    );
+}
+
+/// Two ranks' traces of one GEMM each, whose second process group (of
+/// both ranks) has the description `desc` gives for the rank.
+fn write_grouped_traces(dir: &Path, desc: impl Fn(u32) -> &'static str) {
     for rank in 0..2 {
+        let desc = desc(rank);
         let trace = format!(
             r#"{{"distributedInfo": {{"rank": {rank}, "world_size": 2, "pg_config": [
                 {{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1]}},
-                {{"pg_name": "1", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "ranks": [0, 1]}}
+                {{"pg_name": "1", "pg_desc": "{desc}", "ranks": [0, 1]}}
             ]}}, "traceEvents": [
                 {{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,
                   "ts": 100, "dur": 50, "args": {{"device": 0, "stream": 7, "correlation": 1}}}}
             ]}}"#
         );
-        std::fs::write(dir.path().join(format!("rank{rank}.json")), trace).unwrap();
+        std::fs::write(dir.join(format!("rank{rank}.json")), trace).unwrap();
     }
-    let (_, report) = import_dir(dir.path());
-    let coords: Vec<String> = report
+}
+
+/// Each kernel trace's coordinates as a label, in rank order.
+fn coordinate_labels(report: &Report) -> Vec<String> {
+    report
         .kernel_traces
         .iter()
         .map(|t| rankscope_common::parallel::label(&t.parallel))
-        .collect();
-    assert_eq!(coords, ["tp 0/2", "tp 1/2"]);
+        .collect()
 }

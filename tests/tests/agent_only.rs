@@ -13,6 +13,8 @@ fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
     let children: Vec<_> = (0..4)
         .map(|rank| {
             support::torchrun_rank(rank, 4, out.path(), master_port)
+                // The job's layout, which no trace gives here.
+                .env("RANKSCOPE_PARALLEL_LAYOUT", "tp=2,dp=2")
                 .spawn()
                 .unwrap()
         })
@@ -77,6 +79,26 @@ fn four_torchrun_ranks_linking_only_the_agent_leave_one_report() {
     for rank in report["ranks"].as_array().unwrap() {
         assert!(rank["clock_offset_ns"].is_i64(), "measured: {rank}");
     }
+    // Each rank placed by the layout: TP neighbours are adjacent ranks.
+    let placed: Vec<String> = report["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|rank| {
+            let coords: Vec<rankscope_common::parallel::ParallelCoord> =
+                serde_json::from_value(rank["parallel"].clone()).unwrap();
+            rankscope_common::parallel::label(&coords)
+        })
+        .collect();
+    assert_eq!(
+        placed,
+        [
+            "tp 0/2 · dp 0/2",
+            "tp 1/2 · dp 0/2",
+            "tp 0/2 · dp 1/2",
+            "tp 1/2 · dp 1/2"
+        ]
+    );
     let stage = &report["stages"][0];
     assert_eq!(stage["name"], "denoise_step");
     assert_eq!(stage["count"], 12);

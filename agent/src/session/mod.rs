@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use rankscope_common::env::RankEnv;
 use rankscope_common::error::Chain;
 use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
-use rankscope_common::parallel::ParallelCoord;
+use rankscope_common::parallel::{ParallelCoord, ParallelLayout};
 use rankscope_common::spill::SpillName;
 use rankscope_common::text::rank_ranges;
 use rankscope_common::Config;
 
 use crate::flusher::Flusher;
-use crate::notice::{say, Notices};
+use crate::notice::{notice, say, Notices};
 use crate::recorder::{Ended, Recorder};
 use crate::reporter::Reporter;
 use crate::sampler::{Sampler, Telemetry};
@@ -139,7 +139,8 @@ pub(crate) struct Hub {
     /// This profiler's notices: its calls and threads enter them.
     pub(crate) notices: Arc<Notices>,
     /// The rank's parallel coordinates, as the last kernel trace read
-    /// gave them: its payloads' headers carry them.
+    /// gave them, else as `parallel_layout` places the rank: its payloads'
+    /// headers carry them.
     pub(crate) parallel: Mutex<Vec<ParallelCoord>>,
 }
 
@@ -277,6 +278,7 @@ impl Session {
                 max: config.max_world_size,
             });
         }
+        *lock(&hub.parallel) = declared_coordinates(config, env);
         let name = capped(
             "session name",
             config.session.as_deref().unwrap_or(name),
@@ -484,4 +486,26 @@ impl Hub {
     pub(super) fn put_back(&self, transport: Box<dyn Transport>) {
         *lock(&self.transport) = Some(transport);
     }
+}
+
+/// The rank's coordinates in the job's `parallel_layout`, where one is set
+/// and fits the world (a notice says why not where it does not).
+fn declared_coordinates(config: &Config, env: &RankEnv) -> Vec<ParallelCoord> {
+    let Some(text) = &config.parallel_layout else {
+        return Vec::new();
+    };
+    // Checked as the configuration was read.
+    let Ok(layout) = text.parse::<ParallelLayout>() else {
+        return Vec::new();
+    };
+    if layout.ranks() != u64::from(env.world_size) {
+        notice!(
+            "parallel_layout {text:?} places {} ranks, this job has {}: the report labels no \
+             rank by it",
+            layout.ranks(),
+            env.world_size
+        );
+        return Vec::new();
+    }
+    layout.coordinates(env.rank)
 }

@@ -23,6 +23,14 @@ impl Config {
                 ),
             });
         }
+        if let Some(layout) = &self.parallel_layout {
+            if let Err(e) = layout.parse::<crate::parallel::ParallelLayout>() {
+                return Err(ConfigError::Invalid {
+                    key: "parallel_layout",
+                    reason: format!("`parallel_layout` = {layout:?}: {e}"),
+                });
+            }
+        }
         if self.flush_interval_s > 0.0 && self.flush_interval_s < 0.05 {
             return Err(ConfigError::Invalid {
                 key: "flush_interval_s",

@@ -381,6 +381,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("RANKSCOPE_TRACE_RANKS=\"3,x\""), "{err}");
+        let layout = Config::load(None, env(&[("RANKSCOPE_PARALLEL_LAYOUT", "tp=4,dp=2")]));
+        assert_eq!(
+            layout.unwrap().parallel_layout.as_deref(),
+            Some("tp=4,dp=2")
+        );
+        let err = Config::load(None, env(&[("RANKSCOPE_PARALLEL_LAYOUT", "tp=4,zz=2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("parallel_layout") && err.contains("`zz` is no dimension"),
+            "{err}"
+        );
         assert_eq!(config.clock_shift_ns, -5, "a negative number");
         assert!(!config.enabled);
         assert_eq!(config.output_dir, PathBuf::from("/tmp/out"));

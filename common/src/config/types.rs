@@ -254,6 +254,12 @@ pub struct Config {
     /// node's busiest rank, each of these ranks' leaders sends its payload
     /// too (at most [`MAX_TRACE_RANKS`]; `RANKSCOPE_TRACE_RANKS=3,17`).
     pub trace_ranks: Vec<u32>,
+    /// The job's parallel layout, where no trace's process groups give the
+    /// ranks' coordinates (`parallel_layout: tp=4,dp=2`, the dimension
+    /// whose neighbours are adjacent ranks first; see
+    /// [`crate::parallel::ParallelLayout`]): the report labels each rank
+    /// by it (`tp 1/4 · dp 0/2`). Its sizes multiply to the world size.
+    pub parallel_layout: Option<String>,
     /// GPU `memory_pressure`: peak memory at least this share of the total, %.
     pub gpu_memory_pressure_pct: f64,
     /// GPU `thermal_throttling`: thermal reason bits in at least this share
@@ -361,6 +367,7 @@ impl Config {
             warmup_calls: 0,
             trace_max_stages: 5_000,
             trace_ranks: Vec::new(),
+            parallel_layout: None,
             gpu_memory_pressure_pct: 90.0,
             gpu_thermal_readings_pct: 10.0,
             gpu_thermal_temp_c: 85.0,
