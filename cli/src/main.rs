@@ -5,6 +5,7 @@ mod demo;
 mod launch;
 mod launcher;
 mod progress;
+mod reach;
 mod top;
 mod trigger;
 
@@ -106,16 +107,22 @@ enum Commands {
     /// profiles at once, with its own report in <session dir>/window-<k>/,
     /// while the job goes on.
     ///
-    /// Writes a request into the session directory's control folder (who
-    /// can write there can ask); rank 0 plans the window a few steps ahead,
-    /// so that every rank opens it at the same step, and this prints the
+    /// With --dir, writes a request into the session directory's control
+    /// folder (who can write there can ask); with ENDPOINT, sends it to
+    /// rank 0's TCP listener, proving it knows the job's token
+    /// (RANKSCOPE_TOKEN). Rank 0 plans the window a few steps ahead, so
+    /// that every rank opens it at the same step, and this prints the
     /// window's number and steps. The ranks count steps where the program
     /// calls Profiler::step (prof.step() in Python), and must all see the
     /// session directory (one machine, or a shared file system).
     Trigger {
+        /// Rank 0's TCP listener (`host:port`: RANKSCOPE_ADDR and
+        /// RANKSCOPE_PORT, by default MASTER_ADDR and MASTER_PORT + 1).
+        #[arg(required_unless_present = "dir")]
+        endpoint: Option<String>,
         /// The running session's directory.
-        #[arg(long)]
-        dir: PathBuf,
+        #[arg(long, conflicts_with = "endpoint")]
+        dir: Option<PathBuf>,
         /// Steps the window covers (default: the job's window_steps, 20).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
         steps: Option<u64>,
@@ -143,12 +150,17 @@ enum Commands {
     /// While this runs, every rank shares a status once a second in the
     /// session directory's control folder (nothing is written while nobody
     /// watches); the ranks must all see the session directory (one machine,
-    /// or a shared file system). A rank with no status in the last 5 s is
-    /// named missing.
+    /// or a shared file system). With ENDPOINT, rank 0 reads them for this
+    /// command and sends them over its TCP listener (the job's token in
+    /// RANKSCOPE_TOKEN). A rank with no status in the last 5 s is named
+    /// missing.
     Top {
+        /// Rank 0's TCP listener (`host:port`).
+        #[arg(required_unless_present = "dir")]
+        endpoint: Option<String>,
         /// The running session's directory.
-        #[arg(long)]
-        dir: PathBuf,
+        #[arg(long, conflicts_with = "endpoint")]
+        dir: Option<PathBuf>,
         /// One JSON object per view, a line each, for scripts (one view
         /// unless --count says more).
         #[arg(long)]
@@ -406,13 +418,14 @@ fn run(cli: Cli) -> Result<Finished> {
             Ok(Finished::Complete)
         }
         Commands::Top {
+            endpoint,
             dir,
             json,
             interval,
             count,
         } => {
             top::run(&top::TopOptions {
-                dir,
+                session: reach::Reach::of(endpoint, dir)?,
                 json,
                 interval: Duration::try_from_secs_f64(interval)
                     .context("--interval must be a number of seconds, 0 or more")?,
@@ -421,6 +434,7 @@ fn run(cli: Cli) -> Result<Finished> {
             Ok(Finished::Complete)
         }
         Commands::Trigger {
+            endpoint,
             dir,
             steps,
             seconds,
@@ -430,7 +444,7 @@ fn run(cli: Cli) -> Result<Finished> {
             timeout,
         } => {
             trigger::run(&trigger::TriggerOptions {
-                dir,
+                session: reach::Reach::of(endpoint, dir)?,
                 steps,
                 seconds,
                 delay_steps,

@@ -1,38 +1,41 @@
-//! `rankscope top --dir`: a live view of a running session, refreshed from
-//! the statuses its ranks share in the session directory while this
-//! command keeps `control/watch` fresh ([`rankscope_common::window`]): per
-//! rank its steps, pace, open stage and GPUs, the slowest rank marked; or
-//! the same numbers as JSON lines for scripts.
+//! `rankscope top`: a live view of a running session, refreshed from the
+//! statuses its ranks share in the session directory while this command
+//! keeps `control/watch` fresh ([`rankscope_common::window`]), read there
+//! or by rank 0 for this command over its TCP listener: per rank its
+//! steps, pace, open stage and GPUs, the slowest rank marked; or the same
+//! numbers as JSON lines for scripts.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
+use rankscope::transport::tcp::control::Remote;
+use rankscope_common::remote::StatusSnapshot;
 use rankscope_common::text::terminal;
-use rankscope_common::window::{self, GpuStatus, LiveStatus};
+use rankscope_common::window::{self, GpuStatus, LiveStatus, FRESH_STATUS};
 use serde::Serialize;
 
+use crate::reach::Reach;
 use crate::trigger::check_running;
 
 /// How often the command looks for the first statuses.
 const POLL: Duration = Duration::from_millis(50);
+/// How often it asks rank 0 for them, over the network.
+const REMOTE_POLL: Duration = Duration::from_millis(250);
 /// How long the first view waits for rank 0's status.
 const FIRST_WAIT: Duration = Duration::from_secs(5);
 /// How long the ranks take to see the watch and share (they look each
 /// second): the first view waits this long for every rank's status.
 const EVERY_RANK_WAIT: Duration = Duration::from_millis(2_500);
-/// A status older than this is of a rank that stopped sharing (gone, or
-/// its windows thread stuck): the view names it missing.
-const FRESH: Duration = Duration::from_secs(5);
 /// The most ranks a view reads (a status file each, every view): rank 0's
 /// status claiming more is refused.
 const MAX_RANKS: u32 = 65_536;
 
 /// What `rankscope top` was asked.
 pub struct TopOptions {
-    /// The running session's directory.
-    pub dir: PathBuf,
+    /// The running session.
+    pub session: Reach,
     /// JSON lines instead of a table.
     pub json: bool,
     /// Time between two views.
@@ -79,18 +82,12 @@ pub struct RankView {
 /// Shows the session in `options.dir` until `options.count` views were
 /// shown or the session ends.
 pub fn run(options: &TopOptions) -> Result<()> {
-    let dir = &options.dir;
-    check_running(dir)?;
     let count = options.count.or(options.json.then_some(1));
     let tty = !options.json && std::io::stdout().is_terminal();
-    let watched_from = SystemTime::now();
-    window::watch(dir)
-        .with_context(|| format!("asking the ranks of {} for their status", dir.display()))?;
-    wait_for_ranks(dir, watched_from)?;
+    let source = &options.session;
+    let mut view = first_view(source)?;
     let mut shown = 0;
     loop {
-        window::watch(dir).context("keeping the ranks' statuses coming")?;
-        let view = read_view(dir)?;
         let mut out = std::io::stdout().lock();
         if options.json {
             serde_json::to_writer(&mut out, &view)?;
@@ -105,16 +102,98 @@ pub fn run(options: &TopOptions) -> Result<()> {
             write!(out, "{}", render(&view, tty))?;
         }
         out.flush()?;
+        drop(out);
         shown += 1;
         if count.is_some_and(|count| shown >= count) {
             return Ok(());
         }
         std::thread::sleep(options.interval);
-        if check_running(dir).is_err() {
-            eprintln!("rankscope top: the session in {} ended", dir.display());
-            return Ok(());
+        match next_view(source)? {
+            Some(next) => view = next,
+            None => return Ok(()),
         }
     }
+}
+
+/// The first view, once the ranks share their statuses.
+fn first_view(source: &Reach) -> Result<View> {
+    match source {
+        Reach::Dir(dir) => {
+            check_running(dir)?;
+            let watched_from = SystemTime::now();
+            window::watch(dir).with_context(|| {
+                format!("asking the ranks of {} for their status", dir.display())
+            })?;
+            wait_for_ranks(dir, watched_from)?;
+            window::watch(dir).context("keeping the ranks' statuses coming")?;
+            read_view(dir)
+        }
+        Reach::Endpoint(remote) => view_of_snapshot(first_snapshot(remote)?),
+    }
+}
+
+/// The next view; `None` (said on stderr) once the session ended.
+fn next_view(source: &Reach) -> Result<Option<View>> {
+    match source {
+        Reach::Dir(dir) => {
+            if check_running(dir).is_err() {
+                eprintln!("rankscope top: the session in {} ended", dir.display());
+                return Ok(None);
+            }
+            window::watch(dir).context("keeping the ranks' statuses coming")?;
+            read_view(dir).map(Some)
+        }
+        Reach::Endpoint(remote) => match remote.statuses() {
+            Ok(snapshot) => view_of_snapshot(snapshot).map(Some),
+            Err(e) => {
+                eprintln!("rankscope top: the session ended ({e})");
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// Rank 0's first snapshot with its own status (it shares within a
+/// second of the first look), then with every rank's or after
+/// [`EVERY_RANK_WAIT`] more.
+fn first_snapshot(remote: &Remote) -> Result<StatusSnapshot> {
+    let started = Instant::now();
+    let has = |snapshot: &StatusSnapshot, rank: u32| snapshot.statuses.iter().any(|s| s.0 == rank);
+    let mut snapshot = remote.statuses()?;
+    while !has(&snapshot, 0) {
+        if started.elapsed() >= FIRST_WAIT {
+            bail!(
+                "rank 0 shared no status within {} s: does it run a version of rankscope that \
+                 shares one?",
+                FIRST_WAIT.as_secs()
+            );
+        }
+        std::thread::sleep(REMOTE_POLL);
+        snapshot = remote.statuses()?;
+    }
+    let rank_0_shared = Instant::now();
+    while rank_0_shared.elapsed() < EVERY_RANK_WAIT
+        && snapshot.statuses.len() < snapshot.world_size as usize
+    {
+        std::thread::sleep(REMOTE_POLL);
+        snapshot = remote.statuses()?;
+    }
+    Ok(snapshot)
+}
+
+/// The view of rank 0's snapshot.
+fn view_of_snapshot(snapshot: StatusSnapshot) -> Result<View> {
+    if snapshot.world_size > MAX_RANKS {
+        bail!(
+            "rank 0 claims {} ranks, past the {MAX_RANKS} this view reads",
+            snapshot.world_size
+        );
+    }
+    Ok(view_of(
+        snapshot.session_dir,
+        snapshot.world_size.max(1),
+        snapshot.statuses,
+    ))
 }
 
 /// Waits until rank 0 shares a status after `since` (it saw the watch),
@@ -159,7 +238,22 @@ pub fn read_view(dir: &Path) -> Result<View> {
             dir.display()
         );
     }
-    let shared = window::read_statuses(dir, 0..world_size, own.run.as_deref(), FRESH);
+    let shared = window::read_statuses(dir, 0..world_size, own.run.as_deref(), FRESH_STATUS);
+    Ok(view_of(dir.to_path_buf(), world_size, shared))
+}
+
+/// The view of the fresh statuses `shared` (by rank) of a session of
+/// `world_size` ranks in `session_dir`.
+fn view_of(session_dir: PathBuf, world_size: u32, shared: Vec<(u32, LiveStatus)>) -> View {
+    // In rank order, each rank of the world once, within the bounds a
+    // rank keeps to (rank 0 may have sent them over the network).
+    let mut shared: Vec<(u32, LiveStatus)> = shared
+        .into_iter()
+        .filter(|(rank, _)| *rank < world_size)
+        .map(|(rank, status)| (rank, status.bounded()))
+        .collect();
+    shared.sort_by_key(|(rank, _)| *rank);
+    shared.dedup_by_key(|(rank, _)| *rank);
     let gpus_simulated = shared.iter().any(|(_, status)| status.simulated);
     let missing = (0..world_size)
         .filter(|rank| shared.binary_search_by_key(rank, |(r, _)| *r).is_err())
@@ -175,14 +269,14 @@ pub fn read_view(dir: &Path) -> Result<View> {
         .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
         .map(|(rank, _)| rank)
         .filter(|_| stepped >= 2);
-    Ok(View {
-        session_dir: dir.to_path_buf(),
+    View {
+        session_dir,
         world_size,
         ranks,
         missing,
         slowest_rank,
         gpus_simulated,
-    })
+    }
 }
 
 fn rank_view(rank: u32, status: LiveStatus) -> RankView {
@@ -252,7 +346,7 @@ pub fn render(view: &View, tty: bool) -> String {
         let missing = rankscope_common::text::rank_ranges(&view.missing);
         out.push_str(&format!(
             "missing: {missing} (no status in the last {} s)\n",
-            FRESH.as_secs()
+            FRESH_STATUS.as_secs()
         ));
     }
     out

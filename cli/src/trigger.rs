@@ -1,22 +1,27 @@
-//! `rankscope trigger --dir`: asks a running session for a window, through
-//! the control files of its directory ([`rankscope_common::window`]), and
+//! `rankscope trigger`: asks a running session for a window, through the
+//! control files of its directory ([`rankscope_common::window`]) or its
+//! rank 0's TCP listener ([`rankscope::transport::tcp::control`]), and
 //! waits for rank 0's plan (and, with `--wait`, the window's report).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use rankscope::transport::tcp::control::Remote;
+use rankscope_common::remote::{RemoteTrigger, TriggerAnswer, MAX_REPORT_WAIT_MS};
+use rankscope_common::text::terminal;
 use rankscope_common::window::{self, Plan, Request, Trigger};
 
 use crate::launcher::random_hex;
+use crate::reach::Reach;
 
 /// How often the command looks for rank 0's answer.
 const POLL: Duration = Duration::from_millis(50);
 
 /// What `rankscope trigger` was asked.
 pub struct TriggerOptions {
-    /// The running session's directory.
-    pub dir: PathBuf,
+    /// The running session.
+    pub session: Reach,
     /// Steps the window covers; `None`: `seconds`, else the job's
     /// `window_steps`.
     pub steps: Option<u64>,
@@ -35,11 +40,6 @@ pub struct TriggerOptions {
 /// Asks for the window and prints what rank 0 planned; with `wait`, also
 /// the folder of the window's report once it is written.
 pub fn run(options: &TriggerOptions) -> Result<()> {
-    let dir = &options.dir;
-    check_running(dir)?;
-    let deadline = Instant::now()
-        .checked_add(options.timeout)
-        .context("--timeout is too long")?;
     let request = Request {
         // No other request has it.
         nonce: random_hex(16, "a request nonce")?,
@@ -51,6 +51,18 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
             d.as_millis().clamp(1, u128::from(window::MAX_WINDOW_MS)) as u64
         }),
     };
+    match &options.session {
+        Reach::Dir(dir) => through_dir(dir, request, options),
+        Reach::Endpoint(remote) => through_endpoint(remote, request, options),
+    }
+}
+
+/// Asks through the session directory's control files.
+fn through_dir(dir: &Path, request: Request, options: &TriggerOptions) -> Result<()> {
+    check_running(dir)?;
+    let deadline = Instant::now()
+        .checked_add(options.timeout)
+        .context("--timeout is too long")?;
     let path = window::write_request(dir, &request)
         .with_context(|| format!("writing a window request into {}", dir.display()))?;
     let plan = match wait_for_plan(dir, &request.nonce, options.timeout, deadline) {
@@ -62,21 +74,59 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
         }
     };
     let report_dir = window::window_dir(dir, plan.index);
-    println!(
-        "window {}: steps {} to {}; its report goes to {}",
-        plan.index,
-        plan.first_step,
-        plan.first_step.saturating_add(plan.steps),
-        report_dir.display()
-    );
+    print_plan(&plan, &report_dir);
     if options.wait {
         let deadline = Instant::now()
             .checked_add(options.timeout)
             .context("--timeout is too long")?;
         wait_for_report(&report_dir, options.timeout, deadline)?;
-        println!("{}", report_dir.display());
+        println!("{}", terminal(&report_dir.display().to_string()));
     }
     Ok(())
+}
+
+/// Asks rank 0's listener, which answers with the plan and, with
+/// `--wait`, once the report is written (into its own session directory).
+fn through_endpoint(remote: &Remote, request: Request, options: &TriggerOptions) -> Result<()> {
+    let report_wait_ms = match options.wait {
+        true => (options
+            .timeout
+            .as_millis()
+            .min(u128::from(MAX_REPORT_WAIT_MS)) as u64)
+            .max(1),
+        false => 0,
+    };
+    let asked = RemoteTrigger {
+        request,
+        report_wait_ms,
+    };
+    let mut call = remote.trigger(&asked)?;
+    match call.answer(options.timeout)? {
+        TriggerAnswer::Planned { plan, report_dir } => print_plan(&plan, &report_dir),
+        TriggerAnswer::Refused { reason } => bail!("rank 0 refused the window: {reason}"),
+        TriggerAnswer::Written { .. } => bail!("rank 0 answered a report before a plan"),
+    }
+    if options.wait {
+        match call.answer(options.timeout)? {
+            TriggerAnswer::Written { report_dir } => {
+                println!("{}", terminal(&report_dir.display().to_string()))
+            }
+            TriggerAnswer::Refused { reason } => bail!("{reason}"),
+            TriggerAnswer::Planned { .. } => bail!("rank 0 answered a second plan"),
+        }
+    }
+    Ok(())
+}
+
+/// Says which window rank 0 planned and where its report goes.
+fn print_plan(plan: &Plan, report_dir: &Path) {
+    println!(
+        "window {}: steps {} to {}; its report goes to {}",
+        plan.index,
+        plan.first_step,
+        plan.first_step.saturating_add(plan.steps),
+        terminal(&report_dir.display().to_string())
+    );
 }
 
 /// Fails, saying why, unless a session runs in `dir`: its rank 0 keeps

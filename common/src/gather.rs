@@ -189,6 +189,12 @@ pub enum ConnectionRefusal {
     /// (the listener had as many unauthenticated ones as it keeps).
     #[error("cut off before it authenticated: too many connections were waiting to")]
     Evicted,
+    /// A window request whose nonce an earlier one had: a replay.
+    #[error("a window request replayed (its nonce was used before)")]
+    Replayed,
+    /// More window controllers at once than rank 0 serves.
+    #[error("too many window controllers at once")]
+    Busy,
 }
 
 /// An input rank 0 (or `rankscope aggregate`) refused, and why.

@@ -39,6 +39,7 @@ pub mod kineto;
 pub mod names;
 pub mod parallel;
 pub mod payload;
+pub mod remote;
 pub mod spill;
 pub mod table;
 pub mod text;

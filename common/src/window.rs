@@ -244,6 +244,10 @@ fn written_within(path: &Path, within: std::time::Duration) -> bool {
         .is_ok_and(|at| at.elapsed().map_or(true, |age| age <= within))
 }
 
+/// How long a rank's status stays news: one older is of a rank that
+/// stopped sharing (gone, or its windows thread stuck).
+pub const FRESH_STATUS: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The status file of `rank`.
 pub fn status_path(session_dir: &Path, rank: u32) -> PathBuf {
     control_dir(session_dir).join(format!("status-{rank}.json"))

@@ -602,3 +602,134 @@ fn a_trigger_nobody_answers_fails_and_takes_its_request_back() {
         .unwrap();
     assert_eq!(never.status.code(), Some(2));
 }
+
+/// From a machine that cannot see the session directory: `rankscope
+/// trigger ENDPOINT` and `rankscope top ENDPOINT` reach rank 0's TCP
+/// listener with the job's token. A window comes with every rank and the
+/// straggler; the view holds every rank. A wrong token, no token and a
+/// replayed request are refused, the refusals counted in the session's
+/// report, and the job goes on unharmed.
+#[test]
+fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
+    use rankscope::transport::tcp::control::Remote;
+    use rankscope_common::remote::{RemoteTrigger, TriggerAnswer};
+    use rankscope_common::window::{Request, Trigger};
+
+    const TOKEN: &str = "a-secret-of-this-job";
+    let out = tempfile::tempdir().unwrap();
+    let port = support::free_port().to_string();
+    let endpoint = format!("127.0.0.1:{port}");
+    let children = job(
+        out.path(),
+        800,
+        &[
+            ("RANKSCOPE_TOKEN", TOKEN),
+            ("RANKSCOPE_PORT", &port),
+            ("RANKSCOPE_GPU_SOURCE", "simulated"),
+        ],
+    );
+    let dir = live_session_dir(out.path());
+    let cli = |args: &[&str], token: Option<&str>| {
+        let mut command = Command::new(support::rankscope_cli());
+        command.args(args).env_remove("RANKSCOPE_TOKEN");
+        if let Some(token) = token {
+            command.env("RANKSCOPE_TOKEN", token);
+        }
+        let output = command.output().unwrap();
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
+        (
+            output.status.success(),
+            text(&output.stdout),
+            text(&output.stderr),
+        )
+    };
+
+    let (ok, _, said) = cli(
+        &["trigger", &endpoint, "--steps", "5"],
+        Some("not-the-token"),
+    );
+    assert!(
+        !ok && said.contains("closed the connection without an answer"),
+        "{said}"
+    );
+    let (ok, _, said) = cli(&["trigger", &endpoint, "--steps", "5"], None);
+    assert!(!ok && said.contains("RANKSCOPE_TOKEN is not set"), "{said}");
+
+    let (ok, printed, said) = cli(
+        &[
+            "trigger",
+            &endpoint,
+            "--steps",
+            "10",
+            "--wait",
+            "--timeout",
+            "60",
+        ],
+        Some(TOKEN),
+    );
+    assert!(ok, "{printed}{said}");
+    assert!(
+        printed.starts_with("window 1: steps ") && printed.trim_end().ends_with("window-1"),
+        "the plan, then the report's folder: {printed}"
+    );
+    let report = read_report(&dir.join("window-1"));
+    assert_eq!(report["window"]["trigger"], "command");
+    assert_eq!(report["window"]["steps"], 10);
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
+
+    // The same request twice: the second is a replay.
+    let remote = Remote::new(&endpoint, TOKEN.as_bytes());
+    let asked = RemoteTrigger {
+        request: Request {
+            nonce: "0123456789abcdef0123456789abcdef".into(),
+            steps: 3,
+            delay_steps: 0,
+            trigger: Trigger::Signal,
+            torch: false,
+            duration_ms: 0,
+        },
+        report_wait_ms: 0,
+    };
+    let wait = Duration::from_secs(30);
+    let first = remote.trigger(&asked).unwrap().answer(wait).unwrap();
+    assert!(
+        matches!(&first, TriggerAnswer::Planned { plan, .. } if plan.index == 2 && plan.trigger == Trigger::Command),
+        "{first:?}"
+    );
+    let again = remote.trigger(&asked).unwrap().answer(wait).unwrap();
+    assert!(
+        matches!(&again, TriggerAnswer::Refused { reason } if reason.contains("replayed")),
+        "{again:?}"
+    );
+
+    // Views until every rank shares.
+    let started = Instant::now();
+    let view = loop {
+        let (ok, printed, said) = cli(&["top", &endpoint, "--json"], Some(TOKEN));
+        assert!(ok, "{printed}{said}");
+        let view: Value = serde_json::from_str(printed.trim()).unwrap();
+        if view["missing"] == serde_json::json!([]) {
+            break view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+    };
+    assert_eq!(view["world_size"], 4);
+    assert_eq!(view["slowest_rank"], 3, "{view}");
+    assert_eq!(view["gpus_simulated"], true);
+    assert_eq!(view["session_dir"], dir.to_str().unwrap());
+
+    wait_for(children);
+    let session = read_report(&dir);
+    assert_eq!(calls(&session, "denoise_step"), 4 * 800);
+    let reasons = session["session"]["skipped"].to_string();
+    assert!(
+        reasons.contains("wrong job token") && reasons.contains("replayed"),
+        "{reasons}"
+    );
+    let (ok, _, said) = cli(&["top", &endpoint, "--json"], Some(TOKEN));
+    assert!(!ok && said.contains(&endpoint), "{said}");
+}

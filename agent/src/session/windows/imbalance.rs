@@ -12,10 +12,6 @@ use std::path::Path;
 
 use rankscope_common::window;
 
-/// A pace older than this is of a rank gone (or stuck past its windows
-/// thread): it is left out.
-const FRESH: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// A rank whose steps lag the others'.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Lag {
@@ -81,10 +77,11 @@ impl ImbalanceWatch {
     /// shared in `dir`, where imbalance begins with this look (not where it
     /// went on from the last).
     pub(super) fn begun(&mut self, dir: &Path, world: u32, run: Option<&str>) -> Option<Lag> {
-        let paces: Vec<(u32, f64)> = window::read_statuses(dir, 0..world, run, FRESH)
-            .into_iter()
-            .filter_map(|(rank, status)| Some((rank, status.pace()?)))
-            .collect();
+        let paces: Vec<(u32, f64)> =
+            window::read_statuses(dir, 0..world, run, window::FRESH_STATUS)
+                .into_iter()
+                .filter_map(|(rank, status)| Some((rank, status.pace()?)))
+                .collect();
         let lag = lagging(&paces, self.pct, self.min_s);
         let was = std::mem::replace(&mut self.lagging, lag.is_some());
         lag.filter(|_| !was)

@@ -46,6 +46,7 @@ use super::token_file;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 
+pub mod control;
 mod server;
 mod wire;
 
@@ -322,6 +323,8 @@ impl TcpTransport {
             world_size: session.world_size,
             max_frame: self.max_frame,
             clock_shift_ns: self.clock_shift_ns,
+            control: matches!(serves, Serves::Rank0 { .. })
+                .then(|| session.session_dir.to_path_buf()),
         }
     }
 
@@ -525,29 +528,7 @@ impl TcpTransport {
         what: u8,
         deadline: Instant,
     ) -> Result<Link, Unreached> {
-        let address = endpoint
-            .to_socket_addrs()
-            .map_err(Unreached::Address)?
-            .next()
-            .ok_or(Unreached::Address(std::io::ErrorKind::NotFound.into()))?;
-        let timeout = deadline
-            .saturating_duration_since(Instant::now())
-            .min(HANDSHAKE_TIMEOUT);
-        let mut stream =
-            TcpStream::connect_timeout(&address, timeout.max(Duration::from_millis(1)))
-                .map_err(Unreached::Connect)?;
-        let _ = stream.set_nodelay(true);
-        let handshake = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-        let challenge = read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES, handshake)?;
-        let mut nonce = [0u8; 16];
-        getrandom::fill(&mut nonce).map_err(|_| Unreached::NoRandomness)?;
-        let hello = Hello::write(&self.token, &challenge, rank, what, &nonce);
-        write_frame(&mut stream, kind::HELLO, &hello, handshake)?;
-        Ok(Link {
-            stream,
-            challenge,
-            nonce,
-        })
+        Link::open(endpoint, &self.token, (rank, what), deadline)
     }
 
     /// A reply of rank 0's of `kind`, by `deadline`, if rank 0 sealed it
@@ -558,15 +539,14 @@ impl TcpTransport {
         kind: u8,
         deadline: Instant,
     ) -> Result<Vec<u8>, Unreached> {
-        let frame = read_frame(&mut link.stream, kind, MAX_CONTROL_BYTES, deadline)?;
-        let body = unsealed(&self.token, &link.challenge, &link.nonce, kind, &frame);
-        if body.is_none() {
+        let body = link.reply(&self.token, kind, MAX_CONTROL_BYTES, deadline);
+        if matches!(body, Err(Unreached::Unsealed)) {
             notice!(
                 "a reply claiming to be rank 0's at {} was not: ignored",
                 self.endpoint
             );
         }
-        body.ok_or(Unreached::Unsealed)
+        body
     }
 
     /// The peer's side of a ping-pong: answers rank 0's pings with this
@@ -611,11 +591,59 @@ enum Unreached {
     NoRandomness,
 }
 
-/// A rank's connection to rank 0, after its greeting.
+/// A rank's connection to rank 0 (or a controller's), after its greeting.
 struct Link {
     stream: TcpStream,
     challenge: Vec<u8>,
     nonce: [u8; 16],
+}
+
+impl Link {
+    /// Connects to `endpoint` and greets it as `rank`, for `what`, proving
+    /// that it knows `token`; by `deadline`.
+    fn open(
+        endpoint: &str,
+        token: &[u8],
+        (rank, what): (u32, u8),
+        deadline: Instant,
+    ) -> Result<Link, Unreached> {
+        let address = endpoint
+            .to_socket_addrs()
+            .map_err(Unreached::Address)?
+            .next()
+            .ok_or(Unreached::Address(std::io::ErrorKind::NotFound.into()))?;
+        let timeout = deadline
+            .saturating_duration_since(Instant::now())
+            .min(HANDSHAKE_TIMEOUT);
+        let mut stream =
+            TcpStream::connect_timeout(&address, timeout.max(Duration::from_millis(1)))
+                .map_err(Unreached::Connect)?;
+        let _ = stream.set_nodelay(true);
+        let handshake = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+        let challenge = read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES, handshake)?;
+        let mut nonce = [0u8; 16];
+        getrandom::fill(&mut nonce).map_err(|_| Unreached::NoRandomness)?;
+        let hello = Hello::write(token, &challenge, rank, what, &nonce);
+        write_frame(&mut stream, kind::HELLO, &hello, handshake)?;
+        Ok(Link {
+            stream,
+            challenge,
+            nonce,
+        })
+    }
+
+    /// A reply of `kind` of at most `max` bytes, by `deadline`, if its
+    /// sender sealed it with `token` (proving it is rank 0).
+    fn reply(
+        &mut self,
+        token: &[u8],
+        kind: u8,
+        max: u64,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, Unreached> {
+        let frame = read_frame(&mut self.stream, kind, max, deadline)?;
+        unsealed(token, &self.challenge, &self.nonce, kind, &frame).ok_or(Unreached::Unsealed)
+    }
 }
 
 impl Transport for TcpTransport {

@@ -20,6 +20,7 @@ use rankscope_common::gather::{
 use rankscope_common::payload::{self, ClockOffset};
 
 use super::clock::{self, Round, ROUNDS};
+use super::control::{Desk, CONTROLLER};
 use super::wire::{
     kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, Hello,
     MAX_CONTROL_BYTES,
@@ -56,6 +57,9 @@ pub(super) struct ServerSettings {
     pub(super) world_size: u32,
     pub(super) max_frame: u64,
     pub(super) clock_shift_ns: i64,
+    /// Rank 0's session directory, where window controllers are answered
+    /// from (`control`); `None` for a leader's listener.
+    pub(super) control: Option<std::path::PathBuf>,
 }
 
 /// What the listener collected.
@@ -93,6 +97,8 @@ struct Shared {
     /// A leader's latest offset to rank 0 (from its rendezvous, then its
     /// resync).
     relay: Mutex<Option<ClockOffset>>,
+    /// Rank 0's answers to window controllers.
+    desk: Option<Desk>,
 }
 
 impl Shared {
@@ -147,7 +153,12 @@ impl Server {
                 source,
             })?;
         let relay = settings.relay;
+        let desk = settings
+            .control
+            .clone()
+            .map(|dir| Desk::new(dir, settings.world_size));
         let shared = Arc::new(Shared {
+            desk,
             settings,
             collected: Mutex::default(),
             arrived: Condvar::new(),
@@ -326,6 +337,12 @@ fn serve(
         purpose::RENDEZVOUS | purpose::RESYNC => {
             answer_clock(&mut stream, hello.what, &reply, shared, handshake)
         }
+        purpose::TRIGGER | purpose::STATUS => match &shared.desk {
+            Some(desk) => desk.serve(&mut stream, hello.what, &reply, &shared.stop),
+            None => Err(ConnectionRefusal::Malformed(
+                "window control where none is served",
+            )),
+        },
         purpose::PAYLOAD | purpose::NODE_DIGEST => {
             if hello.what == purpose::PAYLOAD {
                 take_payload(&mut stream, hello.rank, shared)?;
@@ -385,6 +402,16 @@ impl ServerSettings {
 
     /// Whether rank `rank` may come here for `what`; else why not.
     fn takes(&self, rank: u32, what: u8) -> Result<(), ConnectionRefusal> {
+        if matches!(what, purpose::TRIGGER | purpose::STATUS) {
+            // A window controller, at rank 0's listener alone.
+            return match rank == CONTROLLER && self.control.is_some() {
+                true => Ok(()),
+                false => Err(ConnectionRefusal::NotHere {
+                    rank,
+                    what: "window control",
+                }),
+            };
+        }
         if rank >= self.world_size {
             return Err(ConnectionRefusal::OutsideWorld {
                 rank,

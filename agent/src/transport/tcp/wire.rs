@@ -24,6 +24,9 @@ pub(super) mod kind {
     pub const PAYLOAD: u8 = 8;
     pub const ACK: u8 = 9;
     pub const NODE_DIGEST: u8 = 10;
+    pub const REQUEST: u8 = 11;
+    pub const ANSWER: u8 = 12;
+    pub const STATUSES: u8 = 13;
 }
 
 /// What a connection is for.
@@ -32,6 +35,10 @@ pub(super) mod purpose {
     pub const RESYNC: u8 = 2;
     pub const PAYLOAD: u8 = 3;
     pub const NODE_DIGEST: u8 = 4;
+    /// A controller's: a window asked for (`rankscope trigger ENDPOINT`).
+    pub const TRIGGER: u8 = 5;
+    /// A controller's: the ranks' statuses (`rankscope top ENDPOINT`).
+    pub const STATUS: u8 = 6;
 }
 
 /// Largest control frame (everything but a payload).

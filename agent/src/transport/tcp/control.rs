@@ -1,0 +1,356 @@
+//! Window control over rank 0's listener, for a machine that can reach rank
+//! 0 but not its session directory: `rankscope trigger ENDPOINT` and
+//! `rankscope top ENDPOINT` ([`Remote`]).
+//!
+//! A controller greets rank 0 as the ranks do, under the rank
+//! [`CONTROLLER`]: it proves that it knows the job token for the
+//! connection's fresh challenge, so a recorded connection cannot be played
+//! again, and rank 0 seals every answer. Rank 0 ([`Desk`]) hands a window
+//! request to its windows thread through its own control files, as
+//! `rankscope trigger --dir` would, and answers with the plan (and, asked
+//! to wait, once the window's report is written); or it reads the statuses
+//! the ranks share and sends them. It serves [`AT_ONCE`] controllers at
+//! once and refuses a request whose nonce it saw before; each refusal is
+//! counted among the session's refused connections.
+
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rankscope_common::gather::ConnectionRefusal;
+use rankscope_common::remote::{RemoteTrigger, StatusSnapshot, TriggerAnswer, MAX_REPORT_WAIT_MS};
+use rankscope_common::window::{self, Request, Trigger, FRESH_STATUS};
+
+use super::wire::{kind, purpose, read_frame, write_frame, MAX_CONTROL_BYTES};
+use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
+use crate::sync::lock;
+
+/// The rank a controller greets rank 0 as: no rank of any world.
+pub const CONTROLLER: u32 = u32::MAX;
+/// Controllers rank 0 serves at once; more are refused (and counted).
+const AT_ONCE: usize = 4;
+/// Request nonces rank 0 remembers, to refuse a replay.
+const NONCES_KEPT: usize = 1024;
+/// How long rank 0 waits for its windows thread's plan (it looks every
+/// 50 ms; a plan waits for nothing but the files).
+const PLAN_WAIT: Duration = Duration::from_secs(10);
+/// How often rank 0 looks for the plan, and for a window's report.
+const POLL: Duration = Duration::from_millis(50);
+/// The largest snapshot of statuses a controller reads: every status is
+/// bounded (`LiveStatus::bounded`), 65,536 of them fit.
+const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+/// The largest answer to a window request a controller reads (it names a
+/// folder: a path may be long).
+const MAX_ANSWER_BYTES: u64 = 64 << 10;
+/// How long writing a snapshot may take.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Rank 0's side: answers the controllers of the session in `session_dir`.
+pub(super) struct Desk {
+    session_dir: PathBuf,
+    world_size: u32,
+    serving: AtomicUsize,
+    nonces: Mutex<VecDeque<String>>,
+}
+
+/// A controller being served; dropped, it makes room for another.
+struct Serving<'a>(&'a AtomicUsize);
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Desk {
+    /// The desk of the session in `session_dir`, of `world_size` ranks.
+    pub(super) fn new(session_dir: PathBuf, world_size: u32) -> Self {
+        Desk {
+            session_dir,
+            world_size,
+            serving: AtomicUsize::new(0),
+            nonces: Mutex::default(),
+        }
+    }
+
+    /// Serves an authenticated controller that came for `what`; `reply`
+    /// seals an answer; `stop` says the session's gather ended.
+    pub(super) fn serve(
+        &self,
+        stream: &mut TcpStream,
+        what: u8,
+        reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
+        stop: &AtomicBool,
+    ) -> Result<(), ConnectionRefusal> {
+        if self.serving.fetch_add(1, Ordering::SeqCst) >= AT_ONCE {
+            self.serving.fetch_sub(1, Ordering::SeqCst);
+            return Err(ConnectionRefusal::Busy);
+        }
+        let _serving = Serving(&self.serving);
+        match what {
+            purpose::TRIGGER => self.trigger(stream, reply, stop),
+            _ => self.statuses(stream, reply),
+        }
+    }
+
+    /// Reads a window request, has it planned, answers with the plan and,
+    /// where asked, once the report is written.
+    fn trigger(
+        &self,
+        stream: &mut TcpStream,
+        reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
+        stop: &AtomicBool,
+    ) -> Result<(), ConnectionRefusal> {
+        let handshake = Instant::now() + HANDSHAKE_TIMEOUT;
+        let body = read_frame(stream, kind::REQUEST, MAX_CONTROL_BYTES, handshake)?;
+        let asked: RemoteTrigger = serde_json::from_slice(&body)
+            .map_err(|_| ConnectionRefusal::Malformed("a window request that does not parse"))?;
+        let mut request = asked.request;
+        if !window::valid_nonce(&request.nonce) {
+            return Err(ConnectionRefusal::Malformed("a window request's nonce"));
+        }
+        // Whatever it claims, it came from a command.
+        request.trigger = Trigger::Command;
+        let mut answer = |answer: &TriggerAnswer| {
+            let body = serde_json::to_vec(answer).expect("an answer serialises");
+            let until = Instant::now() + HANDSHAKE_TIMEOUT;
+            write_frame(stream, kind::ANSWER, &reply(kind::ANSWER, &body), until)
+        };
+        if !self.first_use(&request.nonce) {
+            let reason = ConnectionRefusal::Replayed.to_string();
+            let _ = answer(&TriggerAnswer::Refused { reason });
+            return Err(ConnectionRefusal::Replayed);
+        }
+        let planned = self.plan(&request, stop);
+        answer(&planned)?;
+        let TriggerAnswer::Planned { report_dir, .. } = planned else {
+            return Ok(());
+        };
+        if asked.report_wait_ms == 0 {
+            return Ok(());
+        }
+        let wait = Duration::from_millis(asked.report_wait_ms.min(MAX_REPORT_WAIT_MS));
+        answer(&wait_for_report(report_dir, wait, stop))
+    }
+
+    /// Whether no request with `nonce` came before (it is remembered now).
+    fn first_use(&self, nonce: &str) -> bool {
+        let mut seen = lock(&self.nonces);
+        if seen.iter().any(|n| n == nonce) {
+            return false;
+        }
+        if seen.len() >= NONCES_KEPT {
+            seen.pop_front();
+        }
+        seen.push_back(nonce.to_string());
+        true
+    }
+
+    /// Hands `request` to the windows thread and waits for its plan or
+    /// refusal; a request it did not take in time is taken back.
+    fn plan(&self, request: &Request, stop: &AtomicBool) -> TriggerAnswer {
+        let dir = &self.session_dir;
+        let refused = |reason: String| TriggerAnswer::Refused { reason };
+        if !window::is_live(dir) {
+            return refused("the session is finishing: no window opens any more".into());
+        }
+        let path = match window::write_request(dir, request) {
+            Ok(path) => path,
+            Err(e) => return refused(format!("rank 0 cannot write the request: {e}")),
+        };
+        let deadline = Instant::now() + PLAN_WAIT;
+        loop {
+            match window::take_refusal(dir, &request.nonce) {
+                Ok(Some(refusal)) => return refused(refusal.reason),
+                Ok(None) => {}
+                Err(e) => return refused(format!("rank 0's answer cannot be read: {e}")),
+            }
+            if let Some(plan) = window::plan_for(dir, &request.nonce) {
+                let report_dir = window::window_dir(dir, plan.index);
+                return TriggerAnswer::Planned { plan, report_dir };
+            }
+            if Instant::now() >= deadline || stop.load(Ordering::SeqCst) {
+                // Nobody took it: it must not open a window later, unasked.
+                let _ = std::fs::remove_file(&path);
+                return refused(format!(
+                    "no plan within {} s: do the ranks call Profiler::step (prof.step() in \
+                     Python), and does the session still run?",
+                    PLAN_WAIT.as_secs()
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Sends every rank's fresh status (asking the ranks to share theirs
+    /// from now on, for the next look).
+    fn statuses(
+        &self,
+        stream: &mut TcpStream,
+        reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
+    ) -> Result<(), ConnectionRefusal> {
+        let dir = &self.session_dir;
+        let _ = window::watch(dir);
+        let statuses = match window::read_status(dir, 0) {
+            Ok(own) => {
+                window::read_statuses(dir, 0..self.world_size, own.run.as_deref(), FRESH_STATUS)
+            }
+            Err(_) => Vec::new(),
+        };
+        let snapshot = StatusSnapshot {
+            session_dir: dir.clone(),
+            world_size: self.world_size,
+            statuses,
+        };
+        let body = serde_json::to_vec(&snapshot).expect("statuses serialise");
+        let until = Instant::now() + SNAPSHOT_TIMEOUT;
+        write_frame(stream, kind::STATUSES, &reply(kind::STATUSES, &body), until)
+    }
+}
+
+/// Waits until the report in `report_dir` is written, for at most `wait`
+/// or until the session's gather ends.
+fn wait_for_report(report_dir: PathBuf, wait: Duration, stop: &AtomicBool) -> TriggerAnswer {
+    let deadline = Instant::now() + wait;
+    loop {
+        if report_dir.join("report.json").exists() {
+            return TriggerAnswer::Written { report_dir };
+        }
+        if Instant::now() >= deadline || stop.load(Ordering::SeqCst) {
+            return TriggerAnswer::Refused {
+                reason: format!(
+                    "no report in {} after {:.1} s: the window may not have closed yet (its \
+                     steps have not all passed)",
+                    report_dir.display(),
+                    wait.as_secs_f64()
+                ),
+            };
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Why a controller got no answer from rank 0.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// Rank 0 could not be reached, or the exchange failed.
+    #[error("rank 0 at {endpoint}: {reason}")]
+    Unreached {
+        /// Where rank 0 was looked for.
+        endpoint: String,
+        /// What failed.
+        reason: String,
+    },
+    /// Rank 0 closed the connection without a word.
+    #[error(
+        "rank 0 at {0} closed the connection without an answer: is RANKSCOPE_TOKEN this job's \
+         token? (rank 0 also turns away more than {AT_ONCE} controllers at once)"
+    )]
+    Refused(String),
+    /// The answer was not sealed with the token, or was no answer.
+    #[error("rank 0 at {endpoint} answered with {what}")]
+    Malformed {
+        /// Where rank 0 was looked for.
+        endpoint: String,
+        /// What came.
+        what: &'static str,
+    },
+}
+
+/// A controller of a running session, reaching its rank 0 at `endpoint`
+/// with the job's token.
+pub struct Remote {
+    endpoint: String,
+    token: Vec<u8>,
+}
+
+/// A window request sent; its answers come one by one.
+pub struct TriggerCall<'a> {
+    remote: &'a Remote,
+    link: Link,
+}
+
+impl Remote {
+    /// A controller of the session whose rank 0 listens at `endpoint`
+    /// (`host:port`), knowing the job's `token`.
+    pub fn new(endpoint: &str, token: &[u8]) -> Self {
+        Remote {
+            endpoint: endpoint.to_string(),
+            token: token.to_vec(),
+        }
+    }
+
+    /// Asks for the window `asked` describes; its first answer is the plan
+    /// (or a refusal), and where it asked to wait, the second says whether
+    /// the report was written.
+    pub fn trigger(&self, asked: &RemoteTrigger) -> Result<TriggerCall<'_>, RemoteError> {
+        let mut link = self.open(purpose::TRIGGER)?;
+        let body = serde_json::to_vec(asked).expect("a request serialises");
+        let until = Instant::now() + HANDSHAKE_TIMEOUT;
+        write_frame(&mut link.stream, kind::REQUEST, &body, until)
+            .map_err(|e| self.failed(e.into()))?;
+        Ok(TriggerCall { remote: self, link })
+    }
+
+    /// Every rank's fresh status, as rank 0 reads them; the first call
+    /// also asks the ranks to share theirs (each within a second).
+    pub fn statuses(&self) -> Result<StatusSnapshot, RemoteError> {
+        let mut link = self.open(purpose::STATUS)?;
+        let until = Instant::now() + SNAPSHOT_TIMEOUT + HANDSHAKE_TIMEOUT;
+        let body = self.reply(&mut link, kind::STATUSES, MAX_SNAPSHOT_BYTES, until)?;
+        serde_json::from_slice(&body).map_err(|_| RemoteError::Malformed {
+            endpoint: self.endpoint.clone(),
+            what: "statuses that do not parse",
+        })
+    }
+
+    fn open(&self, what: u8) -> Result<Link, RemoteError> {
+        let until = Instant::now() + HANDSHAKE_TIMEOUT;
+        Link::open(&self.endpoint, &self.token, (CONTROLLER, what), until)
+            .map_err(|e| self.failed(e))
+    }
+
+    fn reply(
+        &self,
+        link: &mut Link,
+        kind: u8,
+        max: u64,
+        until: Instant,
+    ) -> Result<Vec<u8>, RemoteError> {
+        link.reply(&self.token, kind, max, until)
+            .map_err(|e| self.failed(e))
+    }
+
+    fn failed(&self, unreached: Unreached) -> RemoteError {
+        let endpoint = self.endpoint.clone();
+        match unreached {
+            Unreached::Exchange(ConnectionRefusal::Closed) => RemoteError::Refused(endpoint),
+            Unreached::Unsealed => RemoteError::Malformed {
+                endpoint,
+                what: "an answer not sealed with this token: it is not this job's rank 0",
+            },
+            other => RemoteError::Unreached {
+                endpoint,
+                reason: rankscope_common::error::Chain(&other).to_string(),
+            },
+        }
+    }
+}
+
+impl TriggerCall<'_> {
+    /// Rank 0's next answer, waiting for it up to `wait` (rank 0 answers
+    /// with the plan within [`PLAN_WAIT`], and with the report within the
+    /// wait asked for).
+    pub fn answer(&mut self, wait: Duration) -> Result<TriggerAnswer, RemoteError> {
+        let until = Instant::now() + wait.max(PLAN_WAIT) + HANDSHAKE_TIMEOUT;
+        let remote = self.remote;
+        let body = remote.reply(&mut self.link, kind::ANSWER, MAX_ANSWER_BYTES, until)?;
+        serde_json::from_slice(&body).map_err(|_| RemoteError::Malformed {
+            endpoint: remote.endpoint.clone(),
+            what: "an answer that does not parse",
+        })
+    }
+}

@@ -1,0 +1,61 @@
+//! What `rankscope trigger ENDPOINT` and `rankscope top ENDPOINT` send to
+//! rank 0's TCP listener, and what it answers: the same window requests,
+//! plans and statuses as the control files of [`crate::window`], for a
+//! machine that can reach rank 0 but not its session directory. Each
+//! crosses an authenticated connection (the job's token) as JSON.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::window::{LiveStatus, Plan, Request};
+
+/// The longest rank 0 keeps a connection open for a window's report
+/// (`rankscope trigger --wait`).
+pub const MAX_REPORT_WAIT_MS: u64 = 3_600_000;
+
+/// A window asked for over the network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteTrigger {
+    /// The request, as `rankscope trigger --dir` writes it.
+    pub request: Request,
+    /// How long rank 0 waits for the window's report before it answers
+    /// (at most [`MAX_REPORT_WAIT_MS`]); 0: it answers with the plan alone.
+    pub report_wait_ms: u64,
+}
+
+/// Rank 0's answers to a [`RemoteTrigger`]: the plan or a refusal, then,
+/// where it waits for the report, whether the report was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum TriggerAnswer {
+    /// The window planned, and where its report goes (on rank 0's
+    /// machine).
+    Planned {
+        /// The plan every rank follows.
+        plan: Plan,
+        /// The window's report folder.
+        report_dir: PathBuf,
+    },
+    /// The window's report is written.
+    Written {
+        /// Its folder.
+        report_dir: PathBuf,
+    },
+    /// No window, or no report within the wait: why.
+    Refused {
+        /// What rank 0 says.
+        reason: String,
+    },
+}
+
+/// Every rank's status as rank 0 reads it, for `rankscope top ENDPOINT`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusSnapshot {
+    /// The session directory (on rank 0's machine).
+    pub session_dir: PathBuf,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// The ranks of rank 0's run that shared a status lately, by rank.
+    pub statuses: Vec<(u32, LiveStatus)>,
+}
