@@ -7,7 +7,9 @@
 # 10 steps after rank 0's lead of 2. Shown: the trigger's wall time, the
 # window's own length (report.json's window.duration_s), and the rest —
 # planning, the last rank's write, rank 0's gather and report. The median of
-# RUNS triggers per size, one job per size.
+# RUNS triggers per size, one job per size; in the same job, in turn, the
+# same trigger sent to rank 0's TCP listener (`rankscope trigger ENDPOINT`,
+# the job's token in RANKSCOPE_TOKEN) instead of the control folder.
 #
 # usage: scripts/bench-windows.sh [RUNS]   (default 3)
 set -euo pipefail
@@ -19,12 +21,17 @@ trap 'rm -rf "$work"' EXIT
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-printf '| ranks | trigger to report s | window open s | the rest s |\n|---|---|---|---|\n'
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+export RANKSCOPE_TOKEN="bench-windows-$$-$RANDOM"
+
+printf '| ranks | trigger to report s | window open s | the rest s | over the endpoint: trigger to report s | the rest s |\n|---|---|---|---|---|---|\n'
 for ranks in 4 16 64; do
     out="$work/$ranks"
     mkdir -p "$out"
+    master_port=$(free_port)
+    endpoint="127.0.0.1:$((master_port + 1))"
     RANKSCOPE_OUTPUT_DIR="$out" RANKSCOPE_GPU_SOURCE=none RANKSCOPE_COLLECT_HOST=false \
-        target/release/rankscope launch -n "$ranks" -- \
+        target/release/rankscope launch -n "$ranks" --master-port "$master_port" -- \
         target/release/agent_only_rank --steps 1000000 >"$work/job-$ranks.log" 2>&1 &
     job=$!
     dir=""
@@ -34,22 +41,31 @@ for ranks in 4 16 64; do
     done
     # Every rank in its session: rank 0 answers only once its own started.
     sleep 2
-    : >"$work/totals" && : >"$work/opens" && : >"$work/rests"
+    for way in dir endpoint; do
+        : >"$work/totals-$way" && : >"$work/opens-$way" && : >"$work/rests-$way"
+    done
     for run in $(seq "$runs"); do
-        started=$(date +%s.%N)
-        printed=$(target/release/rankscope trigger --dir "$dir" --steps 10 --wait --timeout 120)
-        ended=$(date +%s.%N)
-        report="$(echo "$printed" | tail -n 1)/report.json"
-        open=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['window']['duration_s'])" "$report")
-        total=$(echo "$ended - $started" | bc -l)
-        echo "$total" >>"$work/totals"
-        echo "$open" >>"$work/opens"
-        echo "$total - $open" | bc -l >>"$work/rests"
-        # The report is written; the next request waits for nothing.
-        sleep 0.5
+        for way in dir endpoint; do
+            case $way in
+                dir) target=(--dir "$dir") ;;
+                endpoint) target=("$endpoint") ;;
+            esac
+            started=$(date +%s.%N)
+            printed=$(target/release/rankscope trigger "${target[@]}" --steps 10 --wait --timeout 120)
+            ended=$(date +%s.%N)
+            report="$(echo "$printed" | tail -n 1)/report.json"
+            open=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['window']['duration_s'])" "$report")
+            total=$(echo "$ended - $started" | bc -l)
+            echo "$total" >>"$work/totals-$way"
+            echo "$open" >>"$work/opens-$way"
+            echo "$total - $open" | bc -l >>"$work/rests-$way"
+            # The report is written; the next request waits for nothing.
+            sleep 0.5
+        done
     done
     kill -TERM "$job" 2>/dev/null || true
     wait "$job" 2>/dev/null || true
-    printf '| %s | %.2f | %.2f | %.2f |\n' "$ranks" \
-        "$(median <"$work/totals")" "$(median <"$work/opens")" "$(median <"$work/rests")"
+    printf '| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n' "$ranks" \
+        "$(median <"$work/totals-dir")" "$(median <"$work/opens-dir")" "$(median <"$work/rests-dir")" \
+        "$(median <"$work/totals-endpoint")" "$(median <"$work/rests-endpoint")"
 done

@@ -114,18 +114,15 @@ impl Desk {
         }
         // Whatever it claims, it came from a command.
         request.trigger = Trigger::Command;
-        let mut answer = |answer: &TriggerAnswer| {
-            let body = serde_json::to_vec(answer).expect("an answer serialises");
-            let until = Instant::now() + HANDSHAKE_TIMEOUT;
-            write_frame(stream, kind::ANSWER, &reply(kind::ANSWER, &body), until)
-        };
         if !self.first_use(&request.nonce) {
             let reason = ConnectionRefusal::Replayed.to_string();
-            let _ = answer(&TriggerAnswer::Refused { reason });
+            let _ = answer(stream, reply, &TriggerAnswer::Refused { reason });
             return Err(ConnectionRefusal::Replayed);
         }
-        let planned = self.plan(&request, stop);
-        answer(&planned)?;
+        // Waits end early where the controller left (its slot is free).
+        let waiting = Waiting { stream, stop };
+        let planned = self.plan(&request, &waiting);
+        answer(stream, reply, &planned)?;
         let TriggerAnswer::Planned { report_dir, .. } = planned else {
             return Ok(());
         };
@@ -133,7 +130,8 @@ impl Desk {
             return Ok(());
         }
         let wait = Duration::from_millis(asked.report_wait_ms.min(MAX_REPORT_WAIT_MS));
-        answer(&wait_for_report(report_dir, wait, stop))
+        let written = wait_for_report(report_dir, wait, &Waiting { stream, stop });
+        answer(stream, reply, &written)
     }
 
     /// Whether no request with `nonce` came before (it is remembered now).
@@ -150,8 +148,9 @@ impl Desk {
     }
 
     /// Hands `request` to the windows thread and waits for its plan or
-    /// refusal; a request it did not take in time is taken back.
-    fn plan(&self, request: &Request, stop: &AtomicBool) -> TriggerAnswer {
+    /// refusal; a request it did not take in time (or whose controller
+    /// left) is taken back.
+    fn plan(&self, request: &Request, waiting: &Waiting<'_>) -> TriggerAnswer {
         let dir = &self.session_dir;
         let refused = |reason: String| TriggerAnswer::Refused { reason };
         if !window::is_live(dir) {
@@ -172,7 +171,7 @@ impl Desk {
                 let report_dir = window::window_dir(dir, plan.index);
                 return TriggerAnswer::Planned { plan, report_dir };
             }
-            if Instant::now() >= deadline || stop.load(Ordering::SeqCst) {
+            if Instant::now() >= deadline || waiting.over() {
                 // Nobody took it: it must not open a window later, unasked.
                 let _ = std::fs::remove_file(&path);
                 return refused(format!(
@@ -211,15 +210,53 @@ impl Desk {
     }
 }
 
-/// Waits until the report in `report_dir` is written, for at most `wait`
-/// or until the session's gather ends.
-fn wait_for_report(report_dir: PathBuf, wait: Duration, stop: &AtomicBool) -> TriggerAnswer {
+/// Sends `answer`, sealed.
+fn answer(
+    stream: &mut TcpStream,
+    reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
+    answer: &TriggerAnswer,
+) -> Result<(), ConnectionRefusal> {
+    let body = serde_json::to_vec(answer).expect("an answer serialises");
+    let until = Instant::now() + HANDSHAKE_TIMEOUT;
+    write_frame(stream, kind::ANSWER, &reply(kind::ANSWER, &body), until)
+}
+
+/// A wait of rank 0's for a controller: over when the session's gather
+/// ended, or the controller closed its connection.
+struct Waiting<'a> {
+    stream: &'a TcpStream,
+    stop: &'a AtomicBool,
+}
+
+impl Waiting<'_> {
+    fn over(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || closed(self.stream)
+    }
+}
+
+/// Whether the peer of `stream` closed it (it sends nothing while it
+/// waits: anything readable is its end, or not the protocol).
+fn closed(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let peeked = stream.peek(&mut [0u8; 1]);
+    let _ = stream.set_nonblocking(false);
+    match peeked {
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        Ok(_) => true,
+    }
+}
+
+/// Waits until the report in `report_dir` is written, for at most `wait`,
+/// until the session's gather ends, or until the controller leaves.
+fn wait_for_report(report_dir: PathBuf, wait: Duration, waiting: &Waiting<'_>) -> TriggerAnswer {
     let deadline = Instant::now() + wait;
     loop {
         if report_dir.join("report.json").exists() {
             return TriggerAnswer::Written { report_dir };
         }
-        if Instant::now() >= deadline || stop.load(Ordering::SeqCst) {
+        if Instant::now() >= deadline || waiting.over() {
             return TriggerAnswer::Refused {
                 reason: format!(
                     "no report in {} after {:.1} s: the window may not have closed yet (its \
@@ -352,5 +389,105 @@ impl TriggerCall<'_> {
             endpoint: remote.endpoint.clone(),
             what: "an answer that does not parse",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::path::Path;
+
+    use super::super::server::{Server, ServerSettings, Serves};
+    use super::*;
+
+    const TOKEN: &[u8] = b"the job's token";
+
+    /// Rank 0's listener of a 2-rank session in `dir`, serving
+    /// controllers; and its endpoint.
+    fn rank_0(dir: &Path) -> (Server, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = listener.local_addr().unwrap().to_string();
+        let settings = ServerSettings {
+            serves: Serves::Rank0 { node_size: None },
+            relay: None,
+            senders: 1..2,
+            token: TOKEN.to_vec(),
+            payload_timeout: Duration::from_secs(1),
+            session_id: "s".into(),
+            run_id: "r".into(),
+            world_size: 2,
+            max_frame: 1 << 20,
+            clock_shift_ns: 0,
+            control: Some(dir.to_path_buf()),
+        };
+        (Server::start(listener, settings).unwrap(), endpoint)
+    }
+
+    fn asked(n: u32) -> RemoteTrigger {
+        RemoteTrigger {
+            request: Request {
+                nonce: format!("{n:032x}"),
+                steps: 1,
+                delay_steps: 0,
+                trigger: Trigger::Command,
+                torch: false,
+                duration_ms: 0,
+            },
+            report_wait_ms: 0,
+        }
+    }
+
+    /// Waits until `n` requests are in the control folder of `dir` (each
+    /// written once its controller is served).
+    fn requests_pending(dir: &Path, n: usize) {
+        let started = Instant::now();
+        while window::pending_requests(dir, 64).unwrap().0.len() != n {
+            assert!(started.elapsed() < Duration::from_secs(10), "{n} requests");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// No windows thread plans here: each controller waits for a plan.
+    /// Past [`AT_ONCE`] of them one more is turned away; a controller
+    /// without the token gets nothing; a controller that leaves takes its
+    /// request back and frees its place at once.
+    #[test]
+    fn controllers_past_the_limit_or_without_the_token_are_turned_away() {
+        let dir = tempfile::tempdir().unwrap();
+        window::write_live(dir.path(), "here").unwrap();
+        let (server, endpoint) = rank_0(dir.path());
+        let remote = Remote::new(&endpoint, TOKEN);
+        let waiting: Vec<TriggerCall<'_>> = (0..AT_ONCE as u32)
+            .map(|n| remote.trigger(&asked(n)).unwrap())
+            .collect();
+        requests_pending(dir.path(), AT_ONCE);
+        // Turned away as it greets, or as it sends its request.
+        let turned_away = remote
+            .trigger(&asked(99))
+            .and_then(|mut call| call.answer(Duration::ZERO));
+        assert!(
+            matches!(turned_away, Err(RemoteError::Refused(_))),
+            "{turned_away:?}"
+        );
+        let stranger = Remote::new(&endpoint, b"another token").statuses();
+        assert!(
+            matches!(stranger, Err(RemoteError::Refused(_))),
+            "{stranger:?}"
+        );
+        requests_pending(dir.path(), AT_ONCE);
+
+        drop(waiting);
+        requests_pending(dir.path(), 0);
+        // Room again, long before the plans' wait would have ended.
+        let started = Instant::now();
+        let snapshot = loop {
+            match remote.statuses() {
+                Ok(snapshot) => break snapshot,
+                Err(e) => assert!(started.elapsed() < PLAN_WAIT / 2, "{e}"),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!((snapshot.world_size, snapshot.statuses.len()), (2, 0));
+        drop(server);
     }
 }
