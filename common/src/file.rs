@@ -87,6 +87,16 @@ impl Write for AtomicFile {
     }
 }
 
+/// Makes the folder `dir` (and those above it); a link or a file planted
+/// in its place, which would send the files elsewhere, is an error.
+pub fn create_real_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    match std::fs::symlink_metadata(dir)?.file_type().is_dir() {
+        true => Ok(()),
+        false => Err(std::io::Error::other("a link or file stands in its place")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

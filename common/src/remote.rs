@@ -1,8 +1,9 @@
-//! What `rankscope trigger ENDPOINT` and `rankscope top ENDPOINT` send to
-//! rank 0's TCP listener, and what it answers: the same window requests,
-//! plans and statuses as the control files of [`crate::window`], for a
-//! machine that can reach rank 0 but not its session directory. Each
-//! crosses an authenticated connection (the job's token) as JSON.
+//! Window control over the network: what `rankscope trigger ENDPOINT` and
+//! `rankscope top ENDPOINT` send to rank 0's TCP listener and what it
+//! answers, and what rank 0 sends the ranks that do not see its session
+//! directory ([`Mirrored`]): the same window requests, plans and statuses
+//! as the control files of [`crate::window`]. Each crosses an
+//! authenticated connection (the job's token) as JSON.
 
 use std::path::PathBuf;
 
@@ -58,4 +59,19 @@ pub struct StatusSnapshot {
     pub world_size: u32,
     /// The ranks of rank 0's run that shared a status lately, by rank.
     pub statuses: Vec<(u32, LiveStatus)>,
+}
+
+/// What rank 0 sends a rank that does not see its session directory, on
+/// the connection over which that rank mirrors the window control files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mirrored", rename_all = "snake_case")]
+pub enum Mirrored {
+    /// A window plan rank 0 wrote: the rank writes it into its own
+    /// control folder.
+    Plan {
+        /// The plan.
+        plan: Plan,
+    },
+    /// `rankscope top` watches: the rank shares its status.
+    Watch,
 }

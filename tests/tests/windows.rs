@@ -733,3 +733,76 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
     let (ok, _, said) = cli(&["top", &endpoint, "--json"], Some(TOKEN));
     assert!(!ok && said.contains(&endpoint), "{said}");
 }
+
+/// Ranks that do not see rank 0's session directory (each writes under a
+/// folder of its own, as on nodes without a shared file system): the
+/// window plans, statuses and window payloads travel over rank 0's TCP
+/// listener, so a window asked for in rank 0's folder holds every rank and
+/// the straggler, and `rankscope top` there shows every rank.
+#[test]
+fn ranks_apart_from_rank_0s_folder_take_part_in_windows_over_tcp() {
+    let outs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let master_port = support::free_port() - 1;
+    let children: Vec<Child> = (0..4)
+        .map(|rank| {
+            support::torchrun_rank(rank, 4, outs[rank as usize].path(), master_port)
+                .args(["--steps", "700", "--slow-rank", "3"])
+                .env("RANKSCOPE_TOKEN", "a-secret-of-this-job")
+                .env("RANKSCOPE_GPU_SOURCE", "simulated")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let dir = live_session_dir(outs[0].path());
+
+    let trigger = Command::new(support::rankscope_cli())
+        .args(["trigger", "--dir", dir.to_str().unwrap()])
+        .args(["--steps", "10", "--wait", "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert!(
+        trigger.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trigger.stderr)
+    );
+    let report = read_report(&dir.join("window-1"));
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3]),
+        "{}",
+        report["session"]
+    );
+    assert_eq!(report["window"]["steps"], 10);
+    assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
+    assert_eq!(calls(&report, "denoise_step"), 40);
+    // The other ranks wrote their plan and window where they write.
+    for (rank, out) in outs.iter().enumerate().skip(1) {
+        let own = session_dir(out.path());
+        assert!(own.join("control/plan-1.json").is_file(), "rank {rank}");
+        assert!(own.join("window-1").is_dir(), "rank {rank}");
+    }
+
+    let started = Instant::now();
+    let view = loop {
+        let top = Command::new(support::rankscope_cli())
+            .args(["top", "--dir", dir.to_str().unwrap(), "--json"])
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&top.stdout).to_string();
+        assert!(
+            top.status.success(),
+            "{printed}{}",
+            String::from_utf8_lossy(&top.stderr)
+        );
+        let view: Value = serde_json::from_str(printed.trim()).unwrap();
+        if view["missing"] == serde_json::json!([]) {
+            break view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+    };
+    assert_eq!(view["slowest_rank"], 3, "{view}");
+
+    wait_for(children);
+    let session = read_report(&dir);
+    assert_eq!(calls(&session, "denoise_step"), 4 * 700);
+}

@@ -37,7 +37,8 @@ mod windows;
 pub use error::SessionError;
 use flush::{periodic_flush, Flushes};
 use naming::session_dir;
-use naming::{capped, capped_tags, create_real_dir, process_tag, session_id, MAX_NAME_BYTES};
+use naming::{capped, capped_tags, process_tag, session_id, MAX_NAME_BYTES};
+use rankscope_common::file::create_real_dir;
 use window_rows::{WindowPayload, WindowRows};
 pub use windows::PlannedWindow;
 

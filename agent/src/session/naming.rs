@@ -2,7 +2,7 @@
 //! tags capped to fit a payload header, the tag of this process's files,
 //! and the session directory, safe from hostile names.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rankscope_common::env::RankEnv;
 use rankscope_common::Config;
@@ -10,16 +10,6 @@ use sha2::{Digest, Sha256};
 
 use super::SessionError;
 use crate::notice::notice;
-
-/// Makes the folder `dir` (and those above it); a link or a file planted
-/// in its place, which would send the files elsewhere, is an error.
-pub(super) fn create_real_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    match std::fs::symlink_metadata(dir)?.file_type().is_dir() {
-        true => Ok(()),
-        false => Err(std::io::Error::other("a link or file stands in its place")),
-    }
-}
 
 /// The longest session name, session id and tag key kept, bytes.
 pub(super) const MAX_NAME_BYTES: usize = 256;

@@ -10,9 +10,9 @@ use rankscope_common::payload::{self, DroppedRows, Limits, Payload, SamplerStats
 use rankscope_common::spill;
 use rankscope_common::window::WindowMeta;
 
-use super::naming::create_real_dir;
 use super::{session_info, Hub, SessionError};
 use crate::transport::SessionInfo;
+use rankscope_common::file::create_real_dir;
 
 /// A window's payload on this rank, written into its folder.
 pub(crate) struct WindowPayload {

@@ -24,7 +24,7 @@ use rankscope_common::gather::ConnectionRefusal;
 use rankscope_common::remote::{RemoteTrigger, StatusSnapshot, TriggerAnswer, MAX_REPORT_WAIT_MS};
 use rankscope_common::window::{self, Request, Trigger, FRESH_STATUS};
 
-use super::wire::{kind, purpose, read_frame, write_frame, MAX_CONTROL_BYTES};
+use super::wire::{kind, purpose, read_frame, readable, write_frame, MAX_CONTROL_BYTES};
 use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
 use crate::sync::lock;
 
@@ -237,15 +237,7 @@ impl Waiting<'_> {
 /// Whether the peer of `stream` closed it (it sends nothing while it
 /// waits: anything readable is its end, or not the protocol).
 fn closed(stream: &TcpStream) -> bool {
-    if stream.set_nonblocking(true).is_err() {
-        return true;
-    }
-    let peeked = stream.peek(&mut [0u8; 1]);
-    let _ = stream.set_nonblocking(false);
-    match peeked {
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-        Ok(_) => true,
-    }
+    readable(stream) != Ok(false)
 }
 
 /// Waits until the report in `report_dir` is written, for at most `wait`,

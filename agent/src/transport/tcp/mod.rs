@@ -47,9 +47,11 @@ use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 
 pub mod control;
+mod mirror;
 mod server;
 mod wire;
 
+use mirror::{Mirror, MirrorSettings};
 use server::{Server, ServerSettings, Serves};
 use wire::{kind, purpose, read_frame, unsealed, write_frame, Hello, MAX_CONTROL_BYTES};
 
@@ -79,6 +81,9 @@ pub struct TcpTransport {
     fallback: Option<DirTransport>,
     /// A rank other than 0 reached rank 0 at the session's start.
     reached: bool,
+    /// A rank's mirror of rank 0's window control files, where it reached
+    /// rank 0 (`mirror`).
+    mirror: Option<Mirror>,
     /// The job's nodes, where it gathers in two levels.
     nodes: Option<Nodes>,
     /// The node leader's address this rank met at its rendezvous, and
@@ -145,6 +150,7 @@ impl TcpTransport {
             server: None,
             fallback: None,
             reached: false,
+            mirror: None,
             nodes: Nodes::of(config, env),
             via: None,
         })
@@ -589,6 +595,9 @@ enum Unreached {
     /// No nonce could be made.
     #[error("no randomness for a nonce")]
     NoRandomness,
+    /// A file of this rank's own could not be read or written.
+    #[error("a file of this rank's cannot be read or written")]
+    Files(#[source] std::io::Error),
 }
 
 /// A rank's connection to rank 0 (or a controller's), after its greeting.
@@ -657,6 +666,7 @@ impl Transport for TcpTransport {
     fn close(&mut self) {
         // Dropping the listener stops it.
         self.server = None;
+        self.mirror = None;
         self.fallback = None;
     }
 
@@ -683,6 +693,17 @@ impl Transport for TcpTransport {
                 };
                 if self.reached && self.leader(rank) == Some(rank) {
                     self.lead(session, &rendezvous);
+                }
+                if let (true, Some(run_id)) = (self.reached, &rendezvous.run_id) {
+                    self.mirror = Mirror::start(MirrorSettings {
+                        endpoint: self.endpoint.clone(),
+                        token: self.token.clone(),
+                        rank,
+                        session_dir: session.session_dir.to_path_buf(),
+                        run_id: run_id.clone(),
+                        max_frame: self.max_frame,
+                        payload_timeout: self.payload_timeout,
+                    });
                 }
                 Ok(rendezvous)
             }
@@ -720,6 +741,10 @@ impl Transport for TcpTransport {
     ) -> Result<Option<Gathered>, TransportError> {
         if let Some(fallback) = &mut self.fallback {
             return fallback.gather(payload, session, deadline);
+        }
+        if let Some(mirror) = self.mirror.take() {
+            // The session's last window, closed as it finished, goes first.
+            mirror.finish();
         }
         if session.rank != 0 {
             if !self.reached {

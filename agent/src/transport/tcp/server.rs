@@ -21,6 +21,7 @@ use rankscope_common::payload::{self, ClockOffset};
 
 use super::clock::{self, Round, ROUNDS};
 use super::control::{Desk, CONTROLLER};
+use super::mirror::MirrorDesk;
 use super::wire::{
     kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, Hello,
     MAX_CONTROL_BYTES,
@@ -99,6 +100,9 @@ struct Shared {
     relay: Mutex<Option<ClockOffset>>,
     /// Rank 0's answers to window controllers.
     desk: Option<Desk>,
+    /// Rank 0's mirrors of its window control files, for the ranks that
+    /// do not see its session directory.
+    mirrors: Option<MirrorDesk>,
 }
 
 impl Shared {
@@ -157,8 +161,13 @@ impl Server {
             .control
             .clone()
             .map(|dir| Desk::new(dir, settings.world_size));
+        let mirrors = settings
+            .control
+            .clone()
+            .map(|dir| MirrorDesk::new(dir, settings.run_id.clone()));
         let shared = Arc::new(Shared {
             desk,
+            mirrors,
             settings,
             collected: Mutex::default(),
             arrived: Condvar::new(),
@@ -343,6 +352,21 @@ fn serve(
                 "window control where none is served",
             )),
         },
+        purpose::MIRROR | purpose::WINDOW_PAYLOAD => {
+            let Some(mirrors) = &shared.mirrors else {
+                return Err(ConnectionRefusal::Malformed(
+                    "a mirror where none is served",
+                ));
+            };
+            if hello.what == purpose::MIRROR {
+                return mirrors.serve(&mut stream, hello.rank, &reply, &shared.stop);
+            }
+            let settings = &shared.settings;
+            let limits = (settings.max_frame, settings.payload_timeout);
+            mirrors.take_window_payload(&mut stream, hello.rank, &shared.frames, limits)?;
+            let until = Instant::now() + HANDSHAKE_TIMEOUT;
+            write_frame(&mut stream, kind::ACK, &reply(kind::ACK, &[]), until)
+        }
         purpose::PAYLOAD | purpose::NODE_DIGEST => {
             if hello.what == purpose::PAYLOAD {
                 take_payload(&mut stream, hello.rank, shared)?;
@@ -412,6 +436,12 @@ impl ServerSettings {
                 }),
             };
         }
+        if matches!(what, purpose::MIRROR | purpose::WINDOW_PAYLOAD) && self.control.is_none() {
+            return Err(ConnectionRefusal::NotHere {
+                rank,
+                what: "window files",
+            });
+        }
         if rank >= self.world_size {
             return Err(ConnectionRefusal::OutsideWorld {
                 rank,
@@ -421,6 +451,7 @@ impl ServerSettings {
         let (here, what) = match what {
             purpose::PAYLOAD => (self.senders.contains(&rank), "payload"),
             purpose::NODE_DIGEST => (self.node_of(rank).is_some(), "node digest"),
+            purpose::MIRROR | purpose::WINDOW_PAYLOAD => (rank > 0, "window files"),
             purpose::RENDEZVOUS | purpose::RESYNC => match self.serves {
                 Serves::Rank0 { .. } => (rank > 0, "clock"),
                 Serves::Leader => (self.senders.contains(&rank), "clock"),

@@ -27,6 +27,11 @@ pub(super) mod kind {
     pub const REQUEST: u8 = 11;
     pub const ANSWER: u8 = 12;
     pub const STATUSES: u8 = 13;
+    pub const PROBE: u8 = 14;
+    pub const SHARED: u8 = 15;
+    pub const MIRRORED: u8 = 16;
+    pub const STATUS: u8 = 17;
+    pub const WINDOW_NAME: u8 = 18;
 }
 
 /// What a connection is for.
@@ -39,6 +44,10 @@ pub(super) mod purpose {
     pub const TRIGGER: u8 = 5;
     /// A controller's: the ranks' statuses (`rankscope top ENDPOINT`).
     pub const STATUS: u8 = 6;
+    /// A rank's, for the session: the window control files mirrored.
+    pub const MIRROR: u8 = 7;
+    /// A rank's: one window payload, into the window's folder.
+    pub const WINDOW_PAYLOAD: u8 = 8;
 }
 
 /// Largest control frame (everything but a payload).
@@ -190,6 +199,22 @@ pub(super) fn write_frame(
         .and_then(|()| stream.write_all(body))
         .and_then(|()| stream.flush())
         .map_err(|e| refusal_of(&e))
+}
+
+/// Whether `stream` has bytes to read now, without waiting; `Closed`
+/// where its peer closed it.
+pub(super) fn readable(stream: &TcpStream) -> Result<bool, ConnectionRefusal> {
+    stream
+        .set_nonblocking(true)
+        .map_err(|_| ConnectionRefusal::Closed)?;
+    let peeked = stream.peek(&mut [0u8; 1]);
+    let _ = stream.set_nonblocking(false);
+    match peeked {
+        Ok(0) => Err(ConnectionRefusal::Closed),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(refusal_of(&e)),
+    }
 }
 
 /// Why a read or write on a connection failed: a peer gone (closed,
