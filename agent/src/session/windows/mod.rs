@@ -19,9 +19,12 @@
 //! The edges are exact however late the thread runs; the session's own
 //! payload still holds every row (the parts stay until the session ends).
 //!
-//! The ranks meet in the session directory: it must be one that every rank
-//! sees (one machine, or a shared file system); a rank that cannot see it
-//! is named missing in each window's report, by the gather's deadline.
+//! The ranks meet in rank 0's session directory: one machine, a shared
+//! file system, or, under the TCP transport, rank 0's listener, through
+//! which a rank apart from it mirrors the control files and sends its
+//! window payloads (`transport::tcp::mirror`); a rank that reaches it none
+//! of these ways is named missing in each window's report, by the
+//! gather's deadline.
 
 use std::path::PathBuf;
 // What `step_count.rs` takes from its parent module (loom's, in its test).

@@ -5,11 +5,11 @@
 //! A controller greets rank 0 as the ranks do, under the rank
 //! [`CONTROLLER`]: it proves that it knows the job token for the
 //! connection's fresh challenge, so a recorded connection cannot be played
-//! again, and rank 0 seals every answer. Rank 0 ([`Desk`]) hands a window
+//! again, and rank 0 seals every answer. Rank 0 (`Desk`) hands a window
 //! request to its windows thread through its own control files, as
 //! `rankscope trigger --dir` would, and answers with the plan (and, asked
 //! to wait, once the window's report is written); or it reads the statuses
-//! the ranks share and sends them. It serves [`AT_ONCE`] controllers at
+//! the ranks share and sends them. It serves `AT_ONCE` (4) controllers at
 //! once and refuses a request whose nonce it saw before; each refusal is
 //! counted among the session's refused connections.
 
@@ -371,7 +371,7 @@ impl Remote {
 
 impl TriggerCall<'_> {
     /// Rank 0's next answer, waiting for it up to `wait` (rank 0 answers
-    /// with the plan within [`PLAN_WAIT`], and with the report within the
+    /// with the plan within `PLAN_WAIT`, 10 s, and with the report within the
     /// wait asked for).
     pub fn answer(&mut self, wait: Duration) -> Result<TriggerAnswer, RemoteError> {
         let until = Instant::now() + wait.max(PLAN_WAIT) + HANDSHAKE_TIMEOUT;

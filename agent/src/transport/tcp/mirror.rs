@@ -44,8 +44,11 @@ use crate::notice::notice;
 
 /// How often each side looks for what to send.
 const TICK: Duration = Duration::from_millis(100);
-/// How long a rank waits to try rank 0 again after a failed connection.
+/// How long a rank waits to try rank 0 again after a failed connection,
+/// at first; each failure more doubles it, up to [`MAX_RETRY`].
 const RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between two tries.
+const MAX_RETRY: Duration = Duration::from_secs(30);
 /// The most mirrors rank 0 keeps at once.
 const MAX_MIRRORS: usize = 1024;
 /// The largest status or mirrored message read (each is bounded far
@@ -96,11 +99,6 @@ impl MirrorDesk {
         reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
         stop: &AtomicBool,
     ) -> Result<(), ConnectionRefusal> {
-        if self.mirrors.fetch_add(1, Ordering::SeqCst) >= MAX_MIRRORS {
-            self.mirrors.fetch_sub(1, Ordering::SeqCst);
-            return Err(ConnectionRefusal::TooMany);
-        }
-        let _serving = Serving(&self.mirrors);
         let dir = &self.session_dir;
         let handshake = Instant::now() + HANDSHAKE_TIMEOUT;
         let probe = read_frame(stream, kind::PROBE, MAX_CONTROL_BYTES, handshake)?;
@@ -110,9 +108,20 @@ impl MirrorDesk {
             .ok_or(ConnectionRefusal::Malformed("a probe's name"))?;
         let probed = std::fs::symlink_metadata(window::control_dir(dir).join(probe));
         let shared = probed.is_ok_and(|meta| meta.is_file());
-        let answer = reply(kind::SHARED, &[u8::from(shared)]);
-        write_frame(stream, kind::SHARED, &answer, handshake)?;
-        if shared {
+        let room = shared || self.mirrors.fetch_add(1, Ordering::SeqCst) < MAX_MIRRORS;
+        let _serving = (!shared).then(|| Serving(&self.mirrors));
+        let answer = match (shared, room) {
+            (true, _) => Probed::Shared,
+            (false, true) => Probed::Apart,
+            (false, false) => Probed::NoRoom,
+        };
+        write_frame(
+            stream,
+            kind::SHARED,
+            &reply(kind::SHARED, &[answer as u8]),
+            handshake,
+        )?;
+        if answer != Probed::Apart {
             return Ok(());
         }
         let mut next_plan = 1u32;
@@ -189,6 +198,18 @@ impl MirrorDesk {
     }
 }
 
+/// Rank 0's answer to a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Probed {
+    /// Apart: the files are mirrored.
+    Apart = 0,
+    /// The rank and rank 0 share the folder: nothing to mirror.
+    Shared = 1,
+    /// Apart, but rank 0 mirrors [`MAX_MIRRORS`] ranks already.
+    NoRoom = 2,
+}
+
 /// Whether `name` is a probe file's name of `rank`: `mirror-probe-<rank>-`
 /// and 32 hexadecimal digits.
 fn is_probe_of(name: &str, rank: u32) -> bool {
@@ -231,6 +252,7 @@ impl Mirror {
             link: None,
             apart: false,
             retry_at: Instant::now(),
+            retry: RETRY,
             next_window: 1,
             status_sent: None,
             said: false,
@@ -279,6 +301,8 @@ struct Mirroring {
     /// Rank 0 said it does not see this rank's folder.
     apart: bool,
     retry_at: Instant,
+    /// The wait before the next try, after a failure.
+    retry: Duration,
     /// The window whose payload is sent next.
     next_window: u32,
     /// When the status last sent was written.
@@ -301,6 +325,7 @@ impl Mirroring {
                     Ok(Some(link)) => {
                         self.link = Some(link);
                         self.apart = true;
+                        self.retry = RETRY;
                     }
                     // One folder: nothing to mirror.
                     Ok(None) => return,
@@ -320,21 +345,22 @@ impl Mirroring {
         }
     }
 
-    /// Said once; tried again after [`RETRY`].
+    /// Said once; tried again later, each time later still.
     fn failed(&mut self, e: &Unreached) {
         if !self.said {
             self.said = true;
             notice!(
                 "window plans and payloads cannot travel between this rank and rank 0 (tried \
-                 again each second): {}",
+                 again, less and less often): {}",
                 rankscope_common::error::Chain(e)
             );
         }
-        self.retry_at = Instant::now() + RETRY;
+        self.retry_at = Instant::now() + self.retry;
+        self.retry = (self.retry * 2).min(MAX_RETRY);
     }
 
     /// The mirror's connection, after the probe; `None` where rank 0 sees
-    /// this rank's folder.
+    /// this rank's folder, or has no room for another mirror.
     fn connect(&self) -> Result<Option<Link>, Unreached> {
         let s = &self.settings;
         let until = Instant::now() + HANDSHAKE_TIMEOUT;
@@ -353,8 +379,15 @@ impl Mirroring {
             .and_then(|()| link.reply(&s.token, kind::SHARED, MAX_CONTROL_BYTES, until));
         let _ = std::fs::remove_file(&path);
         match answer?.as_slice() {
-            [1] => Ok(None),
             [0] => Ok(Some(link)),
+            [1] => Ok(None),
+            [2] => {
+                notice!(
+                    "rank 0 mirrors its window files for {MAX_MIRRORS} ranks already: this \
+                     rank takes part in windows only where it sees rank 0's session directory"
+                );
+                Ok(None)
+            }
             _ => Err(ConnectionRefusal::Malformed("a probe's answer").into()),
         }
     }
