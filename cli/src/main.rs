@@ -115,13 +115,14 @@ enum Commands {
     /// window's number and steps. The ranks count steps where the program
     /// calls Profiler::step (prof.step() in Python), and must all see the
     /// session directory (one machine, or a shared file system).
+    #[command(group(clap::ArgGroup::new("session").required(true)))]
     Trigger {
         /// Rank 0's TCP listener (`host:port`: RANKSCOPE_ADDR and
         /// RANKSCOPE_PORT, by default MASTER_ADDR and MASTER_PORT + 1).
-        #[arg(required_unless_present = "dir")]
+        #[arg(group = "session")]
         endpoint: Option<String>,
         /// The running session's directory.
-        #[arg(long, conflicts_with = "endpoint")]
+        #[arg(long, group = "session")]
         dir: Option<PathBuf>,
         /// Steps the window covers (default: the job's window_steps, 20).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
@@ -154,12 +155,13 @@ enum Commands {
     /// command and sends them over its TCP listener (the job's token in
     /// RANKSCOPE_TOKEN). A rank with no status in the last 5 s is named
     /// missing.
+    #[command(group(clap::ArgGroup::new("session").required(true)))]
     Top {
         /// Rank 0's TCP listener (`host:port`).
-        #[arg(required_unless_present = "dir")]
+        #[arg(group = "session")]
         endpoint: Option<String>,
         /// The running session's directory.
-        #[arg(long, conflicts_with = "endpoint")]
+        #[arg(long, group = "session")]
         dir: Option<PathBuf>,
         /// One JSON object per view, a line each, for scripts (one view
         /// unless --count says more).

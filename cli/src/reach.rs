@@ -25,6 +25,12 @@ impl Reach {
     pub fn of(endpoint: Option<String>, dir: Option<PathBuf>) -> Result<Self> {
         match (endpoint, dir) {
             (Some(endpoint), None) => {
+                if std::path::Path::new(&endpoint).is_dir() {
+                    bail!(
+                        "`{endpoint}` is a folder, not rank 0's `host:port`: give a session \
+                         directory as --dir {endpoint}"
+                    );
+                }
                 let token = match std::env::var(TOKEN_VAR) {
                     Ok(token) if !token.is_empty() => token,
                     _ => bail!(

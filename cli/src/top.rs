@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use rankscope::transport::tcp::control::Remote;
+use rankscope::transport::tcp::control::{Remote, RemoteError};
 use rankscope_common::remote::StatusSnapshot;
 use rankscope_common::text::terminal;
 use rankscope_common::window::{self, GpuStatus, LiveStatus, FRESH_STATUS};
@@ -23,6 +23,10 @@ use crate::trigger::check_running;
 const POLL: Duration = Duration::from_millis(50);
 /// How often it asks rank 0 for them, over the network.
 const REMOTE_POLL: Duration = Duration::from_millis(250);
+/// Looks at rank 0 that fail in a row before the view ends.
+const REMOTE_TRIES: u32 = 4;
+/// The pause before a failed look is tried again.
+const REMOTE_RETRY: Duration = Duration::from_millis(500);
 /// How long the first view waits for rank 0's status.
 const FIRST_WAIT: Duration = Duration::from_secs(5);
 /// How long the ranks take to see the watch and share (they look each
@@ -143,13 +147,24 @@ fn next_view(source: &Reach) -> Result<Option<View>> {
             window::watch(dir).context("keeping the ranks' statuses coming")?;
             read_view(dir).map(Some)
         }
-        Reach::Endpoint(remote) => match remote.statuses() {
-            Ok(snapshot) => view_of_snapshot(snapshot).map(Some),
-            Err(e) => {
-                eprintln!("rankscope top: the session ended ({e})");
-                Ok(None)
+        Reach::Endpoint(remote) => {
+            // A look rank 0 turns away (busy with other controllers) or
+            // one lost on the network is tried again; rank 0 no longer
+            // listening is the session's end.
+            let mut tries = 0;
+            loop {
+                match remote.statuses() {
+                    Ok(snapshot) => return view_of_snapshot(snapshot).map(Some),
+                    Err(RemoteError::Unreached { .. }) if tries + 1 >= REMOTE_TRIES => {
+                        eprintln!("rankscope top: the session ended (rank 0 no longer answers)");
+                        return Ok(None);
+                    }
+                    Err(e) if tries + 1 >= REMOTE_TRIES => return Err(e.into()),
+                    Err(_) => tries += 1,
+                }
+                std::thread::sleep(REMOTE_RETRY);
             }
-        },
+        }
     }
 }
 

@@ -4,19 +4,18 @@
 //! waits for rank 0's plan (and, with `--wait`, the window's report).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use rankscope::transport::tcp::control::Remote;
-use rankscope_common::remote::{RemoteTrigger, TriggerAnswer, MAX_REPORT_WAIT_MS};
+use rankscope_common::remote::{
+    RemoteTrigger, TriggerAnswer, MAX_PLAN_WAIT_MS, MAX_REPORT_WAIT_MS,
+};
 use rankscope_common::text::terminal;
-use rankscope_common::window::{self, Plan, Request, Trigger};
+use rankscope_common::window::{self, Answer, Plan, Request, Trigger};
 
 use crate::launcher::random_hex;
 use crate::reach::Reach;
-
-/// How often the command looks for rank 0's answer.
-const POLL: Duration = Duration::from_millis(50);
 
 /// What `rankscope trigger` was asked.
 pub struct TriggerOptions {
@@ -63,15 +62,19 @@ fn through_dir(dir: &Path, request: Request, options: &TriggerOptions) -> Result
     let deadline = Instant::now()
         .checked_add(options.timeout)
         .context("--timeout is too long")?;
+    let asked_at = SystemTime::now();
     let path = window::write_request(dir, &request)
         .with_context(|| format!("writing a window request into {}", dir.display()))?;
-    let plan = match wait_for_plan(dir, &request.nonce, options.timeout, deadline) {
-        Ok(plan) => plan,
-        Err(e) => {
-            // Nobody took it: it must not open a window later, unasked.
-            let _ = std::fs::remove_file(&path);
-            return Err(e);
-        }
+    // Unanswered, it is taken back: it must not open a window later, unasked.
+    let answer = window::await_answer(dir, (&path, &request.nonce), deadline, &mut || false);
+    let plan = match answer {
+        Answer::Planned(plan) => plan,
+        Answer::Refused(reason) => bail!("rank 0 refused the window: {reason}"),
+        Answer::Unanswered => bail!(
+            "rank 0 did not answer in {:.1} s: do its ranks call Profiler::step (prof.step() in \
+             Python)?",
+            options.timeout.as_secs_f64(),
+        ),
     };
     let report_dir = window::window_dir(dir, plan.index);
     print_plan(&plan, &report_dir);
@@ -79,7 +82,14 @@ fn through_dir(dir: &Path, request: Request, options: &TriggerOptions) -> Result
         let deadline = Instant::now()
             .checked_add(options.timeout)
             .context("--timeout is too long")?;
-        wait_for_report(&report_dir, options.timeout, deadline)?;
+        if !window::await_report(&report_dir, asked_at, deadline, &mut || false) {
+            bail!(
+                "no report in {} after {:.1} s: the window may not have closed yet (its steps \
+                 have not all passed)",
+                report_dir.display(),
+                options.timeout.as_secs_f64()
+            );
+        }
         println!("{}", terminal(&report_dir.display().to_string()));
     }
     Ok(())
@@ -88,23 +98,25 @@ fn through_dir(dir: &Path, request: Request, options: &TriggerOptions) -> Result
 /// Asks rank 0's listener, which answers with the plan and, with
 /// `--wait`, once the report is written (into its own session directory).
 fn through_endpoint(remote: &Remote, request: Request, options: &TriggerOptions) -> Result<()> {
-    let report_wait_ms = match options.wait {
-        true => (options
-            .timeout
-            .as_millis()
-            .min(u128::from(MAX_REPORT_WAIT_MS)) as u64)
-            .max(1),
-        false => 0,
-    };
+    Instant::now()
+        .checked_add(options.timeout)
+        .context("--timeout is too long")?;
+    let millis = |most: u64| options.timeout.as_millis().min(u128::from(most)) as u64;
     let asked = RemoteTrigger {
         request,
-        report_wait_ms,
+        plan_wait_ms: millis(MAX_PLAN_WAIT_MS),
+        report_wait_ms: match options.wait {
+            true => millis(MAX_REPORT_WAIT_MS).max(1),
+            false => 0,
+        },
     };
     let mut call = remote.trigger(&asked)?;
     match call.answer(options.timeout)? {
         TriggerAnswer::Planned { plan, report_dir } => print_plan(&plan, &report_dir),
         TriggerAnswer::Refused { reason } => bail!("rank 0 refused the window: {reason}"),
-        TriggerAnswer::Written { .. } => bail!("rank 0 answered a report before a plan"),
+        TriggerAnswer::Written { .. } | TriggerAnswer::Waiting => {
+            bail!("rank 0 answered out of turn")
+        }
     }
     if options.wait {
         match call.answer(options.timeout)? {
@@ -112,7 +124,9 @@ fn through_endpoint(remote: &Remote, request: Request, options: &TriggerOptions)
                 println!("{}", terminal(&report_dir.display().to_string()))
             }
             TriggerAnswer::Refused { reason } => bail!("{reason}"),
-            TriggerAnswer::Planned { .. } => bail!("rank 0 answered a second plan"),
+            TriggerAnswer::Planned { .. } | TriggerAnswer::Waiting => {
+                bail!("rank 0 answered out of turn")
+            }
         }
     }
     Ok(())
@@ -161,40 +175,4 @@ fn gone_here(dir: &Path) -> Option<u32> {
     let gone = unsafe { libc::kill(id, 0) } != 0
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
     gone.then_some(pid)
-}
-
-/// Rank 0's plan for the request with `nonce`, or its refusal as an error.
-fn wait_for_plan(dir: &Path, nonce: &str, timeout: Duration, deadline: Instant) -> Result<Plan> {
-    loop {
-        if let Some(refusal) = window::take_refusal(dir, nonce)? {
-            bail!("rank 0 refused the window: {}", refusal.reason);
-        }
-        if let Some(plan) = window::plan_for(dir, nonce) {
-            return Ok(plan);
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "rank 0 did not answer in {:.1} s: do its ranks call Profiler::step (prof.step() \
-                 in Python)?",
-                timeout.as_secs_f64(),
-            );
-        }
-        std::thread::sleep(POLL);
-    }
-}
-
-/// Waits until the window's report.json is in `report_dir`.
-fn wait_for_report(report_dir: &Path, timeout: Duration, deadline: Instant) -> Result<()> {
-    while !report_dir.join("report.json").exists() {
-        if Instant::now() >= deadline {
-            bail!(
-                "no report in {} after {:.1} s: the window may not have closed yet (its steps \
-                 have not all passed)",
-                report_dir.display(),
-                timeout.as_secs_f64()
-            );
-        }
-        std::thread::sleep(POLL);
-    }
-    Ok(())
 }

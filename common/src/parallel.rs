@@ -175,6 +175,7 @@ impl FromStr for ParallelLayout {
 
     fn from_str(text: &str) -> Result<Self, LayoutError> {
         let mut dims: Vec<(&'static str, u32)> = Vec::new();
+        let mut ranks = 1u32;
         for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (dim, size) = item
                 .split_once('=')
@@ -196,14 +197,13 @@ impl FromStr for ParallelLayout {
                     dim: known.to_string(),
                     size: size.to_string(),
                 })?;
+            ranks = ranks.checked_mul(size).ok_or(LayoutError::TooLarge)?;
             dims.push((known, size));
         }
         if dims.is_empty() {
             return Err(LayoutError::Empty);
         }
-        let layout = ParallelLayout { dims };
-        u32::try_from(layout.ranks()).map_err(|_| LayoutError::TooLarge)?;
-        Ok(layout)
+        Ok(ParallelLayout { dims })
     }
 }
 
@@ -220,7 +220,8 @@ impl std::fmt::Display for ParallelLayout {
 }
 
 impl ParallelLayout {
-    /// The ranks the layout places: its sizes multiplied.
+    /// The ranks the layout places: its sizes multiplied (within `u32`,
+    /// as read).
     pub fn ranks(&self) -> u64 {
         self.dims.iter().map(|(_, size)| u64::from(*size)).product()
     }
@@ -242,8 +243,8 @@ impl ParallelLayout {
                     size: *size,
                 });
             }
-            // Within u32: the product of all sizes is.
-            stride *= size;
+            // Within u32: the product of all sizes is (checked as read).
+            stride = stride.saturating_mul(*size);
         }
         coords.sort_by_key(|c| DIMENSIONS.iter().position(|(d, _)| *d == c.dim));
         coords
@@ -375,6 +376,12 @@ mod tests {
                 },
             ),
             ("tp=65536,dp=65536", LayoutError::TooLarge),
+            // Past u64 too, and wrapping to a small number there.
+            ("tp=4194304,dp=2097152,pp=2097152", LayoutError::TooLarge),
+            (
+                "tp=8,dp=1229673,pp=3935371,ep=7623851",
+                LayoutError::TooLarge,
+            ),
             (" , ", LayoutError::Empty),
         ] {
             assert_eq!(text.parse::<ParallelLayout>(), Err(error), "{text}");

@@ -15,18 +15,24 @@ use crate::window::{LiveStatus, Plan, Request};
 /// (`rankscope trigger --wait`).
 pub const MAX_REPORT_WAIT_MS: u64 = 3_600_000;
 
+/// The longest rank 0 waits for its windows thread's plan.
+pub const MAX_PLAN_WAIT_MS: u64 = 600_000;
+
 /// A window asked for over the network.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteTrigger {
     /// The request, as `rankscope trigger --dir` writes it.
     pub request: Request,
+    /// How long rank 0 waits for the plan (1 s to [`MAX_PLAN_WAIT_MS`]).
+    pub plan_wait_ms: u64,
     /// How long rank 0 waits for the window's report before it answers
     /// (at most [`MAX_REPORT_WAIT_MS`]); 0: it answers with the plan alone.
     pub report_wait_ms: u64,
 }
 
 /// Rank 0's answers to a [`RemoteTrigger`]: the plan or a refusal, then,
-/// where it waits for the report, whether the report was written.
+/// where it waits for the report, whether the report was written; while
+/// it waits, every few seconds, that it still does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 pub enum TriggerAnswer {
@@ -48,6 +54,8 @@ pub enum TriggerAnswer {
         /// What rank 0 says.
         reason: String,
     },
+    /// Rank 0 still waits (for the plan or the report).
+    Waiting,
 }
 
 /// Every rank's status as rank 0 reads it, for `rankscope top ENDPOINT`.

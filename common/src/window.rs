@@ -475,23 +475,133 @@ pub fn pending_requests(session_dir: &Path, max: usize) -> std::io::Result<(Vec<
 /// steps or delay pass [`MAX_WINDOW_STEPS`], is invalid.
 pub fn read_request(path: &Path) -> Result<Request, ControlError> {
     let mut request: Request = read_json(path)?;
-    let invalid = |reason: &str| ControlError::Invalid {
-        path: path.to_path_buf(),
-        reason: reason.into(),
-    };
-    if !valid_nonce(&request.nonce) {
-        return Err(invalid(
-            "its nonce is not 1 to 64 letters, digits, `-` or `_`",
-        ));
-    }
-    if request.steps > MAX_WINDOW_STEPS || request.delay_steps > MAX_WINDOW_STEPS {
-        return Err(invalid("its steps or delay pass 1 000 000 000"));
-    }
-    if request.duration_ms > MAX_WINDOW_MS {
-        return Err(invalid("its duration passes a day"));
+    if let Some(reason) = request.problem() {
+        return Err(ControlError::Invalid {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        });
     }
     request.trigger = Trigger::Command;
     Ok(request)
+}
+
+impl Request {
+    /// What makes the request one no window can answer, if anything: a
+    /// nonce that is not [`valid_nonce`], steps or a delay past
+    /// [`MAX_WINDOW_STEPS`], a duration past [`MAX_WINDOW_MS`].
+    pub fn problem(&self) -> Option<&'static str> {
+        if !valid_nonce(&self.nonce) {
+            Some("its nonce is not 1 to 64 letters, digits, `-` or `_`")
+        } else if self.steps > MAX_WINDOW_STEPS || self.delay_steps > MAX_WINDOW_STEPS {
+            Some("its steps or delay pass 1 000 000 000")
+        } else if self.duration_ms > MAX_WINDOW_MS {
+            Some("its duration passes a day")
+        } else {
+            None
+        }
+    }
+}
+
+/// Rank 0 takes the request file at `path` to answer it: moved out of
+/// the requests (into `control/claimed/`), so that whoever wrote it can no
+/// longer take it back ([`withdraw_request`]); its new path, `None` where
+/// it was withdrawn (or cannot be moved).
+pub fn claim_request(path: &Path) -> Option<PathBuf> {
+    let claimed = path.parent()?.join(CLAIMED_DIR);
+    crate::file::create_real_dir(&claimed).ok()?;
+    let claimed = claimed.join(path.file_name()?);
+    std::fs::rename(path, &claimed).ok()?;
+    Some(claimed)
+}
+
+/// The folder of the control folder where rank 0 moves a request it
+/// answers.
+const CLAIMED_DIR: &str = "claimed";
+
+/// Takes back the request file at `path` that nobody answered in time:
+/// `false` where rank 0 claimed it already (its answer is on the way).
+pub fn withdraw_request(path: &Path) -> bool {
+    match std::fs::remove_file(path) {
+        Ok(()) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Rank 0's answer to a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The window planned.
+    Planned(Plan),
+    /// The request refused: why.
+    Refused(String),
+    /// No answer in time (the request is taken back), or the wait was
+    /// given up.
+    Unanswered,
+}
+
+/// How often a wait for rank 0 looks for its answer.
+const ANSWER_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+/// How much longer the wait goes on where rank 0 claimed the request just
+/// as it was to be taken back: its answer is on the way.
+const CLAIMED_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits for rank 0's answer to the request with `nonce`, written at
+/// `path`, until `deadline`, or until `give_up` (asked at each look) says
+/// so; a request left unanswered is taken back, unless rank 0 claimed it
+/// meanwhile: then its answer is waited for a few seconds more.
+pub fn await_answer(
+    session_dir: &Path,
+    (path, nonce): (&Path, &str),
+    deadline: std::time::Instant,
+    give_up: &mut dyn FnMut() -> bool,
+) -> Answer {
+    let mut deadline = deadline;
+    let mut withdrawn = false;
+    loop {
+        match take_refusal(session_dir, nonce) {
+            Ok(Some(refusal)) => return Answer::Refused(refusal.reason),
+            Ok(None) => {}
+            Err(e) => return Answer::Refused(format!("rank 0's answer cannot be read: {e}")),
+        }
+        if let Some(plan) = plan_for(session_dir, nonce) {
+            return Answer::Planned(plan);
+        }
+        let over = give_up() || std::time::Instant::now() >= deadline;
+        if over && (withdrawn || withdraw_request(path)) {
+            return Answer::Unanswered;
+        }
+        if over {
+            withdrawn = true;
+            deadline = std::time::Instant::now() + CLAIMED_GRACE;
+        }
+        std::thread::sleep(ANSWER_POLL);
+    }
+}
+
+/// Waits until the report of the window in `report_dir` is written at or
+/// after `since` (one an earlier launch left there is not this one's),
+/// until `deadline`, or until `give_up` (asked at each look) says so;
+/// whether it was.
+pub fn await_report(
+    report_dir: &Path,
+    since: std::time::SystemTime,
+    deadline: std::time::Instant,
+    give_up: &mut dyn FnMut() -> bool,
+) -> bool {
+    let written = || {
+        std::fs::metadata(report_dir.join("report.json"))
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at >= since)
+    };
+    loop {
+        if written() {
+            return true;
+        }
+        if give_up() || std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(ANSWER_POLL);
+    }
 }
 
 /// The columns that time a table's rows, nanoseconds since the session

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -182,13 +183,19 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
     """`rankscope trigger --torch` from another process while 2 real
     torchrun ranks run: each rank captures exactly the window's steps with
     torch.profiler (CPU activities), and the window's report has both
-    ranks' operators; the job goes on."""
+    ranks' operators; the job goes on. Asked through the session folder,
+    then through rank 0's TCP listener with the job's token."""
     assert TORCHRUN.exists() and RANKSCOPE.exists(), "built and installed by scripts/test.sh"
     script = tmp_path / "stepping_rank.py"
     script.write_text(STEPPING_RANK)
     out = tmp_path / "out"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = "a-secret-of-this-job"
     env = dict(os.environ, RANKSCOPE_GPU_SOURCE="none", RANKSCOPE_OUTPUT_DIR=str(out),
-               RANKSCOPE_TORCH_PROFILER_ACTIVITIES="cpu", PYTHONUNBUFFERED="1")
+               RANKSCOPE_TORCH_PROFILER_ACTIVITIES="cpu", PYTHONUNBUFFERED="1",
+               RANKSCOPE_PORT=str(port), RANKSCOPE_TOKEN=token)
     job = subprocess.Popen([str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(script)],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -205,6 +212,13 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
         assert trigger.returncode == 0, trigger.stdout + trigger.stderr
         assert job.poll() is None, "the job goes on while the window is reported"
         report = json.loads((session_dir / "window-1" / "report.json").read_text())
+        remote = subprocess.run(
+            [str(RANKSCOPE), "trigger", f"127.0.0.1:{port}", "--steps", "5", "--torch",
+             "--wait", "--timeout", "120"], capture_output=True, text=True, timeout=180,
+            env=dict(os.environ, RANKSCOPE_TOKEN=token))
+        assert remote.returncode == 0, remote.stdout + remote.stderr
+        assert remote.stdout.strip().endswith("window-2"), remote.stdout
+        second = json.loads((session_dir / "window-2" / "report.json").read_text())
     finally:
         (out.glob("stepping-*").__next__() / "stop").touch()
         output, _ = job.communicate(timeout=180)
@@ -212,7 +226,9 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
     assert report["window"]["steps"] == 5
     assert report["session"]["ranks_reporting"] == [0, 1]
     assert sorted(t["rank"] for t in report["kernel_traces"]) == [0, 1]
-    mm = [op for op in report["cpu_ops"] if op["name"] == "aten::mm"]
-    assert mm and mm[0]["calls"] == 2 * 5, report["cpu_ops"]
-    stage = [s for s in report["stages"] if s["name"] == "step"][0]
-    assert stage["count"] == 2 * 5
+    for window in (report, second):
+        mm = [op for op in window["cpu_ops"] if op["name"] == "aten::mm"]
+        assert mm and mm[0]["calls"] == 2 * 5, window["cpu_ops"]
+        stage = [s for s in window["stages"] if s["name"] == "step"][0]
+        assert stage["count"] == 2 * 5
+    assert second["session"]["ranks_reporting"] == [0, 1]

@@ -692,6 +692,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
             torch: false,
             duration_ms: 0,
         },
+        plan_wait_ms: 30_000,
         report_wait_ms: 0,
     };
     let wait = Duration::from_secs(30);
@@ -805,4 +806,11 @@ fn ranks_apart_from_rank_0s_folder_take_part_in_windows_over_tcp() {
     wait_for(children);
     let session = read_report(&dir);
     assert_eq!(calls(&session, "denoise_step"), 4 * 700);
+    // The mirrors' connections ended as they should: none is refused.
+    assert_eq!(
+        session["session"]["skipped"],
+        serde_json::json!([]),
+        "{}",
+        session["session"]
+    );
 }

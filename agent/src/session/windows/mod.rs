@@ -466,9 +466,14 @@ impl Windows {
             return;
         };
         for path in paths {
-            let request = window::read_request(&path);
+            // Taken out of the requests first: one its writer took back
+            // (tired of waiting) is not answered.
+            let Some(claimed) = window::claim_request(&path) else {
+                continue;
+            };
+            let request = window::read_request(&claimed);
             // Answered or refused: never read twice.
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(&claimed);
             match request {
                 Ok(request) => self.answer(request),
                 Err(e) => {

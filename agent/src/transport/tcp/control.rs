@@ -18,13 +18,17 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rankscope_common::gather::ConnectionRefusal;
-use rankscope_common::remote::{RemoteTrigger, StatusSnapshot, TriggerAnswer, MAX_REPORT_WAIT_MS};
+use rankscope_common::remote::{
+    RemoteTrigger, StatusSnapshot, TriggerAnswer, MAX_PLAN_WAIT_MS, MAX_REPORT_WAIT_MS,
+};
 use rankscope_common::window::{self, Request, Trigger, FRESH_STATUS};
 
-use super::wire::{kind, purpose, read_frame, readable, write_frame, MAX_CONTROL_BYTES};
+use super::wire::{
+    kind, purpose, read_frame, readable, sealed, unsealed, write_frame, MAX_CONTROL_BYTES,
+};
 use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
 use crate::sync::lock;
 
@@ -34,11 +38,12 @@ pub const CONTROLLER: u32 = u32::MAX;
 const AT_ONCE: usize = 4;
 /// Request nonces rank 0 remembers, to refuse a replay.
 const NONCES_KEPT: usize = 1024;
-/// How long rank 0 waits for its windows thread's plan (it looks every
-/// 50 ms; a plan waits for nothing but the files).
-const PLAN_WAIT: Duration = Duration::from_secs(10);
-/// How often rank 0 looks for the plan, and for a window's report.
-const POLL: Duration = Duration::from_millis(50);
+/// While rank 0 waits for a plan or a report, it tells the controller so
+/// this often (a peer silent for 10 s is taken for gone).
+const KEEP_ALIVE: Duration = Duration::from_secs(3);
+/// The longest a controller waits for one answer: the longest wait rank 0
+/// takes, and a minute.
+const MAX_ANSWER_WAIT: Duration = Duration::from_millis(MAX_REPORT_WAIT_MS + 60_000);
 /// The largest snapshot of statuses a controller reads: every status is
 /// bounded (`LiveStatus::bounded`), 65,536 of them fit.
 const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
@@ -52,6 +57,8 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) struct Desk {
     session_dir: PathBuf,
     world_size: u32,
+    /// The job token: a request is sealed with it.
+    token: Vec<u8>,
     serving: AtomicUsize,
     nonces: Mutex<VecDeque<String>>,
 }
@@ -66,22 +73,25 @@ impl Drop for Serving<'_> {
 }
 
 impl Desk {
-    /// The desk of the session in `session_dir`, of `world_size` ranks.
-    pub(super) fn new(session_dir: PathBuf, world_size: u32) -> Self {
+    /// The desk of the session in `session_dir`, of `world_size` ranks,
+    /// whose job token is `token`.
+    pub(super) fn new(session_dir: PathBuf, world_size: u32, token: Vec<u8>) -> Self {
         Desk {
             session_dir,
             world_size,
+            token,
             serving: AtomicUsize::new(0),
             nonces: Mutex::default(),
         }
     }
 
-    /// Serves an authenticated controller that came for `what`; `reply`
+    /// Serves an authenticated controller that came for `what` on the
+    /// connection of `challenge` and the controller's `nonce`; `reply`
     /// seals an answer; `stop` says the session's gather ended.
     pub(super) fn serve(
         &self,
         stream: &mut TcpStream,
-        what: u8,
+        (what, challenge, nonce): (u8, &[u8], &[u8]),
         reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
         stop: &AtomicBool,
     ) -> Result<(), ConnectionRefusal> {
@@ -91,38 +101,59 @@ impl Desk {
         }
         let _serving = Serving(&self.serving);
         match what {
-            purpose::TRIGGER => self.trigger(stream, reply, stop),
+            purpose::TRIGGER => self.trigger(stream, (challenge, nonce), reply, stop),
             _ => self.statuses(stream, reply),
         }
     }
 
     /// Reads a window request, has it planned, answers with the plan and,
-    /// where asked, once the report is written.
+    /// where asked, once the report is written; while it waits, it tells
+    /// the controller so every few seconds, and it stops waiting where the
+    /// controller left (its place is free then) or the session ends.
     fn trigger(
         &self,
         stream: &mut TcpStream,
+        (challenge, nonce): (&[u8], &[u8]),
         reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
         stop: &AtomicBool,
     ) -> Result<(), ConnectionRefusal> {
         let handshake = Instant::now() + HANDSHAKE_TIMEOUT;
-        let body = read_frame(stream, kind::REQUEST, MAX_CONTROL_BYTES, handshake)?;
-        let asked: RemoteTrigger = serde_json::from_slice(&body)
-            .map_err(|_| ConnectionRefusal::Malformed("a window request that does not parse"))?;
+        let frame = read_frame(stream, kind::REQUEST, MAX_CONTROL_BYTES, handshake)?;
+        // Sealed as rank 0's answers are: the request is the greeter's.
+        let body = unsealed(&self.token, challenge, nonce, kind::REQUEST, &frame)
+            .ok_or(ConnectionRefusal::BadToken)?;
+        let mut tell = Telling {
+            stream,
+            reply,
+            stop,
+            told: Instant::now(),
+        };
+        let asked = match serde_json::from_slice::<RemoteTrigger>(&body) {
+            Ok(asked) => asked,
+            Err(e) => {
+                let reason = format!("the request does not parse: {e}");
+                tell.send(&TriggerAnswer::Refused { reason })?;
+                return Err(ConnectionRefusal::Malformed(
+                    "a window request that does not parse",
+                ));
+            }
+        };
         let mut request = asked.request;
-        if !window::valid_nonce(&request.nonce) {
-            return Err(ConnectionRefusal::Malformed("a window request's nonce"));
+        if let Some(problem) = request.problem() {
+            let reason = format!("the request cannot be answered: {problem}");
+            return tell.send(&TriggerAnswer::Refused { reason });
         }
         // Whatever it claims, it came from a command.
         request.trigger = Trigger::Command;
         if !self.first_use(&request.nonce) {
             let reason = ConnectionRefusal::Replayed.to_string();
-            let _ = answer(stream, reply, &TriggerAnswer::Refused { reason });
+            tell.send(&TriggerAnswer::Refused { reason })?;
             return Err(ConnectionRefusal::Replayed);
         }
-        // Waits end early where the controller left (its slot is free).
-        let waiting = Waiting { stream, stop };
-        let planned = self.plan(&request, &waiting);
-        answer(stream, reply, &planned)?;
+        let asked_at = SystemTime::now();
+        let plan_wait = asked.plan_wait_ms.clamp(1_000, MAX_PLAN_WAIT_MS);
+        let planned = self.plan(&request, Duration::from_millis(plan_wait), &mut tell);
+        tell.send(&planned)?;
         let TriggerAnswer::Planned { report_dir, .. } = planned else {
             return Ok(());
         };
@@ -130,8 +161,23 @@ impl Desk {
             return Ok(());
         }
         let wait = Duration::from_millis(asked.report_wait_ms.min(MAX_REPORT_WAIT_MS));
-        let written = wait_for_report(report_dir, wait, &Waiting { stream, stop });
-        answer(stream, reply, &written)
+        let deadline = Instant::now() + wait;
+        let written = window::await_report(&report_dir, asked_at, deadline, &mut || tell.over());
+        let answer = match (written, stop.load(Ordering::SeqCst)) {
+            (true, _) => TriggerAnswer::Written { report_dir },
+            (false, true) => TriggerAnswer::Refused {
+                reason: "the session ended before the window's report was written".into(),
+            },
+            (false, false) => TriggerAnswer::Refused {
+                reason: format!(
+                    "no report in {} after {:.1} s: the window may not have closed yet (its \
+                     steps have not all passed)",
+                    report_dir.display(),
+                    wait.as_secs_f64()
+                ),
+            },
+        };
+        tell.send(&answer)
     }
 
     /// Whether no request with `nonce` came before (it is remembered now).
@@ -147,40 +193,36 @@ impl Desk {
         true
     }
 
-    /// Hands `request` to the windows thread and waits for its plan or
-    /// refusal; a request it did not take in time (or whose controller
-    /// left) is taken back.
-    fn plan(&self, request: &Request, waiting: &Waiting<'_>) -> TriggerAnswer {
+    /// Hands `request` to the windows thread and waits up to `wait` for
+    /// its plan or refusal; a request it did not take by then (or whose
+    /// controller left) is taken back.
+    fn plan(&self, request: &Request, wait: Duration, tell: &mut Telling<'_>) -> TriggerAnswer {
         let dir = &self.session_dir;
         let refused = |reason: String| TriggerAnswer::Refused { reason };
         if !window::is_live(dir) {
-            return refused("the session is finishing: no window opens any more".into());
+            return refused("the session does not plan windows now (it starts or ends)".into());
         }
         let path = match window::write_request(dir, request) {
             Ok(path) => path,
             Err(e) => return refused(format!("rank 0 cannot write the request: {e}")),
         };
-        let deadline = Instant::now() + PLAN_WAIT;
-        loop {
-            match window::take_refusal(dir, &request.nonce) {
-                Ok(Some(refusal)) => return refused(refusal.reason),
-                Ok(None) => {}
-                Err(e) => return refused(format!("rank 0's answer cannot be read: {e}")),
-            }
-            if let Some(plan) = window::plan_for(dir, &request.nonce) {
+        let deadline = Instant::now() + wait;
+        let answer =
+            window::await_answer(dir, (&path, &request.nonce), deadline, &mut || tell.over());
+        match answer {
+            window::Answer::Planned(plan) => {
                 let report_dir = window::window_dir(dir, plan.index);
-                return TriggerAnswer::Planned { plan, report_dir };
+                TriggerAnswer::Planned { plan, report_dir }
             }
-            if Instant::now() >= deadline || waiting.over() {
-                // Nobody took it: it must not open a window later, unasked.
-                let _ = std::fs::remove_file(&path);
-                return refused(format!(
-                    "no plan within {} s: do the ranks call Profiler::step (prof.step() in \
-                     Python), and does the session still run?",
-                    PLAN_WAIT.as_secs()
-                ));
+            window::Answer::Refused(reason) => refused(reason),
+            window::Answer::Unanswered if tell.stop.load(Ordering::SeqCst) => {
+                refused("the session ended before the window was planned".into())
             }
-            std::thread::sleep(POLL);
+            window::Answer::Unanswered => refused(format!(
+                "no plan within {:.1} s: do the ranks call Profiler::step (prof.step() in \
+                 Python)?",
+                wait.as_secs_f64()
+            )),
         }
     }
 
@@ -210,55 +252,38 @@ impl Desk {
     }
 }
 
-/// Sends `answer`, sealed.
-fn answer(
-    stream: &mut TcpStream,
-    reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
-    answer: &TriggerAnswer,
-) -> Result<(), ConnectionRefusal> {
-    let body = serde_json::to_vec(answer).expect("an answer serialises");
-    let until = Instant::now() + HANDSHAKE_TIMEOUT;
-    write_frame(stream, kind::ANSWER, &reply(kind::ANSWER, &body), until)
-}
-
-/// A wait of rank 0's for a controller: over when the session's gather
-/// ended, or the controller closed its connection.
-struct Waiting<'a> {
-    stream: &'a TcpStream,
+/// A controller's connection while rank 0 answers it: it sends answers,
+/// and while rank 0 waits, tells the controller so every [`KEEP_ALIVE`].
+struct Telling<'a> {
+    stream: &'a mut TcpStream,
+    reply: &'a dyn Fn(u8, &[u8]) -> Vec<u8>,
     stop: &'a AtomicBool,
+    /// When the controller was last sent something.
+    told: Instant,
 }
 
-impl Waiting<'_> {
-    fn over(&self) -> bool {
-        self.stop.load(Ordering::SeqCst) || closed(self.stream)
+impl Telling<'_> {
+    /// Sends `answer`, sealed.
+    fn send(&mut self, answer: &TriggerAnswer) -> Result<(), ConnectionRefusal> {
+        let body = serde_json::to_vec(answer).expect("an answer serialises");
+        let until = Instant::now() + HANDSHAKE_TIMEOUT;
+        let sealed = (self.reply)(kind::ANSWER, &body);
+        self.told = Instant::now();
+        write_frame(self.stream, kind::ANSWER, &sealed, until)
     }
-}
 
-/// Whether the peer of `stream` closed it (it sends nothing while it
-/// waits: anything readable is its end, or not the protocol).
-fn closed(stream: &TcpStream) -> bool {
-    readable(stream) != Ok(false)
-}
-
-/// Waits until the report in `report_dir` is written, for at most `wait`,
-/// until the session's gather ends, or until the controller leaves.
-fn wait_for_report(report_dir: PathBuf, wait: Duration, waiting: &Waiting<'_>) -> TriggerAnswer {
-    let deadline = Instant::now() + wait;
-    loop {
-        if report_dir.join("report.json").exists() {
-            return TriggerAnswer::Written { report_dir };
+    /// Whether the wait is over: the session's gather ended, or the
+    /// controller left (it sends nothing while it waits: anything
+    /// readable is its end, or not the protocol); tells it that rank 0
+    /// still waits where it is time to.
+    fn over(&mut self) -> bool {
+        if self.stop.load(Ordering::SeqCst) || readable(self.stream) != Ok(false) {
+            return true;
         }
-        if Instant::now() >= deadline || waiting.over() {
-            return TriggerAnswer::Refused {
-                reason: format!(
-                    "no report in {} after {:.1} s: the window may not have closed yet (its \
-                     steps have not all passed)",
-                    report_dir.display(),
-                    wait.as_secs_f64()
-                ),
-            };
+        if self.told.elapsed() >= KEEP_ALIVE {
+            return self.send(&TriggerAnswer::Waiting).is_err();
         }
-        std::thread::sleep(POLL);
+        false
     }
 }
 
@@ -319,7 +344,14 @@ impl Remote {
         let mut link = self.open(purpose::TRIGGER)?;
         let body = serde_json::to_vec(asked).expect("a request serialises");
         let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        write_frame(&mut link.stream, kind::REQUEST, &body, until)
+        let sealed = sealed(
+            &self.token,
+            &link.challenge,
+            &link.nonce,
+            kind::REQUEST,
+            &body,
+        );
+        write_frame(&mut link.stream, kind::REQUEST, &sealed, until)
             .map_err(|e| self.failed(e.into()))?;
         Ok(TriggerCall { remote: self, link })
     }
@@ -370,17 +402,24 @@ impl Remote {
 }
 
 impl TriggerCall<'_> {
-    /// Rank 0's next answer, waiting for it up to `wait` (rank 0 answers
-    /// with the plan within `PLAN_WAIT`, 10 s, and with the report within the
-    /// wait asked for).
+    /// Rank 0's next answer (never [`TriggerAnswer::Waiting`]: those are
+    /// passed over), waiting for it up to `wait` and a little more (rank 0
+    /// answers within the waits asked for, telling that it waits every
+    /// few seconds meanwhile).
     pub fn answer(&mut self, wait: Duration) -> Result<TriggerAnswer, RemoteError> {
-        let until = Instant::now() + wait.max(PLAN_WAIT) + HANDSHAKE_TIMEOUT;
+        let wait = wait.min(MAX_ANSWER_WAIT) + HANDSHAKE_TIMEOUT;
+        let until = Instant::now() + wait;
         let remote = self.remote;
-        let body = remote.reply(&mut self.link, kind::ANSWER, MAX_ANSWER_BYTES, until)?;
-        serde_json::from_slice(&body).map_err(|_| RemoteError::Malformed {
-            endpoint: remote.endpoint.clone(),
-            what: "an answer that does not parse",
-        })
+        loop {
+            let body = remote.reply(&mut self.link, kind::ANSWER, MAX_ANSWER_BYTES, until)?;
+            let answer = serde_json::from_slice(&body).map_err(|_| RemoteError::Malformed {
+                endpoint: remote.endpoint.clone(),
+                what: "an answer that does not parse",
+            })?;
+            if answer != TriggerAnswer::Waiting {
+                return Ok(answer);
+            }
+        }
     }
 }
 
@@ -425,6 +464,7 @@ mod tests {
                 torch: false,
                 duration_ms: 0,
             },
+            plan_wait_ms: 60_000,
             report_wait_ms: 0,
         }
     }
@@ -475,11 +515,71 @@ mod tests {
         let snapshot = loop {
             match remote.statuses() {
                 Ok(snapshot) => break snapshot,
-                Err(e) => assert!(started.elapsed() < PLAN_WAIT / 2, "{e}"),
+                Err(e) => assert!(started.elapsed() < Duration::from_secs(30), "{e}"),
             }
             std::thread::sleep(Duration::from_millis(20));
         };
         assert_eq!((snapshot.world_size, snapshot.statuses.len()), (2, 0));
         drop(server);
+    }
+
+    /// Rank 0 waits as long as the controller asked: for a plan nobody
+    /// makes, that long, then takes the request back; for a report longer
+    /// than a peer may stay silent, telling the controller it still waits.
+    #[test]
+    fn rank_0_waits_as_asked_and_says_it_still_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        window::write_live(dir.path(), "here").unwrap();
+        let (_server, endpoint) = rank_0(dir.path());
+        let remote = Remote::new(&endpoint, TOKEN);
+        let unplanned = RemoteTrigger {
+            plan_wait_ms: 1_000,
+            ..asked(1)
+        };
+        let answer = remote
+            .trigger(&unplanned)
+            .unwrap()
+            .answer(Duration::from_secs(30));
+        assert!(
+            matches!(&answer, Ok(TriggerAnswer::Refused { reason }) if reason.contains("no plan within 1.0 s")),
+            "{answer:?}"
+        );
+        requests_pending(dir.path(), 0);
+
+        // This test plans the window, as the windows thread would, and
+        // writes its report 11 s later.
+        let waited = RemoteTrigger {
+            report_wait_ms: 60_000,
+            ..asked(2)
+        };
+        let mut call = remote.trigger(&waited).unwrap();
+        requests_pending(dir.path(), 1);
+        let (paths, _) = window::pending_requests(dir.path(), 1).unwrap();
+        let request = window::read_request(&window::claim_request(&paths[0]).unwrap()).unwrap();
+        let plan = window::Plan {
+            index: 1,
+            first_step: 5,
+            steps: 1,
+            trigger: Trigger::Command,
+            nonce: request.nonce,
+            torch: false,
+            run: Some("r".into()),
+        };
+        window::write_plan(dir.path(), &plan).unwrap();
+        let planned = call.answer(Duration::from_secs(30)).unwrap();
+        let TriggerAnswer::Planned { report_dir, .. } = planned else {
+            panic!("{planned:?}");
+        };
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(11));
+            std::fs::create_dir_all(&report_dir).unwrap();
+            std::fs::write(report_dir.join("report.json"), "{}").unwrap();
+        });
+        let written = call.answer(Duration::from_secs(60));
+        writer.join().unwrap();
+        assert!(
+            matches!(written, Ok(TriggerAnswer::Written { .. })),
+            "{written:?}"
+        );
     }
 }

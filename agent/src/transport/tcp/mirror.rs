@@ -18,7 +18,7 @@
 //! rules. The windows work unchanged on both sides: only the files travel.
 //!
 //! Rank 0 keeps at most [`MAX_MIRRORS`] mirrors, a thread each looking
-//! every [`TICK`]; a rank past them, or one that cannot reach rank 0, is
+//! every [`TICK`] (the rank every [`RANK_TICK`]); a rank past them, or one that cannot reach rank 0, is
 //! named missing in the windows it cannot reach, as a rank blind to a
 //! shared folder is.
 
@@ -42,8 +42,11 @@ use super::wire::{
 use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
 use crate::notice::notice;
 
-/// How often each side looks for what to send.
+/// How often rank 0 looks for what to send a mirror (a plan leads its
+/// window by 0.3 s: this look, the rank's and its windows thread's fit).
 const TICK: Duration = Duration::from_millis(100);
+/// How often a rank looks (its own files only).
+const RANK_TICK: Duration = Duration::from_millis(50);
 /// How long a rank waits to try rank 0 again after a failed connection,
 /// at first; each failure more doubles it, up to [`MAX_RETRY`].
 const RETRY: Duration = Duration::from_secs(1);
@@ -146,8 +149,11 @@ impl MirrorDesk {
                 send(stream, &Mirrored::Watch)?;
                 watch_sent = Some(Instant::now());
             }
-            // The rank's statuses.
-            while readable(stream)? {
+            // The rank's statuses; its closing the connection is its end.
+            while match readable(stream) {
+                Err(ConnectionRefusal::Closed) => return Ok(()),
+                readable => readable?,
+            } {
                 let until = Instant::now() + HANDSHAKE_TIMEOUT;
                 let body = read_frame(stream, kind::STATUS, MAX_MESSAGE_BYTES, until)?;
                 let status: LiveStatus = serde_json::from_slice(&body)
@@ -307,7 +313,7 @@ struct Mirroring {
     next_window: u32,
     /// When the status last sent was written.
     status_sent: Option<SystemTime>,
-    /// A failure was said (once).
+    /// A failure was said (one is, of all).
     said: bool,
 }
 
@@ -341,7 +347,7 @@ impl Mirroring {
             if self.apart {
                 self.send_windows();
             }
-            std::thread::sleep(TICK);
+            std::thread::sleep(RANK_TICK);
         }
     }
 
@@ -433,11 +439,17 @@ impl Mirroring {
             let Some(path) = own_payload(&window::window_dir(&s.session_dir, index), s) else {
                 continue;
             };
-            if let Err(e) = self.send_window(index, &path) {
-                notice!(
-                    "window {index}: this rank's data did not reach rank 0: {}",
-                    rankscope_common::error::Chain(&e)
-                );
+            match self.send_window(index, &path) {
+                Ok(()) => {}
+                Err(e) if !self.said => {
+                    self.said = true;
+                    notice!(
+                        "window {index}: this rank's data did not reach rank 0 (later windows' \
+                         failures are not said): {}",
+                        rankscope_common::error::Chain(&e)
+                    );
+                }
+                Err(_) => {}
             }
             self.next_window = index + 1;
         }

@@ -160,7 +160,7 @@ impl Server {
         let desk = settings
             .control
             .clone()
-            .map(|dir| Desk::new(dir, settings.world_size));
+            .map(|dir| Desk::new(dir, settings.world_size, settings.token.clone()));
         let mirrors = settings
             .control
             .clone()
@@ -347,7 +347,10 @@ fn serve(
             answer_clock(&mut stream, hello.what, &reply, shared, handshake)
         }
         purpose::TRIGGER | purpose::STATUS => match &shared.desk {
-            Some(desk) => desk.serve(&mut stream, hello.what, &reply, &shared.stop),
+            Some(desk) => {
+                let greeting = (hello.what, &challenge[..], hello.nonce);
+                desk.serve(&mut stream, greeting, &reply, &shared.stop)
+            }
             None => Err(ConnectionRefusal::Malformed(
                 "window control where none is served",
             )),

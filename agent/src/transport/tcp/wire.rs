@@ -177,28 +177,45 @@ pub(super) fn unsealed(
 }
 
 /// Writes one frame — its kind, its length (u64, little endian), its bytes —
-/// by `deadline`.
+/// all of it by `deadline` (a peer that reads a byte now and then gets no
+/// longer).
 pub(super) fn write_frame(
     stream: &mut TcpStream,
     kind: u8,
     body: &[u8],
     deadline: Instant,
 ) -> Result<(), ConnectionRefusal> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(ConnectionRefusal::Stalled);
-    }
-    stream
-        .set_write_timeout(Some(left))
-        .map_err(|_| ConnectionRefusal::Stalled)?;
     let mut head = [0u8; 9];
     head[0] = kind;
     head[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
-    stream
-        .write_all(&head)
-        .and_then(|()| stream.write_all(body))
-        .and_then(|()| stream.flush())
-        .map_err(|e| refusal_of(&e))
+    write_all_by(stream, &head, deadline)?;
+    write_all_by(stream, body, deadline)?;
+    stream.flush().map_err(|e| refusal_of(&e))
+}
+
+/// Writes all of `bytes` to `stream` by `deadline`.
+fn write_all_by(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    deadline: Instant,
+) -> Result<(), ConnectionRefusal> {
+    let mut written = 0;
+    while written < bytes.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnectionRefusal::Stalled);
+        }
+        stream
+            .set_write_timeout(Some(left))
+            .map_err(|_| ConnectionRefusal::Stalled)?;
+        match stream.write(&bytes[written..]) {
+            Ok(0) => return Err(ConnectionRefusal::Closed),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(refusal_of(&e)),
+        }
+    }
+    Ok(())
 }
 
 /// Whether `stream` has bytes to read now, without waiting; `Closed`
