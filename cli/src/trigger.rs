@@ -4,7 +4,7 @@
 //! waits for rank 0's plan (and, with `--wait`, the window's report).
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rankscope::transport::tcp::control::Remote;
@@ -62,9 +62,9 @@ fn through_dir(dir: &Path, request: Request, options: &TriggerOptions) -> Result
     let deadline = Instant::now()
         .checked_add(options.timeout)
         .context("--timeout is too long")?;
-    let asked_at = SystemTime::now();
     let path = window::write_request(dir, &request)
         .with_context(|| format!("writing a window request into {}", dir.display()))?;
+    let asked_at = window::request_time(&path);
     // Unanswered, it is taken back: it must not open a window later, unasked.
     let answer = window::await_answer(dir, (&path, &request.nonce), deadline, &mut || false);
     let plan = match answer {

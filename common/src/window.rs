@@ -502,29 +502,31 @@ impl Request {
     }
 }
 
-/// Rank 0 takes the request file at `path` to answer it: moved out of
-/// the requests (into `control/claimed/`), so that whoever wrote it can no
-/// longer take it back ([`withdraw_request`]); its new path, `None` where
-/// it was withdrawn (or cannot be moved).
+/// Rank 0 takes the request file at `path` to answer it: renamed out of
+/// the requests (`claimed-request-<nonce>.json`), so that whoever wrote it
+/// can no longer take it back ([`withdraw_request`]); its new path, `None`
+/// where it was withdrawn (or cannot be renamed).
 pub fn claim_request(path: &Path) -> Option<PathBuf> {
-    let claimed = path.parent()?.join(CLAIMED_DIR);
-    crate::file::create_real_dir(&claimed).ok()?;
-    let claimed = claimed.join(path.file_name()?);
+    let name = path.file_name()?.to_str()?;
+    let claimed = path.with_file_name(format!("claimed-{name}"));
     std::fs::rename(path, &claimed).ok()?;
     Some(claimed)
 }
 
-/// The folder of the control folder where rank 0 moves a request it
-/// answers.
-const CLAIMED_DIR: &str = "claimed";
+/// When the request file at `path` was written, on its file system's
+/// clock (the one a window's report is stamped by); now where that cannot
+/// be read.
+pub fn request_time(path: &Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| std::time::SystemTime::now())
+}
 
 /// Takes back the request file at `path` that nobody answered in time:
-/// `false` where rank 0 claimed it already (its answer is on the way).
+/// `false` where it is not taken back (rank 0 claimed it already: its
+/// answer is on the way).
 pub fn withdraw_request(path: &Path) -> bool {
-    match std::fs::remove_file(path) {
-        Ok(()) => true,
-        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
-    }
+    std::fs::remove_file(path).is_ok()
 }
 
 /// Rank 0's answer to a request.

@@ -179,6 +179,13 @@ with prof.session("stepping") as session:
 """
 
 
+# The stepping ranks share no collective: one may run a second or more
+# ahead of rank 0 (its start, torch's import, a loaded machine). Windows
+# are planned on rank 0's count of steps; a delay of 100 steps (1 s) keeps
+# the window ahead of a rank that started first.
+PAST_START_SKEW = ["--delay-steps", "100"]
+
+
 def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_path: Path) -> None:
     """`rankscope trigger --torch` from another process while 2 real
     torchrun ranks run: each rank captures exactly the window's steps with
@@ -208,13 +215,15 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
         session_dir = sessions[0].parent.parent
         trigger = subprocess.run(
             [str(RANKSCOPE), "trigger", "--dir", str(session_dir), "--steps", "5", "--torch",
-             "--wait", "--timeout", "120"], capture_output=True, text=True, timeout=180)
+             *PAST_START_SKEW, "--wait", "--timeout", "120"],
+            capture_output=True, text=True, timeout=180)
         assert trigger.returncode == 0, trigger.stdout + trigger.stderr
         assert job.poll() is None, "the job goes on while the window is reported"
         report = json.loads((session_dir / "window-1" / "report.json").read_text())
         remote = subprocess.run(
             [str(RANKSCOPE), "trigger", f"127.0.0.1:{port}", "--steps", "5", "--torch",
-             "--wait", "--timeout", "120"], capture_output=True, text=True, timeout=180,
+             *PAST_START_SKEW, "--wait", "--timeout", "120"],
+            capture_output=True, text=True, timeout=180,
             env=dict(os.environ, RANKSCOPE_TOKEN=token))
         assert remote.returncode == 0, remote.stdout + remote.stderr
         assert remote.stdout.strip().endswith("window-2"), remote.stdout
@@ -228,7 +237,7 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
     assert sorted(t["rank"] for t in report["kernel_traces"]) == [0, 1]
     for window in (report, second):
         mm = [op for op in window["cpu_ops"] if op["name"] == "aten::mm"]
-        assert mm and mm[0]["calls"] == 2 * 5, window["cpu_ops"]
+        assert mm and mm[0]["calls"] == 2 * 5, (window["window"], window["cpu_ops"])
         stage = [s for s in window["stages"] if s["name"] == "step"][0]
         assert stage["count"] == 2 * 5
     assert second["session"]["ranks_reporting"] == [0, 1]

@@ -61,6 +61,13 @@ pub(crate) struct WindowRows {
 }
 
 impl Hub {
+    /// This rank's payload of window `index` is written at `file`: the
+    /// session's transport may carry it to rank 0 (`Transport::window_written`).
+    pub(crate) fn window_written(&self, index: u32, file: &std::path::Path) {
+        self.session
+            .with_running(|state| state.transport.window_written(index, file));
+    }
+
     /// The running session's `rows` as one payload that says it covers
     /// `window`, written into the window's folder; `None` without a running
     /// session.

@@ -115,6 +115,11 @@ pub trait Transport: Send {
         None
     }
 
+    /// This rank's payload of window `index` is written at `file` (in the
+    /// window's folder): where rank 0 cannot see it there, the transport
+    /// may carry it to rank 0's.
+    fn window_written(&self, _index: u32, _file: &std::path::Path) {}
+
     /// Hands this rank's encoded payload to rank 0. On rank 0, waits until
     /// every rank's payload arrived or `deadline` passed and returns what
     /// was gathered (its own payload included); elsewhere `None`.

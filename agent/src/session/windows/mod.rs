@@ -657,7 +657,8 @@ impl Windows {
         });
         match written {
             Ok(Some(payload)) if self.rank == 0 => self.report(hub, payload),
-            Ok(_) => {}
+            Ok(Some(payload)) => hub.window_written(open.plan.index, &payload.gather.file),
+            Ok(None) => {}
             Err(e) => notice!(
                 "window {}: this rank's data could not be written: {}",
                 open.plan.index,

@@ -150,9 +150,8 @@ impl Desk {
             tell.send(&TriggerAnswer::Refused { reason })?;
             return Err(ConnectionRefusal::Replayed);
         }
-        let asked_at = SystemTime::now();
         let plan_wait = asked.plan_wait_ms.clamp(1_000, MAX_PLAN_WAIT_MS);
-        let planned = self.plan(&request, Duration::from_millis(plan_wait), &mut tell);
+        let (planned, asked_at) = self.plan(&request, Duration::from_millis(plan_wait), &mut tell);
         tell.send(&planned)?;
         let TriggerAnswer::Planned { report_dir, .. } = planned else {
             return Ok(());
@@ -196,9 +195,14 @@ impl Desk {
     /// Hands `request` to the windows thread and waits up to `wait` for
     /// its plan or refusal; a request it did not take by then (or whose
     /// controller left) is taken back.
-    fn plan(&self, request: &Request, wait: Duration, tell: &mut Telling<'_>) -> TriggerAnswer {
+    fn plan(
+        &self,
+        request: &Request,
+        wait: Duration,
+        tell: &mut Telling<'_>,
+    ) -> (TriggerAnswer, SystemTime) {
         let dir = &self.session_dir;
-        let refused = |reason: String| TriggerAnswer::Refused { reason };
+        let refused = |reason: String| (TriggerAnswer::Refused { reason }, SystemTime::now());
         if !window::is_live(dir) {
             return refused("the session does not plan windows now (it starts or ends)".into());
         }
@@ -206,13 +210,14 @@ impl Desk {
             Ok(path) => path,
             Err(e) => return refused(format!("rank 0 cannot write the request: {e}")),
         };
+        let asked_at = window::request_time(&path);
         let deadline = Instant::now() + wait;
         let answer =
             window::await_answer(dir, (&path, &request.nonce), deadline, &mut || tell.over());
         match answer {
             window::Answer::Planned(plan) => {
                 let report_dir = window::window_dir(dir, plan.index);
-                TriggerAnswer::Planned { plan, report_dir }
+                (TriggerAnswer::Planned { plan, report_dir }, asked_at)
             }
             window::Answer::Refused(reason) => refused(reason),
             window::Answer::Unanswered if tell.stop.load(Ordering::SeqCst) => {
@@ -425,34 +430,10 @@ impl TriggerCall<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::net::TcpListener;
     use std::path::Path;
 
-    use super::super::server::{Server, ServerSettings, Serves};
+    use super::super::test_support::{rank_0, TOKEN};
     use super::*;
-
-    const TOKEN: &[u8] = b"the job's token";
-
-    /// Rank 0's listener of a 2-rank session in `dir`, serving
-    /// controllers; and its endpoint.
-    fn rank_0(dir: &Path) -> (Server, String) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let endpoint = listener.local_addr().unwrap().to_string();
-        let settings = ServerSettings {
-            serves: Serves::Rank0 { node_size: None },
-            relay: None,
-            senders: 1..2,
-            token: TOKEN.to_vec(),
-            payload_timeout: Duration::from_secs(1),
-            session_id: "s".into(),
-            run_id: "r".into(),
-            world_size: 2,
-            max_frame: 1 << 20,
-            clock_shift_ns: 0,
-            control: Some(dir.to_path_buf()),
-        };
-        (Server::start(listener, settings).unwrap(), endpoint)
-    }
 
     fn asked(n: u32) -> RemoteTrigger {
         RemoteTrigger {

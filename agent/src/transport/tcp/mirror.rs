@@ -7,25 +7,32 @@
 //! while its session runs ([`Mirror`]). It first leaves a probe file in
 //! its own control folder and names it; rank 0 looks for it in its own:
 //! found, the two share the folder and nothing is mirrored. Otherwise rank
-//! 0 sends the rank each window plan of this run it writes and, while
-//! `rankscope top` watches, the watch ([`Mirrored`]); the rank writes them
-//! into its own control folder, where its windows thread reads them as if
-//! rank 0 had written them there. The rank sends each status it rewrites,
-//! which rank 0 writes into its own control folder (for imbalance windows
-//! and `top`), and each window payload it writes, on a connection of its
-//! own (purpose `WINDOW_PAYLOAD`), which rank 0 writes into the window's
-//! folder, where the window's gather finds it by the directory transport's
-//! rules. The windows work unchanged on both sides: only the files travel.
+//! 0 sends the rank each window plan of this run it writes (from the one
+//! the rank needs next) and, while `rankscope top` watches, the watch
+//! ([`Mirrored`]); the rank writes them into its own control folder, where
+//! its windows thread reads them as if rank 0 had written them there. The
+//! rank sends each status it rewrites, which rank 0 writes into its own
+//! control folder (for imbalance windows and `top`), or a beat where it
+//! has none to send. A second thread of the rank's sends each window
+//! payload its windows thread wrote ([`Mirror::window_written`]) on a
+//! connection of its own (purpose `WINDOW_PAYLOAD`), again and again for
+//! a while where that fails; rank 0 writes it into the window's folder,
+//! where the window's gather finds it by the directory transport's rules.
+//! The windows work unchanged on both sides: only the files travel.
 //!
-//! Rank 0 keeps at most [`MAX_MIRRORS`] mirrors, a thread each looking
-//! every [`TICK`] (the rank every [`RANK_TICK`]); a rank past them, or one that cannot reach rank 0, is
-//! named missing in the windows it cannot reach, as a rank blind to a
-//! shared folder is.
+//! Rank 0 keeps one mirror per rank (a newer connection replaces an older
+//! one), ends one whose rank went silent, and keeps at most 1,024 (a
+//! quarter of its open-file limit where that is less), a thread each
+//! looking every [`TICK`]; a rank past them, or one that cannot reach rank
+//! 0, is named missing in the windows, as a rank blind to a shared folder
+//! is.
 
-use std::net::TcpStream;
+use std::collections::HashMap;
+use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -40,18 +47,26 @@ use super::wire::{
     MAX_CONTROL_BYTES,
 };
 use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
-use crate::notice::notice;
+use crate::notice::{notice, spawn_with_notices};
+use crate::sync::lock;
 
 /// How often rank 0 looks for what to send a mirror (a plan leads its
 /// window by 0.3 s: this look, the rank's and its windows thread's fit).
 const TICK: Duration = Duration::from_millis(100);
 /// How often a rank looks (its own files only).
 const RANK_TICK: Duration = Duration::from_millis(50);
-/// How long a rank waits to try rank 0 again after a failed connection,
-/// at first; each failure more doubles it, up to [`MAX_RETRY`].
+/// A rank sends a beat where it sent nothing for this long...
+const BEAT: Duration = Duration::from_secs(5);
+/// ... and rank 0 ends a mirror that sent nothing for this long.
+const SILENT: Duration = Duration::from_secs(30);
+/// How long a rank waits to try rank 0 again after a failure, at first;
+/// each failure more doubles it, up to [`MAX_RETRY`].
 const RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between two tries.
 const MAX_RETRY: Duration = Duration::from_secs(30);
+/// Failed tries at the mirror's first connection that are not said (a
+/// rank that shares rank 0's folder needs none).
+const QUIET_TRIES: u32 = 3;
 /// The most mirrors rank 0 keeps at once.
 const MAX_MIRRORS: usize = 1024;
 /// The largest status or mirrored message read (each is bounded far
@@ -61,9 +76,8 @@ const MAX_MESSAGE_BYTES: u64 = 64 << 10;
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// A watch older than this is over (the ranks' own reading of it is 5 s).
 const WATCH_FRESH: Duration = Duration::from_secs(3);
-/// Windows past the next one a rank looks in for its payload (where it
-/// wrote none of a window, the next ones still go).
-const WINDOWS_AHEAD: u32 = 4;
+/// Window payloads a rank keeps waiting to be sent; an older one goes.
+const MAX_QUEUED: usize = 8;
 /// The probe file's name before its rank and nonce.
 const PROBE_PREFIX: &str = "mirror-probe-";
 
@@ -71,15 +85,30 @@ const PROBE_PREFIX: &str = "mirror-probe-";
 pub(super) struct MirrorDesk {
     session_dir: PathBuf,
     run_id: String,
+    /// Mirrors kept now, against `most`.
     mirrors: AtomicUsize,
+    most: usize,
+    /// Each rank's mirror: its connection's id, and a handle to cut it.
+    by_rank: Mutex<HashMap<u32, (u64, TcpStream)>>,
 }
 
 /// A mirror being served; dropped, it makes room for another.
-struct Serving<'a>(&'a AtomicUsize);
+struct Serving<'a> {
+    desk: &'a MirrorDesk,
+    rank: u32,
+    id: u64,
+}
 
 impl Drop for Serving<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.desk.mirrors.fetch_sub(1, Ordering::SeqCst);
+        let mut by_rank = lock(&self.desk.by_rank);
+        if by_rank
+            .get(&self.rank)
+            .is_some_and(|(id, _)| *id == self.id)
+        {
+            by_rank.remove(&self.rank);
+        }
     }
 }
 
@@ -90,34 +119,46 @@ impl MirrorDesk {
             session_dir,
             run_id,
             mirrors: AtomicUsize::new(0),
+            most: open_files_limit().map_or(MAX_MIRRORS, |limit| MAX_MIRRORS.min(limit / 4)),
+            by_rank: Mutex::default(),
         }
     }
 
-    /// Serves rank `rank`'s mirror until it closes it or `stop` (the
-    /// gather ended); `reply` seals a message.
+    /// Serves rank `rank`'s mirror (connection `id`) until it closes it,
+    /// goes silent, is replaced, or `stop` (the gather ended); `reply`
+    /// seals a message.
     pub(super) fn serve(
         &self,
         stream: &mut TcpStream,
-        rank: u32,
+        (rank, id): (u32, u64),
         reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
         stop: &AtomicBool,
     ) -> Result<(), ConnectionRefusal> {
         let dir = &self.session_dir;
         let handshake = Instant::now() + HANDSHAKE_TIMEOUT;
         let probe = read_frame(stream, kind::PROBE, MAX_CONTROL_BYTES, handshake)?;
-        let probe = String::from_utf8(probe)
+        let (probe, mut next_plan) = String::from_utf8(probe)
             .ok()
-            .filter(|name| is_probe_of(name, rank))
-            .ok_or(ConnectionRefusal::Malformed("a probe's name"))?;
+            .and_then(|text| {
+                let (name, next) = text.split_once('\n')?;
+                let next = next.parse::<u32>().ok().filter(|&n| n >= 1)?;
+                is_probe_of(name, rank).then(|| (name.to_string(), next))
+            })
+            .ok_or(ConnectionRefusal::Malformed("a probe"))?;
         let probed = std::fs::symlink_metadata(window::control_dir(dir).join(probe));
         let shared = probed.is_ok_and(|meta| meta.is_file());
-        let room = shared || self.mirrors.fetch_add(1, Ordering::SeqCst) < MAX_MIRRORS;
-        let _serving = (!shared).then(|| Serving(&self.mirrors));
-        let answer = match (shared, room) {
-            (true, _) => Probed::Shared,
-            (false, true) => Probed::Apart,
-            (false, false) => Probed::NoRoom,
+        let answer = match shared {
+            true => Probed::Shared,
+            false => match self.admit(stream, rank, id) {
+                true => Probed::Apart,
+                false => Probed::NoRoom,
+            },
         };
+        let _serving = (answer == Probed::Apart).then_some(Serving {
+            desk: self,
+            rank,
+            id,
+        });
         write_frame(
             stream,
             kind::SHARED,
@@ -127,14 +168,14 @@ impl MirrorDesk {
         if answer != Probed::Apart {
             return Ok(());
         }
-        let mut next_plan = 1u32;
         let mut watch_sent: Option<Instant> = None;
+        let mut heard = Instant::now();
         let send = |stream: &mut TcpStream, mirrored: &Mirrored| {
             let body = serde_json::to_vec(mirrored).expect("a message serialises");
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
             write_frame(stream, kind::MIRRORED, &reply(kind::MIRRORED, &body), until)
         };
-        while !stop.load(Ordering::SeqCst) {
+        while !stop.load(Ordering::SeqCst) && heard.elapsed() < SILENT {
             // This run's plans, in order (one of an earlier launch in the
             // same folder waits for this run's rank 0 to write its own).
             while let Ok(Some(plan)) = window::read_plan(dir, next_plan) {
@@ -149,13 +190,20 @@ impl MirrorDesk {
                 send(stream, &Mirrored::Watch)?;
                 watch_sent = Some(Instant::now());
             }
-            // The rank's statuses; its closing the connection is its end.
-            while match readable(stream) {
-                Err(ConnectionRefusal::Closed) => return Ok(()),
-                readable => readable?,
-            } {
+            // The rank's statuses and beats; its closing the connection (or
+            // a newer one's cutting it) is its end.
+            loop {
+                match readable(stream) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(_) => return Ok(()),
+                }
                 let until = Instant::now() + HANDSHAKE_TIMEOUT;
                 let body = read_frame(stream, kind::STATUS, MAX_MESSAGE_BYTES, until)?;
+                heard = Instant::now();
+                if body.is_empty() {
+                    continue;
+                }
                 let status: LiveStatus = serde_json::from_slice(&body)
                     .map_err(|_| ConnectionRefusal::Malformed("a status that does not parse"))?;
                 let _ = window::write_status(dir, rank, status);
@@ -163,6 +211,23 @@ impl MirrorDesk {
             std::thread::sleep(TICK);
         }
         Ok(())
+    }
+
+    /// Takes connection `id` of `rank` among the mirrors, in place of the
+    /// rank's older one (cut off); `false` where there is no room.
+    fn admit(&self, stream: &TcpStream, rank: u32, id: u64) -> bool {
+        if self.mirrors.fetch_add(1, Ordering::SeqCst) >= self.most {
+            self.mirrors.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        let Ok(handle) = stream.try_clone() else {
+            self.mirrors.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        };
+        if let Some((_, older)) = lock(&self.by_rank).insert(rank, (id, handle)) {
+            let _ = older.shutdown(Shutdown::Both);
+        }
+        true
     }
 
     /// Takes rank `rank`'s payload of a window and writes it into the
@@ -204,6 +269,17 @@ impl MirrorDesk {
     }
 }
 
+/// This process's limit of open files (the soft one), where it can be read.
+fn open_files_limit() -> Option<usize> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    read.then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+}
+
 /// Rank 0's answer to a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -212,7 +288,7 @@ enum Probed {
     Apart = 0,
     /// The rank and rank 0 share the folder: nothing to mirror.
     Shared = 1,
-    /// Apart, but rank 0 mirrors [`MAX_MIRRORS`] ranks already.
+    /// Apart, but rank 0 keeps as many mirrors as it can already.
     NoRoom = 2,
 }
 
@@ -234,141 +310,207 @@ pub(super) struct MirrorSettings {
     pub(super) run_id: String,
     /// The largest payload rank 0 takes.
     pub(super) max_frame: u64,
-    /// How long a window payload may take to send.
+    /// How long a window payload is tried, and may take to send.
     pub(super) payload_timeout: Duration,
 }
 
-/// A rank's mirror of rank 0's window control files, on a thread of its
-/// own while the session runs.
+/// Whether the rank and rank 0 share the folder, as rank 0 said.
+mod folder {
+    /// Not said yet.
+    pub(super) const UNKNOWN: u8 = 0;
+    /// Apart: the files travel.
+    pub(super) const APART: u8 = 1;
+    /// Shared, or rank 0 has no room: nothing travels.
+    pub(super) const NOTHING: u8 = 2;
+}
+
+/// What the rank's two mirror threads share.
+struct MirrorState {
+    settings: MirrorSettings,
+    folder: AtomicU8,
+    stop: AtomicBool,
+    /// With the stop, until when the window payloads queued are still
+    /// tried (`None`: not at all).
+    last_until: Mutex<Option<Instant>>,
+    /// The mirror's connection, to cut it at a stop.
+    link: Mutex<Option<TcpStream>>,
+    /// Threads still running, and their end said.
+    running: Mutex<usize>,
+    ended: Condvar,
+}
+
+impl MirrorState {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn thread_ended(&self) {
+        *lock(&self.running) -= 1;
+        self.ended.notify_all();
+    }
+}
+
+/// A rank's mirror of rank 0's window control files, and the sender of
+/// its window payloads, on two threads while the session runs.
 pub(super) struct Mirror {
-    stop: Arc<AtomicBool>,
-    /// At the stop, window payloads written since the last look are sent
-    /// (the session's last window, closed as it finished).
-    last_look: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    state: Arc<MirrorState>,
+    payloads: Mutex<Sender<(u32, PathBuf)>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Mirror {
-    /// Starts the mirror; `None` (said) where its thread cannot start.
+    /// Starts the mirror; `None` (said) where its threads cannot start.
     pub(super) fn start(settings: MirrorSettings) -> Option<Mirror> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let last_look = Arc::new(AtomicBool::new(false));
-        let mut mirroring = Mirroring {
+        let state = Arc::new(MirrorState {
             settings,
-            link: None,
-            apart: false,
-            retry_at: Instant::now(),
-            retry: RETRY,
-            next_window: 1,
-            status_sent: None,
-            said: false,
-        };
-        let (stopped, looking) = (Arc::clone(&stop), Arc::clone(&last_look));
-        let thread = std::thread::Builder::new()
-            .name("rankscope-mirror".into())
-            .spawn(move || mirroring.run(&stopped, &looking));
-        match thread {
-            Ok(thread) => Some(Mirror {
-                stop,
-                last_look,
-                thread: Some(thread),
+            folder: AtomicU8::new(folder::UNKNOWN),
+            stop: AtomicBool::new(false),
+            last_until: Mutex::new(None),
+            link: Mutex::new(None),
+            running: Mutex::new(2),
+            ended: Condvar::new(),
+        });
+        let (payloads, queued) = std::sync::mpsc::channel();
+        let mirroring = Arc::clone(&state);
+        let sending = Arc::clone(&state);
+        let threads = [
+            spawn_with_notices("rankscope-mirror", move || {
+                Mirroring::new(&mirroring).run();
+                mirroring.thread_ended();
+            }),
+            spawn_with_notices("rankscope-mirror-payloads", move || {
+                send_payloads(&sending, &queued);
+                sending.thread_ended();
+            }),
+        ];
+        let started: Result<Vec<_>, _> = threads.into_iter().collect();
+        match started {
+            Ok(threads) => Some(Mirror {
+                state,
+                payloads: Mutex::new(payloads),
+                threads,
             }),
             Err(e) => {
+                state.stop.store(true, Ordering::SeqCst);
                 notice!("windows cannot reach this rank unless it sees rank 0's folder: {e}");
                 None
             }
         }
     }
 
-    /// Sends the window payloads not sent yet, then stops.
-    pub(super) fn finish(mut self) {
-        self.last_look.store(true, Ordering::SeqCst);
-        self.halt();
+    /// Window `index`'s payload of this rank is written at `file`: sent to
+    /// rank 0 where it does not see this rank's folder.
+    pub(super) fn window_written(&self, index: u32, file: &Path) {
+        let _ = lock(&self.payloads).send((index, file.to_path_buf()));
     }
 
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
+    /// Stops, trying the window payloads not sent yet (the session's last
+    /// window, closed as it finished) until halfway to `deadline`, the
+    /// gather's; a thread still blocked then is left to end by itself.
+    pub(super) fn finish(mut self, deadline: Instant) {
+        let now = Instant::now();
+        let until = now + deadline.saturating_duration_since(now) / 2;
+        *lock(&self.state.last_until) = Some(until);
+        self.halt(until);
+    }
+
+    /// Stops; waits for the threads until `until` at most.
+    fn halt(&mut self, until: Instant) {
+        let state = &self.state;
+        state.stop.store(true, Ordering::SeqCst);
+        if let Some(link) = lock(&state.link).as_ref() {
+            let _ = link.shutdown(Shutdown::Both);
+        }
+        let mut running = lock(&state.running);
+        while *running > 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            running = state
+                .ended
+                .wait_timeout(running, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        drop(running);
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
 }
 
 impl Drop for Mirror {
+    /// Stops without trying what is queued (a stop signal: no time), and
+    /// without waiting for a thread blocked on the network.
     fn drop(&mut self) {
-        self.halt();
+        self.halt(Instant::now() + RANK_TICK * 2);
     }
 }
 
 /// The mirror thread's state.
-struct Mirroring {
-    settings: MirrorSettings,
+struct Mirroring<'a> {
+    state: &'a MirrorState,
     link: Option<Link>,
-    /// Rank 0 said it does not see this rank's folder.
-    apart: bool,
-    retry_at: Instant,
-    /// The wait before the next try, after a failure.
-    retry: Duration,
-    /// The window whose payload is sent next.
-    next_window: u32,
+    retry: Backoff,
+    /// The plan index the rank needs next (rank 0 sends from it on).
+    next_plan: u32,
     /// When the status last sent was written.
     status_sent: Option<SystemTime>,
-    /// A failure was said (one is, of all).
-    said: bool,
+    /// When something was last sent.
+    sent: Instant,
 }
 
-impl Mirroring {
-    fn run(&mut self, stop: &AtomicBool, last_look: &AtomicBool) {
-        loop {
-            if stop.load(Ordering::SeqCst) {
-                if last_look.load(Ordering::SeqCst) && self.apart {
-                    self.send_windows();
-                }
-                return;
-            }
-            if self.link.is_none() && Instant::now() >= self.retry_at {
+impl<'a> Mirroring<'a> {
+    fn new(state: &'a MirrorState) -> Self {
+        Mirroring {
+            state,
+            link: None,
+            retry: Backoff::new(),
+            next_plan: 1,
+            status_sent: None,
+            sent: Instant::now(),
+        }
+    }
+
+    fn run(&mut self) {
+        while !self.state.stopping() {
+            if self.link.is_none() && self.retry.due() {
                 match self.connect() {
                     Ok(Some(link)) => {
-                        self.link = Some(link);
-                        self.apart = true;
-                        self.retry = RETRY;
+                        self.keep(link);
+                        self.state.folder.store(folder::APART, Ordering::SeqCst);
+                        self.retry = Backoff::new();
                     }
-                    // One folder: nothing to mirror.
-                    Ok(None) => return,
-                    Err(e) => self.failed(&e),
+                    // One folder (or no room at rank 0): nothing to mirror.
+                    Ok(None) => {
+                        self.state.folder.store(folder::NOTHING, Ordering::SeqCst);
+                        return;
+                    }
+                    Err(e) => self.retry.failed(&e, "window plans and statuses"),
                 }
             }
             if let Some(mut link) = self.link.take() {
                 match self.exchange(&mut link) {
                     Ok(()) => self.link = Some(link),
-                    Err(e) => self.failed(&e),
+                    Err(e) => self.retry.failed(&e, "window plans and statuses"),
                 }
-            }
-            if self.apart {
-                self.send_windows();
             }
             std::thread::sleep(RANK_TICK);
         }
     }
 
-    /// Said once; tried again later, each time later still.
-    fn failed(&mut self, e: &Unreached) {
-        if !self.said {
-            self.said = true;
-            notice!(
-                "window plans and payloads cannot travel between this rank and rank 0 (tried \
-                 again, less and less often): {}",
-                rankscope_common::error::Chain(e)
-            );
-        }
-        self.retry_at = Instant::now() + self.retry;
-        self.retry = (self.retry * 2).min(MAX_RETRY);
+    /// Keeps `link` as the mirror's connection (a handle of it where a stop
+    /// can cut it).
+    fn keep(&mut self, link: Link) {
+        *lock(&self.state.link) = link.stream.try_clone().ok();
+        self.link = Some(link);
     }
 
     /// The mirror's connection, after the probe; `None` where rank 0 sees
     /// this rank's folder, or has no room for another mirror.
     fn connect(&self) -> Result<Option<Link>, Unreached> {
-        let s = &self.settings;
+        let s = &self.state.settings;
         let until = Instant::now() + HANDSHAKE_TIMEOUT;
         let mut link = Link::open(&s.endpoint, &s.token, (s.rank, purpose::MIRROR), until)?;
         let mut nonce = [0u8; 16];
@@ -380,7 +522,8 @@ impl Mirroring {
         create_real_dir(&control)
             .and_then(|()| write_atomic(&path, b"probe\n"))
             .map_err(Unreached::Files)?;
-        let answer = write_frame(&mut link.stream, kind::PROBE, probe.as_bytes(), until)
+        let asked = format!("{probe}\n{}", self.next_plan);
+        let answer = write_frame(&mut link.stream, kind::PROBE, asked.as_bytes(), until)
             .map_err(Unreached::from)
             .and_then(|()| link.reply(&s.token, kind::SHARED, MAX_CONTROL_BYTES, until));
         let _ = std::fs::remove_file(&path);
@@ -389,7 +532,7 @@ impl Mirroring {
             [1] => Ok(None),
             [2] => {
                 notice!(
-                    "rank 0 mirrors its window files for {MAX_MIRRORS} ranks already: this \
+                    "rank 0 mirrors its window files for as many ranks as it can already: this \
                      rank takes part in windows only where it sees rank 0's session directory"
                 );
                 Ok(None)
@@ -399,9 +542,9 @@ impl Mirroring {
     }
 
     /// Takes what rank 0 sent, and sends this rank's status where it was
-    /// rewritten.
+    /// rewritten (or a beat, where nothing was sent for a while).
     fn exchange(&mut self, link: &mut Link) -> Result<(), Unreached> {
-        let s = &self.settings;
+        let s = &self.state.settings;
         let dir = &s.session_dir;
         while readable(&link.stream)? {
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
@@ -411,6 +554,7 @@ impl Mirroring {
             // Written for the windows thread to read, as rank 0 wrote it.
             let _ = match mirrored {
                 Mirrored::Plan { plan } if plan.run.as_deref() == Some(s.run_id.as_str()) => {
+                    self.next_plan = self.next_plan.max(plan.index.saturating_add(1));
                     window::write_plan(dir, &plan)
                 }
                 Mirrored::Plan { .. } => Ok(()),
@@ -419,78 +563,288 @@ impl Mirroring {
         }
         let path = window::status_path(dir, s.rank);
         let written = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let mut status = Vec::new();
         if written.is_some() && written != self.status_sent {
             let bytes = open_regular(&path, false).and_then(|f| read_capped(f, MAX_MESSAGE_BYTES));
-            if let Ok(bytes) = bytes {
-                let until = Instant::now() + HANDSHAKE_TIMEOUT;
-                write_frame(&mut link.stream, kind::STATUS, &bytes, until)?;
-            }
+            status = bytes.unwrap_or_default();
             self.status_sent = written;
         }
-        Ok(())
-    }
-
-    /// Sends rank 0 this rank's payloads of the next windows, in order, as
-    /// they are written.
-    fn send_windows(&mut self) {
-        let s = &self.settings;
-        let first = self.next_window;
-        for index in first..first.saturating_add(WINDOWS_AHEAD) {
-            let Some(path) = own_payload(&window::window_dir(&s.session_dir, index), s) else {
-                continue;
-            };
-            match self.send_window(index, &path) {
-                Ok(()) => {}
-                Err(e) if !self.said => {
-                    self.said = true;
-                    notice!(
-                        "window {index}: this rank's data did not reach rank 0 (later windows' \
-                         failures are not said): {}",
-                        rankscope_common::error::Chain(&e)
-                    );
-                }
-                Err(_) => {}
-            }
-            self.next_window = index + 1;
+        // An empty one is a beat.
+        if !status.is_empty() || self.sent.elapsed() >= BEAT {
+            let until = Instant::now() + HANDSHAKE_TIMEOUT;
+            write_frame(&mut link.stream, kind::STATUS, &status, until)?;
+            self.sent = Instant::now();
         }
-    }
-
-    fn send_window(&self, index: u32, path: &Path) -> Result<(), Unreached> {
-        let s = &self.settings;
-        let bytes = open_regular(path, false)
-            .and_then(|f| read_capped(f, s.max_frame))
-            .map_err(Unreached::Files)?;
-        let file = path.file_name().unwrap_or_default().to_string_lossy();
-        let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        let mut link = Link::open(
-            &s.endpoint,
-            &s.token,
-            (s.rank, purpose::WINDOW_PAYLOAD),
-            until,
-        )?;
-        let name = format!("{index}/{file}");
-        write_frame(&mut link.stream, kind::WINDOW_NAME, name.as_bytes(), until)?;
-        let until = Instant::now() + s.payload_timeout;
-        write_frame(&mut link.stream, kind::PAYLOAD, &bytes, until)?;
-        link.reply(&s.token, kind::ACK, MAX_CONTROL_BYTES, until)?;
         Ok(())
     }
 }
 
-/// This rank's payload file in the window folder `folder`, once written.
-fn own_payload(folder: &Path, s: &MirrorSettings) -> Option<PathBuf> {
-    std::fs::read_dir(folder)
-        .ok()?
-        .filter_map(|entry| entry.ok())
-        .find(|entry| {
-            let name = entry.file_name();
-            let is_file = entry.file_type().is_ok_and(|t| t.is_file());
-            is_file
-                && spill::is_spill_of(
-                    &name.to_string_lossy(),
-                    Some(s.rank),
-                    Some(s.run_id.as_str()),
-                )
-        })
-        .map(|entry| entry.path())
+/// When to try again after failures, and whether to say so: the first
+/// failures of a connection that may be needed at all are not said.
+struct Backoff {
+    at: Instant,
+    wait: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            at: Instant::now(),
+            wait: RETRY,
+            failures: 0,
+        }
+    }
+
+    fn due(&self) -> bool {
+        Instant::now() >= self.at
+    }
+
+    /// Notes a failure of `what`, said once, after [`QUIET_TRIES`].
+    fn failed(&mut self, e: &Unreached, what: &str) {
+        self.failures += 1;
+        if self.failures == QUIET_TRIES {
+            notice!(
+                "{what} cannot travel between this rank and rank 0 (tried again, less and less \
+                 often): {}",
+                rankscope_common::error::Chain(e)
+            );
+        }
+        self.at = Instant::now() + self.wait;
+        self.wait = (self.wait * 2).min(MAX_RETRY);
+    }
+}
+
+/// The payload sender's thread: sends each window payload queued, in
+/// order, once rank 0 said it does not see this rank's folder; one that
+/// fails is tried again (with a growing pause) for `payload_timeout`.
+fn send_payloads(state: &MirrorState, queued: &Receiver<(u32, PathBuf)>) {
+    let mut pending: Vec<(u32, PathBuf, Option<Instant>)> = Vec::new();
+    let mut retry = Backoff::new();
+    let queue = |pending: &mut Vec<(u32, PathBuf, Option<Instant>)>, (index, path)| {
+        if pending.len() >= MAX_QUEUED {
+            pending.remove(0);
+        }
+        pending.push((index, path, None));
+    };
+    loop {
+        match queued.recv_timeout(RANK_TICK) {
+            Ok(written) => queue(&mut pending, written),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        while let Ok(written) = queued.try_recv() {
+            queue(&mut pending, written);
+        }
+        let last_until = *lock(&state.last_until);
+        let stopping = state.stopping();
+        // At the stop, what was queued (all there is: the windows thread
+        // ended first) is tried until the last look's end.
+        let over = last_until.is_none_or(|until| Instant::now() >= until);
+        if stopping && (pending.is_empty() || over) {
+            return;
+        }
+        match state.folder.load(Ordering::SeqCst) {
+            folder::NOTHING => return,
+            folder::UNKNOWN if stopping => return,
+            folder::UNKNOWN => continue,
+            _ => {}
+        }
+        while let Some((index, path, first_try)) = pending.first_mut() {
+            if !retry.due() && !state.stopping() {
+                break;
+            }
+            let since = *first_try.get_or_insert_with(Instant::now);
+            match send_window(&state.settings, *index, path, last_until) {
+                Ok(()) => {
+                    pending.remove(0);
+                    retry = Backoff::new();
+                }
+                Err(e) if since.elapsed() >= state.settings.payload_timeout => {
+                    notice!(
+                        "window {index}: this rank's data did not reach rank 0: {}",
+                        rankscope_common::error::Chain(&e)
+                    );
+                    pending.remove(0);
+                }
+                Err(e) => {
+                    retry.failed(&e, "window payloads");
+                    break;
+                }
+            }
+            if last_until.is_some_and(|until| Instant::now() >= until) {
+                return;
+            }
+        }
+    }
+}
+
+/// Sends window `index`'s payload at `path` to rank 0, by `until` where
+/// given (the stop's last look).
+fn send_window(
+    s: &MirrorSettings,
+    index: u32,
+    path: &Path,
+    until: Option<Instant>,
+) -> Result<(), Unreached> {
+    let bytes = open_regular(path, false)
+        .and_then(|f| read_capped(f, s.max_frame))
+        .map_err(Unreached::Files)?;
+    let file = path.file_name().unwrap_or_default().to_string_lossy();
+    let by = |wait: Duration| until.map_or(Instant::now() + wait, |u| u.min(Instant::now() + wait));
+    let mut link = Link::open(
+        &s.endpoint,
+        &s.token,
+        (s.rank, purpose::WINDOW_PAYLOAD),
+        by(HANDSHAKE_TIMEOUT),
+    )?;
+    let name = format!("{index}/{file}");
+    write_frame(
+        &mut link.stream,
+        kind::WINDOW_NAME,
+        name.as_bytes(),
+        by(HANDSHAKE_TIMEOUT),
+    )?;
+    let deadline = by(s.payload_timeout);
+    write_frame(&mut link.stream, kind::PAYLOAD, &bytes, deadline)?;
+    link.reply(&s.token, kind::ACK, MAX_CONTROL_BYTES, deadline)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use rankscope_common::spill::SpillName;
+    use rankscope_common::window::{Plan, Trigger};
+
+    use super::super::test_support::{rank_0, TOKEN};
+    use super::*;
+
+    fn settings(endpoint: &str, own: &Path) -> MirrorSettings {
+        MirrorSettings {
+            endpoint: endpoint.to_string(),
+            token: TOKEN.to_vec(),
+            rank: 1,
+            session_dir: own.to_path_buf(),
+            run_id: "r".into(),
+            max_frame: 1 << 20,
+            payload_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Waits (up to 30 s) until `what` holds.
+    fn eventually(what: &str, holds: impl Fn() -> bool) {
+        let started = Instant::now();
+        while !holds() {
+            assert!(started.elapsed() < Duration::from_secs(30), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A rank whose folder rank 0 does not see: rank 0's plans (of this
+    /// run) and watch reach its folder, its status and its window
+    /// payloads (of any window, in any order) reach rank 0's.
+    #[test]
+    fn a_rank_apart_mirrors_plans_statuses_and_window_payloads() {
+        let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_server, endpoint) = rank_0(home.path());
+        let mirror = Mirror::start(settings(&endpoint, own.path())).unwrap();
+        let plan = |index, run: &str| Plan {
+            index,
+            first_step: 10,
+            steps: 5,
+            trigger: Trigger::Command,
+            nonce: format!("n{index}"),
+            torch: false,
+            run: Some(run.into()),
+        };
+        window::write_plan(home.path(), &plan(1, "r")).unwrap();
+        eventually("plan 1 mirrored", || {
+            window::read_plan(own.path(), 1).is_ok_and(|p| p == Some(plan(1, "r")))
+        });
+        window::watch(home.path()).unwrap();
+        eventually("the watch mirrored", || {
+            window::watched(own.path(), Duration::from_secs(5))
+        });
+        let status = LiveStatus {
+            run: Some("r".into()),
+            world_size: 2,
+            host: "node-1".into(),
+            elapsed_s: 1.0,
+            steps: 7,
+            step_s: Some(0.01),
+            stages: vec!["denoise".into()],
+            gpus: Vec::new(),
+            simulated: false,
+        };
+        window::write_status(own.path(), 1, status.clone()).unwrap();
+        eventually("the status mirrored", || {
+            window::read_status(home.path(), 1).is_ok_and(|s| s == status)
+        });
+        let name = SpillName {
+            rank: 1,
+            run_id: Some("r"),
+            process: 7,
+        }
+        .file_name();
+        for index in [9, 2] {
+            let folder = window::window_dir(own.path(), index);
+            std::fs::create_dir_all(&folder).unwrap();
+            std::fs::write(folder.join(&name), format!("window {index}")).unwrap();
+            mirror.window_written(index, &folder.join(&name));
+        }
+        for index in [2, 9] {
+            let there = window::window_dir(home.path(), index).join(&name);
+            eventually("the payload sent", || {
+                std::fs::read_to_string(&there).is_ok_and(|t| t == format!("window {index}"))
+            });
+        }
+        // Another run's plan is not mirrored.
+        window::write_plan(home.path(), &plan(2, "an earlier run")).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(window::read_plan(own.path(), 2).unwrap().is_none());
+        mirror.finish(Instant::now() + Duration::from_secs(5));
+    }
+
+    /// A rank that shares rank 0's folder mirrors nothing: its mirror ends
+    /// at once, and a payload it wrote is not sent.
+    #[test]
+    fn a_rank_in_rank_0s_folder_mirrors_nothing() {
+        let home = tempfile::tempdir().unwrap();
+        let (_server, endpoint) = rank_0(home.path());
+        let mirror = Mirror::start(settings(&endpoint, home.path())).unwrap();
+        eventually("rank 0 answered the probe", || {
+            mirror.state.folder.load(Ordering::SeqCst) == folder::NOTHING
+        });
+        let probes = std::fs::read_dir(window::control_dir(home.path()))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains("probe")
+            })
+            .count();
+        assert_eq!(probes, 0, "the probe file is removed");
+        mirror.finish(Instant::now() + Duration::from_secs(5));
+    }
+
+    /// A rank 0 that takes connections and never answers (stopped, say)
+    /// does not hold the rank's finish past the time it is given.
+    #[test]
+    fn a_silent_rank_0_does_not_hold_the_finish() {
+        let own = tempfile::tempdir().unwrap();
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = silent.local_addr().unwrap().to_string();
+        let mirror = Mirror::start(settings(&endpoint, own.path())).unwrap();
+        let state = Arc::clone(&mirror.state);
+        std::thread::sleep(Duration::from_millis(200));
+        // The mirror waits up to 5 s for rank 0's greeting; the finish,
+        // given a second, returns while it still does.
+        mirror.finish(Instant::now() + Duration::from_secs(1));
+        assert!(*lock(&state.running) >= 1, "the finish waited for rank 0");
+        drop(silent);
+    }
 }

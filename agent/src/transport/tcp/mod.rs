@@ -49,6 +49,8 @@ use crate::notice::{notice, say};
 pub mod control;
 mod mirror;
 mod server;
+#[cfg(test)]
+mod test_support;
 mod wire;
 
 use mirror::{Mirror, MirrorSettings};
@@ -670,6 +672,12 @@ impl Transport for TcpTransport {
         self.fallback = None;
     }
 
+    fn window_written(&self, index: u32, file: &std::path::Path) {
+        if let Some(mirror) = &self.mirror {
+            mirror.window_written(index, file);
+        }
+    }
+
     fn open(
         &mut self,
         session: &SessionInfo<'_>,
@@ -744,7 +752,7 @@ impl Transport for TcpTransport {
         }
         if let Some(mirror) = self.mirror.take() {
             // The session's last window, closed as it finished, goes first.
-            mirror.finish();
+            mirror.finish(deadline);
         }
         if session.rank != 0 {
             if !self.reached {

@@ -362,7 +362,7 @@ fn serve(
                 ));
             };
             if hello.what == purpose::MIRROR {
-                return mirrors.serve(&mut stream, hello.rank, &reply, &shared.stop);
+                return mirrors.serve(&mut stream, (hello.rank, id), &reply, &shared.stop);
             }
             let settings = &shared.settings;
             let limits = (settings.max_frame, settings.payload_timeout);
@@ -488,11 +488,14 @@ fn admit(
     *reached = Reached::LeftWaiting;
     // Authenticated: among the ranks' connections, a budget of their own
     // (rank 0's: every rank's rendezvous and resync).
-    let peers = match settings.serves {
-        Serves::Rank0 { .. } => settings.world_size as usize,
-        Serves::Leader => settings.senders.len(),
+    // (Where rank 0 mirrors window files, a rank's mirror and window
+    // payload may be open beside the others.)
+    let (peers, each) = match settings.serves {
+        Serves::Rank0 { .. } if settings.control.is_some() => (settings.world_size as usize, 4),
+        Serves::Rank0 { .. } => (settings.world_size as usize, 2),
+        Serves::Leader => (settings.senders.len(), 2),
     };
-    let most = peers * 2 + 16;
+    let most = peers * each + 16;
     if shared.connections.fetch_add(1, Ordering::SeqCst) >= most {
         shared.connections.fetch_sub(1, Ordering::SeqCst);
         return Err(ConnectionRefusal::TooMany);

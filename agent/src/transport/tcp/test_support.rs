@@ -1,0 +1,31 @@
+//! What the listener's tests share: rank 0's listener of a small session.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use super::server::{Server, ServerSettings, Serves};
+
+/// The job token of the tests' sessions.
+pub(super) const TOKEN: &[u8] = b"the job's token";
+
+/// Rank 0's listener of a 2-rank session of run `r` in `dir`, serving
+/// controllers and mirrors; and its endpoint.
+pub(super) fn rank_0(dir: &Path) -> (Server, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    let settings = ServerSettings {
+        serves: Serves::Rank0 { node_size: None },
+        relay: None,
+        senders: 1..2,
+        token: TOKEN.to_vec(),
+        payload_timeout: Duration::from_secs(1),
+        session_id: "s".into(),
+        run_id: "r".into(),
+        world_size: 2,
+        max_frame: 1 << 20,
+        clock_shift_ns: 0,
+        control: Some(dir.to_path_buf()),
+    };
+    (Server::start(listener, settings).unwrap(), endpoint)
+}
