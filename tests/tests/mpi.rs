@@ -13,6 +13,13 @@ mod support;
 /// Runs `mpirun` with `args` (program and its arguments included), writing
 /// into `out`.
 fn mpirun(args: &[&str], out: &Path, env: &[(&str, &str)]) -> Output {
+    mpirun_command(args, out, env)
+        .output()
+        .expect("running mpirun (scripts/test.sh installs Open MPI)")
+}
+
+/// The `mpirun` command of [`mpirun`], to start.
+fn mpirun_command(args: &[&str], out: &Path, env: &[(&str, &str)]) -> Command {
     let mut command = Command::new("mpirun");
     for (key, _) in std::env::vars() {
         if key.starts_with("RANKSCOPE_") {
@@ -29,8 +36,6 @@ fn mpirun(args: &[&str], out: &Path, env: &[(&str, &str)]) -> Output {
         .arg("--oversubscribe")
         .args(args);
     command
-        .output()
-        .expect("running mpirun (scripts/test.sh installs Open MPI)")
 }
 
 /// The one session directory in `out` (beside any files a test left).
@@ -287,6 +292,58 @@ fn rolling_windows_under_mpirun_each_get_a_report_of_every_rank() {
             .collect();
         assert_eq!(stragglers, [3], "window {index}");
     }
+}
+
+/// A window asked for by `rankscope trigger` from another process while 4
+/// ranks run under mpirun (rank 3 three times slower): its report holds
+/// every rank and names rank 3; the job goes on and gathers over MPI.
+#[test]
+fn a_trigger_under_mpirun_gets_a_window_of_every_rank() {
+    let out = tempfile::tempdir().unwrap();
+    let job = mpirun_command(
+        &["-n", "4", RANK, "--steps", "600", "--slow-rank", "3"],
+        out.path(),
+        &[],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("running mpirun (scripts/test.sh installs Open MPI)");
+    let started = std::time::Instant::now();
+    let dir = loop {
+        let live = std::fs::read_dir(out.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|dir| dir.join("control/live").exists());
+        if let Some(dir) = live {
+            break dir;
+        }
+        assert!(started.elapsed().as_secs() < 60, "no session started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let trigger = Command::new(support::rankscope_cli())
+        .args(["trigger", "--dir", dir.to_str().unwrap()])
+        .args(["--steps", "10", "--wait", "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert!(trigger.status.success(), "{}", text(&trigger.stderr));
+    let window = report(&dir.join("window-1"));
+    let run = job.wait_with_output().unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(window["window"]["trigger"], "command");
+    assert_eq!(
+        window["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    let stragglers: Vec<_> = window["stragglers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["stage"] == "denoise_step")
+        .map(|s| s["rank"].clone())
+        .collect();
+    assert_eq!(stragglers, [3]);
+    assert_eq!(report(&dir)["session"]["transport"], "mpi");
 }
 
 /// 16 processes as 4 simulated nodes of 4 (RANKSCOPE_SIMULATED_NODES): each
