@@ -238,17 +238,7 @@ fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     std::fs::create_dir_all(&control).unwrap();
     std::fs::write(control.join("request-junk.json"), "{not json").unwrap();
 
-    let trigger = Command::new(support::rankscope_cli())
-        .args(["trigger", "--dir", dir.to_str().unwrap()])
-        .args(["--steps", "10", "--wait", "--timeout", "60"])
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&trigger.stdout).to_string();
-    assert!(
-        trigger.status.success(),
-        "{printed}{}",
-        String::from_utf8_lossy(&trigger.stderr)
-    );
+    let printed = support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
     let window_dir = dir.join("window-1");
     assert!(
         printed.starts_with("window 1: steps ") && printed.trim_end().ends_with("window-1"),
@@ -258,16 +248,7 @@ fn a_trigger_from_another_process_gets_a_window_report_while_the_job_runs() {
     let report = read_report(&window_dir);
     // A second window, of about 0.3 s: rank 0 turns it into steps at its
     // pace (its steps take 10 ms or more: 30 at most).
-    let timed = Command::new(support::rankscope_cli())
-        .args(["trigger", "--dir", dir.to_str().unwrap()])
-        .args(["--seconds", "0.3", "--wait", "--timeout", "60"])
-        .output()
-        .unwrap();
-    assert!(
-        timed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&timed.stderr)
-    );
+    support::trigger(&dir, &["--seconds", "0.3", "--wait", "--timeout", "60"]);
     let second = read_report(&dir.join("window-2"));
     let steps = second["window"]["steps"].as_u64().unwrap();
     assert!((1..=30).contains(&steps), "{steps} steps");
@@ -529,16 +510,7 @@ fn hostile_control_files_neither_hang_nor_stop_the_job() {
     }
     std::fs::create_dir(control.join("request-b.json")).unwrap();
     std::os::unix::fs::symlink(elsewhere.path(), dir.join("window-1")).unwrap();
-    let trigger = Command::new(support::rankscope_cli())
-        .args(["trigger", "--dir", dir.to_str().unwrap()])
-        .args(["--steps", "5", "--timeout", "60"])
-        .output()
-        .unwrap();
-    assert!(
-        trigger.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trigger.stderr)
-    );
+    support::trigger(&dir, &["--steps", "5", "--timeout", "60"]);
     // Every rank finishes (none hangs on a FIFO), and nothing went through
     // the link: the window's data could not be written, and the ranks say
     // why.
@@ -756,16 +728,7 @@ fn ranks_apart_from_rank_0s_folder_take_part_in_windows_over_tcp() {
         .collect();
     let dir = live_session_dir(outs[0].path());
 
-    let trigger = Command::new(support::rankscope_cli())
-        .args(["trigger", "--dir", dir.to_str().unwrap()])
-        .args(["--steps", "10", "--wait", "--timeout", "60"])
-        .output()
-        .unwrap();
-    assert!(
-        trigger.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trigger.stderr)
-    );
+    support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
     let report = read_report(&dir.join("window-1"));
     assert_eq!(
         report["session"]["ranks_reporting"],

@@ -155,3 +155,20 @@ pub fn node_leaders(report: &serde_json::Value) -> Vec<u64> {
         .map(|node| node["leader"].as_u64().unwrap())
         .collect()
 }
+
+/// `rankscope trigger --dir DIR ARGS…`, which must succeed: what it
+/// printed.
+pub fn trigger(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new(rankscope_cli())
+        .args(["trigger", "--dir", dir.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    printed
+}

@@ -467,7 +467,6 @@ mod tests {
     #[test]
     fn controllers_past_the_limit_or_without_the_token_are_turned_away() {
         let dir = tempfile::tempdir().unwrap();
-        window::write_live(dir.path(), "here").unwrap();
         let (server, endpoint) = rank_0(dir.path());
         let remote = Remote::new(&endpoint, TOKEN);
         let waiting: Vec<TriggerCall<'_>> = (0..AT_ONCE as u32)
@@ -510,7 +509,6 @@ mod tests {
     #[test]
     fn rank_0_waits_as_asked_and_says_it_still_waits() {
         let dir = tempfile::tempdir().unwrap();
-        window::write_live(dir.path(), "here").unwrap();
         let (_server, endpoint) = rank_0(dir.path());
         let remote = Remote::new(&endpoint, TOKEN);
         let unplanned = RemoteTrigger {

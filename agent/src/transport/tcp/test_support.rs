@@ -10,8 +10,10 @@ use super::server::{Server, ServerSettings, Serves};
 pub(super) const TOKEN: &[u8] = b"the job's token";
 
 /// Rank 0's listener of a 2-rank session of run `r` in `dir`, serving
-/// controllers and mirrors; and its endpoint.
+/// controllers and mirrors, its session said to run there
+/// (`control/live`); and its endpoint.
 pub(super) fn rank_0(dir: &Path) -> (Server, String) {
+    rankscope_common::window::write_live(dir, "here").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = listener.local_addr().unwrap().to_string();
     let settings = ServerSettings {

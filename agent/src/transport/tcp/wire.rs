@@ -199,18 +199,29 @@ fn write_all_by(
     bytes: &[u8],
     deadline: Instant,
 ) -> Result<(), ConnectionRefusal> {
-    let mut written = 0;
-    while written < bytes.len() {
+    transfer_by(bytes.len(), deadline, |done, left| {
+        stream.set_write_timeout(Some(left))?;
+        stream.write(&bytes[done..])
+    })
+}
+
+/// Moves `len` bytes by `deadline`, `step` at a time: given how many moved
+/// so far and the time left, it moves some more (a read or a write, its
+/// timeout set) and says how many.
+fn transfer_by(
+    len: usize,
+    deadline: Instant,
+    mut step: impl FnMut(usize, Duration) -> std::io::Result<usize>,
+) -> Result<(), ConnectionRefusal> {
+    let mut done = 0;
+    while done < len {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(ConnectionRefusal::Stalled);
         }
-        stream
-            .set_write_timeout(Some(left))
-            .map_err(|_| ConnectionRefusal::Stalled)?;
-        match stream.write(&bytes[written..]) {
+        match step(done, left) {
             Ok(0) => return Err(ConnectionRefusal::Closed),
-            Ok(n) => written += n,
+            Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(refusal_of(&e)),
         }
@@ -306,23 +317,11 @@ fn read_exact_by(
     buf: &mut [u8],
     deadline: Instant,
 ) -> Result<(), ConnectionRefusal> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ConnectionRefusal::Stalled);
-        }
-        stream
-            .set_read_timeout(Some(left.min(IDLE_TIMEOUT)))
-            .map_err(|_| ConnectionRefusal::Stalled)?;
-        match stream.read(&mut buf[filled..]) {
-            Ok(0) => return Err(ConnectionRefusal::Closed),
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(refusal_of(&e)),
-        }
-    }
-    Ok(())
+    let len = buf.len();
+    transfer_by(len, deadline, |done, left| {
+        stream.set_read_timeout(Some(left.min(IDLE_TIMEOUT)))?;
+        stream.read(&mut buf[done..])
+    })
 }
 
 /// The longest a peer may go without sending a byte of a frame it began:
