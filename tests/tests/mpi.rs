@@ -313,18 +313,7 @@ fn a_trigger_under_mpirun_gets_a_window_of_every_rank() {
     .stderr(std::process::Stdio::piped())
     .spawn()
     .expect("running mpirun (scripts/test.sh installs Open MPI)");
-    let started = std::time::Instant::now();
-    let dir = loop {
-        let live = std::fs::read_dir(out.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|dir| dir.join("control/live").exists());
-        if let Some(dir) = live {
-            break dir;
-        }
-        assert!(started.elapsed().as_secs() < 60, "no session started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let dir = live_session_dir(out.path());
     support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
     let window = report(&dir.join("window-1"));
     let run = job.wait_with_output().unwrap();
@@ -336,6 +325,79 @@ fn a_trigger_under_mpirun_gets_a_window_of_every_rank() {
     );
     assert_eq!(straggler_ranks(&window), [3]);
     assert_eq!(report(&dir)["session"]["transport"], "mpi");
+}
+
+/// Ranks under mpirun that do not see rank 0's session directory (each
+/// writes under a folder of its own, as on nodes without a shared file
+/// system): rank 0 sends them, with the run's identity, the way to its
+/// listener for window files, so a window asked for in rank 0's folder
+/// holds every rank and names the straggler; the job still gathers over
+/// MPI.
+#[test]
+fn ranks_apart_under_mpirun_take_part_in_windows_over_tcp() {
+    let out = tempfile::tempdir().unwrap();
+    let own_folder = r#"RANKSCOPE_OUTPUT_DIR="$0/$OMPI_COMM_WORLD_RANK" exec "$@""#;
+    let args = ["--steps", "600", "--slow-rank", "3"];
+    let mut command = mpirun_command(
+        &[
+            "-n",
+            "4",
+            "sh",
+            "-c",
+            own_folder,
+            out.path().to_str().unwrap(),
+            RANK,
+        ],
+        out.path(),
+        // The listener's address, as a job on several nodes would name it.
+        &[("RANKSCOPE_ADDR", "127.0.0.1")],
+    );
+    let job = command
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running mpirun (scripts/test.sh installs Open MPI)");
+    let dir = live_session_dir(&out.path().join("0"));
+    support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
+    let window = report(&dir.join("window-1"));
+    let run = job.wait_with_output().unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        window["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3]),
+        "{}",
+        text(&run.stderr)
+    );
+    assert_eq!(straggler_ranks(&window), [3]);
+    let session = report(&dir);
+    assert_eq!(session["session"]["transport"], "mpi");
+    assert_eq!(
+        session["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    // Rank 2 wrote its plan and its window where it writes.
+    let own = session_dir(&out.path().join("2"));
+    assert!(own.join("control/plan-1.json").is_file());
+    assert!(own.join("window-1").is_dir());
+}
+
+/// The session directory in `out` once its rank 0 says the session runs
+/// (`control/live`: a trigger is answered from then on).
+fn live_session_dir(out: &Path) -> PathBuf {
+    let started = std::time::Instant::now();
+    loop {
+        let live = std::fs::read_dir(out)
+            .into_iter()
+            .flatten()
+            .map(|e| e.unwrap().path())
+            .find(|dir| dir.join("control/live").exists());
+        if let Some(dir) = live {
+            return dir;
+        }
+        assert!(started.elapsed().as_secs() < 60, "no session started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// 16 processes as 4 simulated nodes of 4 (RANKSCOPE_SIMULATED_NODES): each

@@ -47,6 +47,7 @@ use mpi::request::StaticScope;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::Equivalence;
 use mpi::Threading;
+use rankscope_common::error::Chain;
 use rankscope_common::gather::{Candidate, NodeSent, Rejection, Skipped};
 use rankscope_common::payload::{self, ClockOffset, ClockSync, TransportName, MAX_PAYLOAD_BYTES};
 use rankscope_common::{Config, Gathered};
@@ -55,6 +56,7 @@ use super::clock::{self, Round, ROUNDS};
 use super::dir::DirTransport;
 use super::nodes::Nodes;
 use super::send_buffer::SendBuffer;
+use super::tcp::mirror::{accept_invitation, Mirror, MirrorHost};
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 
@@ -72,8 +74,9 @@ const PING_BYTES: usize = 8;
 /// A clock answer: the ping echoed, the receiver's clock, and its offset
 /// to rank 0 where it knows it.
 const PONG_BYTES: usize = 32;
-/// Longest run id accepted from rank 0.
-const MAX_RUN_ID_BYTES: usize = 1024;
+/// Longest message of rank 0's at the start accepted: the run id, and
+/// the invitation to its listener for window files.
+const MAX_RUN_MESSAGE_BYTES: usize = 4096;
 
 /// Gathers over MPI.
 pub struct MpiTransport {
@@ -95,6 +98,13 @@ pub struct MpiTransport {
     /// This rank's clock offset to rank 0, as last measured: what it
     /// tells the ranks that measure theirs against it.
     offset: Option<ClockOffset>,
+    /// What window files travelling over TCP need of the configuration.
+    config: Config,
+    /// Rank 0's listener for the window files of ranks that do not see
+    /// its session directory (`tcp::mirror`), while the session runs.
+    host: Option<MirrorHost>,
+    /// A rank's mirror of rank 0's window files, over that listener.
+    mirror: Option<Mirror>,
 }
 
 /// What one rank sends another at finish: its size first, then its
@@ -155,6 +165,9 @@ impl MpiTransport {
             fell_back: false,
             nodes: None,
             offset: None,
+            config: config.clone(),
+            host: None,
+            mirror: None,
         }
     }
 
@@ -394,20 +407,44 @@ impl Transport for MpiTransport {
                 "the communicator's rank or size differs from the launcher's",
             ));
         }
-        // Rank 0's run identity is everyone's.
+        // Rank 0's run identity is everyone's; with it goes the invitation
+        // to its listener for window files (a rank that does not see rank
+        // 0's session directory takes part in windows through it).
         let run_id = if session.rank == 0 {
             let run = clock::session_run_id(session.run_id, "mpi", self.now());
+            self.host = MirrorHost::start(&self.config, session, &run)
+                .map_err(|e| {
+                    notice!(
+                        "windows reach only the ranks that see this session directory: {}",
+                        Chain(&e)
+                    )
+                })
+                .ok();
+            let message = match &self.host {
+                Some(host) => format!("{run}\0{}", host.invitation()),
+                None => run.clone(),
+            };
             for peer in 1..comm.size() {
-                send(comm, peer, run.as_bytes(), TAG_RUN, deadline);
+                send(comm, peer, message.as_bytes(), TAG_RUN, deadline);
             }
             Some(run)
         } else {
-            receive(comm, 0, TAG_RUN, MAX_RUN_ID_BYTES, deadline)
-                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-                .or_else(|| {
+            let message = receive(comm, 0, TAG_RUN, MAX_RUN_MESSAGE_BYTES, deadline)
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+            let (run, invitation) = match &message {
+                Some(message) => match message.split_once('\0') {
+                    Some((run, invitation)) => (Some(run.to_string()), Some(invitation)),
+                    None => (Some(message.clone()), None),
+                },
+                None => {
                     notice!("rank 0 sent no run identity in time; the launcher's is used");
-                    session.run_id.map(str::to_string)
-                })
+                    (session.run_id.map(str::to_string), None)
+                }
+            };
+            if let (Some(invitation), Some(run)) = (invitation, &run) {
+                self.mirror = accept_invitation(invitation, &self.config, session, run);
+            }
+            run
         };
         Ok(Rendezvous {
             run_id,
@@ -415,6 +452,17 @@ impl Transport for MpiTransport {
             offset: self.sync_clocks(session, deadline, true),
             endpoint: None,
         })
+    }
+
+    fn close(&mut self) {
+        self.host = None;
+        self.mirror = None;
+    }
+
+    fn window_written(&self, index: u32, file: &std::path::Path) {
+        if let Some(mirror) = &self.mirror {
+            mirror.window_written(index, file);
+        }
     }
 
     fn resync(&mut self, session: &SessionInfo<'_>, deadline: Instant) -> Option<ClockOffset> {
@@ -430,6 +478,10 @@ impl Transport for MpiTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Option<Gathered>, TransportError> {
+        if let Some(mirror) = self.mirror.take() {
+            // The session's last window, closed as it finished, goes first.
+            mirror.finish(deadline);
+        }
         let usable = !self.fell_back && self.may_call_mpi("gather");
         let Some(comm) = self.comm.as_ref().filter(|_| usable) else {
             return DirTransport.gather(payload, session, deadline);

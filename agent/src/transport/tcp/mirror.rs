@@ -301,17 +301,104 @@ fn is_probe_of(name: &str, rank: u32) -> bool {
 }
 
 /// What a rank's mirror needs to know.
-pub(super) struct MirrorSettings {
-    pub(super) endpoint: String,
-    pub(super) token: Vec<u8>,
-    pub(super) rank: u32,
+pub(crate) struct MirrorSettings {
+    pub(crate) endpoint: String,
+    pub(crate) token: Vec<u8>,
+    pub(crate) rank: u32,
     /// The rank's own session directory.
-    pub(super) session_dir: PathBuf,
-    pub(super) run_id: String,
+    pub(crate) session_dir: PathBuf,
+    pub(crate) run_id: String,
     /// The largest payload rank 0 takes.
-    pub(super) max_frame: u64,
+    pub(crate) max_frame: u64,
     /// How long a window payload is tried, and may take to send.
-    pub(super) payload_timeout: Duration,
+    pub(crate) payload_timeout: Duration,
+}
+
+/// Rank 0's listener for mirrors (and window controllers) alone, for a
+/// transport that gathers otherwise (MPI): on `RANKSCOPE_ADDR` where set,
+/// else on every address under its host's name, at a port the system
+/// picks, with the job's token where it was given one, else a fresh one
+/// that only the ranks are told ([`MirrorHost::invitation`]).
+#[cfg(feature = "mpi")]
+pub(crate) struct MirrorHost {
+    _server: super::server::Server,
+    endpoint: String,
+    token: Vec<u8>,
+}
+
+#[cfg(feature = "mpi")]
+impl MirrorHost {
+    /// Listens for the session `session` of run `run_id`, as `config` says.
+    pub(crate) fn start(
+        config: &rankscope_common::Config,
+        session: &super::SessionInfo<'_>,
+        run_id: &str,
+    ) -> Result<MirrorHost, crate::transport::TransportError> {
+        let io = |source| crate::transport::TransportError::Io {
+            path: "rank 0's listener for window files".into(),
+            source,
+        };
+        let host = config.addr.clone();
+        let listener =
+            std::net::TcpListener::bind((host.as_deref().unwrap_or("0.0.0.0"), 0)).map_err(io)?;
+        let port = listener.local_addr().map_err(io)?.port();
+        let name = host.unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into());
+        let token = match &config.token {
+            Some(token) => token.as_bytes().to_vec(),
+            None => super::token_file::fresh().map_err(io)?,
+        };
+        let settings = super::server::ServerSettings {
+            serves: super::server::Serves::Rank0 { node_size: None },
+            relay: None,
+            // Payloads go the transport's own way.
+            senders: 1..1,
+            token: token.clone(),
+            payload_timeout: Duration::from_secs_f64(config.gather_timeout_s),
+            session_id: session.session_id.to_string(),
+            run_id: run_id.to_string(),
+            world_size: session.world_size,
+            max_frame: config.max_frame_bytes,
+            clock_shift_ns: config.clock_shift_ns,
+            control: Some(session.session_dir.to_path_buf()),
+        };
+        Ok(MirrorHost {
+            _server: super::server::Server::start(listener, settings)?,
+            endpoint: format!("{name}:{port}"),
+            token,
+        })
+    }
+
+    /// What the other ranks are told to reach it: its endpoint and the
+    /// token, NUL-separated (neither holds one).
+    pub(crate) fn invitation(&self) -> String {
+        format!(
+            "{}\0{}",
+            self.endpoint,
+            String::from_utf8_lossy(&self.token)
+        )
+    }
+}
+
+/// The mirror of rank `session.rank` of run `run_id`, to rank 0's
+/// [`MirrorHost`] that sent `invitation`; `None` where it is no
+/// invitation.
+#[cfg(feature = "mpi")]
+pub(crate) fn accept_invitation(
+    invitation: &str,
+    config: &rankscope_common::Config,
+    session: &super::SessionInfo<'_>,
+    run_id: &str,
+) -> Option<Mirror> {
+    let (endpoint, token) = invitation.split_once('\0')?;
+    Mirror::start(MirrorSettings {
+        endpoint: endpoint.to_string(),
+        token: token.as_bytes().to_vec(),
+        rank: session.rank,
+        session_dir: session.session_dir.to_path_buf(),
+        run_id: run_id.to_string(),
+        max_frame: config.max_frame_bytes,
+        payload_timeout: Duration::from_secs_f64(config.gather_timeout_s),
+    })
 }
 
 /// Whether the rank and rank 0 share the folder, as rank 0 said.
@@ -352,7 +439,7 @@ impl MirrorState {
 
 /// A rank's mirror of rank 0's window control files, and the sender of
 /// its window payloads, on two threads while the session runs.
-pub(super) struct Mirror {
+pub(crate) struct Mirror {
     state: Arc<MirrorState>,
     payloads: Mutex<Sender<(u32, PathBuf)>>,
     threads: Vec<JoinHandle<()>>,
@@ -360,7 +447,7 @@ pub(super) struct Mirror {
 
 impl Mirror {
     /// Starts the mirror; `None` (said) where its threads cannot start.
-    pub(super) fn start(settings: MirrorSettings) -> Option<Mirror> {
+    pub(crate) fn start(settings: MirrorSettings) -> Option<Mirror> {
         let state = Arc::new(MirrorState {
             settings,
             folder: AtomicU8::new(folder::UNKNOWN),
@@ -400,14 +487,14 @@ impl Mirror {
 
     /// Window `index`'s payload of this rank is written at `file`: sent to
     /// rank 0 where it does not see this rank's folder.
-    pub(super) fn window_written(&self, index: u32, file: &Path) {
+    pub(crate) fn window_written(&self, index: u32, file: &Path) {
         let _ = lock(&self.payloads).send((index, file.to_path_buf()));
     }
 
     /// Stops, trying the window payloads not sent yet (the session's last
     /// window, closed as it finished) until halfway to `deadline`, the
     /// gather's; a thread still blocked then is left to end by itself.
-    pub(super) fn finish(mut self, deadline: Instant) {
+    pub(crate) fn finish(mut self, deadline: Instant) {
         let now = Instant::now();
         let until = now + deadline.saturating_duration_since(now) / 2;
         *lock(&self.state.last_until) = Some(until);

@@ -47,7 +47,7 @@ use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 
 pub mod control;
-mod mirror;
+pub(crate) mod mirror;
 mod server;
 #[cfg(test)]
 mod test_support;
