@@ -10,7 +10,11 @@
 //! payload as it arrives and stop at the deadline with what it has (plus
 //! any spill files of the missing ranks).
 //!
-//! - `open`: rank 0 sends the run's identity to every rank; then each rank
+//! - `open`: rank 0 sends the run's identity to every rank, and with it
+//!   the endpoint and token of a TCP listener it opens for window files
+//!   alone (`tcp::mirror`: a rank that does not see rank 0's session
+//!   directory takes part in windows through it; the windows thread never
+//!   calls MPI, whatever thread level MPI gives); then each rank
 //!   measures its clock against its receiver's by ping-pong
 //!   ([`super::clock`]): the rank it sends its payload to, rank 0 or, on
 //!   several nodes, its node's leader, which answers each ping at once
