@@ -20,9 +20,10 @@
 //! payload still holds every row (the parts stay until the session ends).
 //!
 //! The ranks meet in rank 0's session directory: one machine, a shared
-//! file system, or, under the TCP transport, rank 0's listener, through
-//! which a rank apart from it mirrors the control files and sends its
-//! window payloads (`transport::tcp::mirror`); a rank that reaches it none
+//! file system, or, under the TCP and MPI transports, rank 0's listener,
+//! through which a rank apart from it mirrors the control files and is
+//! handed its window payloads (`transport::tcp::mirror`,
+//! `Transport::window_written`); a rank that reaches it none
 //! of these ways is named missing in each window's report, by the
 //! gather's deadline.
 
