@@ -80,7 +80,7 @@ const PING_BYTES: usize = 8;
 const PONG_BYTES: usize = 32;
 /// Longest message of rank 0's at the start accepted: the run id, and
 /// the invitation to its listener for window files.
-const MAX_RUN_MESSAGE_BYTES: usize = 4096;
+const MAX_RUN_MESSAGE_BYTES: usize = 64 << 10;
 
 /// Gathers over MPI.
 pub struct MpiTransport {

@@ -154,7 +154,8 @@ impl MirrorDesk {
                 false => Probed::NoRoom,
             },
         };
-        let _serving = (answer == Probed::Apart).then_some(Serving {
+        // Made only where a place was taken (its drop gives it back).
+        let _serving = (answer == Probed::Apart).then(|| Serving {
             desk: self,
             rank,
             id,
@@ -216,15 +217,18 @@ impl MirrorDesk {
     /// Takes connection `id` of `rank` among the mirrors, in place of the
     /// rank's older one (cut off); `false` where there is no room.
     fn admit(&self, stream: &TcpStream, rank: u32, id: u64) -> bool {
-        if self.mirrors.fetch_add(1, Ordering::SeqCst) >= self.most {
+        let Ok(handle) = stream.try_clone() else {
+            return false;
+        };
+        let mut by_rank = lock(&self.by_rank);
+        // A rank coming back takes the place of its older connection,
+        // whose place is given back as it ends: room for both meanwhile.
+        let replacing = by_rank.contains_key(&rank);
+        if self.mirrors.fetch_add(1, Ordering::SeqCst) >= self.most && !replacing {
             self.mirrors.fetch_sub(1, Ordering::SeqCst);
             return false;
         }
-        let Ok(handle) = stream.try_clone() else {
-            self.mirrors.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        };
-        if let Some((_, older)) = lock(&self.by_rank).insert(rank, (id, handle)) {
+        if let Some((_, older)) = by_rank.insert(rank, (id, handle)) {
             let _ = older.shutdown(Shutdown::Both);
         }
         true
@@ -316,7 +320,7 @@ pub(crate) struct MirrorSettings {
 
 /// Rank 0's listener for mirrors (and window controllers) alone, for a
 /// transport that gathers otherwise (MPI): on `RANKSCOPE_ADDR` where set,
-/// else on every address under its host's name, at a port the system
+/// else on every IPv4 address, under its host's name, at a port the system
 /// picks, with the job's token where it was given one, else a fresh one
 /// that only the ranks are told ([`MirrorHost::invitation`]).
 #[cfg(feature = "mpi")]
@@ -348,7 +352,7 @@ impl MirrorHost {
             None => super::token_file::fresh().map_err(io)?,
         };
         let settings = super::server::ServerSettings {
-            serves: super::server::Serves::Rank0 { node_size: None },
+            serves: super::server::Serves::WindowFiles,
             relay: None,
             // Payloads go the transport's own way.
             senders: 1..1,
@@ -421,19 +425,17 @@ struct MirrorState {
     last_until: Mutex<Option<Instant>>,
     /// The mirror's connection, to cut it at a stop.
     link: Mutex<Option<TcpStream>>,
-    /// Threads still running, and their end said.
-    running: Mutex<usize>,
+    /// The mirror thread runs (a stop does not wait for it: it has
+    /// nothing to deliver).
+    linking: AtomicBool,
+    /// The payload thread ended, and its end said.
+    sent: Mutex<bool>,
     ended: Condvar,
 }
 
 impl MirrorState {
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
-    }
-
-    fn thread_ended(&self) {
-        *lock(&self.running) -= 1;
-        self.ended.notify_all();
     }
 }
 
@@ -442,7 +444,8 @@ impl MirrorState {
 pub(crate) struct Mirror {
     state: Arc<MirrorState>,
     payloads: Mutex<Sender<(u32, PathBuf)>>,
-    threads: Vec<JoinHandle<()>>,
+    /// The payload thread, joined once it ended.
+    sender: Option<JoinHandle<()>>,
 }
 
 impl Mirror {
@@ -454,28 +457,30 @@ impl Mirror {
             stop: AtomicBool::new(false),
             last_until: Mutex::new(None),
             link: Mutex::new(None),
-            running: Mutex::new(2),
+            linking: AtomicBool::new(true),
+            sent: Mutex::new(false),
             ended: Condvar::new(),
         });
         let (payloads, queued) = std::sync::mpsc::channel();
         let mirroring = Arc::clone(&state);
         let sending = Arc::clone(&state);
-        let threads = [
-            spawn_with_notices("rankscope-mirror", move || {
-                Mirroring::new(&mirroring).run();
-                mirroring.thread_ended();
-            }),
+        // The mirror thread is left to end by itself (its handle let go).
+        let linked = spawn_with_notices("rankscope-mirror", move || {
+            Mirroring::new(&mirroring).run();
+            mirroring.linking.store(false, Ordering::SeqCst);
+        });
+        let sender = linked.and_then(|_| {
             spawn_with_notices("rankscope-mirror-payloads", move || {
                 send_payloads(&sending, &queued);
-                sending.thread_ended();
-            }),
-        ];
-        let started: Result<Vec<_>, _> = threads.into_iter().collect();
-        match started {
-            Ok(threads) => Some(Mirror {
+                *lock(&sending.sent) = true;
+                sending.ended.notify_all();
+            })
+        });
+        match sender {
+            Ok(sender) => Some(Mirror {
                 state,
                 payloads: Mutex::new(payloads),
-                threads,
+                sender: Some(sender),
             }),
             Err(e) => {
                 state.stop.store(true, Ordering::SeqCst);
@@ -501,28 +506,29 @@ impl Mirror {
         self.halt(until);
     }
 
-    /// Stops; waits for the threads until `until` at most.
+    /// Stops; waits for the payload thread until `until` at most (the
+    /// mirror thread, cut off, ends by itself).
     fn halt(&mut self, until: Instant) {
         let state = &self.state;
         state.stop.store(true, Ordering::SeqCst);
         if let Some(link) = lock(&state.link).as_ref() {
             let _ = link.shutdown(Shutdown::Both);
         }
-        let mut running = lock(&state.running);
-        while *running > 0 {
+        let mut sent = lock(&state.sent);
+        while !*sent {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
             }
-            running = state
+            sent = state
                 .ended
-                .wait_timeout(running, left)
+                .wait_timeout(sent, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        drop(running);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
+        drop(sent);
+        if let Some(sender) = self.sender.take() {
+            let _ = sender.join();
         }
     }
 }
@@ -692,8 +698,8 @@ impl Backoff {
         self.failures += 1;
         if self.failures == QUIET_TRIES {
             notice!(
-                "{what} cannot travel between this rank and rank 0 (tried again, less and less \
-                 often): {}",
+                "{what} cannot travel between this rank and rank 0 (needed where this rank does \
+                 not see rank 0's session directory; tried again, less and less often): {}",
                 rankscope_common::error::Chain(e)
             );
         }
@@ -710,7 +716,11 @@ fn send_payloads(state: &MirrorState, queued: &Receiver<(u32, PathBuf)>) {
     let mut retry = Backoff::new();
     let queue = |pending: &mut Vec<(u32, PathBuf, Option<Instant>)>, (index, path)| {
         if pending.len() >= MAX_QUEUED {
-            pending.remove(0);
+            let (dropped, _, _) = pending.remove(0);
+            notice!(
+                "window {dropped}: this rank's data is not sent to rank 0: {MAX_QUEUED} later \
+                 windows wait to be sent already"
+            );
         }
         pending.push((index, path, None));
     };
@@ -733,7 +743,15 @@ fn send_payloads(state: &MirrorState, queued: &Receiver<(u32, PathBuf)>) {
         }
         match state.folder.load(Ordering::SeqCst) {
             folder::NOTHING => return,
-            folder::UNKNOWN if stopping => return,
+            folder::UNKNOWN if stopping => {
+                if let Some((first, _, _)) = pending.first() {
+                    notice!(
+                        "window {first} and later: this rank's data is not sent to rank 0: rank \
+                         0 never answered whether it sees this rank's folder"
+                    );
+                }
+                return;
+            }
             folder::UNKNOWN => continue,
             _ => {}
         }
@@ -746,6 +764,14 @@ fn send_payloads(state: &MirrorState, queued: &Receiver<(u32, PathBuf)>) {
                 Ok(()) => {
                     pending.remove(0);
                     retry = Backoff::new();
+                }
+                // A file that cannot be read will not be read on a second try.
+                Err(e @ Unreached::Files(_)) => {
+                    notice!(
+                        "window {index}: this rank's data cannot be read to send it to rank 0: {}",
+                        rankscope_common::error::Chain(&e)
+                    );
+                    pending.remove(0);
                 }
                 Err(e) if since.elapsed() >= state.settings.payload_timeout => {
                     notice!(
@@ -895,15 +921,21 @@ mod tests {
     }
 
     /// A rank that shares rank 0's folder mirrors nothing: its mirror ends
-    /// at once, and a payload it wrote is not sent.
+    /// at once, its probe file gone, and it takes no place among rank 0's
+    /// mirrors (a rank apart after it is mirrored still).
     #[test]
     fn a_rank_in_rank_0s_folder_mirrors_nothing() {
-        let home = tempfile::tempdir().unwrap();
+        let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (_server, endpoint) = rank_0(home.path());
         let mirror = Mirror::start(settings(&endpoint, home.path())).unwrap();
         eventually("rank 0 answered the probe", || {
             mirror.state.folder.load(Ordering::SeqCst) == folder::NOTHING
         });
+        let apart = Mirror::start(settings(&endpoint, own.path())).unwrap();
+        eventually("rank 0 mirrors the rank apart", || {
+            apart.state.folder.load(Ordering::SeqCst) == folder::APART
+        });
+        apart.finish(Instant::now() + Duration::from_secs(5));
         let probes = std::fs::read_dir(window::control_dir(home.path()))
             .unwrap()
             .filter(|e| {
@@ -931,7 +963,10 @@ mod tests {
         // The mirror waits up to 5 s for rank 0's greeting; the finish,
         // given a second, returns while it still does.
         mirror.finish(Instant::now() + Duration::from_secs(1));
-        assert!(*lock(&state.running) >= 1, "the finish waited for rank 0");
+        assert!(
+            state.linking.load(Ordering::SeqCst),
+            "the finish waited for rank 0"
+        );
         drop(silent);
     }
 }

@@ -618,17 +618,25 @@ impl Link {
         (rank, what): (u32, u8),
         deadline: Instant,
     ) -> Result<Link, Unreached> {
-        let address = endpoint
+        let addresses: Vec<_> = endpoint
             .to_socket_addrs()
             .map_err(Unreached::Address)?
-            .next()
-            .ok_or(Unreached::Address(std::io::ErrorKind::NotFound.into()))?;
-        let timeout = deadline
-            .saturating_duration_since(Instant::now())
-            .min(HANDSHAKE_TIMEOUT);
-        let mut stream =
-            TcpStream::connect_timeout(&address, timeout.max(Duration::from_millis(1)))
-                .map_err(Unreached::Connect)?;
+            .collect();
+        if addresses.is_empty() {
+            return Err(Unreached::Address(std::io::ErrorKind::NotFound.into()));
+        }
+        // Each address the name has (IPv6 and IPv4, say), until one takes.
+        let mut connected = Err(std::io::ErrorKind::NotFound.into());
+        for address in &addresses {
+            let timeout = deadline
+                .saturating_duration_since(Instant::now())
+                .min(HANDSHAKE_TIMEOUT);
+            connected = TcpStream::connect_timeout(address, timeout.max(Duration::from_millis(1)));
+            if connected.is_ok() {
+                break;
+            }
+        }
+        let mut stream = connected.map_err(Unreached::Connect)?;
         let _ = stream.set_nodelay(true);
         let handshake = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
         let challenge = read_frame(&mut stream, kind::CHALLENGE, MAX_CONTROL_BYTES, handshake)?;

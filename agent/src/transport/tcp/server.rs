@@ -39,6 +39,10 @@ pub(super) enum Serves {
     Rank0 { node_size: Option<u32> },
     /// A node leader's: its node's payloads only.
     Leader,
+    /// Rank 0's under a transport that gathers otherwise (MPI): window
+    /// controllers and the mirrors of ranks apart alone.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    WindowFiles,
 }
 
 /// What a listener needs to know.
@@ -458,6 +462,7 @@ impl ServerSettings {
             purpose::RENDEZVOUS | purpose::RESYNC => match self.serves {
                 Serves::Rank0 { .. } => (rank > 0, "clock"),
                 Serves::Leader => (self.senders.contains(&rank), "clock"),
+                Serves::WindowFiles => (false, "clock"),
             },
             // Refused as not the protocol once admitted.
             _ => (true, ""),
@@ -492,7 +497,7 @@ fn admit(
     // payload may be open beside the others.)
     let (peers, each) = match settings.serves {
         Serves::Rank0 { .. } if settings.control.is_some() => (settings.world_size as usize, 4),
-        Serves::Rank0 { .. } => (settings.world_size as usize, 2),
+        Serves::Rank0 { .. } | Serves::WindowFiles => (settings.world_size as usize, 2),
         Serves::Leader => (settings.senders.len(), 2),
     };
     let most = peers * each + 16;
