@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use rankscope::transport::tcp::control::{Remote, RemoteError};
+use rankscope_common::file::modified_since;
 use rankscope_common::remote::StatusSnapshot;
 use rankscope_common::text::terminal;
 use rankscope_common::window::{self, GpuStatus, LiveStatus, FRESH_STATUS};
@@ -216,7 +217,7 @@ fn view_of_snapshot(snapshot: StatusSnapshot) -> Result<View> {
 /// gone, or not yet started, shares none).
 fn wait_for_ranks(dir: &Path, since: SystemTime) -> Result<()> {
     let started = Instant::now();
-    let shared = |rank: u32| modified_after(&window::status_path(dir, rank), since);
+    let shared = |rank: u32| modified_since(&window::status_path(dir, rank), since);
     while !shared(0) {
         if started.elapsed() >= FIRST_WAIT {
             bail!(
@@ -234,13 +235,6 @@ fn wait_for_ranks(dir: &Path, since: SystemTime) -> Result<()> {
         std::thread::sleep(POLL);
     }
     Ok(())
-}
-
-/// Whether the file at `path` was written after `since`.
-fn modified_after(path: &Path, since: SystemTime) -> bool {
-    std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .is_ok_and(|at| at >= since)
 }
 
 /// The view of every rank of rank 0's run whose status is fresh.

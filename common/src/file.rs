@@ -97,6 +97,14 @@ pub fn create_real_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Whether the file at `path` was last written at or after `since` (on
+/// its file system's clock); `false` where there is none.
+pub fn modified_since(path: &Path, since: std::time::SystemTime) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|at| at >= since)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

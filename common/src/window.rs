@@ -590,13 +590,9 @@ pub fn await_report(
     deadline: std::time::Instant,
     give_up: &mut dyn FnMut() -> bool,
 ) -> bool {
-    let written = || {
-        std::fs::metadata(report_dir.join("report.json"))
-            .and_then(|m| m.modified())
-            .is_ok_and(|at| at >= since)
-    };
+    let report = report_dir.join("report.json");
     loop {
-        if written() {
+        if crate::file::modified_since(&report, since) {
             return true;
         }
         if give_up() || std::time::Instant::now() >= deadline {

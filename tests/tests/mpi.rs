@@ -18,7 +18,16 @@ fn mpirun(args: &[&str], out: &Path, env: &[(&str, &str)]) -> Output {
         .expect("running mpirun (scripts/test.sh installs Open MPI)")
 }
 
-/// The `mpirun` command of [`mpirun`], to start.
+/// [`mpirun`] started, its output piped: the job runs on meanwhile.
+fn start_mpirun(args: &[&str], out: &Path, env: &[(&str, &str)]) -> std::process::Child {
+    mpirun_command(args, out, env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running mpirun (scripts/test.sh installs Open MPI)")
+}
+
+/// The `mpirun` command of [`mpirun`].
 fn mpirun_command(args: &[&str], out: &Path, env: &[(&str, &str)]) -> Command {
     let mut command = Command::new("mpirun");
     for (key, _) in std::env::vars() {
@@ -304,15 +313,11 @@ fn rolling_windows_under_mpirun_each_get_a_report_of_every_rank() {
 #[test]
 fn a_trigger_under_mpirun_gets_a_window_of_every_rank() {
     let out = tempfile::tempdir().unwrap();
-    let job = mpirun_command(
+    let job = start_mpirun(
         &["-n", "4", RANK, "--steps", "600", "--slow-rank", "3"],
         out.path(),
         &[],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .expect("running mpirun (scripts/test.sh installs Open MPI)");
+    );
     let dir = live_session_dir(out.path());
     support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
     let window = report(&dir.join("window-1"));
@@ -337,27 +342,25 @@ fn a_trigger_under_mpirun_gets_a_window_of_every_rank() {
 fn ranks_apart_under_mpirun_take_part_in_windows_over_tcp() {
     let out = tempfile::tempdir().unwrap();
     let own_folder = r#"RANKSCOPE_OUTPUT_DIR="$0/$OMPI_COMM_WORLD_RANK" exec "$@""#;
-    let args = ["--steps", "600", "--slow-rank", "3"];
-    let mut command = mpirun_command(
+    let out_dir = out.path().to_str().unwrap();
+    let job = start_mpirun(
         &[
             "-n",
             "4",
             "sh",
             "-c",
             own_folder,
-            out.path().to_str().unwrap(),
+            out_dir,
             RANK,
+            "--steps",
+            "600",
+            "--slow-rank",
+            "3",
         ],
         out.path(),
         // The listener's address, as a job on several nodes would name it.
         &[("RANKSCOPE_ADDR", "127.0.0.1")],
     );
-    let job = command
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("running mpirun (scripts/test.sh installs Open MPI)");
     let dir = live_session_dir(&out.path().join("0"));
     support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
     let window = report(&dir.join("window-1"));

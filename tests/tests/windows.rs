@@ -79,6 +79,21 @@ fn read_report(dir: &Path) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// `rankscope top TARGET… --json` (the job's token `token`) until every
+/// rank shares its status (the others may start their sessions after rank
+/// 0 made the directory): that view.
+fn view_of_every_rank(target: &[&str], token: Option<&str>) -> Value {
+    let started = Instant::now();
+    loop {
+        let printed = support::rankscope_ok(&[&["top"], target, &["--json"]].concat(), token);
+        let view: Value = serde_json::from_str(printed.trim()).unwrap();
+        if view["missing"] == serde_json::json!([]) {
+            return view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+    }
+}
+
 /// Calls of `stage` across every rank of `report`.
 fn calls(report: &Value, stage: &str) -> u64 {
     report["stages"]
@@ -379,23 +394,7 @@ fn rankscope_top_shows_every_rank_and_marks_the_slowest() {
             .output()
             .unwrap()
     };
-    // Views until every rank shares (the others may start their sessions
-    // after rank 0 made the directory).
-    let started = Instant::now();
-    let view = loop {
-        let json = top(&["--json"]);
-        let text = String::from_utf8_lossy(&json.stdout).to_string();
-        assert!(
-            json.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&json.stderr)
-        );
-        let view: Value = serde_json::from_str(text.trim()).unwrap();
-        if view["missing"] == serde_json::json!([]) {
-            break view;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
-    };
+    let view = view_of_every_rank(&["--dir", dir.to_str().unwrap()], None);
     assert_eq!(view["world_size"], 4);
     assert_eq!(view["slowest_rank"], 3, "{view}");
     assert_eq!(view["gpus_simulated"], true);
@@ -602,12 +601,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
     );
     let dir = live_session_dir(out.path());
     let cli = |args: &[&str], token: Option<&str>| {
-        let mut command = Command::new(support::rankscope_cli());
-        command.args(args).env_remove("RANKSCOPE_TOKEN");
-        if let Some(token) = token {
-            command.env("RANKSCOPE_TOKEN", token);
-        }
-        let output = command.output().unwrap();
+        let output = support::rankscope(args, token);
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
         (
             output.status.success(),
@@ -679,17 +673,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
         "{again:?}"
     );
 
-    // Views until every rank shares.
-    let started = Instant::now();
-    let view = loop {
-        let (ok, printed, said) = cli(&["top", &endpoint, "--json"], Some(TOKEN));
-        assert!(ok, "{printed}{said}");
-        let view: Value = serde_json::from_str(printed.trim()).unwrap();
-        if view["missing"] == serde_json::json!([]) {
-            break view;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
-    };
+    let view = view_of_every_rank(&[&endpoint], Some(TOKEN));
     assert_eq!(view["world_size"], 4);
     assert_eq!(view["slowest_rank"], 3, "{view}");
     assert_eq!(view["gpus_simulated"], true);
@@ -746,24 +730,7 @@ fn ranks_apart_from_rank_0s_folder_take_part_in_windows_over_tcp() {
         assert!(own.join("window-1").is_dir(), "rank {rank}");
     }
 
-    let started = Instant::now();
-    let view = loop {
-        let top = Command::new(support::rankscope_cli())
-            .args(["top", "--dir", dir.to_str().unwrap(), "--json"])
-            .output()
-            .unwrap();
-        let printed = String::from_utf8_lossy(&top.stdout).to_string();
-        assert!(
-            top.status.success(),
-            "{printed}{}",
-            String::from_utf8_lossy(&top.stderr)
-        );
-        let view: Value = serde_json::from_str(printed.trim()).unwrap();
-        if view["missing"] == serde_json::json!([]) {
-            break view;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
-    };
+    let view = view_of_every_rank(&["--dir", dir.to_str().unwrap()], None);
     assert_eq!(view["slowest_rank"], 3, "{view}");
 
     wait_for(children);

@@ -159,11 +159,24 @@ pub fn node_leaders(report: &serde_json::Value) -> Vec<u64> {
 /// `rankscope trigger --dir DIR ARGS…`, which must succeed: what it
 /// printed.
 pub fn trigger(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new(rankscope_cli())
-        .args(["trigger", "--dir", dir.to_str().unwrap()])
-        .args(args)
-        .output()
-        .unwrap();
+    let dir = dir.to_str().unwrap();
+    rankscope_ok(&[&["trigger", "--dir", dir], args].concat(), None)
+}
+
+/// `rankscope ARGS…` run, the job's token `token` in `RANKSCOPE_TOKEN`
+/// (unset where `None`).
+pub fn rankscope(args: &[&str], token: Option<&str>) -> Output {
+    let mut command = Command::new(rankscope_cli());
+    command.args(args).env_remove("RANKSCOPE_TOKEN");
+    if let Some(token) = token {
+        command.env("RANKSCOPE_TOKEN", token);
+    }
+    command.output().unwrap()
+}
+
+/// [`rankscope`], which must succeed: what it printed.
+pub fn rankscope_ok(args: &[&str], token: Option<&str>) -> String {
+    let output = rankscope(args, token);
     let printed = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),

@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -26,6 +26,7 @@ use rankscope_common::remote::{
 };
 use rankscope_common::window::{self, Request, Trigger, FRESH_STATUS};
 
+use super::server::Places;
 use super::wire::{
     kind, purpose, read_frame, readable, sealed, unsealed, write_frame, MAX_CONTROL_BYTES,
 };
@@ -59,17 +60,9 @@ pub(super) struct Desk {
     world_size: u32,
     /// The job token: a request is sealed with it.
     token: Vec<u8>,
-    serving: AtomicUsize,
+    /// Controllers served now.
+    serving: Places,
     nonces: Mutex<VecDeque<String>>,
-}
-
-/// A controller being served; dropped, it makes room for another.
-struct Serving<'a>(&'a AtomicUsize);
-
-impl Drop for Serving<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 impl Desk {
@@ -80,7 +73,7 @@ impl Desk {
             session_dir,
             world_size,
             token,
-            serving: AtomicUsize::new(0),
+            serving: Places::new(AT_ONCE),
             nonces: Mutex::default(),
         }
     }
@@ -95,11 +88,9 @@ impl Desk {
         reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
         stop: &AtomicBool,
     ) -> Result<(), ConnectionRefusal> {
-        if self.serving.fetch_add(1, Ordering::SeqCst) >= AT_ONCE {
-            self.serving.fetch_sub(1, Ordering::SeqCst);
+        let Some(_serving) = self.serving.take(false) else {
             return Err(ConnectionRefusal::Busy);
-        }
-        let _serving = Serving(&self.serving);
+        };
         match what {
             purpose::TRIGGER => self.trigger(stream, (challenge, nonce), reply, stop),
             _ => self.statuses(stream, reply),

@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -42,6 +42,7 @@ use rankscope_common::remote::Mirrored;
 use rankscope_common::spill;
 use rankscope_common::window::{self, LiveStatus};
 
+use super::server::{Place, Places};
 use super::wire::{
     kind, purpose, read_frame, read_frame_within, readable, write_frame, FrameBudget,
     MAX_CONTROL_BYTES,
@@ -85,15 +86,15 @@ const PROBE_PREFIX: &str = "mirror-probe-";
 pub(super) struct MirrorDesk {
     session_dir: PathBuf,
     run_id: String,
-    /// Mirrors kept now, against `most`.
-    mirrors: AtomicUsize,
-    most: usize,
+    /// Mirrors kept now.
+    mirrors: Places,
     /// Each rank's mirror: its connection's id, and a handle to cut it.
     by_rank: Mutex<HashMap<u32, (u64, TcpStream)>>,
 }
 
 /// A mirror being served; dropped, it makes room for another.
 struct Serving<'a> {
+    _place: Place<'a>,
     desk: &'a MirrorDesk,
     rank: u32,
     id: u64,
@@ -101,7 +102,6 @@ struct Serving<'a> {
 
 impl Drop for Serving<'_> {
     fn drop(&mut self) {
-        self.desk.mirrors.fetch_sub(1, Ordering::SeqCst);
         let mut by_rank = lock(&self.desk.by_rank);
         if by_rank
             .get(&self.rank)
@@ -118,8 +118,9 @@ impl MirrorDesk {
         MirrorDesk {
             session_dir,
             run_id,
-            mirrors: AtomicUsize::new(0),
-            most: open_files_limit().map_or(MAX_MIRRORS, |limit| MAX_MIRRORS.min(limit / 4)),
+            mirrors: Places::new(
+                open_files_limit().map_or(MAX_MIRRORS, |limit| MAX_MIRRORS.min(limit / 4)),
+            ),
             by_rank: Mutex::default(),
         }
     }
@@ -147,19 +148,15 @@ impl MirrorDesk {
             .ok_or(ConnectionRefusal::Malformed("a probe"))?;
         let probed = std::fs::symlink_metadata(window::control_dir(dir).join(probe));
         let shared = probed.is_ok_and(|meta| meta.is_file());
-        let answer = match shared {
-            true => Probed::Shared,
-            false => match self.admit(stream, rank, id) {
-                true => Probed::Apart,
-                false => Probed::NoRoom,
-            },
+        let serving = match shared {
+            true => None,
+            false => self.admit(stream, rank, id),
         };
-        // Made only where a place was taken (its drop gives it back).
-        let _serving = (answer == Probed::Apart).then(|| Serving {
-            desk: self,
-            rank,
-            id,
-        });
+        let answer = match (shared, &serving) {
+            (true, _) => Probed::Shared,
+            (false, Some(_)) => Probed::Apart,
+            (false, None) => Probed::NoRoom,
+        };
         write_frame(
             stream,
             kind::SHARED,
@@ -215,23 +212,22 @@ impl MirrorDesk {
     }
 
     /// Takes connection `id` of `rank` among the mirrors, in place of the
-    /// rank's older one (cut off); `false` where there is no room.
-    fn admit(&self, stream: &TcpStream, rank: u32, id: u64) -> bool {
-        let Ok(handle) = stream.try_clone() else {
-            return false;
-        };
+    /// rank's older one (cut off); `None` where there is no room.
+    fn admit(&self, stream: &TcpStream, rank: u32, id: u64) -> Option<Serving<'_>> {
+        let handle = stream.try_clone().ok()?;
         let mut by_rank = lock(&self.by_rank);
         // A rank coming back takes the place of its older connection,
         // whose place is given back as it ends: room for both meanwhile.
-        let replacing = by_rank.contains_key(&rank);
-        if self.mirrors.fetch_add(1, Ordering::SeqCst) >= self.most && !replacing {
-            self.mirrors.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        }
+        let place = self.mirrors.take(by_rank.contains_key(&rank))?;
         if let Some((_, older)) = by_rank.insert(rank, (id, handle)) {
             let _ = older.shutdown(Shutdown::Both);
         }
-        true
+        Some(Serving {
+            _place: place,
+            desk: self,
+            rank,
+            id,
+        })
     }
 
     /// Takes rank `rank`'s payload of a window and writes it into the
