@@ -37,6 +37,12 @@ pub fn counted_collectives<'a>(view: &CollectivesView<'a>) -> impl Iterator<Item
     (0..view.len).filter(move |&i| !host || window[i] == HOST_WINDOW)
 }
 
+/// The name prefix of the stages the agent records of its own actions on
+/// a rank's critical path (a torch.profiler window's start, stop and trace
+/// export, ...): reserved, they are the profiler's time, not the program's,
+/// and the report tells them as such.
+pub const PROFILER_STAGE_PREFIX: &str = "rankscope:";
+
 /// The `metrics` section in which the agent says what profiling cost the
 /// rank: the rows named by [`Overhead`].
 pub const OVERHEAD_SECTION: &str = "rankscope_overhead";

@@ -78,6 +78,98 @@ pub struct Report {
     /// The kernel traces the report read: one per rank.
     #[serde(default)]
     pub kernel_traces: Vec<KernelTraceInput>,
+    /// One-off time, kept out of the straggler statistics: warm-up, stalls
+    /// and steps the profiler perturbed, the costliest first.
+    #[serde(default)]
+    pub events: Vec<OneOffEvent>,
+    /// The single costliest explanation of the job's lost time; `null` in
+    /// a report made before verdicts were.
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+}
+
+/// One-off time of one or more ranks at one step: a warm-up call, a stall
+/// (a call, or a gap between top-level calls, far outside the rank's steady
+/// time), or a step the profiler's own spans perturbed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OneOffEvent {
+    /// `warmup`, `stall` or `profiler`.
+    pub kind: String,
+    /// The ranks it happened on (the first 64).
+    pub ranks: Vec<u32>,
+    /// How many ranks it happened on.
+    pub rank_count: u32,
+    /// The call of `step_stage` it happened in or just before, from 0.
+    pub step: u64,
+    /// The top-level stage whose calls are the steps.
+    pub step_stage: String,
+    /// The innermost stage that took the time (the profiler's span, for
+    /// its own); `null` for a gap between top-level calls.
+    pub stage: Option<String>,
+    /// When it began, seconds on the shared timeline.
+    pub started_s: f64,
+    /// Wall-clock time it cost the job: the most any of its ranks spent
+    /// past its steady time (the others wait for that rank), seconds.
+    pub cost_s: f64,
+    /// Of that, the profiler's own spans, seconds.
+    pub profiler_s: f64,
+    /// What each rank lost, in words.
+    pub evidence: Vec<String>,
+}
+
+/// What the verdict says holds the job back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// Ranks slower than the others, whom the others wait for.
+    Straggler,
+    /// Nothing costs the job 1 % of its time.
+    Balanced,
+    /// One-off time: warm-up, stalls, the profiler's own.
+    Stalls,
+    /// Time in collective calls that is no rank's wait.
+    CommunicationBound,
+    /// GPUs idle while no rank waits: the hosts do not keep them busy.
+    HostBound,
+    /// GPUs busy computing, the ranks balanced.
+    GpuBound,
+}
+
+impl VerdictKind {
+    /// The kind's name in report.json.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictKind::Straggler => "straggler",
+            VerdictKind::Balanced => "balanced",
+            VerdictKind::Stalls => "stalls",
+            VerdictKind::CommunicationBound => "communication_bound",
+            VerdictKind::HostBound => "host_bound",
+            VerdictKind::GpuBound => "gpu_bound",
+        }
+    }
+}
+
+/// The costliest explanation of the job's lost time, in one sentence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// What holds the job back.
+    pub kind: VerdictKind,
+    /// The ranks it blames (none for a job-wide cause).
+    pub ranks: Vec<u32>,
+    /// The stage where the time goes.
+    pub stage: Option<String>,
+    /// The kernel (or CPU operator) slower there, where traced.
+    pub kernel: Option<String>,
+    /// The collective the others wait in.
+    pub collective: Option<String>,
+    /// Wall-clock time it cost the job, seconds.
+    pub cost_s: f64,
+    /// Of the job's wall-clock time (`session.duration_s`), percent.
+    pub cost_pct: f64,
+    /// The verdict in one sentence.
+    pub sentence: String,
+    /// The chain of evidence behind it.
+    pub evidence: Vec<String>,
 }
 
 /// The session as a whole.
@@ -392,8 +484,23 @@ pub struct StageStats {
     pub gpu_s: Option<Spread>,
     /// Per-call time over every call of every rank, milliseconds.
     pub per_call_ms: Percentiles,
-    /// How much slower the slowest rank's total is than the median of the
-    /// other ranks' totals, percent (the straggler rule's ratio; one measure
+    /// Spread of the per-rank wait in collective calls within the stage
+    /// (a rank's time in them past the least any rank spent in the same
+    /// calls), seconds; `null` where no rank recorded a collective call in
+    /// it.
+    #[serde(default)]
+    pub wait_s: Option<Spread>,
+    /// Spread of the per-rank work: the time outside those waits and the
+    /// profiler's own spans, one-off calls (warm-up, stalls, steps the
+    /// profiler perturbed: `events[]`) counted at the rank's steady time,
+    /// seconds. Ranks are compared on it. `null` in a report made before.
+    #[serde(default)]
+    pub work_s: Option<Spread>,
+    /// Calls of all ranks counted at their rank's steady time as one-off.
+    #[serde(default)]
+    pub one_off_calls: u64,
+    /// How much slower the slowest rank's work is than the median of the
+    /// other ranks' work, percent (the straggler rule's ratio; one measure
     /// everywhere).
     pub imbalance_pct: f64,
     /// Self time summed over the ranks over the session time summed over
@@ -465,10 +572,16 @@ pub struct Straggler {
     pub rank: u32,
     /// The stage.
     pub stage: String,
-    /// Its total over the median of the other ranks' totals.
+    /// Its work in the stage (`stages[].work_s`: waits and one-off calls
+    /// left out) over the median of the other ranks' work.
     pub slowdown: f64,
-    /// Its total minus that median, seconds.
+    /// Its work minus that median, seconds.
     pub excess_s: f64,
+    /// Its self work (the stages inside taken out) minus the median of
+    /// the other ranks' self work, seconds: where, of the nested stages it
+    /// is slow in, the extra time is spent.
+    #[serde(default)]
+    pub self_excess_s: f64,
     /// Time the other ranks spent waiting on it in this stage,
     /// rank-seconds (lockstep: Σ over the calls where it was slowest of
     /// Σ (max − own)).
@@ -563,6 +676,12 @@ pub struct GpuTime {
     /// The share of communication time during which a compute kernel ran
     /// too, %; `null` without communication kernels.
     pub comm_overlap_pct: Option<f64>,
+    /// Of the window, the rank's wait in collective calls (its time in
+    /// them past the least any rank spent in the same calls), seconds:
+    /// idle time then is waiting, not starving; `null` where no call
+    /// of the window was compared across ranks.
+    #[serde(default)]
+    pub waiting_s: Option<f64>,
 }
 
 /// One GPU kernel (or copy or set) name across ranks.
@@ -633,15 +752,26 @@ pub struct CollectiveStats {
     /// and group in the same window on every rank).
     pub compared: u64,
     /// Of the time in the compared calls, waiting for the last rank to
-    /// arrive, seconds: per call, from this rank's start to the last
-    /// rank's (at most the call's length). `null` where no call could be
-    /// compared.
+    /// arrive, seconds: per call, this rank's time in it past the least
+    /// any rank spent in it (the ranks leave a collective together, so the
+    /// one that spent the least arrived last; no clock offset enters).
+    /// `null` where no call could be compared.
     pub wait_s: Option<f64>,
-    /// Compared calls in which this rank arrived last; `null` as `wait_s`.
+    /// Of the compared calls, those in steady state: in no step a rank
+    /// spent one-off (warm-up, a stall, the profiler's own), where stages
+    /// tell. The three fields below count these.
+    #[serde(default)]
+    pub steady_compared: u64,
+    /// Steady compared calls in which this rank arrived last; `null` as
+    /// `wait_s`.
     pub last_to_arrive: Option<u64>,
-    /// The wait this rank imposed on the others by arriving last,
-    /// rank-seconds; `null` as `wait_s`.
+    /// The wait this rank imposed on the others by arriving last at steady
+    /// calls, rank-seconds; `null` as `wait_s`.
     pub wait_imposed_s: Option<f64>,
+    /// How much later those calls ended because of it: per call, its
+    /// arrival past the next-to-last rank's, seconds; `null` as `wait_s`.
+    #[serde(default)]
+    pub delay_imposed_s: Option<f64>,
     /// Bytes of the inputs, where the trace gives them.
     pub bytes: Option<u64>,
 }
@@ -850,8 +980,14 @@ impl Severity {
 /// A finding worth acting on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recommendation {
-    /// How urgent.
+    /// How urgent: a finding that cost the job less than 1 % of its time
+    /// is `info`.
     pub severity: Severity,
+    /// Wall-clock time it cost the job, seconds, where that is measured:
+    /// findings are ordered by it; `null` for a finding about the data or
+    /// one whose cost is not known.
+    #[serde(default)]
+    pub cost_s: Option<f64>,
     /// `stage`, `straggler`, `data`, ...
     pub category: String,
     /// What to do.

@@ -1,6 +1,9 @@
 //! One stage's calls across ranks, merged call by call: for the k-th call
 //! (the k-th on every rank, as in a lockstep tensor-parallel job) the
-//! slowest ranks and the sum over every rank. Merging is exact and its
+//! slowest ranks and the sum over every rank, of each rank's steady work
+//! in the call ([`super::steady`]), and the least time any rank spent in
+//! collective calls within it (the collectives' own time: what a rank
+//! spent there past it, it waited). Merging is exact and its
 //! size is set by the calls, not the ranks, so a node leader can merge its
 //! ranks and rank 0 the nodes with the same result as one merge of all.
 
@@ -25,6 +28,9 @@ pub struct CallAcross {
     sum_s: f64,
     /// How many ranks made this call.
     ranks: u32,
+    /// The least time a rank spent in collective calls within the call,
+    /// seconds.
+    least_collective: CallSeconds,
 }
 
 /// Whether `a` comes before `b` among the slowest: slower, or as slow and
@@ -34,8 +40,9 @@ fn before(a: (CallSeconds, u32), b: (CallSeconds, u32)) -> bool {
 }
 
 impl CallAcross {
-    /// The call of `rank`, which took `seconds`.
-    pub fn one(rank: u32, seconds: CallSeconds) -> Self {
+    /// The call of `rank`, its work `seconds` and `collective` seconds in
+    /// collective calls.
+    pub fn one(rank: u32, seconds: CallSeconds, collective: CallSeconds) -> Self {
         let mut top = [(0.0, 0); CALL_TOP];
         top[0] = (seconds, rank);
         CallAcross {
@@ -43,13 +50,16 @@ impl CallAcross {
             len: 1,
             sum_s: f64::from(seconds),
             ranks: 1,
+            least_collective: collective,
         }
     }
 
-    /// Adds the same call of `rank`, which took `seconds`.
-    pub fn add(&mut self, rank: u32, seconds: CallSeconds) {
+    /// Adds the same call of `rank`: its work `seconds`, `collective`
+    /// seconds in collective calls.
+    pub fn add(&mut self, rank: u32, seconds: CallSeconds, collective: CallSeconds) {
         self.sum_s += f64::from(seconds);
         self.ranks += 1;
+        self.least_collective = self.least_collective.min(collective);
         let one = (seconds, rank);
         let len = usize::from(self.len);
         // Most ranks are not among the slowest: one comparison.
@@ -83,6 +93,13 @@ impl CallAcross {
         self.len = len as u8;
         self.sum_s += other.sum_s;
         self.ranks += other.ranks;
+        self.least_collective = self.least_collective.min(other.least_collective);
+    }
+
+    /// The least time a rank spent in collective calls within the call,
+    /// seconds: the collectives' own time, no rank's wait.
+    pub fn least_collective(&self) -> CallSeconds {
+        self.least_collective
     }
 
     /// The slowest ranks' `(seconds, rank)`, slowest first.
@@ -110,6 +127,8 @@ impl CallAcross {
                 .all(|&(t, rank)| t.is_finite() && t >= 0.0 && of_stage(rank))
             && self.sum_s.is_finite()
             && self.sum_s >= 0.0
+            && self.least_collective.is_finite()
+            && self.least_collective >= 0.0
     }
 
     /// The wait the slowest rank imposed: Σ over the other ranks of
@@ -141,16 +160,25 @@ impl CallAcross {
     }
 }
 
-/// Adds the calls of `rank` (in start order) to `calls`, one per index.
-pub fn add_rank(calls: &mut Vec<CallAcross>, rank: u32, durations: &[CallSeconds]) {
-    let made = calls.len().min(durations.len());
-    for (call, &seconds) in calls.iter_mut().zip(&durations[..made]) {
-        call.add(rank, seconds);
+/// Adds the calls of `rank` (in start order) to `calls`, one per index:
+/// each call's work, and its time in collective calls (`collective`, by
+/// index; none where it is shorter).
+pub fn add_rank(
+    calls: &mut Vec<CallAcross>,
+    rank: u32,
+    work: &[CallSeconds],
+    collective: &[CallSeconds],
+) {
+    let in_collectives = |k: usize| collective.get(k).copied().unwrap_or(0.0);
+    let made = calls.len().min(work.len());
+    for (k, (call, &seconds)) in calls.iter_mut().zip(&work[..made]).enumerate() {
+        call.add(rank, seconds, in_collectives(k));
     }
     calls.extend(
-        durations[made..]
-            .iter()
-            .map(|&seconds| CallAcross::one(rank, seconds)),
+        work.iter()
+            .enumerate()
+            .skip(made)
+            .map(|(k, &seconds)| CallAcross::one(rank, seconds, in_collectives(k))),
     );
 }
 
@@ -172,7 +200,7 @@ mod tests {
     fn call_of(n: u32, seconds: impl Fn(u32) -> f32) -> CallAcross {
         let mut calls = Vec::new();
         for rank in 0..n {
-            add_rank(&mut calls, rank, &[seconds(rank)]);
+            add_rank(&mut calls, rank, &[seconds(rank)], &[]);
         }
         calls[0]
     }
@@ -193,7 +221,7 @@ mod tests {
         for node in 0..8 {
             let mut calls = Vec::new();
             for rank in node * 8..node * 8 + 8 {
-                add_rank(&mut calls, rank, &[seconds(rank)]);
+                add_rank(&mut calls, rank, &[seconds(rank)], &[]);
             }
             merge(&mut two_level, &calls);
         }
@@ -205,11 +233,12 @@ mod tests {
     #[test]
     fn adding_one_rank_is_merging_its_call() {
         let seconds = |r: u32| ((r * 31) % 13) as f32 / 4.0;
-        let mut added = CallAcross::one(0, seconds(0));
+        let mut added = CallAcross::one(0, seconds(0), 0.5);
         let mut merged = added;
         for rank in 1..40 {
-            added.add(rank, seconds(rank));
-            merged.merge(&CallAcross::one(rank, seconds(rank)));
+            let collective = 0.1 + rank as f32 / 100.0;
+            added.add(rank, seconds(rank), collective);
+            merged.merge(&CallAcross::one(rank, seconds(rank), collective));
             assert_eq!(added, merged, "after rank {rank}");
         }
     }

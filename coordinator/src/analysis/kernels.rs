@@ -54,6 +54,10 @@ pub struct RankKernels {
     pub kernel_stage: HashMap<String, String>,
     /// Collective calls on the host, in start order.
     pub collectives: Vec<CollectiveCall>,
+    /// Per window, from its first GPU activity's start to its last one's
+    /// end, on the trace's clock (the GPU time's windows).
+    #[serde(default)]
+    pub spans: Vec<(i64, i64)>,
 }
 
 /// One collective call on a rank's host.
@@ -72,6 +76,15 @@ pub struct CollectiveCall {
     pub start_ns: i64,
     /// Length, nanoseconds.
     pub dur_ns: i64,
+    /// Whether it ran in the rank's steady state: in no step that held a
+    /// one-off call or followed a one-off gap ([`super::steady`]).
+    #[serde(default = "steady")]
+    pub steady: bool,
+}
+
+/// A collective call of a digest that does not say: steady.
+fn steady() -> bool {
+    true
 }
 
 /// A payload's unsigned nanoseconds as the trace's signed ones; `None`
@@ -147,6 +160,15 @@ impl RankKernels {
     ) -> Self {
         let (kernels, gpu_time) = kernel_totals(rank, trace, kept);
         let collectives = collective_calls(window, trace);
+        let base_ns = trace.base_time_ns.unwrap_or(0);
+        let gpu = &trace.gpu;
+        let spans = kept
+            .iter()
+            .map(|&i| (gpu.start_ns[i], gpu.start_ns[i].saturating_add(gpu.dur_ns[i])))
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+            .map(|(start, end)| (base_ns.saturating_add(start), base_ns.saturating_add(end)))
+            .into_iter()
+            .collect();
         let cpu = &trace.cpu_ops;
         let ops = (0..cpu.name.len())
             .map(|i| {
@@ -170,6 +192,7 @@ impl RankKernels {
             by_stage: Totals::new(),
             kernel_stage: HashMap::new(),
             collectives,
+            spans,
         }
     }
 }
@@ -219,6 +242,7 @@ fn collective_calls(window: u32, trace: &RankTrace) -> Vec<CollectiveCall> {
             bytes: rows.bytes[i],
             start_ns: base_ns.saturating_add(rows.start_ns[i]),
             dur_ns: rows.dur_ns[i],
+            steady: true,
         })
         .collect();
     collectives.sort_by_key(|c| c.start_ns);
@@ -229,8 +253,13 @@ impl RankKernels {
     /// The digest of the `kernels` and `collectives` tables of a rank's
     /// payload, window by window; `None` where it has neither. Times move
     /// from the rank's session clock onto the shared timeline (its start on
-    /// rank 0's clock, offsets applied where they were measured).
-    pub fn from_payload(payload: &Payload) -> Result<Option<Self>, String> {
+    /// rank 0's clock, offsets applied where they were measured); the
+    /// collective calls starting within `perturbed` (spans of the session
+    /// clock) are not steady.
+    pub fn from_payload(
+        payload: &Payload,
+        perturbed: &[(u64, u64)],
+    ) -> Result<Option<Self>, String> {
         let kernels = payload.view::<KernelsView>().map_err(|e| e.to_string())?;
         let calls = payload
             .view::<CollectivesView>()
@@ -265,6 +294,13 @@ impl RankKernels {
             });
         if let (Some(k), Ok(Some(stages))) = (&kernels, payload.view::<StagesView>()) {
             digest.attribute_to_stages(k, &stages);
+        }
+        let zero = timeline::aligned_start_ns(header);
+        for call in &mut digest.collectives {
+            let at = call.start_ns.saturating_sub(zero);
+            call.steady = !perturbed
+                .iter()
+                .any(|&(from, to)| (from as i64..to as i64).contains(&at));
         }
         Ok(Some(digest))
     }
@@ -337,6 +373,7 @@ impl RankKernels {
         }
         // Each window's calls in start order: they are matched window by window.
         self.collectives.extend(other.collectives);
+        self.spans.extend(other.spans);
         for time in other.gpu_time {
             match self.gpu_time.iter_mut().find(|g| g.gpu == time.gpu) {
                 Some(mine) => {
@@ -459,6 +496,7 @@ impl GpuParts {
             non_compute_pct: pct(non_compute_s),
             comm_overlap_pct: (self.communication_s > 0.0)
                 .then(|| self.overlap_s / self.communication_s * 100.0),
+            waiting_s: None,
         })
     }
 }
@@ -537,7 +575,7 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
                 .push(format!("launched inside stage `{stage}`"));
         }
     }
-    let collectives = collectives(&ranks);
+    let (collectives, waits) = collectives(&ranks);
     let mut analysis = KernelAnalysis {
         kernels,
         cpu_ops,
@@ -547,7 +585,13 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
         ..KernelAnalysis::default()
     };
     for rank in ranks {
-        analysis.gpu_time.extend(rank.gpu_time);
+        let waiting_s = waits.get(&rank.rank).map(|calls| {
+            let inside = |at: &i64| rank.spans.iter().any(|s| (s.0..s.1).contains(at));
+            calls.iter().filter(|(at, _)| inside(at)).map(|(_, w)| w).sum()
+        });
+        analysis
+            .gpu_time
+            .extend(rank.gpu_time.into_iter().map(|time| GpuTime { waiting_s, ..time }));
         analysis.kernel_traces.extend(rank.input);
     }
     analysis
@@ -692,11 +736,14 @@ fn listed_and_folded(by_name: HashMap<&str, KernelAcross>, with_gpu: &[u32]) -> 
     stats
 }
 
+/// Per rank, its compared collective calls' starts and waits, seconds.
+type Waits = BTreeMap<u32, Vec<(i64, f64)>>;
+
 /// `collectives[]`: per rank, kind and group, the time in the calls and
 /// how much of it was waiting for the last rank to arrive. Within each
 /// window, the k-th call of a kind and group on each rank are taken as one
-/// collective.
-fn collectives(ranks: &[RankKernels]) -> Vec<CollectiveStats> {
+/// collective. Also each rank's waits call by call.
+fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waits) {
     type Key<'a> = (&'a str, Option<&'a str>);
     // Per kind and group: per window, per rank, its calls in start order.
     let mut calls: BTreeMap<Key, BTreeMap<u32, BTreeMap<u32, Vec<&CollectiveCall>>>> =
@@ -714,6 +761,7 @@ fn collectives(ranks: &[RankKernels]) -> Vec<CollectiveStats> {
         }
     }
     let mut stats = Vec::new();
+    let mut waits = Waits::new();
     for ((kind, group), windows) in calls {
         let mut rows: BTreeMap<u32, CollectiveStats> = BTreeMap::new();
         for by_rank in windows.values() {
@@ -726,8 +774,10 @@ fn collectives(ranks: &[RankKernels]) -> Vec<CollectiveStats> {
                     total_s: 0.0,
                     compared: 0,
                     wait_s: None,
+                    steady_compared: 0,
                     last_to_arrive: None,
                     wait_imposed_s: None,
+                    delay_imposed_s: None,
                     bytes: Some(0),
                 });
                 row.calls += calls.len() as u64;
@@ -737,51 +787,61 @@ fn collectives(ranks: &[RankKernels]) -> Vec<CollectiveStats> {
                         .map(|(sum, bytes)| sum.saturating_add(bytes))
                 });
             }
-            compare_arrivals(by_rank, &mut rows);
+            compare_arrivals(by_rank, &mut rows, &mut waits);
         }
         stats.extend(rows.into_values());
     }
     stats.sort_by_key(|s| s.rank);
-    stats
+    (stats, waits)
 }
 
 /// Matches the k-th calls of one window across its ranks (`by_rank`, two
-/// or more): each rank's wait for the last to arrive, and the wait the
-/// last imposed, added to `rows`.
+/// or more): each rank's wait for the last to arrive (its time in the call
+/// past the least any rank spent in it: they leave together), and, over
+/// the calls steady on every rank, which rank arrived last, the wait it
+/// imposed and how much later the call ended for it; added to `rows`.
 fn compare_arrivals(
     by_rank: &BTreeMap<u32, Vec<&CollectiveCall>>,
     rows: &mut BTreeMap<u32, CollectiveStats>,
+    waits: &mut Waits,
 ) {
     let matched = match by_rank.len() {
         0 | 1 => 0,
         _ => by_rank.values().map(Vec::len).min().unwrap_or(0),
     };
     for k in 0..matched {
-        let Some((&last_rank, last)) = by_rank.iter().max_by_key(|(_, calls)| calls[k].start_ns)
-        else {
-            continue;
-        };
-        let last_start = last[k].start_ns;
+        // The two shortest calls: the last to arrive, the next to last.
+        let mut shortest = [(i64::MAX, u32::MAX); 2];
+        for (&rank, calls) in by_rank {
+            let dur = calls[k].dur_ns.max(0);
+            if (dur, rank) < shortest[0] {
+                shortest = [(dur, rank), shortest[0]];
+            } else if (dur, rank) < shortest[1] {
+                shortest[1] = (dur, rank);
+            }
+        }
+        let [(least, last_rank), (next, _)] = shortest;
+        let steady = by_rank.values().all(|calls| calls[k].steady);
         let mut imposed = 0.0;
         for (rank, calls) in by_rank {
-            let call = calls[k];
-            let wait_ns = last_start
-                .saturating_sub(call.start_ns)
-                .clamp(0, call.dur_ns.max(0));
-            let wait = wait_ns as f64 / 1e9;
+            let wait = (calls[k].dur_ns.max(0) - least) as f64 / 1e9;
             imposed += wait;
+            waits.entry(*rank).or_default().push((calls[k].start_ns, wait));
             if let Some(row) = rows.get_mut(rank) {
                 row.compared += 1;
                 *row.wait_s.get_or_insert(0.0) += wait;
+                row.steady_compared += u64::from(steady);
                 row.last_to_arrive.get_or_insert(0);
                 row.wait_imposed_s.get_or_insert(0.0);
+                row.delay_imposed_s.get_or_insert(0.0);
             }
         }
         // All arriving at once, none was last.
-        if imposed > 0.0 {
+        if steady && imposed > 0.0 {
             if let Some(row) = rows.get_mut(&last_rank) {
                 *row.last_to_arrive.get_or_insert(0) += 1;
                 *row.wait_imposed_s.get_or_insert(0.0) += imposed;
+                *row.delay_imposed_s.get_or_insert(0.0) += (next - least) as f64 / 1e9;
             }
         }
     }

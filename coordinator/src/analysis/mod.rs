@@ -4,6 +4,7 @@ pub mod bottlenecks;
 mod calls;
 mod diffusion;
 mod digest;
+mod events;
 pub mod gpus;
 pub mod kernels;
 mod launches;
@@ -13,9 +14,11 @@ pub mod series;
 mod sketch;
 mod stages;
 pub mod stats;
+mod steady;
 mod stragglers;
 pub mod timeline;
 mod times;
+pub mod verdict;
 
 pub use bottlenecks::BottleneckRule;
 pub use digest::REPRESENTED_NODES;
@@ -52,7 +55,7 @@ pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
     report.collectives = analysis.collectives;
     report.kernel_traces = analysis.kernel_traces;
     kernels::attribute_kernels(&mut report.kernel_stragglers, &report.stragglers);
-    report.recommendations = recommend::recommend(report);
+    recommend::judge(report);
 }
 
 /// Analyses everything rank 0 gathered: its payloads, and in a two-level
@@ -292,6 +295,8 @@ fn assemble_report<T>(
         kernel_stragglers: Vec::new(),
         collectives: Vec::new(),
         kernel_traces: Vec::new(),
+        events: events::job_events(ranks, reference_start_ns(ranks)),
+        verdict: None,
     };
     add_findings(&mut report, times);
     report
@@ -346,7 +351,7 @@ impl Analysed {
 fn add_findings(report: &mut Report, times: &StageTimes) {
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
     report.straggler_groups = stragglers::groups(&report.stragglers, &report.ranks, times);
-    report.recommendations = recommend::recommend(report);
+    recommend::judge(report);
 }
 
 /// The session's header: world, ranks reporting and missing, skipped inputs.

@@ -1,15 +1,16 @@
-//! Recommendations: rules with thresholds, each with the evidence that fired it.
+//! Recommendations: the judgement's ranking of what cost the job time
+//! ([`super::verdict`]), each finding's severity set by what it cost, and
+//! beside them what the data lacks and what is worth knowing.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rankscope_common::kineto::KernelCategory;
 use rankscope_common::payload::TransportName;
-use rankscope_common::text::cell;
+use rankscope_common::text::{cell, rank_ranges};
 
-use super::stragglers::owns;
+use super::stragglers::{owns, shared_gpus};
+use super::verdict::{self, kind_of, mostly_waiting_for, waits_for_another, Blame, WARNING_PCT};
 use crate::model::{
     Bottleneck, GpuSummary, GpuTime, Recommendation, Report, Severity, StageStats, Straggler,
-    StragglerGroup,
 };
 
 /// A stage taking more than this share of the session is worth a look.
@@ -22,45 +23,7 @@ const LISTED_SKIPPED: usize = 10;
 /// finding about them all.
 const GPUS_TOLD_ONE_BY_ONE: usize = 3;
 
-/// What stragglers cost, each figure labelled as what it is: wall-clock
-/// time of the job, and the other ranks' idle rank-seconds.
-fn costs(job_time_s: f64, wait_s: f64, whom: &str) -> String {
-    format!(
-        "cost the job {job_time_s:.3} s of wall-clock time (the stage's calls ended that much \
-         later); the other ranks idled {wait_s:.3} rank-seconds on {whom}"
-    )
-}
-
-/// Stragglers told of together: those of one of the report's straggler
-/// groups (one stage on one host), or one alone.
-struct Told<'a> {
-    group: Option<&'a StragglerGroup>,
-    stragglers: Vec<&'a Straggler>,
-}
-
-/// `stragglers` by the report's straggler group each is in (one in none
-/// alone), in the order of each's first straggler (the costliest first,
-/// as the report lists them).
-fn by_group<'a>(report: &'a Report, stragglers: &[&'a Straggler]) -> Vec<Told<'a>> {
-    let mut told: Vec<Told<'a>> = Vec::new();
-    for &s in stragglers {
-        let group = report
-            .straggler_groups
-            .iter()
-            .find(|g| g.stage == s.stage && g.ranks.binary_search(&s.rank).is_ok());
-        let same = |t: &&mut Told<'a>| matches!((t.group, group), (Some(a), Some(b)) if std::ptr::eq(a, b));
-        match told.iter_mut().find(same) {
-            Some(t) => t.stragglers.push(s),
-            None => told.push(Told {
-                group,
-                stragglers: vec![s],
-            }),
-        }
-    }
-    told
-}
-
-/// A recommendation of `severity` in `category`.
+/// A recommendation of `severity` in `category`, its cost not known.
 fn finding(
     severity: Severity,
     category: &str,
@@ -69,24 +32,74 @@ fn finding(
 ) -> Recommendation {
     Recommendation {
         severity,
+        cost_s: None,
         category: category.into(),
         message,
         evidence,
     }
 }
 
-/// The recommendations for an analysed report, most severe first.
-pub fn recommend(report: &Report) -> Vec<Recommendation> {
+/// The recommendation of a blame: a warning where it cost the job
+/// [`WARNING_PCT`] of its `job_s` seconds, else information.
+fn of_blame(blame: &Blame, job_s: f64) -> Recommendation {
+    let v = &blame.verdict;
+    Recommendation {
+        severity: if v.cost_pct >= WARNING_PCT {
+            Severity::Warning
+        } else {
+            Severity::Info
+        },
+        cost_s: Some(v.cost_s),
+        category: blame.category.into(),
+        message: v.sentence.clone(),
+        evidence: std::iter::once(format!(
+            "cost the job {:.3} s of wall-clock time ({:.1}% of {job_s:.3} s)",
+            v.cost_s, v.cost_pct
+        ))
+        .chain(v.evidence.iter().cloned())
+        .collect::<Vec<_>>()
+        .join("; "),
+    }
+}
+
+/// The recommendations for an analysed report: what makes the data
+/// incomplete first, then the findings by what they cost the job, the
+/// costliest first, then the rest by severity.
+pub fn recommend(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
     let mut out = missing_ranks(report);
     out.extend(skipped_inputs(report));
-    out.extend(straggler_findings(report));
-    out.extend(gpu_bottlenecks(report));
+    out.extend(
+        blames
+            .iter()
+            .map(|b| of_blame(b, report.session.duration_s)),
+    );
+    out.extend(waiting_stragglers(report));
+    out.extend(gpu_bottlenecks(report, blames));
+    out.extend(shared_gpu_findings(report));
     out.extend(hot_stages(report));
     out.extend(dropped_rows(report));
     out.extend(overflows(report));
-    out.extend(kernel_findings(report));
-    out.sort_by_key(|r| r.severity);
+    out.extend(kernel_findings(report, blames));
+    out.sort_by(|a, b| {
+        let critical = |r: &Recommendation| r.severity != Severity::Critical;
+        critical(a)
+            .cmp(&critical(b))
+            .then(match (a.cost_s, b.cost_s) {
+                (Some(x), Some(y)) => y.total_cmp(&x),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            })
+            .then(a.severity.cmp(&b.severity))
+    });
     out
+}
+
+/// The verdict and recommendations of `report`, from one ranking.
+pub fn judge(report: &mut Report) {
+    let blames = verdict::blames(report);
+    report.verdict = Some(verdict::verdict(report, &blames));
+    report.recommendations = recommend(report, &blames);
 }
 
 /// The ranks that sent nothing (or have no imported trace), if any.
@@ -149,170 +162,43 @@ fn skipped_inputs(report: &Report) -> Vec<Recommendation> {
     out
 }
 
-/// The stragglers: first those slower only waiting for another rank, then
-/// the others, by straggler group.
-fn straggler_findings(report: &Report) -> Vec<Recommendation> {
-    let mut out = Vec::new();
-    let mut alone: Vec<&Straggler> = Vec::new();
-    for s in &report.stragglers {
-        match waited_for(report, s) {
-            Some(late) => out.push(waiting_straggler(s, late)),
-            None => alone.push(s),
-        }
-    }
-    out.extend(
-        by_group(report, &alone)
-            .iter()
-            .filter_map(straggler_group_finding),
-    );
-    out
+/// Stragglers only slower waiting for another rank: told as that rank's.
+fn waiting_stragglers(report: &Report) -> Vec<Recommendation> {
+    report
+        .stragglers
+        .iter()
+        .filter_map(|s| Some(waiting_straggler(s, waits_for_another(report, s)?)))
+        .collect()
 }
 
-/// The straggler `s` waits for, where `s` is slower in a stage that mostly
-/// waits for another rank.
-fn waited_for<'a>(report: &'a Report, s: &Straggler) -> Option<&'a Straggler> {
-    let stage = report.stages.iter().find(|stage| stage.name == s.stage);
-    stage
-        .and_then(|stage| mostly_waiting(report, stage))
-        .filter(|late| late.rank != s.rank)
-}
-
-/// A straggler whose excess is its wait for `late`, told as that rank's.
-fn waiting_straggler(s: &Straggler, late: &Straggler) -> Recommendation {
+/// A straggler whose excess is its wait for rank `late`.
+fn waiting_straggler(s: &Straggler, late: u32) -> Recommendation {
     finding(
         Severity::Info,
         "straggler",
         format!(
             "rank {} spends {:.0}% longer than the other ranks in `{}` waiting there for \
-             rank {}, the straggler in `{}`",
+             rank {late}: the wait is rank {late}'s slowness, not work of rank {}",
             s.rank,
             (s.slowdown - 1.0) * 100.0,
-            s.stage,
-            late.rank,
-            late.stage
+            cell(&s.stage, 60),
+            s.rank
         ),
         format!("{:.3} s over the other ranks' median", s.excess_s),
     )
 }
 
-/// One finding about stragglers told together, with the evidence of each.
-fn straggler_group_finding(group: &Told) -> Option<Recommendation> {
-    let [s, ..] = group.stragglers.as_slice() else {
-        return None;
+/// GPU bottlenecks by kind, those of a blamed rank's own GPU left out
+/// (they are told with the blame). Information: a GPU whose rank keeps
+/// up costs the job no time that can be measured.
+fn gpu_bottlenecks(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
+    let blamed = |gpu: &GpuSummary| {
+        blames
+            .iter()
+            .any(|b| b.verdict.ranks.iter().any(|&rank| owns(rank, gpu)))
     };
-    let evidence = group_evidence(group);
-    let by_model = group.group.is_some_and(|g| g.gpu_model.is_some());
-    let (explanation, more) = match evidence.split_first() {
-        Some((first, more)) => (*first, more),
-        None if by_model => (
-            "the other ranks run other GPU models: give these ranks less of the work, \
-             or run the job on one model",
-            &[][..],
-        ),
-        None => (
-            "no GPU or host bottleneck explains it: check its input and data loading",
-            &[][..],
-        ),
-    };
-    let (message, numbers) = match (group.group, group.stragglers.len()) {
-        (None, _) | (Some(_), 1) => one_straggler_text(s, explanation),
-        (Some(shared), _) => group_text(shared, &group.stragglers, explanation),
-    };
-    Some(finding(
-        Severity::Warning,
-        "straggler",
-        message,
-        std::iter::once(numbers)
-            .chain(more.iter().map(|line| line.to_string()))
-            .collect::<Vec<_>>()
-            .join("; "),
-    ))
-}
-
-/// The evidence of every rank of the group, each line once: the first
-/// explains it in the message, the others follow the numbers.
-fn group_evidence<'a>(group: &Told<'a>) -> Vec<&'a str> {
-    let mut evidence: Vec<&str> = Vec::new();
-    for line in group.stragglers.iter().flat_map(|s| &s.evidence) {
-        if !evidence.contains(&line.as_str()) {
-            evidence.push(line);
-        }
-    }
-    evidence
-}
-
-/// The message and numbers of a straggler told alone.
-fn one_straggler_text(s: &Straggler, explanation: &str) -> (String, String) {
-    (
-        format!(
-            "rank {} is {:.0}% slower than the median of the other ranks in `{}`; {}",
-            s.rank,
-            (s.slowdown - 1.0) * 100.0,
-            s.stage,
-            explanation
-        ),
-        format!(
-            "{:.3} s over the other ranks' median{}; {}",
-            s.excess_s,
-            s.out_of_spread(),
-            costs(s.job_time_s, s.wait_s, "it")
-        ),
-    )
-}
-
-/// The message and numbers of several stragglers that share a host or a
-/// GPU model.
-fn group_text(
-    shared: &StragglerGroup,
-    stragglers: &[&Straggler],
-    explanation: &str,
-) -> (String, String) {
-    let n = stragglers.len();
-    let stage = &stragglers[0].stage;
-    let slowdowns = stragglers.iter().map(|s| (s.slowdown - 1.0) * 100.0);
-    let (least, most) = slowdowns.fold((f64::MAX, f64::MIN), |(lo, hi), pct| {
-        (lo.min(pct), hi.max(pct))
-    });
-    let mut ranks: Vec<u32> = stragglers.iter().map(|s| s.rank).collect();
-    ranks.sort_unstable();
-    (
-        format!(
-            "{n} ranks {} ({}) are {least:.0}–{most:.0}% slower than the \
-             median of the other ranks in `{}`; {}",
-            what_they_share(shared),
-            rankscope_common::text::rank_ranges(&ranks),
-            stage,
-            explanation
-        ),
-        format!(
-            "{:.3} s over the other ranks' median in all; {}",
-            stragglers.iter().map(|s| s.excess_s).sum::<f64>(),
-            // What the ranks cost together (each alone may
-            // cost nothing: another as slow holds the job).
-            costs(
-                shared.job_time_s,
-                stragglers.iter().map(|s| s.wait_s).sum(),
-                "them"
-            )
-        ),
-    )
-}
-
-/// What the ranks of `group` share, in words: `on host h` or `on m GPUs`.
-fn what_they_share(group: &StragglerGroup) -> String {
-    match (&group.gpu_model, &group.host) {
-        (Some(model), _) => format!("on {} GPUs", cell(model, 40)),
-        (None, Some(host)) => format!("on host {}", cell(host, 40)),
-        (None, None) => "together".into(),
-    }
-}
-
-/// GPU bottlenecks by kind, those of a straggler's own GPU left out (they
-/// are told with the straggler).
-fn gpu_bottlenecks(report: &Report) -> Vec<Recommendation> {
-    let explained = |gpu: &GpuSummary| report.stragglers.iter().any(|s| owns(s.rank, gpu));
     let mut by_kind: BTreeMap<&str, Vec<(&GpuSummary, &Bottleneck)>> = BTreeMap::new();
-    for gpu in report.gpus.iter().filter(|g| !explained(g)) {
+    for gpu in report.gpus.iter().filter(|g| !blamed(g)) {
         for b in &gpu.bottlenecks {
             by_kind.entry(b.kind.as_str()).or_default().push((gpu, b));
         }
@@ -336,7 +222,7 @@ fn gpu_bottlenecks(report: &Report) -> Vec<Recommendation> {
 /// A bottleneck of `kind` on one GPU.
 fn one_gpu_bottleneck(gpu: &GpuSummary, b: &Bottleneck, kind: &str) -> Recommendation {
     finding(
-        Severity::Warning,
+        Severity::Info,
         "gpu",
         format!(
             "GPU {} of rank {} on {}: {kind}",
@@ -358,7 +244,7 @@ fn many_gpus_bottleneck(found: &[(&GpuSummary, &Bottleneck)], kind: &str) -> Rec
         .collect();
     let (first, example) = found[0];
     finding(
-        Severity::Warning,
+        Severity::Info,
         "gpu",
         format!(
             "{} GPUs on {} host{}: {kind} ({} and {} more)",
@@ -375,8 +261,35 @@ fn many_gpus_bottleneck(found: &[(&GpuSummary, &Bottleneck)], kind: &str) -> Rec
     )
 }
 
+/// Ranks that share a GPU: a finding of its own, as their GPU's readings
+/// cannot tell them apart.
+fn shared_gpu_findings(report: &Report) -> Vec<Recommendation> {
+    shared_gpus(&report.gpus)
+        .into_iter()
+        .map(|gpu| {
+            finding(
+                Severity::Info,
+                "gpu",
+                format!(
+                    "ranks {} share GPU {} on {}: their kernels compete for it, and its \
+                     readings cannot tell one rank's slowness from another's",
+                    rank_ranges(&gpu.sampled_by),
+                    gpu.index,
+                    cell(&gpu.host, 40)
+                ),
+                format!(
+                    "{} ranks sampled the GPU (uuid {})",
+                    gpu.sampled_by.len(),
+                    cell(&gpu.uuid, 60)
+                ),
+            )
+        })
+        .collect()
+}
+
 /// Stages over [`HOT_STAGE_PCT`] of the session by self time (a stage
-/// that only encloses others is not where the time goes), hottest first.
+/// that only encloses others is not where the time goes), hottest first;
+/// one that mostly waits is never a place to optimise.
 fn hot_stages(report: &Report) -> Vec<Recommendation> {
     let mut hot: Vec<_> = report
         .stages
@@ -387,7 +300,7 @@ fn hot_stages(report: &Report) -> Vec<Recommendation> {
     let mut out = Vec::new();
     let mut to_optimise = 0;
     for stage in hot {
-        match mostly_waiting(report, stage) {
+        match mostly_waiting_for(report, stage) {
             Some(late) => out.push(waiting_stage(stage, late)),
             None => {
                 out.push(stage_to_optimise(stage, to_optimise == 0));
@@ -398,21 +311,28 @@ fn hot_stages(report: &Report) -> Vec<Recommendation> {
     out
 }
 
-/// A hot stage whose time is mostly a wait for the straggler `late`.
-fn waiting_stage(stage: &StageStats, late: &Straggler) -> Recommendation {
+/// A hot stage whose time is mostly a wait for rank `late`.
+fn waiting_stage(stage: &StageStats, late: u32) -> Recommendation {
+    let waits = stage
+        .wait_s
+        .map(|w| format!("its ranks wait {:.3} s in it on average, of {:.3} s", w.avg, stage.total_s.avg))
+        .unwrap_or_else(|| {
+            format!(
+                "rank {late} spends {:.3} s in it, the ranks on average {:.3} s",
+                stage.self_s.min, stage.self_s.avg
+            )
+        });
     finding(
         Severity::Info,
         "stage",
         format!(
-            "`{}` takes {:.0}% of the session, but mostly waiting for rank {}, the \
-             straggler in `{}`: the wait is that rank's slowness, not work to optimise \
-             in `{}`",
-            stage.name, stage.share_pct, late.rank, late.stage, stage.name
+            "`{}` takes {:.0}% of the session, but mostly waiting for rank {late}: the wait is \
+             that rank's slowness, not work to optimise in `{}`",
+            cell(&stage.name, 60),
+            stage.share_pct,
+            cell(&stage.name, 60)
         ),
-        format!(
-            "rank {} spends {:.3} s in it, the ranks on average {:.3} s",
-            late.rank, stage.self_s.min, stage.self_s.avg
-        ),
+        waits,
     )
 }
 
@@ -423,7 +343,7 @@ fn stage_to_optimise(stage: &StageStats, first: bool) -> Recommendation {
         "stage",
         format!(
             "`{}` takes {:.0}% of the session in its own work (nested stages not counted): {}",
-            stage.name,
+            cell(&stage.name, 60),
             stage.share_pct,
             if first {
                 "the first place to optimise"
@@ -491,33 +411,6 @@ fn overflows(report: &Report) -> Vec<Recommendation> {
     out
 }
 
-/// A stage whose least self time is under this share of its mean is
-/// mostly waiting on the other ranks, when the rank with the least is a
-/// straggler elsewhere.
-const WAITING_STAGE_SHARE: f64 = 0.5;
-
-/// The straggler `stage`'s time mostly waits for: a rank slow in another
-/// stage that spends far less in this one than the others do (it arrives
-/// last, so it waits least). A collective behind a straggler looks so.
-fn mostly_waiting<'a>(report: &'a Report, stage: &StageStats) -> Option<&'a Straggler> {
-    if stage.self_s.min >= WAITING_STAGE_SHARE * stage.self_s.avg {
-        return None;
-    }
-    report
-        .stragglers
-        .iter()
-        .find(|s| s.rank == stage.self_s.min_rank && s.stage != stage.name)
-}
-
-/// What a kernel straggler's category calls the thing that is slow.
-fn kind_of(category: &str) -> String {
-    if category == KernelCategory::CpuOp.as_str() {
-        "CPU operator".into()
-    } else {
-        format!("{category} kernel")
-    }
-}
-
 /// A GPU idle for more than this share of its traced window is starved.
 const IDLE_GPU_PCT: f64 = 50.0;
 /// At most this many idle GPUs are told one by one; the rest are counted.
@@ -525,26 +418,28 @@ const IDLE_GPUS_TOLD: usize = 5;
 /// At most this many kernel stragglers are told as recommendations.
 const KERNEL_STRAGGLERS_TOLD: usize = 5;
 
-/// What the kernel traces say: kernels slower on one rank, ranks the
-/// others waited for in collectives (the wait told as the late rank's,
-/// never as work to optimise in the collective), GPUs left idle.
-fn kernel_findings(report: &Report) -> Vec<Recommendation> {
-    let mut out = kernel_stragglers(report);
-    out.extend(late_to_collectives(report));
-    out.extend(idle_gpus(report));
+/// What the kernel traces say beside the blames: kernels slower on a
+/// rank no blame names, GPUs left idle, traces cut.
+fn kernel_findings(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
+    let mut out = kernel_stragglers(report, blames);
+    out.extend(idle_gpus(report, blames));
     out.extend(cut_traces(report));
     out
 }
 
-/// The first [`KERNEL_STRAGGLERS_TOLD`] kernels slower on one rank.
-fn kernel_stragglers(report: &Report) -> Vec<Recommendation> {
+/// The first [`KERNEL_STRAGGLERS_TOLD`] kernels slower on a rank that no
+/// blame names (a blame tells its rank's own): information, as the rank
+/// keeps up.
+fn kernel_stragglers(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
+    let blamed = |rank: u32| blames.iter().any(|b| b.verdict.ranks.contains(&rank));
     report
         .kernel_stragglers
         .iter()
+        .filter(|k| !blamed(k.rank))
         .take(KERNEL_STRAGGLERS_TOLD)
         .map(|k| {
             finding(
-                Severity::Warning,
+                Severity::Info,
                 "kernel",
                 format!(
                     "{} `{}` takes {:.0}% longer on rank {} than the median of the other ranks",
@@ -562,74 +457,73 @@ fn kernel_stragglers(report: &Report) -> Vec<Recommendation> {
         .collect()
 }
 
-/// Ranks that hold the others back in a collective, arriving last.
-fn late_to_collectives(report: &Report) -> Vec<Recommendation> {
-    let mut out = Vec::new();
-    for c in &report.collectives {
-        let (Some(last), Some(imposed_s)) = (c.last_to_arrive, c.wait_imposed_s) else {
-            continue;
-        };
-        let others_s: f64 = report
-            .collectives
-            .iter()
-            .filter(|o| o.kind == c.kind && o.group == c.group && o.rank != c.rank)
-            .map(|o| o.total_s)
-            .sum();
-        // A rank last at most of the compared calls, for whom the others
-        // spend most of their time in the calls waiting, holds them back;
-        // one last now and then is ordinary.
-        if last * 2 <= c.compared || imposed_s < WAITING_STAGE_SHARE * others_s {
-            continue;
-        }
-        out.push(finding(
-            Severity::Warning,
-            "straggler",
-            format!(
-                "rank {} arrived last at {} of {} `{}` calls compared across ranks{}: the time \
-                 the other ranks spend in them is mostly waiting for it; speed up rank {}, not \
-                 the collective",
-                c.rank,
-                last,
-                c.compared,
-                c.kind,
-                c.group
-                    .as_deref()
-                    .map(|g| format!(" (group {})", cell(g, 40)))
-                    .unwrap_or_default(),
-                c.rank
-            ),
-            format!(
-                "the other ranks waited {imposed_s:.6} rank-seconds for it to arrive, of \
-                 {others_s:.6} s they spent in these calls"
-            ),
-        ));
-    }
-    out
-}
-
 /// GPUs idle over [`IDLE_GPU_PCT`] of their traced window, the idlest
-/// first one by one, the rest counted.
-fn idle_gpus(report: &Report) -> Vec<Recommendation> {
+/// first one by one, the rest counted; the idle time while the rank waited
+/// in a collective told as waiting (for the blamed rank, where one is).
+fn idle_gpus(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
     let mut idle: Vec<&GpuTime> = report
         .gpu_time
         .iter()
         .filter(|g| g.idle_pct > IDLE_GPU_PCT)
         .collect();
     idle.sort_by(|a, b| b.idle_pct.total_cmp(&a.idle_pct));
+    let late = blames
+        .iter()
+        .find(|b| b.category == "straggler")
+        .map(|b| &b.verdict);
     let mut out: Vec<Recommendation> = idle
         .iter()
         .take(IDLE_GPUS_TOLD)
         .map(|g| {
+            let waiting_pct = g
+                .waiting_s
+                .filter(|_| g.window_s > 0.0)
+                .map(|w| w.min(g.idle_s) / g.window_s * 100.0)
+                .unwrap_or(0.0);
+            let whom = late
+                .filter(|v| !v.ranks.contains(&g.rank))
+                .map(|v| {
+                    format!(
+                        "{} for {}",
+                        v.collective
+                            .as_deref()
+                            .map(|c| format!(" in `{}`", cell(c, 40)))
+                            .unwrap_or_default(),
+                        if v.ranks.len() == 1 {
+                            format!("rank {}", v.ranks[0])
+                        } else {
+                            format!("ranks {}", rank_ranges(&v.ranks))
+                        }
+                    )
+                })
+                .unwrap_or_else(|| " in collectives".into());
+            let message = if waiting_pct >= g.idle_pct / 2.0 {
+                format!(
+                    "rank {}'s GPU{} was idle {:.0}% of its traced window, of which {:.0} points \
+                     waiting{whom}: the wait, not the host, leaves it idle",
+                    g.rank,
+                    g.gpu.map(|i| format!(" {i}")).unwrap_or_default(),
+                    g.idle_pct,
+                    waiting_pct
+                )
+            } else {
+                format!(
+                    "rank {}'s GPU{} was idle {:.0}% of its traced window{}: the host does not \
+                     keep it busy (launch overhead, synchronisation, data loading)",
+                    g.rank,
+                    g.gpu.map(|i| format!(" {i}")).unwrap_or_default(),
+                    g.idle_pct,
+                    if waiting_pct > 0.0 {
+                        format!(", {waiting_pct:.0} points of it waiting{whom}")
+                    } else {
+                        String::new()
+                    }
+                )
+            };
             finding(
                 Severity::Info,
                 "gpu",
-                format!(
-                    "rank {}'s GPU{} was idle {:.0}% of its traced window: the host does not keep it \
-                     busy (launch overhead, synchronisation, data loading or waiting for other ranks)",
-                    g.rank,
-                    g.gpu.map(|i| format!(" {i}")).unwrap_or_default(),
-                    g.idle_pct
-                ),
+                message,
                 format!(
                     "{:.6} s idle of {:.6} s from its first kernel to its last",
                     g.idle_s, g.window_s

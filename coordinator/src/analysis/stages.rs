@@ -27,8 +27,14 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
                         .collect::<Vec<_>>(),
                 )
             });
-            let mut sorted_totals: Vec<f64> = totals.iter().map(|&(_, t)| t).collect();
-            sorted_totals.sort_by(f64::total_cmp);
+            let work = stage.work_by_rank();
+            let work_s = spread(&work.iter().map(|w| (w.rank, w.work_s)).collect::<Vec<_>>());
+            let waits: Vec<(u32, f64)> = work
+                .iter()
+                .filter_map(|w| Some((w.rank, w.wait_s?)))
+                .collect();
+            let mut sorted_work: Vec<f64> = work.iter().map(|w| w.work_s).collect();
+            sorted_work.sort_by(f64::total_cmp);
             Some(StageStats {
                 name: name.clone(),
                 parent: times.parent(name).map(str::to_string),
@@ -38,7 +44,10 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
                 self_s,
                 gpu_s,
                 per_call_ms: stage.quantiles.percentiles_ms()?,
-                imbalance_pct: imbalance_pct(&sorted_totals),
+                wait_s: spread(&waits),
+                work_s,
+                one_off_calls: stage.ranks.values().map(|c| c.one_offs).sum(),
+                imbalance_pct: imbalance_pct(&sorted_work),
                 share_pct: if session_total_s > 0.0 {
                     self_totals.iter().map(|&(_, s)| s).sum::<f64>() / session_total_s * 100.0
                 } else {

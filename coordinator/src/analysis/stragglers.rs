@@ -113,7 +113,17 @@ pub fn stragglers(
         if across.ranks.len() < 2 {
             continue;
         }
-        for slow in rule.slow_ranks(across.totals()) {
+        let work = across.work_by_rank();
+        let mut self_work: Vec<f64> = work.iter().map(|w| w.self_work_s).collect();
+        self_work.sort_by(f64::total_cmp);
+        let totals = work.iter().map(|w| (w.rank, w.work_s)).collect();
+        for slow in rule.slow_ranks(totals) {
+            let own_self = work
+                .iter()
+                .find(|w| w.rank == slow.rank)
+                .map_or(0.0, |w| w.self_work_s);
+            let at = self_work.partition_point(|&s| s < own_self);
+            let self_excess_s = median_without(&self_work, at).map_or(0.0, |m| own_self - m);
             let imposed = lockstep_of
                 .get(stage.as_str())
                 .and_then(|l| l.ranks.iter().find(|r| r.rank == slow.rank));
@@ -124,6 +134,7 @@ pub fn stragglers(
                 stage: stage.clone(),
                 slowdown: slow.total / slow.median,
                 excess_s: slow.total - slow.median,
+                self_excess_s,
                 wait_s,
                 job_time_s,
                 score: slow.score,
@@ -233,19 +244,35 @@ pub fn owns(rank: u32, gpu: &GpuSummary) -> bool {
     gpu.sampled_by == [rank]
 }
 
-/// Fills each straggler's evidence: the bottlenecks of its own GPUs, of the
-/// GPUs it shares with other ranks, and its host's CPU when saturated.
+/// Fills each straggler's evidence: the bottlenecks of the GPUs it
+/// samples and its host's CPU when saturated, where they are evidence of
+/// its slowness against the other ranks: a GPU or a host counts only where
+/// every rank on it is a straggler in the stage (one shared with a rank
+/// that keeps up explains nothing of this rank's slowness).
 pub fn attribute(stragglers: &mut [Straggler], gpus: &[GpuSummary], ranks: &[RankSummary]) {
+    let slow: BTreeSet<(String, u32)> = stragglers
+        .iter()
+        .map(|s| (s.stage.clone(), s.rank))
+        .collect();
+    let mut on_host: HashMap<&str, Vec<u32>> = HashMap::new();
+    for r in ranks {
+        on_host.entry(r.host.as_str()).or_default().push(r.rank);
+    }
     for straggler in stragglers {
+        let all_slow = |ranks: &[u32]| {
+            ranks
+                .iter()
+                .all(|&r| slow.contains(&(straggler.stage.clone(), r)))
+        };
         let gpu_evidence = gpus
             .iter()
-            .filter(|g| g.sampled_by.contains(&straggler.rank))
+            .filter(|g| g.sampled_by.contains(&straggler.rank) && all_slow(&g.sampled_by))
             .flat_map(|g| {
                 let whose = if owns(straggler.rank, g) {
                     format!("its GPU {}", g.index)
                 } else {
                     format!(
-                        "GPU {} on its host (sampled by ranks {})",
+                        "GPU {} on its host (sampled by ranks {}, all slow)",
                         g.index,
                         rankscope_common::text::rank_ranges(&g.sampled_by)
                     )
@@ -257,11 +284,18 @@ pub fn attribute(stragglers: &mut [Straggler], gpus: &[GpuSummary], ranks: &[Ran
         let host_evidence = ranks
             .iter()
             .find(|r| r.rank == straggler.rank)
+            .filter(|r| on_host.get(r.host.as_str()).is_some_and(|on| all_slow(on)))
             .and_then(|r| r.host_telemetry.as_ref()?.cpu_avg_pct)
             .filter(|&cpu| cpu >= HOST_CPU_SATURATED_PCT)
             .map(|cpu| format!("its host's CPUs were {cpu:.0}% busy on average"));
         straggler.evidence = gpu_evidence.chain(host_evidence).collect();
     }
+}
+
+/// The GPUs several ranks sample, each with those ranks: ranks that share
+/// a GPU compete for it, and its readings cannot tell them apart.
+pub fn shared_gpus(gpus: &[GpuSummary]) -> Vec<&GpuSummary> {
+    gpus.iter().filter(|g| g.sampled_by.len() > 1).collect()
 }
 
 /// For each stage run by two or more ranks: for call k (the k-th call on

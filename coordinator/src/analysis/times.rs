@@ -13,6 +13,8 @@ use rankscope_common::table::{MetricsView, StagesView, STAGE_GPU_SECTION};
 use super::calls::{self, CallAcross};
 use super::series::OuterStage;
 use super::sketch::CallQuantiles;
+use super::stats::median;
+use super::steady::{one_offs, OneOffs, RankEvent, RowTimes, Spans};
 
 /// A call's duration in seconds, as the analysis keeps every call of every
 /// rank: the largest thing aggregation holds, halved by single precision
@@ -47,7 +49,7 @@ pub struct StageAcross {
 }
 
 /// One rank's calls of one stage.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankCalls {
     /// Calls past warm-up.
     pub calls: u64,
@@ -55,6 +57,35 @@ pub struct RankCalls {
     pub total_s: f64,
     /// Their summed self time (nested stages excluded), seconds.
     pub self_s: f64,
+    /// Their summed time in collective calls, seconds.
+    pub collective_s: f64,
+    /// Their summed steady work: each call's duration less its time in
+    /// collective calls and in the profiler's spans, a one-off call's
+    /// ([`super::steady`]) counted at the rank's steady work of the stage,
+    /// seconds. The collectives' own time is added across ranks
+    /// ([`StageAcross::work_by_rank`]).
+    pub steady_s: f64,
+    /// The same of their self time, seconds.
+    pub self_steady_s: f64,
+    /// Calls told apart as one-off (counted at their steady work).
+    pub one_offs: u64,
+}
+
+/// One rank's time in one stage, its waits taken out: what ranks are
+/// compared on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankWork {
+    /// The rank.
+    pub rank: u32,
+    /// Its steady work, the collectives' own time included, seconds.
+    pub work_s: f64,
+    /// Its wait in collective calls (its time in them past the least
+    /// any rank spent in the same calls), seconds; `None` where no rank of
+    /// the stage recorded a collective call in it.
+    pub wait_s: Option<f64>,
+    /// Its steady self work (the collectives in nested stages theirs),
+    /// seconds.
+    pub self_work_s: f64,
 }
 
 impl StageAcross {
@@ -66,7 +97,12 @@ impl StageAcross {
     pub fn is_whole(&self, holds: impl Fn(u32) -> bool) -> Result<(), String> {
         let finite = |s: f64| s.is_finite() && s >= 0.0;
         if let Some((rank, _)) = self.ranks.iter().find(|(&rank, c)| {
-            !holds(rank) || c.calls == 0 || !finite(c.total_s) || !finite(c.self_s)
+            !holds(rank)
+                || c.calls == 0
+                || c.one_offs > c.calls
+                || ![c.total_s, c.self_s, c.collective_s, c.steady_s, c.self_steady_s]
+                    .into_iter()
+                    .all(finite)
         }) {
             return Err(format!("its rank {rank}"));
         }
@@ -97,26 +133,44 @@ impl StageAcross {
         self.ranks.iter().map(|(&r, c)| (r, c.total_s)).collect()
     }
 
+    /// Each rank's work and wait, by rank: its steady work and the
+    /// collectives' own time in the calls it made (the least any rank
+    /// spent in collective calls within each), and its time in collective
+    /// calls past that.
+    pub fn work_by_rank(&self) -> Vec<RankWork> {
+        // own[k]: the collectives' own time in the first k calls.
+        let mut own = Vec::with_capacity(self.by_call.len() + 1);
+        own.push(0.0f64);
+        for call in &self.by_call {
+            own.push(own[own.len() - 1] + f64::from(call.least_collective()));
+        }
+        let measured = self.ranks.values().any(|c| c.collective_s > 0.0);
+        self.ranks
+            .iter()
+            .map(|(&rank, c)| {
+                let k = usize::try_from(c.calls).map_or(own.len() - 1, |k| k.min(own.len() - 1));
+                RankWork {
+                    rank,
+                    work_s: c.steady_s + own[k],
+                    wait_s: measured.then(|| (c.collective_s - own[k]).max(0.0)),
+                    self_work_s: c.self_steady_s,
+                }
+            })
+            .collect()
+    }
+
     /// How many calls every rank made (the calls compared call by call).
     pub fn calls_on_every_rank(&self) -> usize {
         let ranks = self.ranks.len() as u32;
         self.by_call.partition_point(|call| call.ranks() >= ranks)
     }
 
-    /// Adds the calls of `rank`: their durations in start order and
-    /// summed self time.
-    pub fn add(&mut self, rank: u32, durations: &[CallSeconds], self_s: f64) {
-        let total_s = StageTimes::total(durations);
-        let calls = RankCalls {
-            calls: durations.len() as u64,
-            total_s,
-            // Self time is summed from nanoseconds, the total from the
-            // calls' single-precision seconds: never more than the total.
-            self_s: self_s.min(total_s),
-        };
-        self.ranks.insert(rank, calls);
-        calls::add_rank(&mut self.by_call, rank, durations);
-        self.quantiles.add(durations);
+    /// Adds the calls of `rank`.
+    pub fn add(&mut self, rank: u32, calls: &NameCalls) {
+        let work = calls.steady.as_deref().unwrap_or(&calls.durations);
+        self.ranks.insert(rank, calls.totals);
+        calls::add_rank(&mut self.by_call, rank, work, &calls.collective);
+        self.quantiles.add(&calls.durations);
     }
 
     /// Adds the ranks of `other` (none of them already here).
@@ -127,16 +181,53 @@ impl StageAcross {
     }
 }
 
+/// One rank's calls of one stage name, past warm-up, in start order.
+#[derive(Debug, Default)]
+pub struct NameCalls {
+    /// Each call's duration, seconds.
+    durations: Vec<CallSeconds>,
+    /// Each call's steady work (its duration less its time in collective
+    /// calls and the profiler's spans; a one-off call's, the rank's steady
+    /// work of the name), seconds; `None` where that is its duration.
+    steady: Option<Vec<CallSeconds>>,
+    /// Each call's time in collective calls, seconds; empty for none.
+    collective: Vec<CallSeconds>,
+    /// The calls summed.
+    totals: RankCalls,
+}
+
+impl NameCalls {
+    /// Calls of these durations, with nothing nested, no collective call
+    /// and none one-off.
+    #[cfg(test)]
+    pub fn plain(durations: Vec<CallSeconds>) -> Self {
+        let total_s = StageTimes::total(&durations);
+        NameCalls {
+            totals: RankCalls {
+                calls: durations.len() as u64,
+                total_s,
+                self_s: total_s,
+                collective_s: 0.0,
+                steady_s: total_s,
+                self_steady_s: total_s,
+                one_offs: 0,
+            },
+            durations,
+            steady: None,
+            collective: Vec::new(),
+        }
+    }
+}
+
 /// What [`StageTimes`] keeps of one rank's stage table: per stage name its
-/// call durations and self time, and where its calls ran.
+/// calls, and where its calls ran; and the rank's one-off events.
 #[derive(Debug, Default)]
 pub struct RankStages {
     /// The stage names the rank's calls and their enclosing stages have,
     /// each once; the fields below refer to them by position.
     names: Vec<String>,
-    /// Per stage name: call durations in seconds in start order (the
-    /// warm-up calls left out) and their summed self time.
-    calls: Vec<(u32, Vec<CallSeconds>, f64)>,
+    /// Per stage name: its calls.
+    calls: Vec<(u32, NameCalls)>,
     /// (name, enclosing name or `None` for the top, calls).
     parents: Vec<(u32, Option<u32>, u64)>,
     /// Per stage name: GPU time in seconds summed over the calls the rank
@@ -144,13 +235,35 @@ pub struct RankStages {
     gpu_s: BTreeMap<String, f64>,
 }
 
+/// What a rank's stage table says of its steady state, beside its stage
+/// calls: its one-off events, the spans of its time they perturbed, and the
+/// profiler's own time.
+#[derive(Debug, Default)]
+pub struct RankSteadiness {
+    /// Its one-off events, the costliest first.
+    pub events: Vec<RankEvent>,
+    /// The top-level calls (with the gap before each) that held a one-off
+    /// call, followed a one-off gap or the profiler's span, on the rank's
+    /// session clock, ns: collective calls in them are no steady arrival.
+    pub perturbed: Vec<(u64, u64)>,
+    /// Time in the profiler's own spans, seconds.
+    pub profiler_s: f64,
+}
+
 impl RankStages {
     /// Groups one rank's stage table, leaving out the first `warmup_calls`
-    /// calls of each stage name; also returns the stages that ran inside no
-    /// other in the table (warm-up calls included), in table order.
-    pub fn new<'a>(stages: &StagesView<'a>, warmup_calls: u32) -> (Self, Vec<OuterStage<'a>>) {
+    /// calls of each stage name, with the rank's collective calls
+    /// `collectives` (on the table's clock); also returns the stages that
+    /// ran inside no other in the table (warm-up calls included), in table
+    /// order, and the rank's steady state.
+    pub fn new<'a>(
+        stages: &StagesView<'a>,
+        warmup_calls: u32,
+        collectives: &Spans,
+    ) -> (Self, Vec<OuterStage<'a>>, RankSteadiness) {
         let enclosing = enclosing_rows(stages);
         let nested_ns = nested_ns(stages, &enclosing);
+        let rows = RowTimes::new(stages, &enclosing, collectives);
         let dictionary = stages.name.dictionary();
         let canonical = canonical_keys(dictionary);
         let name_key = |i: usize| canonical[stages.name.key(i)];
@@ -159,13 +272,17 @@ impl RankStages {
         let mut calls = Vec::new();
         let mut parents = Vec::new();
         let mut placed = Vec::new();
+        let mut one_offs = OneOffs::new(stages.len);
         let mut group_start = 0;
         for (key, &group_end) in group_ends.iter().enumerate() {
             let group = &mut by_name[group_start..group_end];
             group_start = group_end;
             let kept = past_warmup(stages, group, warmup_calls);
-            if kept.is_empty() {
+            if kept.is_empty() || rows.is_profiler[kept[0]] {
                 continue;
+            }
+            if warmup_calls == 0 {
+                one_offs.first[kept[0]] = true;
             }
             let name = names.of(key);
             // Where the calls past warm-up ran: the enclosing row's name
@@ -180,18 +297,25 @@ impl RankStages {
                 let parent = run[0].checked_sub(1).map(|key| names.of(key));
                 parents.push((name, parent, run.len() as u64));
             }
-            let (durations, self_s) = call_times(stages, kept, &nested_ns);
-            calls.push((name, durations, self_s));
+            calls.push((
+                name,
+                call_times(stages, kept, &nested_ns, &rows, &mut one_offs),
+            ));
         }
         calls.shrink_to_fit();
         parents.shrink_to_fit();
+        let steadiness = RankSteadiness {
+            events: one_offs.events(stages, &rows),
+            perturbed: perturbed_spans(stages, &rows, &one_offs),
+            profiler_s: profiler_time(stages, &rows, &enclosing),
+        };
         let rank_stages = RankStages {
             names: names.names,
             calls,
             parents,
             gpu_s: BTreeMap::new(),
         };
-        (rank_stages, outermost(stages, &enclosing))
+        (rank_stages, outermost(stages, &enclosing), steadiness)
     }
 
     /// Adds the GPU times of stage calls among `metrics`.
@@ -206,6 +330,33 @@ impl RankStages {
             }
         }
     }
+}
+
+/// The top-level calls of the rank's steps that hold a one-off call, or
+/// follow a gap the profiler ran in or one-off long, each with the gap
+/// before it.
+fn perturbed_spans(stages: &StagesView<'_>, rows: &RowTimes, one_offs: &OneOffs) -> Vec<(u64, u64)> {
+    let mut one_off_root = vec![false; stages.len];
+    for (i, excess) in one_offs.excess_ns.iter().enumerate() {
+        if excess.is_some() {
+            one_off_root[rows.root[i]] = true;
+        }
+    }
+    rows.steps
+        .iter()
+        .zip(&rows.gaps)
+        .filter(|&(&row, _)| one_off_root[row] || rows.perturbed[row])
+        .map(|(&row, &(gap, _))| (stages.start_ns[row].saturating_sub(gap), stages.end_ns[row]))
+        .collect()
+}
+
+/// The time in the profiler's own spans (those inside another counted
+/// within it), seconds.
+fn profiler_time(stages: &StagesView<'_>, rows: &RowTimes, enclosing: &[Option<usize>]) -> f64 {
+    (0..stages.len)
+        .filter(|&i| rows.is_profiler[i] && !enclosing[i].is_some_and(|p| rows.is_profiler[p]))
+        .map(|i| duration_ns(stages, i) as f64 / 1e9)
+        .sum()
 }
 
 /// Row `i`'s duration in nanoseconds.
@@ -278,21 +429,92 @@ fn past_warmup<'g>(
     group.get(warmup_calls as usize..).unwrap_or_default()
 }
 
-/// The durations of the calls `kept` and their summed self time.
+/// The calls `kept` (of one name, in start order): their durations,
+/// their time in collective calls, and their steady work, the one-off calls
+/// among them noted in `one_offs`.
 fn call_times(
     stages: &StagesView<'_>,
     kept: &[usize],
     nested_ns: &[u64],
-) -> (Vec<CallSeconds>, f64) {
-    let durations = kept
+    rows: &RowTimes,
+    found: &mut OneOffs,
+) -> NameCalls {
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    let duration = |i: usize| duration_ns(stages, i);
+    let own_self = |i: usize| duration(i).saturating_sub(nested_ns[i]);
+    // Work: the time no collective call or profiler span took.
+    let work: Vec<f64> = kept
         .iter()
-        .map(|&i| (duration_ns(stages, i) as f64 / 1e9) as CallSeconds)
+        .map(|&i| {
+            duration(i)
+                .saturating_sub(rows.collective_ns[i])
+                .saturating_sub(rows.profiler_ns[i]) as f64
+        })
         .collect();
-    let self_s = kept
+    let self_work: Vec<f64> = kept
         .iter()
-        .map(|&i| duration_ns(stages, i).saturating_sub(nested_ns[i]) as f64 / 1e9)
-        .sum();
-    (durations, self_s)
+        .map(|&i| own_self(i).saturating_sub(rows.self_collective_ns[i]) as f64)
+        .collect();
+    let (mut flagged, _) = one_offs(&work);
+    for (flag, &i) in flagged.iter_mut().zip(kept) {
+        *flag |= rows.perturbed[rows.root[i]];
+    }
+    let steady_of = |values: &[f64]| {
+        let mut steady: Vec<f64> = values
+            .iter()
+            .zip(&flagged)
+            .filter(|(_, &f)| !f)
+            .map(|(&v, _)| v)
+            .collect();
+        steady.sort_by(f64::total_cmp);
+        median(&steady)
+    };
+    let (steady_work, steady_self) = (steady_of(&work), steady_of(&self_work));
+    let mut steady = Vec::with_capacity(kept.len());
+    let (mut steady_s, mut self_steady_s, mut count) = (0.0, 0.0, 0u64);
+    for (k, &i) in kept.iter().enumerate() {
+        let (w, sw) = match (flagged[k], steady_work, steady_self) {
+            (true, Some(typical), Some(typical_self)) => {
+                found.excess_ns[i] = Some(work[k] - typical);
+                count += 1;
+                (typical, typical_self)
+            }
+            _ => (work[k], self_work[k]),
+        };
+        steady.push((w / 1e9) as CallSeconds);
+        steady_s += w / 1e9;
+        self_steady_s += sw / 1e9;
+    }
+    let durations: Vec<CallSeconds> = kept
+        .iter()
+        .map(|&i| seconds(duration(i)) as CallSeconds)
+        .collect();
+    let collective: Vec<CallSeconds> = if kept.iter().any(|&i| rows.collective_ns[i] > 0) {
+        kept.iter()
+            .map(|&i| seconds(rows.collective_ns[i]) as CallSeconds)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let total_s = StageTimes::total(&durations);
+    let totals = RankCalls {
+        calls: kept.len() as u64,
+        total_s,
+        // Self time is summed from nanoseconds, the total from the
+        // calls' single-precision seconds: never more than the total.
+        self_s: kept.iter().map(|&i| seconds(own_self(i))).sum::<f64>().min(total_s),
+        collective_s: kept.iter().map(|&i| seconds(rows.collective_ns[i])).sum(),
+        steady_s,
+        self_steady_s,
+        one_offs: count,
+    };
+    let plain = steady.iter().zip(&durations).all(|(w, d)| w == d);
+    NameCalls {
+        durations,
+        steady: (!plain).then_some(steady),
+        collective,
+        totals,
+    }
 }
 
 /// The stages that ran inside no other in the table, in table order.
@@ -403,8 +625,8 @@ impl StageTimes {
     /// Adds the stages of `rank`.
     pub fn add(&mut self, rank: u32, stages: RankStages) {
         let name = |at: u32| stages.names[at as usize].as_str();
-        for (at, durations, self_s) in &stages.calls {
-            entry_of(&mut self.by_name, name(*at)).add(rank, durations, *self_s);
+        for (at, calls) in &stages.calls {
+            entry_of(&mut self.by_name, name(*at)).add(rank, calls);
         }
         for (name, gpu_s) in stages.gpu_s {
             self.gpu_by_name
@@ -449,7 +671,7 @@ impl StageTimes {
         for (name, by_rank) in calls {
             let stage = times.by_name.entry(name).or_default();
             for (rank, durations) in by_rank {
-                stage.add(rank, &durations, StageTimes::total(&durations));
+                stage.add(rank, &NameCalls::plain(durations));
             }
         }
         times
@@ -496,7 +718,7 @@ pub(super) mod tests {
             let view = payload.view::<StagesView>().unwrap().unwrap();
             times.add(
                 payload.header.rank.rank,
-                RankStages::new(&view, warmup_calls).0,
+                RankStages::new(&view, warmup_calls, &Spans::default()).0,
             );
         }
         times

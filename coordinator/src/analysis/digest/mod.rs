@@ -9,7 +9,7 @@
 use crate::AnalysisConfig;
 use rankscope_common::gather::Headed;
 use rankscope_common::parallel::ParallelCoord;
-use rankscope_common::table::{MetricsView, StagesView};
+use rankscope_common::table::{counted_collectives, CollectivesView, MetricsView, StagesView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -17,7 +17,8 @@ use rankscope_common::{Payload, PayloadHeader};
 
 use super::diffusion::RankDiffusion;
 use super::kernels::RankKernels;
-use super::times::RankStages;
+use super::steady::{RankEvent, Spans};
+use super::times::{RankStages, RankSteadiness};
 use super::{gpus, overhead, series};
 
 mod node;
@@ -62,6 +63,11 @@ pub struct RankDigest {
     /// Its torch.profiler windows, where it recorded any, or why its
     /// kernel tables were refused.
     pub(super) kernels: Result<Option<RankKernels>, String>,
+    /// Its one-off events (warm-up, stalls, the profiler's), the costliest
+    /// first, at most [`super::steady::RANK_EVENTS`].
+    pub(super) events: Vec<RankEvent>,
+    /// Time in the profiler's own spans, seconds.
+    pub(super) profiler_s: f64,
     /// Which input it came from, for a reader that reads it again: the
     /// position the reader gave it.
     pub input: usize,
@@ -72,16 +78,18 @@ impl RankDigest {
     /// `config`.
     pub fn new(payload: &Payload, config: &AnalysisConfig) -> Self {
         let header = &payload.header;
-        let (stages, outermost) = match payload.view::<StagesView>() {
+        let collectives = collective_spans(payload);
+        let (stages, outermost, steadiness) = match payload.view::<StagesView>() {
             Ok(Some(view)) => {
-                let (mut stages, outermost) = RankStages::new(&view, config.warmup_calls);
+                let (mut stages, outermost, steadiness) =
+                    RankStages::new(&view, config.warmup_calls, &collectives);
                 if let Ok(Some(metrics)) = payload.view::<MetricsView>() {
                     stages.add_gpu_times(&metrics);
                 }
-                (Ok(stages), outermost)
+                (Ok(stages), outermost, steadiness)
             }
-            Ok(None) => (Ok(RankStages::default()), Vec::new()),
-            Err(e) => (Err(e.to_string()), Vec::new()),
+            Ok(None) => (Ok(RankStages::default()), Vec::new(), RankSteadiness::default()),
+            Err(e) => (Err(e.to_string()), Vec::new(), RankSteadiness::default()),
         };
         let world = header.rank.world_size as usize;
         let bars = series::share(series::TIMELINE_BARS, world);
@@ -107,10 +115,25 @@ impl RankDigest {
                 .collect(),
             overhead: overhead::rank_overhead(payload),
             parallel: header.parallel.clone(),
-            kernels: RankKernels::from_payload(payload),
+            kernels: RankKernels::from_payload(payload, &steadiness.perturbed),
+            events: steadiness.events,
+            profiler_s: steadiness.profiler_s,
             input: 0,
         }
     }
+}
+
+/// The spans of the collective calls a rank counts ([`counted_collectives`])
+/// on its session clock; none where its table is absent or refused (the
+/// kernel digest says why).
+fn collective_spans(payload: &Payload) -> Spans {
+    let Ok(Some(calls)) = payload.view::<CollectivesView>() else {
+        return Spans::default();
+    };
+    Spans::new(
+        counted_collectives(&calls)
+            .map(|i| (calls.start_ns[i], calls.start_ns[i].saturating_add(calls.dur_ns[i]))),
+    )
 }
 
 impl Headed for RankDigest {

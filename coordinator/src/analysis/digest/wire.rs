@@ -21,7 +21,7 @@ use rankscope_common::gather::MAX_LISTED_SKIPPED;
 /// The first bytes of an encoded digest.
 const MAGIC: &[u8; 4] = b"RSND";
 /// The version this build writes and reads.
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 /// The zstd level: the fastest, as rank 0 waits for it.
 const LEVEL: i32 = 1;
 

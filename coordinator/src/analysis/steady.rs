@@ -1,0 +1,504 @@
+//! A rank's steady state. Of each stage call, its own work: the time it
+//! spent in collective calls and in the profiler's own spans (stages named
+//! [`PROFILER_STAGE_PREFIX`]) taken out. And the calls and the gaps between
+//! top-level calls far outside the rank's steady time — warm-up, one-off
+//! stalls, steps the profiler perturbed — found, so that ranks are compared
+//! on their steady work and the one-off time is told apart, as events.
+//!
+//! Everything here reads one rank's tables alone: a rank is digested on its
+//! own, and what the ranks' calls have in common (the least time of a
+//! collective across ranks, which is no rank's wait) is added when the
+//! calls are merged ([`super::calls`]).
+
+use std::collections::BTreeMap;
+
+use arrow_array::Array;
+use rankscope_common::table::{StagesView, PROFILER_STAGE_PREFIX};
+use serde::{Deserialize, Serialize};
+
+use super::stats::median;
+
+/// Fewest calls of a name (or gaps) whose spread is judged: with fewer, no
+/// call is told apart.
+const MIN_JUDGED: usize = 4;
+/// A one-off call's work is past the rank's median of the name by this
+/// many robust spreads (1.4826 × the median absolute deviation)...
+const SPREADS: f64 = 4.0;
+/// ... and by this share of the median...
+const SHARE_OF_MEDIAN: f64 = 0.5;
+/// ... and by this much, nanoseconds (a millisecond).
+const MIN_EXCESS_NS: f64 = 1e6;
+/// More calls than this share past the rule are the rank's ordinary rhythm
+/// (a heavier call every few steps), not one-offs: then only the first
+/// call, warm-up, is told apart.
+const MOST_ONE_OFF_SHARE: f64 = 0.1;
+/// One-off events kept per rank, the costliest.
+pub const RANK_EVENTS: usize = 32;
+/// An event costing less than this is not kept, seconds.
+const MIN_EVENT_S: f64 = 1e-3;
+
+/// What made a stretch of a rank's time one-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OneOffKind {
+    /// The first call of a stage on the rank, far slower than the rest.
+    Warmup,
+    /// A later call, or a gap between top-level calls, far outside the
+    /// rank's steady time.
+    Stall,
+    /// A step the profiler's own spans ran in or just before.
+    Profiler,
+}
+
+impl OneOffKind {
+    /// The kind's name in report.json.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OneOffKind::Warmup => "warmup",
+            OneOffKind::Stall => "stall",
+            OneOffKind::Profiler => "profiler",
+        }
+    }
+}
+
+/// One one-off stretch of one rank: a top-level call (a step) holding
+/// calls far outside the rank's steady time, or the gap before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankEvent {
+    /// Its kind.
+    pub kind: OneOffKind,
+    /// The innermost stage told apart, or the profiler's span, where one
+    /// is; `None` for a gap between top-level calls.
+    pub stage: Option<String>,
+    /// The top-level stage the stretch ran in or before.
+    pub step_stage: String,
+    /// That stage's call on the rank, from 0: the step.
+    pub step: u64,
+    /// When the stretch began, nanoseconds on the rank's session clock.
+    pub start_ns: u64,
+    /// The time it took past the rank's steady time, seconds.
+    pub cost_s: f64,
+    /// Of that, the profiler's own spans, seconds.
+    pub profiler_s: f64,
+}
+
+/// The spans of a rank's time that are no stage's own work (its collective
+/// calls, or the profiler's spans), sorted by start, with running sums.
+#[derive(Debug, Default)]
+pub struct Spans {
+    /// Starts, ascending, nanoseconds.
+    start: Vec<u64>,
+    /// Ends, by start.
+    end: Vec<u64>,
+    /// `sum[i]`: the lengths of the first `i` spans summed.
+    sum: Vec<u64>,
+}
+
+impl Spans {
+    /// The spans `(start, end)`, any order; a span ending before it starts
+    /// is empty.
+    pub fn new(spans: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        let mut spans: Vec<(u64, u64)> = spans
+            .into_iter()
+            .map(|(start, end)| (start, end.max(start)))
+            .collect();
+        spans.sort_unstable();
+        let mut sum = Vec::with_capacity(spans.len() + 1);
+        sum.push(0u64);
+        for &(start, end) in &spans {
+            sum.push(sum[sum.len() - 1].saturating_add(end - start));
+        }
+        Spans {
+            start: spans.iter().map(|s| s.0).collect(),
+            end: spans.iter().map(|s| s.1).collect(),
+            sum,
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.start.is_empty()
+    }
+
+    /// The time of the spans that start within `[from, to)`, each up to
+    /// `to` at most, nanoseconds.
+    pub fn within(&self, from: u64, to: u64) -> u64 {
+        let first = self.start.partition_point(|&s| s < from);
+        let past = self.start.partition_point(|&s| s < to);
+        if first >= past {
+            return 0;
+        }
+        let mut time = self.sum[past] - self.sum[first];
+        // The spans past `to` (on one thread, only the last can be).
+        for i in (first..past).rev() {
+            if self.end[i] <= to {
+                break;
+            }
+            time -= self.end[i] - to;
+        }
+        time
+    }
+}
+
+/// Which of `work` (one rank's calls of one name, or its gaps, in order)
+/// are far outside the others, and the median of those that are not. Past
+/// the median by [`SPREADS`] robust spreads, by [`SHARE_OF_MEDIAN`] of it
+/// and by [`MIN_EXCESS_NS`]; where more than [`MOST_ONE_OFF_SHARE`] of the
+/// calls are, only the first is (warm-up), the rest being the rank's
+/// rhythm. Fewer than [`MIN_JUDGED`] are not judged.
+pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
+    let mut sorted = work.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let Some(mid) = median(&sorted) else {
+        return (Vec::new(), 0.0);
+    };
+    if work.len() < MIN_JUDGED {
+        return (vec![false; work.len()], mid);
+    }
+    let mut deviations: Vec<f64> = sorted.iter().map(|w| (w - mid).abs()).collect();
+    deviations.sort_by(f64::total_cmp);
+    let spread = 1.4826 * median(&deviations).unwrap_or(0.0);
+    let bar = mid + (SPREADS * spread).max(SHARE_OF_MEDIAN * mid).max(MIN_EXCESS_NS);
+    let mut flagged: Vec<bool> = work.iter().map(|&w| w > bar).collect();
+    let count = flagged.iter().filter(|&&f| f).count();
+    if count as f64 > MOST_ONE_OFF_SHARE * work.len() as f64 && count > 1 {
+        let first = flagged[0];
+        flagged.iter_mut().for_each(|f| *f = false);
+        flagged[0] = first;
+    }
+    let mut steady: Vec<f64> = work
+        .iter()
+        .zip(&flagged)
+        .filter(|(_, &f)| !f)
+        .map(|(&w, _)| w)
+        .collect();
+    steady.sort_by(f64::total_cmp);
+    (flagged, median(&steady).unwrap_or(mid))
+}
+
+/// Per row of a rank's stage table: what of its time is no work of its
+/// own, and where it sits among the top-level calls.
+#[derive(Debug)]
+pub struct RowTimes {
+    /// Time in collective calls within it, ns.
+    pub collective_ns: Vec<u64>,
+    /// Of that, the time in none of the stages directly inside it, ns.
+    pub self_collective_ns: Vec<u64>,
+    /// Time in the profiler's own spans within it, ns.
+    pub profiler_ns: Vec<u64>,
+    /// Whether it is one of the profiler's own spans.
+    pub is_profiler: Vec<bool>,
+    /// Its outermost enclosing row (itself at the top).
+    pub root: Vec<usize>,
+    /// Per row: whether it is a top-level call the profiler perturbed (one
+    /// holding a profiler span, or following one); false for other rows.
+    pub perturbed: Vec<bool>,
+    /// The top-level calls of the rank's busiest thread, in start order.
+    pub steps: Vec<usize>,
+    /// Per top-level call of `steps`: the gap before it (from the end of
+    /// the one before), ns, and the profiler's time within it.
+    pub gaps: Vec<(u64, u64)>,
+}
+
+impl RowTimes {
+    /// The rows of `stages` (each row's enclosing row `enclosing`), with
+    /// the rank's collective calls `collectives` on the same clock.
+    pub fn new(
+        stages: &StagesView<'_>,
+        enclosing: &[Option<usize>],
+        collectives: &Spans,
+    ) -> Self {
+        let n = stages.len;
+        let dictionary = stages.name.dictionary();
+        let profiler_key: Vec<bool> = (0..dictionary.len())
+            .map(|key| dictionary.value(key).starts_with(PROFILER_STAGE_PREFIX))
+            .collect();
+        let is_profiler: Vec<bool> = (0..n)
+            .map(|i| profiler_key[stages.name.key(i)])
+            .collect();
+        let profiler = Spans::new(
+            (0..n)
+                .filter(|&i| is_profiler[i])
+                .map(|i| (stages.start_ns[i], stages.end_ns[i])),
+        );
+        let within = |spans: &Spans, i: usize| {
+            if spans.is_empty() {
+                0
+            } else {
+                spans.within(stages.start_ns[i], stages.end_ns[i].max(stages.start_ns[i]))
+            }
+        };
+        let collective_ns: Vec<u64> = (0..n).map(|i| within(collectives, i)).collect();
+        let profiler_ns: Vec<u64> = (0..n).map(|i| within(&profiler, i)).collect();
+        let mut self_collective_ns = collective_ns.clone();
+        for (i, parent) in enclosing.iter().enumerate() {
+            if let Some(p) = *parent {
+                self_collective_ns[p] = self_collective_ns[p].saturating_sub(collective_ns[i]);
+            }
+        }
+        let root = roots(enclosing);
+        let steps = steps(stages, &root, &is_profiler);
+        let mut gaps = Vec::with_capacity(steps.len());
+        let mut perturbed = vec![false; n];
+        let mut previous_end: Option<u64> = None;
+        for &row in &steps {
+            let start = stages.start_ns[row];
+            let gap = previous_end.map_or((0, 0), |end| {
+                let gap = start.saturating_sub(end);
+                (gap, if gap > 0 { profiler.within(end, start) } else { 0 })
+            });
+            perturbed[row] = profiler_ns[row] > 0 || gap.1 > 0;
+            gaps.push(gap);
+            previous_end = Some(previous_end.map_or(stages.end_ns[row], |e: u64| {
+                e.max(stages.end_ns[row])
+            }));
+        }
+        RowTimes {
+            collective_ns,
+            self_collective_ns,
+            profiler_ns,
+            is_profiler,
+            root,
+            perturbed,
+            steps,
+            gaps,
+        }
+    }
+}
+
+/// Each row's outermost enclosing row; a row in a loop of parents (a
+/// damaged table) is its own.
+fn roots(enclosing: &[Option<usize>]) -> Vec<usize> {
+    const UNKNOWN: usize = usize::MAX;
+    let n = enclosing.len();
+    let mut root = vec![UNKNOWN; n];
+    let mut path = Vec::new();
+    for i in 0..n {
+        path.clear();
+        let mut j = i;
+        let top = loop {
+            if root[j] != UNKNOWN {
+                break root[j];
+            }
+            match enclosing[j] {
+                Some(p) if p < n && path.len() < n => {
+                    path.push(j);
+                    j = p;
+                }
+                _ => {
+                    root[j] = j;
+                    break j;
+                }
+            }
+        };
+        for &k in &path {
+            root[k] = top;
+        }
+    }
+    root
+}
+
+/// The top-level calls (the profiler's spans left out) of the thread
+/// that spent the most time in them, in start order: the rank's steps.
+fn steps(stages: &StagesView<'_>, root: &[usize], is_profiler: &[bool]) -> Vec<usize> {
+    let mut by_thread: BTreeMap<u32, (u64, Vec<usize>)> = BTreeMap::new();
+    for i in 0..stages.len {
+        if root[i] == i && !is_profiler[i] {
+            let entry = by_thread.entry(stages.thread[i]).or_default();
+            entry.0 = entry
+                .0
+                .saturating_add(stages.end_ns[i].saturating_sub(stages.start_ns[i]));
+            entry.1.push(i);
+        }
+    }
+    let Some((_, (_, mut rows))) = by_thread
+        .into_iter()
+        .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.0.cmp(&a.0)))
+    else {
+        return Vec::new();
+    };
+    rows.sort_by_key(|&i| stages.start_ns[i]);
+    rows
+}
+
+/// The one-off calls of one rank, found name by name, and the events
+/// they make.
+#[derive(Debug, Default)]
+pub struct OneOffs {
+    /// Per row: its work past the steady work of its name, ns, where it
+    /// was told apart; `None` for a steady call.
+    pub excess_ns: Vec<Option<f64>>,
+    /// Per row: whether it is the first call of its name.
+    pub first: Vec<bool>,
+}
+
+impl OneOffs {
+    /// None found yet, of `rows` rows.
+    pub fn new(rows: usize) -> Self {
+        OneOffs {
+            excess_ns: vec![None; rows],
+            first: vec![false; rows],
+        }
+    }
+
+    /// The events of one rank: per top-level call, its one-off calls and
+    /// the gap before it together, the costliest [`RANK_EVENTS`].
+    pub fn events(&self, stages: &StagesView<'_>, rows: &RowTimes) -> Vec<RankEvent> {
+        let name = |i: usize| stages.name.get(i);
+        // Per top-level row: the deepest one-off row within it (the most
+        // excess on a tie), the largest excess, and whether a call is a
+        // name's first.
+        let mut within: BTreeMap<usize, (usize, f64, bool)> = BTreeMap::new();
+        for (i, excess) in self.excess_ns.iter().enumerate() {
+            let Some(excess) = *excess else { continue };
+            if rows.is_profiler[i] {
+                continue;
+            }
+            let depth = stages.depth[i];
+            let entry = within
+                .entry(rows.root[i])
+                .or_insert((i, f64::MIN, false));
+            if depth > stages.depth[entry.0]
+                || (depth == stages.depth[entry.0] && excess > entry.1)
+            {
+                entry.0 = i;
+            }
+            entry.1 = entry.1.max(excess);
+            entry.2 |= self.first[i];
+        }
+        // The gaps after the first call, the profiler's time taken out.
+        let (gap_flags, gap_steady) = one_offs(
+            &rows
+                .gaps
+                .iter()
+                .skip(1)
+                .map(|&(gap, profiler)| gap.saturating_sub(profiler) as f64)
+                .collect::<Vec<_>>(),
+        );
+        let mut step_of: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut events = Vec::new();
+        for (k, &row) in rows.steps.iter().enumerate() {
+            let step_stage = name(row);
+            let step = {
+                let count = step_of.entry(step_stage).or_default();
+                *count += 1;
+                *count - 1
+            };
+            let (gap, gap_profiler) = rows.gaps[k];
+            let gap_stall = k > 0 && gap_flags.get(k - 1).copied().unwrap_or(false);
+            let gap_excess = if gap_stall {
+                (gap.saturating_sub(gap_profiler) as f64 - gap_steady).max(0.0)
+            } else {
+                0.0
+            };
+            let profiler_ns = (gap_profiler + rows.profiler_ns[row]) as f64;
+            let call = within.get(&row);
+            if call.is_none() && !gap_stall && profiler_ns == 0.0 {
+                continue;
+            }
+            let call_excess = call.map_or(0.0, |c| c.1.max(0.0));
+            let cost_s = (call_excess + gap_excess + profiler_ns) / 1e9;
+            if cost_s < MIN_EVENT_S {
+                continue;
+            }
+            let kind = if rows.perturbed[row] {
+                OneOffKind::Profiler
+            } else if call.is_some_and(|c| c.2) {
+                OneOffKind::Warmup
+            } else {
+                OneOffKind::Stall
+            };
+            let stage = match call {
+                Some(&(deepest, _, _)) => Some(name(deepest).to_string()),
+                None if profiler_ns > 0.0 => profiler_span_name(stages, rows, row),
+                None => None,
+            };
+            let start_ns = if gap_stall || gap_profiler > 0 {
+                stages.start_ns[row].saturating_sub(gap)
+            } else {
+                stages.start_ns[row]
+            };
+            events.push(RankEvent {
+                kind,
+                stage,
+                step_stage: step_stage.to_string(),
+                step,
+                start_ns,
+                cost_s,
+                profiler_s: profiler_ns / 1e9,
+            });
+        }
+        events.sort_by(|a, b| b.cost_s.total_cmp(&a.cost_s));
+        events.truncate(RANK_EVENTS);
+        events
+    }
+}
+
+/// The name of the profiler span in or just before top-level row `row`.
+fn profiler_span_name(stages: &StagesView<'_>, rows: &RowTimes, row: usize) -> Option<String> {
+    let start = stages.start_ns[row];
+    let before = rows
+        .steps
+        .iter()
+        .map(|&r| stages.end_ns[r])
+        .filter(|&end| end <= start)
+        .max()
+        .unwrap_or(0);
+    (0..stages.len)
+        .filter(|&i| rows.is_profiler[i])
+        .find(|&i| {
+            let s = stages.start_ns[i];
+            rows.root[i] == row || (s >= before && s < start)
+        })
+        .map(|i| stages.name.get(i).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_within_count_what_starts_inside_up_to_the_end() {
+        let spans = Spans::new([(10, 20), (30, 50), (0, 5)]);
+        assert_eq!(spans.within(0, 100), 5 + 10 + 20);
+        assert_eq!(spans.within(10, 40), 10 + 10, "the second cut at 40");
+        assert_eq!(spans.within(11, 40), 10, "the first starts before");
+        assert_eq!(spans.within(60, 70), 0);
+        assert_eq!(Spans::new([]).within(0, 10), 0);
+    }
+
+    #[test]
+    fn a_warm_up_and_a_stall_are_told_apart_and_a_rhythm_is_not() {
+        let mut work = vec![10e6; 20];
+        work[0] = 80e6;
+        work[7] = 45e6;
+        let (flags, steady) = one_offs(&work);
+        assert_eq!(steady, 10e6);
+        let found: Vec<usize> = (0..20).filter(|&i| flags[i]).collect();
+        assert_eq!(found, [0, 7]);
+        // Every fourth call heavier: the rank's rhythm; only the first
+        // (warm-up) stays told apart.
+        let rhythm: Vec<f64> = (0..20)
+            .map(|i| if i % 4 == 0 { 40e6 } else { 10e6 })
+            .collect();
+        let (flags, _) = one_offs(&rhythm);
+        assert_eq!(flags.iter().filter(|&&f| f).count(), 1);
+        assert!(flags[0]);
+        // A rank slow throughout is its steady state.
+        let (flags, steady) = one_offs(&[30e6; 10]);
+        assert!(flags.iter().all(|&f| !f));
+        assert_eq!(steady, 30e6);
+        // Ordinary noise is not: 10 % either way.
+        let noisy: Vec<f64> = (0..40).map(|i| 10e6 * (1.0 + 0.1 * ((i * 7 % 5) as f64 - 2.0) / 2.0)).collect();
+        assert!(one_offs(&noisy).0.iter().all(|&f| !f));
+    }
+
+    #[test]
+    fn roots_survive_a_loop_of_parents() {
+        let enclosing = [None, Some(0), Some(1), Some(4), Some(3)];
+        let root = roots(&enclosing);
+        assert_eq!(&root[..3], &[0, 0, 0]);
+        // 3 and 4 name each other: each ends somewhere, no hang.
+        assert!(root[3] < 5 && root[4] < 5);
+    }
+}
