@@ -316,8 +316,10 @@ fn a_summary_of_4096_ranks_stays_under_200_lines() {
         "{summary}"
     );
     // And one recommendation about them, not forty.
-    let told: Vec<_> = rankscope_coordinator::analysis::recommend::recommend(&report)
-        .into_iter()
+    rankscope_coordinator::analysis::recommend::judge(&mut report);
+    let told: Vec<_> = report
+        .recommendations
+        .iter()
         .filter(|r| r.category == "gpu")
         .collect();
     assert_eq!(told.len(), 1, "{told:?}");

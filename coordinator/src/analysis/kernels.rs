@@ -967,6 +967,7 @@ mod tests {
             by_stage: HashMap::new(),
             kernel_stage: HashMap::new(),
             collectives: Vec::new(),
+            spans: Vec::new(),
         }
     }
 
@@ -1026,6 +1027,7 @@ mod tests {
             bytes: Some(8),
             start_ns,
             dur_ns,
+            steady: true,
         }
     }
 
@@ -1083,9 +1085,16 @@ mod tests {
             ..call(1, start_ns, i64::MAX)
         };
         ranks[0].collectives = vec![huge(i64::MIN), huge(i64::MIN)];
-        ranks[1].collectives = vec![huge(i64::MAX), huge(i64::MAX)];
+        ranks[1].collectives = vec![
+            CollectiveCall {
+                dur_ns: i64::MIN,
+                ..huge(i64::MAX)
+            };
+            2
+        ];
         let stats = analyze_kernels(ranks, RULE).collectives;
         assert_eq!(stats[0].bytes, Some(u64::MAX));
         assert!(stats[0].total_s > 1e10 && stats[0].wait_s.unwrap() > 1e10);
+        assert_eq!(stats[1].last_to_arrive, Some(2));
     }
 }

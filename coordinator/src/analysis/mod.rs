@@ -615,7 +615,7 @@ mod tests {
         assert!(
             told[0]
                 .message
-                .starts_with("4 ranks on A100 GPUs (3, 7, 11, 15) are 50–50% slower")
+                .starts_with("4 ranks on A100 GPUs (3, 7, 11, 15) hold the job back")
                 && told[0]
                     .message
                     .contains("the other ranks run other GPU models"),
@@ -708,9 +708,17 @@ mod tests {
         );
         assert_eq!(
             report.recommendations[0].message,
-            "rank 1 is 50% slower than the median of the other ranks in `denoise`; its GPU 1 \
-             (thermal_throttling): thermally throttled in 100% of 15 readings, 89 °C at most"
+            "rank 1 holds the job back: its work in `denoise` takes 1.50x the other ranks' \
+             (+5.000 s); its GPU 1 (thermal_throttling): thermally throttled in 100% of 15 \
+             readings, 89 °C at most; it cost the job 5.000 s."
         );
+        let verdict = report.verdict.as_ref().unwrap();
+        assert_eq!(verdict.kind, crate::model::VerdictKind::Straggler);
+        assert_eq!(
+            (verdict.ranks.as_slice(), verdict.stage.as_deref()),
+            (&[1][..], Some("denoise"))
+        );
+        assert!((verdict.cost_s - 5.0).abs() < 1e-6, "{verdict:?}");
     }
 
     /// Ranks slow together on one host are one finding about the host.
@@ -756,8 +764,8 @@ mod tests {
         );
         assert!(
             findings[0].starts_with(
-                "2 ranks on host node-b (4-5) are 50–50% slower than the median of the other \
-                 ranks in `denoise`"
+                "2 ranks on host node-b (4-5) hold the job back: their work in `denoise` takes \
+                 1.50–1.50x the other ranks' (+10.000 s)"
             ),
             "{}",
             findings[0]
@@ -772,8 +780,9 @@ mod tests {
         assert_eq!(straggler.evidence, Vec::<String>::new());
         assert!(report.gpus.iter().all(|g| g.bottlenecks.is_empty()));
         assert!(
-            report.recommendations[0].message.ends_with(
-                "no GPU or host bottleneck explains it: check its input and data loading"
+            report.recommendations[0].message.contains(
+                "no GPU or host bottleneck of its own explains it: check its share of the work \
+                 and its input"
             ),
             "{}",
             report.recommendations[0].message
@@ -781,9 +790,9 @@ mod tests {
     }
 
     #[test]
-    fn a_gpu_several_ranks_share_is_named_as_shared_not_as_the_stragglers_own() {
-        // Every rank samples the one hot GPU of the host (`gpu_devices: all`);
-        // rank 1 is slow.
+    fn a_gpu_every_rank_shares_is_no_evidence_of_one_ranks_slowness() {
+        // Every rank samples the one hot GPU of the host (`gpu_devices: all`,
+        // or ranks sharing a device); rank 1 is slow.
         let payloads = [0, 1, 2]
             .map(|rank| {
                 let mut payload = rank_reading(rank, if rank == 1 { 15 } else { 10 }, |_, row| {
@@ -796,17 +805,49 @@ mod tests {
             .to_vec();
         let report = analyze(&gathered(payloads), &AnalysisConfig::default());
         assert_eq!(report.gpus.len(), 1);
-        assert_eq!(
-            report.stragglers[0].evidence,
-            ["GPU 0 on its host (sampled by ranks 0-2) (thermal_throttling): 90 °C at most"]
-        );
-        // Not its own, so the GPU gets a recommendation of its own too.
+        assert_eq!(report.stragglers[0].evidence, Vec::<String>::new());
+        let verdict = report.verdict.as_ref().unwrap();
+        assert_eq!(verdict.ranks, [1]);
         assert!(
-            report.recommendations.iter().any(|r| r.category == "gpu"
-                && r.message == "GPU 0 of rank 0 on node: thermal throttling"),
-            "{:?}",
-            report.recommendations
+            !verdict.sentence.contains("GPU 0") && verdict.evidence.iter().all(|e| !e.contains("GPU 0")),
+            "{verdict:?}"
         );
+        // The GPU's own finding, and the sharing as a finding of its own.
+        let gpu: Vec<&str> = report
+            .recommendations
+            .iter()
+            .filter(|r| r.category == "gpu")
+            .map(|r| r.message.as_str())
+            .collect();
+        assert!(gpu.contains(&"GPU 0 of rank 0 on node: thermal throttling"), "{gpu:?}");
+        assert!(
+            gpu.iter().any(|m| m.starts_with("ranks 0-2 share GPU 0 on node")),
+            "{gpu:?}"
+        );
+        // Two slow ranks sharing the hot GPU, a third on a cool one of its
+        // own: the shared GPU explains them both.
+        let payloads = [0, 1, 2]
+            .map(|rank| {
+                let slow = rank != 0;
+                let mut payload = rank_reading(rank, if slow { 15 } else { 10 }, |_, row| {
+                    row.temperature_c = Some(if slow { 90.0 } else { 60.0 })
+                });
+                if slow {
+                    payload.header.gpus[0].uuid = "GPU-hot".into();
+                    payload.header.gpus[0].index = 1;
+                }
+                payload
+            })
+            .to_vec();
+        let report = analyze(&gathered(payloads), &AnalysisConfig::default());
+        for s in &report.stragglers {
+            assert!(
+                s.evidence.iter().any(|e| e.starts_with(
+                    "GPU 1 on its host (sampled by ranks 1-2, all slow) (thermal_throttling)"
+                )),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]
@@ -895,7 +936,7 @@ mod tests {
             .find(|m| m.contains("`all_reduce`"))
             .unwrap();
         assert!(
-            all_reduce.contains("mostly waiting for rank 2, the straggler in `attention`"),
+            all_reduce.contains("mostly waiting for rank 2: the wait is that rank's slowness"),
             "{all_reduce}"
         );
         assert!(!all_reduce.contains("place to optimise"), "{all_reduce}");

@@ -65,13 +65,13 @@ fn of_blame(blame: &Blame, job_s: f64) -> Recommendation {
 /// The recommendations for an analysed report: what makes the data
 /// incomplete first, then the findings by what they cost the job, the
 /// costliest first, then the rest by severity.
-pub fn recommend(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
+fn recommend(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
     let mut out = missing_ranks(report);
     out.extend(skipped_inputs(report));
     out.extend(
         blames
             .iter()
-            .map(|b| of_blame(b, report.session.duration_s)),
+            .map(|b| of_blame(b, verdict::job_seconds(report))),
     );
     out.extend(waiting_stragglers(report));
     out.extend(gpu_bottlenecks(report, blames));

@@ -45,9 +45,20 @@ pub struct Blame {
     pub verdict: Verdict,
 }
 
+/// The job's wall-clock time, seconds: its longest rank's session, or,
+/// where no rank says (a report of imported traces, a payload without its
+/// clock), the longest any rank spent in one stage.
+pub fn job_seconds(report: &Report) -> f64 {
+    let session = report.session.duration_s;
+    if session > 0.0 {
+        return session;
+    }
+    report.stages.iter().map(|s| s.total_s.max).fold(0.0, f64::max)
+}
+
 /// Every explanation of lost time in `report`, the costliest first.
 pub fn blames(report: &Report) -> Vec<Blame> {
-    let job_s = report.session.duration_s;
+    let job_s = job_seconds(report);
     let mut found = stragglers(report);
     found.extend(late_ranks(report, &found));
     found.extend(one_off_time(report, false));
@@ -295,13 +306,21 @@ fn straggler_blame(
         }
     };
     let cost_s = stage_cost.max(collective_cost);
+    let in_stage: Vec<&&Straggler> = entries.iter().filter(|s| s.stage == at.stage).collect();
+    let (least, most) = in_stage.iter().fold((f64::MAX, f64::MIN), |(lo, hi), s| {
+        (lo.min(s.slowdown), hi.max(s.slowdown))
+    });
+    let excess: f64 = in_stage.iter().map(|s| s.excess_s).sum();
+    let (verb, their, slowdown) = if ranks.len() > 1 {
+        ("hold", "their", format!("{least:.2}–{most:.2}x"))
+    } else {
+        ("holds", "its", format!("{most:.2}x"))
+    };
     let sentence = format!(
-        "{whose} holds the job back{}: its work in `{}` takes {:.2}x the other ranks' \
-         (+{:.3} s){why}; it cost the job {cost_s:.3} s.",
+        "{whose} {verb} the job back{}: {their} work in `{}` takes {slowdown} the other \
+         ranks' (+{excess:.3} s){why}; it cost the job {cost_s:.3} s.",
         waited.map(|w| format!(" ({w})")).unwrap_or_default(),
         cell(&at.stage, 60),
-        at.slowdown,
-        at.excess_s,
     );
     Blame {
         category: "straggler",
@@ -540,7 +559,7 @@ fn communication(report: &Report) -> Option<Blame> {
         .map(|c| (c.total_s - c.wait_s.unwrap_or(0.0)).max(0.0))
         .sum::<f64>()
         / ranks.len() as f64;
-    if percent(own_s, report.session.duration_s) < COMMUNICATION_PCT {
+    if percent(own_s, job_seconds(report)) < COMMUNICATION_PCT {
         return None;
     }
     let busiest = report
@@ -565,7 +584,7 @@ fn communication(report: &Report) -> Option<Blame> {
             ),
             evidence: vec![format!(
                 "{own_s:.3} s per rank in collectives past the waits, of {:.3} s",
-                report.session.duration_s
+                job_seconds(report)
             )],
         },
     })
@@ -587,7 +606,7 @@ fn idle_hosts(report: &Report) -> Option<Blame> {
     if pct < HOST_BOUND_IDLE_PCT {
         return None;
     }
-    let cost_s = pct / 100.0 * report.session.duration_s;
+    let cost_s = pct / 100.0 * job_seconds(report);
     Some(Blame {
         category: "gpu",
         verdict: Verdict {

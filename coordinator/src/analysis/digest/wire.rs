@@ -237,13 +237,13 @@ mod tests {
         // More ranks at a later call than at the one before.
         let mut rising = node();
         let stage = decode_stage(&mut rising);
-        stage.by_call[0] = super::super::super::calls::CallAcross::one(4, 1.0);
+        stage.by_call[0] = super::super::super::calls::CallAcross::one(4, 1.0, 0.0);
         assert!(refused(&rising).contains("stage \"decode\": its call 0"));
         // The slowest rank of a call a rank the digest does not hold.
         let mut stranger = node();
         let stage = decode_stage(&mut stranger);
-        let mut call = super::super::super::calls::CallAcross::one(1, 9.0);
-        call.add(4, 1.0);
+        let mut call = super::super::super::calls::CallAcross::one(1, 9.0, 0.0);
+        call.add(4, 1.0, 0.0);
         stage.by_call[1] = call;
         assert!(refused(&stranger).contains("its call 1"));
         // An infinite call time among those kept one by one.

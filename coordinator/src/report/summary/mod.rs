@@ -695,6 +695,9 @@ mod tests {
                 max: 1.0,
                 relative_error: None,
             },
+            wait_s: None,
+            work_s: None,
+            one_off_calls: 0,
             imbalance_pct: 0.0,
             share_pct: 0.0,
         }
