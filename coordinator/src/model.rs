@@ -422,6 +422,11 @@ pub struct RankOverhead {
     /// as by agents writing payload format 2). Paid after the session's
     /// end, counted in `share_pct` as if within it.
     pub encode_s: Option<f64>,
+    /// Time in the profiler's own spans on the rank's critical path (a
+    /// torch.profiler window's start, stop, trace export and parse: the
+    /// stages named `rankscope:`), seconds.
+    #[serde(default)]
+    pub profiler_s: f64,
     /// All of these together (those not measured left out), seconds.
     pub total_s: f64,
     /// `total_s` over the rank's session time, percent (the profiler's own

@@ -7,10 +7,11 @@ use rankscope_common::Payload;
 
 use crate::model::RankOverhead;
 
-/// The rank's overhead; `None` for a payload whose agent measured none, or
+/// The rank's overhead, with `profiler_s` seconds in the profiler's own
+/// spans (its stage table's `rankscope:` stages); `None` for a payload whose agent measured none, or
 /// did not finish its session (the cost of a stage is written at the end),
 /// or whose numbers add up to nothing finite.
-pub fn rank_overhead(payload: &Payload) -> Option<RankOverhead> {
+pub fn rank_overhead(payload: &Payload, profiler_s: f64) -> Option<RankOverhead> {
     let metrics = payload.view::<MetricsView>().ok()??;
     let mut stage_ns_per_call = None;
     let mut sampler_cpu_ms = None;
@@ -43,7 +44,11 @@ pub fn rank_overhead(payload: &Payload) -> Option<RankOverhead> {
     let sampler_cpu_s = sampler_cpu_ms.map(|ms| ms / 1e3);
     let flushes_s = flushes_ms.unwrap_or(0.0) / 1e3;
     let encode_s = header.encode_ns.map(|ns| ns as f64 / 1e9);
-    let total_s = stages_s + sampler_cpu_s.unwrap_or(0.0) + flushes_s + encode_s.unwrap_or(0.0);
+    let total_s = stages_s
+        + sampler_cpu_s.unwrap_or(0.0)
+        + flushes_s
+        + encode_s.unwrap_or(0.0)
+        + profiler_s;
     if !total_s.is_finite() {
         return None;
     }
@@ -55,6 +60,7 @@ pub fn rank_overhead(payload: &Payload) -> Option<RankOverhead> {
         sampler_cpu_s,
         flushes_s,
         encode_s,
+        profiler_s,
         total_s,
         share_pct: (session_s > 0.0).then(|| total_s / session_s * 100.0),
     })
@@ -96,7 +102,7 @@ mod tests {
             ("custom", "stage_ns_per_call", 1e9),
         ]);
         measured.header.encode_ns = Some(3_000_000);
-        let overhead = rank_overhead(&measured).unwrap();
+        let overhead = rank_overhead(&measured, 0.0).unwrap();
         assert_eq!(overhead.stage_calls, 10, "7 dropped, 3 refused, no rows");
         assert_eq!(overhead.stages_s, 10.0 * 100.0 / 1e9);
         assert_eq!(overhead.sampler_cpu_s, Some(0.004));
@@ -109,22 +115,22 @@ mod tests {
     #[test]
     fn unfinished_or_unbelievable_rows_give_no_overhead() {
         // A rank that never finished wrote no stage cost.
-        assert!(rank_overhead(&payload(&[(OVERHEAD_SECTION, "flush_ms", 6.0)])).is_none());
-        assert!(rank_overhead(&payload(&[("custom", "m", 1.0)])).is_none());
+        assert!(rank_overhead(&payload(&[(OVERHEAD_SECTION, "flush_ms", 6.0)]), 0.0).is_none());
+        assert!(rank_overhead(&payload(&[("custom", "m", 1.0)]), 0.0).is_none());
         // Hostile values: each finite, the sum not.
         let huge = payload(&[
             (OVERHEAD_SECTION, "stage_ns_per_call", 1e308),
             (OVERHEAD_SECTION, "flush_ms", 1e308),
             (OVERHEAD_SECTION, "sampler_cpu_ms", 1e308),
         ]);
-        assert!(rank_overhead(&huge).is_none());
+        assert!(rank_overhead(&huge, 0.0).is_none());
         // Negative and non-finite rows are left out.
         let odd = payload(&[
             (OVERHEAD_SECTION, "stage_ns_per_call", 50.0),
             (OVERHEAD_SECTION, "sampler_cpu_ms", f64::NAN),
             (OVERHEAD_SECTION, "flush_ms", -1.0),
         ]);
-        let overhead = rank_overhead(&odd).unwrap();
+        let overhead = rank_overhead(&odd, 0.0).unwrap();
         assert_eq!((overhead.sampler_cpu_s, overhead.flushes_s), (None, 0.0));
         assert_eq!(overhead.encode_s, None, "no encode time in the header");
     }

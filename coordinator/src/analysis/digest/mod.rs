@@ -66,8 +66,6 @@ pub struct RankDigest {
     /// Its one-off events (warm-up, stalls, the profiler's), the costliest
     /// first, at most [`super::steady::RANK_EVENTS`].
     pub(super) events: Vec<RankEvent>,
-    /// Time in the profiler's own spans, seconds.
-    pub(super) profiler_s: f64,
     /// Which input it came from, for a reader that reads it again: the
     /// position the reader gave it.
     pub input: usize,
@@ -113,11 +111,10 @@ impl RankDigest {
                 .iter()
                 .map(|(table, batch)| (table.name().to_string(), batch.num_rows() as u64))
                 .collect(),
-            overhead: overhead::rank_overhead(payload),
+            overhead: overhead::rank_overhead(payload, steadiness.profiler_s),
             parallel: header.parallel.clone(),
             kernels: RankKernels::from_payload(payload, &steadiness.perturbed),
             events: steadiness.events,
-            profiler_s: steadiness.profiler_s,
             input: 0,
         }
     }

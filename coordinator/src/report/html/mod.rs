@@ -28,7 +28,7 @@ use crate::model::Report;
 use charts::ChartData;
 use page::Page;
 pub use script_json::write_script_json;
-use sections::{gpus, lockstep, overhead, ranks, stages, stragglers};
+use sections::{events, gpus, lockstep, overhead, ranks, stages, stragglers};
 use table::Table;
 
 /// The page's tera template.
@@ -44,7 +44,7 @@ const ECHARTS: &str = include_str!("../../../assets/echarts/echarts.min.js");
 /// template, which no rendered value can produce (autoescaping turns every
 /// `<` of a value into `&lt;`), filled in as the page is written. A table's
 /// comment gives way to the table; a script element keeps its tag.
-const SLOTS: [(&str, Slot); 15] = [
+const SLOTS: [(&str, Slot); 16] = [
     (
         "<!--table stage-table-->",
         Slot::Table("stage-table", stages),
@@ -53,6 +53,7 @@ const SLOTS: [(&str, Slot); 15] = [
         "<!--table straggler-table-->",
         Slot::Table("straggler-table", stragglers),
     ),
+    ("<!--table event-table-->", Slot::Table("event-table", events)),
     (
         "<!--table lockstep-table-->",
         Slot::Table("lockstep-table", lockstep),

@@ -21,7 +21,7 @@ pub(super) struct Page {
     headline: Vec<(String, String)>,
     /// The session's windows with a report, linked.
     windows: Vec<u32>,
-    top_finding: Option<Finding>,
+    verdict: Option<VerdictLine>,
     findings: Vec<Finding>,
     diffusion: Vec<(String, String)>,
     session: Vec<(String, String)>,
@@ -35,6 +35,14 @@ pub(super) struct Page {
     /// past how many calls a stage's are.
     sketched_stages: Option<(usize, f64, usize)>,
     style: &'static str,
+}
+
+/// The verdict as the page shows it.
+#[derive(Serialize)]
+struct VerdictLine {
+    kind: &'static str,
+    severity: &'static str,
+    sentence: String,
 }
 
 /// A recommendation as the page shows it.
@@ -81,12 +89,15 @@ impl Page {
             headline.insert(1, ("Window".into(), window.describe()));
         }
         let findings: Vec<Finding> = report.recommendations.iter().map(finding).collect();
-        let top_finding = report
-            .recommendations
-            .iter()
-            .find(|r| r.severity != Severity::Info)
-            .or(report.recommendations.first())
-            .map(finding);
+        let verdict = report.verdict.as_ref().map(|v| VerdictLine {
+            kind: v.kind.as_str(),
+            severity: if v.cost_pct >= crate::analysis::verdict::WARNING_PCT {
+                Severity::Warning.as_str()
+            } else {
+                Severity::Info.as_str()
+            },
+            sentence: v.sentence.clone(),
+        });
         Page {
             title: format!("rankscope · {}", s.name),
             name: s.name.clone(),
@@ -95,7 +106,7 @@ impl Page {
             version: env!("CARGO_PKG_VERSION"),
             headline,
             windows: report.windows.clone(),
-            top_finding,
+            verdict,
             findings,
             diffusion: diffusion(report),
             session: session(report),

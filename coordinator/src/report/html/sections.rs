@@ -27,6 +27,8 @@ pub(super) fn stages(report: &Report) -> Table<'_> {
                 Cell::at_rank(stage.total_s.min, stage.total_s.min_rank),
                 Cell::at_rank(stage.total_s.max, stage.total_s.max_rank),
                 Cell::number(Some(stage.self_s.avg), 3),
+                Cell::number(stage.work_s.map(|w| w.avg), 3),
+                Cell::number(stage.wait_s.map(|w| w.avg), 3),
                 Cell::number(Some(stage.per_call_ms.p50), 2),
                 Cell::number(Some(stage.per_call_ms.p95), 2),
                 Cell::number(Some(stage.per_call_ms.p99), 2),
@@ -46,6 +48,8 @@ pub(super) fn stages(report: &Report) -> Table<'_> {
         ("Min s", true),
         ("Max s", true),
         ("Self avg s", true),
+        ("Work avg s", true),
+        ("Wait avg s", true),
         ("p50 ms", true),
         ("p95 ms", true),
         ("p99 ms", true),
@@ -75,6 +79,7 @@ pub(super) fn stragglers(report: &Report) -> Table<'_> {
                 ..Cell::default()
             },
             Cell::number(Some(s.excess_s), 3),
+            Cell::number(Some(s.self_excess_s), 3),
             Cell::number(Some(s.job_time_s), 3),
             Cell::number(Some(s.wait_s), 3),
             Cell::text(evidence),
@@ -85,9 +90,46 @@ pub(super) fn stragglers(report: &Report) -> Table<'_> {
             ("Rank", true),
             ("Stage", false),
             ("Slowdown", true),
-            ("Excess s", true),
+            ("Excess work s", true),
+            ("Of it, self s", true),
             ("Job time cost s", true),
             ("Others idle rank-s", true),
+            ("Evidence", false),
+        ],
+        rows,
+    )
+}
+
+/// The one-off events, the costliest first.
+pub(super) fn events(report: &Report) -> Table<'_> {
+    let rows = report.events.iter().map(|e| {
+        let ranks = if e.rank_count as usize > e.ranks.len() {
+            format!(
+                "{} (of {})",
+                rankscope_common::text::rank_ranges(&e.ranks),
+                e.rank_count
+            )
+        } else {
+            rankscope_common::text::rank_ranges(&e.ranks)
+        };
+        vec![
+            Cell::text(e.kind.clone()),
+            Cell::text(ranks),
+            Cell::text(format!("{} #{}", e.step_stage, e.step)),
+            Cell::text(e.stage.clone().unwrap_or_else(|| "(between steps)".into())),
+            Cell::number(Some(e.started_s), 3),
+            Cell::number(Some(e.cost_s), 3),
+            Cell::text(e.evidence.join("; ")),
+        ]
+    });
+    Table::new(
+        &[
+            ("Kind", false),
+            ("Ranks", false),
+            ("Step", false),
+            ("Stage", false),
+            ("At s", true),
+            ("Job time cost s", true),
             ("Evidence", false),
         ],
         rows,

@@ -36,28 +36,37 @@ pub fn summary(report: &Report) -> String {
 }
 
 /// One row of the stage table, at most [`WIDTH`] columns whatever the
-/// numbers; `depth` indents the name under its parent.
-fn stage_row(stage: &StageStats, depth: usize) -> String {
+/// numbers; `depth` indents the name under its parent. With `waits`, the
+/// column of p95 gives the wait per rank in collectives instead. The
+/// slowest rank is the one with the most work.
+fn stage_row(stage: &StageStats, depth: usize, waits: bool) -> String {
     let (t, c) = (&stage.total_s, &stage.per_call_ms);
     let indent = " ".repeat(depth.min(MAX_INDENTED_DEPTH) * INDENT);
     let name = format!("{indent}{}", column(&stage.name, NAME_WIDTH - indent.len()));
-    let rank = format!("r{}", t.max_rank);
+    let slowest = stage.work_s.unwrap_or(*t);
+    let rank = format!("r{}", slowest.max_rank);
     format!(
         "{name} {:>5} {:>8} s {:>8} s {:>8} {:>8} {:>14} {:>6} {:>6}",
         fit(stage.count as f64, 0, 5),
         fit(t.avg, 3, 8),
         fit(stage.self_s.avg, 3, 8),
         fit(c.p50, 2, 8),
-        fit(c.p95, 2, 8),
+        if waits {
+            stage
+                .wait_s
+                .map_or_else(|| "-".to_string(), |w| format!("{} s", fit(w.avg, 3, 6)))
+        } else {
+            fit(c.p95, 2, 8)
+        },
         cell(
             &format!(
                 "{rank} {} s",
-                fit(t.max, 3, 14usize.saturating_sub(rank.len() + 3))
+                fit(slowest.max, 3, 14usize.saturating_sub(rank.len() + 3))
             ),
             14
         ),
         // Below the table's resolution a ratio of times says nothing.
-        if t.max < MIN_SHOWN_S {
+        if slowest.max < MIN_SHOWN_S {
             "-".to_string()
         } else {
             fit(stage.imbalance_pct, 1, 6)
@@ -88,11 +97,13 @@ fn write_wrapped(out: &mut String, prefix: &str, text: &str) -> std::fmt::Result
 /// The whole summary, section by section.
 fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     write_header(out, report)?;
+    write_verdict(out, report)?;
     write_stage_table(out, report)?;
     write_gpu_times(out, report)?;
     kernels::write_kernels(out, report)?;
     writeln!(out)?;
     write_stragglers(out, report)?;
+    write_events(out, report)?;
     write_lockstep(out, report)?;
     write_data_notes(out, report)?;
     write_gpus(out, report)?;
@@ -132,6 +143,72 @@ fn write_header(out: &mut String, report: &Report) -> std::fmt::Result {
     writeln!(out, "{rule}")
 }
 
+/// The verdict: the costliest explanation of the job's lost time.
+fn write_verdict(out: &mut String, report: &Report) -> std::fmt::Result {
+    let Some(verdict) = &report.verdict else {
+        return Ok(());
+    };
+    write_wrapped(
+        out,
+        &format!("VERDICT ({}): ", verdict.kind.as_str()),
+        &cell(&verdict.sentence, 600),
+    )?;
+    if verdict.cost_s > 0.0 {
+        writeln!(
+            out,
+            "    cost: {:.3} s, {:.1}% of the job's {:.3} s",
+            verdict.cost_s,
+            verdict.cost_pct,
+            crate::analysis::verdict::job_seconds(report)
+        )?;
+    }
+    for line in verdict.evidence.iter().take(VERDICT_EVIDENCE) {
+        write_wrapped(out, "    - ", &cell(line, 400))?;
+    }
+    writeln!(out, "{}", "-".repeat(WIDTH))
+}
+
+/// Lines of the verdict's evidence in the summary (report.json has all).
+const VERDICT_EVIDENCE: usize = 4;
+
+/// The one-off events: the costliest, then a count of the rest.
+fn write_events(out: &mut String, report: &Report) -> std::fmt::Result {
+    if report.events.is_empty() {
+        return Ok(());
+    }
+    let cost: f64 = report.events.iter().map(|e| e.cost_s).sum();
+    writeln!(
+        out,
+        "One-off events (kept out of the straggler statistics): {}, costing {cost:.3} s",
+        report.events.len()
+    )?;
+    write_listed(out, &report.events, EVENTS_LISTED, "events", |out, e| {
+        let ranks = if e.rank_count == 1 {
+            format!("rank {}", e.ranks.first().copied().unwrap_or(0))
+        } else {
+            format!("ranks {}", cell(&rank_ranges(&e.ranks), 40))
+        };
+        write_wrapped(
+            out,
+            "  ",
+            &format!(
+                "{} at {} #{} on {ranks}{}: +{:.3} s",
+                e.kind,
+                cell(&e.step_stage, NAME_WIDTH),
+                e.step,
+                e.stage
+                    .as_deref()
+                    .map(|s| format!(" in {}", cell(s, NAME_WIDTH)))
+                    .unwrap_or_else(|| " between steps".into()),
+                e.cost_s
+            ),
+        )
+    })
+}
+
+/// One-off events listed in the summary; the rest are counted.
+const EVENTS_LISTED: usize = 5;
+
 /// The table of the top stages, nested ones indented, after the warm-up note.
 fn write_stage_table(out: &mut String, report: &Report) -> std::fmt::Result {
     let warmup_calls = report.session.warmup_calls;
@@ -143,6 +220,7 @@ fn write_stage_table(out: &mut String, report: &Report) -> std::fmt::Result {
             warmup_calls
         )?;
     }
+    let waits = report.stages.iter().any(|s| s.wait_s.is_some());
     writeln!(
         out,
         "{:<NAME_WIDTH$} {:>5} {:>10} {:>10} {:>8} {:>8} {:>14} {:>6} {:>6}",
@@ -151,14 +229,21 @@ fn write_stage_table(out: &mut String, report: &Report) -> std::fmt::Result {
         "Total/rank",
         "Self/rank",
         "p50 ms",
-        "p95 ms",
-        "Slowest rank",
+        if waits { "Wait/rnk" } else { "p95 ms" },
+        "Most work",
         "Imbal%",
         "Share%"
     )?;
     writeln!(out, "{}", "-".repeat(WIDTH))?;
     for (stage, depth) in stage_tree(&report.stages).into_iter().take(TOP_STAGES) {
-        writeln!(out, "{}", stage_row(stage, depth))?;
+        writeln!(out, "{}", stage_row(stage, depth, waits))?;
+    }
+    if waits {
+        writeln!(
+            out,
+            "Wait/rnk: time waiting in collective calls inside the stage; Most work and Imbal% \
+             compare the ranks on the rest (their work)"
+        )?;
     }
     if report.stages.len() > TOP_STAGES {
         writeln!(
@@ -182,18 +267,31 @@ fn write_stage_table(out: &mut String, report: &Report) -> std::fmt::Result {
     Ok(())
 }
 
-/// The stragglers, each with its evidence.
+/// The stragglers: the ranks blamed, by what they cost the job (the
+/// ranking the verdict and the recommendations share), then each slow
+/// stage of each rank with its evidence.
 fn write_stragglers(out: &mut String, report: &Report) -> std::fmt::Result {
     if report.stragglers.is_empty() {
         return writeln!(out, "Stragglers: none");
     }
-    writeln!(out, "Stragglers:")?;
+    let blamed: Vec<_> = report
+        .recommendations
+        .iter()
+        .filter(|r| r.category == "straggler" && r.cost_s.is_some())
+        .collect();
+    if !blamed.is_empty() {
+        writeln!(out, "Stragglers, by what they cost the job:")?;
+        for (k, r) in blamed.iter().enumerate() {
+            write_wrapped(out, &format!("  {}. ", k + 1), &cell(&r.message, 400))?;
+        }
+    }
+    writeln!(out, "Slow stages (work: waits and one-off calls left out):")?;
     write_listed(out, &report.stragglers, LISTED, "stragglers", |out, st| {
         write_wrapped(
             out,
             "  ",
             &format!(
-                "rank {} in {}: {:.2}x the others' median (+{:.3} s{}); job +{:.3} s, \
+                "rank {} in {}: work {:.2}x the others' median (+{:.3} s{}); job +{:.3} s, \
                  others idle {:.3} rank-s",
                 st.rank,
                 cell(&st.stage, NAME_WIDTH),
@@ -364,11 +462,13 @@ fn write_overhead(out: &mut String, report: &Report) -> std::fmt::Result {
         "",
         &format!(
             "Profiler overhead: {:.3} ms of {session:.3} s of rank time{share}: stages {:.3} ms \
-             ({} calls), sampler CPU {sampler}, flushes {:.3} ms, final payload encoding {encode}",
+             ({} calls), sampler CPU {sampler}, flushes {:.3} ms, final payload encoding \
+             {encode}, the profiler's own spans on the ranks' critical path {:.3} ms",
             total * 1e3,
             sum(&|o| o.stages_s) * 1e3,
             measured.iter().map(|(o, _)| o.stage_calls).sum::<u64>(),
             sum(&|o| o.flushes_s) * 1e3,
+            sum(&|o| o.profiler_s) * 1e3,
         ),
     )
 }
@@ -715,15 +815,19 @@ mod tests {
         huge.per_call_ms.p95 = f64::INFINITY;
         huge.imbalance_pct = 123_456.0;
         huge.share_pct = f64::NAN;
-        for depth in [0, 3, 50] {
-            let row = stage_row(&huge, depth);
+        huge.wait_s = Some(Spread {
+            avg: 9.9e15,
+            ..huge.total_s
+        });
+        for (depth, waits) in [(0, false), (3, true), (50, true)] {
+            let row = stage_row(&huge, depth, waits);
             assert!(width(&row) <= WIDTH, "{} columns: {row}", width(&row));
         }
         // Wide (CJK) names take two columns a character: the numbers after
         // them still line up, and the row still fits.
-        let ascii = stage_row(&stage("vae_decode", None), 0);
+        let ascii = stage_row(&stage("vae_decode", None), 0, false);
         for name in ["画像デコード", &"画像デコード".repeat(10)] {
-            let wide = stage_row(&stage(name, None), 0);
+            let wide = stage_row(&stage(name, None), 0, false);
             assert!(width(&wide) <= WIDTH, "{wide}");
             // The columns before the first number's unit.
             let seconds_at = |row: &str| width(&row[..row.find(" s ").expect("a total")]);
