@@ -72,7 +72,8 @@ pub(crate) fn open(
         GpuSourceKind::None => Ok(None),
         GpuSourceKind::Simulated => Ok(Some(Box::new(SimulatedReader::new(
             env,
-            config.simulated_hot_rank == Some(env.rank),
+            config.simulated_hot_rank,
+            config.simulated_gpus,
         )))),
         GpuSourceKind::Nvml | GpuSourceKind::Auto => nvml(),
     }

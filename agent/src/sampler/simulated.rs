@@ -1,6 +1,8 @@
-//! Simulated GPUs: one synthetic device per rank whose readings follow the
-//! stages the rank runs (busy in diffusion steps, memory rising through the
-//! decode), with one rank's GPU running hot and throttling. Never real
+//! Simulated GPUs: one synthetic device per rank (or, with
+//! `simulated_gpus`, a few per host that its ranks share by local rank)
+//! whose readings follow the stages the rank runs (busy in diffusion steps,
+//! memory rising through the decode), with one rank's GPU running hot and
+//! throttling. Never real
 //! hardware, and labelled so: the payload says `gpu_source: simulated`, the
 //! device name says "Simulated", and the UUID starts with `SIMULATED-`.
 
@@ -66,13 +68,34 @@ pub(crate) struct SimulatedReader {
 }
 
 impl SimulatedReader {
-    /// The simulated GPU of the rank `env` describes; `hot` makes it run hot
-    /// and throttle.
-    pub(crate) fn new(env: &RankEnv, hot: bool) -> Self {
+    /// The simulated GPU of the rank `env` describes: its own, or with
+    /// `shared` GPUs on its host the one of its local rank among them; that
+    /// of rank `hot_rank` runs hot and throttles (shared, on every rank
+    /// sharing it).
+    pub(crate) fn new(env: &RankEnv, hot_rank: Option<u32>, shared: Option<u32>) -> Self {
+        let (index, uuid, hot) = match shared.filter(|&n| n > 0) {
+            Some(n) => {
+                let host = env
+                    .node
+                    .clone()
+                    .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned());
+                let index = env.local_rank % n;
+                (
+                    index,
+                    format!("SIMULATED-GPU-{host}-{index}"),
+                    hot_rank.is_some_and(|h| h % n == index),
+                )
+            }
+            None => (
+                env.local_rank,
+                format!("SIMULATED-GPU-rank{}", env.rank),
+                hot_rank == Some(env.rank),
+            ),
+        };
         SimulatedReader {
             meta: vec![GpuMeta {
-                index: env.local_rank,
-                uuid: format!("SIMULATED-GPU-rank{}", env.rank),
+                index,
+                uuid,
                 name: "Simulated GPU (not real hardware)".into(),
                 pci_bus_id: "simulated".into(),
                 memory_total_bytes: Some(MEMORY_TOTAL),
@@ -96,7 +119,7 @@ impl GpuReader for SimulatedReader {
     }
 
     fn selection(&self) -> &str {
-        "simulated: one GPU per rank"
+        "simulated"
     }
 
     fn follows_stages(&self) -> bool {
@@ -172,7 +195,7 @@ mod tests {
     #[test]
     fn readings_follow_the_stages_and_the_hot_rank_throttles() {
         let env = RankEnv::single();
-        let mut cool = SimulatedReader::new(&env, false);
+        let mut cool = SimulatedReader::new(&env, None, None);
         let idle = sample(&mut cool, &[]);
         let busy = sample(&mut cool, &["diffusion_block", "denoise_step"]);
         assert!(busy.util_gpu_pct.unwrap() > 85.0 && idle.util_gpu_pct.unwrap() < 10.0);
@@ -186,11 +209,28 @@ mod tests {
         assert!(after > before, "memory rises through the decode");
         assert_eq!(busy.throttle_reasons, Some(0));
 
-        let mut hot = SimulatedReader::new(&env, true);
+        let mut hot = SimulatedReader::new(&env, Some(env.rank), None);
         let row = sample(&mut hot, &["denoise_step"]);
         assert_eq!(row.throttle_reasons, Some(THERMAL_SLOWDOWN));
         assert!(row.temperature_c.unwrap() > 85.0);
         assert!(row.sm_clock_mhz.unwrap() < MAX_SM_CLOCK_MHZ);
         assert!(hot.devices()[0].name.contains("Simulated"));
+    }
+
+    #[test]
+    fn ranks_share_a_hosts_simulated_gpus_by_local_rank() {
+        let on = |local_rank: u32| RankEnv {
+            local_rank,
+            rank: local_rank + 8,
+            node: Some("node-1".into()),
+            ..RankEnv::single()
+        };
+        let device = |local_rank: u32, hot: Option<u32>| {
+            let reader = SimulatedReader::new(&on(local_rank), hot, Some(2));
+            (reader.meta[0].index, reader.meta[0].uuid.clone(), reader.hot)
+        };
+        assert_eq!(device(0, None), (0, "SIMULATED-GPU-node-1-0".into(), false));
+        assert_eq!(device(3, Some(1)), (1, "SIMULATED-GPU-node-1-1".into(), true));
+        assert_eq!(device(2, Some(1)).2, false, "GPU 0 is not the hot one");
     }
 }

@@ -141,6 +141,10 @@ pub struct Config {
     pub nvml_library: Option<PathBuf>,
     /// With simulated GPUs: the rank whose GPU runs hot and throttles.
     pub simulated_hot_rank: Option<u32>,
+    /// With simulated GPUs: how many each host has, its ranks sharing them
+    /// by local rank (as ranks that share a real device do); none: one GPU
+    /// a rank.
+    pub simulated_gpus: Option<u32>,
     /// Sample the host.
     pub collect_host: bool,
     /// GPU sampling interval, seconds.
@@ -330,6 +334,7 @@ impl Config {
             gpu_source: GpuSourceKind::Auto,
             nvml_library: None,
             simulated_hot_rank: None,
+            simulated_gpus: None,
             collect_host: true,
             gpu_interval_s: 0.5,
             host_interval_s: 1.0,

@@ -355,8 +355,9 @@ fn perturbed_spans(stages: &StagesView<'_>, rows: &RowTimes, one_offs: &OneOffs)
 fn profiler_time(stages: &StagesView<'_>, rows: &RowTimes, enclosing: &[Option<usize>]) -> f64 {
     (0..stages.len)
         .filter(|&i| rows.is_profiler[i] && !enclosing[i].is_some_and(|p| rows.is_profiler[p]))
-        .map(|i| duration_ns(stages, i) as f64 / 1e9)
-        .sum()
+        .map(|i| duration_ns(stages, i))
+        .fold(0u64, u64::saturating_add) as f64
+        / 1e9
 }
 
 /// Row `i`'s duration in nanoseconds.
