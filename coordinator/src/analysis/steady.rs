@@ -28,10 +28,12 @@ const SPREADS: f64 = 4.0;
 const SHARE_OF_MEDIAN: f64 = 0.5;
 /// ... and by this much, nanoseconds (a millisecond).
 const MIN_EXCESS_NS: f64 = 1e6;
-/// More calls than this share past the rule are the rank's ordinary rhythm
-/// (a heavier call every few steps), not one-offs: then only the first
-/// call, warm-up, is told apart.
-const MOST_ONE_OFF_SHARE: f64 = 0.1;
+/// More calls than this share past the rule (and more than
+/// [`MOST_ONE_OFFS`]) are the rank's ordinary rhythm, not one-offs: then
+/// only the first call, warm-up, is told apart.
+const MOST_ONE_OFF_SHARE: f64 = 0.2;
+/// One-off calls a rank's calls of a name may hold, whatever their number.
+const MOST_ONE_OFFS: usize = 3;
 /// One-off events kept per rank, the costliest.
 pub const RANK_EVENTS: usize = 32;
 /// An event costing less than this is not kept, seconds.
@@ -143,9 +145,11 @@ impl Spans {
 /// Which of `work` (one rank's calls of one name, or its gaps, in order)
 /// are far outside the others, and the median of those that are not. Past
 /// the median by [`SPREADS`] robust spreads, by [`SHARE_OF_MEDIAN`] of it
-/// and by [`MIN_EXCESS_NS`]; where more than [`MOST_ONE_OFF_SHARE`] of the
-/// calls are, only the first is (warm-up), the rest being the rank's
-/// rhythm. Fewer than [`MIN_JUDGED`] are not judged.
+/// and by [`MIN_EXCESS_NS`]. Those after the first are the rank's rhythm,
+/// not one-offs, where they come at even intervals (three or more) or are
+/// more than [`MOST_ONE_OFFS`] and [`MOST_ONE_OFF_SHARE`] of the calls:
+/// then only the first call (warm-up) is told apart. Fewer than
+/// [`MIN_JUDGED`] are not judged.
 pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
     let mut sorted = work.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -160,11 +164,14 @@ pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
     let spread = 1.4826 * median(&deviations).unwrap_or(0.0);
     let bar = mid + (SPREADS * spread).max(SHARE_OF_MEDIAN * mid).max(MIN_EXCESS_NS);
     let mut flagged: Vec<bool> = work.iter().map(|&w| w > bar).collect();
-    let count = flagged.iter().filter(|&&f| f).count();
-    if count as f64 > MOST_ONE_OFF_SHARE * work.len() as f64 && count > 1 {
-        let first = flagged[0];
-        flagged.iter_mut().for_each(|f| *f = false);
-        flagged[0] = first;
+    let later: Vec<usize> = (1..work.len()).filter(|&i| flagged[i]).collect();
+    let even = later.len() >= 3 && later.windows(3).all(|w| w[1] - w[0] == w[2] - w[1]);
+    let many = later.len() > MOST_ONE_OFFS
+        && later.len() as f64 > MOST_ONE_OFF_SHARE * work.len() as f64;
+    if even || many {
+        for &i in &later {
+            flagged[i] = false;
+        }
     }
     let mut steady: Vec<f64> = work
         .iter()
@@ -409,8 +416,8 @@ impl OneOffs {
                 OneOffKind::Stall
             };
             let stage = match call {
+                _ if kind == OneOffKind::Profiler => profiler_span_name(stages, rows, row),
                 Some(&(deepest, _, _)) => Some(name(deepest).to_string()),
-                None if profiler_ns > 0.0 => profiler_span_name(stages, rows, row),
                 None => None,
             };
             let start_ns = if gap_stall || gap_profiler > 0 {
@@ -484,6 +491,13 @@ mod tests {
         let (flags, _) = one_offs(&rhythm);
         assert_eq!(flags.iter().filter(|&&f| f).count(), 1);
         assert!(flags[0]);
+        // Three stalls at uneven steps of twelve, beside warm-up: one-offs.
+        let mut short = vec![10e6; 12];
+        for i in [0, 3, 4, 9] {
+            short[i] = 50e6;
+        }
+        let (flags, _) = one_offs(&short);
+        assert_eq!((0..12).filter(|&i| flags[i]).collect::<Vec<_>>(), [0, 3, 4, 9]);
         // A rank slow throughout is its steady state.
         let (flags, steady) = one_offs(&[30e6; 10]);
         assert!(flags.iter().all(|&f| !f));
