@@ -156,13 +156,19 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
         .iter()
         .find(|r| r["category"] == "straggler")
         .unwrap();
+    let message = recommendation["message"].as_str().unwrap();
     assert!(
-        recommendation["message"]
-            .as_str()
-            .unwrap()
-            .contains("vae_decode`; its GPU 1 (thermal_throttling)"),
+        message.starts_with("rank 1 holds the job back")
+            && message.contains("`vae_decode` takes")
+            && message.contains("; its GPU 1 (thermal_throttling)"),
         "{recommendation}"
     );
+    // The verdict is that finding: the one costliest explanation.
+    let verdict = &report["verdict"];
+    assert_eq!(verdict["kind"], "straggler", "{verdict}");
+    assert_eq!(verdict["ranks"], serde_json::json!([1]), "{verdict}");
+    assert_eq!(verdict["stage"], "vae_decode", "{verdict}");
+    assert_eq!(verdict["sentence"].as_str(), Some(message), "{verdict}");
     for rank in report["ranks"].as_array().unwrap() {
         let host = &rank["host_telemetry"];
         assert!(host["samples"].as_u64().unwrap() >= 2, "{rank}");
@@ -179,6 +185,12 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
     assert_eq!(csv.lines().count(), stages.len() + 1);
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(summary.contains("rank 1 in vae_decode"), "{summary}");
+    // The summary opens with the verdict, under its banner.
+    let after_banner = summary.split('=').filter(|part| !part.trim().is_empty()).nth(1);
+    assert!(
+        after_banner.is_some_and(|rest| rest.trim_start().starts_with("VERDICT (straggler): rank 1 holds the job back")),
+        "{summary}"
+    );
     for line in summary.lines() {
         assert!(line.chars().count() <= 100, "over 100 columns: {line:?}");
     }

@@ -82,12 +82,15 @@ fn the_demo_report_opens_offline_with_every_chart_drawn() {
     );
     let text = browser.eval("document.body.innerText").to_string();
     assert!(text.contains("SIMULATED GPU DATA"), "{text}");
-    // The straggler, its stage and its GPU's state in the headline.
-    let top = browser.eval("document.getElementById('top-finding').textContent");
+    // The verdict heads the page: the straggler alone, its stage and its
+    // GPU's state.
+    let top = browser.eval("document.getElementById('verdict').textContent");
     let top = top.as_str().unwrap();
     assert!(
-        top.contains("rank 2") && top.contains("thermal"),
-        "top finding: {top}"
+        top.starts_with("Verdict (straggler): rank 2 holds the job back")
+            && top.contains("`vae_decode`")
+            && top.contains("thermal"),
+        "verdict: {top}"
     );
     // The tables sort on a click.
     browser.eval("document.querySelector('#stage-table th:nth-child(4)').click()");

@@ -15,6 +15,13 @@ their own (``WindowCapture``), started and read at the rankscope window's
 steps.
 
 torch is imported only when windows are configured or asked for.
+
+What torch.profiler does on the rank's critical path (starting and
+stopping a capture, exporting and reading its trace) is recorded as the
+profiler's own stages, named ``rankscope:torch.profiler ...``: the report
+counts them as its overhead and as one-off events, never as the program's
+time. Where the windows trace CUDA, CUPTI is started once when the session
+starts, before the first step, so that its start-up does not stall a step.
 """
 
 from __future__ import annotations
@@ -47,8 +54,11 @@ class TorchWindows:
             os.makedirs(self._dir, exist_ok=True)
         else:
             self._dir = tempfile.mkdtemp(prefix="rankscope-torch-")
+        activities = _activities(torch, config)
+        if torch.profiler.ProfilerActivity.CUDA in activities:
+            _start_cupti(torch, profiler, activities)
         self._torch = torch.profiler.profile(
-            activities=_activities(torch, config),
+            activities=activities,
             schedule=torch.profiler.schedule(
                 wait=config.torch_profiler_wait,
                 warmup=config.torch_profiler_warmup,
@@ -60,7 +70,8 @@ class TorchWindows:
             profile_memory=config.torch_profiler_profile_memory,
             with_stack=config.torch_profiler_with_stack,
         )
-        self._torch.start()
+        with profiler.stage("rankscope:torch.profiler start"):
+            self._torch.start()
 
     @property
     def windows(self) -> int:
@@ -72,7 +83,20 @@ class TorchWindows:
         a program that does not call it (the profiler decides which)."""
         if self._closed:
             return
-        self._torch.step()
+        # A step where the schedule moves on (a capture starts, stops, or
+        # is exported and read) is the profiler's own time.
+        capture = self._torch
+        now = getattr(capture, "current_action", None)
+        try:
+            then = capture.schedule(capture.step_num + 1)
+        except Exception:  # a torch whose profile keeps its schedule otherwise
+            then = now
+        if now is None or then != now or getattr(now, "name", "") == "RECORD_AND_SAVE":
+            action = getattr(then, "name", "step").lower()
+            with self._profiler.stage(f"rankscope:torch.profiler {action}"):
+                capture.step()
+        else:
+            capture.step()
 
     def _window_ready(self, torch_profile: Any) -> None:
         self._windows += 1
@@ -86,10 +110,24 @@ class TorchWindows:
             return
         self._closed = True
         try:
-            self._torch.stop()
+            with self._profiler.stage("rankscope:torch.profiler stop"):
+                self._torch.stop()
         finally:
             if not self._keep:
                 shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _start_cupti(torch: Any, profiler: Any, activities: list[Any]) -> None:
+    """Starts what tracing CUDA needs (CUPTI, Kineto's buffers) with a
+    capture of nothing, before the first step: a capture's first start in a
+    process can take seconds, more with several processes on one GPU."""
+    with profiler.stage("rankscope:torch.profiler cupti start"):
+        try:
+            with torch.profiler.profile(activities=activities):
+                torch.cuda.synchronize()
+        except Exception as error:  # the windows' own start will say more
+            warnings.warn(f"rankscope: starting CUPTI early failed: {error}", RuntimeWarning,
+                          stacklevel=4)
 
 
 def _activities(torch: Any, config: Config) -> list[Any]:
@@ -147,14 +185,17 @@ class WindowCapture:
             profile_memory=config.torch_profiler_profile_memory,
             with_stack=config.torch_profiler_with_stack,
         )
-        self._torch.start()
+        with profiler.stage("rankscope:torch.profiler start"):
+            self._torch.start()
 
     def finish(self) -> None:
         """Stops the capture and reads its trace."""
         try:
-            self._torch.stop()
-            name = f"rank{self._profiler.rank}-triggered-window{self.index}"
-            _read_trace(self._profiler, self._torch, self._dir, self._keep, name, self.index)
+            with self._profiler.stage("rankscope:torch.profiler stop"):
+                self._torch.stop()
+                name = f"rank{self._profiler.rank}-triggered-window{self.index}"
+                _read_trace(self._profiler, self._torch, self._dir, self._keep, name,
+                            self.index)
         finally:
             if not self._keep:
                 shutil.rmtree(self._dir, ignore_errors=True)

@@ -198,7 +198,8 @@ pub struct RowTimes {
     /// Its outermost enclosing row (itself at the top).
     pub root: Vec<usize>,
     /// Per row: whether it is a top-level call the profiler perturbed (one
-    /// holding a profiler span, or following one); false for other rows.
+    /// holding profiler spans of a millisecond or more, or following them);
+    /// false for other rows.
     pub perturbed: Vec<bool>,
     /// The top-level calls of the rank's busiest thread, in start order.
     pub steps: Vec<usize>,
@@ -254,7 +255,7 @@ impl RowTimes {
                 let gap = start.saturating_sub(end);
                 (gap, if gap > 0 { profiler.within(end, start) } else { 0 })
             });
-            perturbed[row] = profiler_ns[row] > 0 || gap.1 > 0;
+            perturbed[row] = (profiler_ns[row] + gap.1) as f64 >= MIN_EXCESS_NS;
             gaps.push(gap);
             previous_end = Some(previous_end.map_or(stages.end_ns[row], |e: u64| {
                 e.max(stages.end_ns[row])
