@@ -20,8 +20,10 @@ What torch.profiler does on the rank's critical path (starting and
 stopping a capture, exporting and reading its trace) is recorded as the
 profiler's own stages, named ``rankscope:torch.profiler ...``: the report
 counts them as its overhead and as one-off events, never as the program's
-time. Where the windows trace CUDA, CUPTI is started once when the session
-starts, before the first step, so that its start-up does not stall a step.
+time. A first capture of nothing is made when the session starts, before
+the first step, so that what a capture's first start costs (Kineto's set-up;
+CUPTI's, where the windows trace CUDA: seconds, more with several processes
+on one GPU) does not stall a step.
 """
 
 from __future__ import annotations
@@ -55,8 +57,7 @@ class TorchWindows:
         else:
             self._dir = tempfile.mkdtemp(prefix="rankscope-torch-")
         activities = _activities(torch, config)
-        if torch.profiler.ProfilerActivity.CUDA in activities:
-            _start_cupti(torch, profiler, activities)
+        _prime(torch, profiler, activities)
         self._torch = torch.profiler.profile(
             activities=activities,
             schedule=torch.profiler.schedule(
@@ -117,17 +118,20 @@ class TorchWindows:
                 shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def _start_cupti(torch: Any, profiler: Any, activities: list[Any]) -> None:
-    """Starts what tracing CUDA needs (CUPTI, Kineto's buffers) with a
-    capture of nothing, before the first step: a capture's first start in a
-    process can take seconds, more with several processes on one GPU."""
-    with profiler.stage("rankscope:torch.profiler cupti start"):
+def _prime(torch: Any, profiler: Any, activities: list[Any]) -> None:
+    """Sets up what a capture needs (Kineto; CUPTI where CUDA is traced)
+    with a capture of nothing, before the first step: a capture's first
+    start in a process can take seconds, more with several processes on one
+    GPU."""
+    cuda = torch.profiler.ProfilerActivity.CUDA in activities
+    with profiler.stage("rankscope:torch.profiler prime"):
         try:
             with torch.profiler.profile(activities=activities):
-                torch.cuda.synchronize()
+                if cuda:
+                    torch.cuda.synchronize()
         except Exception as error:  # the windows' own start will say more
-            warnings.warn(f"rankscope: starting CUPTI early failed: {error}", RuntimeWarning,
-                          stacklevel=4)
+            warnings.warn(f"rankscope: setting torch.profiler up early failed: {error}",
+                          RuntimeWarning, stacklevel=4)
 
 
 def _activities(torch: Any, config: Config) -> list[Any]:

@@ -122,6 +122,11 @@ impl Spans {
         self.start.is_empty()
     }
 
+    /// The start of the first span starting at `at` or later.
+    pub fn first_start_from(&self, at: u64) -> Option<u64> {
+        self.start.get(self.start.partition_point(|&s| s < at)).copied()
+    }
+
     /// The time of the spans that start within `[from, to)`, each up to
     /// `to` at most, nanoseconds.
     pub fn within(&self, from: u64, to: u64) -> u64 {
@@ -204,7 +209,8 @@ pub struct RowTimes {
     /// The top-level calls of the rank's busiest thread, in start order.
     pub steps: Vec<usize>,
     /// Per top-level call of `steps`: the gap before it (from the end of
-    /// the one before), ns, and the profiler's time within it.
+    /// the one before; the first's from the session's start), ns, and the
+    /// profiler's time within it.
     pub gaps: Vec<(u64, u64)>,
 }
 
@@ -251,11 +257,13 @@ impl RowTimes {
         let mut previous_end: Option<u64> = None;
         for &row in &steps {
             let start = stages.start_ns[row];
-            let gap = previous_end.map_or((0, 0), |end| {
-                let gap = start.saturating_sub(end);
-                (gap, if gap > 0 { profiler.within(end, start) } else { 0 })
-            });
-            perturbed[row] = (profiler_ns[row] + gap.1) as f64 >= MIN_EXCESS_NS;
+            // The first step's gap runs from the session's start: the
+            // profiler's spans there (set-up) perturb no step.
+            let first = previous_end.is_none();
+            let end = previous_end.unwrap_or(0);
+            let gap = start.saturating_sub(end);
+            let gap = (gap, if gap > 0 { profiler.within(end, start) } else { 0 });
+            perturbed[row] = !first && (profiler_ns[row] + gap.1) as f64 >= MIN_EXCESS_NS;
             gaps.push(gap);
             previous_end = Some(previous_end.map_or(stages.end_ns[row], |e: u64| {
                 e.max(stages.end_ns[row])
@@ -350,29 +358,54 @@ impl OneOffs {
     }
 
     /// The events of one rank: per top-level call, its one-off calls and
-    /// the gap before it together, the costliest [`RANK_EVENTS`].
-    pub fn events(&self, stages: &StagesView<'_>, rows: &RowTimes) -> Vec<RankEvent> {
+    /// the gap before it together, the costliest [`RANK_EVENTS`]; and the
+    /// spans of the rank's time the one-offs perturbed, from each one's
+    /// start to the first of the rank's `collectives` to start after it
+    /// (the rank arrives there late, or early): collective calls starting
+    /// within them are no steady arrival. A one-off costing less than
+    /// [`PERTURBING_SHARE`] of a steady step perturbs nothing.
+    pub fn events(
+        &self,
+        stages: &StagesView<'_>,
+        rows: &RowTimes,
+        collectives: &Spans,
+    ) -> (Vec<RankEvent>, Vec<(u64, u64)>) {
         let name = |i: usize| stages.name.get(i);
-        // Per top-level row: the deepest one-off row within it (the most
-        // excess on a tie), the largest excess, and whether a call is a
-        // name's first.
-        let mut within: BTreeMap<usize, (usize, f64, bool)> = BTreeMap::new();
+        let mut step_ns: Vec<f64> = rows
+            .steps
+            .iter()
+            .map(|&r| stages.end_ns[r].saturating_sub(stages.start_ns[r]) as f64)
+            .collect();
+        step_ns.sort_by(f64::total_cmp);
+        let perturbing_ns = PERTURBING_SHARE * median(&step_ns).unwrap_or(0.0);
+        // Per top-level row: its deepest one-off row (the most excess on a
+        // tie), the largest excess, whether a call is a name's first, and
+        // the span of the one-offs that perturb.
+        let mut within: BTreeMap<usize, OneOffsIn> = BTreeMap::new();
         for (i, excess) in self.excess_ns.iter().enumerate() {
             let Some(excess) = *excess else { continue };
             if rows.is_profiler[i] {
                 continue;
             }
+            let entry = within.entry(rows.root[i]).or_insert(OneOffsIn {
+                deepest: i,
+                excess: f64::MIN,
+                first: false,
+                span: None,
+            });
             let depth = stages.depth[i];
-            let entry = within
-                .entry(rows.root[i])
-                .or_insert((i, f64::MIN, false));
-            if depth > stages.depth[entry.0]
-                || (depth == stages.depth[entry.0] && excess > entry.1)
-            {
-                entry.0 = i;
+            let deepest = stages.depth[entry.deepest];
+            if depth > deepest || (depth == deepest && excess > entry.excess) {
+                entry.deepest = i;
             }
-            entry.1 = entry.1.max(excess);
-            entry.2 |= self.first[i];
+            entry.excess = entry.excess.max(excess);
+            entry.first |= self.first[i];
+            if excess >= perturbing_ns {
+                let (start, end) = (stages.start_ns[i], stages.end_ns[i]);
+                entry.span = Some(entry.span.map_or((start, end), |(s, e): (u64, u64)| {
+                    (s.min(start), e.max(end))
+                }));
+            }
         }
         // The gaps after the first call, the profiler's time taken out.
         let (gap_flags, gap_steady) = one_offs(
@@ -383,8 +416,10 @@ impl OneOffs {
                 .map(|&(gap, profiler)| gap.saturating_sub(profiler) as f64)
                 .collect::<Vec<_>>(),
         );
+        let next_arrival = |at: u64| collectives.first_start_from(at).map_or(at, |s| s + 1);
         let mut step_of: BTreeMap<&str, u64> = BTreeMap::new();
         let mut events = Vec::new();
+        let mut perturbed = Vec::new();
         for (k, &row) in rows.steps.iter().enumerate() {
             let step_stage = name(row);
             let step = {
@@ -392,54 +427,88 @@ impl OneOffs {
                 *count += 1;
                 *count - 1
             };
+            let (row_start, row_end) = (stages.start_ns[row], stages.end_ns[row]);
             let (gap, gap_profiler) = rows.gaps[k];
-            let gap_stall = k > 0 && gap_flags.get(k - 1).copied().unwrap_or(false);
-            let gap_excess = if gap_stall {
-                (gap.saturating_sub(gap_profiler) as f64 - gap_steady).max(0.0)
-            } else {
-                0.0
+            let gap_start = row_start.saturating_sub(gap);
+            let gap_excess = match gap_flags.get(k.wrapping_sub(1)) {
+                Some(true) if k > 0 => (gap.saturating_sub(gap_profiler) as f64 - gap_steady).max(0.0),
+                _ => 0.0,
             };
-            let profiler_ns = (gap_profiler + rows.profiler_ns[row]) as f64;
             let call = within.get(&row);
-            if call.is_none() && !gap_stall && profiler_ns == 0.0 {
-                continue;
-            }
-            let call_excess = call.map_or(0.0, |c| c.1.max(0.0));
-            let cost_s = (call_excess + gap_excess + profiler_ns) / 1e9;
-            if cost_s < MIN_EVENT_S {
-                continue;
-            }
-            let kind = if rows.perturbed[row] {
-                OneOffKind::Profiler
-            } else if call.is_some_and(|c| c.2) {
-                OneOffKind::Warmup
-            } else {
-                OneOffKind::Stall
-            };
-            let stage = match call {
-                _ if kind == OneOffKind::Profiler => profiler_span_name(stages, rows, row),
-                Some(&(deepest, _, _)) => Some(name(deepest).to_string()),
-                None => None,
-            };
-            let start_ns = if gap_stall || gap_profiler > 0 {
-                stages.start_ns[row].saturating_sub(gap)
-            } else {
-                stages.start_ns[row]
-            };
-            events.push(RankEvent {
+            let event = |kind, stage, cost_ns: f64, profiler_ns: f64, start_ns| RankEvent {
                 kind,
                 stage,
                 step_stage: step_stage.to_string(),
                 step,
                 start_ns,
-                cost_s,
+                cost_s: cost_ns / 1e9,
                 profiler_s: profiler_ns / 1e9,
-            });
+            };
+            let profiler_ns = (gap_profiler + rows.profiler_ns[row]) as f64;
+            if rows.perturbed[row] {
+                // The profiler's step: its spans, and what the step lost.
+                let excess = call.map_or(0.0, |c| c.excess.max(0.0)) + gap_excess;
+                events.push(event(
+                    OneOffKind::Profiler,
+                    profiler_span_name(stages, rows, row),
+                    excess + profiler_ns,
+                    profiler_ns,
+                    gap_start,
+                ));
+                perturbed.push((gap_start, row_end));
+                continue;
+            }
+            if profiler_ns > 0.0 {
+                // Before the first step (or too short to perturb one).
+                events.push(event(
+                    OneOffKind::Profiler,
+                    profiler_span_name(stages, rows, row),
+                    profiler_ns,
+                    profiler_ns,
+                    gap_start,
+                ));
+            }
+            if gap_excess > 0.0 {
+                events.push(event(OneOffKind::Stall, None, gap_excess, 0.0, gap_start));
+                if gap_excess >= perturbing_ns {
+                    perturbed.push((gap_start, next_arrival(row_start)));
+                }
+            }
+            if let Some(c) = call {
+                let kind = if c.first {
+                    OneOffKind::Warmup
+                } else {
+                    OneOffKind::Stall
+                };
+                let stage = Some(name(c.deepest).to_string());
+                events.push(event(kind, stage, c.excess.max(0.0), 0.0, row_start));
+                if let Some((start, end)) = c.span {
+                    perturbed.push((start, next_arrival(end)));
+                }
+            }
         }
+        events.retain(|e| e.cost_s >= MIN_EVENT_S);
         events.sort_by(|a, b| b.cost_s.total_cmp(&a.cost_s));
         events.truncate(RANK_EVENTS);
-        events
+        (events, perturbed)
     }
+}
+
+/// A one-off of a rank's event perturbs its collective arrivals where it
+/// costs this share of a steady step or more.
+const PERTURBING_SHARE: f64 = 0.1;
+
+/// The one-off calls within one top-level call.
+struct OneOffsIn {
+    /// The deepest (the most excess on a tie).
+    deepest: usize,
+    /// The largest excess, ns.
+    excess: f64,
+    /// Whether one is its name's first call.
+    first: bool,
+    /// From the start of the first that perturbs to the end of the last,
+    /// ns; `None` where none does.
+    span: Option<(u64, u64)>,
 }
 
 /// The name of the profiler span in or just before top-level row `row`.

@@ -242,9 +242,8 @@ pub struct RankStages {
 pub struct RankSteadiness {
     /// Its one-off events, the costliest first.
     pub events: Vec<RankEvent>,
-    /// The top-level calls (with the gap before each) that held a one-off
-    /// call, followed a one-off gap or the profiler's span, on the rank's
-    /// session clock, ns: collective calls in them are no steady arrival.
+    /// The spans of the rank's time its one-offs perturbed, on its session
+    /// clock, ns: collective calls starting in them are no steady arrival.
     pub perturbed: Vec<(u64, u64)>,
     /// Time in the profiler's own spans, seconds.
     pub profiler_s: f64,
@@ -304,9 +303,10 @@ impl RankStages {
         }
         calls.shrink_to_fit();
         parents.shrink_to_fit();
+        let (events, perturbed) = one_offs.events(stages, &rows, collectives);
         let steadiness = RankSteadiness {
-            events: one_offs.events(stages, &rows),
-            perturbed: perturbed_spans(stages, &rows, &one_offs),
+            events,
+            perturbed,
             profiler_s: profiler_time(stages, &rows, &enclosing),
         };
         let rank_stages = RankStages {
@@ -330,24 +330,6 @@ impl RankStages {
             }
         }
     }
-}
-
-/// The top-level calls of the rank's steps that hold a one-off call, or
-/// follow a gap the profiler ran in or one-off long, each with the gap
-/// before it.
-fn perturbed_spans(stages: &StagesView<'_>, rows: &RowTimes, one_offs: &OneOffs) -> Vec<(u64, u64)> {
-    let mut one_off_root = vec![false; stages.len];
-    for (i, excess) in one_offs.excess_ns.iter().enumerate() {
-        if excess.is_some() {
-            one_off_root[rows.root[i]] = true;
-        }
-    }
-    rows.steps
-        .iter()
-        .zip(&rows.gaps)
-        .filter(|&(&row, _)| one_off_root[row] || rows.perturbed[row])
-        .map(|(&row, &(gap, _))| (stages.start_ns[row].saturating_sub(gap), stages.end_ns[row]))
-        .collect()
 }
 
 /// The time in the profiler's own spans (those inside another counted
