@@ -186,9 +186,14 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(summary.contains("rank 1 in vae_decode"), "{summary}");
     // The summary opens with the verdict, under its banner.
-    let after_banner = summary.split('=').filter(|part| !part.trim().is_empty()).nth(1);
+    let after_banner = summary
+        .split('=')
+        .filter(|part| !part.trim().is_empty())
+        .nth(1);
     assert!(
-        after_banner.is_some_and(|rest| rest.trim_start().starts_with("VERDICT (straggler): rank 1 holds the job back")),
+        after_banner.is_some_and(|rest| rest
+            .trim_start()
+            .starts_with("VERDICT (straggler): rank 1 holds the job back")),
         "{summary}"
     );
     for line in summary.lines() {

@@ -9,8 +9,8 @@
 use rankscope_common::gather::Gathered;
 use rankscope_common::payload::{GpuMeta, GpuSource};
 use rankscope_common::table::{
-    CollectiveRow, CollectivesBuilder, GpuSampleRow, GpuSamplesBuilder, StageRow,
-    StagesBuilder, Table, HOST_WINDOW,
+    CollectiveRow, CollectivesBuilder, GpuSampleRow, GpuSamplesBuilder, StageRow, StagesBuilder,
+    Table, HOST_WINDOW,
 };
 use rankscope_common::{Payload, PayloadHeader};
 use rankscope_coordinator::analysis::analyze;
@@ -105,11 +105,13 @@ impl Job {
                 .collect();
             let done = arrive.iter().copied().fold(f64::MIN, f64::max) + self.transfer_s;
             for r in 0..n {
-                let mut mlp = self.mlp_s * jitter(self.jitter) * if k == 0 {
-                    self.warmup.unwrap_or(1.0)
-                } else {
-                    1.0
-                };
+                let mut mlp = self.mlp_s
+                    * jitter(self.jitter)
+                    * if k == 0 {
+                        self.warmup.unwrap_or(1.0)
+                    } else {
+                        1.0
+                    };
                 if let Some((rank, step, extra)) = self.stall {
                     if rank as usize == r && step == k {
                         mlp += extra;
@@ -128,8 +130,20 @@ impl Job {
                     dur_ns: ns(done) - ns(arrive[r]),
                 });
                 let (attention_id, step_id) = (rows.next_id + 2, rows.next_id + 4);
-                rows.stage("cp_all_gather", Some(attention_id), 2, gather_start, done + 0.0001);
-                rows.stage("attention", Some(step_id), 1, step_start[r] + 0.0005, done + 0.0002);
+                rows.stage(
+                    "cp_all_gather",
+                    Some(attention_id),
+                    2,
+                    gather_start,
+                    done + 0.0001,
+                );
+                rows.stage(
+                    "attention",
+                    Some(step_id),
+                    1,
+                    step_start[r] + 0.0005,
+                    done + 0.0002,
+                );
                 rows.stage("mlp", Some(step_id), 1, done + 0.0003, end);
                 rows.stage("step", None, 0, step_start[r], end + 0.0001);
                 clock[r] = end + 0.0002;
@@ -271,7 +285,11 @@ fn a_slow_rank_behind_a_collective_inside_a_stage_is_blamed_once_with_its_stage(
     assert_eq!(verdict.collective.as_deref(), Some("all_gather"));
     assert!(verdict.cost_pct > 20.0, "{verdict:?}");
     // The others wait in the all-gather: measured, and never a straggler.
-    let gather = report.stages.iter().find(|s| s.name == "cp_all_gather").unwrap();
+    let gather = report
+        .stages
+        .iter()
+        .find(|s| s.name == "cp_all_gather")
+        .unwrap();
     let wait = gather.wait_s.unwrap();
     assert!(wait.avg > 0.5 * gather.total_s.avg, "{gather:?}");
     assert_eq!(wait.min_rank, 3, "the late rank waits least");
@@ -287,10 +305,20 @@ fn a_slow_rank_behind_a_collective_inside_a_stage_is_blamed_once_with_its_stage(
         .filter(|r| r.category == "straggler" && r.severity == Severity::Warning)
         .collect();
     assert_eq!(told.len(), 1, "{told:#?}");
-    assert!(told[0].message.starts_with("rank 3 holds the job back (arrives last at 20 of 20 `all_gather` calls)"), "{}", told[0].message);
+    assert!(
+        told[0]
+            .message
+            .starts_with("rank 3 holds the job back (arrives last at 20 of 20 `all_gather` calls)"),
+        "{}",
+        told[0].message
+    );
     assert_no_wait_to_optimise(&report);
     // The recommendations are ordered by what they cost.
-    let costs: Vec<f64> = report.recommendations.iter().filter_map(|r| r.cost_s).collect();
+    let costs: Vec<f64> = report
+        .recommendations
+        .iter()
+        .filter_map(|r| r.cost_s)
+        .collect();
     assert!(costs.windows(2).all(|w| w[0] >= w[1]), "{costs:?}");
 }
 
@@ -332,11 +360,17 @@ fn a_warm_up_step_is_an_event_and_no_rank_is_blamed_for_it() {
     }
     .report();
     assert_eq!(report.stragglers, [], "{:?}", report.stragglers);
-    let warmup: Vec<_> = report.events.iter().filter(|e| e.kind == "warmup").collect();
+    let warmup: Vec<_> = report
+        .events
+        .iter()
+        .filter(|e| e.kind == "warmup")
+        .collect();
     assert_eq!(warmup.len(), 1, "{:?}", report.events);
     assert_eq!((warmup[0].step, warmup[0].rank_count), (0, 4));
     assert_eq!(warmup[0].step_stage, "step");
-    assert!(warnings(&report).iter().all(|w| !w.contains("holds the job back")));
+    assert!(warnings(&report)
+        .iter()
+        .all(|w| !w.contains("holds the job back")));
 }
 
 #[test]
@@ -349,16 +383,45 @@ fn the_profilers_own_stall_is_its_cost_not_a_ranks() {
     }
     .report();
     assert_eq!(report.stragglers, [], "{:?}", report.stragglers);
-    let profiler: Vec<_> = report.events.iter().filter(|e| e.kind == "profiler").collect();
+    let profiler: Vec<_> = report
+        .events
+        .iter()
+        .filter(|e| e.kind == "profiler")
+        .collect();
     assert_eq!(profiler.len(), 1, "{:?}", report.events);
     assert_eq!(profiler[0].step, 3);
-    assert_eq!(profiler[0].stage.as_deref(), Some("rankscope:torch.profiler"));
+    assert_eq!(
+        profiler[0].stage.as_deref(),
+        Some("rankscope:torch.profiler")
+    );
     assert!((profiler[0].cost_s - 2.0).abs() < 0.1, "{:?}", profiler[0]);
+    // A warning, first of the findings by its cost; but the verdict judges
+    // the job, and the job is balanced.
+    let warning = &report.recommendations[0];
+    assert_eq!(
+        (warning.severity, warning.category.as_str()),
+        (Severity::Warning, "profiler")
+    );
+    assert!(
+        warning
+            .message
+            .starts_with("The profiler itself cost the job"),
+        "{warning:?}"
+    );
     let verdict = report.verdict.as_ref().unwrap();
-    assert_eq!(verdict.kind, VerdictKind::Stalls);
-    assert!(verdict.sentence.starts_with("The profiler itself cost the job"), "{verdict:?}");
+    assert_eq!(verdict.kind, VerdictKind::Balanced, "{verdict:?}");
+    assert!(
+        verdict
+            .evidence
+            .iter()
+            .any(|e| e.contains("the profiler itself cost the job 2.")),
+        "{verdict:?}"
+    );
     // Its time counts as the profiler's, in the overhead: not in stages.
-    assert!(report.stages.iter().all(|s| !s.name.starts_with("rankscope:")));
+    assert!(report
+        .stages
+        .iter()
+        .all(|s| !s.name.starts_with("rankscope:")));
     // The all-gather after it, where the others waited for rank 3, is
     // no steady arrival.
     let late = report
@@ -381,7 +444,8 @@ fn a_gpu_every_rank_shares_explains_no_ranks_slowness_and_is_a_finding() {
     let verdict = report.verdict.as_ref().unwrap();
     assert_eq!(verdict.ranks, [2]);
     assert!(
-        verdict.evidence.iter().all(|e| !e.contains("GPU 0")) && !verdict.sentence.contains("GPU 0"),
+        verdict.evidence.iter().all(|e| !e.contains("GPU 0"))
+            && !verdict.sentence.contains("GPU 0"),
         "{verdict:?}"
     );
     assert!(
@@ -404,7 +468,11 @@ fn at_1024_ranks_the_slow_rank_is_blamed_and_a_balanced_job_gets_no_warning() {
     }
     .report();
     let verdict = slow.verdict.as_ref().unwrap();
-    assert_eq!((verdict.kind, verdict.ranks.as_slice()), (VerdictKind::Straggler, &[700][..]), "{verdict:?}");
+    assert_eq!(
+        (verdict.kind, verdict.ranks.as_slice()),
+        (VerdictKind::Straggler, &[700][..]),
+        "{verdict:?}"
+    );
     assert_eq!(verdict.stage.as_deref(), Some("attention"));
     let balanced = Job {
         warmup: Some(5.0),
@@ -419,5 +487,8 @@ fn at_1024_ranks_the_slow_rank_is_blamed_and_a_balanced_job_gets_no_warning() {
         .filter(|w| w.contains("holds the job back"))
         .collect();
     assert_eq!(blamed, Vec::<&str>::new());
-    assert!(balanced.events.iter().any(|e| e.kind == "stall" && e.ranks == [17]));
+    assert!(balanced
+        .events
+        .iter()
+        .any(|e| e.kind == "stall" && e.ranks == [17]));
 }

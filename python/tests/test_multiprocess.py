@@ -113,10 +113,15 @@ def assert_all_reduce_waits_for_rank_2(report: Dict) -> None:
     collectives = {c["rank"]: c for c in report["collectives"] if c["kind"] == "all_reduce"}
     assert sorted(collectives) == [0, 1, 2, 3]
     assert all(c["calls"] == 7 and c["compared"] == 7 for c in collectives.values()), collectives
-    assert collectives[2]["last_to_arrive"] >= 5, collectives
+    # Of the steady calls (warm-up and the steps the profiler perturbed left
+    # out), rank 2 arrives last at nearly all.
+    steady = collectives[2]["steady_compared"]
+    assert steady >= 3 and collectives[2]["last_to_arrive"] >= steady - 1, collectives
     assert all(collectives[2]["wait_s"] < c["wait_s"] for r, c in collectives.items() if r != 2)
+    verdict = report["verdict"]
+    assert (verdict["kind"], verdict["ranks"]) == ("straggler", [2]), verdict
+    assert (verdict["stage"], verdict["collective"]) == ("attention", "all_reduce"), verdict
     messages = [r["message"] for r in report["recommendations"]]
-    assert any("speed up rank 2, not the collective" in m for m in messages), messages
     assert not any("`all_reduce`" in m and "place to optimise" in m for m in messages), messages
 
 
@@ -241,3 +246,83 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
         stage = [s for s in window["stages"] if s["name"] == "step"][0]
         assert stage["count"] == 2 * 5
     assert second["session"]["ranks_reporting"] == [0, 1]
+
+
+CP_EXAMPLE = ROOT / "examples" / "python" / "cp_attention.py"
+
+
+def run_cp_job(tmp_path: Path, args: List[str], **env: str) -> Dict:
+    """examples/python/cp_attention.py on 4 real torchrun ranks over gloo
+    with `args`, `env` added; rank 0's report."""
+    assert TORCHRUN.exists(), f"{TORCHRUN}: torch is installed by scripts/test.sh"
+    full = {**os.environ, "RANKSCOPE_GPU_SOURCE": "none", "RANKSCOPE_GATHER_TIMEOUT_S": "60",
+            "PYTHONUNBUFFERED": "1", **env}
+    done = subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc_per_node=4", str(CP_EXAMPLE),
+         "--output-dir", str(tmp_path), *args],
+        env=full, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    reports = list(tmp_path.glob("cp-attention-*/report.json"))
+    assert len(reports) == 1, reports
+    report: Dict = json.loads(reports[0].read_text())
+    assert report["session"]["ranks_reporting"] == [0, 1, 2, 3]
+    return report
+
+
+def warnings_of(report: Dict) -> List[str]:
+    return [r["message"] for r in report["recommendations"] if r["severity"] != "info"]
+
+
+def test_the_verdict_names_the_rank_the_others_wait_for_in_a_real_all_gather(
+        tmp_path: Path) -> None:
+    """A context-parallel step over real gloo all_gathers: rank 3 holds 3x
+    the others' query chunk. Every rank's first step is slower (warm-up),
+    torch.profiler windows run (their start and stop are the profiler's own
+    time), and all four ranks share one simulated GPU that runs hot. The
+    verdict names rank 3, `attention`, the all_gather it arrives last at and
+    a slower CPU operator; nothing blames the ranks that wait, the shared GPU
+    explains nothing, and the all-gather is no place to optimise."""
+    report = run_cp_job(
+        tmp_path, ["--slow-rank", "3", "--factor", "3", "--warmup-ms", "300"],
+        RANKSCOPE_GPU_SOURCE="simulated", RANKSCOPE_SIMULATED_GPUS="1",
+        RANKSCOPE_SIMULATED_HOT_RANK="0", RANKSCOPE_TORCH_PROFILER_WAIT="2",
+        RANKSCOPE_TORCH_PROFILER_WARMUP="1", RANKSCOPE_TORCH_PROFILER_ACTIVE="3",
+        RANKSCOPE_TORCH_PROFILER_ACTIVITIES="cpu")
+    verdict = report["verdict"]
+    assert (verdict["kind"], verdict["ranks"]) == ("straggler", [3]), verdict
+    assert (verdict["stage"], verdict["collective"]) == ("attention", "all_gather"), verdict
+    assert verdict["kernel"] and verdict["kernel"].startswith("aten::"), verdict
+    assert verdict["cost_pct"] > 1.0, verdict
+    assert "GPU 0" not in verdict["sentence"] and not any("GPU 0" in e for e in verdict["evidence"])
+    # The ranks that wait are never blamed for it.
+    assert {s["rank"] for s in report["stragglers"]} == {3}, report["stragglers"]
+    blamed = [m for m in warnings_of(report) if "holds the job back" in m]
+    assert len(blamed) == 1 and blamed[0].startswith("rank 3 "), blamed
+    gather = next(s for s in report["stages"] if s["name"] == "cp_all_gather")
+    assert gather["wait_s"]["avg"] > 0.5 * gather["total_s"]["avg"], gather
+    messages = [r["message"] for r in report["recommendations"]]
+    assert not any("`cp_all_gather`" in m and "place to optimise" in m for m in messages), messages
+    assert any(m.startswith("ranks 0-3 share GPU 0") for m in messages), messages
+    # Warm-up and the profiler's own time are events, apart.
+    kinds = {(e["kind"], e["step"]) for e in report["events"]}
+    assert ("warmup", 0) in kinds, report["events"]
+    assert any(kind == "profiler" for kind, _ in kinds), report["events"]
+    assert all(not s["name"].startswith("rankscope:") for s in report["stages"])
+    assert any(r["overhead"]["profiler_s"] > 0 for r in report["ranks"]), report["ranks"]
+
+
+def test_a_balanced_real_job_with_one_stall_blames_no_rank(tmp_path: Path) -> None:
+    """The same job balanced, rank 1 stalling 400 ms once in `mlp` at step 7
+    and every rank's first step slower: no rank is blamed, the stall is an
+    event of rank 1's at step 7, and the ranks that waited for it are not
+    stragglers."""
+    report = run_cp_job(tmp_path, ["--stall-rank", "1", "--stall-step", "7",
+                                   "--warmup-ms", "300"])
+    assert not any("holds the job back" in m for m in warnings_of(report)), warnings_of(report)
+    stall = [e for e in report["events"] if e["kind"] == "stall" and e["step"] == 7]
+    assert [(e["ranks"], e["stage"]) for e in stall] == [([1], "mlp")], report["events"]
+    assert stall[0]["cost_s"] > 0.3, stall
+    assert any(e["kind"] == "warmup" and e["step"] == 0 for e in report["events"]), report["events"]
+    verdict = report["verdict"]
+    assert verdict["kind"] in ("stalls", "balanced"), verdict
+    assert verdict["kind"] == "balanced" or 1 in verdict["ranks"], verdict

@@ -227,10 +227,17 @@ mod tests {
         };
         let device = |local_rank: u32, hot: Option<u32>| {
             let reader = SimulatedReader::new(&on(local_rank), hot, Some(2));
-            (reader.meta[0].index, reader.meta[0].uuid.clone(), reader.hot)
+            (
+                reader.meta[0].index,
+                reader.meta[0].uuid.clone(),
+                reader.hot,
+            )
         };
         assert_eq!(device(0, None), (0, "SIMULATED-GPU-node-1-0".into(), false));
-        assert_eq!(device(3, Some(1)), (1, "SIMULATED-GPU-node-1-1".into(), true));
+        assert_eq!(
+            device(3, Some(1)),
+            (1, "SIMULATED-GPU-node-1-1".into(), true)
+        );
         assert_eq!(device(2, Some(1)).2, false, "GPU 0 is not the hot one");
     }
 }

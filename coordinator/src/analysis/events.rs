@@ -17,13 +17,18 @@ pub const LISTED_EVENTS: usize = 50;
 /// Ranks an event names; the rest are counted.
 const LISTED_RANKS: usize = 64;
 
-/// One event being merged: its ranks, the costliest rank's event, and
-/// where it began on the shared timeline.
+/// One event being merged: its ranks with what each lost, the costliest
+/// rank's event, and where it began on the shared timeline.
 struct Merging<'a> {
-    ranks: Vec<u32>,
+    ranks: Vec<(u32, f64)>,
     costliest: (u32, &'a RankEvent),
     started_ns: i64,
 }
+
+/// A rank's one-off at the step of a costlier one counts as the same event
+/// where it cost this share of the costliest's time; less is another
+/// rank's noise beside it.
+const SAME_EVENT_SHARE: f64 = 0.25;
 
 /// The events of `ranks`, merged by kind and step, the costliest first
 /// (at most [`LISTED_EVENTS`]); times on the timeline that starts at
@@ -41,7 +46,7 @@ pub fn job_events(ranks: &[RankDigest], zero_ns: i64) -> Vec<OneOffEvent> {
                 costliest: (rank, event),
                 started_ns,
             });
-            entry.ranks.push(rank);
+            entry.ranks.push((rank, event.cost_s));
             entry.started_ns = entry.started_ns.min(started_ns);
             if event.cost_s > entry.costliest.1.cost_s {
                 entry.costliest = (rank, event);
@@ -50,16 +55,22 @@ pub fn job_events(ranks: &[RankDigest], zero_ns: i64) -> Vec<OneOffEvent> {
     }
     let mut events: Vec<OneOffEvent> = merged
         .into_values()
-        .map(|mut m| {
-            m.ranks.sort_unstable();
-            m.ranks.dedup();
+        .map(|m| {
             let (rank, event) = m.costliest;
-            let rank_count = m.ranks.len() as u32;
-            let evidence = evidence(&m.ranks, rank, event);
-            m.ranks.truncate(LISTED_RANKS);
+            let mut ranks: Vec<u32> = m
+                .ranks
+                .iter()
+                .filter(|&&(_, cost)| cost >= SAME_EVENT_SHARE * event.cost_s)
+                .map(|&(rank, _)| rank)
+                .collect();
+            ranks.sort_unstable();
+            ranks.dedup();
+            let rank_count = ranks.len() as u32;
+            let evidence = evidence(&ranks, rank, event);
+            ranks.truncate(LISTED_RANKS);
             OneOffEvent {
                 kind: event.kind.as_str().to_string(),
-                ranks: m.ranks,
+                ranks,
                 rank_count,
                 step: event.step,
                 step_stage: event.step_stage.clone(),

@@ -164,7 +164,12 @@ impl RankKernels {
         let gpu = &trace.gpu;
         let spans = kept
             .iter()
-            .map(|&i| (gpu.start_ns[i], gpu.start_ns[i].saturating_add(gpu.dur_ns[i])))
+            .map(|&i| {
+                (
+                    gpu.start_ns[i],
+                    gpu.start_ns[i].saturating_add(gpu.dur_ns[i]),
+                )
+            })
             .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
             .map(|(start, end)| (base_ns.saturating_add(start), base_ns.saturating_add(end)))
             .into_iter()
@@ -587,11 +592,17 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
     for rank in ranks {
         let waiting_s = waits.get(&rank.rank).map(|calls| {
             let inside = |at: &i64| rank.spans.iter().any(|s| (s.0..s.1).contains(at));
-            calls.iter().filter(|(at, _)| inside(at)).map(|(_, w)| w).sum()
+            calls
+                .iter()
+                .filter(|(at, _)| inside(at))
+                .map(|(_, w)| w)
+                .sum()
         });
-        analysis
-            .gpu_time
-            .extend(rank.gpu_time.into_iter().map(|time| GpuTime { waiting_s, ..time }));
+        analysis.gpu_time.extend(
+            rank.gpu_time
+                .into_iter()
+                .map(|time| GpuTime { waiting_s, ..time }),
+        );
         analysis.kernel_traces.extend(rank.input);
     }
     analysis
@@ -826,7 +837,10 @@ fn compare_arrivals(
         for (rank, calls) in by_rank {
             let wait = (calls[k].dur_ns.max(0) - least) as f64 / 1e9;
             imposed += wait;
-            waits.entry(*rank).or_default().push((calls[k].start_ns, wait));
+            waits
+                .entry(*rank)
+                .or_default()
+                .push((calls[k].start_ns, wait));
             if let Some(row) = rows.get_mut(rank) {
                 row.compared += 1;
                 *row.wait_s.get_or_insert(0.0) += wait;

@@ -809,7 +809,8 @@ mod tests {
         let verdict = report.verdict.as_ref().unwrap();
         assert_eq!(verdict.ranks, [1]);
         assert!(
-            !verdict.sentence.contains("GPU 0") && verdict.evidence.iter().all(|e| !e.contains("GPU 0")),
+            !verdict.sentence.contains("GPU 0")
+                && verdict.evidence.iter().all(|e| !e.contains("GPU 0")),
             "{verdict:?}"
         );
         // The GPU's own finding, and the sharing as a finding of its own.
@@ -819,9 +820,13 @@ mod tests {
             .filter(|r| r.category == "gpu")
             .map(|r| r.message.as_str())
             .collect();
-        assert!(gpu.contains(&"GPU 0 of rank 0 on node: thermal throttling"), "{gpu:?}");
         assert!(
-            gpu.iter().any(|m| m.starts_with("ranks 0-2 share GPU 0 on node")),
+            gpu.contains(&"GPU 0 of rank 0 on node: thermal throttling"),
+            "{gpu:?}"
+        );
+        assert!(
+            gpu.iter()
+                .any(|m| m.starts_with("ranks 0-2 share GPU 0 on node")),
             "{gpu:?}"
         );
         // Two slow ranks sharing the hot GPU, a third on a cool one of its

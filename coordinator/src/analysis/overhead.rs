@@ -44,11 +44,8 @@ pub fn rank_overhead(payload: &Payload, profiler_s: f64) -> Option<RankOverhead>
     let sampler_cpu_s = sampler_cpu_ms.map(|ms| ms / 1e3);
     let flushes_s = flushes_ms.unwrap_or(0.0) / 1e3;
     let encode_s = header.encode_ns.map(|ns| ns as f64 / 1e9);
-    let total_s = stages_s
-        + sampler_cpu_s.unwrap_or(0.0)
-        + flushes_s
-        + encode_s.unwrap_or(0.0)
-        + profiler_s;
+    let total_s =
+        stages_s + sampler_cpu_s.unwrap_or(0.0) + flushes_s + encode_s.unwrap_or(0.0) + profiler_s;
     if !total_s.is_finite() {
         return None;
     }

@@ -315,7 +315,12 @@ fn hot_stages(report: &Report) -> Vec<Recommendation> {
 fn waiting_stage(stage: &StageStats, late: u32) -> Recommendation {
     let waits = stage
         .wait_s
-        .map(|w| format!("its ranks wait {:.3} s in it on average, of {:.3} s", w.avg, stage.total_s.avg))
+        .map(|w| {
+            format!(
+                "its ranks wait {:.3} s in it on average, of {:.3} s",
+                w.avg, stage.total_s.avg
+            )
+        })
         .unwrap_or_else(|| {
             format!(
                 "rank {late} spends {:.3} s in it, the ranks on average {:.3} s",

@@ -124,7 +124,9 @@ impl Spans {
 
     /// The start of the first span starting at `at` or later.
     pub fn first_start_from(&self, at: u64) -> Option<u64> {
-        self.start.get(self.start.partition_point(|&s| s < at)).copied()
+        self.start
+            .get(self.start.partition_point(|&s| s < at))
+            .copied()
     }
 
     /// The time of the spans that start within `[from, to)`, each up to
@@ -167,12 +169,15 @@ pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
     let mut deviations: Vec<f64> = sorted.iter().map(|w| (w - mid).abs()).collect();
     deviations.sort_by(f64::total_cmp);
     let spread = 1.4826 * median(&deviations).unwrap_or(0.0);
-    let bar = mid + (SPREADS * spread).max(SHARE_OF_MEDIAN * mid).max(MIN_EXCESS_NS);
+    let bar = mid
+        + (SPREADS * spread)
+            .max(SHARE_OF_MEDIAN * mid)
+            .max(MIN_EXCESS_NS);
     let mut flagged: Vec<bool> = work.iter().map(|&w| w > bar).collect();
     let later: Vec<usize> = (1..work.len()).filter(|&i| flagged[i]).collect();
     let even = later.len() >= 3 && later.windows(3).all(|w| w[1] - w[0] == w[2] - w[1]);
-    let many = later.len() > MOST_ONE_OFFS
-        && later.len() as f64 > MOST_ONE_OFF_SHARE * work.len() as f64;
+    let many =
+        later.len() > MOST_ONE_OFFS && later.len() as f64 > MOST_ONE_OFF_SHARE * work.len() as f64;
     if even || many {
         for &i in &later {
             flagged[i] = false;
@@ -217,19 +222,13 @@ pub struct RowTimes {
 impl RowTimes {
     /// The rows of `stages` (each row's enclosing row `enclosing`), with
     /// the rank's collective calls `collectives` on the same clock.
-    pub fn new(
-        stages: &StagesView<'_>,
-        enclosing: &[Option<usize>],
-        collectives: &Spans,
-    ) -> Self {
+    pub fn new(stages: &StagesView<'_>, enclosing: &[Option<usize>], collectives: &Spans) -> Self {
         let n = stages.len;
         let dictionary = stages.name.dictionary();
         let profiler_key: Vec<bool> = (0..dictionary.len())
             .map(|key| dictionary.value(key).starts_with(PROFILER_STAGE_PREFIX))
             .collect();
-        let is_profiler: Vec<bool> = (0..n)
-            .map(|i| profiler_key[stages.name.key(i)])
-            .collect();
+        let is_profiler: Vec<bool> = (0..n).map(|i| profiler_key[stages.name.key(i)]).collect();
         let profiler = Spans::new(
             (0..n)
                 .filter(|&i| is_profiler[i])
@@ -262,12 +261,18 @@ impl RowTimes {
             let first = previous_end.is_none();
             let end = previous_end.unwrap_or(0);
             let gap = start.saturating_sub(end);
-            let gap = (gap, if gap > 0 { profiler.within(end, start) } else { 0 });
+            let gap = (
+                gap,
+                if gap > 0 {
+                    profiler.within(end, start)
+                } else {
+                    0
+                },
+            );
             perturbed[row] = !first && (profiler_ns[row] + gap.1) as f64 >= MIN_EXCESS_NS;
             gaps.push(gap);
-            previous_end = Some(previous_end.map_or(stages.end_ns[row], |e: u64| {
-                e.max(stages.end_ns[row])
-            }));
+            previous_end =
+                Some(previous_end.map_or(stages.end_ns[row], |e: u64| e.max(stages.end_ns[row])));
         }
         RowTimes {
             collective_ns,
@@ -431,7 +436,9 @@ impl OneOffs {
             let (gap, gap_profiler) = rows.gaps[k];
             let gap_start = row_start.saturating_sub(gap);
             let gap_excess = match gap_flags.get(k.wrapping_sub(1)) {
-                Some(true) if k > 0 => (gap.saturating_sub(gap_profiler) as f64 - gap_steady).max(0.0),
+                Some(true) if k > 0 => {
+                    (gap.saturating_sub(gap_profiler) as f64 - gap_steady).max(0.0)
+                }
                 _ => 0.0,
             };
             let call = within.get(&row);
@@ -567,13 +574,18 @@ mod tests {
             short[i] = 50e6;
         }
         let (flags, _) = one_offs(&short);
-        assert_eq!((0..12).filter(|&i| flags[i]).collect::<Vec<_>>(), [0, 3, 4, 9]);
+        assert_eq!(
+            (0..12).filter(|&i| flags[i]).collect::<Vec<_>>(),
+            [0, 3, 4, 9]
+        );
         // A rank slow throughout is its steady state.
         let (flags, steady) = one_offs(&[30e6; 10]);
         assert!(flags.iter().all(|&f| !f));
         assert_eq!(steady, 30e6);
         // Ordinary noise is not: 10 % either way.
-        let noisy: Vec<f64> = (0..40).map(|i| 10e6 * (1.0 + 0.1 * ((i * 7 % 5) as f64 - 2.0) / 2.0)).collect();
+        let noisy: Vec<f64> = (0..40)
+            .map(|i| 10e6 * (1.0 + 0.1 * ((i * 7 % 5) as f64 - 2.0) / 2.0))
+            .collect();
         assert!(one_offs(&noisy).0.iter().all(|&f| !f));
     }
 

@@ -100,9 +100,15 @@ impl StageAcross {
             !holds(rank)
                 || c.calls == 0
                 || c.one_offs > c.calls
-                || ![c.total_s, c.self_s, c.collective_s, c.steady_s, c.self_steady_s]
-                    .into_iter()
-                    .all(finite)
+                || ![
+                    c.total_s,
+                    c.self_s,
+                    c.collective_s,
+                    c.steady_s,
+                    c.self_steady_s,
+                ]
+                .into_iter()
+                .all(finite)
         }) {
             return Err(format!("its rank {rank}"));
         }
@@ -485,7 +491,11 @@ fn call_times(
         total_s,
         // Self time is summed from nanoseconds, the total from the
         // calls' single-precision seconds: never more than the total.
-        self_s: kept.iter().map(|&i| seconds(own_self(i))).sum::<f64>().min(total_s),
+        self_s: kept
+            .iter()
+            .map(|&i| seconds(own_self(i)))
+            .sum::<f64>()
+            .min(total_s),
         collective_s: kept.iter().map(|&i| seconds(rows.collective_ns[i])).sum(),
         steady_s,
         self_steady_s,

@@ -15,8 +15,8 @@ use rankscope_common::table::PROFILER_STAGE_PREFIX;
 use rankscope_common::text::{cell, rank_ranges};
 
 use crate::model::{
-    CollectiveStats, KernelStraggler, OneOffEvent, Report, StageStats, Straggler,
-    StragglerGroup, Verdict, VerdictKind,
+    CollectiveStats, KernelStraggler, OneOffEvent, Report, StageStats, Straggler, StragglerGroup,
+    Verdict, VerdictKind,
 };
 
 /// A finding costing the job less than this share of its wall-clock time
@@ -53,7 +53,11 @@ pub fn job_seconds(report: &Report) -> f64 {
     if session > 0.0 {
         return session;
     }
-    report.stages.iter().map(|s| s.total_s.max).fold(0.0, f64::max)
+    report
+        .stages
+        .iter()
+        .map(|s| s.total_s.max)
+        .fold(0.0, f64::max)
 }
 
 /// Every explanation of lost time in `report`, the costliest first.
@@ -72,15 +76,26 @@ pub fn blames(report: &Report) -> Vec<Blame> {
     found
 }
 
-/// The verdict: the costliest blame, where it cost the job
-/// [`WARNING_PCT`] of its time; else the job is balanced (GPU bound where
-/// its GPUs compute most of their traced time).
+/// The verdict: the costliest blame of the job's own (the profiler's own
+/// cost is a finding about the measurement, told beside it), where it cost
+/// the job [`WARNING_PCT`] of its time; else the job is balanced (GPU bound
+/// where its GPUs compute most of their traced time).
 pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
-    if let Some(first) = blames
-        .first()
-        .filter(|b| b.verdict.cost_pct >= WARNING_PCT)
-    {
-        return first.verdict.clone();
+    let profiler = blames
+        .iter()
+        .find(|b| b.category == "profiler" && b.verdict.cost_pct >= WARNING_PCT)
+        .map(|b| {
+            format!(
+                "beside it, the profiler itself cost the job {:.3} s ({:.1}%): not the job's \
+                 own time (events[] of kind profiler)",
+                b.verdict.cost_s, b.verdict.cost_pct
+            )
+        });
+    let own: Vec<&Blame> = blames.iter().filter(|b| b.category != "profiler").collect();
+    if let Some(first) = own.first().filter(|b| b.verdict.cost_pct >= WARNING_PCT) {
+        let mut verdict = first.verdict.clone();
+        verdict.evidence.extend(profiler);
+        return verdict;
     }
     let compute = average(report.gpu_time.iter().map(|g| g.compute_pct));
     let (kind, sentence) = match compute {
@@ -108,10 +123,11 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
         cost_s: 0.0,
         cost_pct: 0.0,
         sentence,
-        evidence: blames
+        evidence: own
             .first()
             .map(|b| format!("the costliest finding: {}", b.verdict.sentence))
             .into_iter()
+            .chain(profiler)
             .collect(),
     }
 }
@@ -257,15 +273,16 @@ fn straggler_blame(
             k.excess_s
         ));
     }
-    let own_evidence: Vec<&String> = entries
-        .iter()
-        .flat_map(|s| &s.evidence)
-        .fold(Vec::new(), |mut seen, line| {
-            if !seen.contains(&line) {
-                seen.push(line);
-            }
-            seen
-        });
+    let own_evidence: Vec<&String> =
+        entries
+            .iter()
+            .flat_map(|s| &s.evidence)
+            .fold(Vec::new(), |mut seen, line| {
+                if !seen.contains(&line) {
+                    seen.push(line);
+                }
+                seen
+            });
     evidence.extend(own_evidence.iter().map(|line| line.to_string()));
     let whose = match group {
         Some(g) if ranks.len() > 1 => format!(

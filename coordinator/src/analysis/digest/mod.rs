@@ -86,7 +86,11 @@ impl RankDigest {
                 }
                 (Ok(stages), outermost, steadiness)
             }
-            Ok(None) => (Ok(RankStages::default()), Vec::new(), RankSteadiness::default()),
+            Ok(None) => (
+                Ok(RankStages::default()),
+                Vec::new(),
+                RankSteadiness::default(),
+            ),
             Err(e) => (Err(e.to_string()), Vec::new(), RankSteadiness::default()),
         };
         let world = header.rank.world_size as usize;
@@ -127,10 +131,12 @@ fn collective_spans(payload: &Payload) -> Spans {
     let Ok(Some(calls)) = payload.view::<CollectivesView>() else {
         return Spans::default();
     };
-    Spans::new(
-        counted_collectives(&calls)
-            .map(|i| (calls.start_ns[i], calls.start_ns[i].saturating_add(calls.dur_ns[i]))),
-    )
+    Spans::new(counted_collectives(&calls).map(|i| {
+        (
+            calls.start_ns[i],
+            calls.start_ns[i].saturating_add(calls.dur_ns[i]),
+        )
+    }))
 }
 
 impl Headed for RankDigest {

@@ -53,7 +53,10 @@ const SLOTS: [(&str, Slot); 16] = [
         "<!--table straggler-table-->",
         Slot::Table("straggler-table", stragglers),
     ),
-    ("<!--table event-table-->", Slot::Table("event-table", events)),
+    (
+        "<!--table event-table-->",
+        Slot::Table("event-table", events),
+    ),
     (
         "<!--table lockstep-table-->",
         Slot::Table("lockstep-table", lockstep),
