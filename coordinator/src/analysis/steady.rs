@@ -18,6 +18,27 @@ use serde::{Deserialize, Serialize};
 
 use super::stats::median;
 
+/// Words of a stage name that name a collective: where a rank records no
+/// collective call within it, such a stage's time counts as one.
+pub const COLLECTIVE_WORDS: &[&str] = &[
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "reducescatter",
+    "all_to_all",
+    "alltoall",
+    "broadcast",
+    "barrier",
+];
+
+/// Whether a stage's `name` names a collective ([`COLLECTIVE_WORDS`]).
+fn names_a_collective(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    COLLECTIVE_WORDS.iter().any(|word| name.contains(word))
+}
+
 /// Fewest calls of a name (or gaps) whose spread is judged: with fewer, no
 /// call is told apart.
 const MIN_JUDGED: usize = 4;
@@ -120,6 +141,45 @@ impl Spans {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.start.is_empty()
+    }
+
+    /// The stage rows of `stages` named for a collective
+    /// ([`COLLECTIVE_WORDS`]) that hold none of these spans and lie in no
+    /// other such row, added to these: a job that records no collective
+    /// call (a Rust rank without `record_collective`) still has its waits
+    /// in a stage named for the collective taken apart from work.
+    pub fn with_named_stages(&self, stages: &StagesView<'_>, enclosing: &[Option<usize>]) -> Spans {
+        let dictionary = stages.name.dictionary();
+        let named_key: Vec<bool> = (0..dictionary.len())
+            .map(|key| names_a_collective(dictionary.value(key)))
+            .collect();
+        let named = |i: usize| named_key[stages.name.key(i)];
+        let mut ancestor_named = |mut i: usize| {
+            // Bounded: a damaged table's loop of parents ends here.
+            for _ in 0..stages.len {
+                match enclosing[i] {
+                    Some(p) if named(p) => return true,
+                    Some(p) => i = p,
+                    None => return false,
+                }
+            }
+            false
+        };
+        let inferred: Vec<(u64, u64)> = (0..stages.len)
+            .filter(|&i| named(i))
+            .filter(|&i| self.within(stages.start_ns[i], stages.end_ns[i]) == 0)
+            .filter(|&i| !ancestor_named(i))
+            .map(|i| (stages.start_ns[i], stages.end_ns[i]))
+            .collect();
+        if inferred.is_empty() {
+            return Spans::new(self.spans());
+        }
+        Spans::new(self.spans().chain(inferred))
+    }
+
+    /// The spans, by start.
+    fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.start.iter().copied().zip(self.end.iter().copied())
     }
 
     /// The start of the first span starting at `at` or later.

@@ -268,6 +268,7 @@ impl RankStages {
     ) -> (Self, Vec<OuterStage<'a>>, RankSteadiness) {
         let enclosing = enclosing_rows(stages);
         let nested_ns = nested_ns(stages, &enclosing);
+        let collectives = &collectives.with_named_stages(stages, &enclosing);
         let rows = RowTimes::new(stages, &enclosing, collectives);
         let dictionary = stages.name.dictionary();
         let canonical = canonical_keys(dictionary);

@@ -11,7 +11,13 @@ use std::process::{Child, Command, Output, Stdio};
 /// variables of the test's own environment cleared, so that each test sets
 /// exactly the ones it means.
 pub fn rank_program() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agent_only_rank"));
+    clean(env!("CARGO_BIN_EXE_agent_only_rank"))
+}
+
+/// `program`, with the launcher and `RANKSCOPE_*` variables of the test's
+/// own environment cleared.
+pub fn clean(program: &str) -> Command {
+    let mut command = Command::new(program);
     for (key, _) in std::env::vars() {
         if key.starts_with("RANKSCOPE_") || key.starts_with("OMPI_") || key.starts_with("PMI") {
             command.env_remove(key);
@@ -27,7 +33,17 @@ pub fn rank_program() -> Command {
 /// torchrun sets (rank 0 listens at `master_port` + 1), writing under
 /// `out`, without GPU telemetry; its output piped.
 pub fn torchrun_rank(rank: u32, world: u32, out: &Path, master_port: u16) -> Command {
-    let mut command = rank_program();
+    as_torchrun_rank(rank_program(), rank, world, out, master_port)
+}
+
+/// `command` as [`torchrun_rank`] sets it up.
+pub fn as_torchrun_rank(
+    mut command: Command,
+    rank: u32,
+    world: u32,
+    out: &Path,
+    master_port: u16,
+) -> Command {
     command
         .env("RANK", rank.to_string())
         .env("LOCAL_RANK", rank.to_string())
