@@ -302,20 +302,21 @@ pub fn run_rank(straggler: Option<u32>, kill_rank: Option<u32>) -> Result<()> {
     profiler.record_model_parameters("transformer_shard", 13_000_000_000 / world);
     profiler.record_model_parameters("vae", 86_000_000);
     work(&profiler, rank, "text_encoding", 0, 60.0);
+    let slow = if straggler == Some(rank) {
+        STRAGGLER_FACTOR
+    } else {
+        1.0
+    };
     for block in 0..BLOCKS {
         generate_block(&profiler, rank, block);
+        // Each block's frames decoded as they are made (streaming video).
+        work(&profiler, rank, "vae_decode", block, 100.0 * slow);
         println!("block-done");
         if kill_rank == Some(rank) && block == 1 {
             eprintln!("rankscope demo: rank {rank} crashes now (simulated, --kill-rank)");
             std::process::abort();
         }
     }
-    let slow = if straggler == Some(rank) {
-        STRAGGLER_FACTOR
-    } else {
-        1.0
-    };
-    work(&profiler, rank, "vae_decode", 0, 100.0 * slow);
     profiler.record_throughput((BLOCKS * FRAMES_PER_BLOCK) as f64, None);
     profiler.add_event(
         "video_done",

@@ -206,7 +206,7 @@ fn four_ranks_with_a_straggler_give_one_report_that_names_it() {
         "denoise_step indented under diffusion_block: {summary}"
     );
     assert!(
-        summary.contains("  vae_decode (1 call): r1 slowest in 1 ("),
+        summary.contains("  vae_decode (3 calls): r1 slowest in 3 ("),
         "the lockstep wait on the straggler: {summary}"
     );
     assert!(summary.contains("GPU data: SIMULATED"), "{summary}");

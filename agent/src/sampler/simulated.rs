@@ -143,7 +143,8 @@ impl GpuReader for SimulatedReader {
             Phase::Decode => {
                 self.memory_used = (self.memory_used + 2 * GIB).min(MEMORY_TOTAL - GIB)
             }
-            Phase::Denoise => self.memory_used = self.memory_used.max(40 * GIB),
+            // Each block's denoising frees what the last decode held.
+            Phase::Denoise => self.memory_used = 40 * GIB,
             _ => {}
         }
         let busy = phase != Phase::Idle;

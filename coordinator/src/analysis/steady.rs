@@ -154,7 +154,7 @@ impl Spans {
             .map(|key| names_a_collective(dictionary.value(key)))
             .collect();
         let named = |i: usize| named_key[stages.name.key(i)];
-        let mut ancestor_named = |mut i: usize| {
+        let ancestor_named = |mut i: usize| {
             // Bounded: a damaged table's loop of parents ends here.
             for _ in 0..stages.len {
                 match enclosing[i] {

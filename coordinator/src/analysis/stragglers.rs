@@ -174,16 +174,24 @@ pub fn groups(
     for model in model_of.values() {
         *on_model.entry(model).or_default() += 1;
     }
-    let mut by_host: BTreeMap<(&str, &str), Vec<u32>> = BTreeMap::new();
-    let mut by_model: BTreeMap<(&str, &str), Vec<u32>> = BTreeMap::new();
+    let mut by_host: BTreeMap<(&str, &str), Vec<(u32, f64)>> = BTreeMap::new();
+    let mut by_model: BTreeMap<(&str, &str), Vec<(u32, f64)>> = BTreeMap::new();
     for s in stragglers {
         if let Some(&host) = host_of.get(&s.rank) {
-            by_host.entry((&s.stage, host)).or_default().push(s.rank);
+            by_host
+                .entry((&s.stage, host))
+                .or_default()
+                .push((s.rank, s.excess_s));
         }
         if let Some(&model) = model_of.get(&s.rank) {
-            by_model.entry((&s.stage, model)).or_default().push(s.rank);
+            by_model
+                .entry((&s.stage, model))
+                .or_default()
+                .push((s.rank, s.excess_s));
         }
     }
+    let by_host = as_slow(by_host);
+    let by_model = as_slow(by_model);
     let group = |stage: &str, host: Option<&str>, gpu_model: Option<&str>, mut ranks: Vec<u32>| {
         ranks.sort_unstable();
         let job_time_s = times
@@ -226,6 +234,27 @@ pub fn groups(
     );
     found
 }
+
+/// Of each set of stragglers, those about as slow as its slowest (their
+/// excess at least [`AS_SLOW`] of its): a rank far less slow beside it is
+/// a straggler of its own, not one of a group with a shared cause.
+fn as_slow<K: Ord>(sets: BTreeMap<K, Vec<(u32, f64)>>) -> BTreeMap<K, Vec<u32>> {
+    sets.into_iter()
+        .map(|(key, members)| {
+            let most = members.iter().map(|m| m.1).fold(0.0, f64::max);
+            let alike = members
+                .into_iter()
+                .filter(|&(_, excess)| excess >= AS_SLOW * most)
+                .map(|(rank, _)| rank)
+                .collect();
+            (key, alike)
+        })
+        .collect()
+}
+
+/// The share of the slowest straggler's excess a straggler must have to
+/// be told in a group with it.
+const AS_SLOW: f64 = 0.5;
 
 /// Σ over the calls every rank made of how much later the call ended
 /// because of the ranks of `group` (sorted): the slowest time less the
