@@ -239,6 +239,6 @@ mod tests {
             device(3, Some(1)),
             (1, "SIMULATED-GPU-node-1-1".into(), true)
         );
-        assert_eq!(device(2, Some(1)).2, false, "GPU 0 is not the hot one");
+        assert!(!device(2, Some(1)).2, "GPU 0 is not the hot one");
     }
 }

@@ -77,7 +77,7 @@ pub struct CollectiveCall {
     /// Length, nanoseconds.
     pub dur_ns: i64,
     /// Whether it ran in the rank's steady state: in no step that held a
-    /// one-off call or followed a one-off gap ([`super::steady`]).
+    /// one-off call or followed a one-off gap (see the analysis's `steady`).
     #[serde(default = "steady")]
     pub steady: bool,
 }

@@ -5,7 +5,7 @@
 //!
 //! - A rank that makes the others wait is blamed once, with the chain:
 //!   the collectives where it arrives last in steady state, the stage
-//!   where its extra work is (work, not wait: [`super::steady`]), the kernel
+//!   where its extra work is (work, not wait: see `steady`), the kernel
 //!   or CPU operator slower there, and what of its own hardware explains it.
 //! - One-off time (warm-up, stalls, the profiler's own) is told apart.
 //! - Time in collectives that is no rank's wait, and GPUs idle while no
