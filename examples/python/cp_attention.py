@@ -68,14 +68,17 @@ def main() -> None:
                 with prof.stage("attention"):
                     if step == 0 and args.warmup_ms > 0:
                         time.sleep(args.warmup_ms / 1000)
-                    q, k, v = (x @ w_qkv).split(args.dim, dim=1)
+                    qkv = x @ w_qkv
+                    d = args.dim
+                    q, k, v = qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:]
                     kv = torch.cat([k[:kv_tokens], v[:kv_tokens]], dim=1).contiguous()
                     with prof.stage("cp_all_gather"):
                         gathered = [torch.empty_like(kv) for _ in range(world)]
                         dist.all_gather(gathered, kv)
-                    keys, values = torch.cat(gathered).split(args.dim, dim=1)
+                    all_kv = torch.cat(gathered)
+                    keys, values = all_kv[:, :d], all_kv[:, d:]
                     for _ in range(8):
-                        y = torch.softmax(q @ keys.T / args.dim**0.5, dim=-1) @ values
+                        y = torch.softmax(q @ keys.T / d**0.5, dim=-1) @ values
                     if cuda:
                         torch.cuda.synchronize()
                 with prof.stage("mlp"):
