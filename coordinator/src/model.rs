@@ -756,15 +756,16 @@ pub struct CollectiveStats {
     /// Calls matched with the other ranks' (the k-th call of this kind
     /// and group in the same window on every rank).
     pub compared: u64,
-    /// Of the time in the compared calls, waiting for the last rank to
-    /// arrive, seconds: per call, this rank's time in it past the least
-    /// any rank spent in it (the ranks leave a collective together, so the
-    /// one that spent the least arrived last; no clock offset enters).
-    /// `null` where no call could be compared.
+    /// Of the time in the steady compared calls (`steady_compared`),
+    /// waiting for the last rank to arrive, seconds: per call, this rank's
+    /// time in it past the least any rank spent in it (the ranks leave a
+    /// collective together, so the one that spent the least arrived last;
+    /// no clock offset enters). `null` where no call could be compared.
     pub wait_s: Option<f64>,
-    /// Of the compared calls, those in steady state: in no step a rank
-    /// spent one-off (warm-up, a stall, the profiler's own), where stages
-    /// tell. The three fields below count these.
+    /// Of the compared calls, those in steady state: where no rank was in
+    /// a one-off (warm-up, a stall, the profiler's own) when it came to the
+    /// call, as its stages tell. `wait_s` and the three fields below count
+    /// these.
     #[serde(default)]
     pub steady_compared: u64,
     /// Steady compared calls in which this rank arrived last; `null` as

@@ -294,8 +294,10 @@ def test_the_verdict_names_the_rank_the_others_wait_for_in_a_real_all_gather(
     assert verdict["kernel"] and verdict["kernel"].startswith("aten::"), verdict
     assert verdict["cost_pct"] > 1.0, verdict
     assert "GPU 0" not in verdict["sentence"] and not any("GPU 0" in e for e in verdict["evidence"])
-    # The ranks that wait are never blamed for it.
-    assert {s["rank"] for s in report["stragglers"]} == {3}, report["stragglers"]
+    # The ranks that wait are never stragglers for it, nor blamed.
+    waiting = {(s["rank"], s["stage"]) for s in report["stragglers"] if s["rank"] != 3}
+    assert not waiting & {(r, st) for r in range(3) for st in ("attention", "cp_all_gather", "step")}, \
+        report["stragglers"]
     blamed = [m for m in warnings_of(report) if "holds the job back" in m]
     assert len(blamed) == 1 and blamed[0].startswith("rank 3 "), blamed
     gather = next(s for s in report["stages"] if s["name"] == "cp_all_gather")

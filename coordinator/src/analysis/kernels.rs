@@ -843,7 +843,7 @@ fn compare_arrivals(
                 .push((calls[k].start_ns, wait));
             if let Some(row) = rows.get_mut(rank) {
                 row.compared += 1;
-                *row.wait_s.get_or_insert(0.0) += wait;
+                *row.wait_s.get_or_insert(0.0) += if steady { wait } else { 0.0 };
                 row.steady_compared += u64::from(steady);
                 row.last_to_arrive.get_or_insert(0);
                 row.wait_imposed_s.get_or_insert(0.0);

@@ -526,7 +526,12 @@ impl OneOffs {
                 continue;
             }
             if profiler_ns > 0.0 {
-                // Before the first step (or too short to perturb one).
+                // Before the first step (or too short to perturb one): the
+                // step's work is its own, but the ranks come to its first
+                // collective as their set-up ends.
+                if profiler_ns >= MIN_EXCESS_NS {
+                    perturbed.push((gap_start, next_arrival(row_start)));
+                }
                 events.push(event(
                     OneOffKind::Profiler,
                     profiler_span_name(stages, rows, row),

@@ -171,7 +171,7 @@ fn write_collectives(out: &mut String, report: &Report) -> std::fmt::Result {
     rows.sort_by(|a, b| total(&b.1).total_cmp(&total(&a.1)));
     writeln!(
         out,
-        "\nCollectives (all ranks; waiting: from a rank's arrival to the last rank's):"
+        "\nCollectives (all ranks; waiting, in steady calls: from a rank's arrival to the last's):"
     )?;
     writeln!(
         out,
@@ -190,7 +190,7 @@ fn write_collectives(out: &mut String, report: &Report) -> std::fmt::Result {
             .filter_map(|c| Some((c, c.last_to_arrive.filter(|&n| n > 0)?)))
             .max_by_key(|(_, last)| *last)
             .map_or("-".into(), |(c, last)| {
-                format!("r{} ({last} of {})", c.rank, c.compared)
+                format!("r{} ({last} of {})", c.rank, c.steady_compared)
             });
         writeln!(
             out,
