@@ -126,6 +126,26 @@ fn the_report_of_nodes_merged_is_the_report_of_every_rank() {
     assert!(one_level["lockstep"].as_array().unwrap().len() > 1);
 }
 
+/// Collective calls inside the stages: waits, work, one-off events and the
+/// verdict come out of node digests as they do from every rank's payload.
+#[test]
+fn waits_events_and_the_verdict_are_the_same_through_node_digests() {
+    let shape = Shape {
+        collectives: true,
+        ..BENCH
+    };
+    let (one_level, two_level) = both_reports(job(16, &shape), &AnalysisConfig::default());
+    assert_same(&one_level, &two_level, 1e-9, "report");
+    let measured = one_level["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| !s["wait_s"].is_null())
+        .count();
+    assert!(measured > 0, "some stage holds the collective calls");
+    assert!(two_level["verdict"]["sentence"].is_string());
+}
+
 #[test]
 fn sketched_percentiles_are_the_same_and_say_their_bound() {
     // 24 ranks of 3,000 steps: 72,000 calls of `step`, past the 65,536

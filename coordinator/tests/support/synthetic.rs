@@ -15,8 +15,9 @@ use std::path::Path;
 use rankscope_common::payload::{self, Compression, GpuMeta, GpuSource, Payload, PayloadHeader};
 use rankscope_common::spill::{self, SpillName};
 use rankscope_common::table::{
-    DiffusionStepRow, DiffusionStepsBuilder, EventRow, EventsBuilder, GpuSampleRow,
-    GpuSamplesBuilder, HostSampleRow, HostSamplesBuilder, StageRow, StagesBuilder, Table,
+    CollectiveRow, CollectivesBuilder, DiffusionStepRow, DiffusionStepsBuilder, EventRow,
+    EventsBuilder, GpuSampleRow, GpuSamplesBuilder, HostSampleRow, HostSamplesBuilder, StageRow,
+    StagesBuilder, Table, HOST_WINDOW,
 };
 
 const INNER_NAMES: u64 = 29;
@@ -36,6 +37,9 @@ pub struct Shape {
     pub host_readings: u64,
     /// The ranks 30 % slower in `stage_07`: `first..end`.
     pub slow_ranks: (u32, u32),
+    /// A collective call (`all_reduce`, recorded on the host) in the middle
+    /// half of every step's last inner stage.
+    pub collectives: bool,
 }
 
 /// The aggregation benchmark's rank: 2,000 stages in about 4 s, 300 GPU
@@ -47,6 +51,7 @@ pub const BENCH: Shape = Shape {
     gpu_readings: 300,
     host_readings: 150,
     slow_ranks: (SLOW_RANK, SLOW_RANK + 1),
+    collectives: false,
 };
 
 /// A rank over about an hour at the default sampling rates (GPU every
@@ -58,6 +63,7 @@ pub const HOUR: Shape = Shape {
     gpu_readings: 7_200,
     host_readings: 3_600,
     slow_ranks: (SLOW_RANK, SLOW_RANK + 1),
+    collectives: false,
 };
 /// The rank that is slower in `stage_07` in the shapes here.
 pub const SLOW_RANK: u32 = 7;
@@ -113,6 +119,7 @@ pub fn rank_payload(
     let mut stages = StagesBuilder::default();
     let mut steps = DiffusionStepsBuilder::default();
     let mut events = EventsBuilder::default();
+    let mut collectives = CollectivesBuilder::default();
     let mut now = 0u64;
     let mut id = 0u64;
     for step in 0..shape.steps {
@@ -137,6 +144,17 @@ pub fn rank_payload(
             now += ns + 20_000;
         }
         now += 500_000;
+        if let (true, Some(&(_, start, end))) = (shape.collectives, inner.last()) {
+            let quarter = (end - start) / 4;
+            collectives.append(&CollectiveRow {
+                window: HOST_WINDOW,
+                kind: "all_reduce".into(),
+                group: Some("0".into()),
+                bytes: Some(1 << 20),
+                start_ns: start + quarter,
+                dur_ns: 2 * quarter,
+            });
+        }
         let mut row = |name: &str, stage_id, parent_id, depth, start_ns, end_ns| {
             stages.append(&StageRow {
                 name: name.into(),
@@ -229,5 +247,10 @@ pub fn rank_payload(
         .tables
         .insert(Table::DiffusionSteps, steps.finish()?);
     payload.tables.insert(Table::Events, events.finish()?);
+    if shape.collectives {
+        payload
+            .tables
+            .insert(Table::Collectives, collectives.finish()?);
+    }
     Ok(payload)
 }
