@@ -762,6 +762,11 @@ pub struct CollectiveStats {
     /// collective together, so the one that spent the least arrived last;
     /// no clock offset enters). `null` where no call could be compared.
     pub wait_s: Option<f64>,
+    /// Of the time in the compared calls (all of them), the collective's
+    /// own: per call, the least any rank spent in it, which is no rank's
+    /// wait, seconds; `null` as `wait_s`.
+    #[serde(default)]
+    pub own_s: Option<f64>,
     /// Of the compared calls, those in steady state: where no rank was in
     /// a one-off (warm-up, a stall, the profiler's own) when it came to the
     /// call, as its stages tell. `wait_s` and the three fields below count

@@ -46,6 +46,8 @@ struct Job {
     shared_hot_gpu: bool,
     /// Jitter on every span: up to this share either way.
     jitter: f64,
+    /// Every step inside one `train` stage, as a loop wrapped in a stage.
+    wrapped: bool,
 }
 
 impl Job {
@@ -62,6 +64,7 @@ impl Job {
             profiler: None,
             shared_hot_gpu: false,
             jitter: 0.05,
+            wrapped: false,
         }
     }
 
@@ -145,7 +148,12 @@ impl Job {
                     done + 0.0002,
                 );
                 rows.stage("mlp", Some(step_id), 1, done + 0.0003, end);
-                rows.stage("step", None, 0, step_start[r], end + 0.0001);
+                let (wrapper, depth) = if self.wrapped {
+                    (Some(TRAIN_ID), 1)
+                } else {
+                    (None, 0)
+                };
+                rows.stage("step", wrapper, depth, step_start[r], end + 0.0001);
                 clock[r] = end + 0.0002;
             }
             // The ranks meet at the next step's collective; between steps
@@ -154,7 +162,21 @@ impl Job {
         ranks
             .into_iter()
             .enumerate()
-            .map(|(r, rows)| {
+            .map(|(r, mut rows)| {
+                if self.wrapped {
+                    rows.stages.append(&StageRow {
+                        name: "train".into(),
+                        thread: 0,
+                        thread_name: "main".into(),
+                        stage_id: TRAIN_ID,
+                        parent_id: None,
+                        depth: 0,
+                        start_ns: ns(0.005),
+                        end_ns: ns(clock[r] + 0.001),
+                        call_index: 0,
+                        metadata: None,
+                    });
+                }
                 let mut header = PayloadHeader::new("s", "job", r as u32, self.ranks);
                 header.clock.duration_ns = ns(clock[r] + 0.01);
                 let mut payload = Payload {
@@ -184,6 +206,9 @@ impl Job {
         analyze(&gathered, &AnalysisConfig::default())
     }
 }
+
+/// The id of the `train` stage around every step of a wrapped job.
+const TRAIN_ID: u64 = 1 << 40;
 
 /// The rows of one rank being laid out.
 #[derive(Default)]
@@ -350,6 +375,55 @@ fn a_balanced_job_with_one_stall_blames_no_rank_and_tells_the_stall_apart() {
     assert_eq!(verdict.kind, VerdictKind::Stalls, "{verdict:?}");
     assert!(verdict.ranks.contains(&1));
     assert_no_wait_to_optimise(&report);
+    // The others' wait behind the stall is no collective's own time.
+    assert!(
+        report
+            .recommendations
+            .iter()
+            .all(|r| r.category != "communication"),
+        "{:#?}",
+        report.recommendations
+    );
+    // The one warning is the stall's.
+    assert_eq!(warnings(&report).len(), 1, "{:?}", warnings(&report));
+}
+
+#[test]
+fn a_loop_wrapped_in_one_stage_is_judged_step_by_step() {
+    let report = Job {
+        slow: Some((3, 3.0)),
+        warmup: Some(6.0),
+        stall: Some((1, 15, 0.4)),
+        wrapped: true,
+        ..Job::new(4)
+    }
+    .report();
+    let verdict = report.verdict.as_ref().unwrap();
+    assert_eq!(
+        (verdict.kind, verdict.ranks.as_slice()),
+        (VerdictKind::Straggler, &[3][..]),
+        "{verdict:?}"
+    );
+    assert_eq!(verdict.stage.as_deref(), Some("attention"));
+    let kinds: Vec<(&str, &[u32], u64)> = report
+        .events
+        .iter()
+        .map(|e| (e.kind.as_str(), e.ranks.as_slice(), e.step))
+        .collect();
+    assert!(kinds.contains(&("stall", &[1][..], 15)), "{kinds:?}");
+    assert!(
+        kinds
+            .iter()
+            .any(|&(kind, ranks, step)| kind == "warmup" && step == 0 && ranks.len() == 4),
+        "{kinds:?}"
+    );
+    assert!(
+        report.stragglers.iter().all(|s| s.rank == 3),
+        "{:?}",
+        report.stragglers
+    );
+    let late = report.collectives.iter().find(|c| c.rank == 3).unwrap();
+    assert!(late.steady_compared >= 15, "{late:?}");
 }
 
 #[test]
@@ -368,9 +442,13 @@ fn a_warm_up_step_is_an_event_and_no_rank_is_blamed_for_it() {
     assert_eq!(warmup.len(), 1, "{:?}", report.events);
     assert_eq!((warmup[0].step, warmup[0].rank_count), (0, 4));
     assert_eq!(warmup[0].step_stage, "step");
-    assert!(warnings(&report)
+    // Told, but no warning: warm-up is time a job spends once.
+    assert_eq!(warnings(&report), Vec::<&str>::new());
+    assert_eq!(report.verdict.as_ref().unwrap().kind, VerdictKind::Balanced);
+    assert!(report
+        .recommendations
         .iter()
-        .all(|w| !w.contains("holds the job back")));
+        .any(|r| r.category == "warmup" && r.severity == Severity::Info));
 }
 
 #[test]

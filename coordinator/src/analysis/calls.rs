@@ -29,7 +29,8 @@ pub struct CallAcross {
     /// How many ranks made this call.
     ranks: u32,
     /// The least time a rank spent in collective calls within the call,
-    /// seconds.
+    /// seconds; infinite where no rank that made it recorded any (which
+    /// says nothing of the others' waits).
     least_collective: CallSeconds,
 }
 
@@ -97,9 +98,14 @@ impl CallAcross {
     }
 
     /// The least time a rank spent in collective calls within the call,
-    /// seconds: the collectives' own time, no rank's wait.
+    /// seconds: the collectives' own time, no rank's wait (0 where no rank
+    /// recorded any).
     pub fn least_collective(&self) -> CallSeconds {
-        self.least_collective
+        if self.least_collective.is_finite() {
+            self.least_collective
+        } else {
+            0.0
+        }
     }
 
     /// The slowest ranks' `(seconds, rank)`, slowest first.
@@ -127,7 +133,6 @@ impl CallAcross {
                 .all(|&(t, rank)| t.is_finite() && t >= 0.0 && of_stage(rank))
             && self.sum_s.is_finite()
             && self.sum_s >= 0.0
-            && self.least_collective.is_finite()
             && self.least_collective >= 0.0
     }
 
@@ -162,14 +167,15 @@ impl CallAcross {
 
 /// Adds the calls of `rank` (in start order) to `calls`, one per index:
 /// each call's work, and its time in collective calls (`collective`, by
-/// index; none where it is shorter).
+/// index; empty where the rank recorded none in these calls, which leaves
+/// the least time in them to the ranks that did).
 pub fn add_rank(
     calls: &mut Vec<CallAcross>,
     rank: u32,
     work: &[CallSeconds],
     collective: &[CallSeconds],
 ) {
-    let in_collectives = |k: usize| collective.get(k).copied().unwrap_or(0.0);
+    let in_collectives = |k: usize| collective.get(k).copied().unwrap_or(CallSeconds::INFINITY);
     let made = calls.len().min(work.len());
     for (k, (call, &seconds)) in calls.iter_mut().zip(&work[..made]).enumerate() {
         call.add(rank, seconds, in_collectives(k));

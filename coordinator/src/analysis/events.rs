@@ -46,7 +46,11 @@ pub fn job_events(ranks: &[RankDigest], zero_ns: i64) -> Vec<OneOffEvent> {
                 costliest: (rank, event),
                 started_ns,
             });
-            entry.ranks.push((rank, event.cost_s));
+            // A rank's stall between two steps and in the next one is one.
+            match entry.ranks.last_mut() {
+                Some((last, cost)) if *last == rank => *cost += event.cost_s,
+                _ => entry.ranks.push((rank, event.cost_s)),
+            }
             entry.started_ns = entry.started_ns.min(started_ns);
             if event.cost_s > entry.costliest.1.cost_s {
                 entry.costliest = (rank, event);
@@ -56,17 +60,22 @@ pub fn job_events(ranks: &[RankDigest], zero_ns: i64) -> Vec<OneOffEvent> {
     let mut events: Vec<OneOffEvent> = merged
         .into_values()
         .map(|m| {
-            let (rank, event) = m.costliest;
+            let (_, event) = m.costliest;
+            let (rank, cost_s) =
+                m.ranks.iter().copied().fold(
+                    (0, 0.0),
+                    |most, (r, c)| if c > most.1 { (r, c) } else { most },
+                );
             let mut ranks: Vec<u32> = m
                 .ranks
                 .iter()
-                .filter(|&&(_, cost)| cost >= SAME_EVENT_SHARE * event.cost_s)
+                .filter(|&&(_, cost)| cost >= SAME_EVENT_SHARE * cost_s)
                 .map(|&(rank, _)| rank)
                 .collect();
             ranks.sort_unstable();
             ranks.dedup();
             let rank_count = ranks.len() as u32;
-            let evidence = evidence(&ranks, rank, event);
+            let evidence = evidence(&ranks, rank, event, cost_s);
             ranks.truncate(LISTED_RANKS);
             OneOffEvent {
                 kind: event.kind.as_str().to_string(),
@@ -76,7 +85,7 @@ pub fn job_events(ranks: &[RankDigest], zero_ns: i64) -> Vec<OneOffEvent> {
                 step_stage: event.step_stage.clone(),
                 stage: event.stage.clone(),
                 started_s: m.started_ns.saturating_sub(zero_ns) as f64 / 1e9,
-                cost_s: event.cost_s,
+                cost_s,
                 profiler_s: event.profiler_s,
                 evidence,
             }
@@ -91,8 +100,9 @@ pub fn job_events(ranks: &[RankDigest], zero_ns: i64) -> Vec<OneOffEvent> {
     events
 }
 
-/// What an event's ranks lost, in words.
-fn evidence(ranks: &[u32], costliest: u32, event: &RankEvent) -> Vec<String> {
+/// What an event's ranks lost (the most, `cost_s`: rank `costliest`'s), in
+/// words.
+fn evidence(ranks: &[u32], costliest: u32, event: &RankEvent, cost_s: f64) -> Vec<String> {
     let whose = if ranks.len() == 1 {
         format!("rank {costliest}")
     } else {
@@ -121,7 +131,6 @@ fn evidence(ranks: &[u32], costliest: u32, event: &RankEvent) -> Vec<String> {
         ),
     };
     vec![format!(
-        "{whose}: {what}, {:.3} s past the rank's steady time",
-        event.cost_s
+        "{whose}: {what}, {cost_s:.3} s past the rank's steady time"
     )]
 }

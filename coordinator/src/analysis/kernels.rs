@@ -580,7 +580,7 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
                 .push(format!("launched inside stage `{stage}`"));
         }
     }
-    let (collectives, waits) = collectives(&ranks);
+    let (collectives, waiting) = collectives(&ranks);
     let mut analysis = KernelAnalysis {
         kernels,
         cpu_ops,
@@ -590,14 +590,7 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
         ..KernelAnalysis::default()
     };
     for rank in ranks {
-        let waiting_s = waits.get(&rank.rank).map(|calls| {
-            let inside = |at: &i64| rank.spans.iter().any(|s| (s.0..s.1).contains(at));
-            calls
-                .iter()
-                .filter(|(at, _)| inside(at))
-                .map(|(_, w)| w)
-                .sum()
-        });
+        let waiting_s = waiting.get(&rank.rank).copied();
         analysis.gpu_time.extend(
             rank.gpu_time
                 .into_iter()
@@ -747,14 +740,23 @@ fn listed_and_folded(by_name: HashMap<&str, KernelAcross>, with_gpu: &[u32]) -> 
     stats
 }
 
-/// Per rank, its compared collective calls' starts and waits, seconds.
-type Waits = BTreeMap<u32, Vec<(i64, f64)>>;
+/// Per rank, its wait in the compared collective calls that started
+/// within its kernel trace's windows, seconds.
+type Waiting = BTreeMap<u32, f64>;
+
+/// A rank that arrives at a collective less than this before the last one
+/// (nanoseconds) arrives with it: jitter, not a late arrival.
+const ARRIVED_TOGETHER_NS: i64 = 50_000;
+/// Calls whose every rank spent less than this in them (nanoseconds) are
+/// launches, not waits (an asynchronous collective returns at once): their
+/// arrivals are not compared.
+const LAUNCH_NS: i64 = 100_000;
 
 /// `collectives[]`: per rank, kind and group, the time in the calls and
 /// how much of it was waiting for the last rank to arrive. Within each
 /// window, the k-th call of a kind and group on each rank are taken as one
-/// collective. Also each rank's waits call by call.
-fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waits) {
+/// collective. Also each rank's wait within its traced windows.
+fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waiting) {
     type Key<'a> = (&'a str, Option<&'a str>);
     // Per kind and group: per window, per rank, its calls in start order.
     let mut calls: BTreeMap<Key, BTreeMap<u32, BTreeMap<u32, Vec<&CollectiveCall>>>> =
@@ -771,8 +773,10 @@ fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waits) {
                 .push(call);
         }
     }
+    let traced: BTreeMap<u32, &[(i64, i64)]> =
+        ranks.iter().map(|r| (r.rank, r.spans.as_slice())).collect();
     let mut stats = Vec::new();
-    let mut waits = Waits::new();
+    let mut waiting = Waiting::new();
     for ((kind, group), windows) in calls {
         let mut rows: BTreeMap<u32, CollectiveStats> = BTreeMap::new();
         for by_rank in windows.values() {
@@ -785,6 +789,7 @@ fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waits) {
                     total_s: 0.0,
                     compared: 0,
                     wait_s: None,
+                    own_s: None,
                     steady_compared: 0,
                     last_to_arrive: None,
                     wait_imposed_s: None,
@@ -798,23 +803,32 @@ fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waits) {
                         .map(|(sum, bytes)| sum.saturating_add(bytes))
                 });
             }
-            compare_arrivals(by_rank, &mut rows, &mut waits);
+            compare_arrivals(by_rank, &mut rows, |rank, at, wait| {
+                let inside = traced
+                    .get(&rank)
+                    .is_some_and(|spans| spans.iter().any(|s| (s.0..s.1).contains(&at)));
+                if inside {
+                    *waiting.entry(rank).or_default() += wait;
+                }
+            });
         }
         stats.extend(rows.into_values());
     }
     stats.sort_by_key(|s| s.rank);
-    (stats, waits)
+    (stats, waiting)
 }
 
 /// Matches the k-th calls of one window across its ranks (`by_rank`, two
 /// or more): each rank's wait for the last to arrive (its time in the call
-/// past the least any rank spent in it: they leave together), and, over
-/// the calls steady on every rank, which rank arrived last, the wait it
-/// imposed and how much later the call ended for it; added to `rows`.
+/// past the least any rank spent in it: they leave together) and the
+/// collective's own time (that least), and, over the calls steady on every
+/// rank, which rank arrived last, the wait it imposed and how much later
+/// the call ended for it; added to `rows`. Each rank's wait in each call is
+/// also handed to `waited` (rank, the call's start, seconds).
 fn compare_arrivals(
     by_rank: &BTreeMap<u32, Vec<&CollectiveCall>>,
     rows: &mut BTreeMap<u32, CollectiveStats>,
-    waits: &mut Waits,
+    mut waited: impl FnMut(u32, i64, f64),
 ) {
     let matched = match by_rank.len() {
         0 | 1 => 0,
@@ -823,8 +837,10 @@ fn compare_arrivals(
     for k in 0..matched {
         // The two shortest calls: the last to arrive, the next to last.
         let mut shortest = [(i64::MAX, u32::MAX); 2];
+        let mut longest = 0;
         for (&rank, calls) in by_rank {
             let dur = calls[k].dur_ns.max(0);
+            longest = longest.max(dur);
             if (dur, rank) < shortest[0] {
                 shortest = [(dur, rank), shortest[0]];
             } else if (dur, rank) < shortest[1] {
@@ -833,25 +849,29 @@ fn compare_arrivals(
         }
         let [(least, last_rank), (next, _)] = shortest;
         let steady = by_rank.values().all(|calls| calls[k].steady);
+        // Launches of asynchronous calls say nothing of arrivals.
+        let compared = longest >= LAUNCH_NS;
         let mut imposed = 0.0;
-        for (rank, calls) in by_rank {
-            let wait = (calls[k].dur_ns.max(0) - least) as f64 / 1e9;
+        for (&rank, calls) in by_rank {
+            let wait = if compared {
+                (calls[k].dur_ns.max(0) - least) as f64 / 1e9
+            } else {
+                0.0
+            };
             imposed += wait;
-            waits
-                .entry(*rank)
-                .or_default()
-                .push((calls[k].start_ns, wait));
-            if let Some(row) = rows.get_mut(rank) {
+            waited(rank, calls[k].start_ns, wait);
+            if let Some(row) = rows.get_mut(&rank) {
                 row.compared += 1;
                 *row.wait_s.get_or_insert(0.0) += if steady { wait } else { 0.0 };
+                *row.own_s.get_or_insert(0.0) += least as f64 / 1e9;
                 row.steady_compared += u64::from(steady);
                 row.last_to_arrive.get_or_insert(0);
                 row.wait_imposed_s.get_or_insert(0.0);
                 row.delay_imposed_s.get_or_insert(0.0);
             }
         }
-        // All arriving at once, none was last.
-        if steady && imposed > 0.0 {
+        // All arriving together (within jitter), none was last.
+        if steady && compared && next - least >= ARRIVED_TOGETHER_NS {
             if let Some(row) = rows.get_mut(&last_rank) {
                 *row.last_to_arrive.get_or_insert(0) += 1;
                 *row.wait_imposed_s.get_or_insert(0.0) += imposed;
@@ -1053,29 +1073,55 @@ mod tests {
     #[test]
     fn a_late_rank_is_blamed_for_the_others_wait() {
         let mut ranks: Vec<RankKernels> = (0..3).map(|r| rank_with(r, &[])).collect();
-        // Ranks 0 and 1 arrive at 0 and wait for rank 2, which arrives at 900.
-        ranks[0].collectives = vec![call(1, 0, 1000)];
-        ranks[1].collectives = vec![call(1, 0, 1000)];
-        ranks[2].collectives = vec![call(1, 900, 100)];
+        // Ranks 0 and 1 arrive at 0 and wait for rank 2, which arrives at
+        // 900 µs; all leave at 1 ms.
+        ranks[0].collectives = vec![call(1, 0, 1_000_000)];
+        ranks[1].collectives = vec![call(1, 0, 1_000_000)];
+        ranks[2].collectives = vec![call(1, 900_000, 100_000)];
         let stats = analyze_kernels(ranks, RULE).collectives;
         assert_eq!(stats.len(), 3);
         let waits: Vec<Option<f64>> = stats.iter().map(|s| s.wait_s).collect();
-        assert_eq!(waits, vec![Some(900e-9), Some(900e-9), Some(0.0)]);
+        assert_eq!(waits, vec![Some(900e-6), Some(900e-6), Some(0.0)]);
         assert_eq!(stats[2].last_to_arrive, Some(1));
-        assert!((stats[2].wait_imposed_s.unwrap() - 1800e-9).abs() < 1e-15);
+        assert!((stats[2].wait_imposed_s.unwrap() - 1800e-6).abs() < 1e-12);
+        assert!((stats[2].delay_imposed_s.unwrap() - 900e-6).abs() < 1e-12);
+        assert_eq!(stats[0].own_s, Some(100e-6), "the collective's own time");
         assert_eq!((stats[0].bytes, stats[0].compared), (Some(8), 1));
+    }
+
+    #[test]
+    fn launches_and_arrivals_within_jitter_name_no_late_rank() {
+        // Asynchronous calls: 20 µs launches, one a little longer.
+        let mut ranks: Vec<RankKernels> = (0..2).map(|r| rank_with(r, &[])).collect();
+        ranks[0].collectives = vec![call(1, 0, 20_000)];
+        ranks[1].collectives = vec![call(1, 0, 80_000)];
+        let stats = analyze_kernels(ranks, RULE).collectives;
+        assert_eq!(
+            (stats[0].wait_s, stats[0].last_to_arrive),
+            (Some(0.0), Some(0))
+        );
+        // Synchronous, arriving 30 µs apart: together, within jitter.
+        let mut ranks: Vec<RankKernels> = (0..2).map(|r| rank_with(r, &[])).collect();
+        ranks[0].collectives = vec![call(1, 0, 1_000_000)];
+        ranks[1].collectives = vec![call(1, 30_000, 970_000)];
+        let stats = analyze_kernels(ranks, RULE).collectives;
+        assert_eq!(stats[1].last_to_arrive, Some(0));
     }
 
     #[test]
     fn calls_are_matched_within_their_window() {
         // Rank 1 lost a call of window 1: window 2's calls still pair up
-        // (rank 1 late by 500 ns), not shifted by one.
+        // (rank 1 late by 500 µs), not shifted by one.
         let mut ranks: Vec<RankKernels> = (0..2).map(|r| rank_with(r, &[])).collect();
-        ranks[0].collectives = vec![call(1, 0, 100), call(1, 1000, 100), call(2, 5000, 1000)];
-        ranks[1].collectives = vec![call(1, 0, 100), call(2, 5500, 500)];
+        ranks[0].collectives = vec![
+            call(1, 0, 100_000),
+            call(1, 1_000_000, 100_000),
+            call(2, 5_000_000, 1_000_000),
+        ];
+        ranks[1].collectives = vec![call(1, 0, 100_000), call(2, 5_500_000, 500_000)];
         let stats = analyze_kernels(ranks, RULE).collectives;
         assert_eq!((stats[0].calls, stats[0].compared), (3, 2));
-        assert_eq!(stats[0].wait_s, Some(500e-9));
+        assert_eq!(stats[0].wait_s, Some(500e-6));
         assert_eq!(stats[1].last_to_arrive, Some(1));
     }
 

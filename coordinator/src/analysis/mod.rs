@@ -44,8 +44,8 @@ use crate::model::{
 use times::StageTimes;
 
 /// Puts the analysis of kernel traces into `report`: its kernel sections,
-/// the kernel stragglers joined to the stage stragglers, and the
-/// recommendations made again with both.
+/// the kernel stragglers joined to the stage stragglers, and the verdict
+/// and recommendations judged (again, for a report judged before) with both.
 pub fn add_kernels(report: &mut Report, analysis: kernels::KernelAnalysis) {
     report.gpu_time = analysis.gpu_time;
     report.kernels = analysis.kernels;
@@ -167,7 +167,9 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         .map(|r| (r.header.rank.rank, r.diffusion.steps_ms()))
         .collect();
     report.series = series::series(&report, &times, parts.timelines, gpu_series, &steps);
-    if !parts.kernels.is_empty() {
+    if parts.kernels.is_empty() {
+        recommend::judge(&mut report);
+    } else {
         add_kernels(&mut report, kernels::analyze_kernels(parts.kernels, rule));
     }
     report
@@ -257,7 +259,7 @@ struct Merged<'a> {
 }
 
 /// The report of the stages, stragglers, ranks, GPUs and diffusion
-/// figures, with its recommendations (its series and kernels not yet).
+/// figures (its series, kernels, verdict and recommendations not yet).
 fn assemble_report<T>(
     gathered: &Gathered<T>,
     ranks: &[RankDigest],
@@ -347,11 +349,11 @@ impl Analysed {
 }
 
 /// Adds what the report's parts say together: the stragglers' causes and
-/// host groups, and the recommendations.
+/// host groups (the verdict and recommendations are judged once every part
+/// is in: [`recommend::judge`]).
 fn add_findings(report: &mut Report, times: &StageTimes) {
     stragglers::attribute(&mut report.stragglers, &report.gpus, &report.ranks);
     report.straggler_groups = stragglers::groups(&report.stragglers, &report.ranks, times);
-    recommend::judge(report);
 }
 
 /// The session's header: world, ranks reporting and missing, skipped inputs.

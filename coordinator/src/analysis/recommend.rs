@@ -40,11 +40,12 @@ fn finding(
 }
 
 /// The recommendation of a blame: a warning where it cost the job
-/// [`WARNING_PCT`] of its `job_s` seconds, else information.
+/// [`WARNING_PCT`] of its `job_s` seconds (warm-up never), else
+/// information.
 fn of_blame(blame: &Blame, job_s: f64) -> Recommendation {
     let v = &blame.verdict;
     Recommendation {
-        severity: if v.cost_pct >= WARNING_PCT {
+        severity: if v.cost_pct >= WARNING_PCT && blame.category != "warmup" {
             Severity::Warning
         } else {
             Severity::Info

@@ -106,7 +106,8 @@ pub struct RankEvent {
 }
 
 /// The spans of a rank's time that are no stage's own work (its collective
-/// calls, or the profiler's spans), sorted by start, with running sums.
+/// calls, or the profiler's spans): their union, sorted by start, with
+/// running sums (calls that overlap, on two threads say, count once).
 #[derive(Debug, Default)]
 pub struct Spans {
     /// Starts, ascending, nanoseconds.
@@ -118,14 +119,21 @@ pub struct Spans {
 }
 
 impl Spans {
-    /// The spans `(start, end)`, any order; a span ending before it starts
-    /// is empty.
+    /// The union of the spans `(start, end)`, any order; a span ending
+    /// before it starts is empty.
     pub fn new(spans: impl IntoIterator<Item = (u64, u64)>) -> Self {
-        let mut spans: Vec<(u64, u64)> = spans
+        let mut sorted: Vec<(u64, u64)> = spans
             .into_iter()
             .map(|(start, end)| (start, end.max(start)))
             .collect();
-        spans.sort_unstable();
+        sorted.sort_unstable();
+        let mut spans: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
+        for (start, end) in sorted {
+            match spans.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => spans.push((start, end)),
+            }
+        }
         let mut sum = Vec::with_capacity(spans.len() + 1);
         sum.push(0u64);
         for &(start, end) in &spans {
@@ -197,15 +205,9 @@ impl Spans {
         if first >= past {
             return 0;
         }
-        let mut time = self.sum[past] - self.sum[first];
-        // The spans past `to` (on one thread, only the last can be).
-        for i in (first..past).rev() {
-            if self.end[i] <= to {
-                break;
-            }
-            time -= self.end[i] - to;
-        }
-        time
+        // Disjoint: only the last can run past `to`.
+        let over = self.end[past - 1].saturating_sub(to);
+        (self.sum[past] - self.sum[first]).saturating_sub(over)
     }
 }
 
@@ -265,17 +267,22 @@ pub struct RowTimes {
     pub profiler_ns: Vec<u64>,
     /// Whether it is one of the profiler's own spans.
     pub is_profiler: Vec<bool>,
-    /// Its outermost enclosing row (itself at the top).
-    pub root: Vec<usize>,
-    /// Per row: whether it is a top-level call the profiler perturbed (one
-    /// holding profiler spans of a millisecond or more, or following them);
-    /// false for other rows.
+    /// The profiler's own spans, by start.
+    pub profiler_rows: Vec<usize>,
+    /// The step it runs in (itself, for a step): see `steps`; `None` for
+    /// a row outside every step (a stage around the loop of steps).
+    pub step_of: Vec<Option<usize>>,
+    /// Per row: whether it is a step the profiler perturbed (one holding
+    /// profiler spans of a millisecond or more, or following them); false
+    /// for other rows.
     pub perturbed: Vec<bool>,
-    /// The top-level calls of the rank's busiest thread, in start order.
+    /// The rank's steps, in start order: the outermost calls of its busiest
+    /// thread, or, where they are too few to judge (a stage around the whole
+    /// loop), the calls one level in, and so on.
     pub steps: Vec<usize>,
-    /// Per top-level call of `steps`: the gap before it (from the end of
-    /// the one before; the first's from the session's start), ns, and the
-    /// profiler's time within it.
+    /// Per step: the gap before it (from the end of the one before; the
+    /// first's from the session's start), ns, and the profiler's time
+    /// within it.
     pub gaps: Vec<(u64, u64)>,
 }
 
@@ -289,10 +296,12 @@ impl RowTimes {
             .map(|key| dictionary.value(key).starts_with(PROFILER_STAGE_PREFIX))
             .collect();
         let is_profiler: Vec<bool> = (0..n).map(|i| profiler_key[stages.name.key(i)]).collect();
+        let mut profiler_rows: Vec<usize> = (0..n).filter(|&i| is_profiler[i]).collect();
+        profiler_rows.sort_by_key(|&i| stages.start_ns[i]);
         let profiler = Spans::new(
-            (0..n)
-                .filter(|&i| is_profiler[i])
-                .map(|i| (stages.start_ns[i], stages.end_ns[i])),
+            profiler_rows
+                .iter()
+                .map(|&i| (stages.start_ns[i], stages.end_ns[i])),
         );
         let within = |spans: &Spans, i: usize| {
             if spans.is_empty() {
@@ -309,8 +318,8 @@ impl RowTimes {
                 self_collective_ns[p] = self_collective_ns[p].saturating_sub(collective_ns[i]);
             }
         }
-        let root = roots(enclosing);
-        let steps = steps(stages, &root, &is_profiler);
+        let steps = steps(stages, enclosing, &is_profiler);
+        let step_of = steps_of(enclosing, &steps);
         let mut gaps = Vec::with_capacity(steps.len());
         let mut perturbed = vec![false; n];
         let mut previous_end: Option<u64> = None;
@@ -339,7 +348,8 @@ impl RowTimes {
             self_collective_ns,
             profiler_ns,
             is_profiler,
-            root,
+            profiler_rows,
+            step_of,
             perturbed,
             steps,
             gaps,
@@ -347,44 +357,52 @@ impl RowTimes {
     }
 }
 
-/// Each row's outermost enclosing row; a row in a loop of parents (a
-/// damaged table) is its own.
-fn roots(enclosing: &[Option<usize>]) -> Vec<usize> {
-    const UNKNOWN: usize = usize::MAX;
+/// Each row's nearest enclosing row among `steps` (itself, for a step);
+/// `None` outside every step, and for a row in a loop of parents (a
+/// damaged table).
+fn steps_of(enclosing: &[Option<usize>], steps: &[usize]) -> Vec<Option<usize>> {
     let n = enclosing.len();
-    let mut root = vec![UNKNOWN; n];
+    let mut is_step = vec![false; n];
+    for &s in steps {
+        is_step[s] = true;
+    }
+    // Known: Some(answer); not yet: None.
+    let mut known: Vec<Option<Option<usize>>> = vec![None; n];
     let mut path = Vec::new();
     for i in 0..n {
         path.clear();
         let mut j = i;
-        let top = loop {
-            if root[j] != UNKNOWN {
-                break root[j];
+        let found = loop {
+            if let Some(answer) = known[j] {
+                break answer;
+            }
+            if is_step[j] {
+                break Some(j);
             }
             match enclosing[j] {
                 Some(p) if p < n && path.len() < n => {
                     path.push(j);
                     j = p;
                 }
-                _ => {
-                    root[j] = j;
-                    break j;
-                }
+                _ => break None,
             }
         };
+        known[j] = Some(found);
         for &k in &path {
-            root[k] = top;
+            known[k] = Some(found);
         }
     }
-    root
+    known.into_iter().map(Option::flatten).collect()
 }
 
-/// The top-level calls (the profiler's spans left out) of the thread
-/// that spent the most time in them, in start order: the rank's steps.
-fn steps(stages: &StagesView<'_>, root: &[usize], is_profiler: &[bool]) -> Vec<usize> {
+/// The rank's steps: of the thread that spent the most time in its
+/// outermost calls (the profiler's spans left out), those calls in start
+/// order; where they are fewer than [`MIN_JUDGED`], the calls directly
+/// inside them, and so on, as long as there are any.
+fn steps(stages: &StagesView<'_>, enclosing: &[Option<usize>], is_profiler: &[bool]) -> Vec<usize> {
     let mut by_thread: BTreeMap<u32, (u64, Vec<usize>)> = BTreeMap::new();
     for i in 0..stages.len {
-        if root[i] == i && !is_profiler[i] {
+        if enclosing[i].is_none() && !is_profiler[i] {
             let entry = by_thread.entry(stages.thread[i]).or_default();
             entry.0 = entry
                 .0
@@ -392,14 +410,32 @@ fn steps(stages: &StagesView<'_>, root: &[usize], is_profiler: &[bool]) -> Vec<u
             entry.1.push(i);
         }
     }
-    let Some((_, (_, mut rows))) = by_thread
+    let Some((_, (_, mut level))) = by_thread
         .into_iter()
         .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.0.cmp(&a.0)))
     else {
         return Vec::new();
     };
-    rows.sort_by_key(|&i| stages.start_ns[i]);
-    rows
+    let mut inside = vec![false; stages.len];
+    // Bounded by the deepest nesting (a loop of parents: by the rows).
+    for _ in 0..stages.len {
+        if level.len() >= MIN_JUDGED {
+            break;
+        }
+        inside.iter_mut().for_each(|f| *f = false);
+        for &row in &level {
+            inside[row] = true;
+        }
+        let next: Vec<usize> = (0..stages.len)
+            .filter(|&i| !is_profiler[i] && enclosing[i].is_some_and(|p| inside[p]))
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        level = next;
+    }
+    level.sort_by_key(|&i| stages.start_ns[i]);
+    level
 }
 
 /// The one-off calls of one rank, found name by name, and the events
@@ -420,6 +456,31 @@ impl OneOffs {
             excess_ns: vec![None; rows],
             first: vec![false; rows],
         }
+    }
+
+    /// Per row, the excess of the one-off calls inside it that lie in no
+    /// other one-off call, ns: for a row that is not one-off itself, what
+    /// of its time is one-off (a stage around the loop of steps holds its
+    /// steps' stalls).
+    pub fn excess_inside(&self, enclosing: &[Option<usize>]) -> Vec<f64> {
+        let n = enclosing.len();
+        let mut inside = vec![0.0; n];
+        let ancestors = |i: usize| {
+            // Bounded: a damaged table's loop of parents ends here.
+            std::iter::successors(enclosing[i], |&p| enclosing.get(p).copied().flatten()).take(n)
+        };
+        for (i, excess) in self.excess_ns.iter().enumerate() {
+            let Some(excess) = excess.filter(|&e| e > 0.0) else {
+                continue;
+            };
+            if ancestors(i).any(|p| self.excess_ns.get(p).is_some_and(Option::is_some)) {
+                continue;
+            }
+            for p in ancestors(i) {
+                inside[p] += excess;
+            }
+        }
+        inside
     }
 
     /// The events of one rank: per top-level call, its one-off calls and
@@ -452,7 +513,10 @@ impl OneOffs {
             if rows.is_profiler[i] {
                 continue;
             }
-            let entry = within.entry(rows.root[i]).or_insert(OneOffsIn {
+            let Some(step) = rows.step_of[i] else {
+                continue;
+            };
+            let entry = within.entry(step).or_insert(OneOffsIn {
                 deepest: i,
                 excess: f64::MIN,
                 first: false,
@@ -517,7 +581,7 @@ impl OneOffs {
                 let excess = call.map_or(0.0, |c| c.excess.max(0.0)) + gap_excess;
                 events.push(event(
                     OneOffKind::Profiler,
-                    profiler_span_name(stages, rows, row),
+                    profiler_span_name(stages, rows, gap_start, row_end),
                     excess + profiler_ns,
                     profiler_ns,
                     gap_start,
@@ -534,7 +598,7 @@ impl OneOffs {
                 }
                 events.push(event(
                     OneOffKind::Profiler,
-                    profiler_span_name(stages, rows, row),
+                    profiler_span_name(stages, rows, gap_start, row_end),
                     profiler_ns,
                     profiler_ns,
                     gap_start,
@@ -583,23 +647,20 @@ struct OneOffsIn {
     span: Option<(u64, u64)>,
 }
 
-/// The name of the profiler span in or just before top-level row `row`.
-fn profiler_span_name(stages: &StagesView<'_>, rows: &RowTimes, row: usize) -> Option<String> {
-    let start = stages.start_ns[row];
-    let before = rows
-        .steps
-        .iter()
-        .map(|&r| stages.end_ns[r])
-        .filter(|&end| end <= start)
-        .max()
-        .unwrap_or(0);
-    (0..stages.len)
-        .filter(|&i| rows.is_profiler[i])
-        .find(|&i| {
-            let s = stages.start_ns[i];
-            rows.root[i] == row || (s >= before && s < start)
-        })
-        .map(|i| stages.name.get(i).to_string())
+/// The name of the first of the profiler's spans that starts within
+/// `from..to` (a step and the gap before it).
+fn profiler_span_name(
+    stages: &StagesView<'_>,
+    rows: &RowTimes,
+    from: u64,
+    to: u64,
+) -> Option<String> {
+    let spans = &rows.profiler_rows;
+    let first = spans.partition_point(|&i| stages.start_ns[i] < from);
+    spans
+        .get(first)
+        .filter(|&&i| stages.start_ns[i] < to)
+        .map(|&i| stages.name.get(i).to_string())
 }
 
 #[cfg(test)]
@@ -614,6 +675,13 @@ mod tests {
         assert_eq!(spans.within(11, 40), 10, "the first starts before");
         assert_eq!(spans.within(60, 70), 0);
         assert_eq!(Spans::new([]).within(0, 10), 0);
+        // Overlapping calls (two threads) count once; hostile lengths
+        // saturate.
+        let overlapping = Spans::new([(0, 100), (10, 20)]);
+        assert_eq!(overlapping.within(0, 100), 100);
+        let huge = Spans::new([(0, u64::MAX), (5, u64::MAX), (u64::MAX - 1, u64::MAX)]);
+        assert_eq!(huge.within(0, 1_000), 1_000);
+        assert_eq!(huge.within(0, u64::MAX), u64::MAX);
     }
 
     #[test]
@@ -655,11 +723,16 @@ mod tests {
     }
 
     #[test]
-    fn roots_survive_a_loop_of_parents() {
+    fn each_row_finds_its_step_and_a_loop_of_parents_ends() {
+        // 0 holds 1, which holds 2; 3 and 4 name each other.
         let enclosing = [None, Some(0), Some(1), Some(4), Some(3)];
-        let root = roots(&enclosing);
-        assert_eq!(&root[..3], &[0, 0, 0]);
-        // 3 and 4 name each other: each ends somewhere, no hang.
-        assert!(root[3] < 5 && root[4] < 5);
+        assert_eq!(
+            steps_of(&enclosing, &[1]),
+            [None, Some(1), Some(1), None, None]
+        );
+        assert_eq!(
+            steps_of(&enclosing, &[0]),
+            [Some(0), Some(0), Some(0), None, None]
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Stragglers: ranks slower than the median of the other ranks in a stage, and, call by
 //! call, which rank the others waited for.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::stats::{lower_spread, median, median_without, normal_quantile};
 use super::times::{StageAcross, StageTimes};
@@ -279,45 +279,53 @@ pub fn owns(rank: u32, gpu: &GpuSummary) -> bool {
 /// every rank on it is a straggler in the stage (one shared with a rank
 /// that keeps up explains nothing of this rank's slowness).
 pub fn attribute(stragglers: &mut [Straggler], gpus: &[GpuSummary], ranks: &[RankSummary]) {
-    let slow: BTreeSet<(String, u32)> = stragglers
-        .iter()
-        .map(|s| (s.stage.clone(), s.rank))
-        .collect();
     let mut on_host: HashMap<&str, Vec<u32>> = HashMap::new();
     for r in ranks {
         on_host.entry(r.host.as_str()).or_default().push(r.rank);
     }
-    for straggler in stragglers {
-        let all_slow = |ranks: &[u32]| {
-            ranks
-                .iter()
-                .all(|&r| slow.contains(&(straggler.stage.clone(), r)))
-        };
-        let gpu_evidence = gpus
+    let found: Vec<Vec<String>> = {
+        let slow: HashSet<(&str, u32)> = stragglers
             .iter()
-            .filter(|g| g.sampled_by.contains(&straggler.rank) && all_slow(&g.sampled_by))
-            .flat_map(|g| {
-                let whose = if owns(straggler.rank, g) {
-                    format!("its GPU {}", g.index)
-                } else {
-                    format!(
-                        "GPU {} on its host (sampled by ranks {}, all slow)",
-                        g.index,
-                        rankscope_common::text::rank_ranges(&g.sampled_by)
-                    )
+            .map(|s| (s.stage.as_str(), s.rank))
+            .collect();
+        stragglers
+            .iter()
+            .map(|straggler| {
+                let all_slow = |ranks: &[u32]| {
+                    ranks
+                        .iter()
+                        .all(|&r| slow.contains(&(straggler.stage.as_str(), r)))
                 };
-                g.bottlenecks
+                let gpu_evidence = gpus
                     .iter()
-                    .map(move |b| format!("{whose} ({}): {}", b.kind.as_str(), b.evidence))
-            });
-        let host_evidence = ranks
-            .iter()
-            .find(|r| r.rank == straggler.rank)
-            .filter(|r| on_host.get(r.host.as_str()).is_some_and(|on| all_slow(on)))
-            .and_then(|r| r.host_telemetry.as_ref()?.cpu_avg_pct)
-            .filter(|&cpu| cpu >= HOST_CPU_SATURATED_PCT)
-            .map(|cpu| format!("its host's CPUs were {cpu:.0}% busy on average"));
-        straggler.evidence = gpu_evidence.chain(host_evidence).collect();
+                    .filter(|g| g.sampled_by.contains(&straggler.rank) && all_slow(&g.sampled_by))
+                    .flat_map(|g| {
+                        let whose = if owns(straggler.rank, g) {
+                            format!("its GPU {}", g.index)
+                        } else {
+                            format!(
+                                "GPU {} on its host (sampled by ranks {}, all slow)",
+                                g.index,
+                                rankscope_common::text::rank_ranges(&g.sampled_by)
+                            )
+                        };
+                        g.bottlenecks
+                            .iter()
+                            .map(move |b| format!("{whose} ({}): {}", b.kind.as_str(), b.evidence))
+                    });
+                let host_evidence = ranks
+                    .iter()
+                    .find(|r| r.rank == straggler.rank)
+                    .filter(|r| on_host.get(r.host.as_str()).is_some_and(|on| all_slow(on)))
+                    .and_then(|r| r.host_telemetry.as_ref()?.cpu_avg_pct)
+                    .filter(|&cpu| cpu >= HOST_CPU_SATURATED_PCT)
+                    .map(|cpu| format!("its host's CPUs were {cpu:.0}% busy on average"));
+                gpu_evidence.chain(host_evidence).collect()
+            })
+            .collect()
+    };
+    for (straggler, evidence) in stragglers.iter_mut().zip(found) {
+        straggler.evidence = evidence;
     }
 }
 

@@ -275,7 +275,7 @@ impl RankStages {
         let name_key = |i: usize| canonical[stages.name.key(i)];
         let (mut by_name, group_ends) = group_by_key(stages.len, canonical.len(), name_key);
         let mut names = Names::new(dictionary);
-        let mut calls = Vec::new();
+        let mut judged = Vec::new();
         let mut parents = Vec::new();
         let mut placed = Vec::new();
         let mut one_offs = OneOffs::new(stages.len);
@@ -303,11 +303,18 @@ impl RankStages {
                 let parent = run[0].checked_sub(1).map(|key| names.of(key));
                 parents.push((name, parent, run.len() as u64));
             }
-            calls.push((
+            judged.push((
                 name,
-                call_times(stages, kept, &nested_ns, &rows, &mut one_offs),
+                judge_calls(stages, kept, &nested_ns, &rows, &mut one_offs),
             ));
         }
+        // A call's one-off calls inside it, where it is none itself (a
+        // stage around the loop of steps), leave its steady work too.
+        let inside = one_offs.excess_inside(&enclosing);
+        let mut calls: Vec<(u32, NameCalls)> = judged
+            .into_iter()
+            .map(|(name, judged)| (name, judged.calls(stages, &rows, &inside)))
+            .collect();
         calls.shrink_to_fit();
         parents.shrink_to_fit();
         let (events, perturbed) = one_offs.events(stages, &rows, collectives);
@@ -419,20 +426,39 @@ fn past_warmup<'g>(
     group.get(warmup_calls as usize..).unwrap_or_default()
 }
 
-/// The calls `kept` (of one name, in start order): their durations,
-/// their time in collective calls, and their steady work, the one-off calls
-/// among them noted in `one_offs`.
-fn call_times(
+/// One name's calls past warm-up, judged: each call's work (its duration
+/// less its time in collective calls and the profiler's spans) and self
+/// work, which are one-off, and the steady work of the others.
+struct Judged {
+    /// The calls' rows, in start order.
+    rows: Vec<usize>,
+    /// Each call's work, ns.
+    work: Vec<f64>,
+    /// Each call's self work (the stages inside left out), ns.
+    self_work: Vec<f64>,
+    /// Whether each call is one-off.
+    one_off: Vec<bool>,
+    /// The median work and self work of the steady calls, ns; `None` where
+    /// every call is one-off.
+    steady: Option<(f64, f64)>,
+    /// Each call's self time, ns.
+    self_ns: Vec<u64>,
+}
+
+/// Judges the calls `kept` (of one name, in start order), noting the
+/// one-off ones' excess in `found`.
+fn judge_calls(
     stages: &StagesView<'_>,
     kept: &[usize],
     nested_ns: &[u64],
     rows: &RowTimes,
     found: &mut OneOffs,
-) -> NameCalls {
-    let seconds = |ns: u64| ns as f64 / 1e9;
+) -> Judged {
     let duration = |i: usize| duration_ns(stages, i);
-    let own_self = |i: usize| duration(i).saturating_sub(nested_ns[i]);
-    // Work: the time no collective call or profiler span took.
+    let self_ns: Vec<u64> = kept
+        .iter()
+        .map(|&i| duration(i).saturating_sub(nested_ns[i]))
+        .collect();
     let work: Vec<f64> = kept
         .iter()
         .map(|&i| {
@@ -443,71 +469,102 @@ fn call_times(
         .collect();
     let self_work: Vec<f64> = kept
         .iter()
-        .map(|&i| own_self(i).saturating_sub(rows.self_collective_ns[i]) as f64)
+        .zip(&self_ns)
+        .map(|(&i, &own)| own.saturating_sub(rows.self_collective_ns[i]) as f64)
         .collect();
-    let (mut flagged, _) = one_offs(&work);
-    for (flag, &i) in flagged.iter_mut().zip(kept) {
-        *flag |= rows.perturbed[rows.root[i]];
+    let (mut one_off, _) = one_offs(&work);
+    for (flag, &i) in one_off.iter_mut().zip(kept) {
+        *flag |= rows.step_of[i].is_some_and(|step| rows.perturbed[step]);
     }
     let steady_of = |values: &[f64]| {
         let mut steady: Vec<f64> = values
             .iter()
-            .zip(&flagged)
+            .zip(&one_off)
             .filter(|(_, &f)| !f)
             .map(|(&v, _)| v)
             .collect();
         steady.sort_by(f64::total_cmp);
         median(&steady)
     };
-    let (steady_work, steady_self) = (steady_of(&work), steady_of(&self_work));
-    let mut steady = Vec::with_capacity(kept.len());
-    let (mut steady_s, mut self_steady_s, mut count) = (0.0, 0.0, 0u64);
-    for (k, &i) in kept.iter().enumerate() {
-        let (w, sw) = match (flagged[k], steady_work, steady_self) {
-            (true, Some(typical), Some(typical_self)) => {
+    let steady = steady_of(&work).zip(steady_of(&self_work));
+    if let Some((typical, _)) = steady {
+        for (k, &i) in kept.iter().enumerate() {
+            if one_off[k] {
                 found.excess_ns[i] = Some(work[k] - typical);
-                count += 1;
-                (typical, typical_self)
             }
-            _ => (work[k], self_work[k]),
-        };
-        steady.push((w / 1e9) as CallSeconds);
-        steady_s += w / 1e9;
-        self_steady_s += sw / 1e9;
+        }
     }
-    let durations: Vec<CallSeconds> = kept
-        .iter()
-        .map(|&i| seconds(duration(i)) as CallSeconds)
-        .collect();
-    let collective: Vec<CallSeconds> = if kept.iter().any(|&i| rows.collective_ns[i] > 0) {
-        kept.iter()
-            .map(|&i| seconds(rows.collective_ns[i]) as CallSeconds)
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let total_s = StageTimes::total(&durations);
-    let totals = RankCalls {
-        calls: kept.len() as u64,
-        total_s,
-        // Self time is summed from nanoseconds, the total from the
-        // calls' single-precision seconds: never more than the total.
-        self_s: kept
+    Judged {
+        rows: kept.to_vec(),
+        work,
+        self_work,
+        one_off,
+        steady,
+        self_ns,
+    }
+}
+
+impl Judged {
+    /// The calls as [`StageTimes`] keeps them: a one-off call at the steady
+    /// work, every other less the one-off time inside it (`inside`, ns, by
+    /// row).
+    fn calls(self, stages: &StagesView<'_>, rows: &RowTimes, inside: &[f64]) -> NameCalls {
+        let seconds = |ns: f64| ns / 1e9;
+        let mut steady = Vec::with_capacity(self.rows.len());
+        let (mut steady_s, mut self_steady_s, mut count) = (0.0, 0.0, 0u64);
+        for (k, &i) in self.rows.iter().enumerate() {
+            let (w, sw) = match (self.one_off[k], self.steady) {
+                (true, Some(typical)) => {
+                    count += 1;
+                    typical
+                }
+                _ => ((self.work[k] - inside[i]).max(0.0), self.self_work[k]),
+            };
+            steady.push(seconds(w) as CallSeconds);
+            steady_s += seconds(w);
+            self_steady_s += seconds(sw);
+        }
+        let durations: Vec<CallSeconds> = self
+            .rows
             .iter()
-            .map(|&i| seconds(own_self(i)))
-            .sum::<f64>()
-            .min(total_s),
-        collective_s: kept.iter().map(|&i| seconds(rows.collective_ns[i])).sum(),
-        steady_s,
-        self_steady_s,
-        one_offs: count,
-    };
-    let plain = steady.iter().zip(&durations).all(|(w, d)| w == d);
-    NameCalls {
-        durations,
-        steady: (!plain).then_some(steady),
-        collective,
-        totals,
+            .map(|&i| seconds(duration_ns(stages, i) as f64) as CallSeconds)
+            .collect();
+        let collective: Vec<CallSeconds> = if self.rows.iter().any(|&i| rows.collective_ns[i] > 0) {
+            self.rows
+                .iter()
+                .map(|&i| seconds(rows.collective_ns[i] as f64) as CallSeconds)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let total_s = StageTimes::total(&durations);
+        let totals = RankCalls {
+            calls: self.rows.len() as u64,
+            total_s,
+            // Self time is summed from nanoseconds, the total from the
+            // calls' single-precision seconds: never more than the total.
+            self_s: self
+                .self_ns
+                .iter()
+                .map(|&ns| seconds(ns as f64))
+                .sum::<f64>()
+                .min(total_s),
+            collective_s: self
+                .rows
+                .iter()
+                .map(|&i| seconds(rows.collective_ns[i] as f64))
+                .sum(),
+            steady_s,
+            self_steady_s,
+            one_offs: count,
+        };
+        let plain = steady.iter().zip(&durations).all(|(w, d)| w == d);
+        NameCalls {
+            durations,
+            steady: (!plain).then_some(steady),
+            collective,
+            totals,
+        }
     }
 }
 

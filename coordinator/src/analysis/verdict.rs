@@ -11,6 +11,8 @@
 //! - Time in collectives that is no rank's wait, and GPUs idle while no
 //!   rank waits, are the job's own shape.
 
+use std::collections::{HashMap, HashSet};
+
 use rankscope_common::table::PROFILER_STAGE_PREFIX;
 use rankscope_common::text::{cell, rank_ranges};
 
@@ -63,10 +65,12 @@ pub fn job_seconds(report: &Report) -> f64 {
 /// Every explanation of lost time in `report`, the costliest first.
 pub fn blames(report: &Report) -> Vec<Blame> {
     let job_s = job_seconds(report);
-    let mut found = stragglers(report);
-    found.extend(late_ranks(report, &found));
-    found.extend(one_off_time(report, false));
-    found.extend(one_off_time(report, true));
+    let arrivals = Arrivals::new(report);
+    let mut found = stragglers(report, &arrivals);
+    found.extend(late_ranks(report, &arrivals, &found));
+    for kind in [OneOff::Stalls, OneOff::Warmup, OneOff::Profiler] {
+        found.extend(one_off_time(report, kind));
+    }
     found.extend(communication(report));
     found.extend(idle_hosts(report));
     for blame in &mut found {
@@ -76,10 +80,17 @@ pub fn blames(report: &Report) -> Vec<Blame> {
     found
 }
 
-/// The verdict: the costliest blame of the job's own (the profiler's own
-/// cost is a finding about the measurement, told beside it), where it cost
-/// the job [`WARNING_PCT`] of its time; else the job is balanced (GPU bound
-/// where its GPUs compute most of their traced time).
+/// Whether a blame's category can be the verdict (and a warning): not the
+/// profiler's own time (a finding about the measurement, told beside the
+/// verdict) and not warm-up (time a job spends once, told apart).
+pub fn judges_the_job(category: &str) -> bool {
+    !matches!(category, "profiler" | "warmup")
+}
+
+/// The verdict: the costliest blame that judges the job
+/// ([`judges_the_job`]), where it cost the job [`WARNING_PCT`] of its time;
+/// else the job is balanced (GPU bound where its GPUs compute most of their
+/// traced time).
 pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
     let profiler = blames
         .iter()
@@ -91,7 +102,10 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
                 b.verdict.cost_s, b.verdict.cost_pct
             )
         });
-    let own: Vec<&Blame> = blames.iter().filter(|b| b.category != "profiler").collect();
+    let own: Vec<&Blame> = blames
+        .iter()
+        .filter(|b| judges_the_job(b.category))
+        .collect();
     if let Some(first) = own.first().filter(|b| b.verdict.cost_pct >= WARNING_PCT) {
         let mut verdict = first.verdict.clone();
         verdict.evidence.extend(profiler);
@@ -174,15 +188,85 @@ pub fn waits_for_another(report: &Report, s: &Straggler) -> Option<u32> {
     mostly_waiting_for(report, stage).filter(|&late| late != s.rank)
 }
 
+/// The report's collective statistics looked up by rank, and each kind
+/// and group's time summed over the ranks (once, not once per finding).
+struct Arrivals<'a> {
+    /// Each rank's rows.
+    by_rank: HashMap<u32, Vec<&'a CollectiveStats>>,
+    /// Per kind and group, the time of every rank in the calls, seconds.
+    total_s: HashMap<(&'a str, Option<&'a str>), f64>,
+}
+
+impl<'a> Arrivals<'a> {
+    fn new(report: &'a Report) -> Self {
+        let mut arrivals = Arrivals {
+            by_rank: HashMap::new(),
+            total_s: HashMap::new(),
+        };
+        for c in &report.collectives {
+            arrivals.by_rank.entry(c.rank).or_default().push(c);
+            *arrivals
+                .total_s
+                .entry((c.kind.as_str(), c.group.as_deref()))
+                .or_default() += c.total_s;
+        }
+        arrivals
+    }
+
+    /// The time the other ranks spent in the calls of `c`'s kind and group.
+    fn others_s(&self, c: &CollectiveStats) -> f64 {
+        let all = self.total_s[&(c.kind.as_str(), c.group.as_deref())];
+        (all - c.total_s).max(0.0)
+    }
+
+    /// The collective where `rank` arrives last at most of the steady
+    /// calls compared (the one where it imposed the most wait), if any.
+    fn late_at(&self, rank: u32) -> Option<&'a CollectiveStats> {
+        self.by_rank
+            .get(&rank)?
+            .iter()
+            .copied()
+            .filter(|c| c.last_to_arrive.unwrap_or(0) * 2 > c.steady_compared)
+            .max_by(|a, b| {
+                a.wait_imposed_s
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.wait_imposed_s.unwrap_or(0.0))
+            })
+    }
+
+    /// The others' wait for a rank at collective `c`, in words.
+    fn evidence(&self, c: &CollectiveStats) -> String {
+        format!(
+            "it arrives last at {} of {} steady `{}` calls{}: the other ranks waited {:.3} \
+             rank-seconds for it, of {:.3} s they spent in them; the calls ended {:.3} s later \
+             for it",
+            c.last_to_arrive.unwrap_or(0),
+            c.steady_compared,
+            cell(&c.kind, 40),
+            c.group
+                .as_deref()
+                .map(|g| format!(" (group {})", cell(g, 40)))
+                .unwrap_or_default(),
+            c.wait_imposed_s.unwrap_or(0.0),
+            self.others_s(c),
+            c.delay_imposed_s.unwrap_or(0.0)
+        )
+    }
+}
+
 /// The stragglers that do not merely wait: one blame per rank (or per
 /// straggler group of ranks), with its chain.
-fn stragglers(report: &Report) -> Vec<Blame> {
+fn stragglers(report: &Report, arrivals: &Arrivals) -> Vec<Blame> {
     let working: Vec<&Straggler> = report
         .stragglers
         .iter()
         .filter(|s| waits_for_another(report, s).is_none())
         .collect();
-    let mut told: Vec<u32> = Vec::new();
+    let mut by_rank: HashMap<u32, Vec<&Straggler>> = HashMap::new();
+    for &s in &working {
+        by_rank.entry(s.rank).or_default().push(s);
+    }
+    let mut told: HashSet<u32> = HashSet::new();
     let mut found = Vec::new();
     for s in &working {
         if told.contains(&s.rank) {
@@ -194,12 +278,13 @@ fn stragglers(report: &Report) -> Vec<Blame> {
             .find(|g| g.stage == s.stage && g.ranks.binary_search(&s.rank).is_ok());
         let ranks = group.map_or_else(|| vec![s.rank], |g| g.ranks.clone());
         told.extend(&ranks);
-        let entries: Vec<&Straggler> = working
+        let entries: Vec<&Straggler> = ranks
             .iter()
+            .filter_map(|r| by_rank.get(r))
+            .flatten()
             .copied()
-            .filter(|w| ranks.contains(&w.rank))
             .collect();
-        found.push(straggler_blame(report, &ranks, &entries, group));
+        found.push(straggler_blame(arrivals, report, &ranks, &entries, group));
     }
     found
 }
@@ -207,6 +292,7 @@ fn stragglers(report: &Report) -> Vec<Blame> {
 /// The blame of `ranks` (one, or a straggler group's), slow in the
 /// stages of `entries`.
 fn straggler_blame(
+    arrivals: &Arrivals,
     report: &Report,
     ranks: &[u32],
     entries: &[&Straggler],
@@ -230,12 +316,12 @@ fn straggler_blame(
         Some(g) => g.job_time_s,
         None => own.iter().map(|s| s.job_time_s).fold(0.0, f64::max),
     };
-    let late = late_at(report, first);
+    let late = arrivals.late_at(first);
     let collective_cost = late.map_or(0.0, |c| c.delay_imposed_s.unwrap_or(0.0));
     let kernel = slower_kernel(report, first, &at.stage);
     let mut evidence = Vec::new();
     if let Some(c) = late {
-        evidence.push(arrival_evidence(report, c));
+        evidence.push(arrivals.evidence(c));
     }
     let enclosing: Vec<&str> = own
         .iter()
@@ -355,46 +441,6 @@ fn straggler_blame(
     }
 }
 
-/// The collective where `rank` arrives last at most of the steady calls
-/// compared (the one it does so most), if any.
-fn late_at(report: &Report, rank: u32) -> Option<&CollectiveStats> {
-    report
-        .collectives
-        .iter()
-        .filter(|c| c.rank == rank)
-        .filter(|c| c.last_to_arrive.unwrap_or(0) * 2 > c.steady_compared)
-        .max_by(|a, b| {
-            a.wait_imposed_s
-                .unwrap_or(0.0)
-                .total_cmp(&b.wait_imposed_s.unwrap_or(0.0))
-        })
-}
-
-/// The others' wait for a rank at collective `c`, in words.
-fn arrival_evidence(report: &Report, c: &CollectiveStats) -> String {
-    let others_s: f64 = report
-        .collectives
-        .iter()
-        .filter(|o| o.kind == c.kind && o.group == c.group && o.rank != c.rank)
-        .map(|o| o.total_s)
-        .sum();
-    format!(
-        "it arrives last at {} of {} steady `{}` calls{}: the other ranks waited {:.3} \
-         rank-seconds for it, of {:.3} s they spent in them; the calls ended {:.3} s later \
-         for it",
-        c.last_to_arrive.unwrap_or(0),
-        c.steady_compared,
-        cell(&c.kind, 40),
-        c.group
-            .as_deref()
-            .map(|g| format!(" (group {})", cell(g, 40)))
-            .unwrap_or_default(),
-        c.wait_imposed_s.unwrap_or(0.0),
-        others_s,
-        c.delay_imposed_s.unwrap_or(0.0)
-    )
-}
-
 /// The kernel (or CPU operator) slower on `rank`, launched in `stage`
 /// where one is, else its slowest.
 fn slower_kernel<'a>(report: &'a Report, rank: u32, stage: &str) -> Option<&'a KernelStraggler> {
@@ -418,27 +464,25 @@ pub fn kind_of(category: &str) -> String {
 /// Ranks that arrive last at most steady calls of a collective, for whom
 /// the others wait most of their time there, that no stage straggler
 /// already blames (an imported trace has no stages).
-fn late_ranks(report: &Report, blamed: &[Blame]) -> Vec<Blame> {
+fn late_ranks(report: &Report, arrivals: &Arrivals, blamed: &[Blame]) -> Vec<Blame> {
+    let mut told: HashSet<u32> = blamed
+        .iter()
+        .flat_map(|b| b.verdict.ranks.iter().copied())
+        .collect();
     let mut found: Vec<Blame> = Vec::new();
     for c in &report.collectives {
-        let told = |b: &Blame| b.verdict.ranks.contains(&c.rank);
-        if blamed.iter().any(told) || found.iter().any(told) {
+        if told.contains(&c.rank) {
             continue;
         }
         let (Some(last), Some(imposed_s)) = (c.last_to_arrive, c.wait_imposed_s) else {
             continue;
         };
-        let others_s: f64 = report
-            .collectives
-            .iter()
-            .filter(|o| o.kind == c.kind && o.group == c.group && o.rank != c.rank)
-            .map(|o| o.total_s)
-            .sum();
-        if last * 2 <= c.steady_compared || imposed_s < WAITING_SHARE * others_s {
+        if last * 2 <= c.steady_compared || imposed_s < WAITING_SHARE * arrivals.others_s(c) {
             continue;
         }
+        told.insert(c.rank);
         let kernel = report.kernel_stragglers.iter().find(|k| k.rank == c.rank);
-        let mut evidence = vec![arrival_evidence(report, c)];
+        let mut evidence = vec![arrivals.evidence(c)];
         evidence.extend(kernel.map(|k| {
             format!(
                 "{} `{}` takes {:.2}x the others' time on it (+{:.6} s)",
@@ -483,13 +527,35 @@ fn late_ranks(report: &Report, blamed: &[Blame]) -> Vec<Blame> {
     found
 }
 
-/// One-off time as one blame: the profiler's own (`profiler`), or the
-/// rest (warm-up and stalls).
-fn one_off_time(report: &Report, profiler: bool) -> Option<Blame> {
+/// The kinds of one-off time, each told as one finding.
+#[derive(Clone, Copy, PartialEq)]
+enum OneOff {
+    /// Stalls: a job's own lost time.
+    Stalls,
+    /// Warm-up: time a job spends once, told but not blamed.
+    Warmup,
+    /// The profiler's own: a finding about the measurement.
+    Profiler,
+}
+
+impl OneOff {
+    /// The kind of `events[]` it tells, which is its finding's category.
+    fn name(self) -> &'static str {
+        match self {
+            OneOff::Stalls => "stall",
+            OneOff::Warmup => "warmup",
+            OneOff::Profiler => "profiler",
+        }
+    }
+}
+
+/// One-off time of `kind` as one blame (its category the kind's name).
+fn one_off_time(report: &Report, kind: OneOff) -> Option<Blame> {
+    let event_kind = kind.name();
     let events: Vec<&OneOffEvent> = report
         .events
         .iter()
-        .filter(|e| (e.kind == "profiler") == profiler)
+        .filter(|e| e.kind == event_kind)
         .collect();
     let cost_s: f64 = events.iter().map(|e| e.cost_s).sum();
     if events.is_empty() || cost_s <= 0.0 {
@@ -512,21 +578,27 @@ fn one_off_time(report: &Report, profiler: bool) -> Option<Blame> {
         ranks.dedup();
         ranks
     };
-    let sentence = if profiler {
-        format!(
+    let sentence = match kind {
+        OneOff::Profiler => format!(
             "The profiler itself cost the job {cost_s:.3} s: {list}. Start torch.profiler's \
              windows outside the steps that matter, or fewer of them."
-        )
-    } else {
-        format!("One-off stalls cost the job {cost_s:.3} s, outside its steady state: {list}.")
+        ),
+        OneOff::Warmup => format!(
+            "Warm-up took {cost_s:.3} s past the steady steps: {list}; kept out of the \
+             comparison of ranks."
+        ),
+        OneOff::Stalls => {
+            format!("One-off stalls cost the job {cost_s:.3} s, outside its steady state: {list}.")
+        }
     };
     let stage = events.first().and_then(|e| e.stage.clone());
     Some(Blame {
-        category: if profiler { "profiler" } else { "stall" },
+        category: event_kind,
         verdict: Verdict {
             kind: VerdictKind::Stalls,
             ranks,
-            stage: stage.filter(|s| !s.starts_with(PROFILER_STAGE_PREFIX) || profiler),
+            stage: stage
+                .filter(|s| !s.starts_with(PROFILER_STAGE_PREFIX) || kind == OneOff::Profiler),
             kernel: None,
             collective: None,
             cost_s,
@@ -564,18 +636,18 @@ fn describe(e: &OneOffEvent) -> String {
 /// Time in collective calls that is no rank's wait (the ranks' average),
 /// where it is a large share of the job.
 fn communication(report: &Report) -> Option<Blame> {
-    let mut ranks: Vec<u32> = report.collectives.iter().map(|c| c.rank).collect();
+    let compared: Vec<&CollectiveStats> = report
+        .collectives
+        .iter()
+        .filter(|c| c.own_s.is_some())
+        .collect();
+    let mut ranks: Vec<u32> = compared.iter().map(|c| c.rank).collect();
     ranks.sort_unstable();
     ranks.dedup();
     if ranks.is_empty() {
         return None;
     }
-    let own_s: f64 = report
-        .collectives
-        .iter()
-        .map(|c| (c.total_s - c.wait_s.unwrap_or(0.0)).max(0.0))
-        .sum::<f64>()
-        / ranks.len() as f64;
+    let own_s: f64 = compared.iter().filter_map(|c| c.own_s).sum::<f64>() / ranks.len() as f64;
     if percent(own_s, job_seconds(report)) < COMMUNICATION_PCT {
         return None;
     }

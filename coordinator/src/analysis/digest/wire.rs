@@ -14,6 +14,7 @@
 //! finite, a timeline bar naming no name, a part of a rank it does not
 //! hold): a clear error, never a panic.
 
+use super::super::steady::{RankEvent, RANK_EVENTS};
 use super::{NodeDigest, RankDigest};
 #[cfg(test)]
 use rankscope_common::gather::MAX_LISTED_SKIPPED;
@@ -166,6 +167,14 @@ fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
     }
     if matches!(&digest.kernels, Ok(Some(kernels)) if kernels.rank != rank) {
         return Err("kernel traces");
+    }
+    let event_whole = |e: &RankEvent| {
+        [e.cost_s, e.profiler_s]
+            .iter()
+            .all(|s| s.is_finite() && *s >= 0.0)
+    };
+    if digest.events.len() > RANK_EVENTS || !digest.events.iter().all(event_whole) {
+        return Err("one-off events");
     }
     Ok(())
 }

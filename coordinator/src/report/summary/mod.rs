@@ -271,19 +271,29 @@ fn write_stage_table(out: &mut String, report: &Report) -> std::fmt::Result {
 /// ranking the verdict and the recommendations share), then each slow
 /// stage of each rank with its evidence.
 fn write_stragglers(out: &mut String, report: &Report) -> std::fmt::Result {
-    if report.stragglers.is_empty() {
-        return writeln!(out, "Stragglers: none");
-    }
     let blamed: Vec<_> = report
         .recommendations
         .iter()
         .filter(|r| r.category == "straggler" && r.cost_s.is_some())
         .collect();
+    if blamed.is_empty() && report.stragglers.is_empty() {
+        return writeln!(out, "Stragglers: none");
+    }
     if !blamed.is_empty() {
         writeln!(out, "Stragglers, by what they cost the job:")?;
-        for (k, r) in blamed.iter().enumerate() {
+        for (k, r) in blamed.iter().take(LISTED).enumerate() {
             write_wrapped(out, &format!("  {}. ", k + 1), &cell(&r.message, 400))?;
         }
+        if blamed.len() > LISTED {
+            writeln!(
+                out,
+                "  ... and {} more (report.json's recommendations)",
+                blamed.len() - LISTED
+            )?;
+        }
+    }
+    if report.stragglers.is_empty() {
+        return Ok(());
     }
     writeln!(out, "Slow stages (work: waits and one-off calls left out):")?;
     write_listed(out, &report.stragglers, LISTED, "stragglers", |out, st| {
