@@ -14,7 +14,7 @@ use rankscope_common::table::{
 };
 use rankscope_common::{Payload, PayloadHeader};
 use rankscope_coordinator::analysis::analyze;
-use rankscope_coordinator::model::{Report, Severity, VerdictKind};
+use rankscope_coordinator::model::{GpuTime, Report, Severity, VerdictKind};
 use rankscope_coordinator::AnalysisConfig;
 
 /// Seconds to nanoseconds.
@@ -569,4 +569,50 @@ fn at_1024_ranks_the_slow_rank_is_blamed_and_a_balanced_job_gets_no_warning() {
         .events
         .iter()
         .any(|e| e.kind == "stall" && e.ranks == [17]));
+}
+
+#[test]
+fn a_gpu_idle_while_its_rank_waits_is_told_as_waiting() {
+    let mut report = Job {
+        slow: Some((3, 3.0)),
+        ..Job::new(4)
+    }
+    .report();
+    // Rank 0's GPU idle 86 % of a 1 s traced window, 0.8 s of it while
+    // rank 0 waited in the all-gather; rank 1's idle with no wait.
+    let gpu = |rank: u32, waiting_s: Option<f64>| GpuTime {
+        rank,
+        gpu: Some(0),
+        window_s: 1.0,
+        idle_s: 0.86,
+        compute_s: 0.1,
+        non_compute_s: 0.04,
+        communication_s: 0.0,
+        memory_s: 0.0,
+        idle_pct: 86.0,
+        compute_pct: 10.0,
+        non_compute_pct: 4.0,
+        comm_overlap_pct: None,
+        waiting_s,
+    };
+    report.gpu_time = vec![gpu(0, Some(0.8)), gpu(1, None)];
+    rankscope_coordinator::analysis::recommend::judge(&mut report);
+    let idle: Vec<&str> = report
+        .recommendations
+        .iter()
+        .filter(|r| r.message.contains("was idle"))
+        .map(|r| r.message.as_str())
+        .collect();
+    assert!(
+        idle.contains(
+            &"rank 0's GPU 0 was idle 86% of its traced window, of which 80 points waiting in \
+              `all_gather` for rank 3: the wait, not the host, leaves it idle"
+        ),
+        "{idle:#?}"
+    );
+    assert!(
+        idle.iter()
+            .any(|m| m.starts_with("rank 1's GPU 0 was idle 86% of its traced window: the host")),
+        "{idle:#?}"
+    );
 }

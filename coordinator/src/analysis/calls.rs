@@ -166,26 +166,20 @@ impl CallAcross {
 }
 
 /// Adds the calls of `rank` (in start order) to `calls`, one per index:
-/// each call's work, and its time in collective calls (`collective`, by
-/// index; empty where the rank recorded none in these calls, which leaves
-/// the least time in them to the ranks that did).
+/// each call's work and its time in collective calls (infinite where the
+/// rank recorded none in these calls, which leaves the least time in them
+/// to the ranks that did).
 pub fn add_rank(
     calls: &mut Vec<CallAcross>,
     rank: u32,
-    work: &[CallSeconds],
-    collective: &[CallSeconds],
+    per_call: impl IntoIterator<Item = (CallSeconds, CallSeconds)>,
 ) {
-    let in_collectives = |k: usize| collective.get(k).copied().unwrap_or(CallSeconds::INFINITY);
-    let made = calls.len().min(work.len());
-    for (k, (call, &seconds)) in calls.iter_mut().zip(&work[..made]).enumerate() {
-        call.add(rank, seconds, in_collectives(k));
+    for (k, (seconds, collective)) in per_call.into_iter().enumerate() {
+        match calls.get_mut(k) {
+            Some(call) => call.add(rank, seconds, collective),
+            None => calls.push(CallAcross::one(rank, seconds, collective)),
+        }
     }
-    calls.extend(
-        work.iter()
-            .enumerate()
-            .skip(made)
-            .map(|(k, &seconds)| CallAcross::one(rank, seconds, in_collectives(k))),
-    );
 }
 
 /// Adds `other`'s calls to `calls`, index by index.
@@ -206,7 +200,7 @@ mod tests {
     fn call_of(n: u32, seconds: impl Fn(u32) -> f32) -> CallAcross {
         let mut calls = Vec::new();
         for rank in 0..n {
-            add_rank(&mut calls, rank, &[seconds(rank)], &[]);
+            add_rank(&mut calls, rank, [(seconds(rank), f32::INFINITY)]);
         }
         calls[0]
     }
@@ -227,7 +221,7 @@ mod tests {
         for node in 0..8 {
             let mut calls = Vec::new();
             for rank in node * 8..node * 8 + 8 {
-                add_rank(&mut calls, rank, &[seconds(rank)], &[]);
+                add_rank(&mut calls, rank, [(seconds(rank), f32::INFINITY)]);
             }
             merge(&mut two_level, &calls);
         }

@@ -140,6 +140,12 @@ pub fn lower_spread(sorted: &[f64]) -> Option<f64> {
     Some(1.4826 * median(&below)?)
 }
 
+/// The median of `values` (any order; they are reordered), in linear
+/// time; `None` when empty.
+pub fn median_of(values: &mut [f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| quantiles(values, [0.5])[0])
+}
+
 /// The median of `sorted` (ascending); `None` when empty.
 pub fn median(sorted: &[f64]) -> Option<f64> {
     let n = sorted.len();

@@ -16,7 +16,7 @@ use arrow_array::Array;
 use rankscope_common::table::{StagesView, PROFILER_STAGE_PREFIX};
 use serde::{Deserialize, Serialize};
 
-use super::stats::median;
+use super::stats::median_of;
 
 /// Words of a stage name that name a collective: where a rank records no
 /// collective call within it, such a stage's time counts as one.
@@ -220,17 +220,17 @@ impl Spans {
 /// then only the first call (warm-up) is told apart. Fewer than
 /// [`MIN_JUDGED`] are not judged.
 pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
-    let mut sorted = work.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let Some(mid) = median(&sorted) else {
+    let mut scratch = work.to_vec();
+    let Some(mid) = median_of(&mut scratch) else {
         return (Vec::new(), 0.0);
     };
     if work.len() < MIN_JUDGED {
         return (vec![false; work.len()], mid);
     }
-    let mut deviations: Vec<f64> = sorted.iter().map(|w| (w - mid).abs()).collect();
-    deviations.sort_by(f64::total_cmp);
-    let spread = 1.4826 * median(&deviations).unwrap_or(0.0);
+    for value in &mut scratch {
+        *value = (*value - mid).abs();
+    }
+    let spread = 1.4826 * median_of(&mut scratch).unwrap_or(0.0);
     let bar = mid
         + (SPREADS * spread)
             .max(SHARE_OF_MEDIAN * mid)
@@ -245,14 +245,17 @@ pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
             flagged[i] = false;
         }
     }
-    let mut steady: Vec<f64> = work
-        .iter()
-        .zip(&flagged)
-        .filter(|(_, &f)| !f)
-        .map(|(&w, _)| w)
-        .collect();
-    steady.sort_by(f64::total_cmp);
-    (flagged, median(&steady).unwrap_or(mid))
+    if !flagged.iter().any(|&f| f) {
+        return (flagged, mid);
+    }
+    scratch.clear();
+    scratch.extend(
+        work.iter()
+            .zip(&flagged)
+            .filter(|(_, &f)| !f)
+            .map(|(&w, _)| w),
+    );
+    (flagged, median_of(&mut scratch).unwrap_or(mid))
 }
 
 /// Per row of a rank's stage table: what of its time is no work of its
@@ -502,8 +505,7 @@ impl OneOffs {
             .iter()
             .map(|&r| stages.end_ns[r].saturating_sub(stages.start_ns[r]) as f64)
             .collect();
-        step_ns.sort_by(f64::total_cmp);
-        let perturbing_ns = PERTURBING_SHARE * median(&step_ns).unwrap_or(0.0);
+        let perturbing_ns = PERTURBING_SHARE * median_of(&mut step_ns).unwrap_or(0.0);
         // Per top-level row: its deepest one-off row (the most excess on a
         // tie), the largest excess, whether a call is a name's first, and
         // the span of the one-offs that perturb.

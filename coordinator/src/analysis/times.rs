@@ -13,7 +13,7 @@ use rankscope_common::table::{MetricsView, StagesView, STAGE_GPU_SECTION};
 use super::calls::{self, CallAcross};
 use super::series::OuterStage;
 use super::sketch::CallQuantiles;
-use super::stats::median;
+use super::stats::median_of;
 use super::steady::{one_offs, OneOffs, RankEvent, RowTimes, Spans};
 
 /// A call's duration in seconds, as the analysis keeps every call of every
@@ -173,9 +173,8 @@ impl StageAcross {
 
     /// Adds the calls of `rank`.
     pub fn add(&mut self, rank: u32, calls: &NameCalls) {
-        let work = calls.steady.as_deref().unwrap_or(&calls.durations);
         self.ranks.insert(rank, calls.totals);
-        calls::add_rank(&mut self.by_call, rank, work, &calls.collective);
+        calls::add_rank(&mut self.by_call, rank, calls.per_call());
         self.quantiles.add(&calls.durations);
     }
 
@@ -192,14 +191,30 @@ impl StageAcross {
 pub struct NameCalls {
     /// Each call's duration, seconds.
     durations: Vec<CallSeconds>,
-    /// Each call's steady work (its duration less its time in collective
-    /// calls and the profiler's spans; a one-off call's, the rank's steady
-    /// work of the name), seconds; `None` where that is its duration.
-    steady: Option<Vec<CallSeconds>>,
-    /// Each call's time in collective calls, seconds; empty for none.
-    collective: Vec<CallSeconds>,
+    /// The calls whose steady work is not their duration, and their time
+    /// in collective calls.
+    adjusted: Adjusted,
     /// The calls summed.
     totals: RankCalls,
+}
+
+/// What of one name's calls is not their duration: their steady work
+/// (their duration less their time in collective calls and the profiler's
+/// spans; a one-off call's, the rank's steady work of the name) and their
+/// time in collective calls. Kept as compactly as the calls allow: a rank's
+/// calls are held until they are merged.
+#[derive(Debug, Default)]
+enum Adjusted {
+    /// Every call's work is its duration; the rank recorded no collective
+    /// call in them.
+    #[default]
+    None,
+    /// A few calls, by index: (index, work, time in collective calls),
+    /// seconds; the others' work is their duration, with no collective
+    /// call in them.
+    Few(Vec<(u32, CallSeconds, CallSeconds)>),
+    /// Each call's work and time in collective calls, seconds.
+    All(Vec<(CallSeconds, CallSeconds)>),
 }
 
 impl NameCalls {
@@ -219,8 +234,69 @@ impl NameCalls {
                 one_offs: 0,
             },
             durations,
-            steady: None,
-            collective: Vec::new(),
+            adjusted: Adjusted::None,
+        }
+    }
+
+    /// Each call's steady work and time in collective calls (infinite
+    /// where the rank recorded no collective call in these calls).
+    fn per_call(&self) -> impl Iterator<Item = (CallSeconds, CallSeconds)> + '_ {
+        let few: &[(u32, CallSeconds, CallSeconds)] = match &self.adjusted {
+            Adjusted::Few(few) => few,
+            _ => &[],
+        };
+        // The calls not listed spent no time in collective calls, where
+        // the rank recorded some in the others; else nothing is known.
+        let none = if few.iter().any(|&(_, _, collective)| collective > 0.0) {
+            0.0
+        } else {
+            CallSeconds::INFINITY
+        };
+        let mut next = few.iter().peekable();
+        self.durations.iter().enumerate().map(move |(k, &d)| {
+            if let Adjusted::All(all) = &self.adjusted {
+                return all[k];
+            }
+            match next.peek() {
+                Some(&&(at, work, collective)) if at as usize == k => {
+                    next.next();
+                    (work, collective)
+                }
+                _ => (d, none),
+            }
+        })
+    }
+}
+
+impl Adjusted {
+    /// The calls of `durations` whose `work` is not their duration or that
+    /// spent time in `collective` calls, kept as [`Adjusted::Few`] where
+    /// they are a third of the calls or fewer.
+    fn of(durations: &[CallSeconds], work: &[CallSeconds], collective: &[CallSeconds]) -> Self {
+        // A rank that recorded no collective call in these calls says
+        // nothing of their least time in them: infinite.
+        let recorded = collective.iter().any(|&c| c > 0.0);
+        let collective_of = |k: usize| {
+            if recorded {
+                collective[k]
+            } else {
+                CallSeconds::INFINITY
+            }
+        };
+        let few: Vec<(u32, CallSeconds, CallSeconds)> = (0..durations.len())
+            .filter(|&k| work[k] != durations[k] || collective[k] > 0.0)
+            .map(|k| (k as u32, work[k], collective_of(k)))
+            .collect();
+        if few.is_empty() {
+            Adjusted::None
+        } else if few.len() * 3 <= durations.len() {
+            Adjusted::Few(few)
+        } else {
+            Adjusted::All(
+                (0..durations.len())
+                    .map(|k| (work[k], collective_of(k)))
+                    .collect(),
+            )
         }
     }
 }
@@ -476,6 +552,8 @@ fn judge_calls(
     for (flag, &i) in one_off.iter_mut().zip(kept) {
         *flag |= rows.step_of[i].is_some_and(|step| rows.perturbed[step]);
     }
+    // The steady calls' medians, where some call is one-off (they stand in
+    // for it).
     let steady_of = |values: &[f64]| {
         let mut steady: Vec<f64> = values
             .iter()
@@ -483,10 +561,13 @@ fn judge_calls(
             .filter(|(_, &f)| !f)
             .map(|(&v, _)| v)
             .collect();
-        steady.sort_by(f64::total_cmp);
-        median(&steady)
+        median_of(&mut steady)
     };
-    let steady = steady_of(&work).zip(steady_of(&self_work));
+    let steady = if one_off.iter().any(|&f| f) {
+        steady_of(&work).zip(steady_of(&self_work))
+    } else {
+        None
+    };
     if let Some((typical, _)) = steady {
         for (k, &i) in kept.iter().enumerate() {
             if one_off[k] {
@@ -529,14 +610,11 @@ impl Judged {
             .iter()
             .map(|&i| seconds(duration_ns(stages, i) as f64) as CallSeconds)
             .collect();
-        let collective: Vec<CallSeconds> = if self.rows.iter().any(|&i| rows.collective_ns[i] > 0) {
-            self.rows
-                .iter()
-                .map(|&i| seconds(rows.collective_ns[i] as f64) as CallSeconds)
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let collective: Vec<CallSeconds> = self
+            .rows
+            .iter()
+            .map(|&i| seconds(rows.collective_ns[i] as f64) as CallSeconds)
+            .collect();
         let total_s = StageTimes::total(&durations);
         let totals = RankCalls {
             calls: self.rows.len() as u64,
@@ -558,11 +636,9 @@ impl Judged {
             self_steady_s,
             one_offs: count,
         };
-        let plain = steady.iter().zip(&durations).all(|(w, d)| w == d);
         NameCalls {
+            adjusted: Adjusted::of(&durations, &steady, &collective),
             durations,
-            steady: (!plain).then_some(steady),
-            collective,
             totals,
         }
     }
