@@ -33,10 +33,14 @@ pub const COLLECTIVE_WORDS: &[&str] = &[
     "barrier",
 ];
 
-/// Whether a stage's `name` names a collective ([`COLLECTIVE_WORDS`]).
+/// Whether a stage's `name` names a collective ([`COLLECTIVE_WORDS`]),
+/// in any case.
 fn names_a_collective(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    COLLECTIVE_WORDS.iter().any(|word| name.contains(word))
+    COLLECTIVE_WORDS.iter().any(|word| {
+        name.as_bytes()
+            .windows(word.len())
+            .any(|part| part.eq_ignore_ascii_case(word.as_bytes()))
+    })
 }
 
 /// Fewest calls of a name (or gaps) whose spread is judged: with fewer, no
@@ -155,12 +159,20 @@ impl Spans {
     /// ([`COLLECTIVE_WORDS`]) that hold none of these spans and lie in no
     /// other such row, added to these: a job that records no collective
     /// call (a Rust rank without `record_collective`) still has its waits
-    /// in a stage named for the collective taken apart from work.
-    pub fn with_named_stages(&self, stages: &StagesView<'_>, enclosing: &[Option<usize>]) -> Spans {
+    /// in a stage named for the collective taken apart from work. `None`
+    /// where there is none such (these spans stand).
+    pub fn with_named_stages(
+        &self,
+        stages: &StagesView<'_>,
+        enclosing: &[Option<usize>],
+    ) -> Option<Spans> {
         let dictionary = stages.name.dictionary();
         let named_key: Vec<bool> = (0..dictionary.len())
             .map(|key| names_a_collective(dictionary.value(key)))
             .collect();
+        if !named_key.contains(&true) {
+            return None;
+        }
         let named = |i: usize| named_key[stages.name.key(i)];
         let ancestor_named = |mut i: usize| {
             // Bounded: a damaged table's loop of parents ends here.
@@ -179,10 +191,7 @@ impl Spans {
             .filter(|&i| !ancestor_named(i))
             .map(|i| (stages.start_ns[i], stages.end_ns[i]))
             .collect();
-        if inferred.is_empty() {
-            return Spans::new(self.spans());
-        }
-        Spans::new(self.spans().chain(inferred))
+        (!inferred.is_empty()).then(|| Spans::new(self.spans().chain(inferred)))
     }
 
     /// The spans, by start.
@@ -212,20 +221,33 @@ impl Spans {
 }
 
 /// Which of `work` (one rank's calls of one name, or its gaps, in order)
-/// are far outside the others, and the median of those that are not. Past
+/// are far outside the others, and, where any is, the median of those that
+/// are not. Past
 /// the median by [`SPREADS`] robust spreads, by [`SHARE_OF_MEDIAN`] of it
 /// and by [`MIN_EXCESS_NS`]. Those after the first are the rank's rhythm,
 /// not one-offs, where they come at even intervals (three or more) or are
 /// more than [`MOST_ONE_OFFS`] and [`MOST_ONE_OFF_SHARE`] of the calls:
 /// then only the first call (warm-up) is told apart. Fewer than
 /// [`MIN_JUDGED`] are not judged.
-pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
+pub fn one_offs(work: &[f64]) -> (Vec<bool>, Option<f64>) {
+    let none = (vec![false; work.len()], None);
+    // Every call within half again the least and a millisecond of it: none
+    // can be past the rule (the common case, told without a median).
+    let (least, most) = work
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &w| (lo.min(w), hi.max(w)));
+    if work.len() < MIN_JUDGED
+        || most <= (1.0 + SHARE_OF_MEDIAN) * least
+        || most <= least + MIN_EXCESS_NS
+    {
+        return none;
+    }
     let mut scratch = work.to_vec();
     let Some(mid) = median_of(&mut scratch) else {
-        return (Vec::new(), 0.0);
+        return none;
     };
-    if work.len() < MIN_JUDGED {
-        return (vec![false; work.len()], mid);
+    if most <= (1.0 + SHARE_OF_MEDIAN) * mid || most <= mid + MIN_EXCESS_NS {
+        return none;
     }
     for value in &mut scratch {
         *value = (*value - mid).abs();
@@ -246,7 +268,7 @@ pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
         }
     }
     if !flagged.iter().any(|&f| f) {
-        return (flagged, mid);
+        return none;
     }
     scratch.clear();
     scratch.extend(
@@ -255,19 +277,23 @@ pub fn one_offs(work: &[f64]) -> (Vec<bool>, f64) {
             .filter(|(_, &f)| !f)
             .map(|(&w, _)| w),
     );
-    (flagged, median_of(&mut scratch).unwrap_or(mid))
+    let steady = median_of(&mut scratch).unwrap_or(mid);
+    (flagged, Some(steady))
 }
 
 /// Per row of a rank's stage table: what of its time is no work of its
 /// own, and where it sits among the top-level calls.
 #[derive(Debug)]
 pub struct RowTimes {
-    /// Time in collective calls within it, ns.
-    pub collective_ns: Vec<u64>,
-    /// Of that, the time in none of the stages directly inside it, ns.
-    pub self_collective_ns: Vec<u64>,
-    /// Time in the profiler's own spans within it, ns.
-    pub profiler_ns: Vec<u64>,
+    /// Time in collective calls within it, ns; empty where the rank has
+    /// none ([`RowTimes::collective_ns`] reads it).
+    collective_ns: Vec<u64>,
+    /// Of that, the time in none of the stages directly inside it, ns;
+    /// empty as `collective_ns`.
+    self_collective_ns: Vec<u64>,
+    /// Time in the profiler's own spans within it, ns; empty where the rank
+    /// has none.
+    profiler_ns: Vec<u64>,
     /// Whether it is one of the profiler's own spans.
     pub is_profiler: Vec<bool>,
     /// The profiler's own spans, by start.
@@ -290,6 +316,22 @@ pub struct RowTimes {
 }
 
 impl RowTimes {
+    /// Row `i`'s time in collective calls, ns.
+    pub fn collective_ns(&self, i: usize) -> u64 {
+        self.collective_ns.get(i).copied().unwrap_or(0)
+    }
+
+    /// Row `i`'s time in collective calls in none of the stages directly
+    /// inside it, ns.
+    pub fn self_collective_ns(&self, i: usize) -> u64 {
+        self.self_collective_ns.get(i).copied().unwrap_or(0)
+    }
+
+    /// Row `i`'s time in the profiler's own spans, ns.
+    pub fn profiler_ns(&self, i: usize) -> u64 {
+        self.profiler_ns.get(i).copied().unwrap_or(0)
+    }
+
     /// The rows of `stages` (each row's enclosing row `enclosing`), with
     /// the rank's collective calls `collectives` on the same clock.
     pub fn new(stages: &StagesView<'_>, enclosing: &[Option<usize>], collectives: &Spans) -> Self {
@@ -313,14 +355,22 @@ impl RowTimes {
                 spans.within(stages.start_ns[i], stages.end_ns[i].max(stages.start_ns[i]))
             }
         };
-        let collective_ns: Vec<u64> = (0..n).map(|i| within(collectives, i)).collect();
-        let profiler_ns: Vec<u64> = (0..n).map(|i| within(&profiler, i)).collect();
+        // Most ranks record neither: nothing to keep, nothing to look up.
+        let time_in = |spans: &Spans| match spans.is_empty() {
+            true => Vec::new(),
+            false => (0..n).map(|i| within(spans, i)).collect::<Vec<u64>>(),
+        };
+        let collective_ns = time_in(collectives);
+        let profiler_ns = time_in(&profiler);
         let mut self_collective_ns = collective_ns.clone();
-        for (i, parent) in enclosing.iter().enumerate() {
-            if let Some(p) = *parent {
-                self_collective_ns[p] = self_collective_ns[p].saturating_sub(collective_ns[i]);
+        if !collectives.is_empty() {
+            for (i, parent) in enclosing.iter().enumerate() {
+                if let Some(p) = *parent {
+                    self_collective_ns[p] = self_collective_ns[p].saturating_sub(collective_ns[i]);
+                }
             }
         }
+        let read = |times: &[u64], i: usize| times.get(i).copied().unwrap_or(0);
         let steps = steps(stages, enclosing, &is_profiler);
         let step_of = steps_of(enclosing, &steps);
         let mut gaps = Vec::with_capacity(steps.len());
@@ -341,7 +391,7 @@ impl RowTimes {
                     0
                 },
             );
-            perturbed[row] = !first && (profiler_ns[row] + gap.1) as f64 >= MIN_EXCESS_NS;
+            perturbed[row] = !first && (read(&profiler_ns, row) + gap.1) as f64 >= MIN_EXCESS_NS;
             gaps.push(gap);
             previous_end =
                 Some(previous_end.map_or(stages.end_ns[row], |e: u64| e.max(stages.end_ns[row])));
@@ -369,33 +419,38 @@ fn steps_of(enclosing: &[Option<usize>], steps: &[usize]) -> Vec<Option<usize>> 
     for &s in steps {
         is_step[s] = true;
     }
-    // Known: Some(answer); not yet: None.
-    let mut known: Vec<Option<Option<usize>>> = vec![None; n];
+    // Each row's step, as it is found: a row, NONE, or not yet UNKNOWN.
+    const UNKNOWN: usize = usize::MAX;
+    const NONE: usize = usize::MAX - 1;
+    let mut known = vec![UNKNOWN; n];
     let mut path = Vec::new();
     for i in 0..n {
         path.clear();
         let mut j = i;
         let found = loop {
-            if let Some(answer) = known[j] {
-                break answer;
+            if known[j] != UNKNOWN {
+                break known[j];
             }
             if is_step[j] {
-                break Some(j);
+                break j;
             }
             match enclosing[j] {
                 Some(p) if p < n && path.len() < n => {
                     path.push(j);
                     j = p;
                 }
-                _ => break None,
+                _ => break NONE,
             }
         };
-        known[j] = Some(found);
+        known[j] = found;
         for &k in &path {
-            known[k] = Some(found);
+            known[k] = found;
         }
     }
-    known.into_iter().map(Option::flatten).collect()
+    known
+        .into_iter()
+        .map(|step| (step != NONE).then_some(step))
+        .collect()
 }
 
 /// The rank's steps: of the thread that spent the most time in its
@@ -442,43 +497,61 @@ fn steps(stages: &StagesView<'_>, enclosing: &[Option<usize>], is_profiler: &[bo
 }
 
 /// The one-off calls of one rank, found name by name, and the events
-/// they make.
+/// they make. Few calls are one-off: they are kept as a list.
 #[derive(Debug, Default)]
 pub struct OneOffs {
-    /// Per row: its work past the steady work of its name, ns, where it
-    /// was told apart; `None` for a steady call.
-    pub excess_ns: Vec<Option<f64>>,
-    /// Per row: whether it is the first call of its name.
-    pub first: Vec<bool>,
+    /// The one-off calls' rows and their work past the steady work of
+    /// their name, ns; by row once [`OneOffs::found`] is called.
+    excess_ns: Vec<(usize, f64)>,
+    /// The rows of each name's first call (past warm-up), by row once
+    /// [`OneOffs::found`] is called.
+    first: Vec<usize>,
 }
 
 impl OneOffs {
-    /// None found yet, of `rows` rows.
-    pub fn new(rows: usize) -> Self {
-        OneOffs {
-            excess_ns: vec![None; rows],
-            first: vec![false; rows],
-        }
+    /// Notes row `row` one-off, its work `excess_ns` past its name's steady
+    /// work.
+    pub fn note(&mut self, row: usize, excess_ns: f64) {
+        self.excess_ns.push((row, excess_ns));
+    }
+
+    /// Notes row `row` the first call of its name.
+    pub fn note_first(&mut self, row: usize) {
+        self.first.push(row);
+    }
+
+    /// Puts what was noted in row order, to be looked up.
+    pub fn found(&mut self) {
+        self.excess_ns.sort_unstable_by_key(|&(row, _)| row);
+        self.first.sort_unstable();
+    }
+
+    /// Row `row`'s excess, where it is one-off.
+    fn excess_of(&self, row: usize) -> Option<f64> {
+        let at = self
+            .excess_ns
+            .binary_search_by_key(&row, |&(r, _)| r)
+            .ok()?;
+        Some(self.excess_ns[at].1)
     }
 
     /// Per row, the excess of the one-off calls inside it that lie in no
     /// other one-off call, ns: for a row that is not one-off itself, what
     /// of its time is one-off (a stage around the loop of steps holds its
     /// steps' stalls).
+    /// Empty where no call is one-off.
     pub fn excess_inside(&self, enclosing: &[Option<usize>]) -> Vec<f64> {
         let n = enclosing.len();
-        let mut inside = vec![0.0; n];
+        let mut inside = Vec::new();
         let ancestors = |i: usize| {
             // Bounded: a damaged table's loop of parents ends here.
             std::iter::successors(enclosing[i], |&p| enclosing.get(p).copied().flatten()).take(n)
         };
-        for (i, excess) in self.excess_ns.iter().enumerate() {
-            let Some(excess) = excess.filter(|&e| e > 0.0) else {
-                continue;
-            };
-            if ancestors(i).any(|p| self.excess_ns.get(p).is_some_and(Option::is_some)) {
+        for &(i, excess) in &self.excess_ns {
+            if excess <= 0.0 || ancestors(i).any(|p| self.excess_of(p).is_some()) {
                 continue;
             }
+            inside.resize(n, 0.0);
             for p in ancestors(i) {
                 inside[p] += excess;
             }
@@ -510,8 +583,7 @@ impl OneOffs {
         // tie), the largest excess, whether a call is a name's first, and
         // the span of the one-offs that perturb.
         let mut within: BTreeMap<usize, OneOffsIn> = BTreeMap::new();
-        for (i, excess) in self.excess_ns.iter().enumerate() {
-            let Some(excess) = *excess else { continue };
+        for &(i, excess) in &self.excess_ns {
             if rows.is_profiler[i] {
                 continue;
             }
@@ -530,7 +602,7 @@ impl OneOffs {
                 entry.deepest = i;
             }
             entry.excess = entry.excess.max(excess);
-            entry.first |= self.first[i];
+            entry.first |= self.first.binary_search(&i).is_ok();
             if excess >= perturbing_ns {
                 let (start, end) = (stages.start_ns[i], stages.end_ns[i]);
                 entry.span = Some(entry.span.map_or((start, end), |(s, e): (u64, u64)| {
@@ -563,7 +635,7 @@ impl OneOffs {
             let gap_start = row_start.saturating_sub(gap);
             let gap_excess = match gap_flags.get(k.wrapping_sub(1)) {
                 Some(true) if k > 0 => {
-                    (gap.saturating_sub(gap_profiler) as f64 - gap_steady).max(0.0)
+                    (gap.saturating_sub(gap_profiler) as f64 - gap_steady.unwrap_or(0.0)).max(0.0)
                 }
                 _ => 0.0,
             };
@@ -577,7 +649,7 @@ impl OneOffs {
                 cost_s: cost_ns / 1e9,
                 profiler_s: profiler_ns / 1e9,
             };
-            let profiler_ns = (gap_profiler + rows.profiler_ns[row]) as f64;
+            let profiler_ns = (gap_profiler + rows.profiler_ns(row)) as f64;
             if rows.perturbed[row] {
                 // The profiler's step: its spans, and what the step lost.
                 let excess = call.map_or(0.0, |c| c.excess.max(0.0)) + gap_excess;
@@ -692,7 +764,7 @@ mod tests {
         work[0] = 80e6;
         work[7] = 45e6;
         let (flags, steady) = one_offs(&work);
-        assert_eq!(steady, 10e6);
+        assert_eq!(steady, Some(10e6));
         let found: Vec<usize> = (0..20).filter(|&i| flags[i]).collect();
         assert_eq!(found, [0, 7]);
         // Every fourth call heavier: the rank's rhythm; only the first
@@ -716,7 +788,7 @@ mod tests {
         // A rank slow throughout is its steady state.
         let (flags, steady) = one_offs(&[30e6; 10]);
         assert!(flags.iter().all(|&f| !f));
-        assert_eq!(steady, 30e6);
+        assert_eq!(steady, None, "no call stands in for another");
         // Ordinary noise is not: 10 % either way.
         let noisy: Vec<f64> = (0..40)
             .map(|i| 10e6 * (1.0 + 0.1 * ((i * 7 % 5) as f64 - 2.0) / 2.0))

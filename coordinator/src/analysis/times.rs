@@ -344,7 +344,8 @@ impl RankStages {
     ) -> (Self, Vec<OuterStage<'a>>, RankSteadiness) {
         let enclosing = enclosing_rows(stages);
         let nested_ns = nested_ns(stages, &enclosing);
-        let collectives = &collectives.with_named_stages(stages, &enclosing);
+        let named = collectives.with_named_stages(stages, &enclosing);
+        let collectives = named.as_ref().unwrap_or(collectives);
         let rows = RowTimes::new(stages, &enclosing, collectives);
         let dictionary = stages.name.dictionary();
         let canonical = canonical_keys(dictionary);
@@ -354,17 +355,25 @@ impl RankStages {
         let mut judged = Vec::new();
         let mut parents = Vec::new();
         let mut placed = Vec::new();
-        let mut one_offs = OneOffs::new(stages.len);
+        let mut one_offs = OneOffs::default();
+        let times = CallTimes {
+            stages,
+            nested_ns: &nested_ns,
+            rows: &rows,
+        };
+        let mut work = Vec::new();
         let mut group_start = 0;
         for (key, &group_end) in group_ends.iter().enumerate() {
             let group = &mut by_name[group_start..group_end];
+            let warm = (warmup_calls as usize).min(group.len());
+            let at = group_start + warm;
             group_start = group_end;
             let kept = past_warmup(stages, group, warmup_calls);
             if kept.is_empty() || rows.is_profiler[kept[0]] {
                 continue;
             }
             if warmup_calls == 0 {
-                one_offs.first[kept[0]] = true;
+                one_offs.note_first(kept[0]);
             }
             let name = names.of(key);
             // Where the calls past warm-up ran: the enclosing row's name
@@ -381,15 +390,16 @@ impl RankStages {
             }
             judged.push((
                 name,
-                judge_calls(stages, kept, &nested_ns, &rows, &mut one_offs),
+                judge_calls(&times, kept, at, &mut work, &mut one_offs),
             ));
         }
+        one_offs.found();
         // A call's one-off calls inside it, where it is none itself (a
         // stage around the loop of steps), leave its steady work too.
         let inside = one_offs.excess_inside(&enclosing);
         let mut calls: Vec<(u32, NameCalls)> = judged
             .into_iter()
-            .map(|(name, judged)| (name, judged.calls(stages, &rows, &inside)))
+            .map(|(name, judged)| (name, judged.calls(&times, &by_name, &inside)))
             .collect();
         calls.shrink_to_fit();
         parents.shrink_to_fit();
@@ -502,135 +512,176 @@ fn past_warmup<'g>(
     group.get(warmup_calls as usize..).unwrap_or_default()
 }
 
-/// One name's calls past warm-up, judged: each call's work (its duration
-/// less its time in collective calls and the profiler's spans) and self
-/// work, which are one-off, and the steady work of the others.
-struct Judged {
-    /// The calls' rows, in start order.
-    rows: Vec<usize>,
-    /// Each call's work, ns.
-    work: Vec<f64>,
-    /// Each call's self work (the stages inside left out), ns.
-    self_work: Vec<f64>,
-    /// Whether each call is one-off.
-    one_off: Vec<bool>,
-    /// The median work and self work of the steady calls, ns; `None` where
-    /// every call is one-off.
-    steady: Option<(f64, f64)>,
-    /// Each call's self time, ns.
-    self_ns: Vec<u64>,
+/// What of a rank's stage rows is work, read from its table and its
+/// [`RowTimes`], row by row (nothing per call is kept apart).
+struct CallTimes<'r, 's> {
+    stages: &'r StagesView<'s>,
+    nested_ns: &'r [u64],
+    rows: &'r RowTimes,
 }
 
-/// Judges the calls `kept` (of one name, in start order), noting the
-/// one-off ones' excess in `found`.
+impl CallTimes<'_, '_> {
+    /// Row `i`'s duration, ns.
+    fn duration(&self, i: usize) -> u64 {
+        duration_ns(self.stages, i)
+    }
+
+    /// Row `i`'s self time (the stages directly inside left out), ns.
+    fn self_ns(&self, i: usize) -> u64 {
+        self.duration(i).saturating_sub(self.nested_ns[i])
+    }
+
+    /// Row `i`'s work: its duration less its time in collective calls and
+    /// the profiler's spans, ns.
+    fn work(&self, i: usize) -> f64 {
+        self.duration(i)
+            .saturating_sub(self.rows.collective_ns(i))
+            .saturating_sub(self.rows.profiler_ns(i)) as f64
+    }
+
+    /// Row `i`'s self work: its self time less the collective calls in no
+    /// stage inside it, ns.
+    fn self_work(&self, i: usize) -> f64 {
+        self.self_ns(i)
+            .saturating_sub(self.rows.self_collective_ns(i)) as f64
+    }
+}
+
+/// One name's calls past warm-up, judged: which are one-off, and the
+/// steady work of the others.
+struct Judged {
+    /// Where the calls' rows are in the rank's rows grouped by name.
+    kept: std::ops::Range<usize>,
+    /// Whether each call is one-off; empty where none is.
+    one_off: Vec<bool>,
+    /// The median work and self work of the steady calls, ns, where some
+    /// call is one-off (they stand in for it) and some is not.
+    steady: Option<(f64, f64)>,
+}
+
+/// Judges the calls `kept` (of one name, in start order; at `at` in the
+/// rank's rows grouped by name), noting the one-off ones' excess in
+/// `found`; `work` is room for their work.
 fn judge_calls(
-    stages: &StagesView<'_>,
+    times: &CallTimes,
     kept: &[usize],
-    nested_ns: &[u64],
-    rows: &RowTimes,
+    at: usize,
+    work: &mut Vec<f64>,
     found: &mut OneOffs,
 ) -> Judged {
-    let duration = |i: usize| duration_ns(stages, i);
-    let self_ns: Vec<u64> = kept
-        .iter()
-        .map(|&i| duration(i).saturating_sub(nested_ns[i]))
-        .collect();
-    let work: Vec<f64> = kept
-        .iter()
-        .map(|&i| {
-            duration(i)
-                .saturating_sub(rows.collective_ns[i])
-                .saturating_sub(rows.profiler_ns[i]) as f64
-        })
-        .collect();
-    let self_work: Vec<f64> = kept
-        .iter()
-        .zip(&self_ns)
-        .map(|(&i, &own)| own.saturating_sub(rows.self_collective_ns[i]) as f64)
-        .collect();
-    let (mut one_off, _) = one_offs(&work);
+    let rows = times.rows;
+    work.clear();
+    work.extend(kept.iter().map(|&i| times.work(i)));
+    let (mut one_off, _) = one_offs(work);
+    let mut any = false;
     for (flag, &i) in one_off.iter_mut().zip(kept) {
         *flag |= rows.step_of[i].is_some_and(|step| rows.perturbed[step]);
+        any |= *flag;
     }
-    // The steady calls' medians, where some call is one-off (they stand in
-    // for it).
-    let steady_of = |values: &[f64]| {
-        let mut steady: Vec<f64> = values
+    let kept_at = at..at + kept.len();
+    if !any {
+        return Judged {
+            kept: kept_at,
+            one_off: Vec::new(),
+            steady: None,
+        };
+    }
+    // The steady calls' medians.
+    let steady_of = |of: &dyn Fn(usize) -> f64| {
+        let mut steady: Vec<f64> = kept
             .iter()
             .zip(&one_off)
             .filter(|(_, &f)| !f)
-            .map(|(&v, _)| v)
+            .map(|(&i, _)| of(i))
             .collect();
         median_of(&mut steady)
     };
-    let steady = if one_off.iter().any(|&f| f) {
-        steady_of(&work).zip(steady_of(&self_work))
-    } else {
-        None
-    };
+    let steady = steady_of(&|i| times.work(i)).zip(steady_of(&|i| times.self_work(i)));
     if let Some((typical, _)) = steady {
         for (k, &i) in kept.iter().enumerate() {
             if one_off[k] {
-                found.excess_ns[i] = Some(work[k] - typical);
+                found.note(i, work[k] - typical);
             }
         }
     }
     Judged {
-        rows: kept.to_vec(),
-        work,
-        self_work,
+        kept: kept_at,
         one_off,
         steady,
-        self_ns,
     }
 }
 
 impl Judged {
-    /// The calls as [`StageTimes`] keeps them: a one-off call at the steady
-    /// work, every other less the one-off time inside it (`inside`, ns, by
-    /// row).
-    fn calls(self, stages: &StagesView<'_>, rows: &RowTimes, inside: &[f64]) -> NameCalls {
+    /// The calls (rows `by_name[self.kept]`) as [`StageTimes`] keeps them: a
+    /// one-off call at the steady work, every other less the one-off time
+    /// inside it (`inside`, ns, by row).
+    fn calls(self, times: &CallTimes, by_name: &[usize], inside: &[f64]) -> NameCalls {
+        let kept = &by_name[self.kept];
+        let rows = times.rows;
         let seconds = |ns: f64| ns / 1e9;
-        let mut steady = Vec::with_capacity(self.rows.len());
+        let durations: Vec<CallSeconds> = kept
+            .iter()
+            .map(|&i| seconds(times.duration(i) as f64) as CallSeconds)
+            .collect();
+        let total_s = StageTimes::total(&durations);
+        let self_s = kept
+            .iter()
+            .map(|&i| seconds(times.self_ns(i) as f64))
+            .sum::<f64>()
+            // Self time is summed from nanoseconds, the total from the
+            // calls' single-precision seconds: never more than the total.
+            .min(total_s);
+        let plain = self.one_off.is_empty()
+            && kept.iter().all(|&i| {
+                rows.collective_ns(i) == 0
+                    && rows.profiler_ns(i) == 0
+                    && inside.get(i).is_none_or(|&e| e == 0.0)
+            });
+        if plain {
+            // The common case: work is the calls' whole time.
+            return NameCalls {
+                totals: RankCalls {
+                    calls: kept.len() as u64,
+                    total_s,
+                    self_s,
+                    collective_s: 0.0,
+                    steady_s: total_s,
+                    self_steady_s: self_s,
+                    one_offs: 0,
+                },
+                durations,
+                adjusted: Adjusted::None,
+            };
+        }
+        let mut steady = Vec::with_capacity(kept.len());
         let (mut steady_s, mut self_steady_s, mut count) = (0.0, 0.0, 0u64);
-        for (k, &i) in self.rows.iter().enumerate() {
-            let (w, sw) = match (self.one_off[k], self.steady) {
+        for (k, &i) in kept.iter().enumerate() {
+            let one_off = self.one_off.get(k).copied().unwrap_or(false);
+            let (w, sw) = match (one_off, self.steady) {
                 (true, Some(typical)) => {
                     count += 1;
                     typical
                 }
-                _ => ((self.work[k] - inside[i]).max(0.0), self.self_work[k]),
+                _ => (
+                    (times.work(i) - inside.get(i).copied().unwrap_or(0.0)).max(0.0),
+                    times.self_work(i),
+                ),
             };
             steady.push(seconds(w) as CallSeconds);
             steady_s += seconds(w);
             self_steady_s += seconds(sw);
         }
-        let durations: Vec<CallSeconds> = self
-            .rows
+        let collective: Vec<CallSeconds> = kept
             .iter()
-            .map(|&i| seconds(duration_ns(stages, i) as f64) as CallSeconds)
+            .map(|&i| seconds(rows.collective_ns(i) as f64) as CallSeconds)
             .collect();
-        let collective: Vec<CallSeconds> = self
-            .rows
-            .iter()
-            .map(|&i| seconds(rows.collective_ns[i] as f64) as CallSeconds)
-            .collect();
-        let total_s = StageTimes::total(&durations);
         let totals = RankCalls {
-            calls: self.rows.len() as u64,
+            calls: kept.len() as u64,
             total_s,
-            // Self time is summed from nanoseconds, the total from the
-            // calls' single-precision seconds: never more than the total.
-            self_s: self
-                .self_ns
+            self_s,
+            collective_s: kept
                 .iter()
-                .map(|&ns| seconds(ns as f64))
-                .sum::<f64>()
-                .min(total_s),
-            collective_s: self
-                .rows
-                .iter()
-                .map(|&i| seconds(rows.collective_ns[i] as f64))
+                .map(|&i| seconds(rows.collective_ns(i) as f64))
                 .sum(),
             steady_s,
             self_steady_s,
