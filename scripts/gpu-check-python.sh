@@ -11,18 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/gpu-check-python}
-python=${PYTHON:-python3}
-if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo "gpu-check-python: torch sees no CUDA GPU here" >&2
-    exit 1
-fi
-if [ -n "${WHEEL:-}" ]; then
-    site=$(mktemp -d)
-    "$python" -m pip install -q --no-index --no-deps --target "$site" "$WHEEL"
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-else
-    "$python" -m pip install -q ./python
-fi
+source scripts/gpu-python-setup.sh gpu-check-python
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L
 status=0
 "$python" scripts/gpu_check_python.py "$out" || status=1

@@ -15,18 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/gpu-check-verdict}
-python=${PYTHON:-python3}
-if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo "gpu-check-verdict: torch sees no CUDA GPU here" >&2
-    exit 1
-fi
-if [ -n "${WHEEL:-}" ]; then
-    site=$(mktemp -d)
-    "$python" -m pip install -q --no-index --no-deps --target "$site" "$WHEEL"
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-else
-    "$python" -m pip install -q ./python
-fi
+source scripts/gpu-python-setup.sh gpu-check-verdict
 rm -rf "$out"
 export RANKSCOPE_TORCH_PROFILER_WAIT=2 RANKSCOPE_TORCH_PROFILER_WARMUP=1
 export RANKSCOPE_TORCH_PROFILER_ACTIVE=3 RANKSCOPE_TORCH_PROFILER_ACTIVITIES=cpu,cuda

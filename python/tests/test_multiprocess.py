@@ -90,21 +90,31 @@ def test_torchrun_names_the_straggler(tmp_path: Path) -> None:
 KERNELS_EXAMPLE = ROOT / "examples" / "python" / "torch_kernels.py"
 
 
-def run_kernels_job(tmp_path: Path, **env: str) -> Dict:
-    """examples/python/torch_kernels.py on 4 real torchrun ranks over gloo,
-    7 steps, rank 2's load_kv slow; `env` added. Rank 0's report."""
+def run_four_ranks(example: Path, session: str, tmp_path: Path, args: List[str],
+                   **env: str) -> Dict:
+    """`example` on 4 real torchrun ranks over gloo with `args`, without GPU
+    telemetry unless `env` (added to the environment) says; rank 0's report
+    of session `session`."""
     assert TORCHRUN.exists(), f"{TORCHRUN}: torch is installed by scripts/test.sh"
-    full = dict(os.environ, RANKSCOPE_GPU_SOURCE="none", RANKSCOPE_GATHER_TIMEOUT_S="60", **env)
+    full = {**os.environ, "RANKSCOPE_GPU_SOURCE": "none", "RANKSCOPE_GATHER_TIMEOUT_S": "60",
+            "PYTHONUNBUFFERED": "1", **env}
     done = subprocess.run(
-        [str(TORCHRUN), "--standalone", "--nproc_per_node=4", str(KERNELS_EXAMPLE),
-         "--output-dir", str(tmp_path), "--steps", "7", "--load-ms", "25"],
-        env=full, capture_output=True, text=True, timeout=240)
+        [str(TORCHRUN), "--standalone", "--nproc_per_node=4", str(example),
+         "--output-dir", str(tmp_path), *args],
+        env=full, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    reports = list(tmp_path.glob("torch-kernels-*/report.json"))
+    reports = list(tmp_path.glob(f"{session}-*/report.json"))
     assert len(reports) == 1, reports
     report: Dict = json.loads(reports[0].read_text())
     assert report["session"]["ranks_reporting"] == [0, 1, 2, 3]
     return report
+
+
+def run_kernels_job(tmp_path: Path, **env: str) -> Dict:
+    """examples/python/torch_kernels.py on 4 real torchrun ranks over gloo,
+    7 steps, rank 2's load_kv slow; `env` added. Rank 0's report."""
+    return run_four_ranks(KERNELS_EXAMPLE, "torch-kernels", tmp_path,
+                          ["--steps", "7", "--load-ms", "25"], **env)
 
 
 def assert_all_reduce_waits_for_rank_2(report: Dict) -> None:
@@ -254,19 +264,7 @@ CP_EXAMPLE = ROOT / "examples" / "python" / "cp_attention.py"
 def run_cp_job(tmp_path: Path, args: List[str], **env: str) -> Dict:
     """examples/python/cp_attention.py on 4 real torchrun ranks over gloo
     with `args`, `env` added; rank 0's report."""
-    assert TORCHRUN.exists(), f"{TORCHRUN}: torch is installed by scripts/test.sh"
-    full = {**os.environ, "RANKSCOPE_GPU_SOURCE": "none", "RANKSCOPE_GATHER_TIMEOUT_S": "60",
-            "PYTHONUNBUFFERED": "1", **env}
-    done = subprocess.run(
-        [str(TORCHRUN), "--standalone", "--nproc_per_node=4", str(CP_EXAMPLE),
-         "--output-dir", str(tmp_path), *args],
-        env=full, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    reports = list(tmp_path.glob("cp-attention-*/report.json"))
-    assert len(reports) == 1, reports
-    report: Dict = json.loads(reports[0].read_text())
-    assert report["session"]["ranks_reporting"] == [0, 1, 2, 3]
-    return report
+    return run_four_ranks(CP_EXAMPLE, "cp-attention", tmp_path, args, **env)
 
 
 def warnings_of(report: Dict) -> List[str]:

@@ -37,15 +37,32 @@ fn report_of(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The warnings' messages.
-fn warnings(report: &serde_json::Value) -> Vec<String> {
+/// The warnings that blame a rank.
+fn blamed(report: &serde_json::Value) -> Vec<String> {
     report["recommendations"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|r| r["severity"] != "info")
         .map(|r| r["message"].as_str().unwrap().to_string())
+        .filter(|message| message.contains("holds the job back"))
         .collect()
+}
+
+/// Stage `name` of the report.
+fn stage<'r>(report: &'r serde_json::Value, name: &str) -> &'r serde_json::Value {
+    report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap()
+}
+
+/// Whether stage `s` mostly waits: its ranks' wait is over half their
+/// time in it.
+fn mostly_waits(s: &serde_json::Value) -> bool {
+    s["wait_s"]["avg"].as_f64().unwrap() > 0.5 * s["total_s"]["avg"].as_f64().unwrap()
 }
 
 #[test]
@@ -58,23 +75,12 @@ fn the_rank_the_others_wait_for_at_a_real_barrier_is_the_verdict() {
     assert_eq!(verdict["collective"], "barrier", "{verdict}");
     // The others wait in `barrier`: measured as waiting, and no rank of
     // theirs is a straggler for it.
-    let sync = report["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "barrier")
-        .unwrap();
-    assert!(
-        sync["wait_s"]["avg"].as_f64().unwrap() > 0.5 * sync["total_s"]["avg"].as_f64().unwrap(),
-        "{sync}"
-    );
+    let barrier = stage(&report, "barrier");
+    assert!(mostly_waits(barrier), "{barrier}");
     for s in report["stragglers"].as_array().unwrap() {
         assert_eq!(s["rank"], 2, "{s}");
     }
-    let blamed: Vec<String> = warnings(&report)
-        .into_iter()
-        .filter(|w| w.contains("holds the job back"))
-        .collect();
+    let blamed = blamed(&report);
     assert_eq!(blamed.len(), 1, "{blamed:?}");
     let warmup: Vec<&serde_json::Value> = report["events"]
         .as_array()
@@ -94,11 +100,11 @@ fn a_balanced_job_with_a_stall_blames_no_rank_recorded_or_not() {
             args.push("--unrecorded");
         }
         let report = lockstep_job(&args);
-        let blamed: Vec<String> = warnings(&report)
-            .into_iter()
-            .filter(|w| w.contains("holds the job back"))
-            .collect();
-        assert_eq!(blamed, Vec::<String>::new(), "unrecorded: {unrecorded}");
+        assert_eq!(
+            blamed(&report),
+            Vec::<String>::new(),
+            "unrecorded: {unrecorded}"
+        );
         let stalls: Vec<(serde_json::Value, serde_json::Value)> = report["events"]
             .as_array()
             .unwrap()
@@ -122,22 +128,10 @@ fn without_recorded_collectives_a_stage_named_for_one_holds_the_waits_and_lockst
     assert_eq!(verdict["kind"], "straggler", "{verdict}");
     assert_eq!(verdict["ranks"], serde_json::json!([3]), "{verdict}");
     // No collective recorded: the stage named for one holds the waits.
-    let barrier = report["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "barrier")
-        .unwrap();
-    assert!(
-        barrier["wait_s"]["avg"].as_f64().unwrap()
-            > 0.5 * barrier["total_s"]["avg"].as_f64().unwrap(),
-        "{barrier}"
-    );
+    let barrier = stage(&report, "barrier");
+    assert!(mostly_waits(barrier), "{barrier}");
     assert_eq!(barrier["wait_s"]["min_rank"], 3, "{barrier}");
-    let blamed: Vec<String> = warnings(&report)
-        .into_iter()
-        .filter(|w| w.contains("holds the job back"))
-        .collect();
+    let blamed = blamed(&report);
     assert_eq!(blamed.len(), 1, "{blamed:?}");
     assert!(blamed[0].starts_with("rank 3 "), "{blamed:?}");
     assert_eq!(verdict["stage"], "attention", "{verdict}");

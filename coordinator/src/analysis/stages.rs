@@ -46,7 +46,7 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
                 per_call_ms: stage.quantiles.percentiles_ms()?,
                 wait_s: spread(&waits),
                 work_s,
-                one_off_calls: stage.ranks.values().map(|c| c.one_offs).sum(),
+                one_off_calls: stage.ranks.values().map(|c| c.one_offs()).sum(),
                 imbalance_pct: imbalance_pct(&sorted_work),
                 share_pct: if session_total_s > 0.0 {
                     self_totals.iter().map(|&(_, s)| s).sum::<f64>() / session_total_s * 100.0

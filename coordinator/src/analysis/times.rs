@@ -49,7 +49,7 @@ pub struct StageAcross {
 }
 
 /// One rank's calls of one stage.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankCalls {
     /// Calls past warm-up.
     pub calls: u64,
@@ -57,18 +57,51 @@ pub struct RankCalls {
     pub total_s: f64,
     /// Their summed self time (nested stages excluded), seconds.
     pub self_s: f64,
+    /// Where their work is not their whole time (collective calls or the
+    /// profiler's spans in them, one-off calls), what it is; `None` for
+    /// the common case, kept small in memory and on the wire.
+    pub steady: Option<Box<SteadyCalls>>,
+}
+
+/// What of a rank's calls of one stage is steady work.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SteadyCalls {
     /// Their summed time in collective calls, seconds.
     pub collective_s: f64,
     /// Their summed steady work: each call's duration less its time in
     /// collective calls and in the profiler's spans, a one-off call's
-    /// ([`super::steady`]) counted at the rank's steady work of the stage,
-    /// seconds. The collectives' own time is added across ranks
-    /// ([`StageAcross::work_by_rank`]).
+    /// (see the analysis's `steady`) counted at the rank's steady work of
+    /// the stage, seconds. The collectives' own time is added across
+    /// ranks ([`StageAcross::work_by_rank`]).
     pub steady_s: f64,
     /// The same of their self time, seconds.
     pub self_steady_s: f64,
     /// Calls told apart as one-off (counted at their steady work).
     pub one_offs: u64,
+}
+
+impl RankCalls {
+    /// Their summed time in collective calls, seconds.
+    pub fn collective_s(&self) -> f64 {
+        self.steady.as_ref().map_or(0.0, |s| s.collective_s)
+    }
+
+    /// Their summed steady work, seconds ([`SteadyCalls::steady_s`]).
+    pub fn steady_s(&self) -> f64 {
+        self.steady.as_ref().map_or(self.total_s, |s| s.steady_s)
+    }
+
+    /// Their summed steady self work, seconds.
+    pub fn self_steady_s(&self) -> f64 {
+        self.steady
+            .as_ref()
+            .map_or(self.self_s, |s| s.self_steady_s)
+    }
+
+    /// Calls told apart as one-off.
+    pub fn one_offs(&self) -> u64 {
+        self.steady.as_ref().map_or(0, |s| s.one_offs)
+    }
 }
 
 /// One rank's time in one stage, its waits taken out: what ranks are
@@ -99,13 +132,13 @@ impl StageAcross {
         if let Some((rank, _)) = self.ranks.iter().find(|(&rank, c)| {
             !holds(rank)
                 || c.calls == 0
-                || c.one_offs > c.calls
+                || c.one_offs() > c.calls
                 || ![
                     c.total_s,
                     c.self_s,
-                    c.collective_s,
-                    c.steady_s,
-                    c.self_steady_s,
+                    c.collective_s(),
+                    c.steady_s(),
+                    c.self_steady_s(),
                 ]
                 .into_iter()
                 .all(finite)
@@ -150,16 +183,16 @@ impl StageAcross {
         for call in &self.by_call {
             own.push(own[own.len() - 1] + f64::from(call.least_collective()));
         }
-        let measured = self.ranks.values().any(|c| c.collective_s > 0.0);
+        let measured = self.ranks.values().any(|c| c.collective_s() > 0.0);
         self.ranks
             .iter()
             .map(|(&rank, c)| {
                 let k = usize::try_from(c.calls).map_or(own.len() - 1, |k| k.min(own.len() - 1));
                 RankWork {
                     rank,
-                    work_s: c.steady_s + own[k],
-                    wait_s: measured.then(|| (c.collective_s - own[k]).max(0.0)),
-                    self_work_s: c.self_steady_s,
+                    work_s: c.steady_s() + own[k],
+                    wait_s: measured.then(|| (c.collective_s() - own[k]).max(0.0)),
+                    self_work_s: c.self_steady_s(),
                 }
             })
             .collect()
@@ -172,10 +205,10 @@ impl StageAcross {
     }
 
     /// Adds the calls of `rank`.
-    pub fn add(&mut self, rank: u32, calls: &NameCalls) {
-        self.ranks.insert(rank, calls.totals);
+    pub fn add(&mut self, rank: u32, mut calls: NameCalls) {
         calls::add_rank(&mut self.by_call, rank, calls.per_call());
         self.quantiles.add(&calls.durations);
+        self.ranks.insert(rank, std::mem::take(&mut calls.totals));
     }
 
     /// Adds the ranks of `other` (none of them already here).
@@ -228,10 +261,7 @@ impl NameCalls {
                 calls: durations.len() as u64,
                 total_s,
                 self_s: total_s,
-                collective_s: 0.0,
-                steady_s: total_s,
-                self_steady_s: total_s,
-                one_offs: 0,
+                steady: None,
             },
             durations,
             adjusted: Adjusted::None,
@@ -644,10 +674,7 @@ impl Judged {
                     calls: kept.len() as u64,
                     total_s,
                     self_s,
-                    collective_s: 0.0,
-                    steady_s: total_s,
-                    self_steady_s: self_s,
-                    one_offs: 0,
+                    steady: None,
                 },
                 durations,
                 adjusted: Adjusted::None,
@@ -679,13 +706,15 @@ impl Judged {
             calls: kept.len() as u64,
             total_s,
             self_s,
-            collective_s: kept
-                .iter()
-                .map(|&i| seconds(rows.collective_ns(i) as f64))
-                .sum(),
-            steady_s,
-            self_steady_s,
-            one_offs: count,
+            steady: Some(Box::new(SteadyCalls {
+                collective_s: kept
+                    .iter()
+                    .map(|&i| seconds(rows.collective_ns(i) as f64))
+                    .sum(),
+                steady_s,
+                self_steady_s,
+                one_offs: count,
+            })),
         };
         NameCalls {
             adjusted: Adjusted::of(&durations, &steady, &collective),
@@ -803,8 +832,8 @@ impl StageTimes {
     /// Adds the stages of `rank`.
     pub fn add(&mut self, rank: u32, stages: RankStages) {
         let name = |at: u32| stages.names[at as usize].as_str();
-        for (at, calls) in &stages.calls {
-            entry_of(&mut self.by_name, name(*at)).add(rank, calls);
+        for (at, calls) in stages.calls {
+            entry_of(&mut self.by_name, name(at)).add(rank, calls);
         }
         for (name, gpu_s) in stages.gpu_s {
             self.gpu_by_name
@@ -849,7 +878,7 @@ impl StageTimes {
         for (name, by_rank) in calls {
             let stage = times.by_name.entry(name).or_default();
             for (rank, durations) in by_rank {
-                stage.add(rank, &NameCalls::plain(durations));
+                stage.add(rank, NameCalls::plain(durations));
             }
         }
         times
