@@ -7,7 +7,9 @@ around the all-gather, then the attention itself) and ``mlp``. A rank given
 ``--slow-rank`` holds ``--factor`` times the others' query chunk, so the
 others wait for it in the all-gather; ``--stall-rank`` sleeps once in
 ``mlp`` at ``--stall-step``; ``--warmup-ms`` makes every rank's first step
-longer, as a compile or a cache fill does. Run with torch.profiler windows
+longer, as a compile or a cache fill does; ``--gpu-ms`` has ``attention``
+wait that long for its kernels each step (a sleep, on a machine without a
+GPU; the slow rank's ``--factor`` times as long). Run with torch.profiler windows
 with the ``RANKSCOPE_TORCH_PROFILER_*`` variables:
 
     torchrun --nproc_per_node=4 examples/python/cp_attention.py --slow-rank 3
@@ -39,6 +41,8 @@ def main() -> None:
     parser.add_argument("--stall-step", type=int, default=7)
     parser.add_argument("--stall-ms", type=float, default=400.0)
     parser.add_argument("--warmup-ms", type=float, default=0.0)
+    parser.add_argument("--gpu-ms", type=float, default=0.0,
+                        help="attention's wait for its kernels per step (a sleep without a GPU)")
     parser.add_argument("--backend", help="default: nccl with CUDA, else gloo")
     parser.add_argument("--output-dir", default=os.environ.get("RANKSCOPE_OUTPUT_DIR", "profiling_reports"))
     args = parser.parse_args()
@@ -54,7 +58,9 @@ def main() -> None:
         # One core a rank: ranks share the machine's cores fairly.
         torch.set_num_threads(1)
     torch.manual_seed(rank)
-    tokens = int(args.tokens * (args.factor if rank == args.slow_rank else 1.0))
+    factor = args.factor if rank == args.slow_rank else 1.0
+    tokens = int(args.tokens * factor)
+    kernels_s = args.gpu_ms / 1000 * factor
     x = torch.randn(tokens, args.dim, device=device)
     w_qkv = torch.randn(args.dim, 3 * args.dim, device=device) / args.dim**0.5
     w_mlp = torch.randn(args.dim, 4 * args.dim, device=device) / args.dim**0.5
@@ -81,6 +87,8 @@ def main() -> None:
                         y = torch.softmax(q @ keys.T / d**0.5, dim=-1) @ values
                     if cuda:
                         torch.cuda.synchronize()
+                    elif kernels_s > 0:
+                        time.sleep(kernels_s)
                 with prof.stage("mlp"):
                     if rank == args.stall_rank and step == args.stall_step:
                         time.sleep(args.stall_ms / 1000)

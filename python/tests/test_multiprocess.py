@@ -292,10 +292,10 @@ def test_the_verdict_names_the_rank_the_others_wait_for_in_a_real_all_gather(
     assert verdict["kernel"] and verdict["kernel"].startswith("aten::"), verdict
     assert verdict["cost_pct"] > 1.0, verdict
     assert "GPU 0" not in verdict["sentence"] and not any("GPU 0" in e for e in verdict["evidence"])
-    # The ranks that wait are never stragglers for it, nor blamed.
+    # The ranks that wait are never stragglers for it, nor blamed (one may
+    # be slower in its own work on a loaded machine: that is no wait).
     waiting = {(s["rank"], s["stage"]) for s in report["stragglers"] if s["rank"] != 3}
-    assert not waiting & {(r, st) for r in range(3) for st in ("attention", "cp_all_gather", "step")}, \
-        report["stragglers"]
+    assert not waiting & {(r, "cp_all_gather") for r in range(3)}, report["stragglers"]
     blamed = [m for m in warnings_of(report) if "holds the job back" in m]
     assert len(blamed) == 1 and blamed[0].startswith("rank 3 "), blamed
     gather = next(s for s in report["stages"] if s["name"] == "cp_all_gather")
@@ -315,9 +315,12 @@ def test_a_balanced_real_job_with_one_stall_blames_no_rank(tmp_path: Path) -> No
     """The same job balanced, rank 1 stalling 400 ms once in `mlp` at step 7
     and every rank's first step slower: no rank is blamed, the stall is an
     event of rank 1's at step 7, and the ranks that waited for it are not
-    stragglers."""
+    stragglers. Small chunks (64 tokens a rank) and 20 ms a step waiting for
+    the (simulated) GPU: on a machine loaded past its cores the ranks'
+    shares of the CPU differ, which must not make a straggler of a balanced
+    job."""
     report = run_cp_job(tmp_path, ["--stall-rank", "1", "--stall-step", "7",
-                                   "--warmup-ms", "300"])
+                                   "--warmup-ms", "300", "--tokens", "64", "--gpu-ms", "20"])
     assert not any("holds the job back" in m for m in warnings_of(report)), warnings_of(report)
     stall = [e for e in report["events"] if e["kind"] == "stall" and e["step"] == 7]
     assert [(e["ranks"], e["stage"]) for e in stall] == [([1], "mlp")], report["events"]
