@@ -64,7 +64,7 @@ pub struct RankCalls {
 }
 
 /// What of a rank's calls of one stage is steady work.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SteadyCalls {
     /// Their summed time in collective calls, seconds.
     pub collective_s: f64,
@@ -205,10 +205,10 @@ impl StageAcross {
     }
 
     /// Adds the calls of `rank`.
-    pub fn add(&mut self, rank: u32, mut calls: NameCalls) {
+    pub fn add(&mut self, rank: u32, calls: NameCalls<'_>) {
         calls::add_rank(&mut self.by_call, rank, calls.per_call());
-        self.quantiles.add(&calls.durations);
-        self.ranks.insert(rank, std::mem::take(&mut calls.totals));
+        self.quantiles.add(calls.durations);
+        self.ranks.insert(rank, calls.totals);
     }
 
     /// Adds the ranks of `other` (none of them already here).
@@ -219,43 +219,28 @@ impl StageAcross {
     }
 }
 
-/// One rank's calls of one stage name, past warm-up, in start order.
-#[derive(Debug, Default)]
-pub struct NameCalls {
+/// One rank's calls of one stage name, past warm-up, in start order, as
+/// [`StageAcross::add`] takes them.
+#[derive(Debug)]
+pub struct NameCalls<'c> {
     /// Each call's duration, seconds.
-    durations: Vec<CallSeconds>,
-    /// The calls whose steady work is not their duration, and their time
-    /// in collective calls.
-    adjusted: Adjusted,
+    durations: &'c [CallSeconds],
+    /// The calls that spent time in collective calls: (index, seconds);
+    /// empty where the rank recorded none in these calls.
+    collective: &'c [(u32, CallSeconds)],
+    /// The calls whose steady work is not their duration less their time
+    /// in collective calls: (index, seconds).
+    work: &'c [(u32, CallSeconds)],
     /// The calls summed.
     totals: RankCalls,
 }
 
-/// What of one name's calls is not their duration: their steady work
-/// (their duration less their time in collective calls and the profiler's
-/// spans; a one-off call's, the rank's steady work of the name) and their
-/// time in collective calls. Kept as compactly as the calls allow: a rank's
-/// calls are held until they are merged.
-#[derive(Debug, Default)]
-enum Adjusted {
-    /// Every call's work is its duration; the rank recorded no collective
-    /// call in them.
-    #[default]
-    None,
-    /// A few calls, by index: (index, work, time in collective calls),
-    /// seconds; the others' work is their duration, with no collective
-    /// call in them.
-    Few(Vec<(u32, CallSeconds, CallSeconds)>),
-    /// Each call's work and time in collective calls, seconds.
-    All(Vec<(CallSeconds, CallSeconds)>),
-}
-
-impl NameCalls {
+impl<'c> NameCalls<'c> {
     /// Calls of these durations, with nothing nested, no collective call
     /// and none one-off.
     #[cfg(test)]
-    pub fn plain(durations: Vec<CallSeconds>) -> Self {
-        let total_s = StageTimes::total(&durations);
+    pub fn plain(durations: &'c [CallSeconds]) -> Self {
+        let total_s = StageTimes::total(durations);
         NameCalls {
             totals: RankCalls {
                 calls: durations.len() as u64,
@@ -264,71 +249,106 @@ impl NameCalls {
                 steady: None,
             },
             durations,
-            adjusted: Adjusted::None,
+            collective: &[],
+            work: &[],
         }
     }
 
     /// Each call's steady work and time in collective calls (infinite
-    /// where the rank recorded no collective call in these calls).
+    /// where the rank recorded no collective call in these calls, which
+    /// says nothing of the least time in them).
     fn per_call(&self) -> impl Iterator<Item = (CallSeconds, CallSeconds)> + '_ {
-        let few: &[(u32, CallSeconds, CallSeconds)] = match &self.adjusted {
-            Adjusted::Few(few) => few,
-            _ => &[],
-        };
-        // The calls not listed spent no time in collective calls, where
-        // the rank recorded some in the others; else nothing is known.
-        let none = if few.iter().any(|&(_, _, collective)| collective > 0.0) {
-            0.0
-        } else {
-            CallSeconds::INFINITY
-        };
-        let mut next = few.iter().peekable();
+        let recorded = !self.collective.is_empty();
+        let mut collective = self.collective.iter().peekable();
+        let mut work = self.work.iter().peekable();
         self.durations.iter().enumerate().map(move |(k, &d)| {
-            if let Adjusted::All(all) = &self.adjusted {
-                return all[k];
-            }
-            match next.peek() {
-                Some(&&(at, work, collective)) if at as usize == k => {
-                    next.next();
-                    (work, collective)
-                }
-                _ => (d, none),
-            }
+            let listed = |call: &&(u32, CallSeconds)| call.0 as usize == k;
+            let c = collective.next_if(listed).map_or(0.0, |call| call.1);
+            let w = work
+                .next_if(listed)
+                .map_or_else(|| derived_work(d, c), |call| call.1);
+            (w, if recorded { c } else { CallSeconds::INFINITY })
         })
     }
 }
 
-impl Adjusted {
-    /// The calls of `durations` whose `work` is not their duration or that
-    /// spent time in `collective` calls, kept as [`Adjusted::Few`] where
-    /// they are a third of the calls or fewer.
-    fn of(durations: &[CallSeconds], work: &[CallSeconds], collective: &[CallSeconds]) -> Self {
-        // A rank that recorded no collective call in these calls says
-        // nothing of their least time in them: infinite.
-        let recorded = collective.iter().any(|&c| c > 0.0);
-        let collective_of = |k: usize| {
-            if recorded {
-                collective[k]
-            } else {
-                CallSeconds::INFINITY
-            }
-        };
-        let few: Vec<(u32, CallSeconds, CallSeconds)> = (0..durations.len())
-            .filter(|&k| work[k] != durations[k] || collective[k] > 0.0)
-            .map(|k| (k as u32, work[k], collective_of(k)))
-            .collect();
-        if few.is_empty() {
-            Adjusted::None
-        } else if few.len() * 3 <= durations.len() {
-            Adjusted::Few(few)
-        } else {
-            Adjusted::All(
-                (0..durations.len())
-                    .map(|k| (work[k], collective_of(k)))
-                    .collect(),
-            )
+/// A call's steady work where nothing else is known of it: its duration
+/// `d` less its time in collective calls `c`, seconds.
+fn derived_work(d: CallSeconds, c: CallSeconds) -> CallSeconds {
+    (d - c).max(0.0)
+}
+
+/// Every stage name's calls of one rank, name after name, in columns: one
+/// allocation each per rank, not one per name, as a rank's calls are held
+/// until the run is chosen.
+#[derive(Debug, Default)]
+struct CallColumns {
+    /// Each call's duration, seconds.
+    durations: Vec<CallSeconds>,
+    /// [`NameCalls::collective`], name after name.
+    collective: Vec<(u32, CallSeconds)>,
+    /// [`NameCalls::work`], name after name.
+    work: Vec<(u32, CallSeconds)>,
+    /// The steady figures of the names whose work is not their whole time.
+    steady: Vec<SteadyCalls>,
+}
+
+/// Where each column of one stage name's calls ends in a [`CallColumns`]
+/// (it starts where the previous name's ends).
+#[derive(Debug, Clone, Copy, Default)]
+struct ColumnEnds {
+    durations: u32,
+    collective: u32,
+    work: u32,
+}
+
+impl CallColumns {
+    /// Where each column ends now.
+    fn ends(&self) -> ColumnEnds {
+        let at = |len: usize| len as u32;
+        ColumnEnds {
+            durations: at(self.durations.len()),
+            collective: at(self.collective.len()),
+            work: at(self.work.len()),
         }
     }
+
+    /// The calls between `from` and `to`, of `totals`.
+    fn calls(&self, from: ColumnEnds, to: ColumnEnds, totals: RankCalls) -> NameCalls<'_> {
+        let range = |a: u32, b: u32| a as usize..b as usize;
+        NameCalls {
+            durations: &self.durations[range(from.durations, to.durations)],
+            collective: &self.collective[range(from.collective, to.collective)],
+            work: &self.work[range(from.work, to.work)],
+            totals,
+        }
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.durations.shrink_to_fit();
+        self.collective.shrink_to_fit();
+        self.work.shrink_to_fit();
+        self.steady.shrink_to_fit();
+    }
+}
+
+/// One stage name's calls in a [`RankStages`]: where its columns end, and
+/// their totals.
+#[derive(Debug)]
+struct NameCallsAt {
+    /// The name's position in the rank's names.
+    name: u32,
+    /// Where its calls end in the rank's [`CallColumns`].
+    ends: ColumnEnds,
+    /// Its steady figures' position in [`CallColumns::steady`], where its
+    /// work is not its whole time.
+    steady: Option<u32>,
+    /// [`RankCalls::calls`].
+    calls: u64,
+    /// [`RankCalls::total_s`].
+    total_s: f64,
+    /// [`RankCalls::self_s`].
+    self_s: f64,
 }
 
 /// What [`StageTimes`] keeps of one rank's stage table: per stage name its
@@ -338,8 +358,10 @@ pub struct RankStages {
     /// The stage names the rank's calls and their enclosing stages have,
     /// each once; the fields below refer to them by position.
     names: Vec<String>,
-    /// Per stage name: its calls.
-    calls: Vec<(u32, NameCalls)>,
+    /// Per stage name: where its calls are in `columns`.
+    calls: Vec<NameCallsAt>,
+    /// Every name's calls.
+    columns: CallColumns,
     /// (name, enclosing name or `None` for the top, calls).
     parents: Vec<(u32, Option<u32>, u64)>,
     /// Per stage name: GPU time in seconds summed over the calls the rank
@@ -427,11 +449,13 @@ impl RankStages {
         // A call's one-off calls inside it, where it is none itself (a
         // stage around the loop of steps), leave its steady work too.
         let inside = one_offs.excess_inside(&enclosing);
-        let mut calls: Vec<(u32, NameCalls)> = judged
+        let mut columns = CallColumns::default();
+        let mut calls: Vec<NameCallsAt> = judged
             .into_iter()
-            .map(|(name, judged)| (name, judged.calls(&times, &by_name, &inside)))
+            .map(|(name, judged)| judged.calls(name, &times, &by_name, &inside, &mut columns))
             .collect();
         calls.shrink_to_fit();
+        columns.shrink_to_fit();
         parents.shrink_to_fit();
         let (events, perturbed) = one_offs.events(stages, &rows, collectives);
         let steadiness = RankSteadiness {
@@ -442,6 +466,7 @@ impl RankStages {
         let rank_stages = RankStages {
             names: names.names,
             calls,
+            columns,
             parents,
             gpu_s: BTreeMap::new(),
         };
@@ -642,18 +667,28 @@ fn judge_calls(
 }
 
 impl Judged {
-    /// The calls (rows `by_name[self.kept]`) as [`StageTimes`] keeps them: a
-    /// one-off call at the steady work, every other less the one-off time
-    /// inside it (`inside`, ns, by row).
-    fn calls(self, times: &CallTimes, by_name: &[usize], inside: &[f64]) -> NameCalls {
+    /// The calls (rows `by_name[self.kept]`) of name `name` as
+    /// [`StageTimes`] keeps them, added to `columns`: a one-off call at the
+    /// steady work, every other less the one-off time inside it (`inside`,
+    /// ns, by row).
+    fn calls(
+        self,
+        name: u32,
+        times: &CallTimes,
+        by_name: &[usize],
+        inside: &[f64],
+        columns: &mut CallColumns,
+    ) -> NameCallsAt {
         let kept = &by_name[self.kept];
         let rows = times.rows;
         let seconds = |ns: f64| ns / 1e9;
-        let durations: Vec<CallSeconds> = kept
-            .iter()
-            .map(|&i| seconds(times.duration(i) as f64) as CallSeconds)
-            .collect();
-        let total_s = StageTimes::total(&durations);
+        let start = columns.durations.len();
+        columns.durations.extend(
+            kept.iter()
+                .map(|&i| seconds(times.duration(i) as f64) as CallSeconds),
+        );
+        let durations = &columns.durations[start..];
+        let total_s = StageTimes::total(durations);
         let self_s = kept
             .iter()
             .map(|&i| seconds(times.self_ns(i) as f64))
@@ -667,59 +702,49 @@ impl Judged {
                     && rows.profiler_ns(i) == 0
                     && inside.get(i).is_none_or(|&e| e == 0.0)
             });
-        if plain {
-            // The common case: work is the calls' whole time.
-            return NameCalls {
-                totals: RankCalls {
-                    calls: kept.len() as u64,
-                    total_s,
-                    self_s,
-                    steady: None,
-                },
-                durations,
-                adjusted: Adjusted::None,
-            };
-        }
-        let mut steady = Vec::with_capacity(kept.len());
-        let (mut steady_s, mut self_steady_s, mut count) = (0.0, 0.0, 0u64);
-        for (k, &i) in kept.iter().enumerate() {
-            let one_off = self.one_off.get(k).copied().unwrap_or(false);
-            let (w, sw) = match (one_off, self.steady) {
-                (true, Some(typical)) => {
-                    count += 1;
-                    typical
+        let mut steady = None;
+        if !plain {
+            let mut sums = SteadyCalls::default();
+            for (k, &i) in kept.iter().enumerate() {
+                let one_off = self.one_off.get(k).copied().unwrap_or(false);
+                let (work, self_work) = match (one_off, self.steady) {
+                    (true, Some(typical)) => {
+                        sums.one_offs += 1;
+                        typical
+                    }
+                    _ => (
+                        (times.work(i) - inside.get(i).copied().unwrap_or(0.0)).max(0.0),
+                        times.self_work(i),
+                    ),
+                };
+                let collective = seconds(rows.collective_ns(i) as f64);
+                sums.collective_s += collective;
+                sums.steady_s += seconds(work);
+                sums.self_steady_s += seconds(self_work);
+                let (d, c, w) = (
+                    columns.durations[start + k],
+                    collective as CallSeconds,
+                    seconds(work) as CallSeconds,
+                );
+                if c > 0.0 {
+                    columns.collective.push((k as u32, c));
                 }
-                _ => (
-                    (times.work(i) - inside.get(i).copied().unwrap_or(0.0)).max(0.0),
-                    times.self_work(i),
-                ),
-            };
-            steady.push(seconds(w) as CallSeconds);
-            steady_s += seconds(w);
-            self_steady_s += seconds(sw);
+                // Single precision rounds the derived work: a microsecond
+                // in a second is no difference.
+                if (w - derived_work(d, c)).abs() > d * 1e-6 {
+                    columns.work.push((k as u32, w));
+                }
+            }
+            columns.steady.push(sums);
+            steady = Some(columns.steady.len() as u32 - 1);
         }
-        let collective: Vec<CallSeconds> = kept
-            .iter()
-            .map(|&i| seconds(rows.collective_ns(i) as f64) as CallSeconds)
-            .collect();
-        let totals = RankCalls {
+        NameCallsAt {
+            name,
+            ends: columns.ends(),
+            steady,
             calls: kept.len() as u64,
             total_s,
             self_s,
-            steady: Some(Box::new(SteadyCalls {
-                collective_s: kept
-                    .iter()
-                    .map(|&i| seconds(rows.collective_ns(i) as f64))
-                    .sum(),
-                steady_s,
-                self_steady_s,
-                one_offs: count,
-            })),
-        };
-        NameCalls {
-            adjusted: Adjusted::of(&durations, &steady, &collective),
-            durations,
-            totals,
         }
     }
 }
@@ -832,8 +857,18 @@ impl StageTimes {
     /// Adds the stages of `rank`.
     pub fn add(&mut self, rank: u32, stages: RankStages) {
         let name = |at: u32| stages.names[at as usize].as_str();
-        for (at, calls) in stages.calls {
-            entry_of(&mut self.by_name, name(at)).add(rank, calls);
+        let columns = &stages.columns;
+        let mut from = ColumnEnds::default();
+        for at in stages.calls {
+            let totals = RankCalls {
+                calls: at.calls,
+                total_s: at.total_s,
+                self_s: at.self_s,
+                steady: at.steady.map(|k| Box::new(columns.steady[k as usize])),
+            };
+            let calls = columns.calls(from, at.ends, totals);
+            entry_of(&mut self.by_name, name(at.name)).add(rank, calls);
+            from = at.ends;
         }
         for (name, gpu_s) in stages.gpu_s {
             self.gpu_by_name
@@ -878,7 +913,7 @@ impl StageTimes {
         for (name, by_rank) in calls {
             let stage = times.by_name.entry(name).or_default();
             for (rank, durations) in by_rank {
-                stage.add(rank, NameCalls::plain(durations));
+                stage.add(rank, NameCalls::plain(&durations));
             }
         }
         times
@@ -1077,5 +1112,41 @@ pub(super) mod tests {
         let times = times_of(&[payload], 0);
         assert_eq!(times.parent("decode"), None);
         assert!((times.by_name["decode"].ranks[&0].self_s - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_one_off_on_a_rank_without_collectives_leaves_their_time_to_the_others() {
+        // Rank 0 spends 0.1 s of each 1 s call of `attention` in an
+        // all_gather; rank 1 records no collective, and its third call is
+        // a one-off. No rank waited: the all_gather's own time is 0.1 s.
+        let mut rank_0 = Vec::new();
+        let mut rank_1 = Vec::new();
+        for k in 0..8u64 {
+            let start = k as f64 * 2.0;
+            rank_0.push((2 * k + 1, None, "attention", start, start + 1.0));
+            rank_0.push((
+                2 * k + 2,
+                Some(2 * k + 1),
+                "all_gather",
+                start + 0.9,
+                start + 1.0,
+            ));
+            let long = if k == 2 { 1.0 } else { 0.0 };
+            rank_1.push((k + 1, None, "attention", start, start + 1.0 + long));
+        }
+        let times = times_of(
+            &[rank_with_stages(0, &rank_0), rank_with_stages(1, &rank_1)],
+            0,
+        );
+        let attention = &times.by_name["attention"];
+        assert_eq!(
+            attention.ranks[&1].one_offs(),
+            1,
+            "{:?}",
+            attention.ranks[&1]
+        );
+        let work = attention.work_by_rank();
+        let wait_0 = work[0].wait_s.expect("rank 0 recorded its collective");
+        assert!(wait_0.abs() < 1e-6, "rank 0 waited no time: {work:?}");
     }
 }
