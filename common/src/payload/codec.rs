@@ -40,6 +40,35 @@ pub(super) fn expansion_allowed(compressed: usize, raw: u64) -> bool {
     raw <= EXPANSION_FLOOR || raw <= (compressed as u64).saturating_mul(MAX_EXPANSION)
 }
 
+/// The most bytes any codec the encoder uses makes of `raw` bytes: zstd's
+/// and LZ4's worst cases (incompressible data grows by under 1 %) and their
+/// frames' headers. More announced is padding (a sparse file of gigabytes
+/// for a table of kilobytes), refused before it is read.
+pub(super) fn compressed_bound(raw: u64) -> u64 {
+    raw.saturating_add(raw / 128).saturating_add(1024)
+}
+
+/// Whether `compressed` bytes announced for a stream of `raw` bytes are
+/// what a codec could have made of it: neither a decompression bomb nor
+/// padding.
+pub(super) fn lengths_fit(compressed: u64, raw: u64) -> Result<(), CodecError> {
+    let compressed =
+        usize::try_from(compressed).map_err(|_| CodecError::Unaddressable(compressed))?;
+    if !expansion_allowed(compressed, raw) {
+        return Err(CodecError::Bomb {
+            compressed,
+            raw_len: raw,
+        });
+    }
+    if compressed as u64 > compressed_bound(raw) {
+        return Err(CodecError::Padded {
+            compressed,
+            raw_len: raw,
+        });
+    }
+    Ok(())
+}
+
 /// Why a table's stream could not be decompressed.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum CodecError {
@@ -57,6 +86,17 @@ pub(super) enum CodecError {
          many (a decompression bomb)"
     )]
     Bomb {
+        /// The compressed size.
+        compressed: usize,
+        /// The size announced.
+        raw_len: u64,
+    },
+    /// More compressed bytes than any codec makes of the announced size
+    /// ([`compressed_bound`]).
+    #[error(
+        "{compressed} compressed bytes for {raw_len}: more than any codec makes of them (padding)"
+    )]
+    Padded {
         /// The compressed size.
         compressed: usize,
         /// The size announced.
@@ -128,12 +168,7 @@ pub(super) fn decompress(
     if raw_len > limit {
         return Err(CodecError::OverLimit { raw_len, limit });
     }
-    if !expansion_allowed(compressed.len(), raw_len) {
-        return Err(CodecError::Bomb {
-            compressed: compressed.len(),
-            raw_len,
-        });
-    }
+    lengths_fit(compressed.len() as u64, raw_len)?;
     // Both bounds above cap `raw_len`, so it can be allocated up front.
     let capacity = usize::try_from(raw_len).map_err(|_| CodecError::Unaddressable(raw_len))?;
     let out = match codec {

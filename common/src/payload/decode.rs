@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 #[cfg(feature = "fuzzing")]
 use arrow_array::RecordBatch;
 
-use super::codec::decompress;
+use super::codec::{decompress, lengths_fit};
 use super::header::{self, HeaderTail, HeaderTailV3, HeaderTailV4};
 use super::stream::read_stream;
 use super::{
@@ -135,6 +135,12 @@ pub fn check_layout<R: std::io::Read + std::io::Seek>(
                 "table `{}`: {len} bytes ({raw_len} uncompressed) announced, {} left",
                 table.name(),
                 body_end.saturating_sub(pos)
+            )));
+        }
+        if let Err(e) = lengths_fit(len, raw_len) {
+            return Err(PayloadError::Layout(format!(
+                "table `{}`: {e}",
+                table.name()
             )));
         }
         pos += len;

@@ -1,4 +1,4 @@
-use super::codec::{decompress, expansion_allowed};
+use super::codec::{codec_id, compress, compressed_bound, decompress, expansion_allowed};
 use super::decode::format_version;
 use super::*;
 use crate::table::*;
@@ -668,6 +668,30 @@ fn a_decompression_bomb_is_refused_before_it_expands() {
     // The encoder never writes one: such a table is stored uncompressed.
     assert!(!expansion_allowed(bomb.len(), zeros.len() as u64));
     assert!(expansion_allowed(bomb.len(), EXPANSION_FLOOR));
+}
+
+#[test]
+fn compressed_bytes_past_what_a_codec_makes_are_refused_as_padding() {
+    // Incompressible bytes: the most a codec makes of them.
+    let noise: Vec<u8> = (0..100_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for codec in [Compression::Lz4, Compression::Zstd] {
+        let stream = compress(&noise, codec).unwrap();
+        assert!(stream.len() as u64 <= compressed_bound(noise.len() as u64));
+        let id = codec_id(codec);
+        assert_eq!(
+            decompress(id, &stream, noise.len() as u64, MAX_TABLE_BYTES).unwrap(),
+            noise
+        );
+        // The same stream behind 100 KB of padding.
+        let mut padded = stream;
+        padded.resize(padded.len() + 100_000, 0);
+        let err = decompress(id, &padded, noise.len() as u64, MAX_TABLE_BYTES)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("more than any codec makes of them"), "{err}");
+    }
 }
 
 /// A part of `readings` GPU readings at times `first..first + readings`,
