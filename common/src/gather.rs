@@ -173,6 +173,11 @@ pub enum ConnectionRefusal {
     /// The peer's payload is not this rank's of this session and run.
     #[error("a payload refused: {0}")]
     WrongPayload(&'static str),
+    /// The peer's node digest is not one rank 0 can read as its node's
+    /// (it does not decode, or holds other ranks): the node is still
+    /// awaited from its real leader.
+    #[error("a node digest refused: {0}")]
+    WrongDigest(String),
     /// The payload came after rank 0 stopped gathering.
     #[error("the payload came after the gather's deadline")]
     Late,

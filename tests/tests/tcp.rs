@@ -436,6 +436,55 @@ fn a_flood_of_strangers_keeps_no_rank_out_of_the_gather() {
     );
 }
 
+/// A peer with the token that claims to lead node 1 (ranks 2 and 3 of two
+/// nodes of two) and sends rank 0 garbage as its node digest before the
+/// real leader: the garbage is refused and named, and the node is still
+/// awaited, so its ranks are in the report.
+#[test]
+fn a_garbage_node_digest_leaves_the_node_awaited_from_its_real_leader() {
+    let out = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let on_node = |rank: u32| {
+        [
+            ("LOCAL_RANK", (rank % 2).to_string()),
+            ("LOCAL_WORLD_SIZE", "2".to_string()),
+            ("RANKSCOPE_NODE", format!("node-{}", rank / 2)),
+            ("RANKSCOPE_GATHER_TIMEOUT_S", "60".to_string()),
+        ]
+    };
+    let start = |r: u32| {
+        let env = on_node(r);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        rank(r, 4, out.path(), port, &env)
+    };
+    let rank0 = start(0);
+    let mut forger = connect(port);
+    greet_for(&mut forger, 2, b"the-job-token", 4);
+    forger
+        .write_all(&frame(10, b"RSND not a node digest at all"))
+        .unwrap();
+    // Rank 0 read the frame and refused it: it closes the connection.
+    let mut sink = Vec::new();
+    let _ = forger.read_to_end(&mut sink);
+    let others: Vec<Child> = (1..4).map(start).collect();
+    for child in others.into_iter().chain([rank0]) {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let report = report(out.path());
+    let session = &report["session"];
+    assert_eq!(session["ranks_reporting"], serde_json::json!([0, 1, 2, 3]));
+    let skipped = session["skipped"].to_string();
+    assert!(
+        skipped.contains("a node digest refused"),
+        "the forged digest is named: {skipped}"
+    );
+}
+
 /// Ten peers with the token announce 200 MiB frames, send 60 MiB of each
 /// and stall, while the real rank 1 sends its payload: rank 0 holds at
 /// most its budget of frame bytes (a frame takes its whole length from it

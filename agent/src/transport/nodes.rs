@@ -124,6 +124,23 @@ impl Nodes {
     }
 }
 
+/// Whether `bytes` are a node digest of ranks within `ranks` alone, else
+/// why not; what makes it this job's is checked as the report is made.
+#[cfg(feature = "report")]
+pub(crate) fn check_digest(bytes: &[u8], ranks: std::ops::Range<u32>) -> Result<(), String> {
+    use rankscope_coordinator::analysis::{NodeDigest, NODE_DIGEST_LIMIT};
+    NodeDigest::decode(bytes, NODE_DIGEST_LIMIT)
+        .map_err(|e| rankscope_common::error::Chain(&e).to_string())?
+        .is_of_node(&ranks)
+}
+
+/// No node digest is read without the coordinator (a build without the
+/// `report` feature gathers in one level).
+#[cfg(not(feature = "report"))]
+pub(crate) fn check_digest(_bytes: &[u8], _ranks: std::ops::Range<u32>) -> Result<(), String> {
+    Err("this build has no `report` feature to read node digests".into())
+}
+
 #[cfg(all(test, feature = "report"))]
 mod tests {
     use super::*;

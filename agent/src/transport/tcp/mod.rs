@@ -333,6 +333,7 @@ impl TcpTransport {
             clock_shift_ns: self.clock_shift_ns,
             control: matches!(serves, Serves::Rank0 { .. })
                 .then(|| session.session_dir.to_path_buf()),
+            check_node: super::nodes::check_digest,
         }
     }
 

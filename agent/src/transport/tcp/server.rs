@@ -65,7 +65,13 @@ pub(super) struct ServerSettings {
     /// Rank 0's session directory, where window controllers are answered
     /// from (`control`); `None` for a leader's listener.
     pub(super) control: Option<std::path::PathBuf>,
+    /// Whether a node digest's bytes are one of the node of the given
+    /// ranks, else why not: checked before the node counts as answered.
+    pub(super) check_node: CheckNode,
 }
+
+/// [`ServerSettings::check_node`].
+pub(super) type CheckNode = fn(&[u8], Range<u32>) -> Result<(), String>;
 
 /// What the listener collected.
 #[derive(Default)]
@@ -611,8 +617,10 @@ fn take_payload(
 }
 
 /// Reads node leader `leader`'s digest and keeps it, the first it sent,
-/// before the gather stopped (what it holds is checked by the report's
-/// analysis: rank 0 only carries it).
+/// before the gather stopped, where it is one of its node
+/// ([`ServerSettings::check_node`]; whether it is of this job is checked by
+/// the report's analysis). One refused leaves the node awaited: a peer
+/// with the token that sends garbage first cannot answer for it.
 fn take_node_digest(
     stream: &mut TcpStream,
     leader: u32,
@@ -625,6 +633,8 @@ fn take_node_digest(
         });
     };
     let digest_of = |bytes: Vec<u8>, peer: String| {
+        (shared.settings.check_node)(&bytes, ranks.clone())
+            .map_err(ConnectionRefusal::WrongDigest)?;
         let source = format!(
             "node digest of rank {leader} (ranks {}..{}) over TCP from {peer}",
             ranks.start, ranks.end

@@ -5,6 +5,7 @@
 
 use rankscope_common::error::Chain;
 use std::borrow::Cow;
+use std::ops::Range;
 
 use rankscope_common::gather::NodeSent;
 use rankscope_common::payload::{self, Compression};
@@ -99,6 +100,22 @@ fn leader_digest_within(
     node.encode()
 }
 
+impl NodeDigest {
+    /// Whether the digest holds a rank at least, and only ranks of the
+    /// node of `ranks`, else why not.
+    pub fn is_of_node(&self, ranks: &Range<u32>) -> Result<(), String> {
+        let mut held = self.ranks.iter().map(|digest| digest.header.rank.rank);
+        match held.clone().find(|rank| !ranks.contains(rank)) {
+            Some(rank) => Err(format!(
+                "it holds rank {rank}, not of its leader's node (ranks {}..{})",
+                ranks.start, ranks.end
+            )),
+            None if held.next().is_none() => Err("it holds no rank".into()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The node digests of `gathered` that are this job's, merged, and those
 /// refused with why. A digest is this job's where it was made under
 /// `config` and every rank it holds is of the session, run and world of
@@ -118,9 +135,7 @@ pub fn accept_nodes(
     let analysed_under = format!("{config:?}");
     let check = |sent: &NodeSent, node: &NodeDigest| {
         let own = own.ok_or("rank 0 has no payload of its own to check it against")?;
-        if node.ranks.is_empty() {
-            return Err("it holds no rank".to_string());
-        }
+        node.is_of_node(&sent.ranks)?;
         if node.analysed_under != analysed_under {
             return Err(
                 "it was digested under other analysis settings (warm-up calls, straggler or \
@@ -134,12 +149,6 @@ pub fn accept_nodes(
             if taken.contains(&rank) {
                 return Err(format!(
                     "it holds rank {rank}, whose payload rank 0 took itself"
-                ));
-            }
-            if !sent.ranks.contains(&rank) {
-                return Err(format!(
-                    "it holds rank {rank}, not of its leader's node (ranks {}..{})",
-                    sent.ranks.start, sent.ranks.end
                 ));
             }
             if header.session.id != own.session.id {
