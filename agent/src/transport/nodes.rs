@@ -124,20 +124,34 @@ impl Nodes {
     }
 }
 
-/// Whether `bytes` are a node digest of ranks within `ranks` alone, else
-/// why not; what makes it this job's is checked as the report is made.
+/// What a node digest rank 0 takes must be of: its leader's node's ranks,
+/// of rank 0's session and run.
+// Read only where a build can read node digests.
+#[cfg_attr(not(feature = "report"), allow(dead_code))]
+pub(crate) struct NodeExpected<'a> {
+    pub(crate) ranks: std::ops::Range<u32>,
+    pub(crate) session_id: &'a str,
+    pub(crate) run_id: &'a str,
+}
+
+/// Whether `bytes` are a node digest of `expected`, else why not; the rest
+/// of what makes it this job's is checked as the report is made.
 #[cfg(feature = "report")]
-pub(crate) fn check_digest(bytes: &[u8], ranks: std::ops::Range<u32>) -> Result<(), String> {
-    use rankscope_coordinator::analysis::{NodeDigest, NODE_DIGEST_LIMIT};
+pub(crate) fn check_digest(bytes: &[u8], expected: &NodeExpected<'_>) -> Result<(), String> {
+    use rankscope_coordinator::analysis::{NodeDigest, NodeOf, NODE_DIGEST_LIMIT};
     NodeDigest::decode(bytes, NODE_DIGEST_LIMIT)
         .map_err(|e| rankscope_common::error::Chain(&e).to_string())?
-        .is_of_node(&ranks)
+        .is_of_node(NodeOf {
+            ranks: &expected.ranks,
+            session_id: expected.session_id,
+            run_id: Some(expected.run_id),
+        })
 }
 
 /// No node digest is read without the coordinator (a build without the
 /// `report` feature gathers in one level).
 #[cfg(not(feature = "report"))]
-pub(crate) fn check_digest(_bytes: &[u8], _ranks: std::ops::Range<u32>) -> Result<(), String> {
+pub(crate) fn check_digest(_bytes: &[u8], _expected: &NodeExpected<'_>) -> Result<(), String> {
     Err("this build has no `report` feature to read node digests".into())
 }
 

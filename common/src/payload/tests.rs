@@ -672,25 +672,35 @@ fn a_decompression_bomb_is_refused_before_it_expands() {
 
 #[test]
 fn compressed_bytes_past_what_a_codec_makes_are_refused_as_padding() {
-    // Incompressible bytes: the most a codec makes of them.
-    let noise: Vec<u8> = (0..100_000u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    for codec in [Compression::Lz4, Compression::Zstd] {
-        let stream = compress(&noise, codec).unwrap();
-        assert!(stream.len() as u64 <= compressed_bound(noise.len() as u64));
-        let id = codec_id(codec);
-        assert_eq!(
-            decompress(id, &stream, noise.len() as u64, MAX_TABLE_BYTES).unwrap(),
-            noise
-        );
-        // The same stream behind 100 KB of padding.
-        let mut padded = stream;
-        padded.resize(padded.len() + 100_000, 0);
-        let err = decompress(id, &padded, noise.len() as u64, MAX_TABLE_BYTES)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("more than any codec makes of them"), "{err}");
+    // Incompressible bytes (splitmix64): the most a codec makes of them,
+    // from none to past LZ4's largest block.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut noise = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) as u8
+    };
+    for len in [0, 1, 100_000, 5 << 20] {
+        let raw: Vec<u8> = (0..len).map(|_| noise()).collect();
+        for codec in [Compression::Lz4, Compression::Zstd] {
+            let stream = compress(&raw, codec).unwrap();
+            if len > 1 {
+                assert!(stream.len() > raw.len(), "{codec:?} expands noise");
+            }
+            assert!(stream.len() as u64 <= compressed_bound(len as u64));
+            let id = codec_id(codec);
+            let limit = MAX_TABLE_BYTES;
+            assert_eq!(decompress(id, &stream, len as u64, limit).unwrap(), raw);
+            // The same stream behind 100 KB of padding.
+            let mut padded = stream;
+            padded.resize(padded.len() + 100_000, 0);
+            let err = decompress(id, &padded, len as u64, limit)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("more than any codec makes of them"), "{err}");
+        }
     }
 }
 

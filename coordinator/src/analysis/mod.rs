@@ -22,7 +22,7 @@ pub mod verdict;
 
 pub use bottlenecks::BottleneckRule;
 pub use digest::REPRESENTED_NODES;
-pub use digest::{leader_digest, DigestError, NodeDigest, RankDigest, NODE_DIGEST_LIMIT};
+pub use digest::{leader_digest, DigestError, NodeDigest, NodeOf, RankDigest, NODE_DIGEST_LIMIT};
 pub use sketch::EXACT_CALLS;
 pub use stragglers::StragglerRule;
 

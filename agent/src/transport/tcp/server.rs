@@ -28,6 +28,7 @@ use super::wire::{
 };
 use super::HANDSHAKE_TIMEOUT;
 use crate::sync::lock;
+use crate::transport::nodes::NodeExpected;
 use crate::transport::TransportError;
 
 /// Whose listener it is, for what it serves.
@@ -71,7 +72,7 @@ pub(super) struct ServerSettings {
 }
 
 /// [`ServerSettings::check_node`].
-pub(super) type CheckNode = fn(&[u8], Range<u32>) -> Result<(), String>;
+pub(super) type CheckNode = fn(&[u8], &NodeExpected<'_>) -> Result<(), String>;
 
 /// What the listener collected.
 #[derive(Default)]
@@ -108,6 +109,8 @@ struct Shared {
     /// A leader's latest offset to rank 0 (from its rendezvous, then its
     /// resync).
     relay: Mutex<Option<ClockOffset>>,
+    /// Held while a node digest is decoded ([`take_node_digest`]).
+    decoding: Mutex<()>,
     /// Rank 0's answers to window controllers.
     desk: Option<Desk>,
     /// Rank 0's mirrors of its window control files, for the ranks that
@@ -220,6 +223,7 @@ impl Server {
             unauthenticated: Mutex::default(),
             stop: AtomicBool::new(false),
             relay: Mutex::new(relay),
+            decoding: Mutex::new(()),
         });
         let accepting = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -632,9 +636,23 @@ fn take_node_digest(
             what: "node digest",
         });
     };
+    let settings = &shared.settings;
     let digest_of = |bytes: Vec<u8>, peer: String| {
-        (shared.settings.check_node)(&bytes, ranks.clone())
-            .map_err(ConnectionRefusal::WrongDigest)?;
+        let expected = NodeExpected {
+            ranks: ranks.clone(),
+            session_id: &settings.session_id,
+            run_id: &settings.run_id,
+        };
+        // One digest decoded at a time: peers with the token that send
+        // many at once cannot multiply what their decoding holds.
+        let checked = {
+            let _one = lock(&shared.decoding);
+            if shared.stop.load(Ordering::SeqCst) {
+                return Err(ConnectionRefusal::Late);
+            }
+            (settings.check_node)(&bytes, &expected)
+        };
+        checked.map_err(ConnectionRefusal::WrongDigest)?;
         let source = format!(
             "node digest of rank {leader} (ranks {}..{}) over TCP from {peer}",
             ranks.start, ranks.end

@@ -29,7 +29,7 @@ use crate::model::{GpuSeries, GpuSummary, HostSummary, RankOverhead, RankTimelin
 pub(in crate::analysis) use node::Bytes;
 pub use node::NodeDigest;
 pub use node::REPRESENTED_NODES;
-pub use two_level::{accept_nodes, leader_digest, represented_payloads, NODE_DIGEST_LIMIT};
+pub use two_level::{accept_nodes, leader_digest, represented_payloads, NodeOf, NODE_DIGEST_LIMIT};
 pub use wire::DigestError;
 
 /// One rank's payload reduced to what the analysis reads: its header, its

@@ -100,19 +100,42 @@ fn leader_digest_within(
     node.encode()
 }
 
+/// What a node digest must be of: its leader's node's ranks, of one
+/// session and run.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeOf<'a> {
+    /// The ranks of the leader's node.
+    pub ranks: &'a Range<u32>,
+    /// The session's id.
+    pub session_id: &'a str,
+    /// The run's id.
+    pub run_id: Option<&'a str>,
+}
+
 impl NodeDigest {
     /// Whether the digest holds a rank at least, and only ranks of the
-    /// node of `ranks`, else why not.
-    pub fn is_of_node(&self, ranks: &Range<u32>) -> Result<(), String> {
-        let mut held = self.ranks.iter().map(|digest| digest.header.rank.rank);
-        match held.clone().find(|rank| !ranks.contains(rank)) {
-            Some(rank) => Err(format!(
-                "it holds rank {rank}, not of its leader's node (ranks {}..{})",
-                ranks.start, ranks.end
-            )),
-            None if held.next().is_none() => Err("it holds no rank".into()),
-            None => Ok(()),
+    /// node, session and run of `of`, else why not.
+    pub fn is_of_node(&self, of: NodeOf<'_>) -> Result<(), String> {
+        if self.ranks.is_empty() {
+            return Err("it holds no rank".into());
         }
+        for digest in &self.ranks {
+            let session = &digest.header.session;
+            let rank = digest.header.rank.rank;
+            if !of.ranks.contains(&rank) {
+                return Err(format!(
+                    "it holds rank {rank}, not of its leader's node (ranks {}..{})",
+                    of.ranks.start, of.ranks.end
+                ));
+            }
+            if session.id != of.session_id {
+                return Err(format!("rank {rank} is of another session"));
+            }
+            if session.run_id.as_deref() != of.run_id {
+                return Err(format!("rank {rank} is of another run"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -135,7 +158,11 @@ pub fn accept_nodes(
     let analysed_under = format!("{config:?}");
     let check = |sent: &NodeSent, node: &NodeDigest| {
         let own = own.ok_or("rank 0 has no payload of its own to check it against")?;
-        node.is_of_node(&sent.ranks)?;
+        node.is_of_node(NodeOf {
+            ranks: &sent.ranks,
+            session_id: &own.session.id,
+            run_id: own.session.run_id.as_deref(),
+        })?;
         if node.analysed_under != analysed_under {
             return Err(
                 "it was digested under other analysis settings (warm-up calls, straggler or \
@@ -150,12 +177,6 @@ pub fn accept_nodes(
                 return Err(format!(
                     "it holds rank {rank}, whose payload rank 0 took itself"
                 ));
-            }
-            if header.session.id != own.session.id {
-                return Err(format!("rank {rank} is of another session"));
-            }
-            if header.session.run_id != own.session.run_id {
-                return Err(format!("rank {rank} is of another run"));
             }
             if header.rank.world_size != gathered.world_size {
                 return Err(format!("rank {rank} claims another world size"));
@@ -268,6 +289,60 @@ mod tests {
         let carried = represented_payloads(gathered, busiest.chain(node.traced));
         let ranks = carried.iter().map(|p| p.header.rank.rank).collect();
         (ranks, refused.first().map(|s| s.reason.clone()))
+    }
+
+    #[test]
+    fn a_digest_is_of_its_leaders_node_session_and_run_alone() {
+        let node = Gathered {
+            world_size: 8,
+            payloads: (4..8).map(|r| payload(r, 1.0)).collect(),
+            ..Gathered::default()
+        };
+        let config = AnalysisConfig::default();
+        let digest = NodeDigest::decode(&leader_digest(&node, &config).unwrap(), 1 << 20).unwrap();
+        let run = digest.ranks[0].header.session.run_id.clone();
+        let of = |ranks: &Range<u32>, session_id: &'static str, run_id: Option<&'static str>| {
+            let of = NodeOf {
+                ranks,
+                session_id,
+                run_id,
+            };
+            digest.is_of_node(of).err()
+        };
+        let run = run.as_deref();
+        assert_eq!(
+            digest.is_of_node(NodeOf {
+                ranks: &(4..8),
+                session_id: "s",
+                run_id: run
+            }),
+            Ok(())
+        );
+        let refused = [
+            (
+                of(&(0..4), "s", None),
+                "rank 4, not of its leader's node (ranks 0..4)",
+            ),
+            (of(&(4..8), "t", None), "rank 4 is of another session"),
+            (
+                of(&(4..8), "s", Some("another")),
+                "rank 4 is of another run",
+            ),
+        ];
+        for (why, expected) in refused {
+            assert!(
+                why.as_deref().is_some_and(|w| w.contains(expected)),
+                "{why:?}"
+            );
+        }
+        assert_eq!(
+            NodeDigest::default().is_of_node(NodeOf {
+                ranks: &(4..8),
+                session_id: "s",
+                run_id: run
+            }),
+            Err("it holds no rank".into())
+        );
     }
 
     #[test]
