@@ -2,7 +2,9 @@
 //! MPI, the payloads reach rank 0 over MPI, with no shared file system.
 //!
 //! Everything goes over a duplicate of the world communicator (or of the
-//! program's own), so rankscope's messages never meet the application's.
+//! program's own), so rankscope's messages never meet the application's,
+//! under tags of each session's own ([`Tags`]), so a send one session
+//! abandoned at its deadline is never taken by the next.
 //! Every send and receive is non-blocking, polled against a deadline: a
 //! rank that never reaches finish cannot hang the others. For that reason the
 //! gather is point-to-point rather than one `MPI_Gatherv`: a collective
@@ -64,13 +66,66 @@ use super::tcp::mirror::{accept_invitation, Mirror, MirrorHost};
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 
-const TAG_RUN: i32 = 0x5253;
-const TAG_PING: i32 = TAG_RUN + 1;
-const TAG_PONG: i32 = TAG_RUN + 2;
-const TAG_SIZE: i32 = TAG_RUN + 4;
-const TAG_CHUNK: i32 = TAG_RUN + 5;
-const TAG_NODE_SIZE: i32 = TAG_RUN + 6;
-const TAG_NODE_CHUNK: i32 = TAG_RUN + 7;
+/// The tags of one session's messages. Each session a transport opens has
+/// tags of its own: a send abandoned at one session's deadline stays in
+/// MPI, and is never taken as a later session's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tags {
+    /// The session's first tag (its run identity); the others follow.
+    base: i32,
+}
+
+impl Tags {
+    /// The first session's first tag.
+    const FIRST: i32 = 0x5253;
+    /// The tags one session uses.
+    const PER_SESSION: i32 = 8;
+    /// Sessions told apart before their tags come round again, within the
+    /// 32,767 tags every MPI provides.
+    const SESSIONS: u32 = 1024;
+
+    /// The tags of the `k`-th session a transport opened (from 0).
+    fn of_session(k: u32) -> Self {
+        Tags {
+            base: Self::FIRST + Self::PER_SESSION * (k % Self::SESSIONS) as i32,
+        }
+    }
+
+    /// Rank 0's run identity, at the start.
+    fn run(self) -> i32 {
+        self.base
+    }
+
+    /// A clock ping.
+    fn ping(self) -> i32 {
+        self.base + 1
+    }
+
+    /// A clock ping's answer.
+    fn pong(self) -> i32 {
+        self.base + 2
+    }
+
+    /// The size of what is `sent`.
+    fn size(self, sent: Sent) -> i32 {
+        match sent {
+            Sent::Payload => self.base + 4,
+            Sent::NodeDigest => self.base + 6,
+        }
+    }
+
+    /// The chunks of what is `sent`.
+    fn chunk(self, sent: Sent) -> i32 {
+        self.size(sent) + 1
+    }
+}
+
+/// rankscope's communicator, with the tags of the session it carries.
+#[derive(Clone, Copy)]
+struct Channel<'a> {
+    comm: &'a SimpleCommunicator,
+    tags: Tags,
+}
 /// Largest message: MPI counts are `int`.
 const CHUNK_BYTES: usize = 1 << 30;
 /// A clock ping: the sender's clock.
@@ -109,6 +164,10 @@ pub struct MpiTransport {
     host: Option<MirrorHost>,
     /// A rank's mirror of rank 0's window files, over that listener.
     mirror: Option<Mirror>,
+    /// Sessions opened: every rank counts them alike.
+    sessions: u32,
+    /// The tags of the session open now.
+    tags: Tags,
 }
 
 /// What one rank sends another at finish: its size first, then its
@@ -119,16 +178,6 @@ enum Sent {
     Payload,
     /// A node leader's digest of its node, to rank 0.
     NodeDigest,
-}
-
-impl Sent {
-    /// The tag of its size and the tag of its chunks.
-    fn tags(self) -> (i32, i32) {
-        match self {
-            Sent::Payload => (TAG_SIZE, TAG_CHUNK),
-            Sent::NodeDigest => (TAG_NODE_SIZE, TAG_NODE_CHUNK),
-        }
-    }
 }
 
 impl MpiTransport {
@@ -172,6 +221,8 @@ impl MpiTransport {
             config: config.clone(),
             host: None,
             mirror: None,
+            sessions: 0,
+            tags: Tags::of_session(0),
         }
     }
 
@@ -194,6 +245,15 @@ impl MpiTransport {
         false
     }
 
+    /// rankscope's communicator with the open session's tags, where it
+    /// has one.
+    fn channel(&self) -> Option<Channel<'_>> {
+        Some(Channel {
+            comm: self.comm.as_ref()?,
+            tags: self.tags,
+        })
+    }
+
     fn now(&self) -> i64 {
         clock::wall_now_ns(self.clock_shift_ns)
     }
@@ -209,7 +269,7 @@ impl MpiTransport {
         deadline: Instant,
         answer_all: bool,
     ) -> Option<ClockOffset> {
-        let comm = self.comm.as_ref()?;
+        let on = self.channel()?;
         let nodes = self.nodes.as_ref();
         let offset = match session.rank {
             // Rank 0's offset to itself is measured as exactly nothing.
@@ -217,16 +277,11 @@ impl MpiTransport {
                 offset_ns: 0,
                 round_trip_ns: 0,
             }),
-            rank => measure(
-                comm,
-                receiver_of(nodes, rank),
-                self.clock_shift_ns,
-                deadline,
-            ),
+            rank => measure(on, receiver_of(nodes, rank), self.clock_shift_ns, deadline),
         };
         if answer_all {
             let measuring = sent_to(nodes, session.rank, session.world_size).len();
-            let mut answers = ClockAnswers::new(comm, offset, self.clock_shift_ns);
+            let mut answers = ClockAnswers::new(on, offset, self.clock_shift_ns);
             let mut polls = 0;
             while answers.done() < measuring && Instant::now() < deadline {
                 match answers.answer_waiting(deadline) {
@@ -244,7 +299,7 @@ impl MpiTransport {
 /// (rank 0, or the node leader that knows its own offset to it) over
 /// [`ROUNDS`] pings, or as many as are answered by `deadline`.
 fn measure(
-    comm: &SimpleCommunicator,
+    on: Channel<'_>,
     receiver: u32,
     shift_ns: i64,
     deadline: Instant,
@@ -255,12 +310,12 @@ fn measure(
     for _ in 0..ROUNDS {
         let sent_ns = clock::wall_now_ns(shift_ns);
         let ping = sent_ns.to_le_bytes();
-        if !send(comm, receiver, &ping, TAG_PING, deadline) {
+        if !send(on.comm, receiver, &ping, on.tags.ping(), deadline) {
             break;
         }
         // An answer to an earlier ping (one that came late) is passed over.
         let answer = loop {
-            match receive(comm, receiver, TAG_PONG, PONG_BYTES, deadline) {
+            match receive(on.comm, receiver, on.tags.pong(), PONG_BYTES, deadline) {
                 Some(answer) if answer.starts_with(&ping) => break Some(answer),
                 Some(_) => continue,
                 None => break None,
@@ -299,7 +354,7 @@ fn measure(
 /// The answering side of a clock exchange: each ping answered at once
 /// with this rank's clock and its offset to rank 0.
 struct ClockAnswers<'a> {
-    comm: &'a SimpleCommunicator,
+    on: Channel<'a>,
     /// This rank's offset to rank 0, where known.
     offset: Option<ClockOffset>,
     shift_ns: i64,
@@ -308,9 +363,9 @@ struct ClockAnswers<'a> {
 }
 
 impl<'a> ClockAnswers<'a> {
-    fn new(comm: &'a SimpleCommunicator, offset: Option<ClockOffset>, shift_ns: i64) -> Self {
+    fn new(on: Channel<'a>, offset: Option<ClockOffset>, shift_ns: i64) -> Self {
         ClockAnswers {
-            comm,
+            on,
             offset,
             shift_ns,
             answered: Default::default(),
@@ -320,7 +375,8 @@ impl<'a> ClockAnswers<'a> {
     /// Answers the pings waiting, whoever sent them; whether there were any.
     fn answer_waiting(&mut self, deadline: Instant) -> bool {
         let mut any = false;
-        while let Some(status) = self.comm.any_process().immediate_probe_with_tag(TAG_PING) {
+        let (comm, tags) = (self.on.comm, self.on.tags);
+        while let Some(status) = comm.any_process().immediate_probe_with_tag(tags.ping()) {
             any = true;
             let peer = status.source_rank();
             // Received whatever its size, so that it is not probed again
@@ -328,9 +384,8 @@ impl<'a> ClockAnswers<'a> {
             // communicator: a size past a ping's is a bug, not an attack).
             let count = usize::try_from(status.count(u8::equivalent_datatype())).unwrap_or(0);
             let mut ping = vec![0u8; count];
-            self.comm
-                .process_at_rank(peer)
-                .receive_into_with_tag(&mut ping[..], TAG_PING);
+            comm.process_at_rank(peer)
+                .receive_into_with_tag(&mut ping[..], tags.ping());
             if count != PING_BYTES {
                 continue;
             }
@@ -339,7 +394,7 @@ impl<'a> ClockAnswers<'a> {
             if let Some(offset) = &self.offset {
                 answer.extend_from_slice(&clock::encode(offset));
             }
-            send(self.comm, peer, &answer, TAG_PONG, deadline);
+            send(comm, peer, &answer, tags.pong(), deadline);
             *self.answered.entry(peer).or_default() += 1;
         }
         any
@@ -402,7 +457,11 @@ impl Transport for MpiTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Rendezvous, TransportError> {
+        // Counted on every rank alike, whichever way the session goes.
+        self.tags = Tags::of_session(self.sessions);
+        self.sessions = self.sessions.wrapping_add(1);
         self.fell_back = self.comm.is_none() || !self.may_call_mpi("session");
+        let tags = self.tags;
         let Some(comm) = self.comm.as_ref().filter(|_| !self.fell_back) else {
             return DirTransport.open(session, deadline);
         };
@@ -429,11 +488,11 @@ impl Transport for MpiTransport {
                 None => run.clone(),
             };
             for peer in 1..comm.size() {
-                send(comm, peer, message.as_bytes(), TAG_RUN, deadline);
+                send(comm, peer, message.as_bytes(), tags.run(), deadline);
             }
             Some(run)
         } else {
-            let message = receive(comm, 0, TAG_RUN, MAX_RUN_MESSAGE_BYTES, deadline)
+            let message = receive(comm, 0, tags.run(), MAX_RUN_MESSAGE_BYTES, deadline)
                 .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
             let (run, invitation) = match &message {
                 Some(message) => match message.split_once('\0') {
@@ -487,18 +546,18 @@ impl Transport for MpiTransport {
             mirror.finish(deadline);
         }
         let usable = !self.fell_back && self.may_call_mpi("gather");
-        let Some(comm) = self.comm.as_ref().filter(|_| usable) else {
+        let Some(on) = self.channel().filter(|_| usable) else {
             return DirTransport.gather(payload, session, deadline);
         };
         let nodes = self.nodes.as_ref();
-        let mut answers = ClockAnswers::new(comm, self.offset, self.clock_shift_ns);
+        let mut answers = ClockAnswers::new(on, self.offset, self.clock_shift_ns);
         if session.rank != 0 {
             match nodes.and_then(|nodes| Some((nodes, nodes.leader(session.rank)?))) {
                 Some((nodes, leader)) if leader == session.rank => {
-                    forward_node(comm, nodes, payload, session, (deadline, &mut answers));
+                    forward_node(on, nodes, payload, session, (deadline, &mut answers));
                 }
                 Some((_, leader)) => {
-                    if !send_sized(comm, leader as i32, Sent::Payload, payload, deadline) {
+                    if !send_sized(on, leader as i32, Sent::Payload, payload, deadline) {
                         say!(
                             "rank {leader}, this node's leader, did not take this rank's payload \
                              in time; it is in the spill file"
@@ -506,7 +565,7 @@ impl Transport for MpiTransport {
                     }
                 }
                 None => {
-                    if !send_sized(comm, 0, Sent::Payload, payload, deadline) {
+                    if !send_sized(on, 0, Sent::Payload, payload, deadline) {
                         say!("rank 0 did not take this rank's payload in time; it is in the spill file");
                     }
                 }
@@ -520,7 +579,7 @@ impl Transport for MpiTransport {
         let expected = sent_to(nodes, 0, world);
         let mut arrived = Vec::new();
         let mut digests = Vec::new();
-        for (peer, sent, bytes) in collect(comm, expected, (deadline, &mut answers)) {
+        for (peer, sent, bytes) in collect(on, expected, (deadline, &mut answers)) {
             match sent {
                 Sent::Payload => arrived.push(payload_of(peer, bytes)),
                 Sent::NodeDigest => digests.push((peer as u32, bytes)),
@@ -601,21 +660,21 @@ fn payload_of(peer: i32, bytes: Result<Vec<u8>, Rejection>) -> Candidate {
 /// clock pings, digested with its own into one node digest, sent to rank
 /// 0; said where that failed (the payloads are in their spill files).
 fn forward_node(
-    comm: &SimpleCommunicator,
+    on: Channel<'_>,
     nodes: &Nodes,
     payload: &[u8],
     session: &SessionInfo<'_>,
     (deadline, answers): (Instant, &mut ClockAnswers<'_>),
 ) {
     let members = sent_to(Some(nodes), session.rank, session.world_size);
-    let arrived = collect(comm, members, (Nodes::members_by(deadline), answers))
+    let arrived = collect(on, members, (Nodes::members_by(deadline), answers))
         .into_iter()
         .map(|(peer, _, bytes)| payload_of(peer, bytes))
         .collect();
     let Some(digest) = nodes.digest_node(payload, (arrived, Vec::new()), session) else {
         return;
     };
-    if !send_sized(comm, 0, Sent::NodeDigest, &digest, deadline) {
+    if !send_sized(on, 0, Sent::NodeDigest, &digest, deadline) {
         say!(
             "rank 0 did not take this node's digest in time; its ranks' payloads are in their \
              spill files"
@@ -628,7 +687,7 @@ fn forward_node(
 /// the clock pings of the ranks that send it (`answers`); in the order it
 /// arrived.
 fn collect(
-    comm: &SimpleCommunicator,
+    on: Channel<'_>,
     mut pending: Vec<(i32, Sent)>,
     (deadline, answers): (Instant, &mut ClockAnswers<'_>),
 ) -> Vec<(i32, Sent, Result<Vec<u8>, Rejection>)> {
@@ -637,10 +696,10 @@ fn collect(
     while !pending.is_empty() && Instant::now() < deadline {
         let before = pending.len();
         let answered = answers.answer_waiting(deadline);
-        pending.retain(|&(peer, sent)| match probe_size(comm, peer, sent) {
+        pending.retain(|&(peer, sent)| match probe_size(on, peer, sent) {
             None => true,
             Some(size) => {
-                arrived.push((peer, sent, receive_sized(comm, peer, sent, size, deadline)));
+                arrived.push((peer, sent, receive_sized(on, peer, sent, size, deadline)));
                 false
             }
         });
@@ -681,9 +740,9 @@ fn receive(
 }
 
 /// The size `peer` announced for what it sends, if it has sent it.
-fn probe_size(comm: &SimpleCommunicator, peer: i32, sent: Sent) -> Option<u64> {
-    let (size_tag, _) = sent.tags();
-    let process = comm.process_at_rank(peer);
+fn probe_size(on: Channel<'_>, peer: i32, sent: Sent) -> Option<u64> {
+    let size_tag = on.tags.size(sent);
+    let process = on.comm.process_at_rank(peer);
     let status = process.immediate_probe_with_tag(size_tag)?;
     let mut bytes = [0u8; 8];
     if status.count(u8::equivalent_datatype()) != bytes.len() as i32 {
@@ -696,7 +755,7 @@ fn probe_size(comm: &SimpleCommunicator, peer: i32, sent: Sent) -> Option<u64> {
 
 /// Receives the chunks of what `peer` sends, of `size` bytes.
 fn receive_sized(
-    comm: &SimpleCommunicator,
+    on: Channel<'_>,
     peer: i32,
     sent: Sent,
     size: u64,
@@ -705,11 +764,11 @@ fn receive_sized(
     if size > MAX_PAYLOAD_BYTES {
         return Err(Rejection::TooLarge { bytes: size });
     }
-    let (_, chunk_tag) = sent.tags();
+    let chunk_tag = on.tags.chunk(sent);
     let mut bytes = Vec::with_capacity(size as usize);
     while (bytes.len() as u64) < size {
         let left = size as usize - bytes.len();
-        match receive(comm, peer, chunk_tag, left.min(CHUNK_BYTES), deadline) {
+        match receive(on.comm, peer, chunk_tag, left.min(CHUNK_BYTES), deadline) {
             Some(chunk) if !chunk.is_empty() => bytes.extend_from_slice(&chunk),
             _ => {
                 return Err(Rejection::Io(std::io::Error::new(
@@ -728,19 +787,13 @@ fn receive_sized(
 /// Sends `bytes` to `peer`: its size, then its chunks. Past `deadline`
 /// the send is left to MPI and `false` returned: the rank goes on (its
 /// spill file holds the same payload).
-fn send_sized(
-    comm: &SimpleCommunicator,
-    peer: i32,
-    sent: Sent,
-    bytes: &[u8],
-    deadline: Instant,
-) -> bool {
-    let (size_tag, chunk_tag) = sent.tags();
+fn send_sized(on: Channel<'_>, peer: i32, sent: Sent, bytes: &[u8], deadline: Instant) -> bool {
+    let (size_tag, chunk_tag) = (on.tags.size(sent), on.tags.chunk(sent));
     let size = (bytes.len() as u64).to_le_bytes();
-    send(comm, peer, &size, size_tag, deadline)
+    send(on.comm, peer, &size, size_tag, deadline)
         && bytes
             .chunks(CHUNK_BYTES)
-            .all(|chunk| send(comm, peer, chunk, chunk_tag, deadline))
+            .all(|chunk| send(on.comm, peer, chunk, chunk_tag, deadline))
 }
 
 /// Sends `bytes` to `peer` with `tag`: a non-blocking send, polled until it
@@ -787,5 +840,28 @@ fn back_off(polls: &mut u32) {
         _ => std::thread::sleep(Duration::from_micros(u64::from(
             (*polls).min(4_000) - 2_000,
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_sessions_tags_are_its_own_within_the_tags_every_mpi_has() {
+        let all = |tags: Tags| {
+            let sent = [Sent::Payload, Sent::NodeDigest];
+            let mut all = vec![tags.run(), tags.ping(), tags.pong()];
+            all.extend(sent.iter().flat_map(|&s| [tags.size(s), tags.chunk(s)]));
+            all
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for k in 0..Tags::SESSIONS {
+            for tag in all(Tags::of_session(k)) {
+                assert!(seen.insert(tag), "session {k}: tag {tag} taken before");
+                assert!((0..=32_767).contains(&tag));
+            }
+        }
+        assert_eq!(Tags::of_session(Tags::SESSIONS), Tags::of_session(0));
     }
 }

@@ -19,6 +19,9 @@
 //! has returned (each leaves `finished-<rank>` in the output directory),
 //! as a rank 0 busy elsewhere while the others end; `--bulk N` records N
 //! metrics of distinct values first, for a payload past MPI's eager size.
+//! With `--sessions N` it runs N sessions one after another, and with
+//! `--stalled-rank R --stall-ms M` rank R finishes its first session M ms
+//! late, as a rank held up while the others go on to the next session.
 
 use std::io::Write;
 
@@ -42,73 +45,81 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let exit_at_step = number_after("--exit-at-step");
     let late_rank = number_after("--late-rank");
     let bulk = number_after("--bulk").unwrap_or(0);
+    let sessions = number_after("--sessions").unwrap_or(1);
+    let stalled_rank = number_after("--stalled-rank");
+    let stall_ms = number_after("--stall-ms").map_or(0, u64::from);
     let profiler = Profiler::from_env()?;
     let rank = profiler.rank_env().map_or(0, |env| env.rank);
-    let session = profiler.session("agent-only", &[("linked", "agent")])?;
-    match steps {
-        Some(steps) => {
-            for step in 0..steps {
-                let slow = slow_rank == Some(rank) && step >= slow_from;
-                let ms = if slow { slow_ms } else { 10 };
-                if exit_rank == Some(rank) && exit_at_step == Some(step) {
-                    if let Some(dir) = session.dir() {
-                        wait_for_closed_windows(&dir, rank, u64::from(step));
+    for k in 0..sessions {
+        let session = profiler.session("agent-only", &[("linked", "agent")])?;
+        match steps {
+            Some(steps) => {
+                for step in 0..steps {
+                    let slow = slow_rank == Some(rank) && step >= slow_from;
+                    let ms = if slow { slow_ms } else { 10 };
+                    if exit_rank == Some(rank) && exit_at_step == Some(step) {
+                        if let Some(dir) = session.dir() {
+                            wait_for_closed_windows(&dir, rank, u64::from(step));
+                        }
+                        std::process::exit(3);
                     }
-                    std::process::exit(3);
-                }
-                let stage = profiler.stage("denoise_step");
-                std::thread::sleep(std::time::Duration::from_millis(ms));
-                profiler.record_metric("step", f64::from(step));
-                if step_inside {
-                    // The step ends inside the stage: the stage is open
-                    // across every window's edge.
-                    profiler.step();
-                    std::thread::sleep(std::time::Duration::from_millis(ms / 2));
-                    drop(stage);
-                } else {
-                    drop(stage);
-                    if !no_step {
+                    let stage = profiler.stage("denoise_step");
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                    profiler.record_metric("step", f64::from(step));
+                    if step_inside {
+                        // The step ends inside the stage: the stage is open
+                        // across every window's edge.
                         profiler.step();
+                        std::thread::sleep(std::time::Duration::from_millis(ms / 2));
+                        drop(stage);
+                    } else {
+                        drop(stage);
+                        if !no_step {
+                            profiler.step();
+                        }
                     }
                 }
             }
-        }
-        None => {
-            for step in 0..3 {
-                let _step = profiler.stage("denoise_step");
-                std::thread::sleep(std::time::Duration::from_millis(5 + 5 * u64::from(rank)));
-                profiler.record_metric("step", f64::from(step));
+            None => {
+                for step in 0..3 {
+                    let _step = profiler.stage("denoise_step");
+                    std::thread::sleep(std::time::Duration::from_millis(5 + 5 * u64::from(rank)));
+                    profiler.record_metric("step", f64::from(step));
+                }
             }
         }
-    }
-    for i in 0..bulk {
-        // Values that do not compress away.
-        let value = f64::from(i.wrapping_mul(2_654_435_761) ^ rank);
-        profiler.record_metric("bulk", value);
-    }
-    if exit_rank == Some(rank) && exit_at_step.is_none() {
-        // The others are in their gather by now.
-        std::thread::sleep(std::time::Duration::from_secs(2));
-        std::process::exit(3);
-    }
-    if wait_for_signal {
-        let _open = profiler.stage("waiting");
-        println!("ready {}", session.dir().unwrap_or_default().display());
-        std::io::stdout().flush()?;
-        std::thread::sleep(std::time::Duration::from_secs(120));
-    }
-    let out = std::env::var_os("RANKSCOPE_OUTPUT_DIR").map(std::path::PathBuf::from);
-    let world = profiler.rank_env().map_or(1, |env| env.world_size);
-    if let (Some(out), true) = (&out, late_rank == Some(rank)) {
-        wait_for_the_others(out, rank, world);
-    }
-    let outcome = session.finish()?;
-    if let (Some(out), Some(_)) = (&out, late_rank) {
-        std::fs::write(out.join(format!("finished-{rank}")), b"")?;
-    }
-    if let Some(report) = outcome.report {
-        for file in report.files {
-            println!("wrote {}", file.display());
+        for i in 0..bulk {
+            // Values that do not compress away.
+            let value = f64::from(i.wrapping_mul(2_654_435_761) ^ rank);
+            profiler.record_metric("bulk", value);
+        }
+        if exit_rank == Some(rank) && exit_at_step.is_none() {
+            // The others are in their gather by now.
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            std::process::exit(3);
+        }
+        if wait_for_signal {
+            let _open = profiler.stage("waiting");
+            println!("ready {}", session.dir().unwrap_or_default().display());
+            std::io::stdout().flush()?;
+            std::thread::sleep(std::time::Duration::from_secs(120));
+        }
+        let out = std::env::var_os("RANKSCOPE_OUTPUT_DIR").map(std::path::PathBuf::from);
+        let world = profiler.rank_env().map_or(1, |env| env.world_size);
+        if let (Some(out), true) = (&out, late_rank == Some(rank)) {
+            wait_for_the_others(out, rank, world);
+        }
+        if k == 0 && stalled_rank == Some(rank) {
+            std::thread::sleep(std::time::Duration::from_millis(stall_ms));
+        }
+        let outcome = session.finish()?;
+        if let (Some(out), Some(_)) = (&out, late_rank) {
+            std::fs::write(out.join(format!("finished-{rank}")), b"")?;
+        }
+        if let Some(report) = outcome.report {
+            for file in report.files {
+                println!("wrote {}", file.display());
+            }
         }
     }
     Ok(())
