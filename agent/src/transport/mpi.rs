@@ -3,7 +3,7 @@
 //!
 //! Everything goes over a duplicate of the world communicator (or of the
 //! program's own), so rankscope's messages never meet the application's,
-//! under tags of each session's own ([`Tags`]), so a send one session
+//! under tags of each session's own (`Tags`), so a send one session
 //! abandoned at its deadline is never taken by the next.
 //! Every send and receive is non-blocking, polled against a deadline: a
 //! rank that never reaches finish cannot hang the others. For that reason the
