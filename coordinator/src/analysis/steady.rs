@@ -249,6 +249,15 @@ pub fn one_offs(work: &[f64]) -> (Vec<bool>, Option<f64>) {
     if most <= (1.0 + SHARE_OF_MEDIAN) * mid || most <= mid + MIN_EXCESS_NS {
         return none;
     }
+    // Where more than half of the calls are at least `reach` from the
+    // median, so is the median deviation, and the bar is at `most` or past
+    // it: no call is past the bar (told by counting, without the
+    // deviations' median).
+    let reach = (most - mid) / (SPREADS * 1.4826);
+    let far = work.iter().filter(|&&w| (w - mid).abs() >= reach).count();
+    if far >= work.len() - (work.len() - 1) / 2 {
+        return none;
+    }
     for value in &mut scratch {
         *value = (*value - mid).abs();
     }

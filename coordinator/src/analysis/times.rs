@@ -206,7 +206,14 @@ impl StageAcross {
 
     /// Adds the calls of `rank`.
     pub fn add(&mut self, rank: u32, calls: NameCalls<'_>) {
-        calls::add_rank(&mut self.by_call, rank, calls.per_call());
+        if calls.collective.is_empty() && calls.work.is_empty() {
+            // The common case: each call's work is its duration, and no
+            // collective call was recorded in them.
+            let plain = calls.durations.iter().map(|&d| (d, CallSeconds::INFINITY));
+            calls::add_rank(&mut self.by_call, rank, plain);
+        } else {
+            calls::add_rank(&mut self.by_call, rank, calls.per_call());
+        }
         self.quantiles.add(calls.durations);
         self.ranks.insert(rank, calls.totals);
     }
