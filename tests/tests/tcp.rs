@@ -466,15 +466,9 @@ fn a_garbage_node_digest_leaves_the_node_awaited_from_its_real_leader() {
     // Rank 0 read the frame and refused it: it closes the connection.
     let mut sink = Vec::new();
     let _ = forger.read_to_end(&mut sink);
-    let others: Vec<Child> = (1..4).map(start).collect();
-    for child in others.into_iter().chain([rank0]) {
-        let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    let mut ranks: Vec<Child> = (1..4).map(start).collect();
+    ranks.push(rank0);
+    support::wait_all(ranks, &[]);
     let report = report(out.path());
     let session = &report["session"];
     assert_eq!(session["ranks_reporting"], serde_json::json!([0, 1, 2, 3]));
