@@ -203,16 +203,11 @@ impl TcpTransport {
         what: u8,
         deadline: Instant,
     ) -> Result<Link, Unreached> {
-        let mut pause = Duration::from_millis(10);
-        loop {
-            let tried = self.try_connect(endpoint, rank, what, deadline);
-            let now = Instant::now();
-            if tried.is_ok() || now >= deadline {
-                return tried;
-            }
-            std::thread::sleep(pause.min(deadline - now));
-            pause = (pause * 2).min(Duration::from_millis(500));
-        }
+        retrying(
+            deadline,
+            || self.try_connect(endpoint, rank, what, deadline),
+            |_| true,
+        )
     }
 
     /// Rank 0 gathers through the session directory this session.
@@ -509,8 +504,16 @@ impl TcpTransport {
         rank: u32,
         deadline: Instant,
     ) -> Result<(String, Option<ClockOffset>), Unreached> {
-        let mut link = self.connect(endpoint, rank, purpose::RENDEZVOUS, deadline)?;
-        let run = self.read_reply(&mut link, kind::RUN, deadline)?;
+        // A connection cut off after its greeting (rank 0 made room for
+        // newer ones while it was verified, or refused it) is tried again.
+        let run_on = || {
+            let mut link = self.connect(endpoint, rank, purpose::RENDEZVOUS, deadline)?;
+            let run = self.read_reply(&mut link, kind::RUN, deadline)?;
+            Ok((link, run))
+        };
+        let (mut link, run) = retrying(deadline, run_on, |why| {
+            matches!(why, Unreached::Exchange(_))
+        })?;
         let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
         // The run is agreed; the clock is best effort.
         let offset = self.answer_clock(&mut link, deadline).ok().flatten();
@@ -573,6 +576,28 @@ impl TcpTransport {
         }
         let offset = self.read_reply(link, kind::OFFSET, deadline)?;
         Ok(clock::decode(&offset))
+    }
+}
+
+/// `attempt` tried again, with a pause from 10 ms doubling to 500 ms,
+/// while it fails in a way `retried` accepts, until `deadline`; then its
+/// last outcome.
+fn retrying<T>(
+    deadline: Instant,
+    mut attempt: impl FnMut() -> Result<T, Unreached>,
+    retried: impl Fn(&Unreached) -> bool,
+) -> Result<T, Unreached> {
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let tried = attempt();
+        let now = Instant::now();
+        match tried {
+            Err(why) if retried(&why) && now < deadline => {
+                std::thread::sleep(pause.min(deadline - now));
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            outcome => return outcome,
+        }
     }
 }
 
@@ -864,5 +889,59 @@ mod tests {
                     && n.contains("the connection failed")),
             "{kept:?}"
         );
+    }
+
+    /// Reads one frame from `from` and writes it to `to`, whole.
+    fn pass_frame(from: &mut TcpStream, to: &mut TcpStream) {
+        use std::io::{Read, Write};
+        let mut head = [0u8; 9];
+        from.read_exact(&mut head).unwrap();
+        let mut body = vec![0u8; u64::from_le_bytes(head[1..].try_into().unwrap()) as usize];
+        from.read_exact(&mut body).unwrap();
+        to.write_all(&head).unwrap();
+        to.write_all(&body).unwrap();
+    }
+
+    /// A rendezvous cut off after its greeting (as rank 0 cuts the oldest
+    /// connection waiting to authenticate, to make room for newer ones) is
+    /// tried again: the rank still meets rank 0 and takes its run.
+    #[test]
+    fn a_rendezvous_cut_off_after_its_greeting_is_tried_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_rank_0, endpoint) = test_support::rank_0(dir.path());
+        // In front of rank 0: the first connection is cut off once its
+        // greeting passed; the others are passed through both ways.
+        let front = TcpListener::bind("127.0.0.1:0").unwrap();
+        let front_endpoint = front.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for (k, client) in front.incoming().enumerate() {
+                let mut client = client.unwrap();
+                let mut upstream = TcpStream::connect(&endpoint).unwrap();
+                if k == 0 {
+                    pass_frame(&mut upstream, &mut client); // the challenge
+                    pass_frame(&mut client, &mut upstream); // the greeting
+                    continue; // both closed
+                }
+                let (mut up, mut down) =
+                    (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut down, &mut up));
+                std::thread::spawn(move || std::io::copy(&mut upstream, &mut client));
+            }
+        });
+        let config = Config {
+            token: Some(String::from_utf8(test_support::TOKEN.to_vec()).unwrap()),
+            ..Config::default()
+        };
+        let env = RankEnv {
+            rank: 1,
+            world_size: 2,
+            master: Some(("127.0.0.1".into(), 1)),
+            ..RankEnv::single()
+        };
+        let transport = TcpTransport::for_rank(&config, &env).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let met = transport.meet(&front_endpoint, 1, deadline);
+        let (run, _) = met.expect("met on the second try");
+        assert_eq!(run, "r");
     }
 }
