@@ -175,7 +175,7 @@ impl Hub {
             &state.id,
             state.rendezvous.run_id.as_deref(),
             &state.dir,
-            state.start_unix_ns,
+            (state.start_unix_ns, state.index),
         );
         if let Some(offset) = state.transport.resync(&info, deadline) {
             payload.header.clock.offset_at_finish = Some(offset);

@@ -52,6 +52,9 @@ pub(crate) struct SessionState {
     host: String,
     dir: PathBuf,
     start_unix_ns: i64,
+    /// Its place among the sessions this process started
+    /// ([`SessionInfo::index`]).
+    index: u32,
     /// Tells this process's spill files from any other's.
     process: u64,
     /// What the transport's rendezvous established.
@@ -90,7 +93,7 @@ fn session_info<'a>(
     id: &'a str,
     run_id: Option<&'a str>,
     dir: &'a Path,
-    started_unix_ns: i64,
+    (started_unix_ns, index): (i64, u32),
 ) -> SessionInfo<'a> {
     SessionInfo {
         rank: env.rank,
@@ -100,6 +103,7 @@ fn session_info<'a>(
         session_dir: dir,
         spill_file: None,
         started_unix_ns,
+        index,
     }
 }
 
@@ -134,6 +138,8 @@ pub(crate) struct Hub {
     /// the recorder: a window's edge notes it (`Flushes::parts`, readable
     /// without its lock).
     pub(crate) parts_taken: AtomicU32,
+    /// Sessions this process started or tried to ([`SessionInfo::index`]).
+    sessions_started: AtomicU32,
     /// The running session's windows thread; taken (and stopped) before
     /// the session leaves its slot, whose flushes a closing window needs.
     windows: Mutex<Option<WindowsThread>>,
@@ -201,6 +207,7 @@ impl Hub {
             flushes: Mutex::default(),
             steps: Arc::default(),
             parts_taken: AtomicU32::new(0),
+            sessions_started: AtomicU32::new(0),
             windows: Mutex::default(),
             parallel: Mutex::default(),
         }
@@ -267,6 +274,9 @@ impl Session {
         tags: &[(&str, &str)],
     ) -> Result<Self, SessionError> {
         let _entered = hub.notices.enter();
+        // Counted first: a start that fails on this rank alone still counts,
+        // as the others' does.
+        let index = hub.sessions_started.fetch_add(1, Ordering::Relaxed);
         hub.telemetry.prepare();
         let starting = hub.session.start(|phase| match phase {
             Phase::Running(running) => SessionError::AlreadyRunning(running.name.clone()),
@@ -295,7 +305,8 @@ impl Session {
         // time), so that the start is close to the recorder's zero.
         let transport = hub.take_transport()?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
-        let (transport, rendezvous) = hub.open_transport(transport, &id, &dir, start_unix_ns)?;
+        let started = (start_unix_ns, index);
+        let (transport, rendezvous) = hub.open_transport(transport, &id, &dir, started)?;
         let windows = (dir.clone(), rendezvous.run_id.clone());
         hub.recorder.begin_session();
         *lock(&hub.flushes) = Flushes::default();
@@ -310,6 +321,7 @@ impl Session {
             },
             dir,
             start_unix_ns,
+            index,
             process: process_tag(start_unix_ns),
             rendezvous,
             transport,
@@ -452,10 +464,10 @@ impl Hub {
         mut transport: Box<dyn Transport>,
         id: &str,
         dir: &Path,
-        start_unix_ns: i64,
+        started: (i64, u32),
     ) -> Result<(Box<dyn Transport>, Rendezvous), SessionError> {
         let env = &self.env;
-        let proposal = session_info(env, id, env.run_id.as_deref(), dir, start_unix_ns);
+        let proposal = session_info(env, id, env.run_id.as_deref(), dir, started);
         let deadline = Instant::now() + Duration::from_secs_f64(self.config.gather_timeout_s);
         match transport.open(&proposal, deadline) {
             Ok(rendezvous) => Ok((transport, rendezvous)),

@@ -30,6 +30,7 @@ pub(crate) struct WindowGather {
     pub(crate) session_id: String,
     pub(crate) run_id: Option<String>,
     pub(crate) started_unix_ns: i64,
+    pub(crate) index: u32,
 }
 
 impl WindowGather {
@@ -42,7 +43,7 @@ impl WindowGather {
                 &self.session_id,
                 self.run_id.as_deref(),
                 &self.dir,
-                self.started_unix_ns,
+                (self.started_unix_ns, self.index),
             )
         }
     }
@@ -93,6 +94,7 @@ impl Hub {
                 session_id: state.id.clone(),
                 run_id: state.rendezvous.run_id.clone(),
                 started_unix_ns: state.start_unix_ns,
+                index: state.index,
             };
             (header, parts, gather)
         }) else {

@@ -52,6 +52,10 @@ pub struct SessionInfo<'a> {
     pub spill_file: Option<&'a Path>,
     /// When this rank's session started, nanoseconds since the Unix epoch.
     pub started_unix_ns: i64,
+    /// The session's place among those this process started, from 0,
+    /// counted before anything that can fail: alike on every rank of a
+    /// job whose ranks start the same sessions.
+    pub index: u32,
 }
 
 /// What the ranks agreed on when the transport opened.

@@ -84,7 +84,7 @@ impl Tags {
     /// 32,767 tags every MPI provides.
     const SESSIONS: u32 = 1024;
 
-    /// The tags of the `k`-th session a transport opened (from 0).
+    /// The tags of the session of index `k` ([`SessionInfo::index`]).
     fn of_session(k: u32) -> Self {
         Tags {
             base: Self::FIRST + Self::PER_SESSION * (k % Self::SESSIONS) as i32,
@@ -164,8 +164,6 @@ pub struct MpiTransport {
     host: Option<MirrorHost>,
     /// A rank's mirror of rank 0's window files, over that listener.
     mirror: Option<Mirror>,
-    /// Sessions opened: every rank counts them alike.
-    sessions: u32,
     /// The tags of the session open now.
     tags: Tags,
 }
@@ -221,7 +219,6 @@ impl MpiTransport {
             config: config.clone(),
             host: None,
             mirror: None,
-            sessions: 0,
             tags: Tags::of_session(0),
         }
     }
@@ -457,9 +454,7 @@ impl Transport for MpiTransport {
         session: &SessionInfo<'_>,
         deadline: Instant,
     ) -> Result<Rendezvous, TransportError> {
-        // Counted on every rank alike, whichever way the session goes.
-        self.tags = Tags::of_session(self.sessions);
-        self.sessions = self.sessions.wrapping_add(1);
+        self.tags = Tags::of_session(session.index);
         self.fell_back = self.comm.is_none() || !self.may_call_mpi("session");
         let tags = self.tags;
         let Some(comm) = self.comm.as_ref().filter(|_| !self.fell_back) else {

@@ -62,9 +62,15 @@ use wire::{kind, purpose, read_frame, unsealed, write_frame, Hello, MAX_CONTROL_
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a rank tries to reach rank 0 at session start.
 const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a rank looks for its node leader's address at finish (the
-/// leader leaves it at its rendezvous, long before).
+/// How long a rank looks for its node leader's address (the leader
+/// leaves it at its rendezvous), and tries to meet it, before it goes to
+/// rank 0 instead.
 const LEADER_WAIT: Duration = Duration::from_secs(5);
+/// Tries of a rendezvous cut off after its greeting: rank 0 cuts the
+/// oldest connection waiting to authenticate to make room for newer ones
+/// (a try or two more get in), and refuses a wrong token or a rank that
+/// does not meet it the same way, silently (those give up soon).
+const TRIES_AFTER_GREETING: u32 = 4;
 
 /// Gathers over authenticated TCP connections to rank 0.
 pub struct TcpTransport {
@@ -415,7 +421,9 @@ impl TcpTransport {
         let until = deadline.min(Instant::now() + LEADER_WAIT);
         if let Some(address) = token_file::read(session.session_dir, &key, launch, until) {
             let address = String::from_utf8_lossy(&address).into_owned();
-            if let Ok((run, offset)) = self.meet(&address, session.rank, deadline) {
+            // The leader gets a share of the time: rank 0, the rest.
+            let leader_by = deadline.min(Instant::now() + LEADER_WAIT);
+            if let Ok((run, offset)) = self.meet(&address, session.rank, leader_by) {
                 self.reached = true;
                 self.via = Some(address);
                 return Rendezvous {
@@ -505,14 +513,17 @@ impl TcpTransport {
         deadline: Instant,
     ) -> Result<(String, Option<ClockOffset>), Unreached> {
         // A connection cut off after its greeting (rank 0 made room for
-        // newer ones while it was verified, or refused it) is tried again.
+        // newer ones while it was verified, or refused it) is tried again,
+        // a few times.
+        let mut tries = 1;
         let run_on = || {
             let mut link = self.connect(endpoint, rank, purpose::RENDEZVOUS, deadline)?;
             let run = self.read_reply(&mut link, kind::RUN, deadline)?;
             Ok((link, run))
         };
         let (mut link, run) = retrying(deadline, run_on, |why| {
-            matches!(why, Unreached::Exchange(_))
+            tries += 1;
+            matches!(why, Unreached::Exchange(_)) && tries <= TRIES_AFTER_GREETING
         })?;
         let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
         // The run is agreed; the clock is best effort.
@@ -585,7 +596,7 @@ impl TcpTransport {
 fn retrying<T>(
     deadline: Instant,
     mut attempt: impl FnMut() -> Result<T, Unreached>,
-    retried: impl Fn(&Unreached) -> bool,
+    mut retried: impl FnMut(&Unreached) -> bool,
 ) -> Result<T, Unreached> {
     let mut pause = Duration::from_millis(10);
     loop {
@@ -877,6 +888,7 @@ mod tests {
             session_dir: dir.path(),
             spill_file: None,
             started_unix_ns: 0,
+            index: 0,
         };
         let deadline = Instant::now() + Duration::from_millis(300);
         let rendezvous = transport.open(&session, deadline).unwrap();
@@ -891,6 +903,9 @@ mod tests {
         );
     }
 
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
     /// Reads one frame from `from` and writes it to `to`, whole.
     fn pass_frame(from: &mut TcpStream, to: &mut TcpStream) {
         use std::io::{Read, Write};
@@ -902,22 +917,20 @@ mod tests {
         to.write_all(&body).unwrap();
     }
 
-    /// A rendezvous cut off after its greeting (as rank 0 cuts the oldest
-    /// connection waiting to authenticate, to make room for newer ones) is
-    /// tried again: the rank still meets rank 0 and takes its run.
-    #[test]
-    fn a_rendezvous_cut_off_after_its_greeting_is_tried_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_rank_0, endpoint) = test_support::rank_0(dir.path());
-        // In front of rank 0: the first connection is cut off once its
-        // greeting passed; the others are passed through both ways.
+    /// A front of rank 0's listener at `endpoint`: it cuts each of the
+    /// first `cut` connections once its greeting passed, and passes the
+    /// others through both ways; its endpoint, and how many connections it
+    /// took.
+    fn front(endpoint: String, cut: usize) -> (String, Arc<AtomicUsize>) {
         let front = TcpListener::bind("127.0.0.1:0").unwrap();
         let front_endpoint = front.local_addr().unwrap().to_string();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&taken);
         std::thread::spawn(move || {
-            for (k, client) in front.incoming().enumerate() {
+            for client in front.incoming() {
                 let mut client = client.unwrap();
                 let mut upstream = TcpStream::connect(&endpoint).unwrap();
-                if k == 0 {
+                if counted.fetch_add(1, Ordering::SeqCst) < cut {
                     pass_frame(&mut upstream, &mut client); // the challenge
                     pass_frame(&mut client, &mut upstream); // the greeting
                     continue; // both closed
@@ -928,6 +941,11 @@ mod tests {
                 std::thread::spawn(move || std::io::copy(&mut upstream, &mut client));
             }
         });
+        (front_endpoint, taken)
+    }
+
+    /// Rank 1's transport, with the tests' token.
+    fn rank_1() -> TcpTransport {
         let config = Config {
             token: Some(String::from_utf8(test_support::TOKEN.to_vec()).unwrap()),
             ..Config::default()
@@ -938,10 +956,32 @@ mod tests {
             master: Some(("127.0.0.1".into(), 1)),
             ..RankEnv::single()
         };
-        let transport = TcpTransport::for_rank(&config, &env).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let met = transport.meet(&front_endpoint, 1, deadline);
-        let (run, _) = met.expect("met on the second try");
+        TcpTransport::for_rank(&config, &env).unwrap()
+    }
+
+    /// A rendezvous cut off after its greeting (as rank 0 cuts the oldest
+    /// connection waiting to authenticate, to make room for newer ones) is
+    /// tried again: the rank still meets rank 0 and takes its run. One cut
+    /// off every time (as a refused one is) gives up after a few tries,
+    /// long before its deadline.
+    #[test]
+    fn a_rendezvous_cut_off_after_its_greeting_is_tried_again_a_few_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_rank_0, endpoint) = test_support::rank_0(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(60);
+
+        let (once, _) = front(endpoint.clone(), 1);
+        let (run, _) = rank_1()
+            .meet(&once, 1, deadline)
+            .expect("met on the second try");
         assert_eq!(run, "r");
+
+        let (always, taken) = front(endpoint, usize::MAX);
+        let refused = rank_1().meet(&always, 1, deadline);
+        assert!(
+            matches!(refused, Err(Unreached::Exchange(_))),
+            "{refused:?}"
+        );
+        assert_eq!(taken.load(Ordering::SeqCst), TRIES_AFTER_GREETING as usize);
     }
 }
