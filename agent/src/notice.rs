@@ -15,6 +15,8 @@
 //!   built.
 //! - [`say!`]: about this process's own fate (stopped by a signal, a spill
 //!   that failed), after its payload was written: always printed.
+//! - [`alarm!`]: a notice that is always printed too, for what may keep
+//!   this rank out of rank 0's report (which then cannot say it).
 
 use std::cell::RefCell;
 use std::fmt;
@@ -162,15 +164,26 @@ pub(crate) fn say_now(message: fmt::Arguments<'_>) {
 /// rank is quiet.
 pub(crate) fn keep(message: fmt::Arguments<'_>) {
     let text = message.to_string();
-    let print = match current() {
-        Some(notices) => notices.keep(&text),
+    if keep_text(&text) {
+        print_line(who(), &text);
+    }
+}
+
+/// [`keep`], printed whether or not the rank is quiet.
+pub(crate) fn keep_and_print(message: fmt::Arguments<'_>) {
+    let text = message.to_string();
+    keep_text(&text);
+    print_line(who(), &text);
+}
+
+/// Keeps `text` where [`keep`] says; whether the rank prints it.
+fn keep_text(text: &str) -> bool {
+    match current() {
+        Some(notices) => notices.keep(text),
         None => {
-            keep_once(&mut lock(&ORPHANS), &text);
+            keep_once(&mut lock(&ORPHANS), text);
             true
         }
-    };
-    if print {
-        print_line(who(), &text);
     }
 }
 
@@ -194,4 +207,11 @@ macro_rules! say {
     };
 }
 
-pub(crate) use {notice, say};
+/// `alarm!("rank 0 did not answer")`: see the module's documentation.
+macro_rules! alarm {
+    ($($arg:tt)*) => {
+        $crate::notice::keep_and_print(format_args!($($arg)*))
+    };
+}
+
+pub(crate) use {alarm, notice, say};

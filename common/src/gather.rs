@@ -140,6 +140,12 @@ pub enum ConnectionRefusal {
     /// The peer stopped sending (or never started) before the deadline.
     #[error("the peer went silent")]
     Stalled,
+    /// The peer sent a frame slower than the least pace rank 0 takes.
+    #[error("the peer sent its frame slower than {bytes_per_s} bytes/s after a grace")]
+    TooSlow {
+        /// The least pace.
+        bytes_per_s: u64,
+    },
     /// The peer closed or reset the connection midway.
     #[error("the peer closed the connection")]
     Closed,

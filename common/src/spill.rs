@@ -81,7 +81,7 @@ pub fn is_spill_of(file_name: &str, rank: Option<u32>, run_id: Option<&str>) -> 
     let Some(rest) = file_name.strip_prefix("rank-") else {
         return false;
     };
-    let rank_ok = rank.is_none_or(|r| rest.starts_with(&format!("{r:05}.")));
+    let rank_ok = rank.is_none_or(|r| rank_of(file_name) == Some(r));
     let run_ok = run_id.is_none_or(|run| rest.contains(&format!(".{}", run_part(run))));
     rank_ok && run_ok && file_name.ends_with(&format!(".{EXTENSION}"))
 }

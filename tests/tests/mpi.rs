@@ -199,13 +199,14 @@ fn a_rank_that_leaves_without_finishing_is_named_missing() {
     );
 }
 
-/// On 4 simulated nodes of 4: a dead leader's node is missing (its ranks
-/// sent it their payloads), a dead rank of another node alone; the rest
-/// report by the deadline, their clocks measured.
+/// On 4 simulated nodes of 4: a dead leader is missing alone (its ranks
+/// sent it their payloads, and rank 0 reads their spill files), and so is
+/// a dead rank of another node; the rest report by the deadline, their
+/// clocks measured.
 #[test]
 fn a_dead_leader_and_a_dead_rank_under_mpirun_are_named_missing() {
     let nodes = [("RANKSCOPE_SIMULATED_NODES", "4")];
-    for (dead, missing) in [(4, vec![4, 5, 6, 7]), (10, vec![10])] {
+    for (dead, missing) in [(4, vec![4]), (10, vec![10])] {
         let report = report_without(dead, &["-n", "16"], &nodes);
         let session = &report["session"];
         assert_eq!(session["gather_levels"], 2, "dead {dead}");

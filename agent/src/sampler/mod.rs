@@ -27,25 +27,37 @@ use rankscope_common::Config;
 use crate::notice::{notice, spawn_with_notices};
 use crate::recorder::Recorder;
 use crate::stop::StopSignal;
-use crate::sync::lock;
+use crate::sync::{join_within, lock, Joined};
 use gpu::{GpuReader, SharedGpuReader};
 use host::HostReader;
 
 /// Bytes in a MiB.
 const MIB: f64 = (1u64 << 20) as f64;
 
+/// How long a session's end waits for its sampler's last reading.
+const HALT_WITHIN: Duration = Duration::from_secs(5);
+
 /// A rank's telemetry: the GPU reader (opened once, at the first session)
 /// and the settings of its sampler.
 pub(crate) struct Telemetry {
     config: Config,
     env: RankEnv,
-    gpu: OnceLock<Option<SharedGpuReader>>,
+    gpu: OnceLock<Option<OpenedGpus>>,
     /// The GPUs' latest readings, one row each, as the sampler last took
     /// them: what a live status shows.
     latest_gpus: Arc<Mutex<Vec<GpuSampleRecord>>>,
 }
 
+/// The GPU reader, once open, and what it said of the GPUs as it opened:
+/// read without the reader's lock, which a reading holds across driver
+/// calls (a header built while one hangs does not wait for it).
+struct OpenedGpus {
+    reader: SharedGpuReader,
+    description: GpuDescription,
+}
+
 /// What the payload header says of a rank's GPUs.
+#[derive(Clone)]
 pub(crate) struct GpuDescription {
     pub(crate) source: GpuSource,
     pub(crate) devices: Vec<GpuMeta>,
@@ -64,10 +76,9 @@ impl Telemetry {
 
     /// The GPUs' latest readings, and whether they are simulated.
     pub(crate) fn latest_gpus(&self) -> (Vec<GpuStatus>, bool) {
-        let simulated = self
-            .lock_gpu()
-            .is_some_and(|gpu| gpu.source() == GpuSource::Simulated);
-        let devices = self.describe_gpus().devices;
+        let described = self.describe_gpus();
+        let simulated = described.source == GpuSource::Simulated;
+        let devices = described.devices;
         let gpus = lock(&self.latest_gpus)
             .iter()
             .map(|row| GpuStatus {
@@ -81,10 +92,17 @@ impl Telemetry {
     }
 
     /// The GPU reader, opened on first use; says once why GPU telemetry is off.
-    fn gpu(&self) -> Option<&SharedGpuReader> {
+    fn gpu(&self) -> Option<&OpenedGpus> {
         self.gpu
             .get_or_init(|| match gpu::open(&self.config, &self.env) {
-                Ok(reader) => reader.map(|r| Arc::new(Mutex::new(r))),
+                Ok(reader) => reader.map(|reader| OpenedGpus {
+                    description: GpuDescription {
+                        source: reader.source(),
+                        devices: reader.devices().to_vec(),
+                        selection: reader.selection().to_string(),
+                    },
+                    reader: Arc::new(Mutex::new(reader)),
+                }),
                 Err(reason) => {
                     notice!("GPU telemetry off: {}", Chain(&reason));
                     None
@@ -101,17 +119,13 @@ impl Telemetry {
 
     /// The locked GPU reader, when there is one.
     pub(crate) fn lock_gpu(&self) -> Option<MutexGuard<'_, Box<dyn GpuReader>>> {
-        self.gpu().map(|g| lock(g))
+        self.gpu().map(|g| lock(&g.reader))
     }
 
-    /// The rank's GPUs, for the payload header.
+    /// The rank's GPUs, for the payload header, as the reader opened.
     pub(crate) fn describe_gpus(&self) -> GpuDescription {
-        match self.lock_gpu() {
-            Some(gpu) => GpuDescription {
-                source: gpu.source(),
-                devices: gpu.devices().to_vec(),
-                selection: gpu.selection().to_string(),
-            },
+        match self.gpu() {
+            Some(gpu) => gpu.description.clone(),
             None => GpuDescription {
                 source: GpuSource::None,
                 devices: Vec::new(),
@@ -123,7 +137,7 @@ impl Telemetry {
     /// Starts a session's sampler, if there is anything to sample.
     pub(crate) fn start(&self, recorder: &Arc<Recorder>) -> Option<Sampler> {
         let config = &self.config;
-        let gpu = self.gpu().cloned();
+        let gpu = self.gpu().map(|g| Arc::clone(&g.reader));
         let host = config.collect_host.then(HostReader::new);
         if gpu.is_none() && host.is_none() {
             return None;
@@ -204,10 +218,21 @@ impl Sampler {
         let Some(thread) = self.thread.take() else {
             return SamplerStats::default();
         };
-        thread.join().unwrap_or_else(|_| {
-            notice!("the telemetry sampler panicked; its readings so far are kept");
-            SamplerStats::default()
-        })
+        match join_within(thread, HALT_WITHIN) {
+            Joined::Returned(stats) => stats,
+            Joined::Panicked => {
+                notice!("the telemetry sampler panicked; its readings so far are kept");
+                SamplerStats::default()
+            }
+            Joined::Detached => {
+                notice!(
+                    "the telemetry sampler did not stop within {} s (a GPU driver call that \
+                     does not return?): it is left running, and its readings so far are kept",
+                    HALT_WITHIN.as_secs()
+                );
+                SamplerStats::default()
+            }
+        }
     }
 }
 

@@ -89,7 +89,7 @@ fn rank_list(ranks: &[u32]) -> String {
 
 /// What the transport is told of a session.
 fn session_info<'a>(
-    env: &RankEnv,
+    env: &'a RankEnv,
     id: &'a str,
     run_id: Option<&'a str>,
     dir: &'a Path,
@@ -100,6 +100,7 @@ fn session_info<'a>(
         world_size: env.world_size,
         session_id: id,
         run_id,
+        launch_run_id: env.run_id.as_deref(),
         session_dir: dir,
         spill_file: None,
         started_unix_ns,

@@ -35,7 +35,7 @@ pub(crate) struct WindowGather {
 
 impl WindowGather {
     /// The transport's view of it.
-    pub(crate) fn info<'a>(&'a self, env: &RankEnv) -> SessionInfo<'a> {
+    pub(crate) fn info<'a>(&'a self, env: &'a RankEnv) -> SessionInfo<'a> {
         SessionInfo {
             spill_file: Some(&self.file),
             ..session_info(

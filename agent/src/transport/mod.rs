@@ -25,8 +25,8 @@ mod send_buffer;
 pub mod tcp;
 mod token_file;
 
-use std::path::Path;
-use std::time::{Instant, UNIX_EPOCH};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rankscope_common::config::TransportKind;
 use rankscope_common::env::RankEnv;
@@ -46,6 +46,9 @@ pub struct SessionInfo<'a> {
     /// The run: at `open`, the launcher's proposal; at `gather`, what the
     /// ranks agreed on.
     pub run_id: Option<&'a str>,
+    /// The launcher's run: the run of a rank that did not meet rank 0 at
+    /// its rendezvous (rank 0 gives the ranks it meets a run of its own).
+    pub launch_run_id: Option<&'a str>,
     /// The session directory (where spill files are).
     pub session_dir: &'a Path,
     /// This rank's spill file, once written (at `gather`).
@@ -156,14 +159,15 @@ pub fn for_rank(config: &Config, env: &RankEnv) -> Result<Box<dyn Transport>, Tr
 
 /// What rank 0 (or a node leader) of a transport that carries payloads
 /// itself (MPI, TCP) gathered: its own payload first, then what arrived
-/// over the wire, then the spill files of the ranks of `answers_for` that
-/// sent nothing (in this run: every rank knows the run's identity),
-/// checked by [`gather::accept`].
+/// over the wire, then the spill files of the missing ranks it
+/// `answers_for` (in this run: every rank knows the run's identity; or,
+/// for a rank that did not meet rank 0, in the launcher's run), checked
+/// by [`gather::accept`].
 fn gathered_by(
     own: &[u8],
     arrived: Vec<Candidate>,
     session: &SessionInfo<'_>,
-    answers_for: std::ops::Range<u32>,
+    answers_for: &dyn Fn(u32) -> bool,
 ) -> Gathered {
     let expect = Expect {
         session_id: Some(session.session_id.to_string()),
@@ -178,9 +182,16 @@ fn gathered_by(
     }];
     candidates.extend(arrived);
     let first = gather::accept(candidates, &expect);
-    if !first.missing.iter().any(|r| answers_for.contains(r)) {
+    let mut rescued: Vec<u32> = first
+        .missing
+        .iter()
+        .copied()
+        .filter(|&rank| answers_for(rank))
+        .collect();
+    if rescued.is_empty() {
         return first;
     }
+    rescued.sort_unstable();
     // The ranks still missing once what arrived was checked (sent nothing,
     // or nothing usable) may have spilled their payload.
     let mut again: Vec<Candidate> = first
@@ -191,16 +202,64 @@ fn gathered_by(
             payload: Ok(payload),
         })
         .collect();
-    for &rank in first.missing.iter().filter(|r| answers_for.contains(r)) {
-        let found = spill::find(session.session_dir, Some(rank), session.run_id, UNIX_EPOCH)
-            .unwrap_or_default();
-        again.extend(spill::read_files(
-            found.files.into_iter().chain(found.special),
-        ));
-    }
+    again.extend(spill_files(session, session.run_id, UNIX_EPOCH, &rescued));
+    again.extend(unmet_spill_files(session, &rescued));
     let mut second = gather::accept(again, &expect);
     second.skipped.splice(0..0, first.skipped);
     second
+}
+
+/// The ranks whose spill files rank 0 reads where their payloads did not
+/// come: every rank but those of the nodes whose digests arrived (`answered`),
+/// so that a node whose leader died is still read where rank 0 sees its
+/// session directory.
+fn rescued_by_rank_0(answered: &[std::ops::Range<u32>]) -> impl Fn(u32) -> bool + '_ {
+    move |rank| !answered.iter().any(|node| node.contains(&rank))
+}
+
+/// The spill files of `ranks` (sorted) in `run`, written since `since`,
+/// read; from one listing of the session directory.
+fn spill_files(
+    session: &SessionInfo<'_>,
+    run: Option<&str>,
+    since: SystemTime,
+    ranks: &[u32],
+) -> Vec<Candidate> {
+    let found = spill::find(session.session_dir, None, run, since).unwrap_or_default();
+    let of_ranks = |path: &PathBuf| {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        spill::rank_of(&name).is_some_and(|rank| ranks.binary_search(&rank).is_ok())
+    };
+    spill::read_files(
+        found
+            .files
+            .into_iter()
+            .chain(found.special)
+            .filter(of_ranks),
+    )
+}
+
+/// The spill files of `ranks` that did not meet rank 0 at their
+/// rendezvous and so ran under the launcher's run, written since this
+/// session started: taken as this run's, and said so.
+fn unmet_spill_files(session: &SessionInfo<'_>, ranks: &[u32]) -> Vec<Candidate> {
+    if session.launch_run_id == session.run_id {
+        return Vec::new();
+    }
+    let started = UNIX_EPOCH + Duration::from_nanos(session.started_unix_ns.max(0) as u64);
+    let mut candidates = spill_files(session, session.launch_run_id, started, ranks);
+    for candidate in &mut candidates {
+        let Ok(payload) = &mut candidate.payload else {
+            continue;
+        };
+        if payload.header.session.run_id.as_deref() == session.launch_run_id {
+            payload.header.session.run_id = session.run_id.map(str::to_string);
+            candidate.source.push_str(
+                " (under the launcher's run: the rank did not meet rank 0 at its rendezvous)",
+            );
+        }
+    }
+    candidates
 }
 
 #[cfg(feature = "mpi")]

@@ -568,9 +568,8 @@ impl Transport for MpiTransport {
             return Ok(None);
         }
         let world = session.world_size;
-        // Rank 0 answers for its node's ranks (every rank, in one level),
-        // and takes each other node's digest from its leader.
-        let node = nodes.map_or(0..world, |nodes| nodes.answers_for(0, world));
+        // Rank 0 takes its node's payloads (every rank's, in one level) and
+        // each other node's digest from its leader.
         let expected = sent_to(nodes, 0, world);
         let mut arrived = Vec::new();
         let mut digests = Vec::new();
@@ -580,25 +579,30 @@ impl Transport for MpiTransport {
                 Sent::NodeDigest => digests.push((peer as u32, bytes)),
             }
         }
-        let mut gathered = super::gathered_by(payload, arrived, session, node);
-        if let Some(nodes) = nodes {
-            let mut sent = Vec::new();
-            for (leader, bytes) in digests {
-                let ranks = nodes.node_of(leader, world);
-                let source = format!(
-                    "node digest of rank {leader} (ranks {}..{}) over MPI",
-                    ranks.start, ranks.end
-                );
-                match bytes {
-                    Ok(bytes) => sent.push(NodeSent {
-                        source,
-                        leader,
-                        ranks,
-                        bytes,
-                    }),
-                    Err(reason) => gathered.skipped.push(Skipped { source, reason }),
-                }
+        let mut sent = Vec::new();
+        let mut refused = Vec::new();
+        for (leader, bytes) in digests {
+            let Some(nodes) = nodes else { continue };
+            let ranks = nodes.node_of(leader, world);
+            let source = format!(
+                "node digest of rank {leader} (ranks {}..{}) over MPI",
+                ranks.start, ranks.end
+            );
+            match bytes {
+                Ok(bytes) => sent.push(NodeSent {
+                    source,
+                    leader,
+                    ranks,
+                    bytes,
+                }),
+                Err(reason) => refused.push(Skipped { source, reason }),
             }
+        }
+        let answered: Vec<_> = sent.iter().map(|node| node.ranks.clone()).collect();
+        let rescued = super::rescued_by_rank_0(&answered);
+        let mut gathered = super::gathered_by(payload, arrived, session, &rescued);
+        gathered.skipped.extend(refused);
+        if nodes.is_some() {
             gathered.add_nodes(sent);
         }
         Ok(Some(gathered))

@@ -61,17 +61,6 @@ impl Nodes {
         leader..leader.saturating_add(self.size).min(world_size)
     }
 
-    /// The ranks whose spill files `rank` (rank 0, or a leader) reads
-    /// where their payloads did not come: rank 0 its node's; a leader none
-    /// but its own (a rank that did not reach it may have sent rank 0 its
-    /// payload, which must not arrive twice).
-    pub(crate) fn answers_for(&self, rank: u32, world_size: u32) -> Range<u32> {
-        match rank {
-            0 => self.node_of(0, world_size),
-            _ => rank..rank + 1,
-        }
-    }
-
     /// `rank`'s node leader, unless that is rank 0 (whose node's ranks send
     /// it their payloads, as in one level).
     pub(crate) fn leader(&self, rank: u32) -> Option<u32> {
@@ -96,8 +85,11 @@ impl Nodes {
         (arrived, refused): (Vec<Candidate>, Vec<Skipped>),
         session: &SessionInfo<'_>,
     ) -> Option<Vec<u8>> {
-        let own = self.answers_for(session.rank, session.world_size);
-        let mut gathered = super::gathered_by(payload, arrived, session, own);
+        // A leader reads no spill file but its own: a rank that did not
+        // reach it may have sent rank 0 its payload, which must not arrive
+        // twice.
+        let own = |rank| rank == session.rank;
+        let mut gathered = super::gathered_by(payload, arrived, session, &own);
         gathered.skipped.extend(refused);
         self.digest(&gathered)
             .map_err(|why| {

@@ -8,6 +8,8 @@
  *   FAKE_NVML_LOST_DEVICE  index of a device that falls off the bus ...
  *   FAKE_NVML_LOST_AFTER   ... after this many utilisation reads (default 3)
  *   FAKE_NVML_HOT_DEVICE   index of a device that reports thermal throttling
+ *   FAKE_NVML_HANG_AFTER   utilisation reads after which the next one never
+ *                          returns (a wedged driver)
  * Device 1 answers NotSupported for power usage, always.
  * NVML indices run in the reverse of PCI bus order, so code that assumes
  * CUDA and NVML indices agree picks the wrong device.
@@ -58,6 +60,7 @@ static int initialized;
 static int lost_device = -1;
 static unsigned long long lost_after = 3;
 static int hot_device = -1;
+static long long hang_after = -1;
 
 static int env_int(const char *name, int fallback) {
     const char *value = getenv(name);
@@ -70,6 +73,7 @@ static nvmlReturn_t init(void) {
     lost_device = env_int("FAKE_NVML_LOST_DEVICE", -1);
     lost_after = (unsigned long long)env_int("FAKE_NVML_LOST_AFTER", 3);
     hot_device = env_int("FAKE_NVML_HOT_DEVICE", -1);
+    hang_after = env_int("FAKE_NVML_HANG_AFTER", -1);
     for (unsigned i = 0; i < device_count; i++) {
         devices[i].index = i;
         devices[i].calls = 0;
@@ -139,6 +143,9 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *util) {
     CHECK(d);
+    if (hang_after >= 0 && d->calls >= (unsigned long long)hang_after) {
+        for (;;) pause();
+    }
     d->calls++;
     util->gpu = 50 + (unsigned)(d->calls % 40);
     util->memory = 20 + (unsigned)(d->calls % 10);

@@ -294,12 +294,15 @@ pub enum RemoteError {
         /// What failed.
         reason: String,
     },
-    /// Rank 0 closed the connection without a word.
-    #[error(
-        "rank 0 at {0} closed the connection without an answer: is RANKSCOPE_TOKEN this job's \
-         token? (rank 0 also turns away more than {AT_ONCE} controllers at once)"
-    )]
-    Refused(String),
+    /// Rank 0 turned the controller away.
+    #[error("rank 0 at {endpoint} turned this controller away: {why}")]
+    Refused {
+        /// Where rank 0 was looked for.
+        endpoint: String,
+        /// Why, as rank 0 said it (or the connection's end, where it said
+        /// nothing).
+        why: String,
+    },
     /// The answer was not sealed with the token, or was no answer.
     #[error("rank 0 at {endpoint} answered with {what}")]
     Malformed {
@@ -383,8 +386,17 @@ impl Remote {
 
     fn failed(&self, unreached: Unreached) -> RemoteError {
         let endpoint = self.endpoint.clone();
+        let refused = |why: String| RemoteError::Refused {
+            endpoint: endpoint.clone(),
+            why,
+        };
         match unreached {
-            Unreached::Exchange(ConnectionRefusal::Closed) => RemoteError::Refused(endpoint),
+            Unreached::Exchange(ConnectionRefusal::Closed) => refused(format!(
+                "it closed the connection without an answer (is RANKSCOPE_TOKEN this job's \
+                 token? rank 0 also turns away more than {AT_ONCE} controllers at once)"
+            )),
+            Unreached::Refused(refusal) => refused(refusal.why),
+            Unreached::TokenRefused => refused("RANKSCOPE_TOKEN is not this job's token".into()),
             Unreached::Unsealed => RemoteError::Malformed {
                 endpoint,
                 what: "an answer not sealed with this token: it is not this job's rank 0",
@@ -469,12 +481,12 @@ mod tests {
             .trigger(&asked(99))
             .and_then(|mut call| call.answer(Duration::ZERO));
         assert!(
-            matches!(turned_away, Err(RemoteError::Refused(_))),
+            matches!(&turned_away, Err(RemoteError::Refused { why, .. }) if why.contains("too many")),
             "{turned_away:?}"
         );
         let stranger = Remote::new(&endpoint, b"another token").statuses();
         assert!(
-            matches!(stranger, Err(RemoteError::Refused(_))),
+            matches!(&stranger, Err(RemoteError::Refused { why, .. }) if why.contains("token")),
             "{stranger:?}"
         );
         requests_pending(dir.path(), AT_ONCE);

@@ -44,7 +44,7 @@ use super::dir::DirTransport;
 use super::nodes::Nodes;
 use super::token_file;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
-use crate::notice::{notice, say};
+use crate::notice::{alarm, notice, say};
 
 pub mod control;
 pub(crate) mod mirror;
@@ -55,7 +55,10 @@ mod wire;
 
 use mirror::{Mirror, MirrorSettings};
 use server::{Server, ServerSettings, Serves};
-use wire::{kind, purpose, read_frame, unsealed, write_frame, Hello, MAX_CONTROL_BYTES};
+use wire::{
+    kind, purpose, read_any_frame, read_frame, unsealed, write_frame, Hello, Refusal,
+    MAX_CONTROL_BYTES,
+};
 
 /// How long a connection's greeting (and a clock exchange) may take, all
 /// of it: a peer slower than that is cut off, however it drips its bytes.
@@ -66,11 +69,6 @@ const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(30);
 /// leaves it at its rendezvous), and tries to meet it, before it goes to
 /// rank 0 instead.
 const LEADER_WAIT: Duration = Duration::from_secs(5);
-/// Tries of a rendezvous cut off after its greeting: rank 0 cuts the
-/// oldest connection waiting to authenticate to make room for newer ones
-/// (a try or two more get in), and refuses a wrong token or a rank that
-/// does not meet it the same way, silently (those give up soon).
-const TRIES_AFTER_GREETING: u32 = 4;
 
 /// Gathers over authenticated TCP connections to rank 0.
 pub struct TcpTransport {
@@ -180,19 +178,18 @@ impl TcpTransport {
         }
     }
 
-    /// The ranks whose spill files this rank reads where their payloads
-    /// did not come ([`Nodes::answers_for`]; every rank's, in one level).
-    fn answers_for(&self, rank: u32, world_size: u32) -> Range<u32> {
-        match &self.nodes {
-            Some(nodes) => nodes.answers_for(rank, world_size),
-            None => 0..world_size,
-        }
-    }
-
     /// Where a node leader leaves its address for its node's ranks: a
     /// key of its own beside rank 0's token.
     fn leader_key(&self, leader: u32) -> String {
         format!("{} leader of rank {leader}", self.endpoint)
+    }
+
+    /// Rank 0's listener, as [`TcpTransport::send`] goes to it.
+    fn rank0(&self) -> Destination<'_> {
+        Destination {
+            endpoint: &self.endpoint,
+            retried: Unreached::passing,
+        }
     }
 
     fn now(&self) -> i64 {
@@ -369,24 +366,30 @@ impl TcpTransport {
 
     /// Sends `bytes` as a frame of `kind` to `endpoint` for `what`, and
     /// waits for the receiver's acknowledgement (it may take a while to
-    /// decode: by the deadline, or a handshake's time past it).
+    /// decode: by the deadline, or a handshake's time past it); tried
+    /// again until the deadline while `to` says another try may be taken.
     fn send(
         &self,
-        endpoint: &str,
+        to: Destination<'_>,
         rank: u32,
         (what, kind): (u8, u8),
         bytes: &[u8],
         deadline: Instant,
     ) -> Result<(), Unreached> {
-        let mut link = self.connect(endpoint, rank, what, deadline)?;
-        write_frame(&mut link.stream, kind, bytes, deadline)?;
-        let ack_by = deadline.max(Instant::now() + HANDSHAKE_TIMEOUT);
-        self.read_reply(&mut link, kind::ACK, ack_by).map(drop)
+        let send_once = || {
+            let mut link = self.try_connect(to.endpoint, rank, what, deadline)?;
+            write_frame(&mut link.stream, kind, bytes, deadline)?;
+            let ack_by = deadline.max(Instant::now() + HANDSHAKE_TIMEOUT);
+            self.read_reply(&mut link, kind::ACK, ack_by).map(drop)
+        };
+        retrying(deadline, send_once, to.retried)
     }
 
     /// A rank of a node whose leader it met at its rendezvous, at
-    /// `address`: its payload to the leader; where the leader does not
-    /// take it, to rank 0.
+    /// `address`: its payload to the leader, within [`LEADER_WAIT`] and
+    /// before the leader stops taking its node's payloads; where the leader
+    /// does not take it (a leader that nothing answers for is gone), to
+    /// rank 0 with the rest of the time.
     fn send_to_leader(
         &self,
         address: &str,
@@ -395,7 +398,14 @@ impl TcpTransport {
         deadline: Instant,
     ) {
         let what = (purpose::PAYLOAD, kind::PAYLOAD);
-        if let Err(why) = self.send(address, session.rank, what, payload, deadline) {
+        let leader_by = deadline
+            .min(Instant::now() + LEADER_WAIT)
+            .min(Nodes::members_by(deadline));
+        let to_leader = Destination {
+            endpoint: address,
+            retried: Unreached::passing_a_live_peer,
+        };
+        if let Err(why) = self.send(to_leader, session.rank, what, payload, leader_by) {
             say!(
                 "this node's leader did not take this rank's payload ({}): it goes to rank 0 \
                  instead",
@@ -439,7 +449,7 @@ impl TcpTransport {
     /// This rank's payload to rank 0; said where rank 0 did not take it.
     fn send_to_rank0(&self, payload: &[u8], session: &SessionInfo<'_>, deadline: Instant) {
         let what = (purpose::PAYLOAD, kind::PAYLOAD);
-        if let Err(why) = self.send(&self.endpoint, session.rank, what, payload, deadline) {
+        if let Err(why) = self.send(self.rank0(), session.rank, what, payload, deadline) {
             say!(
                 "rank 0 did not take this rank's payload in time ({}); it is in the spill file",
                 Chain(&why)
@@ -471,7 +481,7 @@ impl TcpTransport {
             return;
         };
         let what = (purpose::NODE_DIGEST, kind::NODE_DIGEST);
-        if let Err(why) = self.send(&self.endpoint, session.rank, what, &digest, deadline) {
+        if let Err(why) = self.send(self.rank0(), session.rank, what, &digest, deadline) {
             say!(
                 "rank 0 did not take this node's digest in time ({}); its ranks' payloads are \
                  in their spill files",
@@ -493,9 +503,11 @@ impl TcpTransport {
                 ..self.unmet(session)
             },
             Err(why) => {
-                notice!(
-                    "rank 0 at {} did not answer the rendezvous in time ({}); the launcher's \
-                     run identity is used and the clock offset is unknown",
+                alarm!(
+                    "this rank did not meet rank 0 at {} for its rendezvous ({}); the launcher's \
+                     run identity is used and the clock offset is unknown, and this rank's \
+                     payload goes to its spill file alone (rank 0 takes it from there where \
+                     it sees this rank's session directory)",
                     self.endpoint,
                     Chain(&why)
                 );
@@ -512,19 +524,12 @@ impl TcpTransport {
         rank: u32,
         deadline: Instant,
     ) -> Result<(String, Option<ClockOffset>), Unreached> {
-        // A connection cut off after its greeting (rank 0 made room for
-        // newer ones while it was verified, or refused it) is tried again,
-        // a few times.
-        let mut tries = 1;
         let run_on = || {
             let mut link = self.connect(endpoint, rank, purpose::RENDEZVOUS, deadline)?;
             let run = self.read_reply(&mut link, kind::RUN, deadline)?;
             Ok((link, run))
         };
-        let (mut link, run) = retrying(deadline, run_on, |why| {
-            tries += 1;
-            matches!(why, Unreached::Exchange(_)) && tries <= TRIES_AFTER_GREETING
-        })?;
+        let (mut link, run) = retrying(deadline, run_on, Unreached::passing)?;
         let run = String::from_utf8(run).map_err(|_| Unreached::RunNotText)?;
         // The run is agreed; the clock is best effort.
         let offset = self.answer_clock(&mut link, deadline).ok().flatten();
@@ -590,6 +595,12 @@ impl TcpTransport {
     }
 }
 
+/// Where [`TcpTransport::send`] sends, and which failures it tries again.
+struct Destination<'a> {
+    endpoint: &'a str,
+    retried: fn(&Unreached) -> bool,
+}
+
 /// `attempt` tried again, with a pause from 10 ms doubling to 500 ms,
 /// while it fails in a way `retried` accepts, until `deadline`; then its
 /// last outcome.
@@ -628,6 +639,13 @@ enum Unreached {
     /// A reply was not sealed with the job token.
     #[error("its reply was not sealed with this job's token")]
     Unsealed,
+    /// Rank 0 refused the connection after its greeting, and said why.
+    #[error("{0}")]
+    Refused(Refusal),
+    /// A refusal not sealed with this rank's token: rank 0's token differs
+    /// (or someone on the way forged it).
+    #[error("rank 0 refused its greeting: its job token is not this rank's")]
+    TokenRefused,
     /// Its run identity was not text.
     #[error("its run identity is not UTF-8")]
     RunNotText,
@@ -637,6 +655,30 @@ enum Unreached {
     /// A file of this rank's own could not be read or written.
     #[error("a file of this rank's cannot be read or written")]
     Files(#[source] std::io::Error),
+}
+
+impl Unreached {
+    /// Whether another try may be taken: nothing took the connection, it
+    /// was cut off or went silent without a word (rank 0 cuts the oldest
+    /// connection waiting to authenticate to make room for newer ones), or
+    /// rank 0 said so. A refusal that rank 0 gave a reason for is final.
+    fn passing(&self) -> bool {
+        match self {
+            Unreached::Connect(_) => true,
+            Unreached::Exchange(why) => {
+                matches!(why, ConnectionRefusal::Closed | ConnectionRefusal::Stalled)
+            }
+            Unreached::Refused(refusal) => refusal.again,
+            _ => false,
+        }
+    }
+
+    /// [`Unreached::passing`], for a peer whose listener was up when this
+    /// rank met it (a node leader): a connection nothing takes now is a
+    /// peer gone, not one yet to come.
+    fn passing_a_live_peer(&self) -> bool {
+        !matches!(self, Unreached::Connect(_)) && self.passing()
+    }
 }
 
 /// A rank's connection to rank 0 (or a controller's), after its greeting.
@@ -689,7 +731,8 @@ impl Link {
     }
 
     /// A reply of `kind` of at most `max` bytes, by `deadline`, if its
-    /// sender sealed it with `token` (proving it is rank 0).
+    /// sender sealed it with `token` (proving it is rank 0); or rank 0's
+    /// refusal.
     fn reply(
         &mut self,
         token: &[u8],
@@ -697,8 +740,17 @@ impl Link {
         max: u64,
         deadline: Instant,
     ) -> Result<Vec<u8>, Unreached> {
-        let frame = read_frame(&mut self.stream, kind, max, deadline)?;
-        unsealed(token, &self.challenge, &self.nonce, kind, &frame).ok_or(Unreached::Unsealed)
+        let (got, frame) = read_any_frame(&mut self.stream, max.max(MAX_CONTROL_BYTES), deadline)?;
+        let unseal = |kind| unsealed(token, &self.challenge, &self.nonce, kind, &frame);
+        match got {
+            kind::REFUSED => Err(
+                unseal(kind::REFUSED).map_or(Unreached::TokenRefused, |body| {
+                    Unreached::Refused(Refusal::read(&body))
+                }),
+            ),
+            got if got == kind => unseal(kind).ok_or(Unreached::Unsealed),
+            _ => Err(ConnectionRefusal::Malformed("an unexpected message").into()),
+        }
     }
 }
 
@@ -822,10 +874,10 @@ impl Transport for TcpTransport {
             "rank 0's listener is not running: the session did not open it",
         ))?;
         let collected = server.finish(deadline);
-        // Rank 0 answers for its node's ranks (every rank, in one level).
-        let answers_for = self.answers_for(0, session.world_size);
+        let answered: Vec<_> = collected.nodes.values().map(|n| n.ranks.clone()).collect();
         let arrived = collected.payloads.into_values().collect();
-        let mut gathered = super::gathered_by(payload, arrived, session, answers_for);
+        let rescued = super::rescued_by_rank_0(&answered);
+        let mut gathered = super::gathered_by(payload, arrived, session, &rescued);
         gathered.skipped.extend(collected.refused);
         if self.nodes.is_some() {
             gathered.add_nodes(collected.nodes.into_values().collect());
@@ -885,6 +937,7 @@ mod tests {
             world_size: 2,
             session_id: "s",
             run_id: Some("none"),
+            launch_run_id: Some("none"),
             session_dir: dir.path(),
             spill_file: None,
             started_unix_ns: 0,
@@ -897,8 +950,7 @@ mod tests {
         let kept = notices.take_kept();
         assert!(
             kept.iter()
-                .any(|n| n.contains("did not answer the rendezvous in time")
-                    && n.contains("the connection failed")),
+                .any(|n| n.contains("did not meet rank 0") && n.contains("the connection failed")),
             "{kept:?}"
         );
     }
@@ -961,27 +1013,49 @@ mod tests {
 
     /// A rendezvous cut off after its greeting (as rank 0 cuts the oldest
     /// connection waiting to authenticate, to make room for newer ones) is
-    /// tried again: the rank still meets rank 0 and takes its run. One cut
-    /// off every time (as a refused one is) gives up after a few tries,
-    /// long before its deadline.
+    /// tried again until it gets in: the rank meets rank 0 and takes its
+    /// run.
     #[test]
-    fn a_rendezvous_cut_off_after_its_greeting_is_tried_again_a_few_times() {
+    fn a_rendezvous_cut_off_after_its_greeting_is_tried_again_until_it_gets_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_rank_0, endpoint) = test_support::rank_0(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (cut_six_times, taken) = front(endpoint, 6);
+        let (run, _) = rank_1()
+            .meet(&cut_six_times, 1, deadline)
+            .expect("met on the seventh try");
+        assert_eq!(run, "r");
+        assert_eq!(taken.load(Ordering::SeqCst), 7);
+    }
+
+    /// A rank rank 0 refuses for a reason gives up at once, with the
+    /// reason: a rank outside the world (under rank 0's seal) and a wrong
+    /// token (which cannot check the seal) each take one try.
+    #[test]
+    fn a_refusal_with_a_reason_is_final_and_said() {
         let dir = tempfile::tempdir().unwrap();
         let (_rank_0, endpoint) = test_support::rank_0(dir.path());
         let deadline = Instant::now() + Duration::from_secs(60);
 
-        let (once, _) = front(endpoint.clone(), 1);
-        let (run, _) = rank_1()
-            .meet(&once, 1, deadline)
-            .expect("met on the second try");
-        assert_eq!(run, "r");
+        let (counted, taken) = front(endpoint.clone(), 0);
+        let outside = rank_1().meet(&counted, 5, deadline);
+        match &outside {
+            Err(Unreached::Refused(refusal)) => {
+                assert!(!refusal.again);
+                assert!(refusal.why.contains("outside the world"), "{refusal}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(taken.load(Ordering::SeqCst), 1);
 
-        let (always, taken) = front(endpoint, usize::MAX);
-        let refused = rank_1().meet(&always, 1, deadline);
+        let (counted, taken) = front(endpoint, 0);
+        let mut stranger = rank_1();
+        stranger.token = b"not the job's token".to_vec();
+        let refused = stranger.meet(&counted, 1, deadline);
         assert!(
-            matches!(refused, Err(Unreached::Exchange(_))),
+            matches!(refused, Err(Unreached::TokenRefused)),
             "{refused:?}"
         );
-        assert_eq!(taken.load(Ordering::SeqCst), TRIES_AFTER_GREETING as usize);
+        assert_eq!(taken.load(Ordering::SeqCst), 1);
     }
 }

@@ -3,8 +3,8 @@
 //! it by the challenge and its proof, answers the rendezvous and the clock
 //! exchanges (rank 0's), and collects the payloads of its senders and (rank
 //! 0's, in two levels) the other nodes' leaders' digests, each within its
-//! budgets (connections not yet authenticated, frame bytes in flight) and
-//! deadlines.
+//! budgets (connections not greeted yet, each rank's places, frame bytes in
+//! flight, a frame's pace) and deadlines.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -23,7 +23,7 @@ use super::clock::{self, Round, ROUNDS};
 use super::control::{Desk, CONTROLLER};
 use super::mirror::MirrorDesk;
 use super::wire::{
-    kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, Hello,
+    kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, Hello, Refusal,
     MAX_CONTROL_BYTES,
 };
 use super::HANDSHAKE_TIMEOUT;
@@ -87,12 +87,12 @@ pub(super) struct Collected {
     pub(super) unlisted: u64,
 }
 
-/// Connections that have not authenticated yet, kept apart from the
+/// Connections whose greeting has not arrived yet, kept apart from the
 /// ranks': at most this many, the oldest cut off to make room for a new
 /// one. Strangers flooding the port then cannot keep a rank out: its
-/// connection gets in and authenticates in one round trip, long before as
-/// many newer connections push it out.
-const MAX_UNAUTHENTICATED: usize = 64;
+/// connection greets in one round trip, mostly before as many newer
+/// connections push it out, and a rank cut off tries again.
+const MAX_UNGREETED: usize = 64;
 
 /// State shared by the listener and its connection threads.
 struct Shared {
@@ -101,10 +101,10 @@ struct Shared {
     settings: ServerSettings,
     collected: Mutex<Collected>,
     arrived: Condvar,
-    /// Authenticated connections open now.
-    connections: AtomicUsize,
-    /// Connections not authenticated yet, oldest first, by id.
-    unauthenticated: Mutex<VecDeque<(u64, TcpStream)>>,
+    /// Each rank's authenticated connections open now.
+    places: RankPlaces,
+    /// Connections not greeted yet, oldest first, by id.
+    ungreeted: Mutex<VecDeque<(u64, TcpStream)>>,
     stop: AtomicBool,
     /// A leader's latest offset to rank 0 (from its rendezvous, then its
     /// resync).
@@ -119,16 +119,16 @@ struct Shared {
 }
 
 impl Shared {
-    /// Takes `stream` in among the unauthenticated connections, cutting
-    /// the oldest off past [`MAX_UNAUTHENTICATED`]; `false` when it cannot
+    /// Takes `stream` in among the connections not greeted yet, cutting
+    /// the oldest off past [`MAX_UNGREETED`]; `false` when it cannot
     /// be kept track of (no file descriptor for its handle): then it is
     /// not served.
     fn admit(&self, id: u64, stream: &TcpStream) -> bool {
         let Ok(handle) = stream.try_clone() else {
             return false;
         };
-        let mut waiting = lock(&self.unauthenticated);
-        if waiting.len() >= MAX_UNAUTHENTICATED {
+        let mut waiting = lock(&self.ungreeted);
+        if waiting.len() >= MAX_UNGREETED {
             if let Some((_, oldest)) = waiting.pop_front() {
                 let _ = oldest.shutdown(Shutdown::Both);
             }
@@ -137,10 +137,10 @@ impl Shared {
         true
     }
 
-    /// Connection `id` is no longer waiting to authenticate; `false` if it
+    /// Connection `id` is no longer waiting for its greeting; `false` if it
     /// was cut off meanwhile.
     fn leave(&self, id: u64) -> bool {
-        let mut waiting = lock(&self.unauthenticated);
+        let mut waiting = lock(&self.ungreeted);
         match waiting.iter().position(|(waiting_id, _)| *waiting_id == id) {
             Some(at) => {
                 waiting.remove(at);
@@ -185,6 +185,43 @@ impl Drop for Place<'_> {
     }
 }
 
+/// The authenticated connections a listener keeps, as places of each
+/// rank's own: a connection that proves it is rank r takes one of rank r's
+/// places and never another rank's, so peers that claim some ranks cannot
+/// keep the others out.
+struct RankPlaces {
+    /// Places taken, by rank.
+    taken: Box<[AtomicUsize]>,
+    /// Places each rank has: its rendezvous or resync and its payload at
+    /// once (and, where rank 0 serves window files, its mirror and a
+    /// window payload).
+    each: usize,
+}
+
+impl RankPlaces {
+    fn for_listener(settings: &ServerSettings) -> Self {
+        let each = match settings.serves {
+            Serves::Rank0 { .. } if settings.control.is_some() => 4,
+            _ => 2,
+        };
+        let ranks = (0..settings.world_size).map(|_| AtomicUsize::new(0));
+        RankPlaces {
+            taken: ranks.collect(),
+            each,
+        }
+    }
+
+    /// One of `rank`'s places, where one is free.
+    fn take(&self, rank: u32) -> Option<Place<'_>> {
+        let taken = self.taken.get(rank as usize)?;
+        if taken.fetch_add(1, Ordering::SeqCst) >= self.each {
+            taken.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Place(taken))
+    }
+}
+
 /// Rank 0's listener, or a node leader's: a thread accepting connections,
 /// a thread for each.
 pub(super) struct Server {
@@ -212,15 +249,16 @@ impl Server {
             .control
             .clone()
             .map(|dir| MirrorDesk::new(dir, settings.run_id.clone()));
+        let places = RankPlaces::for_listener(&settings);
         let shared = Arc::new(Shared {
             desk,
             mirrors,
+            places,
             settings,
             collected: Mutex::default(),
             arrived: Condvar::new(),
             frames: FrameBudget::default(),
-            connections: AtomicUsize::new(0),
-            unauthenticated: Mutex::default(),
+            ungreeted: Mutex::default(),
             stop: AtomicBool::new(false),
             relay: Mutex::new(relay),
             decoding: Mutex::new(()),
@@ -326,31 +364,16 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-/// Where a connection got to, for what to count and say when it ends.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Reached {
-    /// Still among the unauthenticated (or cut off from them).
-    Waiting,
-    /// Authenticated, and out of the waiting list.
-    LeftWaiting,
-    /// Counted among the authenticated connections.
-    Counted,
-}
-
 /// Serves connection `id` and records why it was refused, if it was.
 fn serve_connection(stream: TcpStream, id: u64, source: String, shared: &Shared) {
-    let mut reached = Reached::Waiting;
-    let result = serve(stream, id, &mut reached, shared);
-    if reached == Reached::Counted {
-        shared.connections.fetch_sub(1, Ordering::SeqCst);
-    }
+    let mut greeted = false;
+    let result = serve(stream, id, &mut greeted, shared);
     let was_waiting = shared.leave(id);
     if let Err(refusal) = result {
-        // Cut off while it waited to authenticate: its read failed for that.
-        let refusal = if reached == Reached::Waiting && !was_waiting {
-            ConnectionRefusal::Evicted
-        } else {
-            refusal
+        // Cut off while it waited for its greeting: its read failed for that.
+        let refusal = match !greeted && !was_waiting {
+            true => ConnectionRefusal::Evicted,
+            false => refusal,
         };
         refuse(shared, source, refusal);
     }
@@ -368,12 +391,19 @@ fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
     }
 }
 
+/// How long a refusal's frame may take to leave: it is small enough for
+/// the socket's buffer, so only a peer that stopped reading waits.
+const REFUSAL_WRITE: Duration = Duration::from_secs(1);
+
 /// One connection, from the challenge to the end of what it came for;
-/// `reached` says how far it got.
+/// `greeted` says whether its greeting arrived. A peer that
+/// proved the token is told why it was refused, under rank 0's seal, and
+/// whether to try again ([`Refusal`]); one that did not is told unsealed
+/// (it cannot check the seal), and gives up.
 fn serve(
     mut stream: TcpStream,
     id: u64,
-    reached: &mut Reached,
+    greeted: &mut bool,
     shared: &Shared,
 ) -> Result<(), ConnectionRefusal> {
     // The handshake and a clock exchange are quick, whoever the peer is.
@@ -386,18 +416,68 @@ fn serve(
     getrandom::fill(&mut challenge).map_err(|_| ConnectionRefusal::Malformed("no randomness"))?;
     write_frame(&mut stream, kind::CHALLENGE, &challenge, handshake)?;
     let greeting = read_frame(&mut stream, kind::HELLO, MAX_CONTROL_BYTES, handshake)?;
+    // Greeted: out of the room newer connections are made in, so that it
+    // is not cut off while its proof is checked.
+    if !shared.leave(id) {
+        return Err(ConnectionRefusal::Evicted);
+    }
+    *greeted = true;
     let hello = Hello::read(&greeting)?;
-    admit(&hello, &challenge, id, reached, shared)?;
     let token = &shared.settings.token;
+    let tell = |stream: &mut TcpStream, body: &[u8]| {
+        let _ = write_frame(stream, kind::REFUSED, body, Instant::now() + REFUSAL_WRITE);
+    };
+    if !hello.proves(token, &challenge) {
+        tell(&mut stream, &Refusal::body(&ConnectionRefusal::BadToken));
+        return Err(ConnectionRefusal::BadToken);
+    }
     let reply = |kind: u8, body: &[u8]| sealed(token, &challenge, hello.nonce, kind, body);
+    let peer = Peer {
+        hello: &hello,
+        challenge: &challenge,
+        id,
+        reply: &reply,
+    };
+    let served = serve_rank(&mut stream, &peer, shared, handshake);
+    if let Err(refusal) = &served {
+        tell(&mut stream, &reply(kind::REFUSED, &Refusal::body(refusal)));
+    }
+    served
+}
+
+/// An authenticated peer: its greeting, the connection's challenge and id,
+/// and how rank 0 seals its replies to it.
+struct Peer<'a> {
+    hello: &'a Hello<'a>,
+    challenge: &'a [u8],
+    id: u64,
+    reply: &'a dyn Fn(u8, &[u8]) -> Vec<u8>,
+}
+
+/// What an authenticated rank (or controller) came for, in one of its own
+/// places where it may come here for that.
+fn serve_rank(
+    stream: &mut TcpStream,
+    peer: &Peer<'_>,
+    shared: &Shared,
+    handshake: Instant,
+) -> Result<(), ConnectionRefusal> {
+    let hello = peer.hello;
+    shared.settings.takes(hello.rank, hello.what)?;
+    // A controller's places are the desk's own.
+    let _place = match hello.rank {
+        CONTROLLER => None,
+        rank => Some(shared.places.take(rank).ok_or(ConnectionRefusal::TooMany)?),
+    };
+    let reply = peer.reply;
     match hello.what {
         purpose::RENDEZVOUS | purpose::RESYNC => {
-            answer_clock(&mut stream, hello.what, &reply, shared, handshake)
+            answer_clock(stream, hello.what, reply, shared, handshake)
         }
         purpose::TRIGGER | purpose::STATUS => match &shared.desk {
             Some(desk) => {
-                let greeting = (hello.what, &challenge[..], hello.nonce);
-                desk.serve(&mut stream, greeting, &reply, &shared.stop)
+                let greeting = (hello.what, peer.challenge, hello.nonce);
+                desk.serve(stream, greeting, reply, &shared.stop)
             }
             None => Err(ConnectionRefusal::Malformed(
                 "window control where none is served",
@@ -410,22 +490,22 @@ fn serve(
                 ));
             };
             if hello.what == purpose::MIRROR {
-                return mirrors.serve(&mut stream, (hello.rank, id), &reply, &shared.stop);
+                return mirrors.serve(stream, (hello.rank, peer.id), reply, &shared.stop);
             }
             let settings = &shared.settings;
             let limits = (settings.max_frame, settings.payload_timeout);
-            mirrors.take_window_payload(&mut stream, hello.rank, &shared.frames, limits)?;
+            mirrors.take_window_payload(stream, hello.rank, &shared.frames, limits)?;
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
-            write_frame(&mut stream, kind::ACK, &reply(kind::ACK, &[]), until)
+            write_frame(stream, kind::ACK, &reply(kind::ACK, &[]), until)
         }
         purpose::PAYLOAD | purpose::NODE_DIGEST => {
             if hello.what == purpose::PAYLOAD {
-                take_payload(&mut stream, hello.rank, shared)?;
+                take_payload(stream, hello.rank, shared)?;
             } else {
-                take_node_digest(&mut stream, hello.rank, shared)?;
+                take_node_digest(stream, hello.rank, shared)?;
             }
             let _ = write_frame(
-                &mut stream,
+                stream,
                 kind::ACK,
                 &reply(kind::ACK, &[]),
                 handshake.max(Instant::now() + HANDSHAKE_TIMEOUT),
@@ -516,41 +596,6 @@ impl ServerSettings {
             false => Err(ConnectionRefusal::NotHere { rank, what }),
         }
     }
-}
-
-/// Lets an authenticated rank of the world in: its proof checked, out of
-/// the strangers' waiting room, within the ranks' budget of connections.
-fn admit(
-    hello: &Hello<'_>,
-    challenge: &[u8],
-    id: u64,
-    reached: &mut Reached,
-    shared: &Shared,
-) -> Result<(), ConnectionRefusal> {
-    let settings = &shared.settings;
-    if !hello.proves(&settings.token, challenge) {
-        return Err(ConnectionRefusal::BadToken);
-    }
-    if !shared.leave(id) {
-        return Err(ConnectionRefusal::Evicted);
-    }
-    *reached = Reached::LeftWaiting;
-    // Authenticated: among the ranks' connections, a budget of their own
-    // (rank 0's: every rank's rendezvous and resync).
-    // (Where rank 0 mirrors window files, a rank's mirror and window
-    // payload may be open beside the others.)
-    let (peers, each) = match settings.serves {
-        Serves::Rank0 { .. } if settings.control.is_some() => (settings.world_size as usize, 4),
-        Serves::Rank0 { .. } | Serves::WindowFiles => (settings.world_size as usize, 2),
-        Serves::Leader => (settings.senders.len(), 2),
-    };
-    let most = peers * each + 16;
-    if shared.connections.fetch_add(1, Ordering::SeqCst) >= most {
-        shared.connections.fetch_sub(1, Ordering::SeqCst);
-        return Err(ConnectionRefusal::TooMany);
-    }
-    *reached = Reached::Counted;
-    settings.takes(hello.rank, hello.what)
 }
 
 /// A rendezvous or a resync: the rendezvous is given the run's identity

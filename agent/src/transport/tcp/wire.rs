@@ -32,6 +32,9 @@ pub(super) mod kind {
     pub const MIRRORED: u8 = 16;
     pub const STATUS: u8 = 17;
     pub const WINDOW_NAME: u8 = 18;
+    /// Rank 0's refusal of an authenticated connection, sealed: whether to
+    /// try again ([`super::Refusal`]) and why.
+    pub const REFUSED: u8 = 19;
 }
 
 /// What a connection is for.
@@ -176,6 +179,46 @@ pub(super) fn unsealed(
     Some(body.to_vec())
 }
 
+/// Rank 0's refusal of a connection after its greeting, as its peer reads
+/// it: whether another try may be taken, and why it was refused. The body
+/// of a [`kind::REFUSED`] frame: one byte (1: try again), then the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Refusal {
+    /// A later try may be taken: the rank's places were all taken, or rank
+    /// 0 had no room for another controller.
+    pub(super) again: bool,
+    /// Why, as rank 0 said it.
+    pub(super) why: String,
+}
+
+impl Refusal {
+    /// The body that tells a peer `refusal`.
+    pub(super) fn body(refusal: &ConnectionRefusal) -> Vec<u8> {
+        let again = matches!(
+            refusal,
+            ConnectionRefusal::TooMany | ConnectionRefusal::Busy | ConnectionRefusal::NoResources
+        );
+        let mut body = vec![u8::from(again)];
+        body.extend_from_slice(refusal.to_string().as_bytes());
+        body
+    }
+
+    /// A refusal's body read (its reason at most [`MAX_CONTROL_BYTES`]).
+    pub(super) fn read(body: &[u8]) -> Self {
+        let (again, why) = body.split_first().unwrap_or((&0, &[]));
+        Refusal {
+            again: *again == 1,
+            why: String::from_utf8_lossy(why).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank 0 refused it: {}", self.why)
+    }
+}
+
 /// Writes one frame — its kind, its length (u64, little endian), its bytes —
 /// all of it by `deadline` (a peer that reads a byte now and then gets no
 /// longer).
@@ -256,10 +299,10 @@ pub(super) fn refusal_of(error: &std::io::Error) -> ConnectionRefusal {
 }
 
 /// Reads one frame of kind `expected` and at most `max` bytes, all of it by
-/// `deadline` (a peer that sends a byte now and then gets no longer). A
-/// length past `max` is refused before anything is allocated; the body's
-/// address space is reserved at once (refused, not aborted, where there is
-/// none) and its pages filled only as bytes arrive.
+/// `deadline` and at [`PACE`] (a peer that sends a byte now and then gets
+/// no longer). A length past `max` is refused before anything is
+/// allocated; the body's address space is reserved at once (refused, not
+/// aborted, where there is none) and its pages filled only as bytes arrive.
 pub(super) fn read_frame(
     stream: &mut TcpStream,
     expected: u8,
@@ -269,9 +312,21 @@ pub(super) fn read_frame(
     read_frame_within(stream, expected, max, deadline, None).map(|(body, _)| body)
 }
 
-/// [`read_frame`], the frame's whole length (at most the whole budget)
-/// taken from `budget` (where one is given) before its body is read; the
-/// bytes stay held until the [`Held`] returned is dropped.
+/// A frame of any kind: its kind and body, read as [`read_frame`] reads.
+pub(super) fn read_any_frame(
+    stream: &mut TcpStream,
+    max: u64,
+    deadline: Instant,
+) -> Result<(u8, Vec<u8>), ConnectionRefusal> {
+    let (kind, len) = read_head(stream, None, max, deadline)?;
+    Ok((kind, read_body(stream, len, deadline, PACE)?))
+}
+
+/// [`read_frame`] of a frame its peer sends at once (a payload, a digest):
+/// its head is due within [`PACE`]'s grace; the frame's whole length (at
+/// most the whole budget) is taken from `budget` (where one is given)
+/// before its body is read, and stays held until the [`Held`] returned is
+/// dropped.
 pub(super) fn read_frame_within<'b>(
     stream: &mut TcpStream,
     expected: u8,
@@ -279,9 +334,31 @@ pub(super) fn read_frame_within<'b>(
     deadline: Instant,
     budget: Option<&'b FrameBudget>,
 ) -> Result<(Vec<u8>, Held<'b>), ConnectionRefusal> {
+    let head_due = Instant::now() + PACE.grace;
+    let (_, len) = read_head(stream, Some(expected), max, deadline.min(head_due))
+        .map_err(|why| PACE.named(why, head_due <= deadline))?;
+    let held = match budget {
+        Some(budget) => budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?,
+        None => Held {
+            budget: None,
+            bytes: 0,
+        },
+    };
+    // The pace counts from the budget's grant: waiting for room is rank 0's.
+    Ok((read_body(stream, len, deadline, PACE)?, held))
+}
+
+/// A frame's kind (the `expected` one, where one is) and length, at most
+/// `max`, by `deadline`.
+fn read_head(
+    stream: &mut TcpStream,
+    expected: Option<u8>,
+    max: u64,
+    deadline: Instant,
+) -> Result<(u8, u64), ConnectionRefusal> {
     let mut head = [0u8; 9];
     read_exact_by(stream, &mut head, deadline)?;
-    if head[0] != expected {
+    if expected.is_some_and(|kind| kind != head[0]) {
         return Err(ConnectionRefusal::Malformed("an unexpected message"));
     }
     let len = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
@@ -291,13 +368,17 @@ pub(super) fn read_frame_within<'b>(
             limit: max,
         });
     }
-    let held = match budget {
-        Some(budget) => budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?,
-        None => Held {
-            budget: None,
-            bytes: 0,
-        },
-    };
+    Ok((head[0], len))
+}
+
+/// A frame's body of `len` bytes, by `deadline` and at `pace`.
+fn read_body(
+    stream: &mut TcpStream,
+    len: u64,
+    deadline: Instant,
+    pace: Pace,
+) -> Result<Vec<u8>, ConnectionRefusal> {
+    let started = Instant::now();
     let mut body = Vec::new();
     body.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX))
         .map_err(|_| ConnectionRefusal::Malformed("a frame larger than rank 0 can hold"))?;
@@ -305,9 +386,46 @@ pub(super) fn read_frame_within<'b>(
         let start = body.len();
         let chunk = (len - start as u64).min(64 << 10) as usize;
         body.resize(start + chunk, 0);
-        read_exact_by(stream, &mut body[start..], deadline)?;
+        let due = started + pace.due(body.len() as u64);
+        read_exact_by(stream, &mut body[start..], deadline.min(due))
+            .map_err(|why| pace.named(why, due <= deadline))?;
     }
-    Ok((body, held))
+    Ok(body)
+}
+
+/// The least pace of a frame a peer sends: its `n`-th byte is due `grace`
+/// plus `n / bytes_per_s` after it began. A peer that holds a connection's
+/// place by dripping bytes loses it within the grace, whatever the frame's
+/// length and the gather's deadline.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pace {
+    pub(super) grace: Duration,
+    pub(super) bytes_per_s: u64,
+}
+
+/// The pace of every frame rank 0 and the node leaders read: 5 s of grace,
+/// then 1 MiB/s.
+pub(super) const PACE: Pace = Pace {
+    grace: Duration::from_secs(5),
+    bytes_per_s: 1 << 20,
+};
+
+impl Pace {
+    /// How long after its start a frame's first `bytes` are due.
+    fn due(self, bytes: u64) -> Duration {
+        self.grace + Duration::from_secs_f64(bytes as f64 / self.bytes_per_s.max(1) as f64)
+    }
+
+    /// `why` a read failed, named [`ConnectionRefusal::TooSlow`] where it
+    /// ran out of the pace's time (not the deadline's).
+    fn named(self, why: ConnectionRefusal, pace_first: bool) -> ConnectionRefusal {
+        match why {
+            ConnectionRefusal::Stalled if pace_first => ConnectionRefusal::TooSlow {
+                bytes_per_s: self.bytes_per_s,
+            },
+            why => why,
+        }
+    }
 }
 
 /// Fills `buf` from `stream` by `deadline`, with no pause longer than
@@ -440,5 +558,47 @@ mod tests {
         ] {
             assert_eq!(refusal_of(&Error::from(kind)), ConnectionRefusal::Closed);
         }
+    }
+
+    /// A frame dripped slower than the pace is cut off as too slow, long
+    /// before its deadline and before its last byte; the same frame sent
+    /// at once is read whole at the same pace.
+    #[test]
+    fn a_frame_dripped_below_the_pace_is_cut_off() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let pace = Pace {
+            grace: Duration::from_millis(300),
+            bytes_per_s: 100,
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&sent);
+        let writer = std::thread::spawn(move || {
+            let mut peer = TcpStream::connect(address).unwrap();
+            peer.write_all(&[7; 100]).unwrap(); // at once
+            for _ in 0..100 {
+                if peer.write_all(&[7]).is_err() {
+                    break;
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
+        let (mut stream, _) = listener.accept().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        assert_eq!(
+            read_body(&mut stream, 100, deadline, pace).unwrap(),
+            [7; 100]
+        );
+        let dripped = read_body(&mut stream, 100, deadline, pace);
+        assert_eq!(
+            dripped,
+            Err(ConnectionRefusal::TooSlow { bytes_per_s: 100 })
+        );
+        assert!(sent.load(Ordering::SeqCst) < 100);
+        drop(stream);
+        writer.join().unwrap();
     }
 }
