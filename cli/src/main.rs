@@ -249,6 +249,10 @@ enum Commands {
         /// launches, collectives); what is past it is counted in the report.
         #[arg(long, default_value_t = TraceLimits::default().max_rows)]
         max_rows: usize,
+        /// The most bytes one trace may hold, as read (a gzip trace
+        /// inflated): a larger one is refused, saying so.
+        #[arg(long, default_value_t = TraceLimits::default().max_bytes)]
+        max_bytes: u64,
         /// Traces read at once (default: the number of cores).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
         jobs: Option<u32>,
@@ -412,9 +416,10 @@ fn run(cli: Cli) -> Result<Finished> {
             paths,
             out,
             max_rows,
+            max_bytes,
             jobs,
             parallel_layout,
-        } => run_import(&paths, &out, max_rows, jobs, parallel_layout),
+        } => run_import(&paths, &out, (max_rows, max_bytes), jobs, parallel_layout),
         Commands::Inspect { file } => {
             print!("{}", inspect::inspect(&file)?);
             Ok(Finished::Complete)
@@ -557,7 +562,7 @@ fn run_report(dir: &Path, html: Option<PathBuf>) -> Result<Finished> {
 fn run_import(
     paths: &[PathBuf],
     out: &Path,
-    max_rows: usize,
+    (max_rows, max_bytes): (usize, u64),
     jobs: Option<u32>,
     layout: Option<ParallelLayout>,
 ) -> Result<Finished> {
@@ -566,6 +571,7 @@ fn run_import(
     let options = import::ImportOptions {
         limits: TraceLimits {
             max_rows,
+            max_bytes,
             ..defaults.limits
         },
         jobs: jobs.map_or(defaults.jobs, |jobs| jobs as usize),

@@ -17,6 +17,7 @@ use rankscope_common::parallel::ParallelLayout;
 use rankscope_common::payload::TransportName;
 
 use crate::analysis::kernels::{analyze_kernels, RankKernels};
+use crate::analysis::shared_names::SharedNames;
 use crate::analysis::{add_kernels, analyze};
 use crate::model::{Notice, Report, SkippedInput};
 use crate::progress::{Progress, Silent};
@@ -256,7 +257,8 @@ struct ReadTrace {
 }
 
 /// Reads and digests every file, one per core at a time; each result is a
-/// digest or why the file was refused.
+/// digest or why the file was refused. The digests share one copy of each
+/// name (many ranks name the same kernels).
 fn read_all(
     files: &[PathBuf],
     options: &ImportOptions,
@@ -264,12 +266,13 @@ fn read_all(
     progress: &dyn Progress,
 ) -> Vec<Result<ReadTrace, String>> {
     let next = AtomicUsize::new(0);
+    let names = SharedNames::default();
     let results: Mutex<Vec<Option<Result<ReadTrace, String>>>> =
         Mutex::new((0..files.len()).map(|_| None).collect());
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(file) = files.get(i) else { break };
-        let read = read_one(file, &options.limits, max_world_size);
+        let read = read_one(file, &options.limits, max_world_size, &names);
         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(read);
         progress.advance(1);
     };
@@ -294,7 +297,12 @@ fn read_all(
 /// Reads one trace and digests it. Its rank comes from its
 /// `distributedInfo`, else from its name; a trace whose two disagree, or
 /// that claims a world (or a rank) past `max_world_size`, is refused.
-fn read_one(file: &Path, limits: &TraceLimits, max_world_size: u32) -> Result<ReadTrace, String> {
+fn read_one(
+    file: &Path,
+    limits: &TraceLimits,
+    max_world_size: u32,
+    names: &SharedNames,
+) -> Result<ReadTrace, String> {
     let trace = kineto::read_trace(file, limits)
         .map_err(|e: TraceError| rankscope_common::error::Chain(&e).to_string())?;
     if let Some(field) = &trace.invalid_info {
@@ -329,11 +337,11 @@ fn read_one(file: &Path, limits: &TraceLimits, max_world_size: u32) -> Result<Re
     Ok(ReadTrace {
         world_size: trace.world_size,
         digest: RankKernels::digest(
-            rank,
-            1,
+            (rank, 1),
             file.display().to_string(),
             &trace,
             &trace.analysed_activities(),
+            names,
         ),
     })
 }

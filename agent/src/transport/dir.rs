@@ -88,7 +88,22 @@ impl Transport for DirTransport {
             .into_iter()
             .filter(|path| Some(path) != own.as_ref())
             .chain(found.special);
-        candidates.extend(spill::read_files(others));
+        let mut others = spill::read_files(others);
+        if run.is_none() {
+            // Without a run identity, two jobs sharing a session id leave a
+            // file of each rank each: the one that started nearest rank 0
+            // goes first and is kept, the other refused as a duplicate.
+            others.sort_by_key(|candidate| {
+                candidate.payload.as_ref().map_or(u64::MAX, |payload| {
+                    payload
+                        .header
+                        .clock
+                        .start_unix_ns
+                        .abs_diff(session.started_unix_ns)
+                })
+            });
+        }
+        candidates.extend(others);
         let expect = Expect {
             session_id: Some(session.session_id.to_string()),
             run: match run {
@@ -130,5 +145,71 @@ fn wait_for_files(
             return Ok(());
         }
         std::thread::sleep(POLL.min(deadline - now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankscope_common::payload::Compression;
+    use rankscope_common::spill::SpillName;
+    use rankscope_common::{Payload, PayloadHeader};
+
+    /// Rank `rank`'s payload of session `s`, started at `start_unix_ns`.
+    fn payload(rank: u32, start_unix_ns: i64) -> Vec<u8> {
+        let mut header = PayloadHeader::new("s", "t", rank, 2);
+        header.clock.start_unix_ns = start_unix_ns;
+        let payload = Payload {
+            header,
+            tables: Default::default(),
+        };
+        payload::encode(&payload, Compression::Zstd).unwrap()
+    }
+
+    /// Two jobs without a run identity share a session id and a
+    /// directory: each left a file of rank 1. Rank 0 keeps the one whose
+    /// session started nearest its own, whichever name sorts first, and
+    /// refuses the other as a duplicate.
+    #[test]
+    fn without_a_run_id_the_rank_file_that_started_nearest_rank_0_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = std::time::SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64;
+        // The other job's file sorts first by name (its process number).
+        for (process, start) in [(1, started - 3_000_000_000), (2, started + 200_000_000)] {
+            let name = SpillName {
+                rank: 1,
+                run_id: None,
+                process,
+            };
+            spill::write(dir.path(), &name, &payload(1, start)).unwrap();
+        }
+        let session = SessionInfo {
+            rank: 0,
+            world_size: 2,
+            session_id: "s",
+            run_id: None,
+            launch_run_id: None,
+            session_dir: dir.path(),
+            spill_file: None,
+            started_unix_ns: started,
+            index: 0,
+        };
+        let gathered = DirTransport
+            .gather(&payload(0, started), &session, Instant::now())
+            .unwrap()
+            .unwrap();
+        let rank_1 = &gathered.payloads[1].header;
+        assert_eq!(rank_1.clock.start_unix_ns, started + 200_000_000);
+        assert!(
+            gathered
+                .skipped
+                .iter()
+                .any(|s| matches!(s.reason, Rejection::DuplicateRank { rank: 1, .. })),
+            "{:?}",
+            gathered.skipped
+        );
     }
 }

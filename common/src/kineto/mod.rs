@@ -49,6 +49,9 @@ pub struct TraceLimits {
     /// The most bytes one event may take in the file: a larger one (a
     /// string of gigabytes) ends the read with an error.
     pub max_event_bytes: u64,
+    /// The most bytes a trace may hold, as read (a gzip file inflated): a
+    /// larger one (a zip bomb) is refused, saying so.
+    pub max_bytes: u64,
     /// Whether the CPU operators are kept one by one as well as in totals
     /// ([`RankTrace::cpu_spans`], for a timeline).
     pub cpu_spans: bool,
@@ -61,6 +64,7 @@ impl Default for TraceLimits {
             max_names: 20_000,
             max_name_bytes: 4096,
             max_event_bytes: 16 << 20,
+            max_bytes: 4 << 30,
             cpu_spans: false,
         }
     }
@@ -269,6 +273,16 @@ pub enum TraceError {
         /// What was wrong, and where.
         #[source]
         source: serde_json::Error,
+    },
+    /// The trace holds more bytes than [`TraceLimits::max_bytes`].
+    #[error(
+        "{path} holds more than {limit} bytes (inflated): refused (raise --max-bytes to read it)"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit.
+        limit: u64,
     },
     /// Valid JSON with no `traceEvents` array.
     #[error("{path} has no traceEvents array: not a torch.profiler / Kineto trace")]

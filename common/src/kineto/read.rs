@@ -44,10 +44,12 @@ pub fn read_trace_from(
     limits: &TraceLimits,
 ) -> Result<RankTrace, TraceError> {
     let since_event = Cell::new(0);
+    let in_all = Cell::new(0);
     let counted = CountingReader {
         inner: input,
         since_event: &since_event,
-        limit: limits.max_event_bytes,
+        in_all: &in_all,
+        limits,
     };
     // Buffered above the counter: serde_json reads byte by byte, which
     // std makes cheap for a BufReader.
@@ -58,7 +60,12 @@ pub fn read_trace_from(
         .deserialize_any(TraceVisitor(&mut builder))
         .and_then(|found| json.end().map(|()| found))
         .map_err(|error| {
-            if error.is_io() {
+            if in_all.get() > limits.max_bytes {
+                TraceError::TooLarge {
+                    path: path.to_path_buf(),
+                    limit: limits.max_bytes,
+                }
+            } else if error.is_io() {
                 TraceError::Io {
                     path: path.to_path_buf(),
                     source: error.into(),
@@ -91,28 +98,33 @@ pub fn rank_from_file_name(path: &Path) -> Option<u32> {
     })
 }
 
-/// Counts the bytes read since the last event ended and refuses to read on
-/// past the limit: one event (a string of gigabytes) cannot take memory
-/// past it. Counted in the chunks the buffer above asks for.
+/// Counts the bytes read since the last event ended, and in all, and
+/// refuses to read on past either limit: one event (a string of gigabytes)
+/// cannot take memory past [`TraceLimits::max_event_bytes`], nor a trace
+/// (a zip bomb) time past [`TraceLimits::max_bytes`]. Counted in the
+/// chunks the buffer above asks for.
 struct CountingReader<'a, R> {
     inner: R,
     since_event: &'a Cell<u64>,
-    limit: u64,
+    in_all: &'a Cell<u64>,
+    limits: &'a TraceLimits,
 }
 
 impl<R: Read> Read for CountingReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.since_event.get() > self.limit {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "an event (or a top-level field) is larger than {} MiB",
-                    self.limit >> 20
-                ),
+        let past = |what: String| Err(io::Error::new(io::ErrorKind::InvalidData, what));
+        if self.since_event.get() > self.limits.max_event_bytes {
+            return past(format!(
+                "an event (or a top-level field) is larger than {} MiB",
+                self.limits.max_event_bytes >> 20
             ));
+        }
+        if self.in_all.get() > self.limits.max_bytes {
+            return past(format!("more than {} bytes", self.limits.max_bytes));
         }
         let read = self.inner.read(buf)?;
         self.since_event.set(self.since_event.get() + read as u64);
+        self.in_all.set(self.in_all.get() + read as u64);
         Ok(read)
     }
 }

@@ -224,6 +224,44 @@ fn negative_and_overflowing_times_are_counted_and_left_out() {
     assert_eq!(trace.gpu.correlation, vec![4]);
 }
 
+/// A gzip trace that inflates past `max_bytes` (a zip bomb: a small file,
+/// a huge stream) is refused as too large, naming the limit, once that many
+/// bytes were read; within the limit, the same trace reads.
+#[test]
+fn a_trace_that_inflates_past_its_byte_limit_is_refused_as_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank0.json.gz");
+    let mut gzip = flate2::write::GzEncoder::new(
+        std::fs::File::create(&path).unwrap(),
+        flate2::Compression::best(),
+    );
+    gzip.write_all(br#"{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 1}], "pad": ""#)
+        .unwrap();
+    let spaces = vec![b' '; 1 << 20];
+    for _ in 0..64 {
+        gzip.write_all(&spaces).unwrap();
+    }
+    gzip.write_all(br#""}"#).unwrap();
+    gzip.finish().unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() < 1 << 20);
+    let limits = TraceLimits {
+        max_bytes: 8 << 20,
+        max_event_bytes: 1 << 30,
+        ..TraceLimits::default()
+    };
+    let refused = read_trace(&path, &limits);
+    assert!(
+        matches!(&refused, Err(TraceError::TooLarge { limit, .. }) if *limit == 8 << 20),
+        "{refused:?}"
+    );
+    assert!(refused.unwrap_err().to_string().contains("--max-bytes"));
+    let limits = TraceLimits {
+        max_bytes: 128 << 20,
+        ..limits
+    };
+    assert_eq!(read_trace(&path, &limits).unwrap().events, 1);
+}
+
 #[test]
 fn distinct_names_and_rows_past_the_budget_are_counted() {
     let limits = TraceLimits {

@@ -16,6 +16,7 @@ use rankscope_common::table::{
 use rankscope_common::{Payload, PayloadHeader};
 
 use super::launches::launching_stages;
+use super::shared_names::SharedNames;
 use super::stats::imbalance_pct;
 use super::{timeline, StragglerRule};
 use crate::model::{
@@ -29,7 +30,7 @@ pub const KERNELS_LISTED: usize = 50;
 pub const KERNEL_STRAGGLERS_LISTED: usize = 50;
 
 /// Per name: its category, calls and total nanoseconds.
-pub type Totals = HashMap<String, (KernelCategory, u64, i64)>;
+pub type Totals = HashMap<Arc<str>, (KernelCategory, u64, i64)>;
 
 /// What the analysis keeps of one rank's kernel trace.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,7 +52,7 @@ pub struct RankKernels {
     /// nanoseconds (in-job windows only: an imported trace has no stages).
     pub by_stage: Totals,
     /// Per kernel name, the stage that launched most of its GPU time.
-    pub kernel_stage: HashMap<String, String>,
+    pub kernel_stage: HashMap<Arc<str>, Arc<str>>,
     /// Collective calls on the host, in start order.
     pub collectives: Vec<CollectiveCall>,
     /// Per window, from its first GPU activity's start to its last one's
@@ -150,15 +151,15 @@ fn add_cpu_op_rows(windows: &mut BTreeMap<u32, TraceOf>, o: &CpuOpsView<'_>) {
 impl RankKernels {
     /// The digest of window `window` of rank `rank`, read from `source`:
     /// the activities of `kept` (rows of `trace.gpu`), every collective
-    /// call and operator.
+    /// call and operator, their names held as `names`' shared copies.
     pub fn digest(
-        rank: u32,
-        window: u32,
+        (rank, window): (u32, u32),
         source: String,
         trace: &RankTrace,
         kept: &[usize],
+        names: &SharedNames,
     ) -> Self {
-        let (kernels, gpu_time) = kernel_totals(rank, trace, kept);
+        let (kernels, gpu_time) = kernel_totals(rank, trace, kept, names);
         let collectives = collective_calls(window, trace);
         let base_ns = trace.base_time_ns.unwrap_or(0);
         let gpu = &trace.gpu;
@@ -178,7 +179,7 @@ impl RankKernels {
         let ops = (0..cpu.name.len())
             .map(|i| {
                 let totals = (KernelCategory::CpuOp, cpu.calls[i], cpu.total_ns[i]);
-                (trace.names[cpu.name[i] as usize].clone(), totals)
+                (names.get(&trace.names[cpu.name[i] as usize]), totals)
             })
             .collect();
         RankKernels {
@@ -204,16 +205,24 @@ impl RankKernels {
 
 /// The totals per kernel name of the activities `kept` (rows of
 /// `trace.gpu`) of rank `rank`, and each GPU's time broken down.
-fn kernel_totals(rank: u32, trace: &RankTrace, kept: &[usize]) -> (Totals, Vec<GpuTime>) {
+fn kernel_totals(
+    rank: u32,
+    trace: &RankTrace,
+    kept: &[usize],
+    names: &SharedNames,
+) -> (Totals, Vec<GpuTime>) {
     let gpu = &trace.gpu;
     let mut by_device: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
     let mut kernels = Totals::new();
     for &i in kept {
         by_device.entry(gpu.device[i]).or_default().push(i);
         let name = &trace.names[gpu.name[i] as usize];
-        let entry = kernels
-            .entry(name.clone())
-            .or_insert((gpu.category[i], 0, 0));
+        let entry = match kernels.get_mut(name.as_str()) {
+            Some(entry) => entry,
+            None => kernels
+                .entry(names.get(name))
+                .or_insert((gpu.category[i], 0, 0)),
+        };
         entry.1 += 1;
         entry.2 = entry.2.saturating_add(gpu.dur_ns[i]);
     }
@@ -284,7 +293,8 @@ impl RankKernels {
         if let Some(o) = &ops {
             add_cpu_op_rows(&mut windows, o);
         }
-        let Some(mut digest) = Self::of_windows(header, windows) else {
+        let names = SharedNames::default();
+        let Some(mut digest) = Self::of_windows(header, windows, &names) else {
             return Ok(None);
         };
         let windowed = kernels.is_some() || ops.is_some();
@@ -298,7 +308,7 @@ impl RankKernels {
                 ..input
             });
         if let (Some(k), Ok(Some(stages))) = (&kernels, payload.view::<StagesView>()) {
-            digest.attribute_to_stages(k, &stages);
+            digest.attribute_to_stages(k, &stages, &names);
         }
         let zero = timeline::aligned_start_ns(header);
         for call in &mut digest.collectives {
@@ -312,14 +322,18 @@ impl RankKernels {
 
     /// The digests of a rank's windows merged into one; `None` where it
     /// has none.
-    fn of_windows(header: &PayloadHeader, windows: BTreeMap<u32, TraceOf>) -> Option<Self> {
+    fn of_windows(
+        header: &PayloadHeader,
+        windows: BTreeMap<u32, TraceOf>,
+        names: &SharedNames,
+    ) -> Option<Self> {
         let rank = header.rank.rank;
         let source = format!("rank {rank}'s torch.profiler windows");
         let mut digests = windows.into_iter().map(|(window, mut of)| {
             of.trace.base_time_ns = Some(timeline::aligned_start_ns(header));
             // Every row: the rank kept a window's complete steps only.
             let all: Vec<usize> = (0..of.trace.gpu.name.len()).collect();
-            RankKernels::digest(rank, window, source.clone(), &of.trace, &all)
+            RankKernels::digest((rank, window), source.clone(), &of.trace, &all, names)
         });
         let mut digest = digests.next()?;
         for window in digests {
@@ -330,7 +344,12 @@ impl RankKernels {
 
     /// Each GPU activity's time to the stage that launched it:
     /// `by_stage` and `kernel_stage`.
-    fn attribute_to_stages(&mut self, kernels: &KernelsView, stages: &StagesView) {
+    fn attribute_to_stages(
+        &mut self,
+        kernels: &KernelsView,
+        stages: &StagesView,
+        names: &SharedNames,
+    ) {
         let launches: Vec<Option<u64>> =
             (0..kernels.len).map(|i| kernels.launch_ns.get(i)).collect();
         let mut per_kernel: HashMap<&str, HashMap<&str, i64>> = HashMap::new();
@@ -341,7 +360,7 @@ impl RankKernels {
             let dur_ns = i64::try_from(kernels.dur_ns[i]).unwrap_or(i64::MAX);
             let totals =
                 self.by_stage
-                    .entry(stage.to_string())
+                    .entry(names.get(stage))
                     .or_insert((KernelCategory::Stage, 0, 0));
             totals.1 += 1;
             totals.2 = totals.2.saturating_add(dur_ns);
@@ -355,7 +374,7 @@ impl RankKernels {
         for (kernel, stages) in per_kernel {
             if let Some((stage, _)) = stages.into_iter().max_by_key(|&(stage, ns)| (ns, stage)) {
                 self.kernel_stage
-                    .insert(kernel.to_string(), stage.to_string());
+                    .insert(names.get(kernel), names.get(stage));
             }
         }
     }
@@ -573,8 +592,8 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
     largest_excess_first(&mut kernel_stragglers);
     for straggler in &mut kernel_stragglers {
         let rank = ranks.iter().find(|r| r.rank == straggler.rank);
-        if let Some(stage) = rank.and_then(|r| r.kernel_stage.get(&straggler.kernel)) {
-            straggler.stage = Some(stage.clone());
+        if let Some(stage) = rank.and_then(|r| r.kernel_stage.get(straggler.kernel.as_str())) {
+            straggler.stage = Some(stage.to_string());
             straggler
                 .evidence
                 .push(format!("launched inside stage `{stage}`"));
@@ -668,7 +687,7 @@ fn across_ranks(
     for rank in ranks {
         for (name, &(category, calls, total_ns)) in of(rank) {
             let across = by_name
-                .entry(name.as_str())
+                .entry(&**name)
                 .or_insert_with(|| KernelAcross::new(category, &with_gpu));
             across.calls = across.calls.saturating_add(calls);
             across.totals.insert(rank.rank, total_ns as f64 / 1e9);
@@ -935,7 +954,8 @@ mod tests {
         ]
         .join(",");
         let trace = trace(&format!(r#"{{"traceEvents": [{events}]}}"#));
-        let digest = RankKernels::digest(3, 1, "t".into(), &trace, &[0, 1, 2, 3]);
+        let names = SharedNames::default();
+        let digest = RankKernels::digest((3, 1), "t".into(), &trace, &[0, 1, 2, 3], &names);
         let [time] = digest.gpu_time.as_slice() else {
             panic!("{:?}", digest.gpu_time)
         };
@@ -983,7 +1003,9 @@ mod tests {
         ]
         .join(",");
         let trace = trace(&format!(r#"{{"traceEvents": [{events}]}}"#));
-        let digest = RankKernels::digest(0, 1, "t".into(), &trace, &trace.analysed_activities());
+        let kept = trace.analysed_activities();
+        let digest =
+            RankKernels::digest((0, 1), "t".into(), &trace, &kept, &SharedNames::default());
         assert!(digest.kernels.contains_key("early"));
         assert!(!digest.kernels.contains_key("late"));
     }
@@ -995,7 +1017,7 @@ mod tests {
             gpu_time: Vec::new(),
             kernels: kernels
                 .iter()
-                .map(|&(name, ns)| (name.to_string(), (KernelCategory::of(name), 1, ns)))
+                .map(|&(name, ns)| (Arc::from(name), (KernelCategory::of(name), 1, ns)))
                 .collect(),
             ops: HashMap::new(),
             by_stage: HashMap::new(),

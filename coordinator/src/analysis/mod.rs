@@ -11,6 +11,7 @@ mod launches;
 mod overhead;
 pub mod recommend;
 pub mod series;
+pub mod shared_names;
 mod sketch;
 mod stages;
 pub mod stats;
