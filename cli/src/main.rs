@@ -576,6 +576,7 @@ fn run_import(
         },
         jobs: jobs.map_or(defaults.jobs, |jobs| jobs as usize),
         layout,
+        ..defaults
     };
     let imported = {
         let bar = progress::Bar::stderr();

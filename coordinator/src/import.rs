@@ -96,6 +96,11 @@ pub struct ImportOptions {
     /// The job's parallel layout: it places each rank whose trace's
     /// process groups do not.
     pub layout: Option<ParallelLayout>,
+    /// The bytes of distinct names all the traces' digests hold at most
+    /// (one copy of each, shared by the ranks that name it): a name past
+    /// it is counted in its trace's cut, and its totals go to the name
+    /// standing for its category's.
+    pub name_budget_bytes: usize,
 }
 
 impl Default for ImportOptions {
@@ -104,6 +109,7 @@ impl Default for ImportOptions {
             limits: TraceLimits::default(),
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
             layout: None,
+            name_budget_bytes: 128 << 20,
         }
     }
 }
@@ -258,7 +264,7 @@ struct ReadTrace {
 
 /// Reads and digests every file, one per core at a time; each result is a
 /// digest or why the file was refused. The digests share one copy of each
-/// name (many ranks name the same kernels).
+/// name (many ranks name the same kernels), within the options' budget.
 fn read_all(
     files: &[PathBuf],
     options: &ImportOptions,
@@ -266,7 +272,7 @@ fn read_all(
     progress: &dyn Progress,
 ) -> Vec<Result<ReadTrace, String>> {
     let next = AtomicUsize::new(0);
-    let names = SharedNames::default();
+    let names = SharedNames::within(options.name_budget_bytes);
     let results: Mutex<Vec<Option<Result<ReadTrace, String>>>> =
         Mutex::new((0..files.len()).map(|_| None).collect());
     let work = || loop {

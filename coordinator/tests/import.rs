@@ -355,6 +355,51 @@ fn a_trace_cut_by_its_budget_makes_a_partial_report_that_says_so() {
     assert_eq!(warned.len(), 2, "{warned:?}");
 }
 
+/// Names past the import's name budget (held once across ranks) go to
+/// one name per category, their calls counted as cut: the report is
+/// partial and says so, and its kernel totals keep every call.
+#[test]
+fn names_past_the_name_budget_are_folded_and_counted() {
+    let dir = fixtures("hta-sampled");
+    let out = tempfile::tempdir().unwrap();
+    let whole = import(
+        std::slice::from_ref(&dir),
+        out.path(),
+        &ImportOptions::default(),
+        &AnalysisConfig::default(),
+    )
+    .unwrap();
+    let options = ImportOptions {
+        name_budget_bytes: 200,
+        ..ImportOptions::default()
+    };
+    let out = tempfile::tempdir().unwrap();
+    let folded = import(&[dir], out.path(), &options, &AnalysisConfig::default()).unwrap();
+    assert!(!folded.is_complete());
+    let cut_names = |imported: &Imported| -> u64 {
+        let traces = imported.report.kernel_traces.iter();
+        traces.map(|t| t.cut.unwrap().names).sum()
+    };
+    assert!(cut_names(&folded) > cut_names(&whole));
+    let calls =
+        |imported: &Imported| -> u64 { imported.report.kernels.iter().map(|k| k.calls).sum() };
+    assert_eq!(calls(&folded), calls(&whole));
+    assert!(
+        folded
+            .report
+            .kernels
+            .iter()
+            .any(|k| k.name.ends_with("names past the name budget]")),
+        "{:?}",
+        folded
+            .report
+            .kernels
+            .iter()
+            .map(|k| &k.name)
+            .collect::<Vec<_>>()
+    );
+}
+
 /// A trace whose process groups name their dimensions (Megatron-LM's
 /// names) places its rank: report.json's `kernel_traces` say where.
 #[test]

@@ -159,7 +159,8 @@ impl RankKernels {
         kept: &[usize],
         names: &SharedNames,
     ) -> Self {
-        let (kernels, gpu_time) = kernel_totals(rank, trace, kept, names);
+        let mut named = TraceNames::new(trace, names);
+        let (kernels, gpu_time) = kernel_totals(rank, trace, kept, &mut named);
         let collectives = collective_calls(window, trace);
         let base_ns = trace.base_time_ns.unwrap_or(0);
         let gpu = &trace.gpu;
@@ -176,12 +177,13 @@ impl RankKernels {
             .into_iter()
             .collect();
         let cpu = &trace.cpu_ops;
-        let ops = (0..cpu.name.len())
-            .map(|i| {
-                let totals = (KernelCategory::CpuOp, cpu.calls[i], cpu.total_ns[i]);
-                (names.get(&trace.names[cpu.name[i] as usize]), totals)
-            })
-            .collect();
+        let mut ops = Totals::new();
+        for i in 0..cpu.name.len() {
+            let totals = (KernelCategory::CpuOp, cpu.calls[i], cpu.total_ns[i]);
+            named.add(&mut ops, cpu.name[i], totals);
+        }
+        let mut cut = trace.cut;
+        cut.names += named.past_budget;
         RankKernels {
             rank,
             input: Some(KernelTraceInput {
@@ -189,7 +191,7 @@ impl RankKernels {
                 source,
                 events: Some(trace.events),
                 gpu_activities: kept.len() as u64,
-                cut: Some(trace.cut),
+                cut: Some(cut),
                 parallel: trace.parallel.clone(),
             }),
             gpu_time,
@@ -209,22 +211,21 @@ fn kernel_totals(
     rank: u32,
     trace: &RankTrace,
     kept: &[usize],
-    names: &SharedNames,
+    named: &mut TraceNames<'_>,
 ) -> (Totals, Vec<GpuTime>) {
     let gpu = &trace.gpu;
     let mut by_device: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
-    let mut kernels = Totals::new();
+    // By name id first: a name is looked up once, however many rows.
+    let mut by_id: HashMap<u32, (KernelCategory, u64, i64)> = HashMap::new();
     for &i in kept {
         by_device.entry(gpu.device[i]).or_default().push(i);
-        let name = &trace.names[gpu.name[i] as usize];
-        let entry = match kernels.get_mut(name.as_str()) {
-            Some(entry) => entry,
-            None => kernels
-                .entry(names.get(name))
-                .or_insert((gpu.category[i], 0, 0)),
-        };
+        let entry = by_id.entry(gpu.name[i]).or_insert((gpu.category[i], 0, 0));
         entry.1 += 1;
         entry.2 = entry.2.saturating_add(gpu.dur_ns[i]);
+    }
+    let mut kernels = Totals::new();
+    for (id, totals) in by_id {
+        named.add(&mut kernels, id, totals);
     }
     let gpu_time = by_device
         .into_iter()
@@ -233,6 +234,41 @@ fn kernel_totals(
         })
         .collect();
     (kernels, gpu_time)
+}
+
+/// A trace's names as the shared copies of [`SharedNames`]; the totals of
+/// a name past its budget go to the name standing for its category's, and
+/// its calls are counted.
+struct TraceNames<'a> {
+    trace: &'a RankTrace,
+    shared: &'a SharedNames,
+    /// Calls under names past the budget.
+    past_budget: u64,
+}
+
+impl<'a> TraceNames<'a> {
+    fn new(trace: &'a RankTrace, shared: &'a SharedNames) -> Self {
+        TraceNames {
+            trace,
+            shared,
+            past_budget: 0,
+        }
+    }
+
+    /// Adds `totals` of the name with id `id` to `into`.
+    fn add(&mut self, into: &mut Totals, id: u32, totals: (KernelCategory, u64, i64)) {
+        let (category, calls, ns) = totals;
+        let name = self
+            .shared
+            .get(&self.trace.names[id as usize])
+            .unwrap_or_else(|| {
+                self.past_budget += calls;
+                self.shared.past_budget(category.as_str())
+            });
+        let entry = into.entry(name).or_insert((category, 0, 0));
+        entry.1 = entry.1.saturating_add(calls);
+        entry.2 = entry.2.saturating_add(ns);
+    }
 }
 
 /// The collective calls of `trace`, window `window`, in start order, on
@@ -358,10 +394,13 @@ impl RankKernels {
                 continue;
             };
             let dur_ns = i64::try_from(kernels.dur_ns[i]).unwrap_or(i64::MAX);
-            let totals =
-                self.by_stage
-                    .entry(names.get(stage))
-                    .or_insert((KernelCategory::Stage, 0, 0));
+            let stage_name = names
+                .get(stage)
+                .unwrap_or_else(|| names.past_budget("stage"));
+            let totals = self
+                .by_stage
+                .entry(stage_name)
+                .or_insert((KernelCategory::Stage, 0, 0));
             totals.1 += 1;
             totals.2 = totals.2.saturating_add(dur_ns);
             let time = per_kernel
@@ -373,8 +412,9 @@ impl RankKernels {
         }
         for (kernel, stages) in per_kernel {
             if let Some((stage, _)) = stages.into_iter().max_by_key(|&(stage, ns)| (ns, stage)) {
-                self.kernel_stage
-                    .insert(names.get(kernel), names.get(stage));
+                if let (Some(kernel), Some(stage)) = (names.get(kernel), names.get(stage)) {
+                    self.kernel_stage.insert(kernel, stage);
+                }
             }
         }
     }
