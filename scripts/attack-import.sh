@@ -4,8 +4,8 @@
 # and the import"):
 #   - wide: 32 ranks' gzip traces, each of 20,000 distinct 4 KiB kernel
 #     names (the same names on every rank, then other names on each);
-#   - bomb: one small gzip trace that inflates to 10 GiB, read with the
-#     default --max-bytes.
+#   - bomb: one gzip trace of a few MB that inflates to 6 GiB of events,
+#     read with the default --max-bytes (4 GiB).
 # Wall time and peak RSS by scripts/peak_rss.py.
 #
 # usage: scripts/attack-import.sh [BASE_CLI]   (BASE_CLI: another build's
@@ -43,14 +43,16 @@ for kind in ("clean", "same", "apart"):
             names = [f"r{rank:02d}k{i:05d}" + "x" * 4087 for i in range(20000)]
         trace(f"{work}/{kind}/rank{rank}.json.gz", names, rank)
 
-# The bomb: one real event, then 10 GiB of spaces in a string.
+# The bomb: 6 GiB of small events (each within the event limit) from a
+# gzip file of a few MB; beside it a real trace of rank 1.
 os.makedirs(f"{work}/bomb")
-with gzip.open(f"{work}/bomb/rank0.json.gz", "wb", compresslevel=9) as f:
-    f.write(b'{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 1}], "pad": "')
-    block = b" " * (64 << 20)
-    for _ in range(160):
-        f.write(block)
-    f.write(b'"}')
+event = b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": 7}},'
+chunk = event * ((1 << 20) // len(event))
+with gzip.open(f"{work}/bomb/rank0.json.gz", "wb", compresslevel=1) as f:
+    f.write(b'{"traceEvents": [')
+    for _ in range(6 << 10):
+        f.write(chunk)
+    f.write(event[:-1] + b"]}")
 trace(f"{work}/bomb/rank1.json.gz", [f"kernel_{i}" for i in range(200)], 1)
 PY
 

@@ -12,6 +12,8 @@ whether every rank is in the report.
   two-level  the job as 2 nodes of 2 (its own clean figure)
   forged     2 nodes of 2, a peer with the token sending rank 0 garbage as
              node 1's digest before its leader
+  dead-rank  2 nodes of 2, rank 3 (no leader) gone after step 0: what a
+             dead rank costs (rank 0 waits for it until its deadline, 10 s)
   dead-lead  2 nodes of 2, node 1's leader (rank 2) gone after step 0
 
 usage: python3 scripts/attack_gather.py RANK_PROGRAM
@@ -48,7 +50,7 @@ def env_of(rank, world, port, out, node_size, extra):
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
         "RANKSCOPE_PORT": str(port), "RANKSCOPE_TOKEN": TOKEN.decode(),
         "TORCHELASTIC_RUN_ID": "attack", "RANKSCOPE_OUTPUT_DIR": out,
-        "RANKSCOPE_GPU_SOURCE": "none", "RANKSCOPE_GATHER_TIMEOUT_S": "30",
+        "RANKSCOPE_GPU_SOURCE": "none", "RANKSCOPE_GATHER_TIMEOUT_S": "10",
     })
     if node_size:
         env["LOCAL_WORLD_SIZE"] = str(node_size)
@@ -169,6 +171,7 @@ def main() -> None:
     run(program, "drip", attack=drip)
     run(program, "two-level", node_size=2)
     run(program, "forged", node_size=2, attack=forged)
+    run(program, "dead-rank", node_size=2, dead=3)
     run(program, "dead-lead", node_size=2, dead=2)
 
 

@@ -257,8 +257,7 @@ impl MirrorDesk {
             ));
         }
         let until = Instant::now() + timeout;
-        let (bytes, _held) =
-            read_frame_within(stream, kind::PAYLOAD, max_frame, until, Some(frames))?;
+        let (bytes, _held) = read_frame_within(stream, kind::PAYLOAD, max_frame, until, frames)?;
         let folder = window::window_dir(&self.session_dir, index);
         let path = folder.join(file);
         let written = create_real_dir(&folder).and_then(|()| match path.exists() {

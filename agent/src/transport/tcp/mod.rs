@@ -378,7 +378,17 @@ impl TcpTransport {
     ) -> Result<(), Unreached> {
         let send_once = || {
             let mut link = self.try_connect(to.endpoint, rank, what, deadline)?;
-            write_frame(&mut link.stream, kind, bytes, deadline)?;
+            if let Err(cut) = write_frame(&mut link.stream, kind, bytes, deadline) {
+                // Refused before it took the frame: rank 0's word, if it
+                // gave one, says whether to try again.
+                let word_by = Instant::now() + HANDSHAKE_TIMEOUT;
+                return match self.read_reply(&mut link, kind::ACK, word_by) {
+                    Err(refused @ (Unreached::Refused(_) | Unreached::TokenRefused)) => {
+                        Err(refused)
+                    }
+                    _ => Err(cut.into()),
+                };
+            }
             let ack_by = deadline.max(Instant::now() + HANDSHAKE_TIMEOUT);
             self.read_reply(&mut link, kind::ACK, ack_by).map(drop)
         };

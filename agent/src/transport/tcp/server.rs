@@ -365,9 +365,9 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 }
 
 /// Serves connection `id` and records why it was refused, if it was.
-fn serve_connection(stream: TcpStream, id: u64, source: String, shared: &Shared) {
+fn serve_connection(mut stream: TcpStream, id: u64, source: String, shared: &Shared) {
     let mut greeted = false;
-    let result = serve(stream, id, &mut greeted, shared);
+    let result = serve(&mut stream, id, &mut greeted, shared);
     let was_waiting = shared.leave(id);
     if let Err(refusal) = result {
         // Cut off while it waited for its greeting: its read failed for that.
@@ -376,6 +376,10 @@ fn serve_connection(stream: TcpStream, id: u64, source: String, shared: &Shared)
             false => refusal,
         };
         refuse(shared, source, refusal);
+        if greeted {
+            // Told why (after the refusal counts: this may take a while).
+            drain(&mut stream);
+        }
     }
 }
 
@@ -401,7 +405,7 @@ const REFUSAL_WRITE: Duration = Duration::from_secs(1);
 /// whether to try again ([`Refusal`]); one that did not is told unsealed
 /// (it cannot check the seal), and gives up.
 fn serve(
-    mut stream: TcpStream,
+    stream: &mut TcpStream,
     id: u64,
     greeted: &mut bool,
     shared: &Shared,
@@ -414,8 +418,8 @@ fn serve(
     let _ = stream.set_nodelay(true);
     let mut challenge = [0u8; 32];
     getrandom::fill(&mut challenge).map_err(|_| ConnectionRefusal::Malformed("no randomness"))?;
-    write_frame(&mut stream, kind::CHALLENGE, &challenge, handshake)?;
-    let greeting = read_frame(&mut stream, kind::HELLO, MAX_CONTROL_BYTES, handshake)?;
+    write_frame(stream, kind::CHALLENGE, &challenge, handshake)?;
+    let greeting = read_frame(stream, kind::HELLO, MAX_CONTROL_BYTES, handshake)?;
     // Greeted: out of the room newer connections are made in, so that it
     // is not cut off while its proof is checked.
     if !shared.leave(id) {
@@ -424,11 +428,8 @@ fn serve(
     *greeted = true;
     let hello = Hello::read(&greeting)?;
     let token = &shared.settings.token;
-    let tell = |stream: &mut TcpStream, body: &[u8]| {
-        let _ = write_frame(stream, kind::REFUSED, body, Instant::now() + REFUSAL_WRITE);
-    };
     if !hello.proves(token, &challenge) {
-        tell(&mut stream, &Refusal::body(&ConnectionRefusal::BadToken));
+        tell_refused(stream, &Refusal::body(&ConnectionRefusal::BadToken));
         return Err(ConnectionRefusal::BadToken);
     }
     let reply = |kind: u8, body: &[u8]| sealed(token, &challenge, hello.nonce, kind, body);
@@ -438,11 +439,37 @@ fn serve(
         id,
         reply: &reply,
     };
-    let served = serve_rank(&mut stream, &peer, shared, handshake);
+    let served = serve_rank(stream, &peer, shared, handshake);
     if let Err(refusal) = &served {
-        tell(&mut stream, &reply(kind::REFUSED, &Refusal::body(refusal)));
+        tell_refused(stream, &reply(kind::REFUSED, &Refusal::body(refusal)));
     }
     served
+}
+
+/// Tells the peer its refusal (a frame small enough for the socket's
+/// buffer).
+fn tell_refused(stream: &mut TcpStream, body: &[u8]) {
+    let _ = write_frame(stream, kind::REFUSED, body, Instant::now() + REFUSAL_WRITE);
+}
+
+/// Takes (and drops) what a peer told its refusal was still sending, until
+/// it closes, within [`REFUSAL_WRITE`]: closed with its bytes unread, the
+/// connection would be reset, and the peer might never read why.
+fn drain(stream: &mut TcpStream) {
+    use std::io::Read;
+    let until = Instant::now() + REFUSAL_WRITE;
+    let _ = stream.shutdown(Shutdown::Write);
+    let mut sink = [0u8; 16 << 10];
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// An authenticated peer: its greeting, the connection's challenge and id,
@@ -747,13 +774,8 @@ fn take_frame<T>(
     let settings = &shared.settings;
     let until = Instant::now() + settings.payload_timeout;
     // The frame's bytes count against the budget until it is kept.
-    let (bytes, _held) = read_frame_within(
-        stream,
-        kind,
-        settings.max_frame,
-        until,
-        Some(&shared.frames),
-    )?;
+    let (bytes, _held) =
+        read_frame_within(stream, kind, settings.max_frame, until, &shared.frames)?;
     let taken = make(bytes, peer_of(stream))?;
     {
         let mut collected = lock(&shared.collected);

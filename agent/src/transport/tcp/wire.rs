@@ -257,11 +257,21 @@ fn transfer_by(
     mut step: impl FnMut(usize, Duration) -> std::io::Result<usize>,
 ) -> Result<(), ConnectionRefusal> {
     let mut done = 0;
+    // Once past the deadline, a last moment to take what already arrived
+    // (bytes that came while this thread did not run still count).
+    let mut last_moment: Option<Instant> = None;
     while done < len {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ConnectionRefusal::Stalled);
-        }
+        let now = Instant::now();
+        let left = match deadline.saturating_duration_since(now) {
+            left if !left.is_zero() => left,
+            _ => {
+                let until = *last_moment.get_or_insert(now + LAST_MOMENT);
+                if now >= until {
+                    return Err(ConnectionRefusal::Stalled);
+                }
+                until - now
+            }
+        };
         match step(done, left) {
             Ok(0) => return Err(ConnectionRefusal::Closed),
             Ok(n) => done += n,
@@ -271,6 +281,10 @@ fn transfer_by(
     }
     Ok(())
 }
+
+/// How long past its deadline a transfer may still take what already
+/// arrived.
+const LAST_MOMENT: Duration = Duration::from_millis(10);
 
 /// Whether `stream` has bytes to read now, without waiting; `Closed`
 /// where its peer closed it.
@@ -309,7 +323,8 @@ pub(super) fn read_frame(
     max: u64,
     deadline: Instant,
 ) -> Result<Vec<u8>, ConnectionRefusal> {
-    read_frame_within(stream, expected, max, deadline, None).map(|(body, _)| body)
+    let (_, len) = read_head(stream, Some(expected), max, deadline)?;
+    read_body(stream, len, deadline, PACE)
 }
 
 /// A frame of any kind: its kind and body, read as [`read_frame`] reads.
@@ -324,26 +339,19 @@ pub(super) fn read_any_frame(
 
 /// [`read_frame`] of a frame its peer sends at once (a payload, a digest):
 /// its head is due within [`PACE`]'s grace; the frame's whole length (at
-/// most the whole budget) is taken from `budget` (where one is given)
-/// before its body is read, and stays held until the [`Held`] returned is
-/// dropped.
+/// most the whole budget) is taken from `budget` before its body is read,
+/// and stays held until the [`Held`] returned is dropped.
 pub(super) fn read_frame_within<'b>(
     stream: &mut TcpStream,
     expected: u8,
     max: u64,
     deadline: Instant,
-    budget: Option<&'b FrameBudget>,
+    budget: &'b FrameBudget,
 ) -> Result<(Vec<u8>, Held<'b>), ConnectionRefusal> {
     let head_due = Instant::now() + PACE.grace;
     let (_, len) = read_head(stream, Some(expected), max, deadline.min(head_due))
         .map_err(|why| PACE.named(why, head_due <= deadline))?;
-    let held = match budget {
-        Some(budget) => budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?,
-        None => Held {
-            budget: None,
-            bytes: 0,
-        },
-    };
+    let held = budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?;
     // The pace counts from the budget's grant: waiting for room is rank 0's.
     Ok((read_body(stream, len, deadline, PACE)?, held))
 }
@@ -403,10 +411,11 @@ pub(super) struct Pace {
     pub(super) bytes_per_s: u64,
 }
 
-/// The pace of every frame rank 0 and the node leaders read: 5 s of grace,
-/// then 1 MiB/s.
+/// The pace of every frame rank 0 and the node leaders read: 1 s of grace
+/// (a rank writes its frame at once, and what arrived while rank 0's
+/// thread did not run still counts), then 1 MiB/s.
 pub(super) const PACE: Pace = Pace {
-    grace: Duration::from_secs(5),
+    grace: Duration::from_secs(1),
     bytes_per_s: 1 << 20,
 };
 
@@ -480,7 +489,7 @@ impl FrameBudget {
         }
         *taken += bytes;
         Ok(Held {
-            budget: Some(self),
+            budget: self,
             bytes,
         })
     }
@@ -488,16 +497,14 @@ impl FrameBudget {
 
 /// Bytes of a frame held against a [`FrameBudget`]; given back on drop.
 pub(super) struct Held<'a> {
-    budget: Option<&'a FrameBudget>,
+    budget: &'a FrameBudget,
     bytes: u64,
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        if let Some(budget) = self.budget {
-            *lock(&budget.held) -= self.bytes;
-            budget.freed.notify_all();
-        }
+        *lock(&self.budget.held) -= self.bytes;
+        self.budget.freed.notify_all();
     }
 }
 
