@@ -16,7 +16,8 @@ whether every rank is in the report.
              dead rank costs (rank 0 waits for it until its deadline, 10 s)
   dead-lead  2 nodes of 2, node 1's leader (rank 2) gone after step 0
 
-usage: python3 scripts/attack_gather.py RANK_PROGRAM
+usage: python3 scripts/attack_gather.py RANK_PROGRAM [BASE_RANK_PROGRAM]
+       (BASE_RANK_PROGRAM: another build's, measured beside it)
 """
 
 import hashlib
@@ -160,19 +161,20 @@ def run(program, name, node_size=None, attack=None, dead=None):
                if "report.json" in files]
     reporting = json.load(open(reports[0]))["session"]["ranks_reporting"] if reports else []
     wall, peak = float(measured[0]), int(measured[1]) // 1024
-    print(f"{name:10} rank 0 wall {wall:6.2f} s  peak {peak:4d} MiB  "
+    build = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(program))))
+    print(f"{name:10} {build:12} rank 0 wall {wall:6.2f} s  peak {peak:4d} MiB  "
           f"reporting {reporting}", flush=True)
 
 
 def main() -> None:
-    program = sys.argv[1]
-    run(program, "clean")
-    run(program, "strangers", attack=strangers)
-    run(program, "drip", attack=drip)
-    run(program, "two-level", node_size=2)
-    run(program, "forged", node_size=2, attack=forged)
-    run(program, "dead-rank", node_size=2, dead=3)
-    run(program, "dead-lead", node_size=2, dead=2)
+    for program in sys.argv[1:]:
+        run(program, "clean")
+        run(program, "strangers", attack=strangers)
+        run(program, "drip", attack=drip)
+        run(program, "two-level", node_size=2)
+        run(program, "forged", node_size=2, attack=forged)
+        run(program, "dead-rank", node_size=2, dead=3)
+        run(program, "dead-lead", node_size=2, dead=2)
 
 
 if __name__ == "__main__":

@@ -611,7 +611,7 @@ struct Destination<'a> {
     retried: fn(&Unreached) -> bool,
 }
 
-/// `attempt` tried again, with a pause from 10 ms doubling to 500 ms,
+/// `attempt` tried again, with a pause from 10 ms doubling to 200 ms,
 /// while it fails in a way `retried` accepts, until `deadline`; then its
 /// last outcome.
 fn retrying<T>(
@@ -626,7 +626,7 @@ fn retrying<T>(
         match tried {
             Err(why) if retried(&why) && now < deadline => {
                 std::thread::sleep(pause.min(deadline - now));
-                pause = (pause * 2).min(Duration::from_millis(500));
+                pause = (pause * 2).min(Duration::from_millis(200));
             }
             outcome => return outcome,
         }
