@@ -190,8 +190,9 @@ pub enum ConnectionRefusal {
     /// Connections refused past the number listed one by one.
     #[error("{0} more connections refused (not listed one by one)")]
     Unlisted(u64),
-    /// More authenticated connections at once than a job of this size makes.
-    #[error("too many connections at once")]
+    /// Every place of the rank it proved was taken (a rank's rendezvous,
+    /// payload, mirror and window payload at once): it may try again.
+    #[error("too many connections at once for its rank")]
     TooMany,
     /// Rank 0 had no file descriptor to spare to keep track of it.
     #[error("rank 0 had no file descriptor to spare for it")]
