@@ -472,7 +472,7 @@ pub fn pending_requests(session_dir: &Path, max: usize) -> std::io::Result<(Vec<
 
 /// Reads a request file (`rankscope trigger`'s: its trigger is always
 /// [`Trigger::Command`]); one whose nonce is not [`valid_nonce`], or whose
-/// steps or delay pass [`MAX_WINDOW_STEPS`], is invalid.
+/// steps and delay together pass [`MAX_WINDOW_STEPS`], is invalid.
 pub fn read_request(path: &Path) -> Result<Request, ControlError> {
     let mut request: Request = read_json(path)?;
     if let Some(reason) = request.problem() {
@@ -487,13 +487,13 @@ pub fn read_request(path: &Path) -> Result<Request, ControlError> {
 
 impl Request {
     /// What makes the request one no window can answer, if anything: a
-    /// nonce that is not [`valid_nonce`], steps or a delay past
+    /// nonce that is not [`valid_nonce`], steps and a delay together past
     /// [`MAX_WINDOW_STEPS`], a duration past [`MAX_WINDOW_MS`].
     pub fn problem(&self) -> Option<&'static str> {
         if !valid_nonce(&self.nonce) {
             Some("its nonce is not 1 to 64 letters, digits, `-` or `_`")
-        } else if self.steps > MAX_WINDOW_STEPS || self.delay_steps > MAX_WINDOW_STEPS {
-            Some("its steps or delay pass 1 000 000 000")
+        } else if self.steps.saturating_add(self.delay_steps) > MAX_WINDOW_STEPS {
+            Some("its steps and delay together pass 1 000 000 000")
         } else if self.duration_ms > MAX_WINDOW_MS {
             Some("its duration passes a day")
         } else {

@@ -673,6 +673,37 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
         "{again:?}"
     );
 
+    // A request whose delay and steps would hold the windows for days at
+    // this pace is refused once window 2 is done (it would keep every
+    // later request out), and the next request is planned.
+    let ask = |nonce: &str, steps: u64, delay_steps: u64| {
+        let mut asked = asked.clone();
+        asked.request.nonce = nonce.into();
+        asked.request.steps = steps;
+        asked.request.delay_steps = delay_steps;
+        remote.trigger(&asked).unwrap().answer(wait).unwrap()
+    };
+    let started = Instant::now();
+    let held = loop {
+        let nonce = format!("held-{}", started.elapsed().as_nanos());
+        match ask(&nonce, 400_000_000, 400_000_000) {
+            TriggerAnswer::Refused { reason } if reason.contains("is planned or open") => {
+                assert!(started.elapsed() < Duration::from_secs(60), "{reason}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            answer => break answer,
+        }
+    };
+    assert!(
+        matches!(&held, TriggerAnswer::Refused { reason } if reason.contains("would hold the windows")),
+        "{held:?}"
+    );
+    let next = ask("after-the-held-one", 3, 0);
+    assert!(
+        matches!(&next, TriggerAnswer::Planned { plan, .. } if plan.index == 3),
+        "{next:?}"
+    );
+
     let view = view_of_every_rank(&[&endpoint], Some(TOKEN));
     assert_eq!(view["world_size"], 4);
     assert_eq!(view["slowest_rank"], 3, "{view}");

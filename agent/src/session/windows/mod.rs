@@ -66,6 +66,9 @@ const POLL: Duration = Duration::from_millis(50);
 /// [`POLL`]). Rank 0 turns it into steps at the rate its steps go, and
 /// leads by at least [`MIN_LEAD_STEPS`].
 const PLAN_LEAD: Duration = Duration::from_millis(300);
+/// The longest one request may hold the windows, its delay and steps
+/// together at rank 0's pace: no later window can be planned meanwhile.
+const MAX_WINDOW_HOLD: Duration = Duration::from_secs(3600);
 /// How long the pace of steps is measured over before it is taken anew.
 const PACE_MEASURE: Duration = Duration::from_secs(1);
 /// The fewest steps between a plan and its window.
@@ -527,7 +530,17 @@ impl Windows {
     /// else refuses it with the reason (written for `rankscope trigger` to
     /// read; a signal's or a period's is only skipped).
     fn answer(&mut self, request: Request) {
-        if let Some(reason) = self.busy() {
+        let steps = match (request.steps, request.duration_ms) {
+            (0, 0) => self.default_steps,
+            // About that long at this rank's pace now.
+            (0, ms) => ((self.steps_per_second() * ms as f64 / 1e3).ceil() as u64)
+                .clamp(1, window::MAX_WINDOW_STEPS),
+            (steps, _) => steps,
+        };
+        let refused = self
+            .busy()
+            .or_else(|| self.too_long(steps.saturating_add(request.delay_steps)));
+        if let Some(reason) = refused {
             if request.trigger == Trigger::Command {
                 let refusal = Refusal {
                     nonce: request.nonce,
@@ -544,13 +557,7 @@ impl Windows {
                 .count()
                 .saturating_add(request.delay_steps)
                 .saturating_add(self.lead_steps()),
-            steps: match (request.steps, request.duration_ms) {
-                (0, 0) => self.default_steps,
-                // About that long at this rank's pace now.
-                (0, ms) => ((self.steps_per_second() * ms as f64 / 1e3).ceil() as u64)
-                    .clamp(1, window::MAX_WINDOW_STEPS),
-                (steps, _) => steps,
-            },
+            steps,
             trigger: request.trigger,
             nonce: request.nonce,
             torch: request.torch,
@@ -586,6 +593,22 @@ impl Windows {
             self.pace = (Instant::now(), count, Some(now));
         }
         last.map_or(now, |last| last.max(now))
+    }
+
+    /// Why a window that would end `span` steps from now (its delay and
+    /// its steps) is refused, where it is: at this rank's pace it would hold
+    /// the windows past [`MAX_WINDOW_HOLD`], keeping every later request
+    /// out that long.
+    fn too_long(&mut self, span: u64) -> Option<String> {
+        let pace = self.steps_per_second();
+        let hold_s = span as f64 / pace;
+        (pace > 0.0 && hold_s > MAX_WINDOW_HOLD.as_secs_f64()).then(|| {
+            format!(
+                "its delay and steps ({span}) would hold the windows about {hold_s:.0} s at \
+                 this pace ({pace:.1} steps/s), past the {} s one request may",
+                MAX_WINDOW_HOLD.as_secs()
+            )
+        })
     }
 
     /// Steps that pass in [`PLAN_LEAD`] at this rank's pace now.
