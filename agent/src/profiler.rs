@@ -421,7 +421,7 @@ impl Profiler {
         };
         let read = if reading == MemoryReading::default() {
             hub.telemetry
-                .lock_gpu()
+                .lock_gpu_within(GPU_READER_WAIT)
                 .and_then(|mut gpu| Some((gpu.source().as_str(), gpu.memory(0)?)))
         } else {
             None
@@ -473,6 +473,10 @@ pub struct LiveState {
 
 /// The longest stage metadata or event payload kept, bytes of JSON text.
 const MAX_JSON_BYTES: usize = 64 << 10;
+
+/// How long a memory snapshot waits for the GPU reader (a reading may hold
+/// it): past that, the snapshot keeps the caller's numbers.
+const GPU_READER_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// `value` as JSON text; past [`MAX_JSON_BYTES`], a note of its size
 /// instead, so that a row costs bounded memory.

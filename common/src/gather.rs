@@ -197,9 +197,9 @@ pub enum ConnectionRefusal {
     /// Rank 0 had no file descriptor to spare to keep track of it.
     #[error("rank 0 had no file descriptor to spare for it")]
     NoResources,
-    /// Cut off before it authenticated, to make room for newer connections
-    /// (the listener had as many unauthenticated ones as it keeps).
-    #[error("cut off before it authenticated: too many connections were waiting to")]
+    /// Cut off before its greeting arrived, to make room for newer
+    /// connections (the listener had as many waiting for theirs as it keeps).
+    #[error("cut off before its greeting arrived: too many connections were waiting")]
     Evicted,
     /// A window request whose nonce an earlier one had: a replay.
     #[error("a window request replayed (its nonce was used before)")]

@@ -86,6 +86,16 @@ pub fn is_spill_of(file_name: &str, rank: Option<u32>, run_id: Option<&str>) -> 
     rank_ok && run_ok && file_name.ends_with(&format!(".{EXTENSION}"))
 }
 
+/// Whether a spill (or flush) file's name carries a run's tag
+/// (`rank-00042.r1a2b3c4d.p…`), as the files of a rank that knew its run
+/// do.
+pub fn has_run(file_name: &str) -> bool {
+    file_name
+        .strip_prefix("rank-")
+        .and_then(|rest| rest.split_once('.'))
+        .is_some_and(|(_, rest)| rest.starts_with('r'))
+}
+
 /// A short, stable tag of `bytes` (FNV-1a, 32 bits): names, not security.
 fn tag(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5, |hash: u32, &byte| {
@@ -466,6 +476,8 @@ mod tests {
         assert_eq!(rank_of("rank-123456.p1.rsp"), Some(123_456));
         assert_eq!(rank_of("notes.rsp"), None);
         assert_eq!(rank_of("rank-x.rsp"), None);
+        assert!(has_run("rank-00003.r1a2b3c4d.p00000001.rsp"));
+        assert!(!has_run("rank-00003.p00000001.rsp"));
     }
 
     #[test]

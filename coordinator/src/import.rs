@@ -99,7 +99,9 @@ pub struct ImportOptions {
     /// The bytes of distinct names all the traces' digests hold at most
     /// (one copy of each, shared by the ranks that name it): a name past
     /// it is counted in its trace's cut, and its totals go to the name
-    /// standing for its category's.
+    /// standing for its category's. With more than one job, which names
+    /// come first (and so stay named) depends on the order the traces are
+    /// read in.
     pub name_budget_bytes: usize,
 }
 

@@ -505,6 +505,57 @@ fn peers_with_the_token_dripping_frames_keep_no_rank_out() {
     assert!(skipped.contains("slower than"), "{skipped}");
 }
 
+/// Two peers with the token claim rank 3 and each send a 256 MiB frame at
+/// a little over the least pace: together they hold all the frame bytes
+/// rank 0 takes at once. The ranks' payloads that wait for room have the
+/// slowest of them cut off after a second, so every rank is in the report
+/// and the cut is named.
+#[test]
+fn frames_dripped_at_the_least_pace_cannot_keep_the_budget_from_the_ranks() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let out = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let timeout = ("RANKSCOPE_GATHER_TIMEOUT_S", "60");
+    let rank0 = rank(0, 4, out.path(), port, &[timeout]);
+    drop(connect(port));
+    let done = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                let mut hog = connect(port);
+                greet(&mut hog, 3, b"the-job-token");
+                let mut head = vec![8u8];
+                head.extend_from_slice(&(256u64 << 20).to_le_bytes());
+                hog.write_all(&head).unwrap();
+                let chunk = vec![0u8; 64 << 10];
+                while !done.load(Ordering::SeqCst) && hog.write_all(&chunk).is_ok() {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let ranks: Vec<Child> = (1..4)
+        .map(|r| rank(r, 4, out.path(), port, &[timeout]))
+        .collect();
+    let mut ranks = ranks;
+    ranks.push(rank0);
+    support::wait_all(ranks, &[]);
+    done.store(true, Ordering::SeqCst);
+    for hog in hogs {
+        hog.join().unwrap();
+    }
+    let report = report(out.path());
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    let skipped = report["session"]["skipped"].to_string();
+    assert!(skipped.contains("slower than 16777216"), "{skipped}");
+}
+
 /// Rank 1 does not meet rank 0 at its rendezvous (its token is not the
 /// job's): it says so on its standard error though it is a quiet rank,
 /// and spills under the launcher's run; rank 0 takes that spill file as

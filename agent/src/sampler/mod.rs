@@ -12,7 +12,7 @@ pub(crate) mod select;
 mod simulated;
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -117,9 +117,25 @@ impl Telemetry {
         self.gpu();
     }
 
-    /// The locked GPU reader, when there is one.
-    pub(crate) fn lock_gpu(&self) -> Option<MutexGuard<'_, Box<dyn GpuReader>>> {
-        self.gpu().map(|g| lock(&g.reader))
+    /// The locked GPU reader, where there is one and it is free within
+    /// `wait`: a reading holds it across driver calls, and one that never
+    /// returns (a wedged driver) would hold the caller for good.
+    pub(crate) fn lock_gpu_within(
+        &self,
+        wait: Duration,
+    ) -> Option<MutexGuard<'_, Box<dyn GpuReader>>> {
+        let reader = &self.gpu()?.reader;
+        let until = Instant::now() + wait;
+        loop {
+            match reader.try_lock() {
+                Ok(reader) => return Some(reader),
+                Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TryLockError::WouldBlock) => return None,
+            }
+        }
     }
 
     /// The rank's GPUs, for the payload header, as the reader opened.

@@ -217,8 +217,8 @@ fn rescued_by_rank_0(answered: &[std::ops::Range<u32>]) -> impl Fn(u32) -> bool 
     move |rank| !answered.iter().any(|node| node.contains(&rank))
 }
 
-/// The spill files of `ranks` (sorted) in `run`, written since `since`,
-/// read; from one listing of the session directory.
+/// The spill files of `ranks` (sorted) in `run` (`None`: of no run),
+/// written since `since`, read; from one listing of the session directory.
 fn spill_files(
     session: &SessionInfo<'_>,
     run: Option<&str>,
@@ -228,7 +228,8 @@ fn spill_files(
     let found = spill::find(session.session_dir, None, run, since).unwrap_or_default();
     let of_ranks = |path: &PathBuf| {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        spill::rank_of(&name).is_some_and(|rank| ranks.binary_search(&rank).is_ok())
+        let of_run = run.is_some() || !spill::has_run(&name);
+        of_run && spill::rank_of(&name).is_some_and(|rank| ranks.binary_search(&rank).is_ok())
     };
     spill::read_files(
         found

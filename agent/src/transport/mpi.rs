@@ -581,21 +581,23 @@ impl Transport for MpiTransport {
         }
         let mut sent = Vec::new();
         let mut refused = Vec::new();
-        for (leader, bytes) in digests {
-            let Some(nodes) = nodes else { continue };
-            let ranks = nodes.node_of(leader, world);
-            let source = format!(
-                "node digest of rank {leader} (ranks {}..{}) over MPI",
-                ranks.start, ranks.end
-            );
-            match bytes {
-                Ok(bytes) => sent.push(NodeSent {
-                    source,
-                    leader,
-                    ranks,
-                    bytes,
-                }),
-                Err(reason) => refused.push(Skipped { source, reason }),
+        // Digests come from leaders only where the job has nodes.
+        if let Some(nodes) = nodes {
+            for (leader, bytes) in digests {
+                let ranks = nodes.node_of(leader, world);
+                let source = format!(
+                    "node digest of rank {leader} (ranks {}..{}) over MPI",
+                    ranks.start, ranks.end
+                );
+                match bytes {
+                    Ok(bytes) => sent.push(NodeSent {
+                        source,
+                        leader,
+                        ranks,
+                        bytes,
+                    }),
+                    Err(reason) => refused.push(Skipped { source, reason }),
+                }
             }
         }
         let answered: Vec<_> = sent.iter().map(|node| node.ranks.clone()).collect();

@@ -9,7 +9,8 @@
  *   FAKE_NVML_LOST_AFTER   ... after this many utilisation reads (default 3)
  *   FAKE_NVML_HOT_DEVICE   index of a device that reports thermal throttling
  *   FAKE_NVML_HANG_AFTER   utilisation reads after which the next one never
- *                          returns (a wedged driver)
+ *                          returns (a wedged driver) ...
+ *   FAKE_NVML_HANG_MARK    ... having created this file, where it is set
  * Device 1 answers NotSupported for power usage, always.
  * NVML indices run in the reverse of PCI bus order, so code that assumes
  * CUDA and NVML indices agree picks the wrong device.
@@ -144,6 +145,9 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *util) {
     CHECK(d);
     if (hang_after >= 0 && d->calls >= (unsigned long long)hang_after) {
+        const char *mark = getenv("FAKE_NVML_HANG_MARK");
+        FILE *marked = mark ? fopen(mark, "w") : NULL;
+        if (marked) fclose(marked);
         for (;;) pause();
     }
     d->calls++;

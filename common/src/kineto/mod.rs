@@ -235,7 +235,8 @@ pub struct SpanRows {
 pub struct TraceCut {
     /// Rows past [`TraceLimits::max_rows`].
     pub rows: u64,
-    /// Events whose name was past [`TraceLimits::max_names`].
+    /// Events whose name was past [`TraceLimits::max_names`] (and, in an
+    /// import, calls whose name was past the shared name budget).
     pub names: u64,
     /// Events whose name was past [`TraceLimits::max_name_bytes`] (kept cut).
     pub long_names: u64,

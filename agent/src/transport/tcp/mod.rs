@@ -378,16 +378,20 @@ impl TcpTransport {
     ) -> Result<(), Unreached> {
         let send_once = || {
             let mut link = self.try_connect(to.endpoint, rank, what, deadline)?;
-            if let Err(cut) = write_frame(&mut link.stream, kind, bytes, deadline) {
+            match write_frame(&mut link.stream, kind, bytes, deadline) {
+                Ok(()) => {}
                 // Refused before it took the frame: rank 0's word, if it
                 // gave one, says whether to try again.
-                let word_by = Instant::now() + HANDSHAKE_TIMEOUT;
-                return match self.read_reply(&mut link, kind::ACK, word_by) {
-                    Err(refused @ (Unreached::Refused(_) | Unreached::TokenRefused)) => {
-                        Err(refused)
-                    }
-                    _ => Err(cut.into()),
-                };
+                Err(ConnectionRefusal::Closed) => {
+                    let word_by = Instant::now() + HANDSHAKE_TIMEOUT;
+                    return match self.read_reply(&mut link, kind::ACK, word_by) {
+                        Err(refused @ (Unreached::Refused(_) | Unreached::TokenRefused)) => {
+                            Err(refused)
+                        }
+                        _ => Err(ConnectionRefusal::Closed.into()),
+                    };
+                }
+                Err(cut) => return Err(cut.into()),
             }
             let ack_by = deadline.max(Instant::now() + HANDSHAKE_TIMEOUT);
             self.read_reply(&mut link, kind::ACK, ack_by).map(drop)
@@ -670,7 +674,7 @@ enum Unreached {
 impl Unreached {
     /// Whether another try may be taken: nothing took the connection, it
     /// was cut off or went silent without a word (rank 0 cuts the oldest
-    /// connection waiting to authenticate to make room for newer ones), or
+    /// connection waiting for its greeting to make room for newer ones), or
     /// rank 0 said so. A refusal that rank 0 gave a reason for is final.
     fn passing(&self) -> bool {
         match self {
@@ -1022,7 +1026,7 @@ mod tests {
     }
 
     /// A rendezvous cut off after its greeting (as rank 0 cuts the oldest
-    /// connection waiting to authenticate, to make room for newer ones) is
+    /// connection waiting for its greeting, to make room for newer ones) is
     /// tried again until it gets in: the rank meets rank 0 and takes its
     /// run.
     #[test]

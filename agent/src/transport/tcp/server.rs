@@ -111,6 +111,8 @@ struct Shared {
     relay: Mutex<Option<ClockOffset>>,
     /// Held while a node digest is decoded ([`take_node_digest`]).
     decoding: Mutex<()>,
+    /// Refused ranks being drained ([`drain`]) at once.
+    draining: Places,
     /// Rank 0's answers to window controllers.
     desk: Option<Desk>,
     /// Rank 0's mirrors of its window control files, for the ranks that
@@ -262,6 +264,7 @@ impl Server {
             stop: AtomicBool::new(false),
             relay: Mutex::new(relay),
             decoding: Mutex::new(()),
+            draining: Places::new(MAX_DRAINING),
         });
         let accepting = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -366,21 +369,36 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 
 /// Serves connection `id` and records why it was refused, if it was.
 fn serve_connection(mut stream: TcpStream, id: u64, source: String, shared: &Shared) {
-    let mut greeted = false;
-    let result = serve(&mut stream, id, &mut greeted, shared);
+    let mut reached = Reached::Connected;
+    let result = serve(&mut stream, id, &mut reached, shared);
     let was_waiting = shared.leave(id);
     if let Err(refusal) = result {
         // Cut off while it waited for its greeting: its read failed for that.
-        let refusal = match !greeted && !was_waiting {
+        let refusal = match reached == Reached::Connected && !was_waiting {
             true => ConnectionRefusal::Evicted,
             false => refusal,
         };
         refuse(shared, source, refusal);
-        if greeted {
-            // Told why (after the refusal counts: this may take a while).
-            drain(&mut stream);
+        // A rank told why under rank 0's seal reads it before the
+        // connection ends (after the refusal counts: this may take a while;
+        // a few at once).
+        if reached == Reached::Authenticated {
+            if let Some(_draining) = shared.draining.take(false) {
+                drain(&mut stream);
+            }
         }
     }
+}
+
+/// How far a connection got.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    /// Its greeting has not arrived.
+    Connected,
+    /// Its greeting arrived; its proof was not checked, or failed.
+    Greeted,
+    /// It proved the job token.
+    Authenticated,
 }
 
 fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
@@ -398,16 +416,18 @@ fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
 /// How long a refusal's frame may take to leave: it is small enough for
 /// the socket's buffer, so only a peer that stopped reading waits.
 const REFUSAL_WRITE: Duration = Duration::from_secs(1);
+/// Refused ranks drained at once; past it, one is closed at once.
+const MAX_DRAINING: usize = 64;
 
 /// One connection, from the challenge to the end of what it came for;
-/// `greeted` says whether its greeting arrived. A peer that
+/// `reached` says how far it got. A peer that
 /// proved the token is told why it was refused, under rank 0's seal, and
 /// whether to try again ([`Refusal`]); one that did not is told unsealed
 /// (it cannot check the seal), and gives up.
 fn serve(
     stream: &mut TcpStream,
     id: u64,
-    greeted: &mut bool,
+    reached: &mut Reached,
     shared: &Shared,
 ) -> Result<(), ConnectionRefusal> {
     // The handshake and a clock exchange are quick, whoever the peer is.
@@ -425,13 +445,14 @@ fn serve(
     if !shared.leave(id) {
         return Err(ConnectionRefusal::Evicted);
     }
-    *greeted = true;
+    *reached = Reached::Greeted;
     let hello = Hello::read(&greeting)?;
     let token = &shared.settings.token;
     if !hello.proves(token, &challenge) {
         tell_refused(stream, &Refusal::body(&ConnectionRefusal::BadToken));
         return Err(ConnectionRefusal::BadToken);
     }
+    *reached = Reached::Authenticated;
     let reply = |kind: u8, body: &[u8]| sealed(token, &challenge, hello.nonce, kind, body);
     let peer = Peer {
         hello: &hello,

@@ -4,7 +4,8 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
@@ -184,8 +185,9 @@ pub(super) fn unsealed(
 /// of a [`kind::REFUSED`] frame: one byte (1: try again), then the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Refusal {
-    /// A later try may be taken: the rank's places were all taken, or rank
-    /// 0 had no room for another controller.
+    /// A later try may be taken: the rank's places were all taken, rank 0
+    /// had no room for another controller or no file descriptor, or the
+    /// frame came slower than rank 0 takes (a congested link may do better).
     pub(super) again: bool,
     /// Why, as rank 0 said it.
     pub(super) why: String,
@@ -196,7 +198,10 @@ impl Refusal {
     pub(super) fn body(refusal: &ConnectionRefusal) -> Vec<u8> {
         let again = matches!(
             refusal,
-            ConnectionRefusal::TooMany | ConnectionRefusal::Busy | ConnectionRefusal::NoResources
+            ConnectionRefusal::TooMany
+                | ConnectionRefusal::Busy
+                | ConnectionRefusal::NoResources
+                | ConnectionRefusal::TooSlow { .. }
         );
         let mut body = vec![u8::from(again)];
         body.extend_from_slice(refusal.to_string().as_bytes());
@@ -324,7 +329,7 @@ pub(super) fn read_frame(
     deadline: Instant,
 ) -> Result<Vec<u8>, ConnectionRefusal> {
     let (_, len) = read_head(stream, Some(expected), max, deadline)?;
-    read_body(stream, len, deadline, PACE)
+    read_body(stream, len, deadline, PACE, None)
 }
 
 /// A frame of any kind: its kind and body, read as [`read_frame`] reads.
@@ -334,7 +339,7 @@ pub(super) fn read_any_frame(
     deadline: Instant,
 ) -> Result<(u8, Vec<u8>), ConnectionRefusal> {
     let (kind, len) = read_head(stream, None, max, deadline)?;
-    Ok((kind, read_body(stream, len, deadline, PACE)?))
+    Ok((kind, read_body(stream, len, deadline, PACE, None)?))
 }
 
 /// [`read_frame`] of a frame its peer sends at once (a payload, a digest):
@@ -351,9 +356,15 @@ pub(super) fn read_frame_within<'b>(
     let head_due = Instant::now() + PACE.grace;
     let (_, len) = read_head(stream, Some(expected), max, deadline.min(head_due))
         .map_err(|why| PACE.named(why, head_due <= deadline))?;
-    let held = budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), deadline)?;
+    let held = budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), stream, deadline)?;
     // The pace counts from the budget's grant: waiting for room is rank 0's.
-    Ok((read_body(stream, len, deadline, PACE)?, held))
+    match read_body(stream, len, deadline, PACE, Some(&held)) {
+        Ok(body) => Ok((body, held)),
+        Err(_) if held.was_cut() => Err(ConnectionRefusal::TooSlow {
+            bytes_per_s: MAKE_ROOM_BYTES_PER_S,
+        }),
+        Err(why) => Err(why),
+    }
 }
 
 /// A frame's kind (the `expected` one, where one is) and length, at most
@@ -379,12 +390,14 @@ fn read_head(
     Ok((head[0], len))
 }
 
-/// A frame's body of `len` bytes, by `deadline` and at `pace`.
+/// A frame's body of `len` bytes, by `deadline` and at `pace`, telling
+/// `held` (where it holds part of a budget) how far it got.
 fn read_body(
     stream: &mut TcpStream,
     len: u64,
     deadline: Instant,
     pace: Pace,
+    held: Option<&Held<'_>>,
 ) -> Result<Vec<u8>, ConnectionRefusal> {
     let started = Instant::now();
     let mut body = Vec::new();
@@ -397,6 +410,9 @@ fn read_body(
         let due = started + pace.due(body.len() as u64);
         read_exact_by(stream, &mut body[start..], deadline.min(due))
             .map_err(|why| pace.named(why, due <= deadline))?;
+        if let Some(held) = held {
+            held.arrived(body.len() as u64);
+        }
     }
     Ok(body)
 }
@@ -464,46 +480,148 @@ pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// two frames each hold part of the budget while waiting for the rest.
 pub(super) const FRAMES_IN_FLIGHT_BYTES: u64 = 512 << 20;
 
-/// The bytes of frames held now, against [`FRAMES_IN_FLIGHT_BYTES`].
+/// How long a frame waits for room before the slowest frame holding the
+/// budget below [`MAKE_ROOM_BYTES_PER_S`] is cut off to make it: a peer
+/// that drips a large frame at the least pace cannot keep the budget (and
+/// every other rank's payload) for longer.
+const MAKE_ROOM_AFTER: Duration = Duration::from_secs(1);
+/// The pace below which a frame holding the budget is cut off when
+/// another waits for room (it may try again).
+const MAKE_ROOM_BYTES_PER_S: u64 = 16 << 20;
+
+/// The frames holding the budget now, against [`FRAMES_IN_FLIGHT_BYTES`].
 #[derive(Default)]
 pub(super) struct FrameBudget {
-    held: Mutex<u64>,
+    holders: Mutex<Holders>,
     freed: Condvar,
 }
 
+/// The bytes held, and each frame holding them.
+#[derive(Default)]
+struct Holders {
+    bytes: u64,
+    next_id: u64,
+    frames: Vec<Holder>,
+}
+
+/// A frame holding part of the budget: its bytes, since when, how many
+/// arrived, and its connection (to cut off to make room).
+struct Holder {
+    id: u64,
+    bytes: u64,
+    since: Instant,
+    progress: Arc<Progress>,
+    stream: TcpStream,
+}
+
+/// How far a frame holding the budget got, and whether it was cut off to
+/// make room.
+#[derive(Default)]
+struct Progress {
+    received: AtomicU64,
+    cut: AtomicBool,
+}
+
 impl FrameBudget {
-    /// Takes `bytes` once they fit (or nothing else is held), by
-    /// `deadline`; they are given back when the [`Held`] is dropped.
-    fn take(&self, bytes: u64, deadline: Instant) -> Result<Held<'_>, ConnectionRefusal> {
-        let mut taken = lock(&self.held);
-        while *taken > 0 && *taken + bytes > FRAMES_IN_FLIGHT_BYTES {
+    /// Takes `bytes` for the frame on `stream` once they fit (or nothing
+    /// else is held), by `deadline`, cutting off the slowest holder after
+    /// [`MAKE_ROOM_AFTER`] of waiting; they are given back when the
+    /// [`Held`] is dropped.
+    fn take(
+        &self,
+        bytes: u64,
+        stream: &TcpStream,
+        deadline: Instant,
+    ) -> Result<Held<'_>, ConnectionRefusal> {
+        let started = Instant::now();
+        let mut holders = lock(&self.holders);
+        while holders.bytes > 0 && holders.bytes + bytes > FRAMES_IN_FLIGHT_BYTES {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ConnectionRefusal::Stalled);
             }
-            taken = self
+            if started.elapsed() >= MAKE_ROOM_AFTER {
+                holders.cut_slowest();
+            }
+            let wait = left.min(Duration::from_millis(100));
+            holders = self
                 .freed
-                .wait_timeout(taken, left)
+                .wait_timeout(holders, wait)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        *taken += bytes;
+        let handle = stream
+            .try_clone()
+            .map_err(|_| ConnectionRefusal::NoResources)?;
+        let progress = Arc::new(Progress::default());
+        let id = holders.next_id;
+        holders.next_id += 1;
+        holders.bytes += bytes;
+        holders.frames.push(Holder {
+            id,
+            bytes,
+            since: Instant::now(),
+            progress: Arc::clone(&progress),
+            stream: handle,
+        });
         Ok(Held {
             budget: self,
-            bytes,
+            id,
+            progress,
         })
     }
 }
 
-/// Bytes of a frame held against a [`FrameBudget`]; given back on drop.
+impl Holders {
+    /// Cuts off the slowest frame past its grace below
+    /// [`MAKE_ROOM_BYTES_PER_S`], if one is (once: it leaves as its read
+    /// fails).
+    fn cut_slowest(&mut self) {
+        let rate = |frame: &Holder| {
+            let seconds = frame.since.elapsed().as_secs_f64().max(1e-3);
+            frame.progress.received.load(Ordering::Relaxed) as f64 / seconds
+        };
+        let slowest = self
+            .frames
+            .iter()
+            .filter(|f| !f.progress.cut.load(Ordering::Relaxed))
+            .filter(|f| f.since.elapsed() >= PACE.grace)
+            .filter(|f| rate(f) < MAKE_ROOM_BYTES_PER_S as f64)
+            .min_by(|a, b| rate(a).total_cmp(&rate(b)));
+        if let Some(frame) = slowest {
+            frame.progress.cut.store(true, Ordering::Relaxed);
+            let _ = frame.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// A frame's part of a [`FrameBudget`]; given back on drop.
 pub(super) struct Held<'a> {
     budget: &'a FrameBudget,
-    bytes: u64,
+    id: u64,
+    progress: Arc<Progress>,
+}
+
+impl Held<'_> {
+    /// The frame's bytes that arrived so far.
+    fn arrived(&self, bytes: u64) {
+        self.progress.received.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether the frame was cut off to make room.
+    fn was_cut(&self) -> bool {
+        self.progress.cut.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        *lock(&self.budget.held) -= self.bytes;
+        let mut holders = lock(&self.budget.holders);
+        if let Some(at) = holders.frames.iter().position(|f| f.id == self.id) {
+            let frame = holders.frames.swap_remove(at);
+            holders.bytes -= frame.bytes;
+        }
+        drop(holders);
         self.budget.freed.notify_all();
     }
 }
@@ -596,10 +714,10 @@ mod tests {
         let (mut stream, _) = listener.accept().unwrap();
         let deadline = Instant::now() + Duration::from_secs(120);
         assert_eq!(
-            read_body(&mut stream, 100, deadline, pace).unwrap(),
+            read_body(&mut stream, 100, deadline, pace, None).unwrap(),
             [7; 100]
         );
-        let dripped = read_body(&mut stream, 100, deadline, pace);
+        let dripped = read_body(&mut stream, 100, deadline, pace, None);
         assert_eq!(
             dripped,
             Err(ConnectionRefusal::TooSlow { bytes_per_s: 100 })
