@@ -405,36 +405,37 @@ fn a_flood_of_strangers_keeps_no_rank_out_of_the_gather() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let ranks: Vec<Child> = (1..4)
-        .map(|r| rank(r, 4, out.path(), port, &[timeout]))
-        .collect();
-    let mut outputs: Vec<_> = ranks
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect();
-    outputs.push(rank0.wait_with_output().unwrap());
+    every_rank_reports(rank0, out.path(), port, &[timeout]);
     stop.store(true, Ordering::SeqCst);
     for thread in flood {
         thread.join().unwrap();
     }
-    for output in &outputs {
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let report = report(out.path());
+}
+
+/// Starts ranks 1 to 3 of a 4-rank job beside `rank0`, waits for the four
+/// (each must succeed), checks that every rank is in the report with its
+/// clock offset measured (it met rank 0 at its rendezvous), and returns
+/// the report.
+fn every_rank_reports(
+    rank0: Child,
+    out: &Path,
+    port: u16,
+    extra: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut ranks: Vec<Child> = (1..4).map(|r| rank(r, 4, out, port, extra)).collect();
+    ranks.push(rank0);
+    support::wait_all(ranks, &[]);
+    let report = report(out);
     assert_eq!(
         report["session"]["ranks_reporting"],
         serde_json::json!([0, 1, 2, 3])
     );
-    // Every rank met rank 0 at its rendezvous (its clock offset measured).
     let ranks = report["ranks"].as_array().unwrap();
     assert!(
         ranks.iter().all(|r| !r["clock_offset_ns"].is_null()),
         "{ranks:?}"
     );
+    report
 }
 
 /// Forty peers with the token that claim rank 3 and drip a payload frame
@@ -472,35 +473,11 @@ fn peers_with_the_token_dripping_frames_keep_no_rank_out() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    let ranks: Vec<Child> = (1..4)
-        .map(|r| rank(r, 4, out.path(), port, &[timeout]))
-        .collect();
-    let mut outputs: Vec<_> = ranks
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect();
-    outputs.push(rank0.wait_with_output().unwrap());
+    let report = every_rank_reports(rank0, out.path(), port, &[timeout]);
     done.store(true, Ordering::SeqCst);
     for drip in drips {
         drip.join().unwrap();
     }
-    for output in &outputs {
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let report = report(out.path());
-    assert_eq!(
-        report["session"]["ranks_reporting"],
-        serde_json::json!([0, 1, 2, 3])
-    );
-    let ranks = report["ranks"].as_array().unwrap();
-    assert!(
-        ranks.iter().all(|r| !r["clock_offset_ns"].is_null()),
-        "{ranks:?}"
-    );
     let skipped = report["session"]["skipped"].to_string();
     assert!(skipped.contains("slower than"), "{skipped}");
 }
@@ -537,21 +514,11 @@ fn frames_dripped_at_the_least_pace_cannot_keep_the_budget_from_the_ranks() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    let ranks: Vec<Child> = (1..4)
-        .map(|r| rank(r, 4, out.path(), port, &[timeout]))
-        .collect();
-    let mut ranks = ranks;
-    ranks.push(rank0);
-    support::wait_all(ranks, &[]);
+    let report = every_rank_reports(rank0, out.path(), port, &[timeout]);
     done.store(true, Ordering::SeqCst);
     for hog in hogs {
         hog.join().unwrap();
     }
-    let report = report(out.path());
-    assert_eq!(
-        report["session"]["ranks_reporting"],
-        serde_json::json!([0, 1, 2, 3])
-    );
     let skipped = report["session"]["skipped"].to_string();
     assert!(skipped.contains("slower than 16777216"), "{skipped}");
 }
