@@ -6,6 +6,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
@@ -381,8 +383,6 @@ fn a_rank_killed_mid_session_is_named_missing_and_recovered_from_its_flushes() {
 /// until its deadline, so no rank depends on winning a race.
 #[test]
 fn a_flood_of_strangers_keeps_no_rank_out_of_the_gather() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     let out = tempfile::tempdir().unwrap();
     let port = free_port();
     let timeout = ("RANKSCOPE_GATHER_TIMEOUT_S", "60");
@@ -438,6 +438,39 @@ fn every_rank_reports(
     report
 }
 
+/// A 4-rank job whose rank 0 `peers` peers with the token reach first,
+/// each claiming rank 3 for a payload and writing what `write` writes
+/// until it returns or the job is over (the flag it is given); the
+/// report, every rank in it ([`every_rank_reports`]).
+fn job_beside_peers_claiming_rank_3(
+    peers: usize,
+    write: fn(&mut TcpStream, &AtomicBool),
+) -> serde_json::Value {
+    let out = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let timeout = ("RANKSCOPE_GATHER_TIMEOUT_S", "60");
+    let rank0 = rank(0, 4, out.path(), port, &[timeout]);
+    drop(connect(port));
+    let done = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..peers)
+        .map(|_| {
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                let mut peer = connect(port);
+                greet(&mut peer, 3, b"the-job-token");
+                write(&mut peer, &done);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let report = every_rank_reports(rank0, out.path(), port, &[timeout]);
+    done.store(true, Ordering::SeqCst);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    report
+}
+
 /// Forty peers with the token that claim rank 3 and drip a payload frame
 /// a byte a second, before the ranks start: they take rank 3's own places
 /// alone (the other ranks get in at once), and lose them within the pace's
@@ -446,38 +479,17 @@ fn every_rank_reports(
 /// are named.
 #[test]
 fn peers_with_the_token_dripping_frames_keep_no_rank_out() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let out = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let timeout = ("RANKSCOPE_GATHER_TIMEOUT_S", "60");
-    let rank0 = rank(0, 4, out.path(), port, &[timeout]);
-    drop(connect(port));
-    let done = Arc::new(AtomicBool::new(false));
-    let drips: Vec<_> = (0..40)
-        .map(|_| {
-            let done = Arc::clone(&done);
-            std::thread::spawn(move || {
-                let mut dripping = connect(port);
-                greet(&mut dripping, 3, b"the-job-token");
-                let mut frame = vec![8u8];
-                frame.extend_from_slice(&1000u64.to_le_bytes());
-                frame.resize(9 + 1000, 0);
-                for byte in frame.chunks(1) {
-                    if done.load(Ordering::SeqCst) || dripping.write_all(byte).is_err() {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(500));
-    let report = every_rank_reports(rank0, out.path(), port, &[timeout]);
-    done.store(true, Ordering::SeqCst);
-    for drip in drips {
-        drip.join().unwrap();
-    }
+    let report = job_beside_peers_claiming_rank_3(40, |peer, done| {
+        let mut frame = vec![8u8];
+        frame.extend_from_slice(&1000u64.to_le_bytes());
+        frame.resize(9 + 1000, 0);
+        for byte in frame.chunks(1) {
+            if done.load(Ordering::SeqCst) || peer.write_all(byte).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
     let skipped = report["session"]["skipped"].to_string();
     assert!(skipped.contains("slower than"), "{skipped}");
 }
@@ -489,36 +501,15 @@ fn peers_with_the_token_dripping_frames_keep_no_rank_out() {
 /// and the cut is named.
 #[test]
 fn frames_dripped_at_the_least_pace_cannot_keep_the_budget_from_the_ranks() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let out = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let timeout = ("RANKSCOPE_GATHER_TIMEOUT_S", "60");
-    let rank0 = rank(0, 4, out.path(), port, &[timeout]);
-    drop(connect(port));
-    let done = Arc::new(AtomicBool::new(false));
-    let hogs: Vec<_> = (0..2)
-        .map(|_| {
-            let done = Arc::clone(&done);
-            std::thread::spawn(move || {
-                let mut hog = connect(port);
-                greet(&mut hog, 3, b"the-job-token");
-                let mut head = vec![8u8];
-                head.extend_from_slice(&(256u64 << 20).to_le_bytes());
-                hog.write_all(&head).unwrap();
-                let chunk = vec![0u8; 64 << 10];
-                while !done.load(Ordering::SeqCst) && hog.write_all(&chunk).is_ok() {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(500));
-    let report = every_rank_reports(rank0, out.path(), port, &[timeout]);
-    done.store(true, Ordering::SeqCst);
-    for hog in hogs {
-        hog.join().unwrap();
-    }
+    let report = job_beside_peers_claiming_rank_3(2, |peer, done| {
+        let mut head = vec![8u8];
+        head.extend_from_slice(&(256u64 << 20).to_le_bytes());
+        peer.write_all(&head).unwrap();
+        let chunk = vec![0u8; 64 << 10];
+        while !done.load(Ordering::SeqCst) && peer.write_all(&chunk).is_ok() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
     let skipped = report["session"]["skipped"].to_string();
     assert!(skipped.contains("slower than 16777216"), "{skipped}");
 }
@@ -619,8 +610,6 @@ fn a_garbage_node_digest_leaves_the_node_awaited_from_its_real_leader() {
 /// ranks stay far below it.
 #[test]
 fn peers_sending_large_frames_at_once_share_a_bounded_budget() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     let out = tempfile::tempdir().unwrap();
     let port = free_port();
     let timeout = ("RANKSCOPE_GATHER_TIMEOUT_S", "20");
