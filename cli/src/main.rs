@@ -53,9 +53,9 @@ enum Commands {
     /// Run a simulated tensor-parallel text-to-video job (real rank
     /// processes, simulated GPUs, one slow rank) and print its report.
     ///
-    /// Needs no GPU and no MPI. The ranks hand their data to rank 0 through
-    /// the session directory; rank 0 writes report.json, summary.txt and
-    /// stages.csv there.
+    /// Needs no GPU and no MPI. The ranks hand their data to rank 0 over
+    /// TCP on this machine; rank 0 writes the report into the session
+    /// directory.
     Demo {
         /// Number of rank processes (1 to 256).
         #[arg(long, default_value_t = 4,
@@ -70,8 +70,8 @@ enum Commands {
         /// Output directory; the session gets its own directory inside.
         #[arg(long, default_value = "profiling_reports")]
         out: PathBuf,
-        /// Who starts the ranks: this program (the ranks gather through the
-        /// session directory), or a real `mpirun` (they gather over MPI;
+        /// Who starts the ranks: this program (the ranks gather over TCP on
+        /// this machine), or a real `mpirun` (they gather over MPI;
         /// needs Open MPI and a build with `--features mpi`).
         #[arg(long, value_enum, default_value = "local")]
         launcher: launcher::Launch,
@@ -128,7 +128,8 @@ enum Commands {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
         steps: Option<u64>,
         /// A window of about this many seconds instead: rank 0 turns it into
-        /// steps at the pace its steps go (at most a day).
+        /// steps at the pace its steps go (at most an hour: rank 0 refuses
+        /// a window whose delay and steps would hold the windows longer).
         #[arg(long, conflicts_with = "steps", value_parser = window_seconds)]
         seconds: Option<Duration>,
         /// Steps to let pass before the window opens.
@@ -174,7 +175,7 @@ enum Commands {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
     },
-    /// Merge the rank spill files (rank-NNNNN.rsp) of a session directory
+    /// Merge the rank spill files (rank-NNNNN.….rsp) of a session directory
     /// into one report, as rank 0 does at the end of a job.
     ///
     /// Files that cannot be used (truncated, corrupt, of another format or
@@ -341,12 +342,13 @@ fn print_error(error: &anyhow::Error) {
     }
 }
 
-/// `--seconds`: more than 0, at most a day.
+/// `--seconds`: more than 0, at most an hour (`MAX_WINDOW_MS`).
 fn window_seconds(text: &str) -> Result<Duration, String> {
+    let most = rankscope_common::window::MAX_WINDOW_MS as f64 / 1e3;
     match text.parse::<f64>() {
-        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(Duration::from_secs_f64(s)),
+        Ok(s) if s > 0.0 && s <= most => Ok(Duration::from_secs_f64(s)),
         _ => Err(format!(
-            "`{text}` is not a number of seconds above 0 and at most 86400"
+            "`{text}` is not a number of seconds above 0 and at most {most}"
         )),
     }
 }

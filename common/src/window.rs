@@ -41,8 +41,9 @@ const MAX_NONCE_BYTES: usize = 64;
 /// The most steps a window asked for may cover, and the most it may wait
 /// to open: past these a request (or a plan) is refused.
 pub const MAX_WINDOW_STEPS: u64 = 1_000_000_000;
-/// The longest window asked for in time: a day, milliseconds.
-pub const MAX_WINDOW_MS: u64 = 86_400_000;
+/// The longest window asked for in time, milliseconds: an hour, as long
+/// as one request may hold the windows (its delay and steps together).
+pub const MAX_WINDOW_MS: u64 = 3_600_000;
 
 /// What opened a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -495,7 +496,7 @@ impl Request {
         } else if self.steps.saturating_add(self.delay_steps) > MAX_WINDOW_STEPS {
             Some("its steps and delay together pass 1 000 000 000")
         } else if self.duration_ms > MAX_WINDOW_MS {
-            Some("its duration passes a day")
+            Some("its duration passes an hour")
         } else {
             None
         }

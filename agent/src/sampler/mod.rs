@@ -54,6 +54,8 @@ pub(crate) struct Telemetry {
 struct OpenedGpus {
     reader: SharedGpuReader,
     description: GpuDescription,
+    /// A wait for the reader ran out (a reading that does not return).
+    wedged: std::sync::atomic::AtomicBool,
 }
 
 /// What the payload header says of a rank's GPUs.
@@ -102,6 +104,7 @@ impl Telemetry {
                         selection: reader.selection().to_string(),
                     },
                     reader: Arc::new(Mutex::new(reader)),
+                    wedged: Default::default(),
                 }),
                 Err(reason) => {
                     notice!("GPU telemetry off: {}", Chain(&reason));
@@ -119,21 +122,32 @@ impl Telemetry {
 
     /// The locked GPU reader, where there is one and it is free within
     /// `wait`: a reading holds it across driver calls, and one that never
-    /// returns (a wedged driver) would hold the caller for good.
+    /// returns (a wedged driver) would hold the caller for good. Once a
+    /// wait ran out, later calls do not wait until the reader is free again.
     pub(crate) fn lock_gpu_within(
         &self,
         wait: Duration,
     ) -> Option<MutexGuard<'_, Box<dyn GpuReader>>> {
-        let reader = &self.gpu()?.reader;
-        let until = Instant::now() + wait;
+        let gpu = self.gpu()?;
+        let until = match gpu.wedged.load(std::sync::atomic::Ordering::Relaxed) {
+            true => Instant::now(),
+            false => Instant::now() + wait,
+        };
         loop {
-            match reader.try_lock() {
-                Ok(reader) => return Some(reader),
+            match gpu.reader.try_lock() {
+                Ok(reader) => {
+                    gpu.wedged
+                        .store(false, std::sync::atomic::Ordering::Relaxed);
+                    return Some(reader);
+                }
                 Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
                 Err(TryLockError::WouldBlock) if Instant::now() < until => {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                Err(TryLockError::WouldBlock) => return None,
+                Err(TryLockError::WouldBlock) => {
+                    gpu.wedged.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return None;
+                }
             }
         }
     }

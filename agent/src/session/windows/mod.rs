@@ -69,6 +69,9 @@ const PLAN_LEAD: Duration = Duration::from_millis(300);
 /// The longest one request may hold the windows, its delay and steps
 /// together at rank 0's pace: no later window can be planned meanwhile.
 const MAX_WINDOW_HOLD: Duration = Duration::from_secs(3600);
+/// The most steps (delay and steps together) one request may hold the
+/// windows for while rank 0's pace is not known yet.
+const MAX_SPAN_UNPACED: u64 = 100_000;
 /// How long the pace of steps is measured over before it is taken anew.
 const PACE_MEASURE: Duration = Duration::from_secs(1);
 /// The fewest steps between a plan and its window.
@@ -599,10 +602,19 @@ impl Windows {
     /// its steps) is refused, where it is: at this rank's pace it would hold
     /// the windows past [`MAX_WINDOW_HOLD`], keeping every later request
     /// out that long.
+    /// Before the pace is known, at most [`MAX_SPAN_UNPACED`] steps.
     fn too_long(&mut self, span: u64) -> Option<String> {
         let pace = self.steps_per_second();
+        if pace <= 0.0 {
+            return (span > MAX_SPAN_UNPACED).then(|| {
+                format!(
+                    "its delay and steps ({span}) pass the {MAX_SPAN_UNPACED} one request may \
+                     hold before this rank's pace is known"
+                )
+            });
+        }
         let hold_s = span as f64 / pace;
-        (pace > 0.0 && hold_s > MAX_WINDOW_HOLD.as_secs_f64()).then(|| {
+        (hold_s > MAX_WINDOW_HOLD.as_secs_f64()).then(|| {
             format!(
                 "its delay and steps ({span}) would hold the windows about {hold_s:.0} s at \
                  this pace ({pace:.1} steps/s), past the {} s one request may",

@@ -111,7 +111,7 @@ struct Shared {
     relay: Mutex<Option<ClockOffset>>,
     /// Held while a node digest is decoded ([`take_node_digest`]).
     decoding: Mutex<()>,
-    /// Refused ranks being drained ([`drain`]) at once.
+    /// Refused peers being drained ([`drain`]) at once.
     draining: Places,
     /// Rank 0's answers to window controllers.
     desk: Option<Desk>,
@@ -379,10 +379,9 @@ fn serve_connection(mut stream: TcpStream, id: u64, source: String, shared: &Sha
             false => refusal,
         };
         refuse(shared, source, refusal);
-        // A rank told why under rank 0's seal reads it before the
-        // connection ends (after the refusal counts: this may take a while;
-        // a few at once).
-        if reached == Reached::Authenticated {
+        // A peer told why reads it before the connection ends (after the
+        // refusal counts: this may take a while; a few at once).
+        if reached != Reached::Connected {
             if let Some(_draining) = shared.draining.take(false) {
                 drain(&mut stream);
             }
@@ -416,7 +415,7 @@ fn refuse(shared: &Shared, source: String, refusal: ConnectionRefusal) {
 /// How long a refusal's frame may take to leave: it is small enough for
 /// the socket's buffer, so only a peer that stopped reading waits.
 const REFUSAL_WRITE: Duration = Duration::from_secs(1);
-/// Refused ranks drained at once; past it, one is closed at once.
+/// Refused peers drained at once; past it, one is closed at once.
 const MAX_DRAINING: usize = 64;
 
 /// One connection, from the challenge to the end of what it came for;

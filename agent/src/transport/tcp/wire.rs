@@ -359,7 +359,11 @@ pub(super) fn read_frame_within<'b>(
     let held = budget.take(len.min(FRAMES_IN_FLIGHT_BYTES), stream, deadline)?;
     // The pace counts from the budget's grant: waiting for room is rank 0's.
     match read_body(stream, len, deadline, PACE, Some(&held)) {
-        Ok(body) => Ok((body, held)),
+        Ok(body) => {
+            // Whole: no longer one to cut off, however long it is decoded.
+            held.progress.arrived.store(true, Ordering::Relaxed);
+            Ok((body, held))
+        }
         Err(_) if held.was_cut() => Err(ConnectionRefusal::TooSlow {
             bytes_per_s: MAKE_ROOM_BYTES_PER_S,
         }),
@@ -514,11 +518,12 @@ struct Holder {
     stream: TcpStream,
 }
 
-/// How far a frame holding the budget got, and whether it was cut off to
-/// make room.
+/// How far a frame holding the budget got, whether all of it arrived, and
+/// whether it was cut off to make room.
 #[derive(Default)]
 struct Progress {
     received: AtomicU64,
+    arrived: AtomicBool,
     cut: AtomicBool,
 }
 
@@ -573,10 +578,14 @@ impl FrameBudget {
 }
 
 impl Holders {
-    /// Cuts off the slowest frame past its grace below
-    /// [`MAKE_ROOM_BYTES_PER_S`], if one is (once: it leaves as its read
-    /// fails).
+    /// Cuts off the slowest frame still arriving, past its grace, below
+    /// [`MAKE_ROOM_BYTES_PER_S`], if one is; one at a time (the next only
+    /// once the last cut has left), however many wait.
     fn cut_slowest(&mut self) {
+        let cut = |frame: &Holder| frame.progress.cut.load(Ordering::Relaxed);
+        if self.frames.iter().any(cut) {
+            return;
+        }
         let rate = |frame: &Holder| {
             let seconds = frame.since.elapsed().as_secs_f64().max(1e-3);
             frame.progress.received.load(Ordering::Relaxed) as f64 / seconds
@@ -584,7 +593,7 @@ impl Holders {
         let slowest = self
             .frames
             .iter()
-            .filter(|f| !f.progress.cut.load(Ordering::Relaxed))
+            .filter(|f| !f.progress.arrived.load(Ordering::Relaxed))
             .filter(|f| f.since.elapsed() >= PACE.grace)
             .filter(|f| rate(f) < MAKE_ROOM_BYTES_PER_S as f64)
             .min_by(|a, b| rate(a).total_cmp(&rate(b)));
