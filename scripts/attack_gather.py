@@ -9,6 +9,8 @@ whether every rank is in the report.
   strangers  80 threads reconnecting without the token, saying nothing
   drip       40 peers with the token claiming rank 3, each dripping a
              payload frame a byte a second
+  hog        2 peers with the token claiming rank 3, each sending a 256 MiB
+             frame at 1.25 MiB/s (together the whole frame budget)
   two-level  the job as 2 nodes of 2 (its own clean figure)
   forged     2 nodes of 2, a peer with the token sending rank 0 garbage as
              node 1's digest before its leader
@@ -121,6 +123,21 @@ def drip(port, stop):
     return [threading.Thread(target=one, daemon=True) for _ in range(40)]
 
 
+def hog(port, stop):
+    def one():
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            greet(s, 3, 3)
+            s.sendall(bytes([8]) + struct.pack("<Q", 256 << 20))
+            chunk = b"\0" * (64 << 10)
+            while not stop.is_set():
+                s.sendall(chunk)
+                time.sleep(0.05)
+        except OSError:
+            pass
+    return [threading.Thread(target=one, daemon=True) for _ in range(2)]
+
+
 def forged(port, stop):
     def one():
         try:
@@ -171,6 +188,7 @@ def main() -> None:
         run(program, "clean")
         run(program, "strangers", attack=strangers)
         run(program, "drip", attack=drip)
+        run(program, "hog", attack=hog)
         run(program, "two-level", node_size=2)
         run(program, "forged", node_size=2, attack=forged)
         run(program, "dead-rank", node_size=2, dead=3)
