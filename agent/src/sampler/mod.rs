@@ -12,6 +12,7 @@ pub(crate) mod select;
 mod simulated;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -55,7 +56,7 @@ struct OpenedGpus {
     reader: SharedGpuReader,
     description: GpuDescription,
     /// A wait for the reader ran out (a reading that does not return).
-    wedged: std::sync::atomic::AtomicBool,
+    wedged: AtomicBool,
 }
 
 /// What the payload header says of a rank's GPUs.
@@ -129,15 +130,14 @@ impl Telemetry {
         wait: Duration,
     ) -> Option<MutexGuard<'_, Box<dyn GpuReader>>> {
         let gpu = self.gpu()?;
-        let until = match gpu.wedged.load(std::sync::atomic::Ordering::Relaxed) {
+        let until = match gpu.wedged.load(Ordering::Relaxed) {
             true => Instant::now(),
             false => Instant::now() + wait,
         };
         loop {
             match gpu.reader.try_lock() {
                 Ok(reader) => {
-                    gpu.wedged
-                        .store(false, std::sync::atomic::Ordering::Relaxed);
+                    gpu.wedged.store(false, Ordering::Relaxed);
                     return Some(reader);
                 }
                 Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
@@ -145,7 +145,7 @@ impl Telemetry {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err(TryLockError::WouldBlock) => {
-                    gpu.wedged.store(true, std::sync::atomic::Ordering::Relaxed);
+                    gpu.wedged.store(true, Ordering::Relaxed);
                     return None;
                 }
             }

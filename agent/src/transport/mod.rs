@@ -182,7 +182,8 @@ fn gathered_by(
     }];
     candidates.extend(arrived);
     let first = gather::accept(candidates, &expect);
-    let mut rescued: Vec<u32> = first
+    // Ascending, as `missing` is.
+    let rescued: Vec<u32> = first
         .missing
         .iter()
         .copied()
@@ -191,7 +192,6 @@ fn gathered_by(
     if rescued.is_empty() {
         return first;
     }
-    rescued.sort_unstable();
     // The ranks still missing once what arrived was checked (sent nothing,
     // or nothing usable) may have spilled their payload.
     let mut again: Vec<Candidate> = first

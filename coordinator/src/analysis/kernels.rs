@@ -389,26 +389,33 @@ impl RankKernels {
         let launches: Vec<Option<u64>> =
             (0..kernels.len).map(|i| kernels.launch_ns.get(i)).collect();
         let mut per_kernel: HashMap<&str, HashMap<&str, i64>> = HashMap::new();
+        // By stage name first: each name is made a shared one once.
+        let mut per_stage: HashMap<&str, (u64, i64)> = HashMap::new();
         for (i, stage) in launching_stages(stages, &launches).into_iter().enumerate() {
             let Some(stage) = stage.map(|row| stages.name.get(row)) else {
                 continue;
             };
             let dur_ns = i64::try_from(kernels.dur_ns[i]).unwrap_or(i64::MAX);
-            let stage_name = names
-                .get(stage)
-                .unwrap_or_else(|| names.past_budget("stage"));
-            let totals = self
-                .by_stage
-                .entry(stage_name)
-                .or_insert((KernelCategory::Stage, 0, 0));
-            totals.1 += 1;
-            totals.2 = totals.2.saturating_add(dur_ns);
+            let totals = per_stage.entry(stage).or_default();
+            totals.0 += 1;
+            totals.1 = totals.1.saturating_add(dur_ns);
             let time = per_kernel
                 .entry(kernels.name.get(i))
                 .or_default()
                 .entry(stage)
                 .or_default();
             *time = time.saturating_add(dur_ns);
+        }
+        for (stage, (calls, ns)) in per_stage {
+            let stage = names
+                .get(stage)
+                .unwrap_or_else(|| names.past_budget("stage"));
+            let totals = self
+                .by_stage
+                .entry(stage)
+                .or_insert((KernelCategory::Stage, 0, 0));
+            totals.1 += calls;
+            totals.2 = totals.2.saturating_add(ns);
         }
         for (kernel, stages) in per_kernel {
             if let Some((stage, _)) = stages.into_iter().max_by_key(|&(stage, ns)| (ns, stage)) {

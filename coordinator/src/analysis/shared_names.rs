@@ -36,31 +36,31 @@ impl SharedNames {
     pub fn get(&self, name: &str) -> Option<Arc<str>> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let (names, bytes) = &mut *held;
-        if let Some(shared) = names.get(name) {
-            return Some(Arc::clone(shared));
+        if !names.contains(name) {
+            if bytes.saturating_add(name.len()) > self.budget {
+                return None;
+            }
+            *bytes += name.len();
         }
-        if bytes.saturating_add(name.len()) > self.budget {
-            return None;
-        }
-        *bytes += name.len();
-        let shared: Arc<str> = Arc::from(name);
-        names.insert(Arc::clone(&shared));
-        Some(shared)
+        Some(interned(names, name))
     }
 
     /// The name that stands for the names of `category` past the budget.
     pub fn past_budget(&self, category: &str) -> Arc<str> {
         let name = format!("[{category} names past the name budget]");
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        match held.0.get(name.as_str()) {
-            Some(shared) => Arc::clone(shared),
-            None => {
-                let shared: Arc<str> = Arc::from(name);
-                held.0.insert(Arc::clone(&shared));
-                shared
-            }
-        }
+        interned(&mut held.0, &name)
     }
+}
+
+/// The copy of `name` in `names`, put there if it is not yet.
+fn interned(names: &mut HashSet<Arc<str>>, name: &str) -> Arc<str> {
+    if let Some(shared) = names.get(name) {
+        return Arc::clone(shared);
+    }
+    let shared: Arc<str> = Arc::from(name);
+    names.insert(Arc::clone(&shared));
+    shared
 }
 
 #[cfg(test)]

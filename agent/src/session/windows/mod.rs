@@ -600,9 +600,9 @@ impl Windows {
 
     /// Why a window that would end `span` steps from now (its delay and
     /// its steps) is refused, where it is: at this rank's pace it would hold
-    /// the windows past [`MAX_WINDOW_HOLD`], keeping every later request
-    /// out that long.
-    /// Before the pace is known, at most [`MAX_SPAN_UNPACED`] steps.
+    /// the windows past [`MAX_WINDOW_HOLD`] (before the pace is known, past
+    /// [`MAX_SPAN_UNPACED`] steps), keeping every later request out that
+    /// long.
     fn too_long(&mut self, span: u64) -> Option<String> {
         let pace = self.steps_per_second();
         if pace <= 0.0 {

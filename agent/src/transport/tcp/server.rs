@@ -191,36 +191,27 @@ impl Drop for Place<'_> {
 /// rank's own: a connection that proves it is rank r takes one of rank r's
 /// places and never another rank's, so peers that claim some ranks cannot
 /// keep the others out.
-struct RankPlaces {
-    /// Places taken, by rank.
-    taken: Box<[AtomicUsize]>,
-    /// Places each rank has: its rendezvous or resync and its payload at
-    /// once (and, where rank 0 serves window files, its mirror and a
-    /// window payload).
-    each: usize,
-}
+struct RankPlaces(Box<[Places]>);
 
 impl RankPlaces {
+    /// Each rank's places: its rendezvous or resync and its payload at
+    /// once (and, where rank 0 serves window files, its mirror and a
+    /// window payload).
     fn for_listener(settings: &ServerSettings) -> Self {
         let each = match settings.serves {
             Serves::Rank0 { .. } if settings.control.is_some() => 4,
             _ => 2,
         };
-        let ranks = (0..settings.world_size).map(|_| AtomicUsize::new(0));
-        RankPlaces {
-            taken: ranks.collect(),
-            each,
-        }
+        RankPlaces(
+            (0..settings.world_size)
+                .map(|_| Places::new(each))
+                .collect(),
+        )
     }
 
     /// One of `rank`'s places, where one is free.
     fn take(&self, rank: u32) -> Option<Place<'_>> {
-        let taken = self.taken.get(rank as usize)?;
-        if taken.fetch_add(1, Ordering::SeqCst) >= self.each {
-            taken.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(Place(taken))
+        self.0.get(rank as usize)?.take(false)
     }
 }
 
@@ -419,10 +410,10 @@ const REFUSAL_WRITE: Duration = Duration::from_secs(1);
 const MAX_DRAINING: usize = 64;
 
 /// One connection, from the challenge to the end of what it came for;
-/// `reached` says how far it got. A peer that
-/// proved the token is told why it was refused, under rank 0's seal, and
-/// whether to try again ([`Refusal`]); one that did not is told unsealed
-/// (it cannot check the seal), and gives up.
+/// `reached` says how far it got. A peer that proved the token is told why
+/// it was refused, under rank 0's seal, and whether to try again
+/// ([`Refusal`]); one that did not is told unsealed (it cannot check the
+/// seal), and gives up.
 fn serve(
     stream: &mut TcpStream,
     id: u64,

@@ -361,7 +361,7 @@ pub(super) fn read_frame_within<'b>(
     match read_body(stream, len, deadline, PACE, Some(&held)) {
         Ok(body) => {
             // Whole: no longer one to cut off, however long it is decoded.
-            held.progress.arrived.store(true, Ordering::Relaxed);
+            held.whole();
             Ok((body, held))
         }
         Err(_) if held.was_cut() => Err(ConnectionRefusal::TooSlow {
@@ -415,7 +415,7 @@ fn read_body(
         read_exact_by(stream, &mut body[start..], deadline.min(due))
             .map_err(|why| pace.named(why, due <= deadline))?;
         if let Some(held) = held {
-            held.arrived(body.len() as u64);
+            held.received(body.len() as u64);
         }
     }
     Ok(body)
@@ -504,14 +504,13 @@ pub(super) struct FrameBudget {
 #[derive(Default)]
 struct Holders {
     bytes: u64,
-    next_id: u64,
     frames: Vec<Holder>,
 }
 
 /// A frame holding part of the budget: its bytes, since when, how many
-/// arrived, and its connection (to cut off to make room).
+/// arrived (its [`Progress`], which its [`Held`] shares), and its
+/// connection (to cut off to make room).
 struct Holder {
-    id: u64,
     bytes: u64,
     since: Instant,
     progress: Arc<Progress>,
@@ -559,11 +558,8 @@ impl FrameBudget {
             .try_clone()
             .map_err(|_| ConnectionRefusal::NoResources)?;
         let progress = Arc::new(Progress::default());
-        let id = holders.next_id;
-        holders.next_id += 1;
         holders.bytes += bytes;
         holders.frames.push(Holder {
-            id,
             bytes,
             since: Instant::now(),
             progress: Arc::clone(&progress),
@@ -571,7 +567,6 @@ impl FrameBudget {
         });
         Ok(Held {
             budget: self,
-            id,
             progress,
         })
     }
@@ -607,14 +602,18 @@ impl Holders {
 /// A frame's part of a [`FrameBudget`]; given back on drop.
 pub(super) struct Held<'a> {
     budget: &'a FrameBudget,
-    id: u64,
     progress: Arc<Progress>,
 }
 
 impl Held<'_> {
     /// The frame's bytes that arrived so far.
-    fn arrived(&self, bytes: u64) {
+    fn received(&self, bytes: u64) {
         self.progress.received.store(bytes, Ordering::Relaxed);
+    }
+
+    /// All of the frame arrived.
+    fn whole(&self) {
+        self.progress.arrived.store(true, Ordering::Relaxed);
     }
 
     /// Whether the frame was cut off to make room.
@@ -626,7 +625,8 @@ impl Held<'_> {
 impl Drop for Held<'_> {
     fn drop(&mut self) {
         let mut holders = lock(&self.budget.holders);
-        if let Some(at) = holders.frames.iter().position(|f| f.id == self.id) {
+        let mine = |f: &Holder| Arc::ptr_eq(&f.progress, &self.progress);
+        if let Some(at) = holders.frames.iter().position(mine) {
             let frame = holders.frames.swap_remove(at);
             holders.bytes -= frame.bytes;
         }
