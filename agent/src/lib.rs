@@ -28,6 +28,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod control;
 mod flusher;
 mod kernel_trace;
 mod notice;
@@ -46,6 +47,7 @@ mod sync;
 mod ticks;
 pub mod transport;
 
+pub use control::WindowControl;
 pub use kernel_trace::KernelTraceRows;
 pub use profiler::{LiveState, Profiler, ProfilerBuilder, ProfilerError};
 pub use rankscope_common::config::ConfigError;

@@ -142,6 +142,11 @@ enum Commands {
         /// Also wait for the window's report, and print its folder.
         #[arg(long)]
         wait: bool,
+        /// End the window planned or open now instead: a planned one never
+        /// opens, an open one closes a few steps from now on every rank
+        /// (its report says it ended early).
+        #[arg(long, conflicts_with_all = ["steps", "seconds", "delay_steps", "torch", "wait"])]
+        cancel: bool,
         /// Seconds to wait for rank 0's answer (and, with --wait, for the report).
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
@@ -450,6 +455,7 @@ fn run(cli: Cli) -> Result<Finished> {
             delay_steps,
             torch,
             wait,
+            cancel,
             timeout,
         } => {
             trigger::run(&trigger::TriggerOptions {
@@ -458,6 +464,7 @@ fn run(cli: Cli) -> Result<Finished> {
                 seconds,
                 delay_steps,
                 torch,
+                cancel,
                 wait,
                 timeout: Duration::try_from_secs_f64(timeout)
                     .context("--timeout must be a number of seconds, 0 or more")?,

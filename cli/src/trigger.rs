@@ -1,7 +1,8 @@
-//! `rankscope trigger`: asks a running session for a window, through the
-//! control files of its directory ([`rankscope_common::window`]) or its
-//! rank 0's TCP listener ([`rankscope::transport::tcp::control`]), and
-//! waits for rank 0's plan (and, with `--wait`, the window's report).
+//! `rankscope trigger`: asks a running session for a window (or, with
+//! `--cancel`, to end the one planned or open), through the control files
+//! of its directory ([`rankscope_common::window`]) or its rank 0's TCP
+//! listener ([`rankscope::transport::tcp::control`]), and waits for rank
+//! 0's plan (and, with `--wait`, the window's report).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -30,6 +31,8 @@ pub struct TriggerOptions {
     pub delay_steps: u64,
     /// Python ranks also capture the window with torch.profiler.
     pub torch: bool,
+    /// End the window planned or open instead of asking for one.
+    pub cancel: bool,
     /// Wait for the window's report too.
     pub wait: bool,
     /// How long to wait for each answer.
@@ -49,6 +52,7 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
         duration_ms: options.seconds.map_or(0, |d| {
             d.as_millis().clamp(1, u128::from(window::MAX_WINDOW_MS)) as u64
         }),
+        cancel: options.cancel,
     };
     match &options.session {
         Reach::Dir(dir) => through_dir(dir, request, options),
@@ -69,7 +73,7 @@ fn through_dir(dir: &Path, request: Request, options: &TriggerOptions) -> Result
     let answer = window::await_answer(dir, (&path, &request.nonce), deadline, &mut || false);
     let plan = match answer {
         Answer::Planned(plan) => plan,
-        Answer::Refused(reason) => bail!("rank 0 refused the window: {reason}"),
+        Answer::Refused(reason) => bail!("rank 0 refused: {reason}"),
         Answer::Unanswered => bail!(
             "rank 0 did not answer in {:.1} s: do its ranks call Profiler::step (prof.step() in \
              Python)?",
@@ -78,7 +82,7 @@ fn through_dir(dir: &Path, request: Request, options: &TriggerOptions) -> Result
     };
     let report_dir = window::window_dir(dir, plan.index);
     print_plan(&plan, &report_dir);
-    if options.wait {
+    if options.wait && !options.cancel {
         let deadline = Instant::now()
             .checked_add(options.timeout)
             .context("--timeout is too long")?;
@@ -112,35 +116,51 @@ fn through_endpoint(remote: &Remote, request: Request, options: &TriggerOptions)
     };
     let mut call = remote.trigger(&asked)?;
     match call.answer(options.timeout)? {
-        TriggerAnswer::Planned { plan, report_dir } => print_plan(&plan, &report_dir),
-        TriggerAnswer::Refused { reason } => bail!("rank 0 refused the window: {reason}"),
+        TriggerAnswer::Planned { plan, report_dir }
+        | TriggerAnswer::Cancelled { plan, report_dir } => print_plan(&plan, &report_dir),
+        TriggerAnswer::Refused { reason } => bail!("rank 0 refused: {reason}"),
         TriggerAnswer::Written { .. } | TriggerAnswer::Waiting => {
             bail!("rank 0 answered out of turn")
         }
     }
-    if options.wait {
+    if options.wait && !options.cancel {
         match call.answer(options.timeout)? {
             TriggerAnswer::Written { report_dir } => {
                 println!("{}", terminal(&report_dir.display().to_string()))
             }
             TriggerAnswer::Refused { reason } => bail!("{reason}"),
-            TriggerAnswer::Planned { .. } | TriggerAnswer::Waiting => {
-                bail!("rank 0 answered out of turn")
-            }
+            TriggerAnswer::Planned { .. }
+            | TriggerAnswer::Cancelled { .. }
+            | TriggerAnswer::Waiting => bail!("rank 0 answered out of turn"),
         }
     }
     Ok(())
 }
 
-/// Says which window rank 0 planned and where its report goes.
+/// Says which window rank 0 planned (or ended early) and where its report
+/// goes.
 fn print_plan(plan: &Plan, report_dir: &Path) {
-    println!(
-        "window {}: steps {} to {}; its report goes to {}",
-        plan.index,
-        plan.first_step,
-        plan.first_step.saturating_add(plan.steps),
-        terminal(&report_dir.display().to_string())
-    );
+    let shown = report_dir.display().to_string();
+    let report_dir = terminal(&shown);
+    match &plan.cancelled {
+        None => println!(
+            "window {}: steps {} to {}; its report goes to {report_dir}",
+            plan.index,
+            plan.first_step,
+            plan.close_step(),
+        ),
+        Some(_) if plan.steps == 0 => {
+            println!("window {}: cancelled; it will not open", plan.index)
+        }
+        Some(_) => println!(
+            "window {}: cancelled; it closes at step {} (steps {} to {}); its report goes to \
+             {report_dir}",
+            plan.index,
+            plan.close_step(),
+            plan.first_step,
+            plan.close_step(),
+        ),
+    }
 }
 
 /// Fails, saying why, unless a session runs in `dir`: its rank 0 keeps

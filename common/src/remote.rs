@@ -44,6 +44,14 @@ pub enum TriggerAnswer {
         /// The window's report folder.
         report_dir: PathBuf,
     },
+    /// The window planned or open ended early (`--cancel`), as its plan
+    /// now says (0 steps: it never opens).
+    Cancelled {
+        /// The plan as rewritten.
+        plan: Plan,
+        /// The window's report folder (where it has steps).
+        report_dir: PathBuf,
+    },
     /// The window's report is written.
     Written {
         /// Its folder.

@@ -96,6 +96,9 @@ pub struct WindowMeta {
     pub started_ns: u64,
     /// How long it was open, nanoseconds.
     pub duration_ns: u64,
+    /// Why rank 0 ended it before its planned steps, where it did.
+    #[serde(default)]
+    pub cancelled: Option<String>,
 }
 
 /// A window asked for, as `rankscope trigger` writes it.
@@ -117,6 +120,10 @@ pub struct Request {
     /// turns it into steps at its pace. 0: by steps.
     #[serde(default)]
     pub duration_ms: u64,
+    /// Not a window but the end of the one planned or open now
+    /// (`--cancel`): the others fields are not read.
+    #[serde(default)]
+    pub cancel: bool,
 }
 
 /// A window rank 0 planned: every rank opens it at `first_step`.
@@ -139,6 +146,28 @@ pub struct Plan {
     /// earlier launch left in the same folder is not this run's.
     #[serde(default)]
     pub run: Option<String>,
+    /// Set where rank 0 ended the window before its steps: the plan is
+    /// rewritten once, with `steps` cut to where it closes (0: it never
+    /// opens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<Cancelled>,
+}
+
+/// Why and on whose request rank 0 ended a window early.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancelled {
+    /// The cancel request's nonce (the plan's own where it expired).
+    pub nonce: String,
+    /// Why: `rankscope trigger --cancel`, or its first step did not come
+    /// in time.
+    pub reason: String,
+}
+
+impl Plan {
+    /// The step at which the window closes on every rank.
+    pub fn close_step(&self) -> u64 {
+        self.first_step.saturating_add(self.steps)
+    }
 }
 
 /// What a rank is doing, as it shares it each second: for windows on
@@ -406,7 +435,7 @@ pub fn read_plan(session_dir: &Path, index: u32) -> Result<Option<Plan>, Control
     let plan: Plan = read_json(&path)?;
     let reason = if plan.index != index {
         format!("it plans window {}", plan.index)
-    } else if plan.steps == 0 || plan.steps > MAX_WINDOW_STEPS {
+    } else if (plan.steps == 0 && plan.cancelled.is_none()) || plan.steps > MAX_WINDOW_STEPS {
         format!("its {} steps are not 1 to {MAX_WINDOW_STEPS}", plan.steps)
     } else {
         return Ok(Some(plan));
@@ -438,10 +467,9 @@ pub fn plan_for(session_dir: &Path, nonce: &str) -> Option<Plan> {
             .strip_suffix(".json")?
             .parse()
             .ok()?;
-        read_plan(session_dir, index)
-            .ok()
-            .flatten()
-            .filter(|plan| plan.nonce == nonce)
+        read_plan(session_dir, index).ok().flatten().filter(|plan| {
+            plan.nonce == nonce || plan.cancelled.as_ref().is_some_and(|c| c.nonce == nonce)
+        })
     })
 }
 
@@ -686,6 +714,7 @@ mod tests {
             trigger: Trigger::Command,
             torch: true,
             duration_ms: 0,
+            cancel: false,
         };
         let path = write_request(dir.path(), &request).unwrap();
         let (found, beyond) = pending_requests(dir.path(), 8).unwrap();
@@ -699,6 +728,7 @@ mod tests {
             nonce: "n-1".into(),
             torch: true,
             run: Some("job.0".into()),
+            cancelled: None,
         };
         write_plan(dir.path(), &plan).unwrap();
         assert_eq!(read_plan(dir.path(), 1).unwrap(), Some(plan));
@@ -735,6 +765,7 @@ mod tests {
             trigger: Trigger::Command,
             torch: false,
             duration_ms: 0,
+            cancel: false,
         };
         assert!(write_request(dir.path(), &request).is_err());
     }
@@ -796,6 +827,7 @@ mod tests {
                 trigger: Trigger::Command,
                 torch: false,
                 duration_ms: 0,
+                cancel: false,
             };
             write_request(dir.path(), &request).unwrap();
         }

@@ -276,6 +276,10 @@ pub struct WindowSummary {
     /// steps): their rows are of other steps.
     #[serde(default)]
     pub ranks_other_plan: Vec<u32>,
+    /// Why rank 0 ended the window early (`rankscope trigger --cancel`),
+    /// where it did: `steps` are then the steps it kept.
+    #[serde(default)]
+    pub cancelled: Option<String>,
 }
 
 impl WindowSummary {
@@ -291,6 +295,9 @@ impl WindowSummary {
             self.started_s,
             self.duration_s
         );
+        if let Some(reason) = &self.cancelled {
+            text.push_str(&format!(", ended early: {reason}"));
+        }
         for (what, ranks) in [
             ("opened late on", &self.ranks_opened_late),
             ("cut short on", &self.ranks_cut_short),

@@ -73,6 +73,21 @@ fn live_session_dir(out: &Path) -> PathBuf {
     dir
 }
 
+/// The report in `dir`, once written (within a minute).
+fn read_report_when_written(dir: &Path) -> Value {
+    let started = Instant::now();
+    while !dir.join("report.json").is_file() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Written atomically: whole once there.
+    read_report(dir)
+}
+
 fn read_report(dir: &Path) -> Value {
     let text = std::fs::read_to_string(dir.join("report.json"))
         .unwrap_or_else(|e| panic!("{}: {e}", dir.join("report.json").display()));
@@ -574,6 +589,52 @@ fn a_trigger_nobody_answers_fails_and_takes_its_request_back() {
     assert_eq!(never.status.code(), Some(2));
 }
 
+/// A planned window whose first step never comes (the job stopped
+/// stepping) expires after `window_expiry_s`: rank 0 cancels it, its plan
+/// says why, and the next request is planned.
+#[test]
+fn a_window_whose_steps_never_come_expires_and_frees_the_windows() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let out = tempfile::tempdir().unwrap();
+    let mut rank = support::rank_program()
+        .arg("--wait-for-signal")
+        .env("RANKSCOPE_OUTPUT_DIR", out.path())
+        .env("RANKSCOPE_GPU_SOURCE", "none")
+        .env("RANKSCOPE_WINDOW_EXPIRY_S", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(rank.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let dir = PathBuf::from(line.trim().strip_prefix("ready ").expect("ready"));
+    let first = support::trigger(&dir, &["--steps", "5"]);
+    assert!(first.starts_with("window 1: steps 2 to 7"), "{first}");
+    let started = Instant::now();
+    let plan = loop {
+        let text = std::fs::read_to_string(dir.join("control/plan-1.json")).unwrap();
+        let plan: Value = serde_json::from_str(&text).unwrap();
+        if !plan["cancelled"].is_null() {
+            break plan;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{plan}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let reason = plan["cancelled"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("expired: its first step (2)"),
+        "{reason}"
+    );
+    assert_eq!(plan["steps"], 0);
+    let second = support::trigger(&dir, &["--steps", "5"]);
+    assert!(second.starts_with("window 2: "), "{second}");
+    rank.kill().unwrap();
+    rank.wait().unwrap();
+}
+
 /// From a machine that cannot see the session directory: `rankscope
 /// trigger ENDPOINT` and `rankscope top ENDPOINT` reach rank 0's TCP
 /// listener with the job's token. A window comes with every rank and the
@@ -590,9 +651,12 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
     let out = tempfile::tempdir().unwrap();
     let port = support::free_port().to_string();
     let endpoint = format!("127.0.0.1:{port}");
-    let children = job(
+    // Rank 3's steps take twice as long: long enough a job for every
+    // window below while rank 0 still steps.
+    let children = job_with(
         out.path(),
-        800,
+        1500,
+        &["--slow-ms", "20"],
         &[
             ("RANKSCOPE_TOKEN", TOKEN),
             ("RANKSCOPE_PORT", &port),
@@ -657,6 +721,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
             trigger: Trigger::Signal,
             torch: false,
             duration_ms: 0,
+            cancel: false,
         },
         plan_wait_ms: 30_000,
         report_wait_ms: 0,
@@ -698,11 +763,69 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
         matches!(&held, TriggerAnswer::Refused { reason } if reason.contains("would hold the windows")),
         "{held:?}"
     );
-    let next = ask("after-the-held-one", 3, 0);
+    let next = ask("after-the-held-one", 300, 0);
+    let TriggerAnswer::Planned { plan, .. } = &next else {
+        panic!("{next:?}");
+    };
+    assert_eq!(plan.index, 3);
+
+    // Window 3 is cancelled once it is open: it closes a few steps later
+    // on every rank, and its report says it ended early.
+    let first_step = plan.first_step;
+    let started = Instant::now();
+    while view_of_every_rank(&[&endpoint], Some(TOKEN))["ranks"][0]["steps"]
+        .as_u64()
+        .is_none_or(|steps| steps <= first_step)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "window 3 opens"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, printed, said) = cli(&["trigger", &endpoint, "--cancel"], Some(TOKEN));
+    assert!(ok, "{printed}{said}");
     assert!(
-        matches!(&next, TriggerAnswer::Planned { plan, .. } if plan.index == 3),
-        "{next:?}"
+        printed.starts_with("window 3: cancelled; it closes at step "),
+        "{printed}"
     );
+    let report = read_report_when_written(&dir.join("window-3"));
+    assert!(
+        report["window"]["cancelled"]
+            .as_str()
+            .is_some_and(|why| why.contains("--cancel")),
+        "{}",
+        report["window"]
+    );
+    let kept = report["window"]["steps"].as_u64().unwrap();
+    assert!((1..300).contains(&kept), "{}", report["window"]);
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+
+    // Window 4, planned far ahead, is cancelled through the folder before
+    // it opens: no rank opens it, and every rank takes part in window 5.
+    let far = ask("far-ahead", 3, 100);
+    assert!(
+        matches!(&far, TriggerAnswer::Planned { plan, .. } if plan.index == 4),
+        "{far:?}"
+    );
+    let cancelled = support::trigger(&dir, &["--cancel"]);
+    assert_eq!(cancelled.trim(), "window 4: cancelled; it will not open");
+    let (ok, _, said) = cli(&["trigger", &endpoint, "--cancel"], Some(TOKEN));
+    assert!(
+        !ok && said.contains("no window is planned or open"),
+        "{said}"
+    );
+    let fifth = support::trigger(&dir, &["--steps", "3", "--wait", "--timeout", "60"]);
+    assert!(fifth.starts_with("window 5: "), "{fifth}");
+    let report = read_report(&dir.join("window-5"));
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    assert!(!dir.join("window-4").exists(), "window 4 never opened");
 
     let view = view_of_every_rank(&[&endpoint], Some(TOKEN));
     assert_eq!(view["world_size"], 4);
@@ -712,7 +835,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
 
     wait_for(children);
     let session = read_report(&dir);
-    assert_eq!(calls(&session, "denoise_step"), 4 * 800);
+    assert_eq!(calls(&session, "denoise_step"), 4 * 1500);
     let reasons = session["session"]["skipped"].to_string();
     assert!(
         reasons.contains("wrong job token") && reasons.contains("replayed"),

@@ -34,6 +34,7 @@ mod naming;
 mod window_rows;
 mod windows;
 
+use crate::control::WindowControl;
 pub use error::SessionError;
 use flush::{periodic_flush, Flushes};
 use naming::session_dir;
@@ -105,6 +106,7 @@ fn session_info<'a>(
         spill_file: None,
         started_unix_ns,
         index,
+        control: None,
     }
 }
 
@@ -307,7 +309,10 @@ impl Session {
         let transport = hub.take_transport()?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
         let started = (start_unix_ns, index);
-        let (transport, rendezvous) = hub.open_transport(transport, &id, &dir, started)?;
+        let steps = Arc::clone(&hub.steps);
+        let (control, inbox) = WindowControl::new(move || steps.nudge());
+        let (transport, rendezvous) =
+            hub.open_transport(transport, (&id, &dir, started), &control)?;
         let windows = (dir.clone(), rendezvous.run_id.clone());
         hub.recorder.begin_session();
         *lock(&hub.flushes) = Flushes::default();
@@ -334,7 +339,7 @@ impl Session {
                 on_stop
             }),
         });
-        *lock(&hub.windows) = WindowsThread::start(&hub, windows.0, windows.1);
+        *lock(&hub.windows) = WindowsThread::start(&hub, windows, inbox);
         Ok(Session {
             hub: Some(hub),
             pid: std::process::id(),
@@ -463,12 +468,14 @@ impl Hub {
     fn open_transport(
         &self,
         mut transport: Box<dyn Transport>,
-        id: &str,
-        dir: &Path,
-        started: (i64, u32),
+        (id, dir, started): (&str, &Path, (i64, u32)),
+        control: &WindowControl,
     ) -> Result<(Box<dyn Transport>, Rendezvous), SessionError> {
         let env = &self.env;
-        let proposal = session_info(env, id, env.run_id.as_deref(), dir, started);
+        let proposal = SessionInfo {
+            control: Some(control),
+            ..session_info(env, id, env.run_id.as_deref(), dir, started)
+        };
         let deadline = Instant::now() + Duration::from_secs_f64(self.config.gather_timeout_s);
         match transport.open(&proposal, deadline) {
             Ok(rendezvous) => Ok((transport, rendezvous)),

@@ -196,6 +196,7 @@ mod tests {
             spill_file: None,
             started_unix_ns: started,
             index: 0,
+            control: None,
         };
         let gathered = DirTransport
             .gather(&payload(0, started), &session, Instant::now())

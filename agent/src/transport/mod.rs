@@ -59,6 +59,9 @@ pub struct SessionInfo<'a> {
     /// counted before anything that can fail: alike on every rank of a
     /// job whose ranks start the same sessions.
     pub index: u32,
+    /// Rank 0's windows thread, for a transport that takes window requests
+    /// and payloads (rank 0's TCP listener); `None` where none runs.
+    pub control: Option<&'a crate::WindowControl>,
 }
 
 /// What the ranks agreed on when the transport opened.

@@ -155,6 +155,9 @@ pub const NUMERIC_KEYS: &[NumericKey] = &[
         Some(c.window_every_steps as f64)
     }),
     numeric("window_steps", 1.0, 1e12, |c| Some(c.window_steps as f64)),
+    numeric("window_expiry_s", 0.001, 86_400.0, |c| {
+        Some(c.window_expiry_s)
+    }),
     numeric("window_on_imbalance_pct", 0.0, 1_000_000.0, |c| {
         Some(c.window_on_imbalance_pct)
     }),

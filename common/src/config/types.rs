@@ -212,6 +212,10 @@ pub struct Config {
     /// Steps a window asked for by `rankscope trigger` (or `SIGUSR1` to
     /// rank 0) covers when the request names none.
     pub window_steps: u64,
+    /// A planned window whose first step has not come this many seconds
+    /// after it was due (at rank 0's pace when planned) expires: rank 0
+    /// cancels it, and the next request can be planned.
+    pub window_expiry_s: f64,
     /// The stage whose end is a step, for a program that calls neither
     /// `Profiler::step` nor the Python package's `prof.step()` or
     /// `record_diffusion_step` (`step_stage: denoise_step`): each end of a
@@ -359,6 +363,7 @@ impl Config {
             window_every_steps: 0,
             window_every_s: 0.0,
             window_steps: 20,
+            window_expiry_s: 600.0,
             window_on_imbalance_pct: 0.0,
             step_stage: None,
             clock_shift_ns: 0,

@@ -316,6 +316,7 @@ fn the_window_travels_in_format_4() {
         steps: 20,
         started_ns: 1_500_000_000,
         duration_ns: 2_000_000_000,
+        cancelled: None,
     });
     payload.header.parallel = vec![crate::parallel::ParallelCoord {
         dim: "tp".into(),

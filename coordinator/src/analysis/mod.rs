@@ -501,6 +501,7 @@ fn window_summary(ranks: &[RankDigest]) -> Option<WindowSummary> {
             w.first_step + w.steps < w.planned_first_step + w.planned_steps
         }),
         ranks_other_plan: ranks_where(&|w| plan(w) != plan(first)),
+        cancelled: first.cancelled.clone(),
     })
 }
 

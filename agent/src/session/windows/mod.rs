@@ -30,6 +30,7 @@
 use std::path::PathBuf;
 // What `step_count.rs` takes from its parent module (loom's, in its test).
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -37,15 +38,17 @@ use std::time::{Duration, Instant};
 use rankscope_common::error::Chain;
 use rankscope_common::payload::DroppedRows;
 use rankscope_common::table::Table;
-use rankscope_common::window::{self, Plan, Refusal, Request, Trigger, WindowMeta};
+use rankscope_common::window::{self, Plan, Trigger, WindowMeta};
 
 use super::{Hub, WindowPayload, WindowRows};
+use crate::control::{Inbox, WindowAnswer};
 use crate::notice::{notice, say, spawn_with_notices};
 use crate::transport::dir::DirTransport;
 use crate::transport::Transport;
 
 mod imbalance;
 mod live_status;
+mod requests;
 mod sigusr1;
 mod step_count;
 mod steps;
@@ -93,11 +96,12 @@ pub(crate) struct WindowsThread {
 
 impl WindowsThread {
     /// Starts the windows thread of the session that `hub` runs in
-    /// `session_dir`, counting steps from 0. A rolling window opens at once.
+    /// `session_dir`, counting steps from 0, taking requests from `inbox`
+    /// too. A rolling window opens at once.
     pub(crate) fn start(
         hub: &Arc<Hub>,
-        session_dir: PathBuf,
-        run: Option<String>,
+        (session_dir, run): (PathBuf, Option<String>),
+        inbox: Inbox,
     ) -> Option<WindowsThread> {
         let steps = Arc::clone(&hub.steps);
         let rolling = hub.config.window_every_steps;
@@ -107,6 +111,7 @@ impl WindowsThread {
             .with_running(|s| s.host.clone())
             .unwrap_or_default();
         steps.reset(rolling);
+        inbox.set_rolling(rolling > 0);
         let mut windows = Windows {
             hub: Arc::downgrade(hub),
             steps: Arc::clone(&steps),
@@ -116,6 +121,10 @@ impl WindowsThread {
             rolling,
             default_steps: hub.config.window_steps.max(1),
             next_index: 1,
+            inbox,
+            waiting: None,
+            expiry: Duration::from_secs_f64(hub.config.window_expiry_s),
+            expires: None,
             planned: None,
             armed: false,
             open: None,
@@ -256,6 +265,16 @@ struct Windows {
     default_steps: u64,
     /// The number of the next window to open.
     next_index: u32,
+    /// Requests from within the process (rank 0's TCP desk).
+    inbox: Inbox,
+    /// Where the answers of the window planned or open now go, where it
+    /// was asked through the inbox: its report's, or why it has none.
+    waiting: Option<Sender<WindowAnswer>>,
+    /// `window_expiry_s`.
+    expiry: Duration,
+    /// Rank 0: when the planned window expires, where its first step has
+    /// not come by then.
+    expires: Option<Instant>,
     planned: Option<Plan>,
     /// Whether the steps were asked for the planned window's edges.
     armed: bool,
@@ -365,16 +384,17 @@ impl Windows {
         if self.rank == 0 {
             // Kept measured, for the lead of the next plan.
             self.steps_per_second();
-            self.answer_requests();
+            self.answer_requests(hub);
             if let Some(lag) = lag {
-                self.answer_imbalance(lag);
+                self.answer_imbalance(hub, lag);
             }
+            self.expire(hub);
         }
         if self.rolling > 0 {
             return;
         }
-        if self.rank != 0 && self.open.is_none() && self.planned.is_none() {
-            self.planned = self.read_plan();
+        if self.rank != 0 {
+            self.follow_plans(hub);
         }
         if self.armed || self.open.is_some() {
             return;
@@ -382,9 +402,8 @@ impl Windows {
         let Some(plan) = self.planned.take() else {
             return;
         };
-        let close = plan.first_step.saturating_add(plan.steps);
         self.steps.set_current(Some(&plan));
-        self.armed = self.steps.arm(plan.first_step, close);
+        self.armed = self.steps.arm(plan.first_step, plan.close_step());
         if self.armed {
             self.planned = Some(plan);
             return;
@@ -413,12 +432,72 @@ impl Windows {
             nonce: String::new(),
             torch: false,
             run: self.run.clone(),
+            cancelled: None,
         }
     }
 
-    /// The next window's plan file, where rank 0 wrote it.
-    fn read_plan(&mut self) -> Option<Plan> {
-        let index = self.next_index;
+    /// A rank other than 0: reads the next window's plan where none is
+    /// planned or open here, else follows rank 0's rewriting of the one
+    /// that is (it ended it early).
+    fn follow_plans(&mut self, hub: &Arc<Hub>) {
+        let current = self.open.as_ref().map(|open| &open.plan);
+        let Some(current) = current.or(self.planned.as_ref()) else {
+            self.planned = self.read_plan(self.next_index);
+            // Cancelled before it opened: the next is the one after it.
+            if let Some(plan) = self.planned.take_if(|plan| plan.steps == 0) {
+                self.next_index = plan.index + 1;
+            }
+            return;
+        };
+        if current.cancelled.is_some() {
+            return;
+        }
+        let index = current.index;
+        if let Some(revised) = self.read_plan(index).filter(|p| p.cancelled.is_some()) {
+            self.revise(hub, revised);
+        }
+    }
+
+    /// Takes `revised` as the plan of the window planned or open now (rank
+    /// 0 ended it early): one that never opens is dropped, and the next
+    /// window is the one after it; an open one closes at its new close
+    /// step (at once, where the count passed it).
+    fn revise(&mut self, hub: &Arc<Hub>, revised: Plan) {
+        if let Some(mut open) = self.open.take() {
+            open.close_step = revised.close_step().max(open.edge.count + 1);
+            open.plan = revised;
+            self.steps.set_current(Some(&open.plan));
+            match self.steps.arm(open.close_step, NONE) {
+                true => self.open = Some(open),
+                false => self.close(hub, open, edge_now(hub)),
+            }
+            return;
+        }
+        if self.planned.take().is_none() {
+            return;
+        }
+        // Its edges are armed anew from the revised plan at the next look
+        // (an opening edge a step claimed meanwhile opens it as revised).
+        self.steps.arm(NONE, NONE);
+        self.armed = false;
+        self.expires = None;
+        if revised.steps > 0 {
+            // Rank 0 opened it already: this rank follows, late.
+            self.planned = Some(revised);
+            return;
+        }
+        self.steps.set_current(None);
+        self.next_index = revised.index + 1;
+        if let (Some(waiting), Some(cancelled)) = (self.waiting.take(), revised.cancelled) {
+            let _ = waiting.send(WindowAnswer::Unreported(format!(
+                "window {} will not open: {}",
+                revised.index, cancelled.reason
+            )));
+        }
+    }
+
+    /// Window `index`'s plan file, where rank 0 wrote it.
+    fn read_plan(&mut self, index: u32) -> Option<Plan> {
         match window::read_plan(&self.dir, index) {
             // An earlier launch's plan, left in the same folder: not ours
             // (this run's rank 0 will write its own in its place).
@@ -430,68 +509,6 @@ impl Windows {
                     notice!("window {index} is not opened: {}", Chain(&e));
                 }
                 None
-            }
-        }
-    }
-
-    /// Rank 0: answers the requests in the control folder (a look's worth),
-    /// a `SIGUSR1` received since the last look, and plans the periodic
-    /// window that is due.
-    fn answer_requests(&mut self) {
-        let due = self
-            .every
-            .filter(|&(period, last)| last.elapsed() >= period);
-        if let (Some((period, _)), None) = (due, self.busy()) {
-            self.every = Some((period, Instant::now()));
-            self.periodic_taken += 1;
-            self.answer(Request {
-                nonce: format!("periodic-{}", self.periodic_taken),
-                steps: 0,
-                delay_steps: 0,
-                trigger: Trigger::Periodic,
-                torch: false,
-                duration_ms: 0,
-            });
-        }
-        if self
-            .sigusr1
-            .as_ref()
-            .is_some_and(|s| s.received.swap(false, Ordering::Relaxed))
-        {
-            self.signals_taken += 1;
-            let request = Request {
-                nonce: format!("signal-{}", self.signals_taken),
-                steps: 0,
-                delay_steps: 0,
-                trigger: Trigger::Signal,
-                torch: false,
-                duration_ms: 0,
-            };
-            self.answer(request);
-        }
-        let Ok((paths, _beyond)) = window::pending_requests(&self.dir, REQUESTS_PER_LOOK) else {
-            return;
-        };
-        for path in paths {
-            // Taken out of the requests first: one its writer took back
-            // (tired of waiting) is not answered.
-            let Some(claimed) = window::claim_request(&path) else {
-                continue;
-            };
-            let request = window::read_request(&claimed);
-            // Answered or refused: never read twice.
-            let _ = std::fs::remove_file(&claimed);
-            match request {
-                Ok(request) => self.answer(request),
-                Err(e) => {
-                    self.refused_files += 1;
-                    if self.refused_files == 1 {
-                        notice!(
-                            "a window request was refused (later ones are counted): {}",
-                            Chain(&e)
-                        );
-                    }
-                }
             }
         }
     }
@@ -509,151 +526,14 @@ impl Windows {
         watch.begun(&self.dir, hub.env.world_size, run)
     }
 
-    /// Rank 0: plans a window on `lag`, the imbalance that began, where
-    /// none is open or planned (that one holds it).
-    fn answer_imbalance(&mut self, lag: imbalance::Lag) {
-        say!(
-            "rank {}'s steps take {:.1} ms, the others' {:.1} ms (median): imbalance begins",
-            lag.rank,
-            lag.step_s * 1e3,
-            lag.others_s * 1e3
-        );
-        self.imbalances_taken += 1;
-        self.answer(Request {
-            nonce: format!("imbalance-{}", self.imbalances_taken),
-            steps: 0,
-            delay_steps: 0,
-            trigger: Trigger::Imbalance,
-            torch: false,
-            duration_ms: 0,
-        });
-    }
-
-    /// Plans the window `request` asks for, where none is open or planned;
-    /// else refuses it with the reason (written for `rankscope trigger` to
-    /// read; a signal's or a period's is only skipped).
-    fn answer(&mut self, request: Request) {
-        let steps = match (request.steps, request.duration_ms) {
-            (0, 0) => self.default_steps,
-            // About that long at this rank's pace now.
-            (0, ms) => ((self.steps_per_second() * ms as f64 / 1e3).ceil() as u64)
-                .clamp(1, window::MAX_WINDOW_STEPS),
-            (steps, _) => steps,
-        };
-        let refused = self
-            .busy()
-            .or_else(|| self.too_long(steps.saturating_add(request.delay_steps)));
-        if let Some(reason) = refused {
-            if request.trigger == Trigger::Command {
-                let refusal = Refusal {
-                    nonce: request.nonce,
-                    reason,
-                };
-                let _ = window::write_refusal(&self.dir, &refusal);
-            }
-            return;
-        }
-        let plan = Plan {
-            index: self.next_index,
-            first_step: self
-                .steps
-                .count()
-                .saturating_add(request.delay_steps)
-                .saturating_add(self.lead_steps()),
-            steps,
-            trigger: request.trigger,
-            nonce: request.nonce,
-            torch: request.torch,
-            run: self.run.clone(),
-        };
-        match window::write_plan(&self.dir, &plan) {
-            Ok(()) => {
-                say!(
-                    "window {} planned ({}): steps {} to {}",
-                    plan.index,
-                    plan.trigger.as_str(),
-                    plan.first_step,
-                    plan.first_step.saturating_add(plan.steps)
-                );
-                self.planned = Some(plan);
-            }
-            Err(e) => notice!("window {} could not be planned: {e}", plan.index),
-        }
-    }
-
-    /// The steps per second now: over the last second or more measured
-    /// (a long warm-up before the loop does not slow it), else since the
-    /// measure began.
-    fn steps_per_second(&mut self) -> f64 {
-        let (since, at, last) = self.pace;
-        let seconds = since.elapsed().as_secs_f64();
-        let count = self.steps.count();
-        let now = match seconds > 0.0 {
-            true => count.saturating_sub(at) as f64 / seconds,
-            false => 0.0,
-        };
-        if seconds >= PACE_MEASURE.as_secs_f64() {
-            self.pace = (Instant::now(), count, Some(now));
-        }
-        last.map_or(now, |last| last.max(now))
-    }
-
-    /// Why a window that would end `span` steps from now (its delay and
-    /// its steps) is refused, where it is: at this rank's pace it would hold
-    /// the windows past [`MAX_WINDOW_HOLD`] (before the pace is known, past
-    /// [`MAX_SPAN_UNPACED`] steps), keeping every later request out that
-    /// long.
-    fn too_long(&mut self, span: u64) -> Option<String> {
-        let pace = self.steps_per_second();
-        if pace <= 0.0 {
-            return (span > MAX_SPAN_UNPACED).then(|| {
-                format!(
-                    "its delay and steps ({span}) pass the {MAX_SPAN_UNPACED} one request may \
-                     hold before this rank's pace is known"
-                )
-            });
-        }
-        let hold_s = span as f64 / pace;
-        (hold_s > MAX_WINDOW_HOLD.as_secs_f64()).then(|| {
-            format!(
-                "its delay and steps ({span}) would hold the windows about {hold_s:.0} s at \
-                 this pace ({pace:.1} steps/s), past the {} s one request may",
-                MAX_WINDOW_HOLD.as_secs()
-            )
-        })
-    }
-
-    /// Steps that pass in [`PLAN_LEAD`] at this rank's pace now.
-    fn lead_steps(&mut self) -> u64 {
-        let lead = (self.steps_per_second() * PLAN_LEAD.as_secs_f64()).ceil() as u64;
-        lead.clamp(MIN_LEAD_STEPS, MAX_LEAD_STEPS)
-    }
-
-    /// Why no window can be planned now, where none can.
-    fn busy(&self) -> Option<String> {
-        if self.rolling > 0 {
-            return Some(format!(
-                "rolling windows run (window_every_steps = {}): each already gets a report",
-                self.rolling
-            ));
-        }
-        let busy = self
-            .open
-            .as_ref()
-            .map(|open| &open.plan)
-            .or(self.planned.as_ref())?;
-        Some(format!(
-            "window {} is planned or open; ask again when its report is written",
-            busy.index
-        ))
-    }
-
     /// Opens `plan`'s window at `edge`.
     fn open(&mut self, hub: &Hub, plan: Plan, edge: Edge) {
         self.armed = false;
+        self.expires = None;
+        self.inbox.planned(plan.index);
         self.steps.set_current(Some(&plan));
         self.open = Some(Open {
-            close_step: plan.first_step.saturating_add(plan.steps),
+            close_step: plan.close_step(),
             plan,
             edge,
             dropped: dropped_now(hub),
@@ -665,8 +545,15 @@ impl Windows {
     fn close(&mut self, hub: &Arc<Hub>, open: Open, edge: Edge) {
         self.next_index = open.plan.index + 1;
         self.steps.set_current(None);
+        let waiting = self.waiting.take();
+        let unreported = |why: String| {
+            if let Some(waiting) = &waiting {
+                let _ = waiting.send(WindowAnswer::Unreported(why));
+            }
+        };
         if edge.count == open.edge.count {
             // Opened as the session ended: no step to report.
+            unreported(format!("window {} closed before a step", open.plan.index));
             return;
         }
         let written = hub.flush_parts().and_then(|upto| {
@@ -686,26 +573,37 @@ impl Windows {
                 steps: edge.count.saturating_sub(open.edge.count),
                 started_ns: open.edge.ns,
                 duration_ns: edge.ns.saturating_sub(open.edge.ns),
+                cancelled: open.plan.cancelled.as_ref().map(|c| c.reason.clone()),
             };
             self.parts_reported = upto;
             let dropped = dropped_since(hub, &open.dropped);
             hub.write_window(&rows, meta, dropped)
         });
         match written {
-            Ok(Some(payload)) if self.rank == 0 => self.report(hub, payload),
+            Ok(Some(payload)) if self.rank == 0 => self.report(hub, payload, waiting),
             Ok(Some(payload)) => hub.window_written(open.plan.index, &payload.gather.file),
-            Ok(None) => {}
-            Err(e) => notice!(
-                "window {}: this rank's data could not be written: {}",
-                open.plan.index,
-                Chain(&e)
-            ),
+            Ok(None) => unreported("the session records nothing now".into()),
+            Err(e) => {
+                let why = format!(
+                    "window {}: this rank's data could not be written: {}",
+                    open.plan.index,
+                    Chain(&e)
+                );
+                notice!("{why}");
+                unreported(why);
+            }
         }
     }
 
     /// Rank 0: gathers the window's payloads and writes its report, on a
-    /// thread of its own (the next window opens meanwhile).
-    fn report(&mut self, hub: &Arc<Hub>, payload: WindowPayload) {
+    /// thread of its own (the next window opens meanwhile), and tells
+    /// `waiting` whether it was written.
+    fn report(
+        &mut self,
+        hub: &Arc<Hub>,
+        payload: WindowPayload,
+        waiting: Option<Sender<WindowAnswer>>,
+    ) {
         self.reports.retain(|report| !report.is_finished());
         if self.reports.len() >= REPORTS_AT_ONCE {
             let _ = self.reports.remove(0).join();
@@ -713,7 +611,13 @@ impl Windows {
         let hub = Arc::clone(hub);
         let missing = Arc::clone(&self.ranks_were_missing);
         let thread = spawn_with_notices("rankscope-window-report", move || {
-            report_window(&hub, &payload, &missing)
+            let answer = match report_window(&hub, &payload, &missing) {
+                Ok(dir) => WindowAnswer::Reported(dir),
+                Err(why) => WindowAnswer::Unreported(why),
+            };
+            if let Some(waiting) = waiting {
+                let _ = waiting.send(answer);
+            }
         });
         match thread {
             Ok(thread) => self.reports.push(thread),
@@ -723,8 +627,13 @@ impl Windows {
 }
 
 /// Gathers the payloads of the window whose own is `payload` from its
-/// folder, by `gather_timeout_s`, and writes its report there.
-fn report_window(hub: &Hub, payload: &WindowPayload, ranks_were_missing: &AtomicBool) {
+/// folder, by `gather_timeout_s`, and writes its report there; that
+/// folder, or why no report was written.
+fn report_window(
+    hub: &Hub,
+    payload: &WindowPayload,
+    ranks_were_missing: &AtomicBool,
+) -> Result<PathBuf, String> {
     let info = payload.gather.info(&hub.env);
     // Ranks missing from the last window (dead, or blind to the folder)
     // are not waited for in full again: the windows must keep up.
@@ -734,30 +643,37 @@ fn report_window(hub: &Hub, payload: &WindowPayload, ranks_were_missing: &Atomic
     };
     let deadline = Instant::now() + wait;
     let dir = &payload.gather.dir;
+    let unreported = |why: String| {
+        say!("{why}");
+        Err(why)
+    };
     let gathered = match DirTransport.gather(&payload.bytes, &info, deadline) {
         Ok(Some(gathered)) => gathered,
-        Ok(None) => return,
+        Ok(None) => return Err("this rank gathers no window".into()),
         Err(e) => {
-            say!(
+            let why = format!(
                 "the window in {} was not gathered: {}",
                 dir.display(),
                 Chain(&e)
             );
-            return;
+            return unreported(why);
         }
     };
     let (reporting, world) = (gathered.payloads.len(), gathered.world_size);
     ranks_were_missing.store(!gathered.missing.is_empty(), Ordering::Relaxed);
     match hub.report(&gathered, dir) {
-        Ok(Some(_)) => say!(
-            "window report ({reporting} of {world} ranks) in {}",
-            dir.display()
-        ),
-        Ok(None) => {}
-        Err(e) => say!(
+        Ok(Some(_)) => {
+            say!(
+                "window report ({reporting} of {world} ranks) in {}",
+                dir.display()
+            );
+            Ok(dir.clone())
+        }
+        Ok(None) => Err("this rank writes no report (its reporter is off)".into()),
+        Err(e) => unreported(format!(
             "the window in {} has no report: {}",
             dir.display(),
             Chain(&e)
-        ),
+        )),
     }
 }

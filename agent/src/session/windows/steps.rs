@@ -84,6 +84,11 @@ impl Steps {
         self.signal.nudge();
     }
 
+    /// Wakes the windows thread: something waits for it.
+    pub(crate) fn nudge(&self) {
+        self.signal.nudge();
+    }
+
     /// Steps ended since the session started.
     pub(crate) fn count(&self) -> u64 {
         self.count.count()

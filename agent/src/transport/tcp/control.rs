@@ -6,31 +6,32 @@
 //! [`CONTROLLER`]: it proves that it knows the job token for the
 //! connection's fresh challenge, so a recorded connection cannot be played
 //! again, and rank 0 seals every answer. Rank 0 (`Desk`) hands a window
-//! request to its windows thread through its own control files, as
-//! `rankscope trigger --dir` would, and answers with the plan (and, asked
-//! to wait, once the window's report is written); or it reads the statuses
-//! the ranks share and sends them. It serves `AT_ONCE` (4) controllers at
+//! request (or a cancel) to its windows thread's inbox
+//! ([`crate::WindowControl`]) and answers with the plan (and, asked to
+//! wait, once the window's report is written), as the thread answers it;
+//! or it reads the statuses the ranks share and sends them. It serves `AT_ONCE` (4) controllers at
 //! once and refuses a request whose nonce it saw before; each refusal is
 //! counted among the session's refused connections.
 
 use std::collections::VecDeque;
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use rankscope_common::gather::ConnectionRefusal;
 use rankscope_common::remote::{
     RemoteTrigger, StatusSnapshot, TriggerAnswer, MAX_PLAN_WAIT_MS, MAX_REPORT_WAIT_MS,
 };
-use rankscope_common::window::{self, Request, Trigger, FRESH_STATUS};
+use rankscope_common::window::{self, Trigger, FRESH_STATUS};
 
-use super::server::Places;
+use super::server::{Places, ServedControl};
 use super::wire::{
     kind, purpose, read_frame, readable, sealed, unsealed, write_frame, MAX_CONTROL_BYTES,
 };
 use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
+use crate::control::{Asking, WindowAnswer};
 use crate::sync::lock;
 
 /// The rank a controller greets rank 0 as: no rank of any world.
@@ -53,10 +54,16 @@ const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 const MAX_ANSWER_BYTES: u64 = 64 << 10;
 /// How long writing a snapshot may take.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a wait for the windows thread looks whether the controller
+/// left.
+const LOOK: Duration = Duration::from_millis(100);
+/// How much longer rank 0 waits where its windows thread took the request
+/// just as the wait for it ended: its answer is on the way.
+const TAKEN_GRACE: Duration = Duration::from_secs(5);
 
-/// Rank 0's side: answers the controllers of the session in `session_dir`.
+/// Rank 0's side: answers the controllers of its session.
 pub(super) struct Desk {
-    session_dir: PathBuf,
+    control: ServedControl,
     world_size: u32,
     /// The job token: a request is sealed with it.
     token: Vec<u8>,
@@ -66,11 +73,11 @@ pub(super) struct Desk {
 }
 
 impl Desk {
-    /// The desk of the session in `session_dir`, of `world_size` ranks,
+    /// The desk of the session `control` serves, of `world_size` ranks,
     /// whose job token is `token`.
-    pub(super) fn new(session_dir: PathBuf, world_size: u32, token: Vec<u8>) -> Self {
+    pub(super) fn new(control: ServedControl, world_size: u32, token: Vec<u8>) -> Self {
         Desk {
-            session_dir,
+            control,
             world_size,
             token,
             serving: Places::new(AT_ONCE),
@@ -142,27 +149,32 @@ impl Desk {
             return Err(ConnectionRefusal::Replayed);
         }
         let plan_wait = asked.plan_wait_ms.clamp(1_000, MAX_PLAN_WAIT_MS);
-        let (planned, asked_at) = self.plan(&request, Duration::from_millis(plan_wait), &mut tell);
-        tell.send(&planned)?;
-        let TriggerAnswer::Planned { report_dir, .. } = planned else {
-            return Ok(());
+        let asking = match self.control.windows.ask(request) {
+            Ok(asking) => asking,
+            Err(reason) => return tell.send(&TriggerAnswer::Refused { reason }),
         };
-        if asked.report_wait_ms == 0 {
+        let planned = self.first_answer(&asking, Duration::from_millis(plan_wait), &mut tell);
+        tell.send(&planned)?;
+        if !matches!(planned, TriggerAnswer::Planned { .. }) || asked.report_wait_ms == 0 {
             return Ok(());
         }
         let wait = Duration::from_millis(asked.report_wait_ms.min(MAX_REPORT_WAIT_MS));
-        let deadline = Instant::now() + wait;
-        let written = window::await_report(&report_dir, asked_at, deadline, &mut || tell.over());
-        let answer = match (written, stop.load(Ordering::SeqCst)) {
-            (true, _) => TriggerAnswer::Written { report_dir },
-            (false, true) => TriggerAnswer::Refused {
+        let answer = match tell.wait(&asking, Instant::now() + wait) {
+            Waited::Answer(WindowAnswer::Reported(report_dir)) => {
+                TriggerAnswer::Written { report_dir }
+            }
+            Waited::Answer(WindowAnswer::Unreported(reason)) => TriggerAnswer::Refused { reason },
+            Waited::Answer(_) => TriggerAnswer::Refused {
+                reason: "rank 0's windows thread answered out of turn".into(),
+            },
+            Waited::Ended => TriggerAnswer::Refused {
                 reason: "the session ended before the window's report was written".into(),
             },
-            (false, false) => TriggerAnswer::Refused {
+            Waited::Left => return Ok(()),
+            Waited::TimeUp => TriggerAnswer::Refused {
                 reason: format!(
-                    "no report in {} after {:.1} s: the window may not have closed yet (its \
-                     steps have not all passed)",
-                    report_dir.display(),
+                    "no report after {:.1} s: the window may not have closed yet (its steps \
+                     have not all passed)",
                     wait.as_secs_f64()
                 ),
             },
@@ -183,38 +195,38 @@ impl Desk {
         true
     }
 
-    /// Hands `request` to the windows thread and waits up to `wait` for
-    /// its plan or refusal; a request it did not take by then (or whose
+    /// The windows thread's first answer to the request `asking` waits
+    /// for, within `wait`; a request it did not take by then (or whose
     /// controller left) is taken back.
-    fn plan(
+    fn first_answer(
         &self,
-        request: &Request,
+        asking: &Asking,
         wait: Duration,
         tell: &mut Telling<'_>,
-    ) -> (TriggerAnswer, SystemTime) {
-        let dir = &self.session_dir;
-        let refused = |reason: String| (TriggerAnswer::Refused { reason }, SystemTime::now());
-        if !window::is_live(dir) {
-            return refused("the session does not plan windows now (it starts or ends)".into());
+    ) -> TriggerAnswer {
+        let refused = |reason: String| TriggerAnswer::Refused { reason };
+        let mut waited = tell.wait(asking, Instant::now() + wait);
+        if matches!(waited, Waited::TimeUp) && !asking.withdraw() {
+            waited = tell.wait(asking, Instant::now() + TAKEN_GRACE);
         }
-        let path = match window::write_request(dir, request) {
-            Ok(path) => path,
-            Err(e) => return refused(format!("rank 0 cannot write the request: {e}")),
-        };
-        let asked_at = window::request_time(&path);
-        let deadline = Instant::now() + wait;
-        let answer =
-            window::await_answer(dir, (&path, &request.nonce), deadline, &mut || tell.over());
-        match answer {
-            window::Answer::Planned(plan) => {
-                let report_dir = window::window_dir(dir, plan.index);
-                (TriggerAnswer::Planned { plan, report_dir }, asked_at)
+        let dir = &self.control.session_dir;
+        match waited {
+            Waited::Answer(WindowAnswer::Planned(plan)) => TriggerAnswer::Planned {
+                report_dir: window::window_dir(dir, plan.index),
+                plan,
+            },
+            Waited::Answer(WindowAnswer::Cancelled(plan)) => TriggerAnswer::Cancelled {
+                report_dir: window::window_dir(dir, plan.index),
+                plan,
+            },
+            Waited::Answer(WindowAnswer::Refused(reason)) => refused(reason),
+            Waited::Answer(_) => refused("rank 0's windows thread answered out of turn".into()),
+            Waited::Ended => refused("the session ended before the window was planned".into()),
+            Waited::Left => {
+                asking.withdraw();
+                refused("the controller left".into())
             }
-            window::Answer::Refused(reason) => refused(reason),
-            window::Answer::Unanswered if tell.stop.load(Ordering::SeqCst) => {
-                refused("the session ended before the window was planned".into())
-            }
-            window::Answer::Unanswered => refused(format!(
+            Waited::TimeUp => refused(format!(
                 "no plan within {:.1} s: do the ranks call Profiler::step (prof.step() in \
                  Python)?",
                 wait.as_secs_f64()
@@ -229,7 +241,7 @@ impl Desk {
         stream: &mut TcpStream,
         reply: &dyn Fn(u8, &[u8]) -> Vec<u8>,
     ) -> Result<(), ConnectionRefusal> {
-        let dir = &self.session_dir;
+        let dir = &self.control.session_dir;
         let _ = window::watch(dir);
         let statuses = match window::read_status(dir, 0) {
             Ok(own) => {
@@ -258,7 +270,42 @@ struct Telling<'a> {
     told: Instant,
 }
 
+/// How a wait for the windows thread ended.
+enum Waited {
+    /// It answered.
+    Answer(WindowAnswer),
+    /// The wait's time is over.
+    TimeUp,
+    /// The controller left.
+    Left,
+    /// The windows thread is gone (the session ended), or the session's
+    /// gather ended.
+    Ended,
+}
+
 impl Telling<'_> {
+    /// Waits for the next answer `asking` gets, until `deadline` or the
+    /// controller left, telling it meanwhile that rank 0 still waits.
+    fn wait(&mut self, asking: &Asking, deadline: Instant) -> Waited {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match asking.answers.recv_timeout(left.min(LOOK)) {
+                Ok(answer) => return Waited::Answer(answer),
+                Err(RecvTimeoutError::Disconnected) => return Waited::Ended,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return Waited::Ended;
+            }
+            if self.over() {
+                return Waited::Left;
+            }
+            if left.is_zero() {
+                return Waited::TimeUp;
+            }
+        }
+    }
+
     /// Sends `answer`, sealed.
     fn send(&mut self, answer: &TriggerAnswer) -> Result<(), ConnectionRefusal> {
         let body = serde_json::to_vec(answer).expect("an answer serialises");
@@ -433,10 +480,10 @@ impl TriggerCall<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::super::test_support::{rank_0, TOKEN};
     use super::*;
+    use crate::control::{Asked, Inbox};
+    use rankscope_common::window::{Plan, Request};
 
     fn asked(n: u32) -> RemoteTrigger {
         RemoteTrigger {
@@ -447,35 +494,41 @@ mod tests {
                 trigger: Trigger::Command,
                 torch: false,
                 duration_ms: 0,
+                cancel: false,
             },
             plan_wait_ms: 60_000,
             report_wait_ms: 0,
         }
     }
 
-    /// Waits until `n` requests are in the control folder of `dir` (each
-    /// written once its controller is served).
-    fn requests_pending(dir: &Path, n: usize) {
+    /// Takes `n` requests from `inbox` (each handed over once its
+    /// controller is served), as a windows thread that answers none.
+    fn take_requests(inbox: &Inbox, n: usize) -> Vec<Asked> {
         let started = Instant::now();
-        while window::pending_requests(dir, 64).unwrap().0.len() != n {
+        let mut taken = Vec::new();
+        while taken.len() < n {
             assert!(started.elapsed() < Duration::from_secs(10), "{n} requests");
-            std::thread::sleep(Duration::from_millis(10));
+            match inbox.next() {
+                Some(asked) => taken.push(asked),
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
         }
+        taken
     }
 
-    /// No windows thread plans here: each controller waits for a plan.
-    /// Past [`AT_ONCE`] of them one more is turned away; a controller
-    /// without the token gets nothing; a controller that leaves takes its
-    /// request back and frees its place at once.
+    /// The windows thread here takes requests but answers none: each
+    /// controller waits for a plan. Past [`AT_ONCE`] of them one more is
+    /// turned away; a controller without the token gets nothing; a
+    /// controller that leaves frees its place at once.
     #[test]
     fn controllers_past_the_limit_or_without_the_token_are_turned_away() {
         let dir = tempfile::tempdir().unwrap();
-        let (server, endpoint) = rank_0(dir.path());
-        let remote = Remote::new(&endpoint, TOKEN);
+        let rank_0 = rank_0(dir.path());
+        let remote = Remote::new(&rank_0.endpoint, TOKEN);
         let waiting: Vec<TriggerCall<'_>> = (0..AT_ONCE as u32)
             .map(|n| remote.trigger(&asked(n)).unwrap())
             .collect();
-        requests_pending(dir.path(), AT_ONCE);
+        let _unanswered = take_requests(&rank_0.inbox, AT_ONCE);
         // Turned away as it greets, or as it sends its request.
         let turned_away = remote
             .trigger(&asked(99))
@@ -484,15 +537,14 @@ mod tests {
             matches!(&turned_away, Err(RemoteError::Refused { why, .. }) if why.contains("too many")),
             "{turned_away:?}"
         );
-        let stranger = Remote::new(&endpoint, b"another token").statuses();
+        let stranger = Remote::new(&rank_0.endpoint, b"another token").statuses();
         assert!(
             matches!(&stranger, Err(RemoteError::Refused { why, .. }) if why.contains("token")),
             "{stranger:?}"
         );
-        requests_pending(dir.path(), AT_ONCE);
+        assert!(rank_0.inbox.next().is_none(), "no request got in");
 
         drop(waiting);
-        requests_pending(dir.path(), 0);
         // Room again, long before the plans' wait would have ended.
         let started = Instant::now();
         let snapshot = loop {
@@ -503,7 +555,6 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         };
         assert_eq!((snapshot.world_size, snapshot.statuses.len()), (2, 0));
-        drop(server);
     }
 
     /// Rank 0 waits as long as the controller asked: for a plan nobody
@@ -512,8 +563,8 @@ mod tests {
     #[test]
     fn rank_0_waits_as_asked_and_says_it_still_waits() {
         let dir = tempfile::tempdir().unwrap();
-        let (_server, endpoint) = rank_0(dir.path());
-        let remote = Remote::new(&endpoint, TOKEN);
+        let rank_0 = rank_0(dir.path());
+        let remote = Remote::new(&rank_0.endpoint, TOKEN);
         let unplanned = RemoteTrigger {
             plan_wait_ms: 1_000,
             ..asked(1)
@@ -526,36 +577,36 @@ mod tests {
             matches!(&answer, Ok(TriggerAnswer::Refused { reason }) if reason.contains("no plan within 1.0 s")),
             "{answer:?}"
         );
-        requests_pending(dir.path(), 0);
+        assert!(rank_0.inbox.next().is_none(), "taken back");
 
         // This test plans the window, as the windows thread would, and
-        // writes its report 11 s later.
+        // says its report is written 11 s later.
         let waited = RemoteTrigger {
             report_wait_ms: 60_000,
             ..asked(2)
         };
         let mut call = remote.trigger(&waited).unwrap();
-        requests_pending(dir.path(), 1);
-        let (paths, _) = window::pending_requests(dir.path(), 1).unwrap();
-        let request = window::read_request(&window::claim_request(&paths[0]).unwrap()).unwrap();
-        let plan = window::Plan {
+        let [asked] = take_requests(&rank_0.inbox, 1).try_into().ok().unwrap();
+        assert_eq!(asked.request.trigger, Trigger::Command);
+        let plan = Plan {
             index: 1,
             first_step: 5,
             steps: 1,
             trigger: Trigger::Command,
-            nonce: request.nonce,
+            nonce: asked.request.nonce.clone(),
             torch: false,
             run: Some("r".into()),
+            cancelled: None,
         };
-        window::write_plan(dir.path(), &plan).unwrap();
+        asked.answers.send(WindowAnswer::Planned(plan)).unwrap();
         let planned = call.answer(Duration::from_secs(30)).unwrap();
         let TriggerAnswer::Planned { report_dir, .. } = planned else {
             panic!("{planned:?}");
         };
+        assert_eq!(report_dir, window::window_dir(dir.path(), 1));
         let writer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(11));
-            std::fs::create_dir_all(&report_dir).unwrap();
-            std::fs::write(report_dir.join("report.json"), "{}").unwrap();
+            let _ = asked.answers.send(WindowAnswer::Reported(report_dir));
         });
         let written = call.answer(Duration::from_secs(60));
         writer.join().unwrap();

@@ -40,9 +40,9 @@ use rankscope_common::file::{create_real_dir, open_regular, read_capped, write_a
 use rankscope_common::gather::ConnectionRefusal;
 use rankscope_common::remote::Mirrored;
 use rankscope_common::spill;
-use rankscope_common::window::{self, LiveStatus};
+use rankscope_common::window::{self, LiveStatus, Plan};
 
-use super::server::{Place, Places};
+use super::server::{Place, Places, ServedControl};
 use super::wire::{
     kind, purpose, read_frame, read_frame_within, readable, write_frame, FrameBudget,
     MAX_CONTROL_BYTES,
@@ -50,6 +50,7 @@ use super::wire::{
 use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
 use crate::notice::{notice, spawn_with_notices};
 use crate::sync::lock;
+use crate::WindowControl;
 
 /// How often rank 0 looks for what to send a mirror (a plan leads its
 /// window by 0.3 s: this look, the rank's and its windows thread's fit).
@@ -82,9 +83,11 @@ const MAX_QUEUED: usize = 8;
 /// The probe file's name before its rank and nonce.
 const PROBE_PREFIX: &str = "mirror-probe-";
 
-/// Rank 0's side: the mirrors of the session in `session_dir`.
+/// Rank 0's side: the mirrors of its session.
 pub(super) struct MirrorDesk {
     session_dir: PathBuf,
+    /// Rank 0's windows: which it planned.
+    windows: WindowControl,
     run_id: String,
     /// Mirrors kept now.
     mirrors: Places,
@@ -113,10 +116,11 @@ impl Drop for Serving<'_> {
 }
 
 impl MirrorDesk {
-    /// The desk of the session in `session_dir`, run `run_id`.
-    pub(super) fn new(session_dir: PathBuf, run_id: String) -> Self {
+    /// The desk of the session `control` serves, run `run_id`.
+    pub(super) fn new(control: ServedControl, run_id: String) -> Self {
         MirrorDesk {
-            session_dir,
+            session_dir: control.session_dir,
+            windows: control.windows,
             run_id,
             mirrors: Places::new(
                 open_files_limit().map_or(MAX_MIRRORS, |limit| MAX_MIRRORS.min(limit / 4)),
@@ -173,14 +177,25 @@ impl MirrorDesk {
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
             write_frame(stream, kind::MIRRORED, &reply(kind::MIRRORED, &body), until)
         };
+        // The last plan sent, sent again where rank 0 rewrote it (it ended
+        // the window early).
+        let mut last_sent: Option<Plan> = None;
         while !stop.load(Ordering::SeqCst) && heard.elapsed() < SILENT {
+            if let Some(sent) = &last_sent {
+                let now = window::read_plan(dir, sent.index).ok().flatten();
+                if let Some(plan) = now.filter(|plan| plan != sent && plan.run == sent.run) {
+                    send(stream, &Mirrored::Plan { plan: plan.clone() })?;
+                    last_sent = Some(plan);
+                }
+            }
             // This run's plans, in order (one of an earlier launch in the
             // same folder waits for this run's rank 0 to write its own).
             while let Ok(Some(plan)) = window::read_plan(dir, next_plan) {
                 if plan.run.as_deref() != Some(self.run_id.as_str()) {
                     break;
                 }
-                send(stream, &Mirrored::Plan { plan })?;
+                send(stream, &Mirrored::Plan { plan: plan.clone() })?;
+                last_sent = Some(plan);
                 next_plan += 1;
             }
             let watched = window::watched(dir, WATCH_FRESH);
@@ -230,10 +245,10 @@ impl MirrorDesk {
         })
     }
 
-    /// Takes rank `rank`'s payload of a window and writes it into the
-    /// window's folder (unless a file of that name is there: the rank
-    /// wrote it there itself), within `max_frame` bytes, by `timeout`, its
-    /// bytes held against `frames`.
+    /// Takes rank `rank`'s payload of a window rank 0 planned and writes
+    /// it into the window's folder (unless the rank has one there: it
+    /// wrote it there itself, or sent it before), within `max_frame`
+    /// bytes, by `timeout`, its bytes held against `frames`.
     pub(super) fn take_window_payload(
         &self,
         stream: &mut TcpStream,
@@ -256,16 +271,39 @@ impl MirrorDesk {
                 "a window payload named for another rank or run",
             ));
         }
+        self.windows
+            .takes_payload_of(index)
+            .map_err(ConnectionRefusal::WrongPayload)?;
+        let folder = window::window_dir(&self.session_dir, index);
+        if has_payload_of(&folder, rank, run) {
+            // Said before the frame is read: nothing more is taken.
+            return Err(ConnectionRefusal::WrongPayload(
+                "a second payload of one rank for one window",
+            ));
+        }
         let until = Instant::now() + timeout;
         let (bytes, _held) = read_frame_within(stream, kind::PAYLOAD, max_frame, until, frames)?;
-        let folder = window::window_dir(&self.session_dir, index);
         let path = folder.join(file);
-        let written = create_real_dir(&folder).and_then(|()| match path.exists() {
-            true => Ok(()),
-            false => write_atomic(&path, &bytes),
-        });
+        let written =
+            create_real_dir(&folder).and_then(|()| match has_payload_of(&folder, rank, run) {
+                true => Ok(()),
+                false => write_atomic(&path, &bytes),
+            });
         written.map_err(|_| ConnectionRefusal::WrongPayload("its window's folder is not writable"))
     }
+}
+
+/// Whether `folder` holds a payload of `rank` in run `run`.
+fn has_payload_of(folder: &Path, rank: u32, run: Option<&str>) -> bool {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return false;
+    };
+    entries.filter_map(Result::ok).any(|entry| {
+        entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| spill::is_spill_of(name, Some(rank), run))
+    })
 }
 
 /// This process's limit of open files (the soft one), where it can be read.
@@ -358,7 +396,10 @@ impl MirrorHost {
             world_size: session.world_size,
             max_frame: config.max_frame_bytes,
             clock_shift_ns: config.clock_shift_ns,
-            control: Some(session.session_dir.to_path_buf()),
+            control: session.control.map(|windows| super::server::ServedControl {
+                session_dir: session.session_dir.to_path_buf(),
+                windows: windows.clone(),
+            }),
             check_node: |_, _| Err("no node digest is taken here".into()),
         };
         Ok(MirrorHost {
@@ -769,6 +810,11 @@ fn send_payloads(state: &MirrorState, queued: &Receiver<(u32, PathBuf)>) {
                     );
                     pending.remove(0);
                 }
+                // Rank 0 said why it does not take it: no second try.
+                Err(Unreached::Refused(refusal)) if !refusal.again => {
+                    notice!("window {index}: this rank's data is not sent: {refusal}");
+                    pending.remove(0);
+                }
                 Err(e) if since.elapsed() >= state.settings.payload_timeout => {
                     notice!(
                         "window {index}: this rank's data did not reach rank 0: {}",
@@ -857,8 +903,8 @@ mod tests {
     #[test]
     fn a_rank_apart_mirrors_plans_statuses_and_window_payloads() {
         let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let (_server, endpoint) = rank_0(home.path());
-        let mirror = Mirror::start(settings(&endpoint, own.path())).unwrap();
+        let rank_0 = rank_0(home.path());
+        let mirror = Mirror::start(settings(&rank_0.endpoint, own.path())).unwrap();
         let plan = |index, run: &str| Plan {
             index,
             first_step: 10,
@@ -867,10 +913,24 @@ mod tests {
             nonce: format!("n{index}"),
             torch: false,
             run: Some(run.into()),
+            cancelled: None,
         };
         window::write_plan(home.path(), &plan(1, "r")).unwrap();
         eventually("plan 1 mirrored", || {
             window::read_plan(own.path(), 1).is_ok_and(|p| p == Some(plan(1, "r")))
+        });
+        // Rewritten (rank 0 ended the window early): mirrored again.
+        let cancelled = Plan {
+            steps: 0,
+            cancelled: Some(window::Cancelled {
+                nonce: "c".into(),
+                reason: "cancelled".into(),
+            }),
+            ..plan(1, "r")
+        };
+        window::write_plan(home.path(), &cancelled).unwrap();
+        eventually("the rewritten plan mirrored", || {
+            window::read_plan(own.path(), 1).is_ok_and(|p| p.as_ref() == Some(&cancelled))
         });
         window::watch(home.path()).unwrap();
         eventually("the watch mirrored", || {
@@ -891,24 +951,36 @@ mod tests {
         eventually("the status mirrored", || {
             window::read_status(home.path(), 1).is_ok_and(|s| s == status)
         });
-        let name = SpillName {
-            rank: 1,
-            run_id: Some("r"),
-            process: 7,
-        }
-        .file_name();
-        for index in [9, 2] {
+        let name = |process| {
+            SpillName {
+                rank: 1,
+                run_id: Some("r"),
+                process,
+            }
+            .file_name()
+        };
+        let write = |index, process| {
             let folder = window::window_dir(own.path(), index);
             std::fs::create_dir_all(&folder).unwrap();
-            std::fs::write(folder.join(&name), format!("window {index}")).unwrap();
-            mirror.window_written(index, &folder.join(&name));
+            let path = folder.join(name(process));
+            std::fs::write(&path, format!("window {index} of {process}")).unwrap();
+            mirror.window_written(index, &path);
+        };
+        // Rank 0 planned windows up to 9: one past them is refused, and a
+        // second payload of this rank for a window (another process's).
+        rank_0.inbox.planned(9);
+        for (index, process) in [(10, 7), (9, 7), (2, 7), (2, 8), (3, 7)] {
+            write(index, process);
         }
-        for index in [2, 9] {
-            let there = window::window_dir(home.path(), index).join(&name);
+        for index in [2, 3, 9] {
+            let there = window::window_dir(home.path(), index).join(name(7));
             eventually("the payload sent", || {
-                std::fs::read_to_string(&there).is_ok_and(|t| t == format!("window {index}"))
+                std::fs::read_to_string(&there).is_ok_and(|t| t == format!("window {index} of 7"))
             });
         }
+        assert!(!window::window_dir(home.path(), 10).exists());
+        let twos = std::fs::read_dir(window::window_dir(home.path(), 2)).unwrap();
+        assert_eq!(twos.count(), 1, "one payload of rank 1 in window 2");
         // Another run's plan is not mirrored.
         window::write_plan(home.path(), &plan(2, "an earlier run")).unwrap();
         std::thread::sleep(Duration::from_millis(500));
@@ -922,7 +994,8 @@ mod tests {
     #[test]
     fn a_rank_in_rank_0s_folder_mirrors_nothing() {
         let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let (_server, endpoint) = rank_0(home.path());
+        let rank_0 = rank_0(home.path());
+        let endpoint = rank_0.endpoint.clone();
         let mirror = Mirror::start(settings(&endpoint, home.path())).unwrap();
         eventually("rank 0 answered the probe", || {
             mirror.state.folder.load(Ordering::SeqCst) == folder::NOTHING

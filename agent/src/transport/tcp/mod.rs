@@ -54,7 +54,7 @@ mod test_support;
 mod wire;
 
 use mirror::{Mirror, MirrorSettings};
-use server::{Server, ServerSettings, Serves};
+use server::{ServedControl, Server, ServerSettings, Serves};
 use wire::{
     kind, purpose, read_any_frame, read_frame, unsealed, write_frame, Hello, Refusal,
     MAX_CONTROL_BYTES,
@@ -329,8 +329,13 @@ impl TcpTransport {
             world_size: session.world_size,
             max_frame: self.max_frame,
             clock_shift_ns: self.clock_shift_ns,
-            control: matches!(serves, Serves::Rank0 { .. })
-                .then(|| session.session_dir.to_path_buf()),
+            control: session
+                .control
+                .filter(|_| matches!(serves, Serves::Rank0 { .. }))
+                .map(|windows| ServedControl {
+                    session_dir: session.session_dir.to_path_buf(),
+                    windows: windows.clone(),
+                }),
             check_node: super::nodes::check_digest,
         }
     }
@@ -956,6 +961,7 @@ mod tests {
             spill_file: None,
             started_unix_ns: 0,
             index: 0,
+            control: None,
         };
         let deadline = Instant::now() + Duration::from_millis(300);
         let rendezvous = transport.open(&session, deadline).unwrap();
@@ -1032,7 +1038,8 @@ mod tests {
     #[test]
     fn a_rendezvous_cut_off_after_its_greeting_is_tried_again_until_it_gets_in() {
         let dir = tempfile::tempdir().unwrap();
-        let (_rank_0, endpoint) = test_support::rank_0(dir.path());
+        let rank_0 = test_support::rank_0(dir.path());
+        let endpoint = rank_0.endpoint.clone();
         let deadline = Instant::now() + Duration::from_secs(60);
         let (cut_six_times, taken) = front(endpoint, 6);
         let (run, _) = rank_1()
@@ -1048,7 +1055,8 @@ mod tests {
     #[test]
     fn a_refusal_with_a_reason_is_final_and_said() {
         let dir = tempfile::tempdir().unwrap();
-        let (_rank_0, endpoint) = test_support::rank_0(dir.path());
+        let rank_0 = test_support::rank_0(dir.path());
+        let endpoint = rank_0.endpoint.clone();
         let deadline = Instant::now() + Duration::from_secs(60);
 
         let (counted, taken) = front(endpoint.clone(), 0);

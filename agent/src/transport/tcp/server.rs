@@ -30,6 +30,7 @@ use super::HANDSHAKE_TIMEOUT;
 use crate::sync::lock;
 use crate::transport::nodes::NodeExpected;
 use crate::transport::TransportError;
+use crate::WindowControl;
 
 /// Whose listener it is, for what it serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,12 +64,22 @@ pub(super) struct ServerSettings {
     pub(super) world_size: u32,
     pub(super) max_frame: u64,
     pub(super) clock_shift_ns: i64,
-    /// Rank 0's session directory, where window controllers are answered
-    /// from (`control`); `None` for a leader's listener.
-    pub(super) control: Option<std::path::PathBuf>,
+    /// Rank 0's window control, served to controllers and to the ranks'
+    /// mirrors; `None` for a leader's listener.
+    pub(super) control: Option<ServedControl>,
     /// Whether a node digest's bytes are one of the node of the given
     /// ranks, else why not: checked before the node counts as answered.
     pub(super) check_node: CheckNode,
+}
+
+/// Rank 0's windows, as its listener serves them.
+#[derive(Debug, Clone)]
+pub(super) struct ServedControl {
+    /// Rank 0's session directory: the ranks' statuses are read there,
+    /// their window payloads written there.
+    pub(super) session_dir: std::path::PathBuf,
+    /// Rank 0's windows thread.
+    pub(super) windows: WindowControl,
 }
 
 /// [`ServerSettings::check_node`].
@@ -237,11 +248,11 @@ impl Server {
         let desk = settings
             .control
             .clone()
-            .map(|dir| Desk::new(dir, settings.world_size, settings.token.clone()));
+            .map(|control| Desk::new(control, settings.world_size, settings.token.clone()));
         let mirrors = settings
             .control
             .clone()
-            .map(|dir| MirrorDesk::new(dir, settings.run_id.clone()));
+            .map(|control| MirrorDesk::new(control, settings.run_id.clone()));
         let places = RankPlaces::for_listener(&settings);
         let shared = Arc::new(Shared {
             desk,

@@ -4,15 +4,26 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
-use super::server::{Server, ServerSettings, Serves};
+use super::server::{ServedControl, Server, ServerSettings, Serves};
+use crate::control::Inbox;
+use crate::WindowControl;
 
 /// The job token of the tests' sessions.
 pub(super) const TOKEN: &[u8] = b"the job's token";
 
+/// Rank 0's listener in a test, where its endpoint is, and its windows
+/// thread's inbox (the test answers it as the thread would).
+pub(super) struct TestRank0 {
+    pub(super) _server: Server,
+    pub(super) endpoint: String,
+    pub(super) inbox: Inbox,
+}
+
 /// Rank 0's listener of a 2-rank session of run `r` in `dir`, serving
 /// controllers and mirrors, its session said to run there
-/// (`control/live`); and its endpoint.
-pub(super) fn rank_0(dir: &Path) -> (Server, String) {
+/// (`control/live`).
+pub(super) fn rank_0(dir: &Path) -> TestRank0 {
+    let (windows, inbox) = WindowControl::new(|| {});
     rankscope_common::window::write_live(dir, "here").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = listener.local_addr().unwrap().to_string();
@@ -27,8 +38,15 @@ pub(super) fn rank_0(dir: &Path) -> (Server, String) {
         world_size: 2,
         max_frame: 1 << 20,
         clock_shift_ns: 0,
-        control: Some(dir.to_path_buf()),
+        control: Some(ServedControl {
+            session_dir: dir.to_path_buf(),
+            windows,
+        }),
         check_node: |_, _| Ok(()),
     };
-    (Server::start(listener, settings).unwrap(), endpoint)
+    TestRank0 {
+        _server: Server::start(listener, settings).unwrap(),
+        endpoint,
+        inbox,
+    }
 }

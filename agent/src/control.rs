@@ -1,0 +1,291 @@
+//! The windows thread's inbox ([`WindowControl`]): window requests from the
+//! parts of the process that take them (rank 0's TCP desk), each with a
+//! channel its answers come back on, so that nothing in the process writes
+//! a file to reach its own windows thread or polls for the answer. The
+//! inbox also keeps which windows rank 0 planned ([`WindowControl::
+//! takes_payload_of`]), so that a window payload a rank sends is taken only
+//! for one of them.
+//!
+//! `rankscope trigger --dir`, a process with no connection, still writes a
+//! request file; the windows thread reads those itself.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
+use std::sync::Arc;
+
+use rankscope_common::window::{Plan, Request};
+
+/// Requests that wait for the windows thread at most; more are refused.
+const WAITING: usize = 16;
+/// How far ahead of rank 0's newest rolling window another rank's may be
+/// and still be taken (rank 0 may be the slow one).
+const ROLLING_AHEAD: u32 = 8;
+/// How many windows back a payload is still taken: a window's gather
+/// waits for its payloads while the next ones open.
+const WINDOWS_BACK: u32 = 16;
+
+/// What the windows thread answers a request asked through the inbox, in
+/// order: the plan (or the refusal), then, for a window, whether its
+/// report was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WindowAnswer {
+    /// The window planned.
+    Planned(Plan),
+    /// The planned or open window ended early, as its plan now says.
+    Cancelled(Plan),
+    /// No window (or no cancel): why.
+    Refused(String),
+    /// The window's report is written in this folder.
+    Reported(PathBuf),
+    /// The window ended without a report: why.
+    Unreported(String),
+}
+
+/// A request in the inbox, and where its answers go.
+pub(crate) struct Asked {
+    pub(crate) request: Request,
+    pub(crate) answers: Sender<WindowAnswer>,
+    claim: Arc<AtomicU8>,
+}
+
+/// A request handed to the inbox, from the asker's side: its answers, and
+/// the claim that lets it take the request back while it waits.
+#[derive(Debug)]
+pub(crate) struct Asking {
+    pub(crate) answers: Receiver<WindowAnswer>,
+    claim: Arc<AtomicU8>,
+}
+
+/// [`Asked::claim`]'s states: the request waits, the windows thread took
+/// it, or its asker took it back.
+mod claim {
+    pub(super) const WAITING: u8 = 0;
+    pub(super) const TAKEN: u8 = 1;
+    pub(super) const WITHDRAWN: u8 = 2;
+}
+
+impl Asking {
+    /// Takes the request back, unless the windows thread took it first
+    /// (`false`: its first answer is on the way): a request its asker gave
+    /// up on never opens a window later, unasked.
+    pub(crate) fn withdraw(&self) -> bool {
+        self.claim
+            .compare_exchange(
+                claim::WAITING,
+                claim::WITHDRAWN,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
+/// A handle on rank 0's windows thread through which the transports hand
+/// it window requests and learn which windows it planned. Cloned freely.
+#[derive(Clone)]
+pub struct WindowControl {
+    sender: SyncSender<Asked>,
+    shared: Arc<Shared>,
+}
+
+/// What the handles and the windows thread share.
+struct Shared {
+    /// Wakes the windows thread (its requests wait meanwhile).
+    wake: Box<dyn Fn() + Send + Sync>,
+    /// The highest window number rank 0 planned or opened, 0 for none.
+    latest: AtomicU32,
+    /// Whether windows roll (`window_every_steps`): the ranks number them
+    /// by their own steps, and may be a few ahead of rank 0.
+    rolling: AtomicBool,
+}
+
+/// The windows thread's end of the inbox.
+pub(crate) struct Inbox {
+    receiver: Receiver<Asked>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for WindowControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WindowControl")
+            .field("latest", &self.shared.latest.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl WindowControl {
+    /// A handle and its inbox; `wake` wakes the thread that reads it.
+    pub(crate) fn new(wake: impl Fn() + Send + Sync + 'static) -> (WindowControl, Inbox) {
+        let (sender, receiver) = mpsc::sync_channel(WAITING);
+        let shared = Arc::new(Shared {
+            wake: Box::new(wake),
+            latest: AtomicU32::new(0),
+            rolling: AtomicBool::new(false),
+        });
+        let inbox = Inbox {
+            receiver,
+            shared: Arc::clone(&shared),
+        };
+        (WindowControl { sender, shared }, inbox)
+    }
+
+    /// Hands `request` to the windows thread; its answers come through
+    /// what is returned, or why it cannot be asked now.
+    pub(crate) fn ask(&self, request: Request) -> Result<Asking, String> {
+        let (answers, answered) = mpsc::channel();
+        let claim = Arc::new(AtomicU8::new(claim::WAITING));
+        let asked = Asked {
+            request,
+            answers,
+            claim: Arc::clone(&claim),
+        };
+        match self.sender.try_send(asked) {
+            Ok(()) => {
+                (self.shared.wake)();
+                Ok(Asking {
+                    answers: answered,
+                    claim,
+                })
+            }
+            Err(TrySendError::Full(_)) => Err(format!(
+                "{WAITING} requests already wait for rank 0's windows thread"
+            )),
+            Err(TrySendError::Disconnected(_)) => {
+                Err("the session does not plan windows now (it ended)".into())
+            }
+        }
+    }
+
+    /// Why rank 0 does not take a rank's payload of window `index`, where
+    /// it does not: only the windows it planned (rolling ones a few ahead),
+    /// and none long closed.
+    pub(crate) fn takes_payload_of(&self, index: u32) -> Result<(), &'static str> {
+        let latest = self.shared.latest.load(Ordering::Acquire);
+        let ahead = match self.shared.rolling.load(Ordering::Relaxed) {
+            true => ROLLING_AHEAD,
+            false => 0,
+        };
+        if index == 0 || index > latest.saturating_add(ahead) {
+            Err("a payload of a window rank 0 did not plan")
+        } else if index < latest.saturating_sub(WINDOWS_BACK) {
+            Err("a payload of a window long closed")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Inbox {
+    /// The next request waiting, taken (one its asker took back is
+    /// passed over), if any.
+    pub(crate) fn next(&self) -> Option<Asked> {
+        loop {
+            let asked = match self.receiver.try_recv() {
+                Ok(asked) => asked,
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return None,
+            };
+            let taken = asked.claim.compare_exchange(
+                claim::WAITING,
+                claim::TAKEN,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            if taken.is_ok() {
+                return Some(asked);
+            }
+        }
+    }
+
+    /// Notes that rank 0 planned (or opened) window `index`.
+    pub(crate) fn planned(&self, index: u32) {
+        self.shared.latest.fetch_max(index, Ordering::AcqRel);
+    }
+
+    /// Notes whether windows roll.
+    pub(crate) fn set_rolling(&self, rolling: bool) {
+        self.shared.rolling.store(rolling, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankscope_common::window::Trigger;
+
+    fn request(nonce: &str) -> Request {
+        Request {
+            nonce: nonce.into(),
+            steps: 1,
+            delay_steps: 0,
+            trigger: Trigger::Command,
+            torch: false,
+            duration_ms: 0,
+            cancel: false,
+        }
+    }
+
+    #[test]
+    fn a_request_wakes_the_thread_and_its_answer_comes_back() {
+        let woken = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&woken);
+        let (control, inbox) = WindowControl::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        let asking = control.ask(request("a")).unwrap();
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        let asked = inbox.next().expect("the request waits in the inbox");
+        assert_eq!(asked.request.nonce, "a");
+        asked
+            .answers
+            .send(WindowAnswer::Refused("busy".into()))
+            .unwrap();
+        assert_eq!(
+            asking.answers.recv().unwrap(),
+            WindowAnswer::Refused("busy".into())
+        );
+        assert!(!asking.withdraw(), "taken: no longer withdrawn");
+        assert!(inbox.next().is_none());
+    }
+
+    #[test]
+    fn a_request_taken_back_is_never_taken() {
+        let (control, inbox) = WindowControl::new(|| {});
+        let withdrawn = control.ask(request("gave-up")).unwrap();
+        let _waiting = control.ask(request("waits")).unwrap();
+        assert!(withdrawn.withdraw());
+        let next = inbox.next().expect("the second request is taken");
+        assert_eq!(next.request.nonce, "waits");
+        assert!(inbox.next().is_none());
+    }
+
+    #[test]
+    fn a_full_inbox_or_a_gone_thread_refuses_with_the_reason() {
+        let (control, inbox) = WindowControl::new(|| {});
+        for n in 0..WAITING {
+            control.ask(request(&format!("r{n}"))).unwrap();
+        }
+        let full = control.ask(request("one-more")).unwrap_err();
+        assert!(full.contains("already wait"), "{full}");
+        drop(inbox);
+        let gone = control.ask(request("late")).unwrap_err();
+        assert!(gone.contains("does not plan windows now"), "{gone}");
+    }
+
+    #[test]
+    fn payloads_are_taken_only_for_windows_rank_0_planned() {
+        let (control, inbox) = WindowControl::new(|| {});
+        assert!(control.takes_payload_of(1).is_err(), "nothing planned yet");
+        inbox.planned(3);
+        assert!(control.takes_payload_of(3).is_ok());
+        assert!(control.takes_payload_of(4).is_err(), "not planned");
+        assert!(control.takes_payload_of(0).is_err());
+        assert!(control.takes_payload_of(1_000_000_000).is_err());
+        inbox.planned(40);
+        assert!(control.takes_payload_of(3).is_err(), "long closed");
+        assert!(control.takes_payload_of(24).is_ok());
+        inbox.set_rolling(true);
+        assert!(control.takes_payload_of(40 + ROLLING_AHEAD).is_ok());
+        assert!(control.takes_payload_of(41 + ROLLING_AHEAD).is_err());
+    }
+}
