@@ -48,6 +48,7 @@ mod decode;
 mod delta;
 mod encode;
 mod header;
+mod span;
 mod stream;
 
 pub use codec::{EXPANSION_FLOOR, MAX_EXPANSION};

@@ -1,7 +1,8 @@
 //! The crate boundaries: the coordinator (what rank 0 and `rankscope
 //! aggregate` run) depends on the data model only, never on the agent, NVML,
-//! host sampling or the command line; and inside the agent, its modules
-//! import each other one way only.
+//! host sampling or the command line; inside the agent, its modules import
+//! each other one way only; and inside every crate, no file names one that
+//! names it back.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -172,4 +173,176 @@ fn the_agent_s_modules_import_each_other_one_way() {
             "`{start}` imports a module that imports it back: {imports:#?}"
         );
     }
+}
+
+/// Each source file of the crate under `src` as a module path (`lib.rs`:
+/// none; `a.rs` or `a/mod.rs`: `a`; `a/b.rs`: `a::b`), with its text; test
+/// modules (`tests.rs`, `test_support.rs`, a file's own `#[cfg(test)] mod`
+/// at its end) left out.
+fn file_modules(src: &Path) -> BTreeMap<Vec<String>, String> {
+    fn walk(dir: &Path, at: &[String], files: &mut BTreeMap<Vec<String>, String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            let mut module = at.to_vec();
+            if path.is_dir() {
+                module.push(name);
+                walk(&path, &module, files);
+                continue;
+            }
+            let test_only = ["tests", "test_support"].contains(&name.as_str());
+            if path.extension().is_none_or(|e| e != "rs") || test_only {
+                continue;
+            }
+            if !["lib", "mod", "main"].contains(&name.as_str()) {
+                module.push(name);
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            let product = lines
+                .windows(2)
+                .position(|w| w[0] == "#[cfg(test)]" && w[1].starts_with("mod "))
+                .map_or(&lines[..], |end| &lines[..end]);
+            files.insert(module, product.join("\n"));
+        }
+    }
+    let mut files = BTreeMap::new();
+    walk(src, &[], &mut files);
+    files
+}
+
+/// The files each file of the crate under `src` names (by a `crate::`,
+/// `super::` or `self::` path, or a path from one of its own submodules),
+/// leaving out the file's ancestors: a module may use what the modules
+/// above it define, as Rust's module tree has it.
+fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let files = file_modules(src);
+    // The file a path names: the longest prefix of it that is a file.
+    let file_of = |path: &[String]| -> Option<Vec<String>> {
+        (0..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|prefix| files.contains_key(prefix))
+    };
+    let word = |s: &str| -> usize {
+        s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len())
+    };
+    let mut imports = BTreeMap::new();
+    for (module, text) in &files {
+        let children: BTreeSet<&str> = files
+            .keys()
+            .filter(|m| m.len() == module.len() + 1 && m.starts_with(module))
+            .map(|m| m.last().unwrap().as_str())
+            .collect();
+        let named: &mut BTreeSet<Vec<String>> = imports.entry(module.clone()).or_default();
+        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for (at, _) in line.match_indices("::") {
+                // The path this `::` continues: back to its first segment.
+                let before = &line[..at];
+                let start = before
+                    .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                    .map_or(0, |i| i + 1);
+                if line[start..at].contains("::") {
+                    continue; // not the path's first `::`
+                }
+                let root = &line[start..at];
+                let mut rest = &line[at + 2..];
+                let mut base: Vec<String> = match root {
+                    "crate" => Vec::new(),
+                    "self" => module.clone(),
+                    "super" => module[..module.len().saturating_sub(1)].to_vec(),
+                    child if children.contains(child) => {
+                        [module.clone(), vec![child.to_string()]].concat()
+                    }
+                    _ => continue,
+                };
+                while let Some(more) = rest.strip_prefix("super::") {
+                    base.pop();
+                    rest = more;
+                }
+                for first in first_segments(rest) {
+                    let mut path = base.clone();
+                    // Whatever follows the first segment, as far as a
+                    // plain path goes.
+                    let after = &rest[rest.find(first).unwrap_or(0)..];
+                    let plain = &after[..after
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                        .unwrap_or(after.len())];
+                    let segments = plain.split("::").filter(|s| !s.is_empty());
+                    path.extend(segments.map(|s| s[..word(s)].to_string()));
+                    let Some(target) = file_of(&path) else {
+                        continue;
+                    };
+                    if !module.starts_with(&target) {
+                        named.insert(target);
+                    }
+                }
+            }
+        }
+    }
+    imports
+}
+
+/// The circles among the files of the crate under `src`: for each file
+/// that reaches itself through others, the files on one such path.
+fn file_circles(src: &Path) -> Vec<Vec<String>> {
+    let imports = file_imports(src);
+    let name = |m: &Vec<String>| match m.is_empty() {
+        true => "lib".to_string(),
+        false => m.join("::"),
+    };
+    let mut circles = Vec::new();
+    for start in imports.keys() {
+        // A path back to `start`, found depth first.
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<(Vec<String>, Vec<Vec<String>>)> = vec![(start.clone(), Vec::new())];
+        while let Some((module, trail)) = stack.pop() {
+            for next in imports.get(&module).into_iter().flatten() {
+                let trail = [trail.clone(), vec![next.clone()]].concat();
+                if next == start {
+                    let mut circle: Vec<String> = vec![name(start)];
+                    circle.extend(trail.iter().map(name));
+                    circles.push(circle);
+                    stack.clear();
+                    break;
+                }
+                if seen.insert(next.clone()) {
+                    stack.push((next.clone(), trail));
+                }
+            }
+        }
+    }
+    circles
+}
+
+/// No source file of the agent, the data model, the coordinator, the
+/// command line or the Python extension names one that (through others)
+/// names it back: each can be read knowing only the files it names. A
+/// module may still use what its ancestors define.
+#[test]
+fn no_source_file_names_one_that_names_it_back() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let agent = file_imports(&root.join("agent/src"));
+    // The check sees the imports it must: the session names the windows
+    // thread below it, the TCP listener the desk beside it.
+    let session = vec!["session".to_string()];
+    assert!(agent[&session].contains(&vec!["session".into(), "windows".into()]));
+    let server: Vec<String> = ["transport", "tcp", "server"].map(String::from).into();
+    let desk: Vec<String> = ["transport", "tcp", "control"].map(String::from).into();
+    assert!(agent[&server].contains(&desk), "{:?}", agent[&server]);
+    let circles: Vec<String> = ["agent", "common", "coordinator", "cli", "python"]
+        .into_iter()
+        .flat_map(|krate| {
+            let circles = file_circles(&root.join(krate).join("src"));
+            circles
+                .into_iter()
+                .map(move |circle| format!("{krate}: {}", circle.join(" -> ")))
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "files that name each other round:\n{}",
+        circles.join("\n")
+    );
 }

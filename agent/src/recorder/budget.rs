@@ -2,11 +2,28 @@
 //! time by record calls and a chunk at a time by pairing passes, with what
 //! did not fit counted as dropped.
 
-use super::pairing::Registry;
+use super::TABLES;
 use rankscope_common::table::Table;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-impl Registry {
+/// Each table's rows kept and dropped, against the most kept.
+pub(super) struct RowBudget {
+    /// Rows kept per table at most (`max_data_points`).
+    pub(super) max_rows: usize,
+    pub(super) kept: [AtomicU64; TABLES],
+    pub(super) dropped: [AtomicU64; TABLES],
+}
+
+impl RowBudget {
+    /// A budget of `max_rows` rows per table, none taken.
+    pub(super) fn new(max_rows: usize) -> Self {
+        RowBudget {
+            max_rows,
+            kept: Default::default(),
+            dropped: Default::default(),
+        }
+    }
+
     /// Takes one row of `table`'s budget: `false` (and the drop counted) when full.
     #[inline]
     pub(super) fn admit(&self, table: Table) -> bool {
@@ -24,7 +41,7 @@ impl Registry {
 /// pairing at once seldom write the shared counter; what is not used goes
 /// back when the grant is dropped.
 pub(super) struct Grant<'a> {
-    pub(super) registry: &'a Registry,
+    pub(super) budget: &'a RowBudget,
     pub(super) table: Table,
     /// Rows taken and not used yet.
     pub(super) left: u64,
@@ -37,9 +54,9 @@ impl<'a> Grant<'a> {
     /// Rows taken from the shared counter at once.
     pub(super) const CHUNK: u64 = 256;
 
-    pub(super) fn new(registry: &'a Registry, table: Table) -> Self {
+    pub(super) fn new(budget: &'a RowBudget, table: Table) -> Self {
         Grant {
-            registry,
+            budget,
             table,
             left: 0,
             refused: 0,
@@ -50,9 +67,9 @@ impl<'a> Grant<'a> {
     #[inline]
     pub(super) fn take(&mut self) -> bool {
         if self.left == 0 && self.refused == 0 {
-            let kept = &self.registry.kept[self.table as usize];
+            let kept = &self.budget.kept[self.table as usize];
             let before = kept.fetch_add(Self::CHUNK, Ordering::Relaxed);
-            self.left = (self.registry.max_rows as u64)
+            self.left = (self.budget.max_rows as u64)
                 .saturating_sub(before)
                 .min(Self::CHUNK);
             // Taken past the budget: back at once, so that the counter is
@@ -75,9 +92,9 @@ impl<'a> Grant<'a> {
 impl Drop for Grant<'_> {
     fn drop(&mut self) {
         let slot = self.table as usize;
-        give_back(&self.registry.kept[slot], self.left);
+        give_back(&self.budget.kept[slot], self.left);
         if self.refused > 0 {
-            self.registry.dropped[slot].fetch_add(self.refused, Ordering::Relaxed);
+            self.budget.dropped[slot].fetch_add(self.refused, Ordering::Relaxed);
         }
     }
 }

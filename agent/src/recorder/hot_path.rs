@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use rustc_hash::FxHashMap;
 
@@ -14,6 +14,7 @@ use rankscope_common::names::{NameId, Names, OTHER};
 
 use super::budget::give_back;
 use super::events::{Event, EventLog};
+use super::pairing::Registry;
 use super::thread::{Section, ThreadBuffer, ThreadData};
 use super::Recorder;
 use crate::stage_name::StageName;
@@ -28,6 +29,8 @@ pub(super) static NEXT_BUFFER_ID: AtomicU32 = AtomicU32::new(0);
 pub(super) struct Local {
     pub(super) recorder: u64,
     pub(super) buffer: Arc<ThreadBuffer>,
+    /// Where the buffer goes when its thread exits.
+    pub(super) registry: Weak<Registry>,
     /// This thread's bits of its stage ids ([`owner_bits`]).
     pub(super) owner: u64,
     /// Stages this thread began and has not ended, innermost last:
@@ -68,7 +71,7 @@ pub(super) struct Locals(pub(super) RefCell<Vec<Local>>);
 impl Drop for Locals {
     fn drop(&mut self) {
         for local in self.0.get_mut().drain(..) {
-            if let Some(registry) = local.buffer.registry.upgrade() {
+            if let Some(registry) = local.registry.upgrade() {
                 registry.retire(&local.buffer);
             }
         }
@@ -336,9 +339,9 @@ impl Recorder {
     #[inline]
     pub(crate) fn record_row(&self, table: Table, push: impl FnOnce(&mut ThreadData, u64)) {
         let ticks = self.registry.clock.ticks();
-        if self.registry.admit(table) && self.with_thread(|t| push(t, ticks)).is_none() {
+        if self.registry.budget.admit(table) && self.with_thread(|t| push(t, ticks)).is_none() {
             // Not recorded (the thread is torn down): its row back.
-            give_back(&self.registry.kept[table as usize], 1);
+            give_back(&self.registry.budget.kept[table as usize], 1);
         }
     }
 
@@ -402,13 +405,13 @@ impl Recorder {
             }),
             events: EventLog::new(),
             id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
-            registry: Arc::downgrade(&self.registry),
         });
         lock(&self.registry.threads).push(Arc::clone(&buffer));
         // Entries of profilers dropped since are of no use to this thread.
-        locals.retain(|l| l.buffer.registry.strong_count() > 0);
+        locals.retain(|l| l.registry.strong_count() > 0);
         locals.push(Local {
             recorder: self.id,
+            registry: Arc::downgrade(&self.registry),
             owner: owner_bits(buffer.id),
             buffer,
             open: Vec::new(),

@@ -49,6 +49,7 @@ mod hot_path;
 mod pairing;
 mod thread;
 
+use budget::RowBudget;
 use generations::Generations;
 pub(crate) use hot_path::Ended;
 use hot_path::LOCALS;
@@ -85,9 +86,7 @@ impl Recorder {
                 retired: Mutex::default(),
                 clock: Clock::new(),
                 sessions: Generations::new(),
-                max_rows: config.max_data_points,
-                kept: Default::default(),
-                dropped: Default::default(),
+                budget: RowBudget::new(config.max_data_points),
                 spare_chunks: Mutex::default(),
                 chunks: AtomicUsize::new(0),
                 max_chunks: config.max_data_points.saturating_mul(2) / CHUNK_EVENTS,
@@ -102,7 +101,7 @@ impl Recorder {
 
     /// Rows kept per table.
     pub(crate) fn max_rows(&self) -> usize {
-        self.registry.max_rows
+        self.registry.budget.max_rows
     }
 
     /// Whether a session is recording.
@@ -182,7 +181,7 @@ impl Recorder {
     /// Counts `rows` dropped from `table` by a ring buffer.
     pub(crate) fn count_dropped(&self, table: Table, rows: u64) {
         if rows > 0 {
-            self.registry.dropped[table as usize].fetch_add(rows, Ordering::Relaxed);
+            self.registry.budget.dropped[table as usize].fetch_add(rows, Ordering::Relaxed);
         }
     }
 
@@ -226,7 +225,7 @@ impl Recorder {
         Table::ALL
             .iter()
             .map(|&table| {
-                let dropped = self.registry.dropped[table as usize].load(Ordering::Relaxed);
+                let dropped = self.registry.budget.dropped[table as usize].load(Ordering::Relaxed);
                 (table, held[table as usize], dropped)
             })
             .collect()
@@ -238,12 +237,12 @@ impl Recorder {
         let out = Table::ALL
             .iter()
             .map(|&table| {
-                let rows = registry.dropped[table as usize].swap(0, Ordering::Relaxed);
+                let rows = registry.budget.dropped[table as usize].swap(0, Ordering::Relaxed);
                 (table, rows)
             })
             .filter(|&(_, rows)| rows > 0)
             .collect();
-        for kept in &registry.kept {
+        for kept in &registry.budget.kept {
             kept.store(0, Ordering::Relaxed);
         }
         out

@@ -3,17 +3,16 @@
 //! flush, the session's end, or the thread itself past the budget of
 //! chunks); and the pool of event chunks handed over for it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rankscope_common::payload::Overflow;
 
-use super::budget::Grant;
+use super::budget::{Grant, RowBudget};
 use super::events::{Chunk, Event};
 use super::generations::Generations;
 use super::thread::{OpenStage, ThreadBuffer, ThreadData};
 use super::CHUNK_EVENTS;
-use super::TABLES;
 use crate::sync::lock;
 use crate::ticks::{Clock, Scale};
 use rankscope_common::table::{Builders, StageRecord, Table};
@@ -27,10 +26,8 @@ pub(super) struct Registry {
     pub(super) clock: Clock,
     /// Which session stages paired now belong to.
     pub(super) sessions: Generations,
-    /// Rows kept per table.
-    pub(super) max_rows: usize,
-    pub(super) kept: [AtomicU64; TABLES],
-    pub(super) dropped: [AtomicU64; TABLES],
+    /// Rows kept and dropped per table.
+    pub(super) budget: RowBudget,
     /// Chunks of events paired, for any of the threads to write in again.
     pub(super) spare_chunks: Mutex<Vec<Chunk>>,
     /// Chunks there are besides the one each thread writes (handed over
@@ -77,7 +74,7 @@ impl Registry {
         let mut pass = Pass {
             generation,
             scale,
-            rows: Grant::new(self, Table::Stages),
+            rows: Grant::new(&self.budget, Table::Stages),
         };
         if !data.full.is_empty() {
             let mut paired = Vec::with_capacity(data.full.len());

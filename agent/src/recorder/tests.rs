@@ -75,7 +75,7 @@ fn a_stage_recorded_while_the_thread_is_torn_down_is_left_out() {
     .unwrap();
     assert_eq!(*lock(&outcome), Some((NOT_OPENED, false)));
     assert_eq!(
-        recorder.registry.kept[Table::Metrics as usize].load(Ordering::Relaxed),
+        recorder.registry.budget.kept[Table::Metrics as usize].load(Ordering::Relaxed),
         0,
         "the metric's row budget given back"
     );

@@ -3,12 +3,11 @@
 //! stages open as paired so far), beside its lock-free event log.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard, Weak};
+use std::sync::{Mutex, MutexGuard};
 
 use rankscope_common::names::{NameId, Names};
 
 use super::events::{Chunk, EventLog};
-use super::pairing::Registry;
 use crate::sync::lock;
 use rankscope_common::table::{MetricRecord, Records, OVERHEAD_SECTION, STAGE_GPU_SECTION};
 
@@ -125,8 +124,6 @@ pub(crate) struct ThreadBuffer {
     pub(super) events: EventLog,
     /// This buffer's id among every recorder's buffers.
     pub(super) id: u32,
-    /// Where the buffer goes when its thread exits.
-    pub(super) registry: Weak<Registry>,
 }
 
 impl ThreadBuffer {

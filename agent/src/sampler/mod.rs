@@ -8,6 +8,7 @@ mod display;
 pub(crate) mod gpu;
 mod host;
 pub(crate) mod nvml;
+mod reader;
 pub(crate) mod select;
 mod simulated;
 
@@ -29,8 +30,8 @@ use crate::notice::{notice, spawn_with_notices};
 use crate::recorder::Recorder;
 use crate::stop::StopSignal;
 use crate::sync::{join_within, lock, Joined};
-use gpu::{GpuReader, SharedGpuReader};
 use host::HostReader;
+use reader::{GpuEvent, GpuReader, SharedGpuReader};
 
 /// Bytes in a MiB.
 const MIB: f64 = (1u64 << 20) as f64;
@@ -343,7 +344,7 @@ struct Readings {
     pcie_timer: Option<Every>,
     display_timer: Option<Every>,
     gpu_rows: Vec<GpuSampleRecord>,
-    events: Vec<gpu::GpuEvent>,
+    events: Vec<GpuEvent>,
     last_host: Option<HostSampleRecord>,
     gpu_cost: Cost,
     host_cost: Cost,
@@ -508,7 +509,7 @@ fn push_ring<T>(ring: &mut VecDeque<T>, row: T, max: usize) -> bool {
     full
 }
 
-fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<gpu::GpuEvent>) {
+fn record_gpu(sampled: &Sampled, rows: &[GpuSampleRecord], events: &mut Vec<GpuEvent>) {
     let recorder = &sampled.recorder;
     let max = recorder.max_rows();
     let dropped = recorder

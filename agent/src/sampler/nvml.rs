@@ -11,7 +11,7 @@ use nvml_wrapper::{Device, Nvml};
 use rankscope_common::payload::{GpuMeta, GpuSource};
 use rankscope_common::table::GpuSampleRecord;
 
-use super::gpu::{GpuEvent, GpuReader};
+use super::reader::{GpuEvent, GpuReader};
 use super::select::{select, DeviceId, SelectError};
 use crate::MemoryReading;
 

@@ -10,7 +10,7 @@ use rankscope_common::env::RankEnv;
 use rankscope_common::payload::{GpuMeta, GpuSource};
 use rankscope_common::table::GpuSampleRecord;
 
-use super::gpu::{GpuEvent, GpuReader};
+use super::reader::{GpuEvent, GpuReader};
 use crate::MemoryReading;
 
 const GIB: u64 = 1 << 30;

@@ -109,7 +109,8 @@ impl Hub {
             };
             let timeless = *seq > rows.timeless_after;
             kept.push(
-                rankscope_common::window::rows_within(payload, &rows.span, timeless)
+                payload
+                    .rows_within(&rows.span, timeless)
                     .map_err(SessionError::Batch)?,
             );
         }

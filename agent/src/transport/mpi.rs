@@ -62,7 +62,8 @@ use super::clock::{self, Round, ROUNDS};
 use super::dir::DirTransport;
 use super::nodes::Nodes;
 use super::send_buffer::SendBuffer;
-use super::tcp::mirror::{accept_invitation, Mirror, MirrorHost};
+use super::tcp::invitation::{accept_invitation, MirrorHost};
+use super::tcp::mirror::Mirror;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{notice, say};
 

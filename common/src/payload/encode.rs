@@ -2,12 +2,10 @@
 //! compressed Arrow IPC stream, the checksum; and [`encode_capped`], which
 //! cuts rows until the payload fits its limits.
 
-use arrow_array::RecordBatch;
-use arrow_ipc::writer::StreamWriter;
-
 use super::codec::{codec_id, compress, expansion_allowed};
 use super::decode::decode_header_of;
 use super::header::{HeaderTail, HeaderTailV3, HeaderTailV4};
+use super::stream::write_stream;
 use super::{
     delta, Compression, Limits, Payload, PayloadError, PayloadHeader, CHECKSUM_BYTES,
     FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, PREAMBLE_BYTES,
@@ -235,17 +233,4 @@ pub fn encode_capped(
 /// Nanoseconds since `started`, saturating.
 fn elapsed_ns(started: std::time::Instant) -> u64 {
     started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
-}
-
-/// `batch` as an Arrow IPC stream, uncompressed.
-pub(super) fn write_stream(table: Table, batch: &RecordBatch) -> Result<Vec<u8>, PayloadError> {
-    let fail = |e: arrow_schema::ArrowError| PayloadError::Table {
-        table: table.name(),
-        reason: e.to_string(),
-        source: Some(Box::new(e)),
-    };
-    let mut writer = StreamWriter::try_new(Vec::new(), &batch.schema()).map_err(fail)?;
-    writer.write(batch).map_err(fail)?;
-    writer.finish().map_err(fail)?;
-    writer.into_inner().map_err(fail)
 }

@@ -1,6 +1,7 @@
-//! One table's Arrow IPC stream, read from untrusted bytes: the schema,
-//! one dictionary per dictionary id, one record batch and the end marker,
-//! in that order and nothing else, as this build writes it.
+//! One table's Arrow IPC stream, written ([`write_stream`]) and read from
+//! untrusted bytes: the schema, one dictionary per dictionary id, one
+//! record batch and the end marker, in that order and nothing else, as
+//! this build writes it.
 //!
 //! The messages are walked here rather than by Arrow's `StreamReader`, for
 //! three reasons. Each message's metadata and body are checked to lie
@@ -18,6 +19,7 @@ use std::sync::{Arc, OnceLock};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_ipc::reader::{read_dictionary, read_record_batch};
+use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, FieldRef, SchemaRef};
 
 use super::PayloadError;
@@ -328,15 +330,27 @@ impl WrittenSchema {
     }
 }
 
+/// `batch` as an Arrow IPC stream, uncompressed.
+pub(super) fn write_stream(table: Table, batch: &RecordBatch) -> Result<Vec<u8>, PayloadError> {
+    let fail = |e: arrow_schema::ArrowError| PayloadError::Table {
+        table: table.name(),
+        reason: e.to_string(),
+        source: Some(Box::new(e)),
+    };
+    let mut writer = StreamWriter::try_new(Vec::new(), &batch.schema()).map_err(fail)?;
+    writer.write(batch).map_err(fail)?;
+    writer.finish().map_err(fail)?;
+    writer.into_inner().map_err(fail)
+}
+
 fn written_schema(table: Table) -> &'static WrittenSchema {
     static WRITTEN: OnceLock<Vec<WrittenSchema>> = OnceLock::new();
     let written = WRITTEN.get_or_init(|| {
         Table::ALL
             .iter()
             .map(|&table| {
-                let stream =
-                    super::encode::write_stream(table, &RecordBatch::new_empty(table.schema()))
-                        .expect("an empty batch of a table's own schema is written");
+                let stream = write_stream(table, &RecordBatch::new_empty(table.schema()))
+                    .expect("an empty batch of a table's own schema is written");
                 let first = Frames {
                     stream: &stream,
                     pos: 0,
@@ -516,7 +530,7 @@ mod tests {
     }
 
     fn written(batch: &RecordBatch) -> Vec<u8> {
-        super::super::encode::write_stream(Table::Stages, batch).unwrap()
+        write_stream(Table::Stages, batch).unwrap()
     }
 
     /// The bytes of each message of a well-framed `stream`, its prefix

@@ -10,7 +10,8 @@ use rankscope_common::table::{GpuSamplesView, HostSamplesView};
 use rankscope_common::{Payload, PayloadHeader};
 
 use super::bottlenecks::{self, BottleneckRule, ReadingCounts, POWER_REASONS, THERMAL_REASONS};
-use super::series::{self, OuterStage};
+use super::series;
+use super::times::OuterStage;
 use crate::model::{GpuSeries, GpuSummary, HostSummary};
 
 /// Bytes in a MB (MiB), as the report counts memory.

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::times::StageTimes;
+use super::times::{OuterStage, StageTimes};
 use crate::model::{
     GpuSeries, RankRun, RankSteps, RankSummary, RankTimeline, Report, Series, Timed,
 };
@@ -244,10 +244,6 @@ fn drawn_ranks(report: &Report, times: &StageTimes, most: usize) -> Option<BTree
     }
     Some(drawn)
 }
-
-/// A stage that ran inside no other: start and end (ns on the rank's
-/// clock) and its name.
-pub type OuterStage<'a> = (u64, u64, &'a str);
 
 /// The timeline of a rank's outermost `stages`, in seconds of its own
 /// session: one bar per stage when at most `bars` ran, else `bars` equal

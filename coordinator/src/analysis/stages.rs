@@ -68,7 +68,7 @@ pub fn stage_stats(times: &StageTimes, session_total_s: f64) -> Vec<StageStats> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::times::CallSeconds;
+    use crate::analysis::calls::CallSeconds;
 
     /// A stage name and, per rank, its call durations.
     type StageCalls<'a> = (&'a str, &'a [(u32, &'a [CallSeconds])]);

@@ -383,7 +383,7 @@ pub fn lockstep(times: &StageTimes) -> Vec<LockstepStage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::times::CallSeconds;
+    use crate::analysis::calls::CallSeconds;
 
     /// How close a result from single-precision call times
     /// ([`CallSeconds`]) is to the exact one.

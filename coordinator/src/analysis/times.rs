@@ -10,17 +10,14 @@ use serde::{Deserialize, Serialize};
 
 use rankscope_common::table::{MetricsView, StagesView, STAGE_GPU_SECTION};
 
-use super::calls::{self, CallAcross};
-use super::series::OuterStage;
+use super::calls::{self, CallAcross, CallSeconds};
 use super::sketch::CallQuantiles;
 use super::stats::median_of;
 use super::steady::{one_offs, OneOffs, RankEvent, RowTimes, Spans};
 
-/// A call's duration in seconds, as the analysis keeps every call of every
-/// rank: the largest thing aggregation holds, halved by single precision
-/// (a relative error of at most 6e-8: 0.2 ms in an hour-long call).
-/// Sums of them are taken in `f64`.
-pub type CallSeconds = f32;
+/// A stage that ran inside no other: start and end (ns on the rank's
+/// clock) and its name.
+pub type OuterStage<'a> = (u64, u64, &'a str);
 
 /// Every stage's calls across the ranks merged so far, by name: what the
 /// stage, straggler and lockstep analyses read. Its size is set by the

@@ -24,8 +24,9 @@ use crate::analysis::analyze_with_rows;
 use crate::join::join;
 use crate::model::{Notice, Report, StageStats};
 
-pub use rows::{RowWriters, TRACE_JSON_GZ};
+pub use rows::RowWriters;
 pub use summary::summary;
+pub use trace::TRACE_JSON_GZ;
 
 /// File names inside the session directory.
 pub const REPORT_JSON: &str = "report.json";

@@ -13,12 +13,9 @@ use rankscope_common::file::AtomicFile;
 use rankscope_common::{Payload, PayloadHeader};
 
 use super::raw::{self, RankBatches, RawWriter, RAW_DIR};
-use super::trace::{self, Cut, RankEvents, TraceWriter};
+use super::trace::{self, Cut, RankEvents, TraceWriter, TRACE_JSON_GZ};
 use super::WriteError;
 use crate::model::{Notice, RankSummary, Report};
-
-/// The merged trace, in the session directory.
-pub const TRACE_JSON_GZ: &str = "trace.json.gz";
 
 /// Removes the per-row files an earlier report left in `dir`: a report
 /// written without them must not sit beside another session's.

@@ -29,10 +29,12 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::gzip::{Deflated, GzipWriter};
-use super::rows::TRACE_JSON_GZ;
 use crate::analysis::gpus::{rows_by_gpu, GPU_METRICS};
 use crate::analysis::series::min_max_indices;
 use crate::model::RankSummary;
+
+/// The merged trace, in the session directory.
+pub const TRACE_JSON_GZ: &str = "trace.json.gz";
 
 /// Readings kept per counter.
 pub const COUNTER_POINTS: usize = 2_000;

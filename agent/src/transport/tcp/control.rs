@@ -26,13 +26,14 @@ use rankscope_common::remote::{
 };
 use rankscope_common::window::{self, Trigger, FRESH_STATUS};
 
-use super::server::{Places, ServedControl};
+use super::places::Places;
 use super::wire::{
     kind, purpose, read_frame, readable, sealed, unsealed, write_frame, MAX_CONTROL_BYTES,
 };
 use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
 use crate::control::{Asking, WindowAnswer};
 use crate::sync::lock;
+use crate::WindowControl;
 
 /// The rank a controller greets rank 0 as: no rank of any world.
 pub const CONTROLLER: u32 = u32::MAX;
@@ -60,6 +61,16 @@ const LOOK: Duration = Duration::from_millis(100);
 /// How much longer rank 0 waits where its windows thread took the request
 /// just as the wait for it ended: its answer is on the way.
 const TAKEN_GRACE: Duration = Duration::from_secs(5);
+
+/// Rank 0's windows, as its listener serves them.
+#[derive(Debug, Clone)]
+pub(super) struct ServedControl {
+    /// Rank 0's session directory: the ranks' statuses are read there,
+    /// their window payloads written there.
+    pub(super) session_dir: std::path::PathBuf,
+    /// Rank 0's windows thread.
+    pub(super) windows: WindowControl,
+}
 
 /// Rank 0's side: answers the controllers of its session.
 pub(super) struct Desk {

@@ -47,14 +47,18 @@ use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{alarm, notice, say};
 
 pub mod control;
+#[cfg(feature = "mpi")]
+pub(crate) mod invitation;
 pub(crate) mod mirror;
+mod places;
 mod server;
 #[cfg(test)]
 mod test_support;
 mod wire;
 
+use control::ServedControl;
 use mirror::{Mirror, MirrorSettings};
-use server::{ServedControl, Server, ServerSettings, Serves};
+use server::{Server, ServerSettings, Serves};
 use wire::{
     kind, purpose, read_any_frame, read_frame, unsealed, write_frame, Hello, Refusal,
     MAX_CONTROL_BYTES,

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,8 +20,9 @@ use rankscope_common::gather::{
 use rankscope_common::payload::{self, ClockOffset};
 
 use super::clock::{self, Round, ROUNDS};
-use super::control::{Desk, CONTROLLER};
+use super::control::{Desk, ServedControl, CONTROLLER};
 use super::mirror::MirrorDesk;
+use super::places::{Place, Places};
 use super::wire::{
     kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, Hello, Refusal,
     MAX_CONTROL_BYTES,
@@ -30,7 +31,6 @@ use super::HANDSHAKE_TIMEOUT;
 use crate::sync::lock;
 use crate::transport::nodes::NodeExpected;
 use crate::transport::TransportError;
-use crate::WindowControl;
 
 /// Whose listener it is, for what it serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,16 +70,6 @@ pub(super) struct ServerSettings {
     /// Whether a node digest's bytes are one of the node of the given
     /// ranks, else why not: checked before the node counts as answered.
     pub(super) check_node: CheckNode,
-}
-
-/// Rank 0's windows, as its listener serves them.
-#[derive(Debug, Clone)]
-pub(super) struct ServedControl {
-    /// Rank 0's session directory: the ranks' statuses are read there,
-    /// their window payloads written there.
-    pub(super) session_dir: std::path::PathBuf,
-    /// Rank 0's windows thread.
-    pub(super) windows: WindowControl,
 }
 
 /// [`ServerSettings::check_node`].
@@ -161,40 +151,6 @@ impl Shared {
             }
             None => false,
         }
-    }
-}
-
-/// Places of one kind at rank 0's listener (window controllers, mirrors):
-/// at most `most` taken at once, each given back as its [`Place`] drops.
-pub(super) struct Places {
-    taken: AtomicUsize,
-    most: usize,
-}
-
-/// A place taken; dropped, it is free again.
-pub(super) struct Place<'a>(&'a AtomicUsize);
-
-impl Places {
-    pub(super) fn new(most: usize) -> Self {
-        Places {
-            taken: AtomicUsize::new(0),
-            most,
-        }
-    }
-
-    /// A place, where one is free; with `anyway`, one past the most too.
-    pub(super) fn take(&self, anyway: bool) -> Option<Place<'_>> {
-        if self.taken.fetch_add(1, Ordering::SeqCst) >= self.most && !anyway {
-            self.taken.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(Place(&self.taken))
-    }
-}
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -4,7 +4,8 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
-use super::server::{ServedControl, Server, ServerSettings, Serves};
+use super::control::ServedControl;
+use super::server::{Server, ServerSettings, Serves};
 use crate::control::Inbox;
 use crate::WindowControl;
 
