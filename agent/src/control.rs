@@ -1,18 +1,28 @@
-//! The windows thread's inbox ([`WindowControl`]): window requests from the
-//! parts of the process that take them (rank 0's TCP desk), each with a
-//! channel its answers come back on, so that nothing in the process writes
-//! a file to reach its own windows thread or polls for the answer. The
-//! inbox also keeps which windows rank 0 planned ([`WindowControl::
-//! takes_payload_of`]), so that a window payload a rank sends is taken only
-//! for one of them.
+//! The windows thread's control plane within the process
+//! ([`WindowControl`]), so that nothing in the process writes a file to
+//! reach its own windows thread or polls a file for its answer:
+//!
+//! - rank 0: window requests from the parts of the process that take them
+//!   (its TCP desk), each with a channel its answers come back on; which
+//!   windows it planned ([`WindowControl::takes_payload_of`]: a window
+//!   payload a rank sends is taken only for one of them); and the plans
+//!   it made or rewrote lately, which its mirrors wait on and send to the
+//!   ranks apart from its folder ([`WindowControl::plans_since`]);
+//! - the other ranks: the plans rank 0 sent over the mirror, and its word
+//!   that `rankscope top` watches, for the windows thread to follow.
 //!
 //! `rankscope trigger --dir`, a process with no connection, still writes a
-//! request file; the windows thread reads those itself.
+//! request file, and rank 0's plans are still files for the ranks that
+//! share its folder; the windows thread reads those itself.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::sync::lock;
 
 use rankscope_common::window::{Plan, Request};
 
@@ -24,6 +34,9 @@ const ROLLING_AHEAD: u32 = 8;
 /// How many windows back a payload is still taken: a window's gather
 /// waits for its payloads while the next ones open.
 const WINDOWS_BACK: u32 = 16;
+/// Plans kept (rank 0's lately made, or a rank's delivered): a window is
+/// planned only once the one before it closed.
+const PLANS_KEPT: usize = 16;
 
 /// What the windows thread answers a request asked through the inbox, in
 /// order: the plan (or the refusal), then, for a window, whether its
@@ -98,6 +111,22 @@ struct Shared {
     /// Whether windows roll (`window_every_steps`): the ranks number them
     /// by their own steps, and may be a few ahead of rank 0.
     rolling: AtomicBool,
+    /// Rank 0: the plans it made or rewrote lately.
+    board: Mutex<Board>,
+    /// Rank 0: a plan was posted on the board.
+    posted: Condvar,
+    /// Another rank: the plans rank 0 sent it, the newest of each window.
+    delivered: Mutex<BTreeMap<u32, Plan>>,
+    /// Another rank: when rank 0 last said that `rankscope top` watches.
+    watched: Mutex<Option<Instant>>,
+}
+
+/// Rank 0's plans lately made or rewritten, each with the version the
+/// board had once it was posted.
+#[derive(Default)]
+struct Board {
+    version: u64,
+    plans: VecDeque<(u64, Plan)>,
 }
 
 /// The windows thread's end of the inbox.
@@ -122,6 +151,10 @@ impl WindowControl {
             wake: Box::new(wake),
             latest: AtomicU32::new(0),
             rolling: AtomicBool::new(false),
+            board: Mutex::default(),
+            posted: Condvar::new(),
+            delivered: Mutex::default(),
+            watched: Mutex::default(),
         });
         let inbox = Inbox {
             receiver,
@@ -174,9 +207,73 @@ impl WindowControl {
             Ok(())
         }
     }
+
+    /// Rank 0's mirror of a rank: the plans posted since version `seen`
+    /// (where `seen` is 0, those of window `from` and after, and the one
+    /// before it, which may have been rewritten), waiting up to `wait` for
+    /// one; and the version to ask from next.
+    pub(crate) fn plans_since(&self, seen: u64, from: u32, wait: Duration) -> (u64, Vec<Plan>) {
+        let board = lock(&self.shared.board);
+        let (board, _) = self
+            .shared
+            .posted
+            .wait_timeout_while(board, wait, |board| board.version <= seen)
+            .unwrap_or_else(|e| e.into_inner());
+        let plans = board
+            .plans
+            .iter()
+            .filter(|(version, plan)| match seen {
+                0 => plan.index >= from.saturating_sub(1),
+                _ => *version > seen,
+            })
+            .map(|(_, plan)| plan.clone())
+            .collect();
+        (board.version, plans)
+    }
+
+    /// Another rank's mirror: hands the windows thread a plan rank 0 sent.
+    pub(crate) fn deliver(&self, plan: Plan) {
+        let mut delivered = lock(&self.shared.delivered);
+        delivered.insert(plan.index, plan);
+        while delivered.len() > PLANS_KEPT {
+            delivered.pop_first();
+        }
+        drop(delivered);
+        (self.shared.wake)();
+    }
+
+    /// Another rank's mirror: rank 0 said that `rankscope top` watches.
+    pub(crate) fn rank_0_watches(&self) {
+        *lock(&self.shared.watched) = Some(Instant::now());
+    }
 }
 
 impl Inbox {
+    /// Rank 0: posts `plan`, made or rewritten, for its mirrors to send.
+    pub(crate) fn post(&self, plan: &Plan) {
+        let mut board = lock(&self.shared.board);
+        board.version += 1;
+        let version = board.version;
+        board.plans.retain(|(_, kept)| kept.index != plan.index);
+        board.plans.push_back((version, plan.clone()));
+        if board.plans.len() > PLANS_KEPT {
+            board.plans.pop_front();
+        }
+        drop(board);
+        self.shared.posted.notify_all();
+    }
+
+    /// Another rank: the plan of window `index` rank 0 sent, if it did.
+    pub(crate) fn delivered(&self, index: u32) -> Option<Plan> {
+        lock(&self.shared.delivered).get(&index).cloned()
+    }
+
+    /// Another rank: whether rank 0 said within `within` that `rankscope
+    /// top` watches.
+    pub(crate) fn watched_within(&self, within: Duration) -> bool {
+        lock(&self.shared.watched).is_some_and(|at| at.elapsed() < within)
+    }
+
     /// The next request waiting, taken (one its asker took back is
     /// passed over), if any.
     pub(crate) fn next(&self) -> Option<Asked> {
@@ -270,6 +367,61 @@ mod tests {
         drop(inbox);
         let gone = control.ask(request("late")).unwrap_err();
         assert!(gone.contains("does not plan windows now"), "{gone}");
+    }
+
+    fn plan(index: u32, steps: u64) -> Plan {
+        Plan {
+            index,
+            first_step: 10,
+            steps,
+            trigger: Trigger::Command,
+            nonce: format!("n{index}"),
+            torch: false,
+            run: None,
+            cancelled: None,
+        }
+    }
+
+    #[test]
+    fn mirrors_get_each_plan_posted_once_and_a_rewritten_one_again() {
+        let (control, inbox) = WindowControl::new(|| {});
+        let quick = Duration::from_millis(1);
+        assert_eq!(control.plans_since(0, 1, quick), (0, vec![]));
+        inbox.post(&plan(1, 5));
+        inbox.post(&plan(2, 5));
+        let (seen, plans) = control.plans_since(0, 2, quick);
+        assert_eq!(plans, [plan(1, 5), plan(2, 5)], "from 2 and the one before");
+        assert_eq!(control.plans_since(seen, 1, quick), (seen, vec![]));
+        // A mirror waiting is woken by the next post.
+        let waiting = {
+            let control = control.clone();
+            std::thread::spawn(move || control.plans_since(seen, 1, Duration::from_secs(60)))
+        };
+        inbox.post(&plan(2, 1));
+        let (_, rewritten) = waiting.join().unwrap();
+        assert_eq!(rewritten, [plan(2, 1)]);
+        for index in 3..40 {
+            inbox.post(&plan(index, 5));
+        }
+        let (_, kept) = control.plans_since(0, 1, quick);
+        assert_eq!(kept.len(), PLANS_KEPT, "the board keeps the latest");
+    }
+
+    #[test]
+    fn a_rank_keeps_the_newest_plan_of_each_window_delivered() {
+        let woken = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&woken);
+        let (control, inbox) = WindowControl::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        control.deliver(plan(1, 5));
+        control.deliver(plan(1, 2));
+        assert_eq!(inbox.delivered(1), Some(plan(1, 2)));
+        assert_eq!(inbox.delivered(2), None);
+        assert_eq!(woken.load(Ordering::SeqCst), 2);
+        assert!(!inbox.watched_within(Duration::from_secs(5)));
+        control.rank_0_watches();
+        assert!(inbox.watched_within(Duration::from_secs(5)));
     }
 
     #[test]

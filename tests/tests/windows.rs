@@ -847,8 +847,8 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
 
 /// Ranks that do not see rank 0's session directory (each writes under a
 /// folder of its own, as on nodes without a shared file system): the
-/// window plans, statuses and window payloads travel over rank 0's TCP
-/// listener, so a window asked for in rank 0's folder holds every rank and
+/// window plans (as messages to each rank's windows thread), statuses and
+/// window payloads travel over rank 0's TCP listener, so a window asked for in rank 0's folder holds every rank and
 /// the straggler, and `rankscope top` there shows every rank.
 #[test]
 fn ranks_apart_from_rank_0s_folder_take_part_in_windows_over_tcp() {
@@ -877,10 +877,11 @@ fn ranks_apart_from_rank_0s_folder_take_part_in_windows_over_tcp() {
     assert_eq!(report["window"]["steps"], 10);
     assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
     assert_eq!(calls(&report, "denoise_step"), 40);
-    // The other ranks wrote their plan and window where they write.
+    // The other ranks got the plan as a message (no plan file where they
+    // write) and wrote their window there.
     for (rank, out) in outs.iter().enumerate().skip(1) {
         let own = session_dir(out.path());
-        assert!(own.join("control/plan-1.json").is_file(), "rank {rank}");
+        assert!(!own.join("control/plan-1.json").exists(), "rank {rank}");
         assert!(own.join("window-1").is_dir(), "rank {rank}");
     }
 

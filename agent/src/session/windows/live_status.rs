@@ -15,7 +15,7 @@ use crate::notice::notice;
 /// How long each pace is measured over, and how often a status is shared.
 const MEASURE: Duration = Duration::from_secs(1);
 /// How long `rankscope top`'s last word that it watches holds.
-const WATCHED_FOR: Duration = Duration::from_secs(5);
+pub(super) const WATCHED_FOR: Duration = Duration::from_secs(5);
 
 /// One rank's pace of steps, measured, and its status shared when asked.
 pub(super) struct StatusSharing {
@@ -49,9 +49,16 @@ impl StatusSharing {
     }
 
     /// Notes the step count `steps`; once a second, measures the pace and
-    /// shares this rank's status in `dir` where it is read; returns
-    /// whether it did.
-    pub(super) fn share(&mut self, hub: &Hub, dir: &Path, run: Option<&str>, steps: u64) -> bool {
+    /// shares this rank's status in `dir` where it is read (`told`: rank 0
+    /// said over the mirror that `rankscope top` watches); returns whether
+    /// it did.
+    pub(super) fn share(
+        &mut self,
+        hub: &Hub,
+        (dir, told): (&Path, bool),
+        run: Option<&str>,
+        steps: u64,
+    ) -> bool {
         let now = Instant::now();
         if steps != self.last_step.1 {
             self.last_step = (now, steps);
@@ -68,7 +75,7 @@ impl StatusSharing {
             0 => Some(now.duration_since(self.last_step.0).as_secs_f64()),
             stepped => Some(elapsed.as_secs_f64() / stepped as f64),
         };
-        if !self.always && !window::watched(dir, WATCHED_FOR) {
+        if !self.always && !told && !window::watched(dir, WATCHED_FOR) {
             return false;
         }
         let (gpus, simulated) = hub.telemetry.latest_gpus();

@@ -496,8 +496,12 @@ impl Windows {
         }
     }
 
-    /// Window `index`'s plan file, where rank 0 wrote it.
+    /// Window `index`'s plan, where rank 0 sent it over this rank's
+    /// mirror, or wrote it into the folder this rank shares with it.
     fn read_plan(&mut self, index: u32) -> Option<Plan> {
+        if let Some(plan) = self.inbox.delivered(index) {
+            return Some(plan);
+        }
         match window::read_plan(&self.dir, index) {
             // An earlier launch's plan, left in the same folder: not ours
             // (this run's rank 0 will write its own in its place).
@@ -520,7 +524,10 @@ impl Windows {
     /// window closed, if it lasts).
     fn watch_imbalance(&mut self, hub: &Hub) -> Option<imbalance::Lag> {
         let run = self.run.as_deref();
-        let shared = self.status.share(hub, &self.dir, run, self.steps.count());
+        let told = self.inbox.watched_within(live_status::WATCHED_FOR);
+        let shared = self
+            .status
+            .share(hub, (&self.dir, told), run, self.steps.count());
         let free = self.busy().is_none();
         let watch = self.imbalance.as_mut().filter(|_| shared && free)?;
         watch.begun(&self.dir, hub.env.world_size, run)

@@ -199,6 +199,7 @@ impl Windows {
             notice!("window {} could not be planned: {e}", plan.index);
             return Err(format!("rank 0 cannot write the plan: {e}"));
         }
+        self.inbox.post(&plan);
         say!(
             "window {} planned ({}): steps {} to {}",
             plan.index,
@@ -266,6 +267,7 @@ impl Windows {
         revised.cancelled = Some(cancelled);
         window::write_plan(&self.dir, &revised)
             .map_err(|e| format!("rank 0 cannot rewrite window {}'s plan: {e}", revised.index))?;
+        self.inbox.post(&revised);
         self.revise(hub, revised.clone());
         Ok(revised)
     }

@@ -86,6 +86,7 @@ pub(crate) fn accept_invitation(
     run_id: &str,
 ) -> Option<Mirror> {
     let (endpoint, token) = invitation.split_once('\0')?;
+    let windows = session.control?.clone();
     Mirror::start(MirrorSettings {
         endpoint: endpoint.to_string(),
         token: token.as_bytes().to_vec(),
@@ -94,5 +95,6 @@ pub(crate) fn accept_invitation(
         run_id: run_id.to_string(),
         max_frame: config.max_frame_bytes,
         payload_timeout: Duration::from_secs_f64(config.gather_timeout_s),
+        windows,
     })
 }

@@ -1,31 +1,33 @@
-//! Window control mirrored over TCP, for ranks that do not see rank 0's
-//! session directory (a job on several nodes, each writing under a folder
-//! of its own): windows meet in one folder, and here the files travel to
-//! it and from it.
+//! Window control over TCP, for ranks that do not see rank 0's session
+//! directory (a job on several nodes, each writing under a folder of its
+//! own): rank 0's plans go out as messages, the ranks' statuses and window
+//! payloads come in.
 //!
 //! Each rank other than 0 keeps a connection to rank 0 (purpose `MIRROR`)
 //! while its session runs ([`Mirror`]). It first leaves a probe file in
 //! its own control folder and names it; rank 0 looks for it in its own:
-//! found, the two share the folder and nothing is mirrored. Otherwise rank
-//! 0 sends the rank each window plan of this run it writes (from the one
-//! the rank needs next) and, while `rankscope top` watches, the watch
-//! ([`Mirrored`]); the rank writes them into its own control folder, where
-//! its windows thread reads them as if rank 0 had written them there. The
-//! rank sends each status it rewrites, which rank 0 writes into its own
-//! control folder (for imbalance windows and `top`), or a beat where it
-//! has none to send. A second thread of the rank's sends each window
-//! payload its windows thread wrote ([`Mirror::window_written`]) on a
-//! connection of its own (purpose `WINDOW_PAYLOAD`), again and again for
-//! a while where that fails; rank 0 writes it into the window's folder,
-//! where the window's gather finds it by the directory transport's rules.
-//! The windows work unchanged on both sides: only the files travel.
+//! found, the two share the folder and nothing is mirrored (the rank reads
+//! rank 0's plan files). Otherwise rank 0 sends the rank each window plan
+//! its windows thread posts ([`crate::WindowControl::plans_since`], from
+//! the one the rank needs next, and again where rank 0 rewrote one) and,
+//! while `rankscope top` watches, the watch ([`Mirrored`]); the rank hands
+//! them to its own windows thread ([`crate::WindowControl::deliver`]):
+//! nothing is written into its folder. The rank sends each status it
+//! rewrites, which rank 0 writes into its own control folder (for
+//! imbalance windows and `top`), or a beat where it has none to send. A
+//! second thread of the rank's sends each window payload its windows
+//! thread wrote ([`Mirror::window_written`]) on a connection of its own
+//! (purpose `WINDOW_PAYLOAD`), again and again for a while where that
+//! fails; rank 0 writes it into the window's folder (one of a window it
+//! planned, one per rank), where the window's gather finds it by the
+//! directory transport's rules.
 //!
 //! Rank 0 keeps one mirror per rank (a newer connection replaces an older
 //! one), ends one whose rank went silent, and keeps at most 1,024 (a
-//! quarter of its open-file limit where that is less), a thread each
-//! looking every [`TICK`]; a rank past them, or one that cannot reach rank
-//! 0, is named missing in the windows, as a rank blind to a shared folder
-//! is.
+//! quarter of its open-file limit where that is less), a thread each,
+//! waiting for the next plan and looking for statuses every [`TICK`]; a
+//! rank past them, or one that cannot reach rank 0, is named missing in
+//! the windows, as a rank blind to a shared folder is.
 
 use std::collections::HashMap;
 use std::net::{Shutdown, TcpStream};
@@ -40,7 +42,7 @@ use rankscope_common::file::{create_real_dir, open_regular, read_capped, write_a
 use rankscope_common::gather::ConnectionRefusal;
 use rankscope_common::remote::Mirrored;
 use rankscope_common::spill;
-use rankscope_common::window::{self, LiveStatus, Plan};
+use rankscope_common::window::{self, LiveStatus};
 
 use super::control::ServedControl;
 use super::places::{Place, Places};
@@ -53,8 +55,8 @@ use crate::notice::{notice, spawn_with_notices};
 use crate::sync::lock;
 use crate::WindowControl;
 
-/// How often rank 0 looks for what to send a mirror (a plan leads its
-/// window by 0.3 s: this look, the rank's and its windows thread's fit).
+/// How often rank 0 looks for a mirror's status (a plan is sent as soon
+/// as it is posted).
 const TICK: Duration = Duration::from_millis(100);
 /// How often a rank looks (its own files only).
 const RANK_TICK: Duration = Duration::from_millis(50);
@@ -178,26 +180,16 @@ impl MirrorDesk {
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
             write_frame(stream, kind::MIRRORED, &reply(kind::MIRRORED, &body), until)
         };
-        // The last plan sent, sent again where rank 0 rewrote it (it ended
-        // the window early).
-        let mut last_sent: Option<Plan> = None;
+        // The version of rank 0's plans sent so far.
+        let mut seen = 0;
         while !stop.load(Ordering::SeqCst) && heard.elapsed() < SILENT {
-            if let Some(sent) = &last_sent {
-                let now = window::read_plan(dir, sent.index).ok().flatten();
-                if let Some(plan) = now.filter(|plan| plan != sent && plan.run == sent.run) {
-                    send(stream, &Mirrored::Plan { plan: plan.clone() })?;
-                    last_sent = Some(plan);
-                }
-            }
-            // This run's plans, in order (one of an earlier launch in the
-            // same folder waits for this run's rank 0 to write its own).
-            while let Ok(Some(plan)) = window::read_plan(dir, next_plan) {
-                if plan.run.as_deref() != Some(self.run_id.as_str()) {
-                    break;
-                }
-                send(stream, &Mirrored::Plan { plan: plan.clone() })?;
-                last_sent = Some(plan);
-                next_plan += 1;
+            // Each plan rank 0 made or rewrote since the last look, as it
+            // posts them (waiting a tick for one).
+            let (now_seen, plans) = self.windows.plans_since(seen, next_plan, TICK);
+            seen = now_seen;
+            for plan in plans {
+                next_plan = next_plan.max(plan.index.saturating_add(1));
+                send(stream, &Mirrored::Plan { plan })?;
             }
             let watched = window::watched(dir, WATCH_FRESH);
             if watched && watch_sent.is_none_or(|sent| sent.elapsed() >= WATCH_EVERY) {
@@ -222,7 +214,6 @@ impl MirrorDesk {
                     .map_err(|_| ConnectionRefusal::Malformed("a status that does not parse"))?;
                 let _ = window::write_status(dir, rank, status);
             }
-            std::thread::sleep(TICK);
         }
         Ok(())
     }
@@ -350,6 +341,8 @@ pub(crate) struct MirrorSettings {
     pub(crate) max_frame: u64,
     /// How long a window payload is tried, and may take to send.
     pub(crate) payload_timeout: Duration,
+    /// The rank's windows thread, which rank 0's plans are handed to.
+    pub(crate) windows: WindowControl,
 }
 
 /// Whether the rank and rank 0 share the folder, as rank 0 said.
@@ -591,15 +584,16 @@ impl<'a> Mirroring<'a> {
             let body = link.reply(&s.token, kind::MIRRORED, MAX_MESSAGE_BYTES, until)?;
             let mirrored: Mirrored = serde_json::from_slice(&body)
                 .map_err(|_| ConnectionRefusal::Malformed("a mirrored message"))?;
-            // Written for the windows thread to read, as rank 0 wrote it.
-            let _ = match mirrored {
+            // Handed to the windows thread (a plan of another run is not
+            // this rank's).
+            match mirrored {
                 Mirrored::Plan { plan } if plan.run.as_deref() == Some(s.run_id.as_str()) => {
                     self.next_plan = self.next_plan.max(plan.index.saturating_add(1));
-                    window::write_plan(dir, &plan)
+                    s.windows.deliver(plan);
                 }
-                Mirrored::Plan { .. } => Ok(()),
-                Mirrored::Watch => window::watch(dir),
-            };
+                Mirrored::Plan { .. } => {}
+                Mirrored::Watch => s.windows.rank_0_watches(),
+            }
         }
         let path = window::status_path(dir, s.rank);
         let written = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
@@ -786,7 +780,7 @@ mod tests {
     use super::super::test_support::{rank_0, TOKEN};
     use super::*;
 
-    fn settings(endpoint: &str, own: &Path) -> MirrorSettings {
+    fn settings(endpoint: &str, own: &Path, windows: WindowControl) -> MirrorSettings {
         MirrorSettings {
             endpoint: endpoint.to_string(),
             token: TOKEN.to_vec(),
@@ -795,6 +789,7 @@ mod tests {
             run_id: "r".into(),
             max_frame: 1 << 20,
             payload_timeout: Duration::from_secs(5),
+            windows,
         }
     }
 
@@ -814,7 +809,8 @@ mod tests {
     fn a_rank_apart_mirrors_plans_statuses_and_window_payloads() {
         let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let rank_0 = rank_0(home.path());
-        let mirror = Mirror::start(settings(&rank_0.endpoint, own.path())).unwrap();
+        let (windows, inbox) = WindowControl::new(|| {});
+        let mirror = Mirror::start(settings(&rank_0.endpoint, own.path(), windows)).unwrap();
         let plan = |index, run: &str| Plan {
             index,
             first_step: 10,
@@ -825,10 +821,9 @@ mod tests {
             run: Some(run.into()),
             cancelled: None,
         };
-        window::write_plan(home.path(), &plan(1, "r")).unwrap();
-        eventually("plan 1 mirrored", || {
-            window::read_plan(own.path(), 1).is_ok_and(|p| p == Some(plan(1, "r")))
-        });
+        // Posted by rank 0's windows thread, handed to this rank's.
+        rank_0.inbox.post(&plan(1, "r"));
+        eventually("plan 1 sent", || inbox.delivered(1) == Some(plan(1, "r")));
         // Rewritten (rank 0 ended the window early): mirrored again.
         let cancelled = Plan {
             steps: 0,
@@ -838,13 +833,13 @@ mod tests {
             }),
             ..plan(1, "r")
         };
-        window::write_plan(home.path(), &cancelled).unwrap();
-        eventually("the rewritten plan mirrored", || {
-            window::read_plan(own.path(), 1).is_ok_and(|p| p.as_ref() == Some(&cancelled))
+        rank_0.inbox.post(&cancelled);
+        eventually("the rewritten plan sent", || {
+            inbox.delivered(1).as_ref() == Some(&cancelled)
         });
         window::watch(home.path()).unwrap();
-        eventually("the watch mirrored", || {
-            window::watched(own.path(), Duration::from_secs(5))
+        eventually("the watch sent", || {
+            inbox.watched_within(Duration::from_secs(5))
         });
         let status = LiveStatus {
             run: Some("r".into()),
@@ -891,10 +886,13 @@ mod tests {
         assert!(!window::window_dir(home.path(), 10).exists());
         let twos = std::fs::read_dir(window::window_dir(home.path(), 2)).unwrap();
         assert_eq!(twos.count(), 1, "one payload of rank 1 in window 2");
-        // Another run's plan is not mirrored.
-        window::write_plan(home.path(), &plan(2, "an earlier run")).unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        assert!(window::read_plan(own.path(), 2).unwrap().is_none());
+        // Another run's plan is not this rank's; the next of its own is,
+        // sent after it. Nothing is written into the rank's folder.
+        rank_0.inbox.post(&plan(2, "an earlier run"));
+        rank_0.inbox.post(&plan(3, "r"));
+        eventually("plan 3 sent", || inbox.delivered(3) == Some(plan(3, "r")));
+        assert_eq!(inbox.delivered(2), None);
+        assert!(window::read_plan(own.path(), 1).unwrap().is_none());
         mirror.finish(Instant::now() + Duration::from_secs(5));
     }
 
@@ -906,11 +904,17 @@ mod tests {
         let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let rank_0 = rank_0(home.path());
         let endpoint = rank_0.endpoint.clone();
-        let mirror = Mirror::start(settings(&endpoint, home.path())).unwrap();
+        let mirror = Mirror::start(settings(
+            &endpoint,
+            home.path(),
+            WindowControl::new(|| {}).0,
+        ))
+        .unwrap();
         eventually("rank 0 answered the probe", || {
             mirror.state.folder.load(Ordering::SeqCst) == folder::NOTHING
         });
-        let apart = Mirror::start(settings(&endpoint, own.path())).unwrap();
+        let apart =
+            Mirror::start(settings(&endpoint, own.path(), WindowControl::new(|| {}).0)).unwrap();
         eventually("rank 0 mirrors the rank apart", || {
             apart.state.folder.load(Ordering::SeqCst) == folder::APART
         });
@@ -936,7 +940,8 @@ mod tests {
         let own = tempfile::tempdir().unwrap();
         let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = silent.local_addr().unwrap().to_string();
-        let mirror = Mirror::start(settings(&endpoint, own.path())).unwrap();
+        let mirror =
+            Mirror::start(settings(&endpoint, own.path(), WindowControl::new(|| {}).0)).unwrap();
         let state = Arc::clone(&mirror.state);
         std::thread::sleep(Duration::from_millis(200));
         // The mirror waits up to 5 s for rank 0's greeting; the finish,

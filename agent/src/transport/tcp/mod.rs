@@ -822,7 +822,8 @@ impl Transport for TcpTransport {
                 if self.reached && self.leader(rank) == Some(rank) {
                     self.lead(session, &rendezvous);
                 }
-                if let (true, Some(run_id)) = (self.reached, &rendezvous.run_id) {
+                let mirrored = (self.reached, &rendezvous.run_id, session.control);
+                if let (true, Some(run_id), Some(windows)) = mirrored {
                     self.mirror = Mirror::start(MirrorSettings {
                         endpoint: self.endpoint.clone(),
                         token: self.token.clone(),
@@ -831,6 +832,7 @@ impl Transport for TcpTransport {
                         run_id: run_id.clone(),
                         max_frame: self.max_frame,
                         payload_timeout: self.payload_timeout,
+                        windows: windows.clone(),
                     });
                 }
                 Ok(rendezvous)
