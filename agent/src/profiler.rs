@@ -4,10 +4,7 @@ use std::sync::Arc;
 
 use rankscope_common::config::ConfigError;
 use rankscope_common::env::{self, EnvError, RankEnv};
-use rankscope_common::table::{
-    BlockRecord, DiffusionStepRecord, EventRecord, MemorySnapshotRecord, ModelParameterRecord,
-    Table,
-};
+use rankscope_common::table::{EventRecord, MemorySnapshotRecord, Table};
 use rankscope_common::Config;
 
 use crate::recorder::{Recorder, Section};
@@ -16,7 +13,9 @@ use crate::session::{Hub, Session, SessionError};
 use crate::stage::{OpenStageId, StageGuard};
 use crate::stage_name::StageName;
 use crate::transport::Transport;
-use crate::{BlockComputation, DiffusionStep, MemoryReading, Reporter};
+use crate::{MemoryReading, Reporter};
+
+mod diffusion;
 
 /// Why a profiler could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +151,10 @@ impl Profiler {
     /// Replaces what rank 0 does with the gathered payloads (by default,
     /// with the `report` feature, it writes the report). Returns `false` if
     /// a reporter was already set.
+    #[deprecated(
+        since = "0.1.0",
+        note = "give the reporter to the builder: `Profiler::builder(config).reporter(r)`"
+    )]
     pub fn set_reporter(&self, reporter: Arc<dyn Reporter>) -> bool {
         match &self.enabled {
             Some(hub) => hub.reporter.set(reporter).is_ok(),
@@ -295,6 +298,10 @@ impl Profiler {
     }
 
     /// Begins a stage without a guard; [`Profiler::stop`] ends it on the same thread.
+    #[deprecated(
+        since = "0.1.0",
+        note = "time a stage with a guard (`stage`, `stage!`), or `begin` and `end_named`"
+    )]
     #[inline]
     pub fn start(&self, name: &str) {
         if let Some(rec) = self.recording() {
@@ -304,6 +311,10 @@ impl Profiler {
 
     /// Ends the innermost open stage called `name` on this thread; `false`
     /// if there is none.
+    #[deprecated(
+        since = "0.1.0",
+        note = "time a stage with a guard (`stage`, `stage!`), or `begin` and `end_named`"
+    )]
     #[inline]
     pub fn stop(&self, name: &str) -> bool {
         // Also after the session ended: the stage leaves the open stack.
@@ -353,51 +364,6 @@ impl Profiler {
                     name,
                     payload,
                 });
-            });
-        }
-    }
-
-    /// Records one denoising step.
-    #[inline]
-    pub fn record_diffusion_step(&self, step: DiffusionStep) {
-        if let Some(rec) = self.recording() {
-            rec.record_row(Table::DiffusionSteps, |t, ticks| {
-                t.records.diffusion_steps.push_back(DiffusionStepRecord {
-                    ts_ns: ticks,
-                    step: step.step,
-                    timestep: step.timestep,
-                    block_size: step.block_size,
-                    computation_ms: step.computation_ms,
-                    guidance_scale: step.guidance_scale,
-                })
-            });
-        }
-    }
-
-    /// Records one block computation.
-    #[inline]
-    pub fn record_block_computation(&self, block: BlockComputation) {
-        if let Some(rec) = self.recording() {
-            rec.record_row(Table::Blocks, |t, ticks| {
-                t.records.blocks.push_back(BlockRecord {
-                    ts_ns: ticks,
-                    block_index: block.block_index,
-                    block_size: block.block_size,
-                    computation_ms: block.computation_ms,
-                    memory_mb: block.memory_mb,
-                })
-            });
-        }
-    }
-
-    /// Records the parameter count of a model or component.
-    pub fn record_model_parameters(&self, name: &str, count: u64) {
-        if let Some(rec) = self.recording() {
-            rec.record_row(Table::ModelParameters, |t, _| {
-                let name = t.names.intern(name);
-                t.records
-                    .model_parameters
-                    .push_back(ModelParameterRecord { name, count });
             });
         }
     }

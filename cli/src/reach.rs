@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use rankscope::transport::tcp::control::Remote;
+use rankscope::transport::tcp::remote::Remote;
 
 /// The environment variable that holds the job's token.
 const TOKEN_VAR: &str = "RANKSCOPE_TOKEN";

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use rankscope::transport::tcp::control::{Remote, RemoteError};
+use rankscope::transport::tcp::remote::{Remote, RemoteError};
 use rankscope_common::file::modified_since;
 use rankscope_common::remote::StatusSnapshot;
 use rankscope_common::text::terminal;

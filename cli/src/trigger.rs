@@ -1,14 +1,14 @@
 //! `rankscope trigger`: asks a running session for a window (or, with
 //! `--cancel`, to end the one planned or open), through the control files
 //! of its directory ([`rankscope_common::window`]) or its rank 0's TCP
-//! listener ([`rankscope::transport::tcp::control`]), and waits for rank
+//! listener ([`rankscope::transport::tcp::remote`]), and waits for rank
 //! 0's plan (and, with `--wait`, the window's report).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use rankscope::transport::tcp::control::Remote;
+use rankscope::transport::tcp::remote::Remote;
 use rankscope_common::remote::{
     RemoteTrigger, TriggerAnswer, MAX_PLAN_WAIT_MS, MAX_REPORT_WAIT_MS,
 };

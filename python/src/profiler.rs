@@ -186,12 +186,15 @@ impl Profiler {
     /// Begins a stage without a context manager; `stop(name)` ends it on
     /// the same thread.
     fn start(&self, name: &str) {
+        // Deprecated in Rust (a guard or `begin` there), Python's own way.
+        #[allow(deprecated)]
         self.core.profiler.start(name);
     }
 
     /// Ends the innermost open stage called `name` on this thread; `False`
     /// if there is none.
     fn stop(&self, name: &str) -> bool {
+        #[allow(deprecated)]
         self.core.profiler.stop(name)
     }
 

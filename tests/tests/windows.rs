@@ -643,7 +643,7 @@ fn a_window_whose_steps_never_come_expires_and_frees_the_windows() {
 /// report, and the job goes on unharmed.
 #[test]
 fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
-    use rankscope::transport::tcp::control::Remote;
+    use rankscope::transport::tcp::remote::Remote;
     use rankscope_common::remote::{RemoteTrigger, TriggerAnswer};
     use rankscope_common::window::{Request, Trigger};
 

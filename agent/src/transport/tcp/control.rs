@@ -1,6 +1,7 @@
 //! Window control over rank 0's listener, for a machine that can reach rank
-//! 0 but not its session directory: `rankscope trigger ENDPOINT` and
-//! `rankscope top ENDPOINT` ([`Remote`]).
+//! 0 but not its session directory: rank 0's side of `rankscope trigger
+//! ENDPOINT` and `rankscope top ENDPOINT` (the command's side is
+//! `remote.rs`, built for the command alone: feature `remote-client`).
 //!
 //! A controller greets rank 0 as the ranks do, under the rank
 //! [`CONTROLLER`]: it proves that it knows the job token for the
@@ -9,8 +10,8 @@
 //! request (or a cancel) to its windows thread's inbox
 //! ([`crate::WindowControl`]) and answers with the plan (and, asked to
 //! wait, once the window's report is written), as the thread answers it;
-//! or it reads the statuses the ranks share and sends them. It serves `AT_ONCE` (4) controllers at
-//! once and refuses a request whose nonce it saw before; each refusal is
+//! or it reads the statuses the ranks share and sends them. It serves
+//! `AT_ONCE` (4) controllers at once and refuses a request whose nonce it saw before; each refusal is
 //! counted among the session's refused connections.
 
 use std::collections::VecDeque;
@@ -27,34 +28,23 @@ use rankscope_common::remote::{
 use rankscope_common::window::{self, Trigger, FRESH_STATUS};
 
 use super::places::Places;
-use super::wire::{
-    kind, purpose, read_frame, readable, sealed, unsealed, write_frame, MAX_CONTROL_BYTES,
-};
-use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
+use super::wire::{kind, purpose, read_frame, readable, unsealed, write_frame, MAX_CONTROL_BYTES};
+use super::HANDSHAKE_TIMEOUT;
 use crate::control::{Asking, WindowAnswer};
 use crate::sync::lock;
 use crate::WindowControl;
 
 /// The rank a controller greets rank 0 as: no rank of any world.
-pub const CONTROLLER: u32 = u32::MAX;
+pub(super) const CONTROLLER: u32 = u32::MAX;
 /// Controllers rank 0 serves at once; more are refused (and counted).
-const AT_ONCE: usize = 4;
+pub(super) const AT_ONCE: usize = 4;
 /// Request nonces rank 0 remembers, to refuse a replay.
 const NONCES_KEPT: usize = 1024;
 /// While rank 0 waits for a plan or a report, it tells the controller so
 /// this often (a peer silent for 10 s is taken for gone).
 const KEEP_ALIVE: Duration = Duration::from_secs(3);
-/// The longest a controller waits for one answer: the longest wait rank 0
-/// takes, and a minute.
-const MAX_ANSWER_WAIT: Duration = Duration::from_millis(MAX_REPORT_WAIT_MS + 60_000);
-/// The largest snapshot of statuses a controller reads: every status is
-/// bounded (`LiveStatus::bounded`), 65,536 of them fit.
-const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
-/// The largest answer to a window request a controller reads (it names a
-/// folder: a path may be long).
-const MAX_ANSWER_BYTES: u64 = 64 << 10;
 /// How long writing a snapshot may take.
-const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a wait for the windows thread looks whether the controller
 /// left.
 const LOOK: Duration = Duration::from_millis(100);
@@ -341,156 +331,9 @@ impl Telling<'_> {
     }
 }
 
-/// Why a controller got no answer from rank 0.
-#[derive(Debug, thiserror::Error)]
-pub enum RemoteError {
-    /// Rank 0 could not be reached, or the exchange failed.
-    #[error("rank 0 at {endpoint}: {reason}")]
-    Unreached {
-        /// Where rank 0 was looked for.
-        endpoint: String,
-        /// What failed.
-        reason: String,
-    },
-    /// Rank 0 turned the controller away.
-    #[error("rank 0 at {endpoint} turned this controller away: {why}")]
-    Refused {
-        /// Where rank 0 was looked for.
-        endpoint: String,
-        /// Why, as rank 0 said it (or the connection's end, where it said
-        /// nothing).
-        why: String,
-    },
-    /// The answer was not sealed with the token, or was no answer.
-    #[error("rank 0 at {endpoint} answered with {what}")]
-    Malformed {
-        /// Where rank 0 was looked for.
-        endpoint: String,
-        /// What came.
-        what: &'static str,
-    },
-}
-
-/// A controller of a running session, reaching its rank 0 at `endpoint`
-/// with the job's token.
-pub struct Remote {
-    endpoint: String,
-    token: Vec<u8>,
-}
-
-/// A window request sent; its answers come one by one.
-pub struct TriggerCall<'a> {
-    remote: &'a Remote,
-    link: Link,
-}
-
-impl Remote {
-    /// A controller of the session whose rank 0 listens at `endpoint`
-    /// (`host:port`), knowing the job's `token`.
-    pub fn new(endpoint: &str, token: &[u8]) -> Self {
-        Remote {
-            endpoint: endpoint.to_string(),
-            token: token.to_vec(),
-        }
-    }
-
-    /// Asks for the window `asked` describes; its first answer is the plan
-    /// (or a refusal), and where it asked to wait, the second says whether
-    /// the report was written.
-    pub fn trigger(&self, asked: &RemoteTrigger) -> Result<TriggerCall<'_>, RemoteError> {
-        let mut link = self.open(purpose::TRIGGER)?;
-        let body = serde_json::to_vec(asked).expect("a request serialises");
-        let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        let sealed = sealed(
-            &self.token,
-            &link.challenge,
-            &link.nonce,
-            kind::REQUEST,
-            &body,
-        );
-        write_frame(&mut link.stream, kind::REQUEST, &sealed, until)
-            .map_err(|e| self.failed(e.into()))?;
-        Ok(TriggerCall { remote: self, link })
-    }
-
-    /// Every rank's fresh status, as rank 0 reads them; the first call
-    /// also asks the ranks to share theirs (each within a second).
-    pub fn statuses(&self) -> Result<StatusSnapshot, RemoteError> {
-        let mut link = self.open(purpose::STATUS)?;
-        let until = Instant::now() + SNAPSHOT_TIMEOUT + HANDSHAKE_TIMEOUT;
-        let body = self.reply(&mut link, kind::STATUSES, MAX_SNAPSHOT_BYTES, until)?;
-        serde_json::from_slice(&body).map_err(|_| RemoteError::Malformed {
-            endpoint: self.endpoint.clone(),
-            what: "statuses that do not parse",
-        })
-    }
-
-    fn open(&self, what: u8) -> Result<Link, RemoteError> {
-        let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        Link::open(&self.endpoint, &self.token, (CONTROLLER, what), until)
-            .map_err(|e| self.failed(e))
-    }
-
-    fn reply(
-        &self,
-        link: &mut Link,
-        kind: u8,
-        max: u64,
-        until: Instant,
-    ) -> Result<Vec<u8>, RemoteError> {
-        link.reply(&self.token, kind, max, until)
-            .map_err(|e| self.failed(e))
-    }
-
-    fn failed(&self, unreached: Unreached) -> RemoteError {
-        let endpoint = self.endpoint.clone();
-        let refused = |why: String| RemoteError::Refused {
-            endpoint: endpoint.clone(),
-            why,
-        };
-        match unreached {
-            Unreached::Exchange(ConnectionRefusal::Closed) => refused(format!(
-                "it closed the connection without an answer (is RANKSCOPE_TOKEN this job's \
-                 token? rank 0 also turns away more than {AT_ONCE} controllers at once)"
-            )),
-            Unreached::Refused(refusal) => refused(refusal.why),
-            Unreached::TokenRefused => refused("RANKSCOPE_TOKEN is not this job's token".into()),
-            Unreached::Unsealed => RemoteError::Malformed {
-                endpoint,
-                what: "an answer not sealed with this token: it is not this job's rank 0",
-            },
-            other => RemoteError::Unreached {
-                endpoint,
-                reason: rankscope_common::error::Chain(&other).to_string(),
-            },
-        }
-    }
-}
-
-impl TriggerCall<'_> {
-    /// Rank 0's next answer (never [`TriggerAnswer::Waiting`]: those are
-    /// passed over), waiting for it up to `wait` and a little more (rank 0
-    /// answers within the waits asked for, telling that it waits every
-    /// few seconds meanwhile).
-    pub fn answer(&mut self, wait: Duration) -> Result<TriggerAnswer, RemoteError> {
-        let wait = wait.min(MAX_ANSWER_WAIT) + HANDSHAKE_TIMEOUT;
-        let until = Instant::now() + wait;
-        let remote = self.remote;
-        loop {
-            let body = remote.reply(&mut self.link, kind::ANSWER, MAX_ANSWER_BYTES, until)?;
-            let answer = serde_json::from_slice(&body).map_err(|_| RemoteError::Malformed {
-                endpoint: remote.endpoint.clone(),
-                what: "an answer that does not parse",
-            })?;
-            if answer != TriggerAnswer::Waiting {
-                return Ok(answer);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::remote::{Remote, RemoteError, TriggerCall};
     use super::super::test_support::{rank_0, TOKEN};
     use super::*;
     use crate::control::{Asked, Inbox};

@@ -46,11 +46,13 @@ use super::token_file;
 use super::{Rendezvous, SessionInfo, Transport, TransportError};
 use crate::notice::{alarm, notice, say};
 
-pub mod control;
+pub(crate) mod control;
 #[cfg(feature = "mpi")]
 pub(crate) mod invitation;
 pub(crate) mod mirror;
 mod places;
+#[cfg(any(test, feature = "remote-client"))]
+pub mod remote;
 mod server;
 #[cfg(test)]
 mod test_support;
