@@ -31,6 +31,7 @@
 mod control;
 mod flusher;
 mod kernel_trace;
+mod lock_order;
 mod notice;
 mod profiler;
 mod recorder;

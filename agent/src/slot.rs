@@ -7,8 +7,8 @@
 //! Idle ─start→ Starting ─opened→ Running ─finish→ Finishing ─spilled→ Finishing(spilled) ─done→ Idle
 //! ```
 
-use crate::sync::lock;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use crate::lock_order::{Level, OrderedGuard, OrderedMutex};
+use std::sync::Condvar;
 
 /// The phase of a profiler's session, holding its state while it runs.
 pub(crate) enum Phase<T> {
@@ -24,14 +24,14 @@ pub(crate) enum Phase<T> {
 
 /// A [`Phase`] behind a mutex, with a condition variable for its changes.
 pub(crate) struct Slot<T> {
-    phase: Mutex<Phase<T>>,
+    phase: OrderedMutex<Phase<T>>,
     changed: Condvar,
 }
 
 impl<T> Default for Slot<T> {
     fn default() -> Self {
         Slot {
-            phase: Mutex::new(Phase::Idle),
+            phase: OrderedMutex::new(Level::Session, Phase::Idle),
             changed: Condvar::new(),
         }
     }
@@ -60,8 +60,8 @@ impl<'a, T> BackToIdle<'a, T> {
 }
 
 impl<T> Slot<T> {
-    fn lock(&self) -> MutexGuard<'_, Phase<T>> {
-        lock(&self.phase)
+    fn lock(&self) -> OrderedGuard<'_, Phase<T>> {
+        self.phase.lock()
     }
 
     fn set(&self, phase: Phase<T>) {
@@ -102,7 +102,7 @@ impl<T> Slot<T> {
     pub(crate) fn finish_after_spill(&self) -> Option<(Box<T>, BackToIdle<'_, T>)> {
         let mut phase = self.lock();
         while matches!(*phase, Phase::Finishing { spilled: false }) {
-            phase = self.changed.wait(phase).unwrap_or_else(|e| e.into_inner());
+            phase = phase.wait(&self.changed);
         }
         drop(phase);
         self.finish()

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use rustc_hash::FxHashMap;
 
@@ -17,6 +17,7 @@ use super::events::{Event, EventLog};
 use super::pairing::Registry;
 use super::thread::{Section, ThreadBuffer, ThreadData};
 use super::Recorder;
+use crate::lock_order::{Level, OrderedMutex};
 use crate::stage_name::StageName;
 use crate::sync::lock;
 use rankscope_common::table::{Overhead, Records, Table};
@@ -390,19 +391,22 @@ impl Recorder {
             names.intern(overhead.name());
         }
         let buffer = Arc::new(ThreadBuffer {
-            data: Mutex::new(ThreadData {
-                names,
-                track,
-                thread_name,
-                sections,
-                open: Vec::new(),
-                calls: Vec::new(),
-                paired: 0,
-                full: VecDeque::new(),
-                metadata: Vec::new(),
-                too_deep: 0,
-                records: Records::default(),
-            }),
+            data: OrderedMutex::new(
+                Level::ThreadBuffer,
+                ThreadData {
+                    names,
+                    track,
+                    thread_name,
+                    sections,
+                    open: Vec::new(),
+                    calls: Vec::new(),
+                    paired: 0,
+                    full: VecDeque::new(),
+                    metadata: Vec::new(),
+                    too_deep: 0,
+                    records: Records::default(),
+                },
+            ),
             events: EventLog::new(),
             id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
         });

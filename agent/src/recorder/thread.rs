@@ -3,12 +3,11 @@
 //! stages open as paired so far), beside its lock-free event log.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
 
 use rankscope_common::names::{NameId, Names};
 
 use super::events::{Chunk, EventLog};
-use crate::sync::lock;
+use crate::lock_order::{OrderedGuard, OrderedMutex};
 use rankscope_common::table::{MetricRecord, Records, OVERHEAD_SECTION, STAGE_GPU_SECTION};
 
 /// A stage that began and has not ended yet, as paired from the events.
@@ -119,7 +118,7 @@ impl ThreadData {
 
 /// One thread's buffer, shared by the thread and its recorder.
 pub(crate) struct ThreadBuffer {
-    pub(super) data: Mutex<ThreadData>,
+    pub(super) data: OrderedMutex<ThreadData>,
     /// The thread's stage events, written without the lock.
     pub(super) events: EventLog,
     /// This buffer's id among every recorder's buffers.
@@ -128,7 +127,7 @@ pub(crate) struct ThreadBuffer {
 
 impl ThreadBuffer {
     /// Locks the data; a panic on another holder does not poison recording.
-    pub(super) fn lock(&self) -> MutexGuard<'_, ThreadData> {
-        lock(&self.data)
+    pub(super) fn lock(&self) -> OrderedGuard<'_, ThreadData> {
+        self.data.lock()
     }
 }

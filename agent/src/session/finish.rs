@@ -49,7 +49,7 @@ impl Hub {
     /// Stops the running session's windows thread, if any; with `close_open`,
     /// a window open now closes and is reported first.
     pub(super) fn stop_windows(&self, close_open: bool) {
-        let windows = lock(&self.windows).take();
+        let windows = self.windows.lock().take();
         if let Some(windows) = windows {
             windows.stop(close_open);
         }
@@ -68,7 +68,7 @@ impl Hub {
         }
         // Waits for a flush asked for and under way; none comes after (the
         // session is out of its slot).
-        let mut flushes = lock(&self.flushes);
+        let mut flushes = self.flushes.lock();
         // The sampler's last reading, taken as it stops, falls inside the
         // session.
         let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();

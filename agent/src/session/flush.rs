@@ -12,7 +12,6 @@ use rankscope_common::payload::{self, Limits, Payload, SamplerStats};
 
 use super::{Hub, SessionError};
 use crate::notice::notice;
-use crate::sync::lock;
 
 /// A session's flushes so far (periodic and asked for), behind one lock:
 /// flushes run one at a time, each numbering its part after the last, and
@@ -45,14 +44,14 @@ impl Hub {
     /// Writes what the running session recorded since the last flush as its
     /// next part; `false` when no session runs or it recorded nothing new.
     pub(crate) fn flush(&self) -> Result<bool, SessionError> {
-        self.flush_locked(&mut lock(&self.flushes))
+        self.flush_locked(&mut self.flushes.lock())
     }
 
     /// Flushes the running session as [`Hub::flush`] does and returns the number
     /// of its last part: what it recorded until now is in parts 1 to that (a
     /// window's edge).
     pub(crate) fn flush_parts(&self) -> Result<u32, SessionError> {
-        let mut flushes = lock(&self.flushes);
+        let mut flushes = self.flushes.lock();
         self.flush_locked(&mut flushes)?;
         Ok(flushes.parts)
     }

@@ -35,6 +35,7 @@ mod window_rows;
 mod windows;
 
 use crate::control::WindowControl;
+use crate::lock_order::{Level, OrderedMutex};
 pub use error::SessionError;
 use flush::{periodic_flush, Flushes};
 use naming::session_dir;
@@ -114,12 +115,8 @@ fn session_info<'a>(
 /// hot path (the recorder) and with each other. Sessions start, flush,
 /// spill and finish through it, one at a time (its slot says which phase).
 ///
-/// Lock order, where a call takes more than one: `flushes`, then the
-/// slot's (`session`, held only to read the running session), then the
-/// recorder's own (thread buffers). `transport` and `windows` are taken
-/// and put back with no other lock held; the locks inside `steps` (its
-/// edges, the window planned, its stop signal) and the notices' are
-/// leaves.
+/// Its locks are taken in the order [`crate::lock_order`] writes down,
+/// checked in debug builds.
 pub(crate) struct Hub {
     /// What the hot path and the sampler write into.
     pub(crate) recorder: Arc<Recorder>,
@@ -131,10 +128,10 @@ pub(crate) struct Hub {
     pub(crate) session: Slot<SessionState>,
     /// The transport, made at the first session unless one was handed in;
     /// each session takes it while it runs.
-    pub(crate) transport: Mutex<Option<Box<dyn Transport>>>,
+    pub(crate) transport: OrderedMutex<Option<Box<dyn Transport>>>,
     pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
     /// The running session's flushes, one at a time.
-    pub(crate) flushes: Mutex<Flushes>,
+    pub(crate) flushes: OrderedMutex<Flushes>,
     /// The steps of the running session (`Profiler::step`).
     pub(crate) steps: Arc<Steps>,
     /// The running session's flush parts whose rows were all taken from
@@ -145,7 +142,7 @@ pub(crate) struct Hub {
     sessions_started: AtomicU32,
     /// The running session's windows thread; taken (and stopped) before
     /// the session leaves its slot, whose flushes a closing window needs.
-    windows: Mutex<Option<WindowsThread>>,
+    windows: OrderedMutex<Option<WindowsThread>>,
     /// This profiler's notices: its calls and threads enter them.
     pub(crate) notices: Arc<Notices>,
     /// The rank's parallel coordinates, as the last kernel trace read
@@ -205,13 +202,13 @@ impl Hub {
             config,
             env,
             session: Slot::default(),
-            transport: Mutex::new(transport),
+            transport: OrderedMutex::new(Level::Alone, transport),
             reporter: chosen,
-            flushes: Mutex::default(),
+            flushes: OrderedMutex::default_at(Level::Flushes),
             steps: Arc::default(),
             parts_taken: AtomicU32::new(0),
             sessions_started: AtomicU32::new(0),
-            windows: Mutex::default(),
+            windows: OrderedMutex::default_at(Level::Alone),
             parallel: Mutex::default(),
         }
     }
@@ -315,7 +312,7 @@ impl Session {
             hub.open_transport(transport, (&id, &dir, started), &control)?;
         let windows = (dir.clone(), rendezvous.run_id.clone());
         hub.recorder.begin_session();
-        *lock(&hub.flushes) = Flushes::default();
+        *hub.flushes.lock() = Flushes::default();
         hub.parts_taken.store(0, Ordering::Release);
         starting.running(SessionState {
             id,
@@ -339,7 +336,7 @@ impl Session {
                 on_stop
             }),
         });
-        *lock(&hub.windows) = WindowsThread::start(&hub, windows, inbox);
+        *hub.windows.lock() = WindowsThread::start(&hub, windows, inbox);
         Ok(Session {
             hub: Some(hub),
             pid: std::process::id(),
@@ -492,7 +489,7 @@ impl Hub {
     /// The profiler's transport: the one handed in, else the one configuration
     /// and launcher call for.
     pub(super) fn take_transport(&self) -> Result<Box<dyn Transport>, SessionError> {
-        let given = lock(&self.transport).take();
+        let given = self.transport.lock().take();
         match given {
             Some(transport) => Ok(transport),
             None => transport::for_rank(&self.config, &self.env).map_err(|source| {
@@ -505,7 +502,7 @@ impl Hub {
     }
 
     pub(super) fn put_back(&self, transport: Box<dyn Transport>) {
-        *lock(&self.transport) = Some(transport);
+        *self.transport.lock() = Some(transport);
     }
 }
 
