@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -34,9 +34,9 @@ const ROLLING_AHEAD: u32 = 8;
 /// How many windows back a payload is still taken: a window's gather
 /// waits for its payloads while the next ones open.
 const WINDOWS_BACK: u32 = 16;
-/// Plans kept (rank 0's lately made, or a rank's delivered): a window is
-/// planned only once the one before it closed.
-const PLANS_KEPT: usize = 16;
+/// Plans kept (rank 0's lately made, or a rank's delivered): a rank whose
+/// mirror was down longer misses some, and goes on from the next it gets.
+const PLANS_KEPT: usize = 64;
 
 /// What the windows thread answers a request asked through the inbox, in
 /// order: the plan (or the refusal), then, for a window, whether its
@@ -102,15 +102,36 @@ pub struct WindowControl {
     shared: Arc<Shared>,
 }
 
+/// What the control plane needs of a session's steps.
+pub(crate) trait Stepping: Send + Sync {
+    /// Wakes the windows thread: something waits for it.
+    fn wake(&self);
+    /// Steps ended since the session started.
+    fn count(&self) -> u64;
+}
+
+/// No steps, none woken: the control plane of a test with no session.
+#[cfg(test)]
+impl Stepping for () {
+    fn wake(&self) {}
+    fn count(&self) -> u64 {
+        0
+    }
+}
+
 /// What the handles and the windows thread share.
 struct Shared {
-    /// Wakes the windows thread (its requests wait meanwhile).
-    wake: Box<dyn Fn() + Send + Sync>,
+    /// The session's steps: the windows thread is woken through them.
+    steps: Arc<dyn Stepping>,
     /// The highest window number rank 0 planned or opened, 0 for none.
     latest: AtomicU32,
-    /// Whether windows roll (`window_every_steps`): the ranks number them
-    /// by their own steps, and may be a few ahead of rank 0.
-    rolling: AtomicBool,
+    /// `window_every_steps` where windows roll (0: they do not): the ranks
+    /// number them by their own steps, and may be ahead of rank 0's
+    /// windows thread.
+    rolling: AtomicU64,
+    /// Rank 0: the latest windows it cancelled before they opened, which
+    /// no rank's payload is taken for.
+    never_opened: Mutex<VecDeque<u32>>,
     /// Rank 0: the plans it made or rewrote lately.
     board: Mutex<Board>,
     /// Rank 0: a plan was posted on the board.
@@ -144,13 +165,14 @@ impl std::fmt::Debug for WindowControl {
 }
 
 impl WindowControl {
-    /// A handle and its inbox; `wake` wakes the thread that reads it.
-    pub(crate) fn new(wake: impl Fn() + Send + Sync + 'static) -> (WindowControl, Inbox) {
+    /// A handle and its inbox, for the session whose steps are `steps`.
+    pub(crate) fn new(steps: Arc<dyn Stepping>) -> (WindowControl, Inbox) {
         let (sender, receiver) = mpsc::sync_channel(WAITING);
         let shared = Arc::new(Shared {
-            wake: Box::new(wake),
+            steps,
             latest: AtomicU32::new(0),
-            rolling: AtomicBool::new(false),
+            rolling: AtomicU64::new(0),
+            never_opened: Mutex::default(),
             board: Mutex::default(),
             posted: Condvar::new(),
             delivered: Mutex::default(),
@@ -175,7 +197,7 @@ impl WindowControl {
         };
         match self.sender.try_send(asked) {
             Ok(()) => {
-                (self.shared.wake)();
+                self.shared.steps.wake();
                 Ok(Asking {
                     answers: answered,
                     claim,
@@ -191,18 +213,22 @@ impl WindowControl {
     }
 
     /// Why rank 0 does not take a rank's payload of window `index`, where
-    /// it does not: only the windows it planned (rolling ones a few ahead),
-    /// and none long closed.
+    /// it does not: only the windows it planned, none it cancelled before
+    /// they opened, and none long closed. Rolling windows are numbered by
+    /// steps: up to [`ROLLING_AHEAD`] past rank 0's own count.
     pub(crate) fn takes_payload_of(&self, index: u32) -> Result<(), &'static str> {
-        let latest = self.shared.latest.load(Ordering::Acquire);
-        let ahead = match self.shared.rolling.load(Ordering::Relaxed) {
-            true => ROLLING_AHEAD,
-            false => 0,
-        };
-        if index == 0 || index > latest.saturating_add(ahead) {
+        let mut latest = self.shared.latest.load(Ordering::Acquire);
+        let period = self.shared.rolling.load(Ordering::Relaxed);
+        if let Some(counted) = self.shared.steps.count().checked_div(period) {
+            let counted = u32::try_from(counted + 1).unwrap_or(u32::MAX);
+            latest = latest.max(counted).saturating_add(ROLLING_AHEAD);
+        }
+        if index == 0 || index > latest {
             Err("a payload of a window rank 0 did not plan")
         } else if index < latest.saturating_sub(WINDOWS_BACK) {
             Err("a payload of a window long closed")
+        } else if lock(&self.shared.never_opened).contains(&index) {
+            Err("a payload of a window rank 0 cancelled before it opened")
         } else {
             Ok(())
         }
@@ -239,7 +265,7 @@ impl WindowControl {
             delivered.pop_first();
         }
         drop(delivered);
-        (self.shared.wake)();
+        self.shared.steps.wake();
     }
 
     /// Another rank's mirror: rank 0 said that `rankscope top` watches.
@@ -266,6 +292,16 @@ impl Inbox {
     /// Another rank: the plan of window `index` rank 0 sent, if it did.
     pub(crate) fn delivered(&self, index: u32) -> Option<Plan> {
         lock(&self.shared.delivered).get(&index).cloned()
+    }
+
+    /// Another rank: the first plan rank 0 sent of window `index` or a
+    /// later one, if any.
+    pub(crate) fn delivered_from(&self, index: u32) -> Option<Plan> {
+        let delivered = lock(&self.shared.delivered);
+        delivered
+            .range(index..)
+            .next()
+            .map(|(_, plan)| plan.clone())
     }
 
     /// Another rank: whether rank 0 said within `within` that `rankscope
@@ -299,9 +335,18 @@ impl Inbox {
         self.shared.latest.fetch_max(index, Ordering::AcqRel);
     }
 
-    /// Notes whether windows roll.
-    pub(crate) fn set_rolling(&self, rolling: bool) {
-        self.shared.rolling.store(rolling, Ordering::Relaxed);
+    /// Notes that windows roll every `period` steps (0: they do not).
+    pub(crate) fn set_rolling(&self, period: u64) {
+        self.shared.rolling.store(period, Ordering::Relaxed);
+    }
+
+    /// Rank 0: notes that window `index` was cancelled before it opened.
+    pub(crate) fn never_opens(&self, index: u32) {
+        let mut never = lock(&self.shared.never_opened);
+        never.push_back(index);
+        if never.len() > WINDOWS_BACK as usize {
+            never.pop_front();
+        }
     }
 }
 
@@ -309,6 +354,22 @@ impl Inbox {
 mod tests {
     use super::*;
     use rankscope_common::window::Trigger;
+
+    /// Steps that count `count` and count their wakes.
+    #[derive(Default)]
+    struct Counted {
+        count: AtomicU64,
+        wakes: AtomicU32,
+    }
+
+    impl Stepping for Counted {
+        fn wake(&self) {
+            self.wakes.fetch_add(1, Ordering::SeqCst);
+        }
+        fn count(&self) -> u64 {
+            self.count.load(Ordering::SeqCst)
+        }
+    }
 
     fn request(nonce: &str) -> Request {
         Request {
@@ -324,13 +385,10 @@ mod tests {
 
     #[test]
     fn a_request_wakes_the_thread_and_its_answer_comes_back() {
-        let woken = Arc::new(AtomicU32::new(0));
-        let counted = Arc::clone(&woken);
-        let (control, inbox) = WindowControl::new(move || {
-            counted.fetch_add(1, Ordering::SeqCst);
-        });
+        let steps = Arc::new(Counted::default());
+        let (control, inbox) = WindowControl::new(steps.clone());
         let asking = control.ask(request("a")).unwrap();
-        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        assert_eq!(steps.wakes.load(Ordering::SeqCst), 1);
         let asked = inbox.next().expect("the request waits in the inbox");
         assert_eq!(asked.request.nonce, "a");
         asked
@@ -347,7 +405,7 @@ mod tests {
 
     #[test]
     fn a_request_taken_back_is_never_taken() {
-        let (control, inbox) = WindowControl::new(|| {});
+        let (control, inbox) = WindowControl::new(Arc::new(Counted::default()));
         let withdrawn = control.ask(request("gave-up")).unwrap();
         let _waiting = control.ask(request("waits")).unwrap();
         assert!(withdrawn.withdraw());
@@ -358,7 +416,7 @@ mod tests {
 
     #[test]
     fn a_full_inbox_or_a_gone_thread_refuses_with_the_reason() {
-        let (control, inbox) = WindowControl::new(|| {});
+        let (control, inbox) = WindowControl::new(Arc::new(Counted::default()));
         for n in 0..WAITING {
             control.ask(request(&format!("r{n}"))).unwrap();
         }
@@ -384,7 +442,7 @@ mod tests {
 
     #[test]
     fn mirrors_get_each_plan_posted_once_and_a_rewritten_one_again() {
-        let (control, inbox) = WindowControl::new(|| {});
+        let (control, inbox) = WindowControl::new(Arc::new(Counted::default()));
         let quick = Duration::from_millis(1);
         assert_eq!(control.plans_since(0, 1, quick), (0, vec![]));
         inbox.post(&plan(1, 5));
@@ -400,7 +458,7 @@ mod tests {
         inbox.post(&plan(2, 1));
         let (_, rewritten) = waiting.join().unwrap();
         assert_eq!(rewritten, [plan(2, 1)]);
-        for index in 3..40 {
+        for index in 3..100 {
             inbox.post(&plan(index, 5));
         }
         let (_, kept) = control.plans_since(0, 1, quick);
@@ -409,16 +467,15 @@ mod tests {
 
     #[test]
     fn a_rank_keeps_the_newest_plan_of_each_window_delivered() {
-        let woken = Arc::new(AtomicU32::new(0));
-        let counted = Arc::clone(&woken);
-        let (control, inbox) = WindowControl::new(move || {
-            counted.fetch_add(1, Ordering::SeqCst);
-        });
+        let steps = Arc::new(Counted::default());
+        let (control, inbox) = WindowControl::new(steps.clone());
         control.deliver(plan(1, 5));
         control.deliver(plan(1, 2));
         assert_eq!(inbox.delivered(1), Some(plan(1, 2)));
         assert_eq!(inbox.delivered(2), None);
-        assert_eq!(woken.load(Ordering::SeqCst), 2);
+        control.deliver(plan(4, 5));
+        assert_eq!(inbox.delivered_from(2), Some(plan(4, 5)), "3 never came");
+        assert_eq!(steps.wakes.load(Ordering::SeqCst), 3);
         assert!(!inbox.watched_within(Duration::from_secs(5)));
         control.rank_0_watches();
         assert!(inbox.watched_within(Duration::from_secs(5)));
@@ -426,7 +483,7 @@ mod tests {
 
     #[test]
     fn payloads_are_taken_only_for_windows_rank_0_planned() {
-        let (control, inbox) = WindowControl::new(|| {});
+        let (control, inbox) = WindowControl::new(Arc::new(Counted::default()));
         assert!(control.takes_payload_of(1).is_err(), "nothing planned yet");
         inbox.planned(3);
         assert!(control.takes_payload_of(3).is_ok());
@@ -436,8 +493,21 @@ mod tests {
         inbox.planned(40);
         assert!(control.takes_payload_of(3).is_err(), "long closed");
         assert!(control.takes_payload_of(24).is_ok());
-        inbox.set_rolling(true);
-        assert!(control.takes_payload_of(40 + ROLLING_AHEAD).is_ok());
-        assert!(control.takes_payload_of(41 + ROLLING_AHEAD).is_err());
+        inbox.never_opens(39);
+        assert!(control.takes_payload_of(39).is_err(), "cancelled unopened");
+    }
+
+    /// Rolling windows: a rank's may be ahead of rank 0's windows thread
+    /// (which may wait for a report) by rank 0's own steps, and some.
+    #[test]
+    fn rolling_payloads_are_taken_up_to_rank_0_s_count_and_some() {
+        let steps = Arc::new(Counted::default());
+        let (control, inbox) = WindowControl::new(steps.clone());
+        inbox.set_rolling(10);
+        inbox.planned(2);
+        steps.count.store(95, Ordering::SeqCst);
+        // Rank 0 stepped into window 10 while its thread opened window 2.
+        assert!(control.takes_payload_of(10 + ROLLING_AHEAD).is_ok());
+        assert!(control.takes_payload_of(11 + ROLLING_AHEAD).is_err());
     }
 }

@@ -143,8 +143,8 @@ enum Commands {
         #[arg(long)]
         wait: bool,
         /// End the window planned or open now instead: a planned one never
-        /// opens, an open one closes a few steps from now on every rank
-        /// (its report says it ended early).
+        /// opens, an open one closes a few steps from now, at the same step
+        /// on every rank not past it yet (its report says it ended early).
         #[arg(long, conflicts_with_all = ["steps", "seconds", "delay_steps", "torch", "wait"])]
         cancel: bool,
         /// Seconds to wait for rank 0's answer (and, with --wait, for the report).

@@ -176,9 +176,10 @@ fn the_agent_s_modules_import_each_other_one_way() {
 }
 
 /// Each source file of the crate under `src` as a module path (`lib.rs`:
-/// none; `a.rs` or `a/mod.rs`: `a`; `a/b.rs`: `a::b`), with its text; test
-/// modules (`tests.rs`, `test_support.rs`, a file's own `#[cfg(test)] mod`
-/// at its end) left out.
+/// none; `a.rs` or `a/mod.rs`: `a`; `a/b.rs`: `a::b`), with its code on
+/// one line (comments left out, so that a statement over several lines
+/// reads whole); test modules (`tests.rs`, `test_support.rs`, a file's own
+/// inline `#[cfg(test)] mod … {` at its end) left out.
 fn file_modules(src: &Path) -> BTreeMap<Vec<String>, String> {
     fn walk(dir: &Path, at: &[String], files: &mut BTreeMap<Vec<String>, String>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -199,11 +200,18 @@ fn file_modules(src: &Path) -> BTreeMap<Vec<String>, String> {
             }
             let text = std::fs::read_to_string(&path).unwrap();
             let lines: Vec<&str> = text.lines().collect();
+            let inline_tests = |w: &[&str]| {
+                w[0] == "#[cfg(test)]" && w[1].starts_with("mod ") && w[1].ends_with('{')
+            };
             let product = lines
                 .windows(2)
-                .position(|w| w[0] == "#[cfg(test)]" && w[1].starts_with("mod "))
+                .position(inline_tests)
                 .map_or(&lines[..], |end| &lines[..end]);
-            files.insert(module, product.join("\n"));
+            let code: Vec<&str> = product
+                .iter()
+                .map(|line| line.find("//").map_or(*line, |at| &line[..at]))
+                .collect();
+            files.insert(module, code.join(" "));
         }
     }
     let mut files = BTreeMap::new();
@@ -214,7 +222,9 @@ fn file_modules(src: &Path) -> BTreeMap<Vec<String>, String> {
 /// The files each file of the crate under `src` names (by a `crate::`,
 /// `super::` or `self::` path, or a path from one of its own submodules),
 /// leaving out the file's ancestors: a module may use what the modules
-/// above it define, as Rust's module tree has it.
+/// above it define, as Rust's module tree has it (so a parent and the
+/// child it calls into are no circle). A method called on a value names
+/// no file, and is not seen.
 fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let files = file_modules(src);
     // The file a path names: the longest prefix of it that is a file.
@@ -236,47 +246,45 @@ fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
             .map(|m| m.last().unwrap().as_str())
             .collect();
         let named: &mut BTreeSet<Vec<String>> = imports.entry(module.clone()).or_default();
-        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-            for (at, _) in line.match_indices("::") {
-                // The path this `::` continues: back to its first segment.
-                let before = &line[..at];
-                let start = before
-                    .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                    .map_or(0, |i| i + 1);
-                if line[start..at].contains("::") {
-                    continue; // not the path's first `::`
+        for (at, _) in text.match_indices("::") {
+            // The path this `::` continues: back to its first segment.
+            let before = &text[..at];
+            let start = before
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .map_or(0, |i| i + 1);
+            if text[start..at].contains("::") {
+                continue; // not the path's first `::`
+            }
+            let root = &text[start..at];
+            let mut rest = &text[at + 2..];
+            let mut base: Vec<String> = match root {
+                "crate" => Vec::new(),
+                "self" => module.clone(),
+                "super" => module[..module.len().saturating_sub(1)].to_vec(),
+                child if children.contains(child) => {
+                    [module.clone(), vec![child.to_string()]].concat()
                 }
-                let root = &line[start..at];
-                let mut rest = &line[at + 2..];
-                let mut base: Vec<String> = match root {
-                    "crate" => Vec::new(),
-                    "self" => module.clone(),
-                    "super" => module[..module.len().saturating_sub(1)].to_vec(),
-                    child if children.contains(child) => {
-                        [module.clone(), vec![child.to_string()]].concat()
-                    }
-                    _ => continue,
+                _ => continue,
+            };
+            while let Some(more) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = more;
+            }
+            for first in first_segments(rest) {
+                let mut path = base.clone();
+                // Whatever follows the first segment, as far as a
+                // plain path goes.
+                let after = &rest[rest.find(first).unwrap_or(0)..];
+                let plain = &after[..after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                    .unwrap_or(after.len())];
+                let segments = plain.split("::").filter(|s| !s.is_empty());
+                path.extend(segments.map(|s| s[..word(s)].to_string()));
+                let Some(target) = file_of(&path) else {
+                    continue;
                 };
-                while let Some(more) = rest.strip_prefix("super::") {
-                    base.pop();
-                    rest = more;
-                }
-                for first in first_segments(rest) {
-                    let mut path = base.clone();
-                    // Whatever follows the first segment, as far as a
-                    // plain path goes.
-                    let after = &rest[rest.find(first).unwrap_or(0)..];
-                    let plain = &after[..after
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                        .unwrap_or(after.len())];
-                    let segments = plain.split("::").filter(|s| !s.is_empty());
-                    path.extend(segments.map(|s| s[..word(s)].to_string()));
-                    let Some(target) = file_of(&path) else {
-                        continue;
-                    };
-                    if !module.starts_with(&target) {
-                        named.insert(target);
-                    }
+                if !module.starts_with(&target) {
+                    named.insert(target);
                 }
             }
         }

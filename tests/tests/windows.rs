@@ -806,7 +806,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
 
     // Window 4, planned far ahead, is cancelled through the folder before
     // it opens: no rank opens it, and every rank takes part in window 5.
-    let far = ask("far-ahead", 3, 100);
+    let far = ask("far-ahead", 3, 400);
     assert!(
         matches!(&far, TriggerAnswer::Planned { plan, .. } if plan.index == 4),
         "{far:?}"

@@ -306,8 +306,7 @@ impl Session {
         let transport = hub.take_transport()?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
         let started = (start_unix_ns, index);
-        let steps = Arc::clone(&hub.steps);
-        let (control, inbox) = WindowControl::new(move || steps.nudge());
+        let (control, inbox) = WindowControl::new(hub.steps.clone());
         let (transport, rendezvous) =
             hub.open_transport(transport, (&id, &dir, started), &control)?;
         let windows = (dir.clone(), rendezvous.run_id.clone());

@@ -7,11 +7,14 @@
 //! flush parts hold only rows from before it. The session's windows thread
 //! ([`WindowsThread`]) takes the edges in order: rolling windows every
 //! `window_every_steps` steps, which every rank knows alike, or windows
-//! rank 0 plans on request (`rankscope trigger`, `SIGUSR1`), every
+//! rank 0 plans on request (its inbox, [`crate::WindowControl`], and the
+//! control folder: `rankscope trigger`; `SIGUSR1`), every
 //! `window_every_s` seconds, or as one rank's steps begin to lag the
-//! others' ([`imbalance`]), and the other
-//! ranks read from the session directory's control files
-//! ([`rankscope_common::window`]). When a window closes, the thread
+//! others' ([`imbalance`]), and the other ranks follow, from the plan
+//! files of rank 0's folder where they share it, else from the plans rank
+//! 0 sends them ([`rankscope_common::window`]); rank 0 may end one early
+//! (`rankscope trigger --cancel`, or a plan whose first step does not
+//! come: [`requests`]). When a window closes, the thread
 //! flushes, keeps of the parts since its opening edge the rows that
 //! happened between its two edges, and writes them as one payload into
 //! `window-<k>/`, where rank 0 gathers every rank's by the directory
@@ -21,8 +24,8 @@
 //!
 //! The ranks meet in rank 0's session directory: one machine, a shared
 //! file system, or, under the TCP and MPI transports, rank 0's listener,
-//! through which a rank apart from it mirrors the control files and is
-//! handed its window payloads (`transport::tcp::mirror`,
+//! through which a rank apart from it gets the plans and sends its
+//! statuses and window payloads (`transport::tcp::mirror`,
 //! `Transport::window_written`); a rank that reaches it none
 //! of these ways is named missing in each window's report, by the
 //! gather's deadline.
@@ -111,7 +114,7 @@ impl WindowsThread {
             .with_running(|s| s.host.clone())
             .unwrap_or_default();
         steps.reset(rolling);
-        inbox.set_rolling(rolling > 0);
+        inbox.set_rolling(rolling);
         let mut windows = Windows {
             hub: Arc::downgrade(hub),
             steps: Arc::clone(&steps),
@@ -369,9 +372,16 @@ impl Windows {
                 let plan = self.rolling_plan(edge.count);
                 self.open(hub, plan, edge);
             } else if let Some(plan) = self.planned.take() {
-                match edge.count >= plan.first_step {
-                    true => self.open(hub, plan, edge),
-                    false => self.planned = Some(plan),
+                if edge.count < plan.first_step {
+                    self.planned = Some(plan);
+                    continue;
+                }
+                let late = edge.count > plan.first_step;
+                self.open(hub, plan, edge);
+                if late {
+                    // An edge a cancelled plan left armed opened it: its
+                    // own close may not be armed.
+                    self.arm_close(hub);
                 }
             }
         }
@@ -411,10 +421,18 @@ impl Windows {
         // Heard of too late to open at its step: opened now, and said so
         // in the window's report (this rank's first step is later).
         self.open(hub, plan, edge_now(hub));
-        let open = self.open.as_mut().expect("opened just above");
+        self.arm_close(hub);
+    }
+
+    /// Arms the close of the window open now, a step after its opening at
+    /// least; closes it now where the count passed its close.
+    fn arm_close(&mut self, hub: &Arc<Hub>) {
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
         open.close_step = open.close_step.max(open.edge.count + 1);
         if !self.steps.arm(open.close_step, NONE) {
-            let open = self.open.take().expect("opened just above");
+            let open = self.open.take().expect("open just above");
             self.close(hub, open, edge_now(hub));
         }
     }
@@ -442,7 +460,12 @@ impl Windows {
     fn follow_plans(&mut self, hub: &Arc<Hub>) {
         let current = self.open.as_ref().map(|open| &open.plan);
         let Some(current) = current.or(self.planned.as_ref()) else {
-            self.planned = self.read_plan(self.next_index);
+            // The next window's plan; where rank 0 sent later ones but not
+            // it (this rank's mirror was down meanwhile), the first of those.
+            let next = self.next_index;
+            self.planned = self
+                .read_plan(next)
+                .or_else(|| self.inbox.delivered_from(next));
             // Cancelled before it opened: the next is the one after it.
             if let Some(plan) = self.planned.take_if(|plan| plan.steps == 0) {
                 self.next_index = plan.index + 1;
@@ -488,6 +511,11 @@ impl Windows {
         }
         self.steps.set_current(None);
         self.next_index = revised.index + 1;
+        if self.rank == 0 {
+            // No rank's payload of it is taken, and none is kept.
+            self.inbox.never_opens(revised.index);
+            let _ = std::fs::remove_dir_all(window::window_dir(&self.dir, revised.index));
+        }
         if let (Some(waiting), Some(cancelled)) = (self.waiting.take(), revised.cancelled) {
             let _ = waiting.send(WindowAnswer::Unreported(format!(
                 "window {} will not open: {}",

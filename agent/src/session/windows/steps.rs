@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use rankscope_common::window::Plan;
 
 use super::step_count::StepCount;
+use crate::control::Stepping;
 use crate::stop::StopSignal;
 use crate::sync::lock;
 
@@ -84,11 +85,6 @@ impl Steps {
         self.signal.nudge();
     }
 
-    /// Wakes the windows thread: something waits for it.
-    pub(crate) fn nudge(&self) {
-        self.signal.nudge();
-    }
-
     /// Steps ended since the session started.
     pub(crate) fn count(&self) -> u64 {
         self.count.count()
@@ -126,6 +122,16 @@ impl Steps {
         *lock(&self.current) = None;
         self.close_on_stop.store(false, Ordering::Relaxed);
         self.signal.reset();
+    }
+}
+
+impl Stepping for Steps {
+    fn wake(&self) {
+        self.signal.nudge();
+    }
+
+    fn count(&self) -> u64 {
+        self.count.count()
     }
 }
 

@@ -1,7 +1,8 @@
 //! Under MPI, rank 0's listener for the mirrors of the ranks that do not
 //! see its session directory ([`MirrorHost`]), and the invitation to it
 //! each rank accepts ([`accept_invitation`]): MPI gathers the payloads,
-//! the window control files travel over TCP as under the TCP transport.
+//! the window plans, statuses and payloads travel over TCP as under the
+//! TCP transport.
 
 use std::time::Duration;
 

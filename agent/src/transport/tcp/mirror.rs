@@ -29,7 +29,7 @@
 //! rank past them, or one that cannot reach rank 0, is named missing in
 //! the windows, as a rank blind to a shared folder is.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -96,6 +96,8 @@ pub(super) struct MirrorDesk {
     mirrors: Places,
     /// Each rank's mirror: its connection's id, and a handle to cut it.
     by_rank: Mutex<HashMap<u32, (u64, TcpStream)>>,
+    /// The (window, rank) payloads being taken now.
+    taking: Mutex<HashSet<(u32, u32)>>,
 }
 
 /// A mirror being served; dropped, it makes room for another.
@@ -129,6 +131,7 @@ impl MirrorDesk {
                 open_files_limit().map_or(MAX_MIRRORS, |limit| MAX_MIRRORS.min(limit / 4)),
             ),
             by_rank: Mutex::default(),
+            taking: Mutex::default(),
         }
     }
 
@@ -267,35 +270,59 @@ impl MirrorDesk {
             .takes_payload_of(index)
             .map_err(ConnectionRefusal::WrongPayload)?;
         let folder = window::window_dir(&self.session_dir, index);
-        if has_payload_of(&folder, rank, run) {
-            // Said before the frame is read: nothing more is taken.
+        // One payload per rank and window, whatever its connections: the
+        // same file again (its acknowledgement was lost) is taken, and not
+        // written twice; another is refused before its frame is read.
+        let Some(_taking) = self.taking(index, rank) else {
+            return Err(ConnectionRefusal::Busy);
+        };
+        let kept = payload_of(&folder, rank, run);
+        if kept.as_deref().is_some_and(|kept| kept != file) {
             return Err(ConnectionRefusal::WrongPayload(
                 "a second payload of one rank for one window",
             ));
         }
         let until = Instant::now() + timeout;
         let (bytes, _held) = read_frame_within(stream, kind::PAYLOAD, max_frame, until, frames)?;
-        let path = folder.join(file);
+        if kept.is_some() {
+            return Ok(());
+        }
         let written =
-            create_real_dir(&folder).and_then(|()| match has_payload_of(&folder, rank, run) {
-                true => Ok(()),
-                false => write_atomic(&path, &bytes),
-            });
+            create_real_dir(&folder).and_then(|()| write_atomic(&folder.join(file), &bytes));
         written.map_err(|_| ConnectionRefusal::WrongPayload("its window's folder is not writable"))
+    }
+
+    /// Rank `rank`'s payload of window `index` being taken, `None` where
+    /// another connection takes one now.
+    fn taking(&self, index: u32, rank: u32) -> Option<Taking<'_>> {
+        let mut taking = lock(&self.taking);
+        taking.insert((index, rank)).then_some(Taking {
+            desk: self,
+            key: (index, rank),
+        })
     }
 }
 
-/// Whether `folder` holds a payload of `rank` in run `run`.
-fn has_payload_of(folder: &Path, rank: u32, run: Option<&str>) -> bool {
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return false;
-    };
-    entries.filter_map(Result::ok).any(|entry| {
-        entry
-            .file_name()
-            .to_str()
-            .is_some_and(|name| spill::is_spill_of(name, Some(rank), run))
+/// The name of the payload of `rank` in run `run` that `folder` holds, if
+/// any.
+fn payload_of(folder: &Path, rank: u32, run: Option<&str>) -> Option<String> {
+    let entries = std::fs::read_dir(folder).ok()?;
+    entries.filter_map(Result::ok).find_map(|entry| {
+        let name = entry.file_name().into_string().ok()?;
+        spill::is_spill_of(&name, Some(rank), run).then_some(name)
     })
+}
+
+/// A rank's window payload being taken; dropped, another may be.
+struct Taking<'a> {
+    desk: &'a MirrorDesk,
+    key: (u32, u32),
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        lock(&self.desk.taking).remove(&self.key);
+    }
 }
 
 /// This process's limit of open files (the soft one), where it can be read.
@@ -379,8 +406,9 @@ impl MirrorState {
     }
 }
 
-/// A rank's mirror of rank 0's window control files, and the sender of
-/// its window payloads, on two threads while the session runs.
+/// A rank's window control over TCP, on two threads while the session
+/// runs: rank 0's plans in and its statuses out, and the sender of its
+/// window payloads.
 pub(crate) struct Mirror {
     state: Arc<MirrorState>,
     payloads: Mutex<Sender<(u32, PathBuf)>>,
@@ -809,7 +837,7 @@ mod tests {
     fn a_rank_apart_mirrors_plans_statuses_and_window_payloads() {
         let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let rank_0 = rank_0(home.path());
-        let (windows, inbox) = WindowControl::new(|| {});
+        let (windows, inbox) = WindowControl::new(std::sync::Arc::new(()));
         let mirror = Mirror::start(settings(&rank_0.endpoint, own.path(), windows)).unwrap();
         let plan = |index, run: &str| Plan {
             index,
@@ -907,14 +935,18 @@ mod tests {
         let mirror = Mirror::start(settings(
             &endpoint,
             home.path(),
-            WindowControl::new(|| {}).0,
+            WindowControl::new(std::sync::Arc::new(())).0,
         ))
         .unwrap();
         eventually("rank 0 answered the probe", || {
             mirror.state.folder.load(Ordering::SeqCst) == folder::NOTHING
         });
-        let apart =
-            Mirror::start(settings(&endpoint, own.path(), WindowControl::new(|| {}).0)).unwrap();
+        let apart = Mirror::start(settings(
+            &endpoint,
+            own.path(),
+            WindowControl::new(std::sync::Arc::new(())).0,
+        ))
+        .unwrap();
         eventually("rank 0 mirrors the rank apart", || {
             apart.state.folder.load(Ordering::SeqCst) == folder::APART
         });
@@ -940,8 +972,12 @@ mod tests {
         let own = tempfile::tempdir().unwrap();
         let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = silent.local_addr().unwrap().to_string();
-        let mirror =
-            Mirror::start(settings(&endpoint, own.path(), WindowControl::new(|| {}).0)).unwrap();
+        let mirror = Mirror::start(settings(
+            &endpoint,
+            own.path(),
+            WindowControl::new(std::sync::Arc::new(())).0,
+        ))
+        .unwrap();
         let state = Arc::clone(&mirror.state);
         std::thread::sleep(Duration::from_millis(200));
         // The mirror waits up to 5 s for rank 0's greeting; the finish,

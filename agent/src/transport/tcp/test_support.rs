@@ -24,7 +24,7 @@ pub(super) struct TestRank0 {
 /// controllers and mirrors, its session said to run there
 /// (`control/live`).
 pub(super) fn rank_0(dir: &Path) -> TestRank0 {
-    let (windows, inbox) = WindowControl::new(|| {});
+    let (windows, inbox) = WindowControl::new(std::sync::Arc::new(()));
     rankscope_common::window::write_live(dir, "here").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = listener.local_addr().unwrap().to_string();
