@@ -92,7 +92,7 @@ impl Profiler {
         let Some(hub) = self.recording_hub() else {
             return Ok(KernelTraceRows::default());
         };
-        let recorder = &hub.recorder;
+        let recorder = hub.recording().recorder();
         let limits = TraceLimits {
             max_rows: recorder.max_rows(),
             cpu_spans: true,
@@ -101,7 +101,7 @@ impl Profiler {
         let trace = kineto::read_trace(path, &limits)?;
         if !trace.parallel.is_empty() {
             // The rank's place in its process groups: its payloads say it.
-            *crate::sync::lock(&hub.parallel) = trace.parallel.clone();
+            hub.set_parallel(trace.parallel.clone());
         }
         Ok(keep(recorder, &trace, window))
     }

@@ -9,7 +9,7 @@ use rankscope_common::Config;
 
 use crate::recorder::{Recorder, Section};
 use crate::session::PlannedWindow;
-use crate::session::{Hub, Session, SessionError};
+use crate::session::{Hub, Recording, Session, SessionError};
 use crate::stage::{OpenStageId, StageGuard};
 use crate::stage_name::StageName;
 use crate::transport::Transport;
@@ -157,7 +157,7 @@ impl Profiler {
     )]
     pub fn set_reporter(&self, reporter: Arc<dyn Reporter>) -> bool {
         match &self.enabled {
-            Some(hub) => hub.reporter.set(reporter).is_ok(),
+            Some(hub) => hub.set_reporter(reporter),
             None => false,
         }
     }
@@ -169,12 +169,12 @@ impl Profiler {
 
     /// The configuration (`None` when disabled).
     pub fn config(&self) -> Option<&Config> {
-        self.enabled.as_deref().map(|hub| &hub.config)
+        self.enabled.as_deref().map(|hub| hub.config())
     }
 
     /// Where this process sits in the job (`None` when disabled).
     pub fn rank_env(&self) -> Option<&RankEnv> {
-        self.enabled.as_deref().map(|hub| &hub.env)
+        self.enabled.as_deref().map(|hub| hub.env())
     }
 
     /// Starts the job's session; every rank calls this with the same name.
@@ -190,8 +190,8 @@ impl Profiler {
     #[inline]
     pub fn stage(&self, name: &str) -> StageGuard<'_> {
         StageGuard::new(
-            self.recording_hub()
-                .map(|hub| (hub, hub.recorder.begin_stage(name, None))),
+            self.recording_core()
+                .map(|core| (core, core.recorder().begin_stage(name, None))),
         )
     }
 
@@ -201,16 +201,16 @@ impl Profiler {
     #[inline]
     pub fn stage_named(&self, name: &StageName) -> StageGuard<'_> {
         StageGuard::new(
-            self.recording_hub()
-                .map(|hub| (hub, hub.recorder.begin_named_stage(name, None))),
+            self.recording_core()
+                .map(|core| (core, core.recorder().begin_named_stage(name, None))),
         )
     }
 
     /// Like [`Profiler::stage`], with metadata kept as JSON text on the stage.
     pub fn stage_with(&self, name: &str, metadata: &serde_json::Value) -> StageGuard<'_> {
-        StageGuard::new(self.recording_hub().map(|hub| {
+        StageGuard::new(self.recording_core().map(|core| {
             let metadata = Some(json_text(metadata));
-            (hub, hub.recorder.begin_stage(name, metadata))
+            (core, core.recorder().begin_stage(name, metadata))
         }))
     }
 
@@ -234,7 +234,7 @@ impl Profiler {
     #[inline]
     pub fn end(&self, stage: OpenStageId) {
         if let Some(hub) = self.enabled.as_deref() {
-            hub.end_stage(stage.0);
+            hub.recording().end_stage(stage.0);
         }
     }
 
@@ -245,7 +245,9 @@ impl Profiler {
     #[inline]
     pub fn end_named(&self, name: &StageName) -> bool {
         match self.enabled.as_deref() {
-            Some(hub) => hub.ended(hub.recorder.stop_named_stage(name)),
+            Some(hub) => hub
+                .recording()
+                .ended(hub.recording().recorder().stop_named_stage(name)),
             None => false,
         }
     }
@@ -259,13 +261,15 @@ impl Profiler {
     #[inline]
     pub fn step(&self) {
         if let Some(hub) = self.enabled.as_deref() {
-            hub.step();
+            hub.recording().step();
         }
     }
 
     /// Steps ended (`Profiler::step`) since the running session started.
     pub fn step_count(&self) -> u64 {
-        self.enabled.as_deref().map_or(0, |hub| hub.steps.count())
+        self.enabled
+            .as_deref()
+            .map_or(0, |hub| hub.recording().steps().count())
     }
 
     /// The window of the running session planned or open now, if any: a
@@ -273,7 +277,7 @@ impl Profiler {
     /// torch.profiler, for `rankscope trigger --torch`) follows it by the
     /// step count.
     pub fn planned_window(&self) -> Option<PlannedWindow> {
-        self.enabled.as_deref()?.steps.current()
+        self.enabled.as_deref()?.recording().steps().current()
     }
 
     /// What this rank is recording right now: cheap enough to poll, for a
@@ -282,9 +286,9 @@ impl Profiler {
         let Some(hub) = self.enabled.as_deref() else {
             return LiveState::default();
         };
-        let recorder = &hub.recorder;
+        let recorder = hub.recording().recorder();
         LiveState {
-            session: hub.session.with_running(|s| s.name.clone()),
+            session: hub.running_session(),
             elapsed_s: recorder
                 .is_recording()
                 .then(|| recorder.now_ns() as f64 / 1e9),
@@ -319,7 +323,9 @@ impl Profiler {
     pub fn stop(&self, name: &str) -> bool {
         // Also after the session ended: the stage leaves the open stack.
         match self.enabled.as_deref() {
-            Some(hub) => hub.ended(hub.recorder.stop_stage(name)),
+            Some(hub) => hub
+                .recording()
+                .ended(hub.recording().recorder().stop_stage(name)),
             None => false,
         }
     }
@@ -386,7 +392,7 @@ impl Profiler {
             return;
         };
         let read = if reading == MemoryReading::default() {
-            hub.telemetry
+            hub.telemetry()
                 .lock_gpu_within(GPU_READER_WAIT)
                 .and_then(|mut gpu| Some((gpu.source().as_str(), gpu.memory(0)?)))
         } else {
@@ -411,14 +417,20 @@ impl Profiler {
     /// The recorder, when a session is recording.
     #[inline(always)]
     pub(crate) fn recording(&self) -> Option<&Recorder> {
-        self.recording_hub().map(|hub| &*hub.recorder)
+        self.recording_core().map(|core| &**core.recorder())
+    }
+
+    /// The hot core, when a session is recording.
+    #[inline(always)]
+    fn recording_core(&self) -> Option<&Recording> {
+        self.recording_hub().map(Hub::recording)
     }
 
     /// The hub, while a session records.
     #[inline(always)]
     pub(crate) fn recording_hub(&self) -> Option<&Hub> {
         let hub = self.enabled.as_deref()?;
-        hub.recorder.is_recording().then_some(hub)
+        hub.recording().recorder().is_recording().then_some(hub)
     }
 }
 

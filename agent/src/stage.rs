@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use crate::session::Hub;
+use crate::session::Recording;
 
 /// An open stage; the stage ends when this guard is dropped.
 ///
@@ -27,13 +27,13 @@ use crate::session::Hub;
 /// ```
 #[must_use = "a stage ends when its guard is dropped"]
 pub struct StageGuard<'p> {
-    open: Option<(&'p Hub, u64)>,
+    open: Option<(&'p Recording, u64)>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl<'p> StageGuard<'p> {
     #[inline(always)]
-    pub(crate) fn new(open: Option<(&'p Hub, u64)>) -> Self {
+    pub(crate) fn new(open: Option<(&'p Recording, u64)>) -> Self {
         StageGuard {
             open,
             _not_send: PhantomData,
@@ -49,8 +49,8 @@ impl<'p> StageGuard<'p> {
 impl Drop for StageGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if let Some((hub, stage_id)) = self.open.take() {
-            hub.end_stage(stage_id);
+        if let Some((core, stage_id)) = self.open.take() {
+            core.end_stage(stage_id);
         }
     }
 }

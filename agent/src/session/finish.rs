@@ -72,13 +72,16 @@ impl Hub {
         // The sampler's last reading, taken as it stops, falls inside the
         // session.
         let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
-        let duration_ns = self.recorder.end_session();
+        let duration_ns = self.recording.recorder().end_session();
         // What the stages cost, for the report's profiler overhead (the sampler
         // and the flushes recorded theirs).
         if let Some(ns) = crate::recorder::stage_cost_ns() {
-            self.recorder.record_overhead(Overhead::StageNsPerCall, ns);
+            self.recording
+                .recorder()
+                .record_overhead(Overhead::StageNsPerCall, ns);
         }
-        self.recorder
+        self.recording
+            .recorder()
             .record_overhead(Overhead::FlushMs, flushes.ns as f64 / 1e6);
         let unwritten = std::mem::take(&mut flushes.unwritten);
         drop(flushes);
@@ -236,12 +239,13 @@ impl Hub {
         sampler: SamplerStats,
         unwritten: Vec<Payload>,
     ) -> Result<Payload, SessionError> {
-        let (builders, overflow) = self.recorder.drain();
+        let (builders, overflow) = self.recording.recorder().drain();
         let mut header = self.header(state, duration_ns, sampler);
         header.overflow = overflow;
         header.notices = self.notices.take_kept();
         header.dropped = self
-            .recorder
+            .recording
+            .recorder()
             .take_dropped()
             .into_iter()
             .map(|(table, rows)| DroppedRows {

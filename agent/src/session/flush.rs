@@ -3,7 +3,6 @@
 //! and at a window's edge), so that a killed rank loses little and a
 //! window's rows can be read back.
 
-use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::Instant;
 
@@ -71,7 +70,7 @@ impl Hub {
     /// Writes the records since the last flush as the session's next part;
     /// `false` when there were none.
     fn write_flush(&self, flushes: &mut Flushes) -> Result<bool, SessionError> {
-        let now = self.recorder.now_ns();
+        let now = self.recording.recorder().now_ns();
         let seq = flushes.parts + 1;
         let Some((dir, name, header)) = self.session.with_running(|state| {
             let mut header = self.header(state, now, SamplerStats::default());
@@ -82,7 +81,8 @@ impl Hub {
             return Ok(false);
         };
         let tables = self
-            .recorder
+            .recording
+            .recorder()
             .flush()
             .finish()
             .map_err(SessionError::Batch)?;
@@ -92,7 +92,7 @@ impl Hub {
         flushes.parts = seq;
         // After the rows were taken: an edge that reads it finds them all
         // before its time.
-        self.parts_taken.store(seq, Ordering::Release);
+        self.recording.set_parts_taken(seq);
         let mut payload = Payload { header, tables };
         let written = payload::encode_capped(
             &mut payload,

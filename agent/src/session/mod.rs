@@ -18,19 +18,19 @@ use rankscope_common::Config;
 
 use crate::flusher::Flusher;
 use crate::notice::{notice, say, Notices};
-use crate::recorder::{Ended, Recorder};
 use crate::reporter::Reporter;
 use crate::sampler::{Sampler, Telemetry};
 use crate::signals::{self, OnStop};
 use crate::slot::{Phase, Slot};
 use crate::sync::lock;
 use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport};
-use windows::{Steps, WindowsThread};
+use windows::WindowsThread;
 
 mod error;
 mod finish;
 mod flush;
 mod naming;
+mod recording;
 mod window_rows;
 mod windows;
 
@@ -41,13 +41,14 @@ use flush::{periodic_flush, Flushes};
 use naming::session_dir;
 use naming::{capped, capped_tags, process_tag, session_id, MAX_NAME_BYTES};
 use rankscope_common::file::create_real_dir;
+pub(crate) use recording::Recording;
 use window_rows::{WindowPayload, WindowRows};
 pub use windows::PlannedWindow;
 
 /// What a running session knows about itself.
 pub(crate) struct SessionState {
     id: String,
-    pub(crate) name: String,
+    name: String,
     tags: Vec<(String, String)>,
     /// This rank's node, as the payload names it: the host, or the node
     /// the launcher named (`RANKSCOPE_NODE`).
@@ -118,68 +119,69 @@ fn session_info<'a>(
 /// Its locks are taken in the order [`crate::lock_order`] writes down,
 /// checked in debug builds.
 pub(crate) struct Hub {
-    /// What the hot path and the sampler write into.
-    pub(crate) recorder: Arc<Recorder>,
-    pub(crate) config: Config,
-    pub(crate) env: RankEnv,
+    /// What stages, steps and record calls touch.
+    recording: Recording,
+    config: Config,
+    env: RankEnv,
     /// GPU and host sampling.
-    pub(crate) telemetry: Telemetry,
+    telemetry: Telemetry,
     /// The session, in whichever phase it is.
-    pub(crate) session: Slot<SessionState>,
+    session: Slot<SessionState>,
     /// The transport, made at the first session unless one was handed in;
     /// each session takes it while it runs.
-    pub(crate) transport: OrderedMutex<Option<Box<dyn Transport>>>,
-    pub(crate) reporter: OnceLock<Arc<dyn Reporter>>,
+    transport: OrderedMutex<Option<Box<dyn Transport>>>,
+    reporter: OnceLock<Arc<dyn Reporter>>,
     /// The running session's flushes, one at a time.
-    pub(crate) flushes: OrderedMutex<Flushes>,
-    /// The steps of the running session (`Profiler::step`).
-    pub(crate) steps: Arc<Steps>,
-    /// The running session's flush parts whose rows were all taken from
-    /// the recorder: a window's edge notes it (`Flushes::parts`, readable
-    /// without its lock).
-    pub(crate) parts_taken: AtomicU32,
+    flushes: OrderedMutex<Flushes>,
     /// Sessions this process started or tried to ([`SessionInfo::index`]).
     sessions_started: AtomicU32,
     /// The running session's windows thread; taken (and stopped) before
     /// the session leaves its slot, whose flushes a closing window needs.
     windows: OrderedMutex<Option<WindowsThread>>,
     /// This profiler's notices: its calls and threads enter them.
-    pub(crate) notices: Arc<Notices>,
+    notices: Arc<Notices>,
     /// The rank's parallel coordinates, as the last kernel trace read
     /// gave them, else as `parallel_layout` places the rank: its payloads'
     /// headers carry them.
-    pub(crate) parallel: Mutex<Vec<ParallelCoord>>,
+    parallel: Mutex<Vec<ParallelCoord>>,
 }
 
 impl Hub {
-    /// Ends a step (`Profiler::step`, or the end of the `step_stage`):
-    /// one count more, and at a window's edge the time and the flush parts
-    /// taken noted.
-    #[inline]
-    pub(crate) fn step(&self) {
-        self.steps.advance(|| {
-            // The parts first: those it counts were taken before the time.
-            let parts = self.parts_taken.load(Ordering::Acquire);
-            (self.recorder.now_ns(), parts)
-        });
-    }
-
-    /// Ends the stage `stage_id` this thread began, and the step where it
-    /// is the `step_stage`.
+    /// What stages, steps and record calls touch.
     #[inline(always)]
-    pub(crate) fn end_stage(&self, stage_id: u64) {
-        if self.recorder.end_stage(stage_id) {
-            self.step();
-        }
+    pub(crate) fn recording(&self) -> &Recording {
+        &self.recording
     }
 
-    /// Counts the step where `ended` says the stage ended by name was the
-    /// `step_stage`; whether a stage ended.
-    pub(crate) fn ended(&self, ended: Ended) -> bool {
-        if ended == Ended::Step {
-            self.step();
-        }
-        ended != Ended::None
+    /// The configuration.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The rank.
+    pub(crate) fn env(&self) -> &RankEnv {
+        &self.env
+    }
+
+    /// GPU and host sampling.
+    pub(crate) fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
+    /// Sets what rank 0 does with the gathered payloads; `false` where a
+    /// reporter was set already.
+    pub(crate) fn set_reporter(&self, reporter: Arc<dyn Reporter>) -> bool {
+        self.reporter.set(reporter).is_ok()
+    }
+
+    /// The running session's name, where one runs.
+    pub(crate) fn running_session(&self) -> Option<String> {
+        self.session.with_running(|s| s.name.clone())
+    }
+
+    /// Notes the rank's parallel coordinates, for its payloads' headers.
+    pub(crate) fn set_parallel(&self, coordinates: Vec<ParallelCoord>) {
+        *lock(&self.parallel) = coordinates;
     }
 
     /// The hub of a profiler with `config` for the rank `env` describes,
@@ -197,7 +199,7 @@ impl Hub {
         let quiet = config.quiet_ranks && env.world_size > 1;
         Hub {
             notices: Notices::new(env.rank, quiet),
-            recorder: Arc::new(Recorder::new(&config)),
+            recording: Recording::new(&config),
             telemetry: Telemetry::new(&config, &env),
             config,
             env,
@@ -205,8 +207,6 @@ impl Hub {
             transport: OrderedMutex::new(Level::Alone, transport),
             reporter: chosen,
             flushes: OrderedMutex::default_at(Level::Flushes),
-            steps: Arc::default(),
-            parts_taken: AtomicU32::new(0),
             sessions_started: AtomicU32::new(0),
             windows: OrderedMutex::default_at(Level::Alone),
             parallel: Mutex::default(),
@@ -306,13 +306,13 @@ impl Session {
         let transport = hub.take_transport()?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
         let started = (start_unix_ns, index);
-        let (control, inbox) = WindowControl::new(hub.steps.clone());
+        let (control, inbox) = WindowControl::new(hub.recording.steps().clone());
         let (transport, rendezvous) =
             hub.open_transport(transport, (&id, &dir, started), &control)?;
         let windows = (dir.clone(), rendezvous.run_id.clone());
-        hub.recorder.begin_session();
+        hub.recording.recorder().begin_session();
         *hub.flushes.lock() = Flushes::default();
-        hub.parts_taken.store(0, Ordering::Release);
+        hub.recording.set_parts_taken(0);
         starting.running(SessionState {
             id,
             name,
@@ -327,7 +327,7 @@ impl Session {
             process: process_tag(start_unix_ns),
             rendezvous,
             transport,
-            sampler: hub.telemetry.start(&hub.recorder),
+            sampler: hub.telemetry.start(hub.recording.recorder()),
             flusher: periodic_flusher(&hub),
             _on_stop: hub.config.spill_on_signal.then(|| {
                 let on_stop = spill_on_stop(Arc::downgrade(&hub));

@@ -17,20 +17,20 @@ use rankscope_common::file::create_real_dir;
 /// A window's payload on this rank, written into its folder.
 pub(crate) struct WindowPayload {
     /// The payload's bytes.
-    pub(crate) bytes: Vec<u8>,
+    pub(super) bytes: Vec<u8>,
     /// What rank 0 gathers the window with: the window's folder as the
     /// session directory, this file as its own.
-    pub(crate) gather: WindowGather,
+    pub(super) gather: WindowGather,
 }
 
 /// What a window's gather needs of its session, owned.
 pub(crate) struct WindowGather {
-    pub(crate) dir: PathBuf,
-    pub(crate) file: PathBuf,
-    pub(crate) session_id: String,
-    pub(crate) run_id: Option<String>,
-    pub(crate) started_unix_ns: i64,
-    pub(crate) index: u32,
+    pub(super) dir: PathBuf,
+    pub(super) file: PathBuf,
+    pub(super) session_id: String,
+    pub(super) run_id: Option<String>,
+    pub(super) started_unix_ns: i64,
+    pub(super) index: u32,
 }
 
 impl WindowGather {
@@ -55,10 +55,10 @@ impl WindowGather {
 /// torch.profiler's CPU operator totals) of the parts after
 /// `timeless_after`: those handed over while it was open.
 pub(crate) struct WindowRows {
-    pub(crate) after: u32,
-    pub(crate) timeless_after: u32,
-    pub(crate) upto: u32,
-    pub(crate) span: Range<u64>,
+    pub(super) after: u32,
+    pub(super) timeless_after: u32,
+    pub(super) upto: u32,
+    pub(super) span: Range<u64>,
 }
 
 impl Hub {
@@ -79,7 +79,7 @@ impl Hub {
         dropped: Vec<DroppedRows>,
     ) -> Result<Option<WindowPayload>, SessionError> {
         let env = &self.env;
-        let now = self.recorder.now_ns();
+        let now = self.recording.recorder().now_ns();
         let Some((mut header, parts, gather)) = self.session.with_running(|state| {
             let mut header = self.header(state, now, SamplerStats::default());
             header.window = Some(window.clone());

@@ -83,10 +83,10 @@ impl StatusSharing {
             run: run.map(str::to_string),
             world_size: hub.env.world_size,
             host: self.host.clone(),
-            elapsed_s: hub.recorder.now_ns() as f64 / 1e9,
+            elapsed_s: hub.recording().recorder().now_ns() as f64 / 1e9,
             steps,
             step_s: self.step_s,
-            stages: hub.recorder.open_stage_names(),
+            stages: hub.recording().recorder().open_stage_names(),
             gpus,
             simulated,
         };

@@ -106,7 +106,7 @@ impl WindowsThread {
         (session_dir, run): (PathBuf, Option<String>),
         inbox: Inbox,
     ) -> Option<WindowsThread> {
-        let steps = Arc::clone(&hub.steps);
+        let steps = Arc::clone(hub.recording().steps());
         let rolling = hub.config.window_every_steps;
         let on_imbalance = hub.config.window_on_imbalance_pct;
         let host = hub
@@ -211,17 +211,18 @@ impl Drop for WindowsThread {
 /// An edge now, for a window opened or closed by the thread rather than at
 /// a step: late, or at the session's end.
 fn edge_now(hub: &Hub) -> Edge {
-    let parts = hub.parts_taken.load(Ordering::Acquire);
+    let parts = hub.recording().parts_taken();
     Edge {
-        count: hub.steps.count(),
-        ns: hub.recorder.now_ns(),
+        count: hub.recording().steps().count(),
+        ns: hub.recording().recorder().now_ns(),
         parts,
     }
 }
 
 /// Rows this rank dropped so far per table (past `max_data_points`).
 fn dropped_now(hub: &Hub) -> Vec<(Table, u64)> {
-    hub.recorder
+    hub.recording()
+        .recorder()
         .row_counts()
         .into_iter()
         .map(|(table, _, dropped)| (table, dropped))
