@@ -125,6 +125,9 @@ fn greet_for(stream: &mut TcpStream, rank: u32, token: &[u8], purpose: u8) {
     stream.write_all(&frame(2, &hello)).unwrap();
 }
 
+/// Strangers, a payload of another session, a second payload of one rank
+/// and a window payload for a window rank 0 never planned: each is cut off
+/// and named in the report, nothing of theirs kept, and rank 0 finishes.
 #[test]
 fn strangers_are_cut_off_and_named_and_rank_zero_still_finishes() {
     let out = tempfile::tempdir().unwrap();
@@ -172,6 +175,21 @@ fn strangers_are_cut_off_and_named_and_rank_zero_still_finishes() {
         let mut answer = [0u8; 9];
         let _ = claim.read_exact(&mut answer);
     }
+    // With the token: a window payload of rank 1 for a window rank 0 never
+    // planned is refused before its bytes are read.
+    let mut window = connect(port);
+    greet_for(&mut window, 1, b"the-job-token", 8);
+    let name = rankscope_common::spill::SpillName {
+        rank: 1,
+        run_id: Some(&run),
+        process: 7,
+    }
+    .file_name();
+    let named = format!("1000000000/{name}");
+    window.write_all(&frame(18, named.as_bytes())).unwrap();
+    let _ = window.write_all(&frame(8, b"not a payload"));
+    let mut answer = [0u8; 9];
+    let _ = window.read_exact(&mut answer);
 
     let output = rank0.wait_with_output().unwrap();
     assert!(
@@ -202,12 +220,15 @@ fn strangers_are_cut_off_and_named_and_rank_zero_still_finishes() {
         "not the rankscope protocol",
         "a conflict: rank 1's payload already arrived from rank 1 over TCP from 127.0.0.1:",
         "it is another session's",
+        "a payload of a window rank 0 did not plan",
     ] {
         assert!(
             reasons.iter().any(|r| r.contains(expected)),
             "`{expected}` among {reasons:#?}"
         );
     }
+    let dir = support::only_session_dir(out.path());
+    assert!(!dir.join("window-1000000000").exists());
 }
 
 #[test]
