@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::sync::lock;
 
-use rankscope_common::window::{Plan, Request};
+use rankscope_common::window::{LiveStatus, Plan, Request};
 
 /// Requests that wait for the windows thread at most; more are refused.
 const WAITING: usize = 16;
@@ -140,6 +140,8 @@ struct Shared {
     delivered: Mutex<BTreeMap<u32, Plan>>,
     /// Another rank: when rank 0 last said that `rankscope top` watches.
     watched: Mutex<Option<Instant>>,
+    /// Another rank: its newest status not sent to rank 0 yet.
+    status: Mutex<Option<LiveStatus>>,
 }
 
 /// Rank 0's plans lately made or rewritten, each with the version the
@@ -177,6 +179,7 @@ impl WindowControl {
             posted: Condvar::new(),
             delivered: Mutex::default(),
             watched: Mutex::default(),
+            status: Mutex::default(),
         });
         let inbox = Inbox {
             receiver,
@@ -272,6 +275,12 @@ impl WindowControl {
     pub(crate) fn rank_0_watches(&self) {
         *lock(&self.shared.watched) = Some(Instant::now());
     }
+
+    /// Another rank's mirror: the rank's newest status since the last
+    /// taken, for rank 0.
+    pub(crate) fn take_status(&self) -> Option<LiveStatus> {
+        lock(&self.shared.status).take()
+    }
 }
 
 impl Inbox {
@@ -302,6 +311,12 @@ impl Inbox {
             .range(index..)
             .next()
             .map(|(_, plan)| plan.clone())
+    }
+
+    /// Another rank: hands its mirror the status it shares now (an older
+    /// one not sent yet is replaced).
+    pub(crate) fn share_status(&self, status: LiveStatus) {
+        *lock(&self.shared.status) = Some(status);
     }
 
     /// Another rank: whether rank 0 said within `within` that `rankscope

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use rankscope_common::window::{self, LiveStatus};
 
 use super::Hub;
+use crate::control::Inbox;
 use crate::notice::notice;
 
 /// How long each pace is measured over, and how often a status is shared.
@@ -49,13 +50,13 @@ impl StatusSharing {
     }
 
     /// Notes the step count `steps`; once a second, measures the pace and
-    /// shares this rank's status in `dir` where it is read (`told`: rank 0
-    /// said over the mirror that `rankscope top` watches); returns whether
-    /// it did.
+    /// shares this rank's status where it is read (`told`: rank 0 said
+    /// over the mirror that `rankscope top` watches): in `dir`, and to
+    /// `inbox` for the mirror; returns whether it did.
     pub(super) fn share(
         &mut self,
         hub: &Hub,
-        (dir, told): (&Path, bool),
+        (dir, inbox, told): (&Path, &Inbox, bool),
         run: Option<&str>,
         steps: u64,
     ) -> bool {
@@ -90,6 +91,7 @@ impl StatusSharing {
             gpus,
             simulated,
         };
+        inbox.share_status(status.clone());
         if let Err(e) = window::write_status(dir, hub.env.rank, status) {
             if !std::mem::replace(&mut self.unwritable, true) {
                 notice!("this rank's live status cannot be shared: {e}");

@@ -554,9 +554,8 @@ impl Windows {
     fn watch_imbalance(&mut self, hub: &Hub) -> Option<imbalance::Lag> {
         let run = self.run.as_deref();
         let told = self.inbox.watched_within(live_status::WATCHED_FOR);
-        let shared = self
-            .status
-            .share(hub, (&self.dir, told), run, self.steps.count());
+        let sharing = (self.dir.as_path(), &self.inbox, told);
+        let shared = self.status.share(hub, sharing, run, self.steps.count());
         let free = self.busy().is_none();
         let watch = self.imbalance.as_mut().filter(|_| shared && free)?;
         watch.begun(&self.dir, hub.env.world_size, run)

@@ -12,9 +12,10 @@
 //! the one the rank needs next, and again where rank 0 rewrote one) and,
 //! while `rankscope top` watches, the watch ([`Mirrored`]); the rank hands
 //! them to its own windows thread ([`crate::WindowControl::deliver`]):
-//! nothing is written into its folder. The rank sends each status it
-//! rewrites, which rank 0 writes into its own control folder (for
-//! imbalance windows and `top`), or a beat where it has none to send. A
+//! nothing is written into its folder. The rank sends each status its
+//! windows thread shares ([`crate::WindowControl::take_status`]), which
+//! rank 0 writes into its own control folder (for imbalance windows and
+//! `top`), or a beat where it has none to send. A
 //! second thread of the rank's sends each window payload its windows
 //! thread wrote ([`Mirror::window_written`]) on a connection of its own
 //! (purpose `WINDOW_PAYLOAD`), again and again for a while where that
@@ -36,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use rankscope_common::file::{create_real_dir, open_regular, read_capped, write_atomic};
 use rankscope_common::gather::ConnectionRefusal;
@@ -516,8 +517,6 @@ struct Mirroring<'a> {
     retry: Backoff,
     /// The plan index the rank needs next (rank 0 sends from it on).
     next_plan: u32,
-    /// When the status last sent was written.
-    status_sent: Option<SystemTime>,
     /// When something was last sent.
     sent: Instant,
 }
@@ -529,7 +528,6 @@ impl<'a> Mirroring<'a> {
             link: None,
             retry: Backoff::new(),
             next_plan: 1,
-            status_sent: None,
             sent: Instant::now(),
         }
     }
@@ -602,11 +600,11 @@ impl<'a> Mirroring<'a> {
         }
     }
 
-    /// Takes what rank 0 sent, and sends this rank's status where it was
-    /// rewritten (or a beat, where nothing was sent for a while).
+    /// Takes what rank 0 sent, and sends this rank's status where its
+    /// windows thread shared a new one (or a beat, where nothing was sent
+    /// for a while).
     fn exchange(&mut self, link: &mut Link) -> Result<(), Unreached> {
         let s = &self.state.settings;
-        let dir = &s.session_dir;
         while readable(&link.stream)? {
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
             let body = link.reply(&s.token, kind::MIRRORED, MAX_MESSAGE_BYTES, until)?;
@@ -623,14 +621,9 @@ impl<'a> Mirroring<'a> {
                 Mirrored::Watch => s.windows.rank_0_watches(),
             }
         }
-        let path = window::status_path(dir, s.rank);
-        let written = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-        let mut status = Vec::new();
-        if written.is_some() && written != self.status_sent {
-            let bytes = open_regular(&path, false).and_then(|f| read_capped(f, MAX_MESSAGE_BYTES));
-            status = bytes.unwrap_or_default();
-            self.status_sent = written;
-        }
+        let status = s.windows.take_status().map_or_else(Vec::new, |status| {
+            serde_json::to_vec(&status.bounded()).expect("a status serialises")
+        });
         // An empty one is a beat.
         if !status.is_empty() || self.sent.elapsed() >= BEAT {
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
@@ -880,8 +873,10 @@ mod tests {
             gpus: Vec::new(),
             simulated: false,
         };
-        window::write_status(own.path(), 1, status.clone()).unwrap();
-        eventually("the status mirrored", || {
+        // Shared by the rank's windows thread: sent as a message, not read
+        // from a file.
+        inbox.share_status(status.clone());
+        eventually("the status sent", || {
             window::read_status(home.path(), 1).is_ok_and(|s| s == status)
         });
         let name = |process| {
