@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -142,6 +142,9 @@ struct Shared {
     watched: Mutex<Option<Instant>>,
     /// Another rank: its newest status not sent to rank 0 yet.
     status: Mutex<Option<LiveStatus>>,
+    /// Another rank: rank 0 does not see its folder (its mirror said so),
+    /// so its statuses go as messages, not files.
+    apart: AtomicBool,
 }
 
 /// Rank 0's plans lately made or rewritten, each with the version the
@@ -180,6 +183,7 @@ impl WindowControl {
             delivered: Mutex::default(),
             watched: Mutex::default(),
             status: Mutex::default(),
+            apart: AtomicBool::new(false),
         });
         let inbox = Inbox {
             receiver,
@@ -276,6 +280,11 @@ impl WindowControl {
         *lock(&self.shared.watched) = Some(Instant::now());
     }
 
+    /// Another rank's mirror: rank 0 does not see the rank's folder.
+    pub(crate) fn set_apart(&self) {
+        self.shared.apart.store(true, Ordering::Relaxed);
+    }
+
     /// Another rank's mirror: the rank's newest status since the last
     /// taken, for rank 0.
     pub(crate) fn take_status(&self) -> Option<LiveStatus> {
@@ -311,6 +320,12 @@ impl Inbox {
             .range(index..)
             .next()
             .map(|(_, plan)| plan.clone())
+    }
+
+    /// Another rank: whether rank 0 does not see its folder (its statuses
+    /// go to its mirror, [`Inbox::share_status`]).
+    pub(crate) fn apart(&self) -> bool {
+        self.shared.apart.load(Ordering::Relaxed)
     }
 
     /// Another rank: hands its mirror the status it shares now (an older
@@ -395,6 +410,7 @@ mod tests {
             torch: false,
             duration_ms: 0,
             cancel: false,
+            cancel_window: None,
         }
     }
 

@@ -6,11 +6,12 @@
 //! nothing.
 //!
 //! The order: a session's flushes, then its slot (held only to read the
-//! running session), then a thread's buffer in the recorder. The
-//! transport and the windows thread's handle are taken and put back with
-//! no other of these held. Every other lock of the agent (the recorder's
-//! registry and chunks, the steps' edges, the notices, the control
-//! plane's) is a leaf: nothing is taken while it is held.
+//! running session), then what exited threads recorded, then a thread's
+//! buffer in the recorder. The transport and the windows thread's handle
+//! are taken and put back with no other of these held. Every other lock
+//! of the agent (the recorder's list of buffers and its chunks, the steps'
+//! edges, the notices, the control plane's) is a leaf: nothing is taken
+//! while it is held.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -24,6 +25,8 @@ pub(crate) enum Level {
     Flushes,
     /// The session slot (`Hub::session`).
     Session,
+    /// What exited threads recorded, in the recorder.
+    Retired,
     /// One thread's buffer in the recorder.
     ThreadBuffer,
     /// Taken with none of the others held: the transport, the windows

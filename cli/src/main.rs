@@ -142,11 +142,17 @@ enum Commands {
         /// Also wait for the window's report, and print its folder.
         #[arg(long)]
         wait: bool,
-        /// End the window planned or open now instead: a planned one never
-        /// opens, an open one closes a few steps from now, at the same step
-        /// on every rank not past it yet (its report says it ended early).
-        #[arg(long, conflicts_with_all = ["steps", "seconds", "delay_steps", "torch", "wait"])]
-        cancel: bool,
+        /// End the window planned or open now instead (with K, only if it
+        /// is window K): a planned one never opens, an open one closes a
+        /// few steps from now, at the same step on every rank not past it
+        /// yet (its report says it ended early).
+        #[arg(
+            long,
+            value_name = "K",
+            num_args = 0..=1,
+            conflicts_with_all = ["steps", "seconds", "delay_steps", "torch", "wait"]
+        )]
+        cancel: Option<Option<u32>>,
         /// Seconds to wait for rank 0's answer (and, with --wait, for the report).
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,

@@ -31,8 +31,9 @@ pub struct TriggerOptions {
     pub delay_steps: u64,
     /// Python ranks also capture the window with torch.profiler.
     pub torch: bool,
-    /// End the window planned or open instead of asking for one.
-    pub cancel: bool,
+    /// End the window planned or open instead of asking for one (`Some`),
+    /// only if it is this one (`Some(Some(k))`).
+    pub cancel: Option<Option<u32>>,
     /// Wait for the window's report too.
     pub wait: bool,
     /// How long to wait for each answer.
@@ -52,7 +53,8 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
         duration_ms: options.seconds.map_or(0, |d| {
             d.as_millis().clamp(1, u128::from(window::MAX_WINDOW_MS)) as u64
         }),
-        cancel: options.cancel,
+        cancel: options.cancel.is_some(),
+        cancel_window: options.cancel.flatten(),
     };
     match &options.session {
         Reach::Dir(dir) => through_dir(dir, request, options),
@@ -82,7 +84,7 @@ fn through_dir(dir: &Path, request: Request, options: &TriggerOptions) -> Result
     };
     let report_dir = window::window_dir(dir, plan.index);
     print_plan(&plan, &report_dir);
-    if options.wait && !options.cancel {
+    if options.wait && options.cancel.is_none() {
         let deadline = Instant::now()
             .checked_add(options.timeout)
             .context("--timeout is too long")?;
@@ -123,7 +125,7 @@ fn through_endpoint(remote: &Remote, request: Request, options: &TriggerOptions)
             bail!("rank 0 answered out of turn")
         }
     }
-    if options.wait && !options.cancel {
+    if options.wait && options.cancel.is_none() {
         match call.answer(options.timeout)? {
             TriggerAnswer::Written { report_dir } => {
                 println!("{}", terminal(&report_dir.display().to_string()))

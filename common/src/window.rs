@@ -120,6 +120,10 @@ pub struct Request {
     /// (`--cancel`): the others fields are not read.
     #[serde(default)]
     pub cancel: bool,
+    /// The window a cancel ends (`--cancel K`): refused where another is
+    /// planned or open. `None`: whichever is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_window: Option<u32>,
 }
 
 /// A window rank 0 planned: every rank opens it at `first_step`.
@@ -670,6 +674,7 @@ mod tests {
             torch: true,
             duration_ms: 0,
             cancel: false,
+            cancel_window: None,
         };
         let path = write_request(dir.path(), &request).unwrap();
         let (found, beyond) = pending_requests(dir.path(), 8).unwrap();
@@ -721,6 +726,7 @@ mod tests {
             torch: false,
             duration_ms: 0,
             cancel: false,
+            cancel_window: None,
         };
         assert!(write_request(dir.path(), &request).is_err());
     }
@@ -737,6 +743,7 @@ mod tests {
                 torch: false,
                 duration_ms: 0,
                 cancel: false,
+                cancel_window: None,
             };
             write_request(dir.path(), &request).unwrap();
         }

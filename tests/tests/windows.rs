@@ -651,12 +651,9 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
     let out = tempfile::tempdir().unwrap();
     let port = support::free_port().to_string();
     let endpoint = format!("127.0.0.1:{port}");
-    // Rank 3's steps take twice as long: long enough a job for every
-    // window below while rank 0 still steps.
-    let children = job_with(
+    let children = job(
         out.path(),
-        1500,
-        &["--slow-ms", "20"],
+        800,
         &[
             ("RANKSCOPE_TOKEN", TOKEN),
             ("RANKSCOPE_PORT", &port),
@@ -722,6 +719,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
             torch: false,
             duration_ms: 0,
             cancel: false,
+            cancel_window: None,
         },
         plan_wait_ms: 30_000,
         report_wait_ms: 0,
@@ -763,69 +761,11 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
         matches!(&held, TriggerAnswer::Refused { reason } if reason.contains("would hold the windows")),
         "{held:?}"
     );
-    let next = ask("after-the-held-one", 300, 0);
-    let TriggerAnswer::Planned { plan, .. } = &next else {
-        panic!("{next:?}");
-    };
-    assert_eq!(plan.index, 3);
-
-    // Window 3 is cancelled once it is open: it closes a few steps later
-    // on every rank, and its report says it ended early.
-    let first_step = plan.first_step;
-    let started = Instant::now();
-    while view_of_every_rank(&[&endpoint], Some(TOKEN))["ranks"][0]["steps"]
-        .as_u64()
-        .is_none_or(|steps| steps <= first_step)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "window 3 opens"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (ok, printed, said) = cli(&["trigger", &endpoint, "--cancel"], Some(TOKEN));
-    assert!(ok, "{printed}{said}");
+    let next = ask("after-the-held-one", 3, 0);
     assert!(
-        printed.starts_with("window 3: cancelled; it closes at step "),
-        "{printed}"
+        matches!(&next, TriggerAnswer::Planned { plan, .. } if plan.index == 3),
+        "{next:?}"
     );
-    let report = read_report_when_written(&dir.join("window-3"));
-    assert!(
-        report["window"]["cancelled"]
-            .as_str()
-            .is_some_and(|why| why.contains("--cancel")),
-        "{}",
-        report["window"]
-    );
-    let kept = report["window"]["steps"].as_u64().unwrap();
-    assert!((1..300).contains(&kept), "{}", report["window"]);
-    assert_eq!(
-        report["session"]["ranks_reporting"],
-        serde_json::json!([0, 1, 2, 3])
-    );
-
-    // Window 4, planned far ahead, is cancelled through the folder before
-    // it opens: no rank opens it, and every rank takes part in window 5.
-    let far = ask("far-ahead", 3, 400);
-    assert!(
-        matches!(&far, TriggerAnswer::Planned { plan, .. } if plan.index == 4),
-        "{far:?}"
-    );
-    let cancelled = support::trigger(&dir, &["--cancel"]);
-    assert_eq!(cancelled.trim(), "window 4: cancelled; it will not open");
-    let (ok, _, said) = cli(&["trigger", &endpoint, "--cancel"], Some(TOKEN));
-    assert!(
-        !ok && said.contains("no window is planned or open"),
-        "{said}"
-    );
-    let fifth = support::trigger(&dir, &["--steps", "3", "--wait", "--timeout", "60"]);
-    assert!(fifth.starts_with("window 5: "), "{fifth}");
-    let report = read_report(&dir.join("window-5"));
-    assert_eq!(
-        report["session"]["ranks_reporting"],
-        serde_json::json!([0, 1, 2, 3])
-    );
-    assert!(!dir.join("window-4").exists(), "window 4 never opened");
 
     let view = view_of_every_rank(&[&endpoint], Some(TOKEN));
     assert_eq!(view["world_size"], 4);
@@ -835,7 +775,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
 
     wait_for(children);
     let session = read_report(&dir);
-    assert_eq!(calls(&session, "denoise_step"), 4 * 1500);
+    assert_eq!(calls(&session, "denoise_step"), 4 * 800);
     let reasons = session["session"]["skipped"].to_string();
     assert!(
         reasons.contains("wrong job token") && reasons.contains("replayed"),
@@ -843,6 +783,129 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
     );
     let (ok, _, said) = cli(&["top", &endpoint, "--json"], Some(TOKEN));
     assert!(!ok && said.contains(&endpoint), "{said}");
+}
+
+/// A window asked for over rank 0's endpoint is cancelled once open: it
+/// closes a few steps later on both ranks, and its report says it ended
+/// early. The next, planned far ahead, is cancelled through the folder
+/// before it opens (a cancel naming another window is refused): no rank
+/// opens it, and both take part in the one after.
+#[test]
+fn a_window_is_cancelled_while_open_or_before_it_opens() {
+    use rankscope::transport::tcp::remote::Remote;
+    use rankscope_common::remote::{RemoteTrigger, TriggerAnswer};
+    use rankscope_common::window::{Request, Trigger};
+
+    const TOKEN: &str = "a-secret-of-this-job";
+    let out = tempfile::tempdir().unwrap();
+    let port = support::free_port().to_string();
+    let endpoint = format!("127.0.0.1:{port}");
+    let master_port = support::free_port() - 1;
+    let children: Vec<Child> = (0..2)
+        .map(|rank| {
+            support::torchrun_rank(rank, 2, out.path(), master_port)
+                .args(["--steps", "1500"])
+                .env("RANKSCOPE_TOKEN", TOKEN)
+                .env("RANKSCOPE_PORT", &port)
+                .env("RANKSCOPE_GPU_SOURCE", "none")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let dir = live_session_dir(out.path());
+    let cli = |args: &[&str]| {
+        let output = support::rankscope(args, Some(TOKEN));
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
+        (
+            output.status.success(),
+            text(&output.stdout),
+            text(&output.stderr),
+        )
+    };
+    let remote = Remote::new(&endpoint, TOKEN.as_bytes());
+    let ask = |nonce: &str, steps: u64, delay_steps: u64| {
+        let asked = RemoteTrigger {
+            request: Request {
+                nonce: nonce.into(),
+                steps,
+                delay_steps,
+                trigger: Trigger::Command,
+                torch: false,
+                duration_ms: 0,
+                cancel: false,
+                cancel_window: None,
+            },
+            plan_wait_ms: 30_000,
+            report_wait_ms: 0,
+        };
+        let answer = remote
+            .trigger(&asked)
+            .unwrap()
+            .answer(Duration::from_secs(30));
+        match answer.unwrap() {
+            TriggerAnswer::Planned { plan, .. } => plan,
+            other => panic!("{other:?}"),
+        }
+    };
+
+    let long = ask("long", 1000, 0);
+    assert_eq!(long.index, 1);
+    let started = Instant::now();
+    while view_of_every_rank(&[&endpoint], Some(TOKEN))["ranks"][0]["steps"]
+        .as_u64()
+        .is_none_or(|steps| steps <= long.first_step)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "window 1 opens"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, printed, said) = cli(&["trigger", &endpoint, "--cancel"]);
+    assert!(ok, "{printed}{said}");
+    assert!(
+        printed.starts_with("window 1: cancelled; it closes at step "),
+        "{printed}"
+    );
+    let report = read_report_when_written(&dir.join("window-1"));
+    let window = &report["window"];
+    assert!(
+        window["cancelled"]
+            .as_str()
+            .is_some_and(|why| why.contains("--cancel")),
+        "{window}"
+    );
+    let kept = window["steps"].as_u64().unwrap();
+    assert!((1..1000).contains(&kept), "{window}");
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1])
+    );
+
+    let far = ask("far-ahead", 3, 400);
+    assert_eq!(far.index, 2);
+    let (ok, _, said) = cli(&["trigger", &endpoint, "--cancel", "1"]);
+    assert!(
+        !ok && said.contains("window 2 is planned or open, not window 1"),
+        "{said}"
+    );
+    let cancelled = support::trigger(&dir, &["--cancel", "2"]);
+    assert_eq!(cancelled.trim(), "window 2: cancelled; it will not open");
+    let (ok, _, said) = cli(&["trigger", &endpoint, "--cancel"]);
+    assert!(
+        !ok && said.contains("no window is planned or open"),
+        "{said}"
+    );
+    let third = support::trigger(&dir, &["--steps", "3", "--wait", "--timeout", "60"]);
+    assert!(third.starts_with("window 3: "), "{third}");
+    let report = read_report(&dir.join("window-3"));
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1])
+    );
+    assert!(!dir.join("window-2").exists(), "window 2 never opened");
+
+    wait_for(children);
 }
 
 /// Ranks that do not see rank 0's session directory (each writes under a

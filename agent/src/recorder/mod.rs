@@ -38,8 +38,8 @@ use rankscope_common::payload::Overflow;
 use rankscope_common::table::{Builders, Table};
 use rankscope_common::Config;
 
+use crate::lock_order::{Level, OrderedMutex};
 use crate::stage_name::StageName;
-use crate::sync::lock;
 use crate::ticks::Clock;
 
 mod budget;
@@ -83,7 +83,7 @@ impl Recorder {
             id: NEXT_RECORDER_ID.fetch_add(1, Ordering::Relaxed),
             registry: Arc::new(Registry {
                 threads: Mutex::default(),
-                retired: Mutex::default(),
+                retired: OrderedMutex::default_at(Level::Retired),
                 clock: Clock::new(),
                 sessions: Generations::new(),
                 budget: RowBudget::new(config.max_data_points),
@@ -129,7 +129,7 @@ impl Recorder {
             self.registry.pair(&thread, &mut data, 0);
             data.clear_rows();
         }
-        *lock(&self.registry.retired) = Retired::default();
+        *self.registry.retired.lock() = Retired::default();
         self.take_dropped();
         self.registry.clock.start_session();
         let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
@@ -148,7 +148,7 @@ impl Recorder {
         // Held throughout (before any buffer, as `retire` takes them), so a
         // thread exiting meanwhile retires its records before or after, never
         // in between.
-        let mut retired = lock(&self.registry.retired);
+        let mut retired = self.registry.retired.lock();
         for thread in self.registry.threads() {
             let mut data = thread.lock();
             self.registry
@@ -167,7 +167,7 @@ impl Recorder {
     /// builders, for a flush; the session goes on recording (call
     /// counts, open stages and overflow counts stay).
     pub(crate) fn flush(&self) -> Builders {
-        let mut retired = lock(&self.registry.retired);
+        let mut retired = self.registry.retired.lock();
         for thread in self.registry.threads() {
             let mut data = thread.lock();
             self.registry

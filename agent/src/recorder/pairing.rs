@@ -13,6 +13,7 @@ use super::events::{Chunk, Event};
 use super::generations::Generations;
 use super::thread::{OpenStage, ThreadBuffer, ThreadData};
 use super::CHUNK_EVENTS;
+use crate::lock_order::OrderedMutex;
 use crate::sync::lock;
 use crate::ticks::{Clock, Scale};
 use rankscope_common::table::{Builders, StageRecord, Table};
@@ -21,7 +22,7 @@ use rankscope_common::table::{Builders, StageRecord, Table};
 /// exited threads recorded, the clock, the sessions and the row budget.
 pub(super) struct Registry {
     pub(super) threads: Mutex<Vec<Arc<ThreadBuffer>>>,
-    pub(super) retired: Mutex<Retired>,
+    pub(super) retired: OrderedMutex<Retired>,
     /// The session clock, and the hot paths' ticks.
     pub(super) clock: Clock,
     /// Which session stages paired now belong to.
@@ -198,7 +199,7 @@ impl Registry {
     pub(super) fn retire(&self, buffer: &Arc<ThreadBuffer>) {
         {
             // The retired records first, then the buffer: the order `drain` takes.
-            let mut retired = lock(&self.retired);
+            let mut retired = self.retired.lock();
             let mut data = buffer.lock();
             self.take_rows(&mut retired.builders, buffer, &mut data);
             add_overflow(&mut retired.overflow, &mut data);

@@ -6,6 +6,7 @@ use super::events::{Event, EventLog};
 use super::hot_path::{NOT_OPENED, REFUSED};
 use super::CHUNK_EVENTS;
 use super::*;
+use crate::sync::lock;
 use rankscope_common::table::StagesView;
 use std::cell::RefCell;
 

@@ -51,8 +51,9 @@ impl StatusSharing {
 
     /// Notes the step count `steps`; once a second, measures the pace and
     /// shares this rank's status where it is read (`told`: rank 0 said
-    /// over the mirror that `rankscope top` watches): in `dir`, and to
-    /// `inbox` for the mirror; returns whether it did.
+    /// over the mirror that `rankscope top` watches): in `dir`, or to
+    /// `inbox` for the mirror where rank 0 does not see `dir`; returns
+    /// whether it did.
     pub(super) fn share(
         &mut self,
         hub: &Hub,
@@ -91,7 +92,10 @@ impl StatusSharing {
             gpus,
             simulated,
         };
-        inbox.share_status(status.clone());
+        if inbox.apart() {
+            inbox.share_status(status);
+            return true;
+        }
         if let Err(e) = window::write_status(dir, hub.env.rank, status) {
             if !std::mem::replace(&mut self.unwritable, true) {
                 notice!("this rank's live status cannot be shared: {e}");

@@ -55,6 +55,7 @@ fn own_request(nonce: String, trigger: Trigger) -> Request {
         torch: false,
         duration_ms: 0,
         cancel: false,
+        cancel_window: None,
     }
 }
 
@@ -142,7 +143,13 @@ impl Windows {
                 nonce: request.nonce.clone(),
                 reason: "cancelled by `rankscope trigger --cancel`".into(),
             };
-            return match self.cancel(hub, cancelled) {
+            let ended = match (request.cancel_window, self.current_index()) {
+                (Some(asked), Some(current)) if asked != current => Err(format!(
+                    "window {current} is planned or open, not window {asked}"
+                )),
+                _ => self.cancel(hub, cancelled),
+            };
+            return match ended {
                 Ok(plan) => match asker {
                     Asker::Inbox(answers) => {
                         let _ = answers.send(WindowAnswer::Cancelled(plan));
@@ -270,6 +277,12 @@ impl Windows {
         self.inbox.post(&revised);
         self.revise(hub, revised.clone());
         Ok(revised)
+    }
+
+    /// The window planned or open now, if any.
+    fn current_index(&self) -> Option<u32> {
+        let current = self.open.as_ref().map(|open| &open.plan);
+        current.or(self.planned.as_ref()).map(|plan| plan.index)
     }
 
     /// Rank 0: cancels the planned window whose first step did not come

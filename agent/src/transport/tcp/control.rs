@@ -349,6 +349,7 @@ mod tests {
                 torch: false,
                 duration_ms: 0,
                 cancel: false,
+                cancel_window: None,
             },
             plan_wait_ms: 60_000,
             report_wait_ms: 0,

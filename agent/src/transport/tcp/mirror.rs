@@ -539,6 +539,7 @@ impl<'a> Mirroring<'a> {
                     Ok(Some(link)) => {
                         self.keep(link);
                         self.state.folder.store(folder::APART, Ordering::SeqCst);
+                        self.state.settings.windows.set_apart();
                         self.retry = Backoff::new();
                     }
                     // One folder (or no room at rank 0): nothing to mirror.
