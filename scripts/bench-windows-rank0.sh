@@ -31,7 +31,7 @@ for ranks in 16 64; do
     live=""
     while [ -z "$live" ]; do
         sleep 0.2
-        live=$(find "$out/0" -path '*/control/live' 2>/dev/null | head -n 1)
+        live=$(find "$out/0" -path '*/control/live' 2>/dev/null | head -n 1 || true)
     done
     # rank 0's pid, from the file it keeps while its session runs
     pid=$(awk '{ print $2 }' "$live")
