@@ -402,16 +402,7 @@ mod tests {
     }
 
     fn request(nonce: &str) -> Request {
-        Request {
-            nonce: nonce.into(),
-            steps: 1,
-            delay_steps: 0,
-            trigger: Trigger::Command,
-            torch: false,
-            duration_ms: 0,
-            cancel: false,
-            cancel_window: None,
-        }
+        Request::command(nonce, 1)
     }
 
     #[test]

@@ -515,6 +515,22 @@ pub fn read_request(path: &Path) -> Result<Request, ControlError> {
 }
 
 impl Request {
+    /// A request of `rankscope trigger`, `nonce`, for a window of `steps`
+    /// steps at once (0: the job's `window_steps`); its other fields say
+    /// nothing more.
+    pub fn command(nonce: impl Into<String>, steps: u64) -> Request {
+        Request {
+            nonce: nonce.into(),
+            steps,
+            delay_steps: 0,
+            trigger: Trigger::Command,
+            torch: false,
+            duration_ms: 0,
+            cancel: false,
+            cancel_window: None,
+        }
+    }
+
     /// What makes the request one no window can answer, if anything: a
     /// nonce that is not [`valid_nonce`], steps and a delay together past
     /// [`MAX_WINDOW_STEPS`], a duration past [`MAX_WINDOW_MS`].
@@ -718,16 +734,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("nonce"));
-        let request = Request {
-            nonce: "a/b".into(),
-            steps: 1,
-            delay_steps: 0,
-            trigger: Trigger::Command,
-            torch: false,
-            duration_ms: 0,
-            cancel: false,
-            cancel_window: None,
-        };
+        let request = Request::command("a/b", 1);
         assert!(write_request(dir.path(), &request).is_err());
     }
 
@@ -735,16 +742,7 @@ mod tests {
     fn pending_requests_are_capped_and_the_rest_counted() {
         let dir = tempfile::tempdir().unwrap();
         for i in 0..5 {
-            let request = Request {
-                nonce: format!("r{i}"),
-                steps: 1,
-                delay_steps: 0,
-                trigger: Trigger::Command,
-                torch: false,
-                duration_ms: 0,
-                cancel: false,
-                cancel_window: None,
-            };
+            let request = Request::command(format!("r{i}"), 1);
             write_request(dir.path(), &request).unwrap();
         }
         let (found, beyond) = pending_requests(dir.path(), 3).unwrap();

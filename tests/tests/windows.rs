@@ -661,15 +661,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
         ],
     );
     let dir = live_session_dir(out.path());
-    let cli = |args: &[&str], token: Option<&str>| {
-        let output = support::rankscope(args, token);
-        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
-        (
-            output.status.success(),
-            text(&output.stdout),
-            text(&output.stderr),
-        )
-    };
+    let cli = support::rankscope_said;
 
     let (ok, _, said) = cli(
         &["trigger", &endpoint, "--steps", "5"],
@@ -712,14 +704,8 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
     let remote = Remote::new(&endpoint, TOKEN.as_bytes());
     let asked = RemoteTrigger {
         request: Request {
-            nonce: "0123456789abcdef0123456789abcdef".into(),
-            steps: 3,
-            delay_steps: 0,
             trigger: Trigger::Signal,
-            torch: false,
-            duration_ms: 0,
-            cancel: false,
-            cancel_window: None,
+            ..Request::command("0123456789abcdef0123456789abcdef", 3)
         },
         plan_wait_ms: 30_000,
         report_wait_ms: 0,
@@ -794,7 +780,7 @@ fn trigger_and_top_reach_rank_0_over_its_endpoint_with_the_token() {
 fn a_window_is_cancelled_while_open_or_before_it_opens() {
     use rankscope::transport::tcp::remote::Remote;
     use rankscope_common::remote::{RemoteTrigger, TriggerAnswer};
-    use rankscope_common::window::{Request, Trigger};
+    use rankscope_common::window::Request;
 
     const TOKEN: &str = "a-secret-of-this-job";
     let out = tempfile::tempdir().unwrap();
@@ -813,27 +799,13 @@ fn a_window_is_cancelled_while_open_or_before_it_opens() {
         })
         .collect();
     let dir = live_session_dir(out.path());
-    let cli = |args: &[&str]| {
-        let output = support::rankscope(args, Some(TOKEN));
-        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
-        (
-            output.status.success(),
-            text(&output.stdout),
-            text(&output.stderr),
-        )
-    };
+    let cli = |args: &[&str]| support::rankscope_said(args, Some(TOKEN));
     let remote = Remote::new(&endpoint, TOKEN.as_bytes());
     let ask = |nonce: &str, steps: u64, delay_steps: u64| {
         let asked = RemoteTrigger {
             request: Request {
-                nonce: nonce.into(),
-                steps,
                 delay_steps,
-                trigger: Trigger::Command,
-                torch: false,
-                duration_ms: 0,
-                cancel: false,
-                cancel_window: None,
+                ..Request::command(nonce, steps)
             },
             plan_wait_ms: 30_000,
             report_wait_ms: 0,

@@ -190,6 +190,18 @@ pub fn rankscope(args: &[&str], token: Option<&str>) -> Output {
     command.output().unwrap()
 }
 
+/// [`rankscope`]: whether it succeeded, and what it printed on its standard
+/// output and its standard error.
+pub fn rankscope_said(args: &[&str], token: Option<&str>) -> (bool, String, String) {
+    let output = rankscope(args, token);
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (
+        output.status.success(),
+        text(&output.stdout),
+        text(&output.stderr),
+    )
+}
+
 /// [`rankscope`], which must succeed: what it printed.
 pub fn rankscope_ok(args: &[&str], token: Option<&str>) -> String {
     let output = rankscope(args, token);

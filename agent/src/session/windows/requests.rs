@@ -48,14 +48,8 @@ impl Asker {
 /// of the job's `window_steps`.
 fn own_request(nonce: String, trigger: Trigger) -> Request {
     Request {
-        nonce,
-        steps: 0,
-        delay_steps: 0,
         trigger,
-        torch: false,
-        duration_ms: 0,
-        cancel: false,
-        cancel_window: None,
+        ..Request::command(nonce, 0)
     }
 }
 

@@ -341,16 +341,7 @@ mod tests {
 
     fn asked(n: u32) -> RemoteTrigger {
         RemoteTrigger {
-            request: Request {
-                nonce: format!("{n:032x}"),
-                steps: 1,
-                delay_steps: 0,
-                trigger: Trigger::Command,
-                torch: false,
-                duration_ms: 0,
-                cancel: false,
-                cancel_window: None,
-            },
+            request: Request::command(format!("{n:032x}"), 1),
             plan_wait_ms: 60_000,
             report_wait_ms: 0,
         }
