@@ -500,14 +500,16 @@ pub fn pending_requests(session_dir: &Path, max: usize) -> std::io::Result<(Vec<
 }
 
 /// Reads a request file (`rankscope trigger`'s: its trigger is always
-/// [`Trigger::Command`]); one whose nonce is not [`valid_nonce`], or whose
-/// steps and delay together pass [`MAX_WINDOW_STEPS`], is invalid.
+/// [`Trigger::Command`]); one whose nonce is not [`valid_nonce`] is
+/// invalid (no answer can be named for it). Past that, what it asks is
+/// the answerer's to judge ([`Request::problem`]), and to refuse by its
+/// nonce.
 pub fn read_request(path: &Path) -> Result<Request, ControlError> {
     let mut request: Request = read_json(path)?;
-    if let Some(reason) = request.problem() {
+    if !valid_nonce(&request.nonce) {
         return Err(ControlError::Invalid {
             path: path.to_path_buf(),
-            reason: reason.into(),
+            reason: "its nonce is not 1 to 64 letters, digits, `-` or `_`".into(),
         });
     }
     request.trigger = Trigger::Command;
@@ -734,6 +736,16 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("nonce"));
+        // Past its bounds but named: read, for rank 0 to refuse by name.
+        std::fs::write(
+            &path,
+            r#"{"nonce": "huge", "steps": 18446744073709551615, "delay_steps": 0, "trigger": "command"}"#,
+        )
+        .unwrap();
+        let huge = read_request(&path).unwrap();
+        assert!(huge
+            .problem()
+            .is_some_and(|p| p.contains("pass 1 000 000 000")));
         let request = Request::command("a/b", 1);
         assert!(write_request(dir.path(), &request).is_err());
     }

@@ -631,6 +631,18 @@ fn a_window_whose_steps_never_come_expires_and_frees_the_windows() {
     assert_eq!(plan["steps"], 0);
     let second = support::trigger(&dir, &["--steps", "5"]);
     assert!(second.starts_with("window 2: "), "{second}");
+    // A request written by hand past the bounds is refused by its name,
+    // with the reason.
+    let huge = r#"{"nonce": "huge", "steps": 18446744073709551615, "delay_steps": 0, "trigger": "command"}"#;
+    std::fs::write(dir.join("control/request-huge.json"), huge).unwrap();
+    let refused = dir.join("control/refused-huge.json");
+    let started = Instant::now();
+    while !refused.is_file() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no refusal");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refusal = std::fs::read_to_string(&refused).unwrap();
+    assert!(refusal.contains("pass 1 000 000 000"), "{refusal}");
     rank.kill().unwrap();
     rank.wait().unwrap();
 }

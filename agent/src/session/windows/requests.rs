@@ -132,6 +132,10 @@ impl Windows {
     /// Plans the window `request` asks for, or ends the one planned or
     /// open where it is a cancel, and tells `asker`; or tells it why not.
     fn answer(&mut self, hub: &Arc<Hub>, request: Request, asker: Asker) {
+        if let Some(problem) = request.problem() {
+            let reason = format!("the request cannot be answered: {problem}");
+            return asker.refuse(self, request.nonce, reason);
+        }
         if request.cancel {
             let cancelled = Cancelled {
                 nonce: request.nonce.clone(),
