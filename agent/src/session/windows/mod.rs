@@ -455,12 +455,17 @@ impl Windows {
         }
     }
 
+    /// The window planned or open now, if any.
+    fn current_plan(&self) -> Option<&Plan> {
+        let open = self.open.as_ref().map(|open| &open.plan);
+        open.or(self.planned.as_ref())
+    }
+
     /// A rank other than 0: reads the next window's plan where none is
     /// planned or open here, else follows rank 0's rewriting of the one
     /// that is (it ended it early).
     fn follow_plans(&mut self, hub: &Arc<Hub>) {
-        let current = self.open.as_ref().map(|open| &open.plan);
-        let Some(current) = current.or(self.planned.as_ref()) else {
+        let Some(current) = self.current_plan() else {
             // The next window's plan; where rank 0 sent later ones but not
             // it (this rank's mirror was down meanwhile), the first of those.
             let next = self.next_index;
@@ -487,14 +492,11 @@ impl Windows {
     /// window is the one after it; an open one closes at its new close
     /// step (at once, where the count passed it).
     fn revise(&mut self, hub: &Arc<Hub>, revised: Plan) {
-        if let Some(mut open) = self.open.take() {
-            open.close_step = revised.close_step().max(open.edge.count + 1);
+        if let Some(open) = self.open.as_mut() {
+            open.close_step = revised.close_step();
             open.plan = revised;
             self.steps.set_current(Some(&open.plan));
-            match self.steps.arm(open.close_step, NONE) {
-                true => self.open = Some(open),
-                false => self.close(hub, open, edge_now(hub)),
-            }
+            self.arm_close(hub);
             return;
         }
         if self.planned.take().is_none() {

@@ -141,7 +141,8 @@ impl Windows {
                 nonce: request.nonce.clone(),
                 reason: "cancelled by `rankscope trigger --cancel`".into(),
             };
-            let ended = match (request.cancel_window, self.current_index()) {
+            let current = self.current_plan().map(|plan| plan.index);
+            let ended = match (request.cancel_window, current) {
                 (Some(asked), Some(current)) if asked != current => Err(format!(
                     "window {current} is planned or open, not window {asked}"
                 )),
@@ -236,8 +237,7 @@ impl Windows {
             ));
         }
         let lead = self.lead_steps();
-        let current = self.open.as_ref().map(|open| (&open.plan, Some(open)));
-        let Some((plan, open)) = current.or(self.planned.as_ref().map(|plan| (plan, None))) else {
+        let Some(plan) = self.current_plan() else {
             return Err("no window is planned or open".into());
         };
         if plan.cancelled.is_some() {
@@ -248,14 +248,14 @@ impl Windows {
             ));
         }
         let mut revised = plan.clone();
-        revised.steps = match open {
+        revised.steps = match self.open.as_ref().map(|open| open.edge.count) {
             // Closes a lead from now, after at least one step, never later
             // than planned.
-            Some(open) => self
+            Some(opened) => self
                 .steps
                 .count()
                 .saturating_add(lead)
-                .max(open.edge.count + 1)
+                .max(opened + 1)
                 .min(plan.close_step())
                 .saturating_sub(plan.first_step),
             None => 0,
@@ -275,12 +275,6 @@ impl Windows {
         self.inbox.post(&revised);
         self.revise(hub, revised.clone());
         Ok(revised)
-    }
-
-    /// The window planned or open now, if any.
-    fn current_index(&self) -> Option<u32> {
-        let current = self.open.as_ref().map(|open| &open.plan);
-        current.or(self.planned.as_ref()).map(|plan| plan.index)
     }
 
     /// Rank 0: cancels the planned window whose first step did not come
@@ -364,11 +358,7 @@ impl Windows {
                 self.rolling
             ));
         }
-        let busy = self
-            .open
-            .as_ref()
-            .map(|open| &open.plan)
-            .or(self.planned.as_ref())?;
+        let busy = self.current_plan()?;
         Some(format!(
             "window {} is planned or open; ask again when its report is written",
             busy.index

@@ -131,7 +131,7 @@ impl Stepping for Steps {
     }
 
     fn count(&self) -> u64 {
-        self.count.count()
+        Steps::count(self)
     }
 }
 

@@ -137,12 +137,10 @@ impl Desk {
                 ));
             }
         };
+        // What it asks is the windows thread's to judge, as every
+        // request's (`Request::problem`). Whatever it claims, it came from
+        // a command.
         let mut request = asked.request;
-        if let Some(problem) = request.problem() {
-            let reason = format!("the request cannot be answered: {problem}");
-            return tell.send(&TriggerAnswer::Refused { reason });
-        }
-        // Whatever it claims, it came from a command.
         request.trigger = Trigger::Command;
         if !self.first_use(&request.nonce) {
             let reason = ConnectionRefusal::Replayed.to_string();
