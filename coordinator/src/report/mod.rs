@@ -8,11 +8,11 @@ mod gzip;
 pub mod html;
 pub mod raw;
 pub mod rows;
+mod sections;
 mod summary;
 pub mod trace;
 
 use crate::AnalysisConfig;
-use std::collections::{BTreeMap, HashSet};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -22,7 +22,7 @@ use rankscope_common::Payload;
 
 use crate::analysis::analyze_with_rows;
 use crate::join::join;
-use crate::model::{Notice, Report, StageStats};
+use crate::model::{Notice, Report};
 
 pub use rows::RowWriters;
 pub use summary::summary;
@@ -157,38 +157,6 @@ fn write_pages(report: &Report, dir: &Path) -> Result<(Vec<PathBuf>, String), Wr
         write_file(&dir.join(STAGES_CSV), csv::stages_csv(report).as_bytes())?,
     ];
     Ok((files, summary))
-}
-
-/// The stages in tree order: each top-level stage (the largest total
-/// first) followed by the stages nested in it, with their depth. A stage
-/// whose parent is not in the list, or that sits in a loop of parents, is
-/// shown at the top.
-pub(crate) fn stage_tree(stages: &[StageStats]) -> Vec<(&StageStats, usize)> {
-    let mut children: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    let known: HashSet<&str> = stages.iter().map(|s| s.name.as_str()).collect();
-    let mut roots = Vec::new();
-    for (i, stage) in stages.iter().enumerate() {
-        match stage.parent.as_deref().filter(|p| known.contains(p)) {
-            Some(parent) => children.entry(parent).or_default().push(i),
-            None => roots.push(i),
-        }
-    }
-    let mut ordered = Vec::with_capacity(stages.len());
-    let mut placed = vec![false; stages.len()];
-    // Depth first from each root; then from whatever a loop kept unplaced.
-    for start in roots.into_iter().chain(0..stages.len()) {
-        let mut stack = vec![(start, 0)];
-        while let Some((i, depth)) = stack.pop() {
-            if std::mem::replace(&mut placed[i], true) {
-                continue;
-            }
-            ordered.push((&stages[i], depth));
-            if let Some(kids) = children.get(stages[i].name.as_str()) {
-                stack.extend(kids.iter().rev().map(|&k| (k, depth + 1)));
-            }
-        }
-    }
-    ordered
 }
 
 /// Writes the page of `report` to `path`: `rankscope report`.

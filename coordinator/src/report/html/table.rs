@@ -12,16 +12,16 @@ fn escaped(text: &str) -> String {
 }
 
 /// Rows a table shows at most; the rest are in report.json.
-pub(super) const MAX_TABLE_ROWS: usize = 2_000;
+pub(crate) const MAX_TABLE_ROWS: usize = 2_000;
 /// Rows a table of one row per rank or per GPU shows at most: at a
 /// thousand ranks the page shows the charts' distributions and these (the
 /// GPUs with a bottleneck first); report.json and stages.csv hold them all.
-pub(super) const PER_RANK_ROWS: usize = 64;
+pub(crate) const PER_RANK_ROWS: usize = 64;
 
 /// A table: its column heads, and its rows of cells, made one at a time as
 /// the table is written (the page shows [`MAX_TABLE_ROWS`] of them and
 /// counts the rest).
-pub(super) struct Table<'r> {
+pub(crate) struct Table<'r> {
     heads: Vec<Head>,
     rows: Box<dyn Iterator<Item = Vec<Cell>> + 'r>,
     /// Rows shown at most.
@@ -30,7 +30,7 @@ pub(super) struct Table<'r> {
 
 impl<'r> Table<'r> {
     /// A table of `heads` and `rows`.
-    pub(super) fn new(
+    pub(crate) fn new(
         heads: &[(&'static str, bool)],
         rows: impl Iterator<Item = Vec<Cell>> + 'r,
     ) -> Self {
@@ -45,13 +45,13 @@ impl<'r> Table<'r> {
     }
 
     /// The table showing at most `limit` rows.
-    pub(super) fn limited(self, limit: usize) -> Self {
+    pub(crate) fn limited(self, limit: usize) -> Self {
         Table { limit, ..self }
     }
 
     /// Writes the table as `<table id="{id}">`, sortable by its columns
     /// (the page's script sorts a numeric column by its cells' `data-sort`).
-    pub(super) fn write_html(self, id: &str, out: &mut impl Write) -> std::io::Result<()> {
+    pub(crate) fn write_html(self, id: &str, out: &mut impl Write) -> std::io::Result<()> {
         let mut rows = self.rows.peekable();
         if rows.peek().is_none() {
             return out.write_all(b"<p class=\"none\">None.</p>");
@@ -98,15 +98,15 @@ struct Head {
 /// One cell: its text, the number it sorts by (numeric columns), how deep
 /// it is indented (nested stages) and badges (GPU bottlenecks).
 #[derive(Default)]
-pub(super) struct Cell {
+pub(crate) struct Cell {
     /// What the cell shows.
-    pub(super) text: String,
+    pub(crate) text: String,
     /// The number a numeric column sorts it by.
-    pub(super) sort: Option<f64>,
+    pub(crate) sort: Option<f64>,
     /// How deep it is indented under its parent.
-    pub(super) depth: usize,
+    pub(crate) depth: usize,
     /// Badges under the text: (kind, evidence).
-    pub(super) badges: Vec<(String, String)>,
+    pub(crate) badges: Vec<(String, String)>,
 }
 
 impl Cell {
@@ -141,7 +141,7 @@ impl Cell {
     }
 
     /// A cell of text.
-    pub(super) fn text(text: impl Into<String>) -> Self {
+    pub(crate) fn text(text: impl Into<String>) -> Self {
         Cell {
             text: text.into(),
             ..Cell::default()
@@ -149,7 +149,7 @@ impl Cell {
     }
 
     /// `value` with `decimals` decimals; `null` (not measured) as a dash.
-    pub(super) fn number(value: Option<f64>, decimals: usize) -> Self {
+    pub(crate) fn number(value: Option<f64>, decimals: usize) -> Self {
         Cell {
             text: value.map_or_else(|| "–".to_string(), |v| format!("{v:.decimals$}")),
             sort: value,
@@ -158,7 +158,7 @@ impl Cell {
     }
 
     /// A value with the rank it belongs to: `1.234 (r3)`.
-    pub(super) fn at_rank(value: f64, rank: u32) -> Self {
+    pub(crate) fn at_rank(value: f64, rank: u32) -> Self {
         Cell {
             text: format!("{value:.3} (r{rank})"),
             sort: Some(value),

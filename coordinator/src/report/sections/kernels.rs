@@ -1,13 +1,62 @@
-//! The summary's sections from kernel traces: GPU time per rank, the top
-//! kernels across ranks, kernel stragglers, collectives and what the
-//! traces' budgets cut.
+//! Inside the GPU, from torch.profiler traces: GPU time per rank (HTA's
+//! definitions), kernels and CPU operators across ranks, the kernels each
+//! stage launched, kernel stragglers, collectives and what the traces'
+//! budgets cut.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::{column, fit, write_wrapped, NAME_WIDTH};
+use super::{Part, Section};
 use crate::model::{CollectiveStats, KernelStats, Report};
-use rankscope_common::text::cell;
+use crate::report::html::table::{Cell, Table};
+use crate::report::summary::lines::{fit, write_wrapped, NAME_WIDTH};
+use rankscope_common::text::{cell, column};
+
+pub(super) const SECTION: Section = Section {
+    id: "kernels",
+    link: "Kernels",
+    title: "Inside the GPU: kernel traces",
+    fields: &[
+        "gpu_time",
+        "kernels",
+        "cpu_ops",
+        "stage_kernels",
+        "kernel_stragglers",
+        "collectives",
+        "kernel_traces",
+    ],
+    summary: write_summary,
+    values: super::no_values,
+    parts: &[
+        Part::Html(
+            r#"<p class="hint">From torch.profiler traces. GPU time uses the definitions of Holistic Trace Analysis: the window runs from a GPU's first kernel to its last; idle is when no kernel, copy or set runs on any stream; compute is when a compute kernel runs; non-compute is the rest of the busy time (communication, memory, other). Overlapped is the share of communication time during which compute ran too.</p>"#,
+        ),
+        Part::Table("gpu-time-table", gpu_time),
+        Part::Html(
+            r#"<div class="chart" id="chart-gpu-time" data-empty="No kernel traces."></div>
+  <h3>Kernels across ranks</h3>
+  <p class="hint">Per kernel name, each rank's total; imbalance is the slowest rank against the median of the others.</p>"#,
+        ),
+        Part::Table("kernel-table", kernels),
+        Part::Html(
+            r#"<h3>CPU operators across ranks</h3>
+  <p class="hint">torch.profiler's CPU operators, each rank's total time in them, nested operators included.</p>"#,
+        ),
+        Part::Table("cpu-op-table", cpu_ops),
+        Part::Html(
+            r#"<h3>Stages to kernels</h3>
+  <p class="hint">Per stage, the GPU time of the kernels launched while it was the innermost open stage (by each kernel's launch on the host), on each rank; its host time is in the stage table above.</p>"#,
+        ),
+        Part::Table("stage-kernel-table", stage_kernels),
+        Part::Html("<h3>Kernel and operator stragglers</h3>"),
+        Part::Table("kernel-straggler-table", kernel_stragglers),
+        Part::Html(
+            r#"<h3>Collectives</h3>
+  <p class="hint">The k-th call of a collective kind and group on each rank taken as one collective: waiting is the time from a rank's arrival to the last rank's (its time in the call past the least any rank spent there: the ranks leave together), counted over the steady calls (those in no rank's warm-up, stall or profiler step); the last to arrive imposes that wait on the others.</p>"#,
+        ),
+        Part::Table("collective-table", collectives),
+    ],
+};
 
 /// GPUs shown in the GPU time table; the rest are counted.
 const GPU_ROWS: usize = 16;
@@ -19,7 +68,7 @@ const KERNEL_STRAGGLER_ROWS: usize = 10;
 const COLLECTIVE_ROWS: usize = 10;
 
 /// Every kernel section that has data.
-pub(super) fn write_kernels(out: &mut String, report: &Report) -> std::fmt::Result {
+fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
     write_gpu_time(out, report)?;
     write_kernel_table(
         out,
@@ -230,4 +279,144 @@ fn write_cuts(out: &mut String, report: &Report) -> std::fmt::Result {
         )?;
     }
     Ok(())
+}
+
+/// The longest kernel name a table shows (C++ template names run to
+/// kilobytes); report.json has them whole.
+const KERNEL_NAME_SHOWN: usize = 160;
+
+/// `value` % with one decimal, sorted by it.
+fn pct(value: f64) -> Cell {
+    Cell::number(Some(value), 1)
+}
+
+fn gpu_time(report: &Report) -> Table<'_> {
+    let rows = report.gpu_time.iter().map(|g| {
+        vec![
+            Cell::number(Some(f64::from(g.rank)), 0),
+            Cell::number(g.gpu.map(|i| i as f64), 0),
+            Cell::number(Some(g.window_s), 4),
+            pct(g.idle_pct),
+            pct(g.compute_pct),
+            pct(g.non_compute_pct),
+            Cell::number(Some(g.communication_s), 4),
+            Cell::number(Some(g.memory_s), 4),
+            Cell::number(g.comm_overlap_pct, 1),
+        ]
+    });
+    Table::new(
+        &[
+            ("Rank", true),
+            ("GPU", true),
+            ("Window s", true),
+            ("Idle %", true),
+            ("Compute %", true),
+            ("Non-compute %", true),
+            ("Communication s", true),
+            ("Memory s", true),
+            ("Comm. overlapped %", true),
+        ],
+        rows,
+    )
+}
+
+fn kernels(report: &Report) -> Table<'_> {
+    names_across_ranks(&report.kernels, "Kernel")
+}
+
+fn cpu_ops(report: &Report) -> Table<'_> {
+    names_across_ranks(&report.cpu_ops, "CPU operator")
+}
+
+fn stage_kernels(report: &Report) -> Table<'_> {
+    names_across_ranks(&report.stage_kernels, "Stage")
+}
+
+/// `kernels[]` or `cpu_ops[]`, the first column headed `what`.
+fn names_across_ranks<'r>(rows: &'r [KernelStats], what: &'static str) -> Table<'r> {
+    let rows = rows.iter().map(|k| {
+        vec![
+            Cell::text(cell(&k.name, KERNEL_NAME_SHOWN)),
+            Cell::text(k.category.clone()),
+            Cell::number(Some(k.calls as f64), 0),
+            Cell::number(Some(k.total_s), 4),
+            Cell::at_rank(k.min_s, k.min_rank),
+            Cell::at_rank(k.max_s, k.max_rank),
+            Cell::number(Some(k.avg_s), 4),
+            pct(k.imbalance_pct),
+        ]
+    });
+    Table::new(
+        &[
+            (what, false),
+            ("Category", false),
+            ("Calls", true),
+            ("Total s", true),
+            ("Least per rank s", true),
+            ("Most per rank s", true),
+            ("Mean per rank s", true),
+            ("Imbalance %", true),
+        ],
+        rows,
+    )
+}
+
+fn kernel_stragglers(report: &Report) -> Table<'_> {
+    let rows = report.kernel_stragglers.iter().map(|k| {
+        vec![
+            Cell::number(Some(f64::from(k.rank)), 0),
+            Cell::text(cell(&k.kernel, KERNEL_NAME_SHOWN)),
+            Cell::text(k.category.clone()),
+            Cell {
+                text: format!("{:.2}×", k.slowdown),
+                sort: Some(k.slowdown),
+                ..Cell::default()
+            },
+            Cell::number(Some(k.excess_s), 6),
+            Cell::text(k.evidence.join("; ")),
+        ]
+    });
+    Table::new(
+        &[
+            ("Rank", true),
+            ("Kernel", false),
+            ("Category", false),
+            ("Slowdown", true),
+            ("Excess s", true),
+            ("Evidence", false),
+        ],
+        rows,
+    )
+}
+
+fn collectives(report: &Report) -> Table<'_> {
+    let rows = report.collectives.iter().map(|c| {
+        vec![
+            Cell::number(Some(f64::from(c.rank)), 0),
+            Cell::text(c.kind.clone()),
+            Cell::text(c.group.clone().unwrap_or_else(|| "–".into())),
+            Cell::number(Some(c.calls as f64), 0),
+            Cell::number(Some(c.total_s), 6),
+            Cell::number(c.wait_s, 6),
+            Cell::number(Some(c.compared as f64), 0),
+            Cell::number(c.last_to_arrive.map(|n| n as f64), 0),
+            Cell::number(c.wait_imposed_s, 6),
+            Cell::number(c.bytes.map(|b| b as f64), 0),
+        ]
+    });
+    Table::new(
+        &[
+            ("Rank", true),
+            ("Collective", false),
+            ("Group", false),
+            ("Calls", true),
+            ("Total s", true),
+            ("Waiting s", true),
+            ("Compared", true),
+            ("Last to arrive", true),
+            ("Wait imposed, rank-s", true),
+            ("Bytes", true),
+        ],
+        rows,
+    )
 }

@@ -1,0 +1,157 @@
+//! The report's sections, in page order. A section is one concept of the
+//! report in every format: the report.json fields it owns, its lines of
+//! summary.txt and its part of report.html, declared together in its own
+//! module. The page and the summary are assembled from [`SECTIONS`], so a
+//! section on the list is in both, with its link in the page's navigation;
+//! adding a section is one new module and one line in the list.
+
+mod diffusion;
+mod gpus;
+mod kernels;
+mod overhead;
+mod recommendations;
+mod session;
+mod stages;
+mod stragglers;
+mod timeline;
+
+use serde_json::Value;
+
+use super::html::table::Table;
+use crate::model::Report;
+
+/// Every section, in the order of the page and of summary.txt.
+pub(crate) const SECTIONS: [&Section; 9] = [
+    &recommendations::SECTION,
+    &stages::SECTION,
+    &timeline::SECTION,
+    &stragglers::SECTION,
+    &kernels::SECTION,
+    &gpus::SECTION,
+    &diffusion::SECTION,
+    &session::SECTION,
+    &overhead::SECTION,
+];
+
+/// One part of the report in every format.
+pub(crate) struct Section {
+    /// The id of its `<section>` in report.html, and its link's anchor.
+    pub id: &'static str,
+    /// Its link in the page's navigation.
+    pub link: &'static str,
+    /// Its heading on the page.
+    pub title: &'static str,
+    /// The report.json fields it owns: top-level names, `series.x` for a
+    /// chart series, `ranks.x` for a field of every rank. The page names
+    /// them in its heading's tooltip.
+    pub fields: &'static [&'static str],
+    /// Writes its lines of summary.txt, nothing where it has none.
+    pub summary: fn(&mut String, &Report) -> std::fmt::Result,
+    /// The values its templates render (an object, or null for none);
+    /// `simulated` is there too.
+    pub values: fn(&Report) -> Value,
+    /// Its part of report.html, in order.
+    pub parts: &'static [Part],
+}
+
+/// A piece of a section's part of report.html.
+pub(crate) enum Part {
+    /// A tera template, autoescaped, rendered with the section's values.
+    Html(&'static str),
+    /// The table of this id, made from the report row by row.
+    Table(&'static str, fn(&Report) -> Table<'_>),
+}
+
+/// A section's [`Section::values`] where its templates need none.
+fn no_values(_: &Report) -> Value {
+    Value::Null
+}
+
+/// A section's [`Section::summary`] where it has no lines.
+fn no_summary(_: &mut String, _: &Report) -> std::fmt::Result {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use rankscope_common::gather::{accept, Candidate, Expect};
+    use rankscope_common::payload::{Payload, PayloadHeader};
+
+    /// The report.json fields the page's head presents (the session, its
+    /// window and the verdict), beside those of the sections.
+    const HEAD_FIELDS: [&str; 5] = ["schema_version", "session", "window", "windows", "verdict"];
+
+    /// A report of one rank that recorded nothing: every field present.
+    fn report_json() -> Value {
+        let candidate = Candidate {
+            source: "rank 0".into(),
+            payload: Ok(Payload {
+                header: PayloadHeader::new("job", "t2v", 0, 1),
+                tables: Default::default(),
+            }),
+        };
+        let gathered = accept(vec![candidate], &Expect::default());
+        let report = crate::analysis::analyze(&gathered, &crate::AnalysisConfig::default());
+        serde_json::to_value(&report).unwrap()
+    }
+
+    /// Every field of report.json, and every chart series, has a section
+    /// (or the head) that owns it; every field a section names exists.
+    #[test]
+    fn every_field_of_report_json_belongs_to_a_section() {
+        let json = report_json();
+        let declared: Vec<&str> = SECTIONS
+            .iter()
+            .flat_map(|s| s.fields.iter().copied())
+            .chain(HEAD_FIELDS)
+            .collect();
+        for path in &declared {
+            let mut at = &json;
+            for key in path.split('.') {
+                // A field of every rank: the first rank's.
+                let object = match at {
+                    Value::Array(items) => &items[0],
+                    object => object,
+                };
+                at = object.get(key).unwrap_or_else(|| panic!("no {path}"));
+            }
+        }
+        let owned: BTreeSet<&str> = declared
+            .iter()
+            .map(|p| p.split('.').next().unwrap())
+            .collect();
+        for (key, _) in json.as_object().unwrap() {
+            assert!(
+                owned.contains(key.as_str()),
+                "report.json's {key} has no section"
+            );
+        }
+        for (key, _) in json["series"].as_object().unwrap() {
+            let path = format!("series.{key}");
+            assert!(declared.contains(&path.as_str()), "{path} has no section");
+        }
+    }
+
+    #[test]
+    fn each_section_has_its_own_id_and_tables() {
+        let mut ids = BTreeSet::new();
+        for section in SECTIONS {
+            assert!(ids.insert(section.id), "{} twice", section.id);
+            for part in section.parts {
+                if let Part::Table(id, _) = part {
+                    assert!(ids.insert(id), "{id} twice");
+                }
+            }
+            // Written into the page as they are: nothing to escape.
+            for text in [section.id, section.link, section.title]
+                .iter()
+                .chain(section.fields)
+            {
+                assert!(!text.contains(['<', '>', '&', '"']), "{text}");
+            }
+        }
+    }
+}
