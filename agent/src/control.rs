@@ -9,7 +9,10 @@
 //!   it made or rewrote lately, which its mirrors wait on and send to the
 //!   ranks apart from its folder ([`WindowControl::plans_since`]);
 //! - the other ranks: the plans rank 0 sent over the mirror, and its word
-//!   that `rankscope top` watches, for the windows thread to follow.
+//!   that `rankscope top` watches, for the windows thread to follow; a
+//!   node leader's are on its board too, for the mirrors of its node's
+//!   ranks, whose statuses it relays to rank 0
+//!   ([`WindowControl::relay_status`]).
 //!
 //! `rankscope trigger --dir`, a process with no connection, still writes a
 //! request file, and rank 0's plans are still files for the ranks that
@@ -17,7 +20,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -37,6 +40,8 @@ const WINDOWS_BACK: u32 = 16;
 /// Plans kept (rank 0's lately made, or a rank's delivered): a rank whose
 /// mirror was down longer misses some, and goes on from the next it gets.
 const PLANS_KEPT: usize = 64;
+/// Statuses a node leader keeps to relay, one per rank of its node.
+const RELAYED_KEPT: usize = 4096;
 
 /// What the windows thread answers a request asked through the inbox, in
 /// order: the plan (or the refusal), then, for a window, whether its
@@ -132,9 +137,10 @@ struct Shared {
     /// Rank 0: the latest windows it cancelled before they opened, which
     /// no rank's payload is taken for.
     never_opened: Mutex<VecDeque<u32>>,
-    /// Rank 0: the plans it made or rewrote lately.
+    /// The plans rank 0 made or rewrote lately: rank 0's own, or those
+    /// another rank was sent (a node leader's mirrors send them on).
     board: Mutex<Board>,
-    /// Rank 0: a plan was posted on the board.
+    /// A plan was posted on the board.
     posted: Condvar,
     /// Another rank: the plans rank 0 sent it, the newest of each window.
     delivered: Mutex<BTreeMap<u32, Plan>>,
@@ -142,9 +148,15 @@ struct Shared {
     watched: Mutex<Option<Instant>>,
     /// Another rank: its newest status not sent to rank 0 yet.
     status: Mutex<Option<LiveStatus>>,
-    /// Another rank: rank 0 does not see its folder (its mirror said so),
-    /// so its statuses go as messages, not files.
-    apart: AtomicBool,
+    /// Another rank: whether rank 0 sees its folder, once its mirror
+    /// learned it (`Some(false)`: apart, so its statuses go as messages,
+    /// not files).
+    folder: Mutex<Option<bool>>,
+    /// Another rank: its mirror learned whether rank 0 sees its folder.
+    folder_told: Condvar,
+    /// A node leader: the newest status of each rank of its node that
+    /// its mirror has not relayed to rank 0 yet.
+    relayed: Mutex<BTreeMap<u32, LiveStatus>>,
 }
 
 /// Rank 0's plans lately made or rewritten, each with the version the
@@ -183,7 +195,9 @@ impl WindowControl {
             delivered: Mutex::default(),
             watched: Mutex::default(),
             status: Mutex::default(),
-            apart: AtomicBool::new(false),
+            folder: Mutex::default(),
+            folder_told: Condvar::new(),
+            relayed: Mutex::default(),
         });
         let inbox = Inbox {
             receiver,
@@ -241,7 +255,8 @@ impl WindowControl {
         }
     }
 
-    /// Rank 0's mirror of a rank: the plans posted since version `seen`
+    /// A mirror served (rank 0's of a rank, or a node leader's of a rank
+    /// of its node): the plans posted since version `seen`
     /// (where `seen` is 0, those of window `from` and after, and the one
     /// before it, which may have been rewritten), waiting up to `wait` for
     /// one; and the version to ask from next.
@@ -264,8 +279,10 @@ impl WindowControl {
         (board.version, plans)
     }
 
-    /// Another rank's mirror: hands the windows thread a plan rank 0 sent.
+    /// Another rank's mirror: hands the windows thread a plan rank 0 sent,
+    /// and posts it for the mirrors this rank serves as its node's leader.
     pub(crate) fn deliver(&self, plan: Plan) {
+        post(&self.shared, &plan);
         let mut delivered = lock(&self.shared.delivered);
         delivered.insert(plan.index, plan);
         while delivered.len() > PLANS_KEPT {
@@ -280,9 +297,51 @@ impl WindowControl {
         *lock(&self.shared.watched) = Some(Instant::now());
     }
 
-    /// Another rank's mirror: rank 0 does not see the rank's folder.
-    pub(crate) fn set_apart(&self) {
-        self.shared.apart.store(true, Ordering::Relaxed);
+    /// Another rank's mirror: whether rank 0 sees the rank's folder.
+    pub(crate) fn set_shared(&self, shared: bool) {
+        *lock(&self.shared.folder) = Some(shared);
+        self.shared.folder_told.notify_all();
+    }
+
+    /// A node leader's mirror desk: whether rank 0 does not see the
+    /// leader's folder (its node's statuses are relayed, not written).
+    pub(crate) fn apart(&self) -> bool {
+        self.shared.apart()
+    }
+
+    /// A node leader's mirror desk: whether rank 0 said within `within`
+    /// that `rankscope top` watches.
+    pub(crate) fn watched_within(&self, within: Duration) -> bool {
+        self.shared.watched_within(within)
+    }
+
+    /// A node leader's mirror desk: whether rank 0 sees the leader's
+    /// folder, waiting up to `wait` for its mirror to learn it; `None`
+    /// where it did not.
+    pub(crate) fn rank_0_sees_folder(&self, wait: Duration) -> Option<bool> {
+        let folder = lock(&self.shared.folder);
+        let (folder, _) = self
+            .shared
+            .folder_told
+            .wait_timeout_while(folder, wait, |folder| folder.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        *folder
+    }
+
+    /// A node leader's mirror desk: the newest status of rank `rank` of
+    /// its node, for the leader's mirror to relay to rank 0 (an older one
+    /// of the rank not sent yet is replaced).
+    pub(crate) fn relay_status(&self, rank: u32, status: LiveStatus) {
+        let mut relayed = lock(&self.shared.relayed);
+        if relayed.len() < RELAYED_KEPT || relayed.contains_key(&rank) {
+            relayed.insert(rank, status);
+        }
+    }
+
+    /// A node leader's mirror: the statuses of its node's ranks to relay
+    /// now, taken.
+    pub(crate) fn take_relayed(&self) -> BTreeMap<u32, LiveStatus> {
+        std::mem::take(&mut *lock(&self.shared.relayed))
     }
 
     /// Another rank's mirror: the rank's newest status since the last
@@ -292,19 +351,34 @@ impl WindowControl {
     }
 }
 
+impl Shared {
+    fn apart(&self) -> bool {
+        *lock(&self.folder) == Some(false)
+    }
+
+    fn watched_within(&self, within: Duration) -> bool {
+        lock(&self.watched).is_some_and(|at| at.elapsed() < within)
+    }
+}
+
+/// Posts `plan` on the board, for the mirrors served to send.
+fn post(shared: &Shared, plan: &Plan) {
+    let mut board = lock(&shared.board);
+    board.version += 1;
+    let version = board.version;
+    board.plans.retain(|(_, kept)| kept.index != plan.index);
+    board.plans.push_back((version, plan.clone()));
+    if board.plans.len() > PLANS_KEPT {
+        board.plans.pop_front();
+    }
+    drop(board);
+    shared.posted.notify_all();
+}
+
 impl Inbox {
     /// Rank 0: posts `plan`, made or rewritten, for its mirrors to send.
     pub(crate) fn post(&self, plan: &Plan) {
-        let mut board = lock(&self.shared.board);
-        board.version += 1;
-        let version = board.version;
-        board.plans.retain(|(_, kept)| kept.index != plan.index);
-        board.plans.push_back((version, plan.clone()));
-        if board.plans.len() > PLANS_KEPT {
-            board.plans.pop_front();
-        }
-        drop(board);
-        self.shared.posted.notify_all();
+        post(&self.shared, plan);
     }
 
     /// Another rank: the plan of window `index` rank 0 sent, if it did.
@@ -325,7 +399,7 @@ impl Inbox {
     /// Another rank: whether rank 0 does not see its folder (its statuses
     /// go to its mirror, [`Inbox::share_status`]).
     pub(crate) fn apart(&self) -> bool {
-        self.shared.apart.load(Ordering::Relaxed)
+        self.shared.apart()
     }
 
     /// Another rank: hands its mirror the status it shares now (an older
@@ -337,7 +411,7 @@ impl Inbox {
     /// Another rank: whether rank 0 said within `within` that `rankscope
     /// top` watches.
     pub(crate) fn watched_within(&self, within: Duration) -> bool {
-        lock(&self.shared.watched).is_some_and(|at| at.elapsed() < within)
+        self.shared.watched_within(within)
     }
 
     /// The next request waiting, taken (one its asker took back is

@@ -77,6 +77,16 @@ pub struct StatusSnapshot {
     pub statuses: Vec<(u32, LiveStatus)>,
 }
 
+/// A rank's live status on its mirror's connection: its own, or, from a
+/// node leader, one of its node's ranks' that the leader relays.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankStatus {
+    /// The rank whose status it is.
+    pub rank: u32,
+    /// The status.
+    pub status: LiveStatus,
+}
+
 /// What rank 0 sends a rank that does not see its session directory, on
 /// the connection over which that rank mirrors the window control files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

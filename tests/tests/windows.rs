@@ -892,6 +892,95 @@ fn a_window_is_cancelled_while_open_or_before_it_opens() {
     wait_for(children);
 }
 
+/// Two nodes of two ranks, each node writing under a folder of its own:
+/// rank 3 keeps its mirror to its node's leader, rank 2, which relays
+/// rank 0's plans to it and its statuses to rank 0, so that rank 0 holds
+/// one mirror connection for the node (rank 1 shares rank 0's folder and
+/// needs none). A window asked for in rank 0's folder holds every rank,
+/// and `rankscope top` there shows every rank.
+#[test]
+fn a_node_leader_relays_window_control_for_its_node() {
+    let outs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let master_port = support::free_port() - 1;
+    let mut children: Vec<Child> = (0..4)
+        .map(|rank| {
+            let node = rank / 2;
+            support::torchrun_rank(rank, 4, outs[node as usize].path(), master_port)
+                .args(["--steps", "2000"])
+                .env("LOCAL_RANK", (rank % 2).to_string())
+                .env("LOCAL_WORLD_SIZE", "2")
+                .env("GROUP_RANK", node.to_string())
+                .env("RANKSCOPE_NODE", format!("node-{node}"))
+                .env("RANKSCOPE_TOKEN", "a-secret-of-this-job")
+                .env("RANKSCOPE_GPU_SOURCE", "simulated")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let dir = live_session_dir(outs[0].path());
+
+    support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
+    let report = read_report(&dir.join("window-1"));
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3]),
+        "{}",
+        report["session"]
+    );
+    // Neither rank of node 1 was sent a plan file: rank 3 had the plan
+    // from its leader as a message.
+    let node_1 = session_dir(outs[1].path());
+    assert!(!node_1.join("control/plan-1.json").exists());
+    assert!(node_1.join("window-1").is_dir());
+    view_of_every_rank(&["--dir", dir.to_str().unwrap()], None);
+
+    // While every rank runs, rank 0's listener (MASTER_PORT + 1) holds
+    // one mirror, rank 2's, once the window's short connections are gone.
+    let port = master_port + 1;
+    let mut settled = 0;
+    while settled < 5 {
+        let held = connections_to(port);
+        let running = children.iter_mut().all(|c| c.try_wait().unwrap().is_none());
+        assert!(
+            running,
+            "a rank ended while rank 0 held {held} connections, not one"
+        );
+        settled = if held == 1 { settled + 1 } else { 0 };
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    wait_for(children);
+    let session = read_report(&dir);
+    assert_eq!(
+        calls(&session, "denoise_step"),
+        4 * 2000,
+        "{}",
+        session["session"]
+    );
+    assert_eq!(
+        session["session"]["skipped"],
+        serde_json::json!([]),
+        "{}",
+        session["session"]
+    );
+}
+
+/// Connections to local TCP port `port` established now, counted at the
+/// listening end (`/proc/net/tcp`).
+fn connections_to(port: u16) -> usize {
+    const ESTABLISHED: &str = "01";
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields[1].rsplit(':').next().unwrap();
+            u16::from_str_radix(local_port, 16) == Ok(port) && fields[3] == ESTABLISHED
+        })
+        .count()
+}
+
 /// Ranks that do not see rank 0's session directory (each writes under a
 /// folder of its own, as on nodes without a shared file system): the
 /// window plans (as messages to each rank's windows thread), statuses and

@@ -90,6 +90,7 @@ pub(crate) fn accept_invitation(
     let windows = session.control?.clone();
     Mirror::start(MirrorSettings {
         endpoint: endpoint.to_string(),
+        payload_endpoint: endpoint.to_string(),
         token: token.as_bytes().to_vec(),
         rank: session.rank,
         session_dir: session.session_dir.to_path_buf(),

@@ -23,6 +23,15 @@
 //! planned, one per rank), where the window's gather finds it by the
 //! directory transport's rules.
 //!
+//! Under a two-level gather, a rank of a node whose leader it met keeps
+//! that connection to its leader instead ([`Mirrors::Leader`]), so that
+//! rank 0 holds one per node: the leader answers the probe for rank 0
+//! (shared where the rank shares the leader's folder and rank 0 sees the
+//! leader's), sends the plans it was sent itself, and relays the rank's
+//! statuses to rank 0 over its own mirror ([`RankStatus`]), where rank 0
+//! takes them for that leader's node alone. Window payloads still go
+//! straight to rank 0, on short connections of their own.
+//!
 //! Rank 0 keeps one mirror per rank (a newer connection replaces an older
 //! one), ends one whose rank went silent, and keeps at most 1,024 (a
 //! quarter of its open-file limit where that is less), a thread each,
@@ -41,9 +50,9 @@ use std::time::{Duration, Instant};
 
 use rankscope_common::file::{create_real_dir, open_regular, read_capped, write_atomic};
 use rankscope_common::gather::ConnectionRefusal;
-use rankscope_common::remote::Mirrored;
+use rankscope_common::remote::{Mirrored, RankStatus};
 use rankscope_common::spill;
-use rankscope_common::window::{self, LiveStatus};
+use rankscope_common::window;
 
 use super::control::ServedControl;
 use super::places::{Place, Places};
@@ -87,12 +96,25 @@ const MAX_QUEUED: usize = 8;
 /// The probe file's name before its rank and nonce.
 const PROBE_PREFIX: &str = "mirror-probe-";
 
-/// Rank 0's side: the mirrors of its session.
+/// Whose mirrors a desk serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mirrors {
+    /// Rank 0's: those of the ranks that reach it, and, under a two-level
+    /// gather of nodes of `node_size` ranks, the statuses each node's
+    /// leader relays for its node.
+    Rank0 { node_size: Option<u32> },
+    /// A node leader's: those of its node's ranks, sent the plans the
+    /// leader is sent, their statuses relayed to rank 0.
+    Leader,
+}
+
+/// The side that serves mirrors: rank 0's, or a node leader's.
 pub(super) struct MirrorDesk {
     session_dir: PathBuf,
-    /// Rank 0's windows: which it planned.
+    /// The windows of rank 0 (which it planned) or of the leader.
     windows: WindowControl,
     run_id: String,
+    role: Mirrors,
     /// Mirrors kept now.
     mirrors: Places,
     /// Each rank's mirror: its connection's id, and a handle to cut it.
@@ -122,12 +144,14 @@ impl Drop for Serving<'_> {
 }
 
 impl MirrorDesk {
-    /// The desk of the session `control` serves, run `run_id`.
-    pub(super) fn new(control: ServedControl, run_id: String) -> Self {
+    /// The desk of the session `control` serves, run `run_id`, serving
+    /// `role`'s mirrors.
+    pub(super) fn new(control: ServedControl, run_id: String, role: Mirrors) -> Self {
         MirrorDesk {
             session_dir: control.session_dir,
             windows: control.windows,
             run_id,
+            role,
             mirrors: Places::new(
                 open_files_limit().map_or(MAX_MIRRORS, |limit| MAX_MIRRORS.min(limit / 4)),
             ),
@@ -158,7 +182,15 @@ impl MirrorDesk {
             })
             .ok_or(ConnectionRefusal::Malformed("a probe"))?;
         let probed = std::fs::symlink_metadata(window::control_dir(dir).join(probe));
-        let shared = probed.is_ok_and(|meta| meta.is_file());
+        let found = probed.is_ok_and(|meta| meta.is_file());
+        let shared = match self.role {
+            Mirrors::Rank0 { .. } => found,
+            // The rank sees rank 0's folder where it shares the leader's
+            // and rank 0 sees that (the leader's own mirror says, soon).
+            Mirrors::Leader => {
+                found && self.windows.rank_0_sees_folder(HANDSHAKE_TIMEOUT / 2) == Some(true)
+            }
+        };
         let serving = match shared {
             true => None,
             false => self.admit(stream, rank, id),
@@ -195,7 +227,8 @@ impl MirrorDesk {
                 next_plan = next_plan.max(plan.index.saturating_add(1));
                 send(stream, &Mirrored::Plan { plan })?;
             }
-            let watched = window::watched(dir, WATCH_FRESH);
+            let watched =
+                window::watched(dir, WATCH_FRESH) || self.windows.watched_within(WATCH_FRESH);
             if watched && watch_sent.is_none_or(|sent| sent.elapsed() >= WATCH_EVERY) {
                 send(stream, &Mirrored::Watch)?;
                 watch_sent = Some(Instant::now());
@@ -214,12 +247,45 @@ impl MirrorDesk {
                 if body.is_empty() {
                     continue;
                 }
-                let status: LiveStatus = serde_json::from_slice(&body)
+                let RankStatus { rank: of, status } = serde_json::from_slice(&body)
                     .map_err(|_| ConnectionRefusal::Malformed("a status that does not parse"))?;
-                let _ = window::write_status(dir, rank, status);
+                if !self.takes_status(rank, of) {
+                    return Err(ConnectionRefusal::Malformed(
+                        "a status of a rank it does not relay for",
+                    ));
+                }
+                match self.role {
+                    Mirrors::Leader if self.windows.apart() => {
+                        self.windows.relay_status(of, status);
+                    }
+                    _ => {
+                        let _ = window::write_status(dir, of, status);
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    /// The ranks whose mirrors it serves now, in order.
+    #[cfg(test)]
+    pub(super) fn ranks(&self) -> Vec<u32> {
+        let mut ranks: Vec<u32> = lock(&self.by_rank).keys().copied().collect();
+        ranks.sort_unstable();
+        ranks
+    }
+
+    /// Whether the mirror of `rank` may send rank `of`'s status: its own,
+    /// or at rank 0 from a node's leader, one of its node's.
+    fn takes_status(&self, rank: u32, of: u32) -> bool {
+        match self.role {
+            Mirrors::Rank0 {
+                node_size: Some(size),
+            } if size > 0 && rank > 0 && rank.is_multiple_of(size) => {
+                (rank..rank.saturating_add(size)).contains(&of)
+            }
+            _ => of == rank,
+        }
     }
 
     /// Takes connection `id` of `rank` among the mirrors, in place of the
@@ -359,7 +425,10 @@ fn is_probe_of(name: &str, rank: u32) -> bool {
 
 /// What a rank's mirror needs to know.
 pub(crate) struct MirrorSettings {
+    /// Where its mirror connects: rank 0's listener, or its node leader's.
     pub(crate) endpoint: String,
+    /// Where its window payloads go: rank 0's listener.
+    pub(crate) payload_endpoint: String,
     pub(crate) token: Vec<u8>,
     pub(crate) rank: u32,
     /// The rank's own session directory.
@@ -536,14 +605,17 @@ impl<'a> Mirroring<'a> {
         while !self.state.stopping() {
             if self.link.is_none() && self.retry.due() {
                 match self.connect() {
-                    Ok(Some(link)) => {
+                    Ok(Connected::Apart(link)) => {
                         self.keep(link);
                         self.state.folder.store(folder::APART, Ordering::SeqCst);
-                        self.state.settings.windows.set_apart();
+                        self.state.settings.windows.set_shared(false);
                         self.retry = Backoff::new();
                     }
                     // One folder (or no room at rank 0): nothing to mirror.
-                    Ok(None) => {
+                    Ok(shared_or_no_room) => {
+                        if matches!(shared_or_no_room, Connected::Shared) {
+                            self.state.settings.windows.set_shared(true);
+                        }
                         self.state.folder.store(folder::NOTHING, Ordering::SeqCst);
                         return;
                     }
@@ -567,9 +639,9 @@ impl<'a> Mirroring<'a> {
         self.link = Some(link);
     }
 
-    /// The mirror's connection, after the probe; `None` where rank 0 sees
-    /// this rank's folder, or has no room for another mirror.
-    fn connect(&self) -> Result<Option<Link>, Unreached> {
+    /// The mirror's connection after the probe, unless rank 0 sees this
+    /// rank's folder or has no room for another mirror.
+    fn connect(&self) -> Result<Connected, Unreached> {
         let s = &self.state.settings;
         let until = Instant::now() + HANDSHAKE_TIMEOUT;
         let mut link = Link::open(&s.endpoint, &s.token, (s.rank, purpose::MIRROR), until)?;
@@ -588,14 +660,14 @@ impl<'a> Mirroring<'a> {
             .and_then(|()| link.reply(&s.token, kind::SHARED, MAX_CONTROL_BYTES, until));
         let _ = std::fs::remove_file(&path);
         match answer?.as_slice() {
-            [0] => Ok(Some(link)),
-            [1] => Ok(None),
+            [0] => Ok(Connected::Apart(link)),
+            [1] => Ok(Connected::Shared),
             [2] => {
                 notice!(
                     "rank 0 mirrors its window files for as many ranks as it can already: this \
                      rank takes part in windows only where it sees rank 0's session directory"
                 );
-                Ok(None)
+                Ok(Connected::NoRoom)
             }
             _ => Err(ConnectionRefusal::Malformed("a probe's answer").into()),
         }
@@ -622,17 +694,38 @@ impl<'a> Mirroring<'a> {
                 Mirrored::Watch => s.windows.rank_0_watches(),
             }
         }
-        let status = s.windows.take_status().map_or_else(Vec::new, |status| {
-            serde_json::to_vec(&status.bounded()).expect("a status serialises")
-        });
-        // An empty one is a beat.
-        if !status.is_empty() || self.sent.elapsed() >= BEAT {
+        // Its own status, then those it relays as its node's leader.
+        let own = s.windows.take_status().map(|status| (s.rank, status));
+        let mut statuses = own.into_iter().chain(s.windows.take_relayed()).peekable();
+        // Where there are none, an empty frame: a beat.
+        if statuses.peek().is_none() && self.sent.elapsed() >= BEAT {
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
-            write_frame(&mut link.stream, kind::STATUS, &status, until)?;
+            write_frame(&mut link.stream, kind::STATUS, &[], until)?;
+            self.sent = Instant::now();
+        }
+        for (rank, status) in statuses {
+            let status = RankStatus {
+                rank,
+                status: status.bounded(),
+            };
+            let body = serde_json::to_vec(&status).expect("a status serialises");
+            let until = Instant::now() + HANDSHAKE_TIMEOUT;
+            write_frame(&mut link.stream, kind::STATUS, &body, until)?;
             self.sent = Instant::now();
         }
         Ok(())
     }
+}
+
+/// What rank 0 answered a mirror's probe.
+enum Connected {
+    /// Rank 0 does not see the rank's folder: plans and statuses travel
+    /// on this connection.
+    Apart(Link),
+    /// Rank 0 sees the rank's folder: nothing travels.
+    Shared,
+    /// Apart, but rank 0 keeps as many mirrors as it can already.
+    NoRoom,
 }
 
 /// When to try again after failures, and whether to say so: the first
@@ -774,7 +867,7 @@ fn send_window(
     let file = path.file_name().unwrap_or_default().to_string_lossy();
     let by = |wait: Duration| until.map_or(Instant::now() + wait, |u| u.min(Instant::now() + wait));
     let mut link = Link::open(
-        &s.endpoint,
+        &s.payload_endpoint,
         &s.token,
         (s.rank, purpose::WINDOW_PAYLOAD),
         by(HANDSHAKE_TIMEOUT),
@@ -797,14 +890,16 @@ mod tests {
     use std::net::TcpListener;
 
     use rankscope_common::spill::SpillName;
-    use rankscope_common::window::{Plan, Trigger};
+    use rankscope_common::window::{LiveStatus, Plan, Trigger};
 
-    use super::super::test_support::{rank_0, TOKEN};
+    use super::super::server::Serves;
+    use super::super::test_support::{listener, rank_0, TOKEN};
     use super::*;
 
     fn settings(endpoint: &str, own: &Path, windows: WindowControl) -> MirrorSettings {
         MirrorSettings {
             endpoint: endpoint.to_string(),
+            payload_endpoint: endpoint.to_string(),
             token: TOKEN.to_vec(),
             rank: 1,
             session_dir: own.to_path_buf(),
@@ -918,6 +1013,78 @@ mod tests {
         assert_eq!(inbox.delivered(2), None);
         assert!(window::read_plan(own.path(), 1).unwrap().is_none());
         mirror.finish(Instant::now() + Duration::from_secs(5));
+    }
+
+    /// Two nodes of two ranks, each node with a folder of its own: rank 3
+    /// mirrors through its leader, rank 2, so that rank 0 serves one mirror
+    /// for the node. Rank 0's plans reach rank 3 through rank 2's board,
+    /// rank 3's status reaches rank 0's folder through rank 2's mirror, and
+    /// its window payload goes to rank 0 itself.
+    #[test]
+    fn a_node_leader_relays_its_nodes_mirrors() {
+        let (home, node) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let rank_0 = listener(home.path(), Serves::Rank0 { node_size: Some(2) }, (4, 1..4));
+        let leader = listener(node.path(), Serves::Leader, (4, 3..4));
+        let rank_2 = Mirror::start(MirrorSettings {
+            rank: 2,
+            ..settings(&rank_0.endpoint, node.path(), leader.windows.clone())
+        })
+        .unwrap();
+        let (windows, inbox) = WindowControl::new(std::sync::Arc::new(()));
+        let rank_3 = Mirror::start(MirrorSettings {
+            rank: 3,
+            endpoint: leader.endpoint.clone(),
+            ..settings(&rank_0.endpoint, node.path(), windows)
+        })
+        .unwrap();
+        let plan = Plan {
+            index: 1,
+            first_step: 10,
+            steps: 5,
+            trigger: Trigger::Command,
+            nonce: "n1".into(),
+            torch: false,
+            run: Some("r".into()),
+            cancelled: None,
+        };
+        rank_0.inbox.post(&plan);
+        eventually("the plan relayed", || {
+            inbox.delivered(1) == Some(plan.clone())
+        });
+        assert_eq!(leader.inbox.delivered(1), Some(plan.clone()));
+        let status = LiveStatus {
+            run: Some("r".into()),
+            world_size: 4,
+            host: "node-1".into(),
+            elapsed_s: 1.0,
+            steps: 7,
+            step_s: Some(0.01),
+            stages: vec!["denoise".into()],
+            gpus: Vec::new(),
+            simulated: false,
+        };
+        inbox.share_status(status.clone());
+        eventually("the status relayed", || {
+            window::read_status(home.path(), 3).is_ok_and(|s| s == status)
+        });
+        assert!(window::read_status(node.path(), 3).is_err(), "not written");
+        rank_0.inbox.planned(1);
+        let name = SpillName {
+            rank: 3,
+            run_id: Some("r"),
+            process: 7,
+        }
+        .file_name();
+        let folder = window::window_dir(node.path(), 1);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join(&name), "window 1 of rank 3").unwrap();
+        rank_3.window_written(1, &folder.join(&name));
+        let there = window::window_dir(home.path(), 1).join(&name);
+        eventually("the payload sent to rank 0", || there.exists());
+        assert_eq!(rank_0.server.mirrored_ranks(), [2], "one mirror per node");
+        assert_eq!(leader.server.mirrored_ranks(), [3]);
+        rank_3.finish(Instant::now() + Duration::from_secs(5));
+        rank_2.finish(Instant::now() + Duration::from_secs(5));
     }
 
     /// A rank that shares rank 0's folder mirrors nothing: its mirror ends

@@ -337,7 +337,7 @@ impl TcpTransport {
             clock_shift_ns: self.clock_shift_ns,
             control: session
                 .control
-                .filter(|_| matches!(serves, Serves::Rank0 { .. }))
+                .filter(|_| matches!(serves, Serves::Rank0 { .. } | Serves::Leader))
                 .map(|windows| ServedControl {
                     session_dir: session.session_dir.to_path_buf(),
                     windows: windows.clone(),
@@ -826,8 +826,10 @@ impl Transport for TcpTransport {
                 }
                 let mirrored = (self.reached, &rendezvous.run_id, session.control);
                 if let (true, Some(run_id), Some(windows)) = mirrored {
+                    // Through the node's leader where this rank met it.
                     self.mirror = Mirror::start(MirrorSettings {
-                        endpoint: self.endpoint.clone(),
+                        endpoint: self.via.clone().unwrap_or_else(|| self.endpoint.clone()),
+                        payload_endpoint: self.endpoint.clone(),
                         token: self.token.clone(),
                         rank,
                         session_dir: session.session_dir.to_path_buf(),

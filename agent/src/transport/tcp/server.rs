@@ -21,7 +21,7 @@ use rankscope_common::payload::{self, ClockOffset};
 
 use super::clock::{self, Round, ROUNDS};
 use super::control::{Desk, ServedControl, CONTROLLER};
-use super::mirror::MirrorDesk;
+use super::mirror::{MirrorDesk, Mirrors};
 use super::places::{Place, Places};
 use super::wire::{
     kind, purpose, read_frame, read_frame_within, sealed, write_frame, FrameBudget, Hello, Refusal,
@@ -39,7 +39,8 @@ pub(super) enum Serves {
     /// with `node_size` (a two-level gather of nodes of that many ranks)
     /// the digests of the other nodes' leaders.
     Rank0 { node_size: Option<u32> },
-    /// A node leader's: its node's payloads only.
+    /// A node leader's: its node's payloads, and its node's mirrors where
+    /// it has window control.
     Leader,
     /// Rank 0's under a transport that gathers otherwise (MPI): window
     /// controllers and the mirrors of ranks apart alone.
@@ -64,8 +65,8 @@ pub(super) struct ServerSettings {
     pub(super) world_size: u32,
     pub(super) max_frame: u64,
     pub(super) clock_shift_ns: i64,
-    /// Rank 0's window control, served to controllers and to the ranks'
-    /// mirrors; `None` for a leader's listener.
+    /// The rank's window control: rank 0's, served to controllers and to
+    /// the ranks' mirrors; a node leader's, to its node's mirrors.
     pub(super) control: Option<ServedControl>,
     /// Whether a node digest's bytes are one of the node of the given
     /// ranks, else why not: checked before the node counts as answered.
@@ -116,8 +117,8 @@ struct Shared {
     draining: Places,
     /// Rank 0's answers to window controllers.
     desk: Option<Desk>,
-    /// Rank 0's mirrors of its window control files, for the ranks that
-    /// do not see its session directory.
+    /// The mirrors of the ranks that do not see rank 0's session
+    /// directory: rank 0's, or a node leader's for its node.
     mirrors: Option<MirrorDesk>,
 }
 
@@ -162,11 +163,11 @@ struct RankPlaces(Box<[Places]>);
 
 impl RankPlaces {
     /// Each rank's places: its rendezvous or resync and its payload at
-    /// once (and, where rank 0 serves window files, its mirror and a
+    /// once (and, where the listener serves mirrors, its mirror and a
     /// window payload).
     fn for_listener(settings: &ServerSettings) -> Self {
         let each = match settings.serves {
-            Serves::Rank0 { .. } if settings.control.is_some() => 4,
+            Serves::Rank0 { .. } | Serves::Leader if settings.control.is_some() => 4,
             _ => 2,
         };
         RankPlaces(
@@ -190,6 +191,12 @@ pub(super) struct Server {
 }
 
 impl Server {
+    /// The ranks whose mirrors it serves now.
+    #[cfg(test)]
+    pub(super) fn mirrored_ranks(&self) -> Vec<u32> {
+        (self.shared.mirrors.as_ref()).map_or_else(Vec::new, MirrorDesk::ranks)
+    }
+
     pub(super) fn start(
         listener: TcpListener,
         settings: ServerSettings,
@@ -201,14 +208,16 @@ impl Server {
                 source,
             })?;
         let relay = settings.relay;
-        let desk = settings
-            .control
-            .clone()
+        let desk = (settings.control.clone())
+            .filter(|_| settings.serves != Serves::Leader)
             .map(|control| Desk::new(control, settings.world_size, settings.token.clone()));
-        let mirrors = settings
-            .control
-            .clone()
-            .map(|control| MirrorDesk::new(control, settings.run_id.clone()));
+        let role = match settings.serves {
+            Serves::Rank0 { node_size } => Mirrors::Rank0 { node_size },
+            Serves::Leader => Mirrors::Leader,
+            Serves::WindowFiles => Mirrors::Rank0 { node_size: None },
+        };
+        let mirrors = (settings.control.clone())
+            .map(|control| MirrorDesk::new(control, settings.run_id.clone(), role));
         let places = RankPlaces::for_listener(&settings);
         let shared = Arc::new(Shared {
             desk,
@@ -564,7 +573,10 @@ impl ServerSettings {
     fn takes(&self, rank: u32, what: u8) -> Result<(), ConnectionRefusal> {
         if matches!(what, purpose::TRIGGER | purpose::STATUS) {
             // A window controller, at rank 0's listener alone.
-            return match rank == CONTROLLER && self.control.is_some() {
+            return match rank == CONTROLLER
+                && self.control.is_some()
+                && self.serves != Serves::Leader
+            {
                 true => Ok(()),
                 false => Err(ConnectionRefusal::NotHere {
                     rank,
@@ -587,7 +599,14 @@ impl ServerSettings {
         let (here, what) = match what {
             purpose::PAYLOAD => (self.senders.contains(&rank), "payload"),
             purpose::NODE_DIGEST => (self.node_of(rank).is_some(), "node digest"),
-            purpose::MIRROR | purpose::WINDOW_PAYLOAD => (rank > 0, "window files"),
+            // A leader serves its node's mirrors; the payloads go to rank 0.
+            purpose::MIRROR | purpose::WINDOW_PAYLOAD => match self.serves {
+                Serves::Leader => (
+                    what == purpose::MIRROR && self.senders.contains(&rank),
+                    "window files",
+                ),
+                _ => (rank > 0, "window files"),
+            },
             purpose::RENDEZVOUS | purpose::RESYNC => match self.serves {
                 Serves::Rank0 { .. } => (rank > 0, "clock"),
                 Serves::Leader => (self.senders.contains(&rank), "clock"),
