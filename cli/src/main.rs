@@ -36,6 +36,8 @@ const EXIT_COMPARE_FAILED: u8 = 2;
 const EXIT_PARTIAL: u8 = 3;
 /// The most ranks `rankscope demo` starts on one machine.
 const DEMO_MAX_RANKS: u32 = 256;
+/// The most rank processes `rankscope launch` starts on one machine.
+const LAUNCH_MAX_RANKS: u32 = 4096;
 
 /// rankscope: a profiler for multi-rank GPU inference jobs.
 ///
@@ -86,7 +88,7 @@ enum Commands {
     /// the ranks' (128 + the signal for a rank a signal ended).
     Launch {
         /// Number of ranks.
-        #[arg(short = 'n', long = "nproc", value_parser = clap::value_parser!(u32).range(1..=i64::from(DEMO_MAX_RANKS)))]
+        #[arg(short = 'n', long = "nproc", value_parser = clap::value_parser!(u32).range(1..=i64::from(LAUNCH_MAX_RANKS)))]
         ranks: u32,
         /// MASTER_PORT for the program's own rendezvous (default: a free one;
         /// rankscope listens at it + 1, or RANKSCOPE_PORT).

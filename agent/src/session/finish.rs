@@ -27,7 +27,7 @@ impl Hub {
     /// Ends recording and hands the rank's data on; with `gather`, also the
     /// gather and, on rank 0, the report.
     pub(crate) fn finish(&self, gather: bool) -> Result<Outcome, SessionError> {
-        self.stop_windows(gather);
+        self.control.stop_windows(gather);
         let Some((state, finishing)) = self.session.finish() else {
             return Err(SessionError::Stopped);
         };
@@ -37,21 +37,12 @@ impl Hub {
     /// Spills the running session, if there is one, without gathering: what a
     /// stop signal does. Returns the spill file.
     pub(super) fn spill_running(&self) -> Result<Option<PathBuf>, SessionError> {
-        self.stop_windows(false);
+        self.control.stop_windows(false);
         match self.session.finish_after_spill() {
             Some((state, finishing)) => self
                 .finish_state(*state, &finishing, false)
                 .map(|o| Some(o.spill_file)),
             None => Ok(None),
-        }
-    }
-
-    /// Stops the running session's windows thread, if any; with `close_open`,
-    /// a window open now closes and is reported first.
-    pub(super) fn stop_windows(&self, close_open: bool) {
-        let windows = self.windows.lock().take();
-        if let Some(windows) = windows {
-            windows.stop(close_open);
         }
     }
 
@@ -68,7 +59,7 @@ impl Hub {
         }
         // Waits for a flush asked for and under way; none comes after (the
         // session is out of its slot).
-        let mut flushes = self.flushes.lock();
+        let mut flushes = self.control.flushes();
         // The sampler's last reading, taken as it stops, falls inside the
         // session.
         let sampler = state.sampler.take().map(Sampler::stop).unwrap_or_default();
@@ -89,7 +80,7 @@ impl Hub {
             .build_payload(&state, duration_ns, sampler, unwritten)
             .and_then(|payload| self.hand_on(&mut state, payload, finishing, gather));
         state.transport.close();
-        self.put_back(state.transport);
+        self.control.put_back(state.transport);
         result
     }
 

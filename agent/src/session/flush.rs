@@ -43,14 +43,14 @@ impl Hub {
     /// Writes what the running session recorded since the last flush as its
     /// next part; `false` when no session runs or it recorded nothing new.
     pub(crate) fn flush(&self) -> Result<bool, SessionError> {
-        self.flush_locked(&mut self.flushes.lock())
+        self.flush_locked(&mut self.control.flushes())
     }
 
     /// Flushes the running session as [`Hub::flush`] does and returns the number
     /// of its last part: what it recorded until now is in parts 1 to that (a
     /// window's edge).
     pub(crate) fn flush_parts(&self) -> Result<u32, SessionError> {
-        let mut flushes = self.flushes.lock();
+        let mut flushes = self.control.flushes();
         self.flush_locked(&mut flushes)?;
         Ok(flushes.parts)
     }

@@ -4,7 +4,6 @@
 //! transport and, on rank 0, has the reporter write the report.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -23,9 +22,11 @@ use crate::sampler::{Sampler, Telemetry};
 use crate::signals::{self, OnStop};
 use crate::slot::{Phase, Slot};
 use crate::sync::lock;
-use crate::transport::{self, clock, Rendezvous, SessionInfo, Transport};
+use crate::transport::{clock, Rendezvous, SessionInfo, Transport};
+use control::SessionControl;
 use windows::WindowsThread;
 
+mod control;
 mod error;
 mod finish;
 mod flush;
@@ -35,7 +36,6 @@ mod window_rows;
 mod windows;
 
 use crate::control::WindowControl;
-use crate::lock_order::{Level, OrderedMutex};
 pub use error::SessionError;
 use flush::{periodic_flush, Flushes};
 use naming::session_dir;
@@ -127,17 +127,9 @@ pub(crate) struct Hub {
     telemetry: Telemetry,
     /// The session, in whichever phase it is.
     session: Slot<SessionState>,
-    /// The transport, made at the first session unless one was handed in;
-    /// each session takes it while it runs.
-    transport: OrderedMutex<Option<Box<dyn Transport>>>,
+    /// The transport between sessions, the windows thread, the flushes.
+    control: SessionControl,
     reporter: OnceLock<Arc<dyn Reporter>>,
-    /// The running session's flushes, one at a time.
-    flushes: OrderedMutex<Flushes>,
-    /// Sessions this process started or tried to ([`SessionInfo::index`]).
-    sessions_started: AtomicU32,
-    /// The running session's windows thread; taken (and stopped) before
-    /// the session leaves its slot, whose flushes a closing window needs.
-    windows: OrderedMutex<Option<WindowsThread>>,
     /// This profiler's notices: its calls and threads enter them.
     notices: Arc<Notices>,
     /// The rank's parallel coordinates, as the last kernel trace read
@@ -204,11 +196,8 @@ impl Hub {
             config,
             env,
             session: Slot::default(),
-            transport: OrderedMutex::new(Level::Alone, transport),
+            control: SessionControl::new(transport),
             reporter: chosen,
-            flushes: OrderedMutex::default_at(Level::Flushes),
-            sessions_started: AtomicU32::new(0),
-            windows: OrderedMutex::default_at(Level::Alone),
             parallel: Mutex::default(),
         }
     }
@@ -276,7 +265,7 @@ impl Session {
         let _entered = hub.notices.enter();
         // Counted first: a start that fails on this rank alone still counts,
         // as the others' does.
-        let index = hub.sessions_started.fetch_add(1, Ordering::Relaxed);
+        let index = hub.control.count_start();
         hub.telemetry.prepare();
         let starting = hub.session.start(|phase| match phase {
             Phase::Running(running) => SessionError::AlreadyRunning(running.name.clone()),
@@ -303,7 +292,7 @@ impl Session {
         })?;
         // Taken once the transport is made (MPI's initialisation, the first
         // time), so that the start is close to the recorder's zero.
-        let transport = hub.take_transport()?;
+        let transport = hub.control.take_transport(&hub.config, &hub.env)?;
         let start_unix_ns = clock::wall_now_ns(config.clock_shift_ns);
         let started = (start_unix_ns, index);
         let (control, inbox) = WindowControl::new(hub.recording.steps().clone());
@@ -311,7 +300,7 @@ impl Session {
             hub.open_transport(transport, (&id, &dir, started), &control)?;
         let windows = (dir.clone(), rendezvous.run_id.clone());
         hub.recording.recorder().begin_session();
-        *hub.flushes.lock() = Flushes::default();
+        *hub.control.flushes() = Flushes::default();
         hub.recording.set_parts_taken(0);
         starting.running(SessionState {
             id,
@@ -335,7 +324,8 @@ impl Session {
                 on_stop
             }),
         });
-        *hub.windows.lock() = WindowsThread::start(&hub, windows, inbox);
+        hub.control
+            .run_windows(WindowsThread::start(&hub, windows, inbox));
         Ok(Session {
             hub: Some(hub),
             pid: std::process::id(),
@@ -476,32 +466,13 @@ impl Hub {
         match transport.open(&proposal, deadline) {
             Ok(rendezvous) => Ok((transport, rendezvous)),
             Err(source) => {
-                self.put_back(transport);
+                self.control.put_back(transport);
                 Err(SessionError::Transport {
                     stage: "rendezvous",
                     source,
                 })
             }
         }
-    }
-
-    /// The profiler's transport: the one handed in, else the one configuration
-    /// and launcher call for.
-    pub(super) fn take_transport(&self) -> Result<Box<dyn Transport>, SessionError> {
-        let given = self.transport.lock().take();
-        match given {
-            Some(transport) => Ok(transport),
-            None => transport::for_rank(&self.config, &self.env).map_err(|source| {
-                SessionError::Transport {
-                    stage: "rendezvous",
-                    source,
-                }
-            }),
-        }
-    }
-
-    pub(super) fn put_back(&self, transport: Box<dyn Transport>) {
-        *self.transport.lock() = Some(transport);
     }
 }
 
