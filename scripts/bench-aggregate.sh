@@ -13,6 +13,7 @@
 # usage: scripts/bench-aggregate.sh [RUNS]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 runs=${1:-3}
 work=target/bench-aggregate
 venv=target/bench-venv
@@ -24,7 +25,6 @@ if [ ! -x "$venv/bin/python" ]; then
     "$venv/bin/pip" install -q duckdb pyarrow
 fi
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 printf '| ranks | payload MB | report only s | peak MiB | peak / payload | all files s | peak MiB | peak / payload | DuckDB CSV s | DuckDB Parquet s | report only / Parquet |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|\n'

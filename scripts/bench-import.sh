@@ -19,6 +19,7 @@
 # from scripts/test.sh, with HolisticTraceAnalysis and the rankscope package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 runs=${1:-3}
 work=target/bench-import
 venv=target/test-venv
@@ -26,7 +27,6 @@ python=$venv/bin/python
 cargo build --release -q -p rankscope-cli
 mkdir -p "$work"
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # The median wall time and peak of N runs of a command.
 measure() {
     local n=$1; shift

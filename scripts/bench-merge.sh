@@ -14,6 +14,7 @@
 # usage: scripts/bench-merge.sh [RUNS]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 runs=${1:-3}
 work=target/bench-merge
 
@@ -22,7 +23,6 @@ cargo build --release -q -p rankscope-coordinator --example gen_payloads \
     --example gen_node_digests --example merge_nodes
 mkdir -p "$work"
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # The median wall time and peak resident memory (KiB) of RUNS runs of the
 # command given.

@@ -16,6 +16,7 @@
 # usage: scripts/bench-verdict.sh [RUNS] [RANKS]   (defaults 3, 16384)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 runs=${1:-3}
 ranks=${2:-16384}
 base=${BASE:-/tmp/base}
@@ -33,7 +34,6 @@ cargo build --release -q -p rankscope-coordinator "${examples[@]}"
 rm -rf "$work"
 mkdir -p "$work"
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # Runs the "before" and "after" commands RUNS times each, in turn; prints
 # the medians: before s, before KiB, after s, after KiB.

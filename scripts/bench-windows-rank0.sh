@@ -14,20 +14,16 @@
 #        (default 10, "16 64 256")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 seconds=${1:-10}
 sizes=${2:-16 64 256}
 cargo build --release -q -p rankscope-cli -p rankscope-tests --bin rankscope --bin agent_only_rank
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 export RANKSCOPE_TOKEN="bench-rank0-$$-$RANDOM"
 ticks=$(getconf CLK_TCK)
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-# Connections established to local port $1 (counted at the listener).
-connections_to() {
-    awk -v port="$(printf '%04X' "$1")" 'NR > 1 { split($2, local, ":"); if (local[2] == port && $4 == "01") n++ } END { print n + 0 }' /proc/net/tcp
-}
 
 printf '| ranks apart | layout | rank 0 CPU over %s s, s | rank 0 threads | connections at rank 0 |\n|---|---|---|---|---|\n' "$seconds"
 for ranks in $sizes; do

@@ -14,18 +14,13 @@
 # usage: scripts/bench-windows-scale.sh [RUNS] [SIZES]   (default 3, "64 256 1024")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 runs=${1:-3}
 sizes=${2:-64 256 1024}
 cargo build --release -q -p rankscope-cli -p rankscope-tests --bin rankscope --bin agent_only_rank
 work=$(mktemp -d)
 trap 'pkill -TERM -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# Connections established to local port $1 (counted at the listener).
-connections_to() {
-    awk -v port="$(printf '%04X' "$1")" 'NR > 1 { split($2, local, ":"); if (local[2] == port && $4 == "01") n++ } END { print n + 0 }' /proc/net/tcp
-}
 export RANKSCOPE_TOKEN="bench-windows-scale-$$-$RANDOM"
 
 printf '| ranks | nodes | trigger to report s | window open s | the rest s | ranks in the report | rank 0 threads | connections at rank 0 |\n|---|---|---|---|---|---|---|---|\n'

@@ -16,14 +16,13 @@
 # usage: scripts/bench-windows.sh [RUNS]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 runs=${1:-3}
 cargo build --release -q -p rankscope-cli -p rankscope-tests --bin rankscope --bin agent_only_rank
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 export RANKSCOPE_TOKEN="bench-windows-$$-$RANDOM"
 
 # One job of `ranks` ranks; with layout `apart`, each rank writes under a

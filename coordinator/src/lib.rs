@@ -43,5 +43,7 @@ pub mod model;
 pub mod progress;
 pub mod read;
 pub mod report;
+#[cfg(test)]
+mod test_support;
 
 pub use config::AnalysisConfig;

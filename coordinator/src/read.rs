@@ -95,8 +95,6 @@ pub fn read_report(path: &Path) -> Result<Report, ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rankscope_common::gather::{accept, Candidate, Expect};
-    use rankscope_common::payload::{Payload, PayloadHeader};
 
     /// A report.json written before the charts were binned, before
     /// straggler groups said what they share and before the session listed
@@ -105,15 +103,7 @@ mod tests {
     /// `nodes`) still reads, as `rankscope compare` and `report` need.
     #[test]
     fn a_report_from_before_binned_charts_and_shared_groups_still_reads() {
-        let candidate = Candidate {
-            source: "rank 0".into(),
-            payload: Ok(Payload {
-                header: PayloadHeader::new("job", "t2v", 0, 1),
-                tables: Default::default(),
-            }),
-        };
-        let gathered = accept(vec![candidate], &Expect::default());
-        let report = crate::analysis::analyze(&gathered, &crate::AnalysisConfig::default());
+        let report = crate::test_support::report_of_one_idle_rank();
         let mut value = serde_json::to_value(&report).unwrap();
         let series = value["series"].as_object_mut().unwrap();
         for added in ["columns", "stage_slowest", "ranks_not_drawn"] {

@@ -902,31 +902,9 @@ fn a_window_is_cancelled_while_open_or_before_it_opens() {
 fn a_node_leader_relays_window_control_for_its_node() {
     let outs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let master_port = support::free_port() - 1;
-    let mut children: Vec<Child> = (0..4)
-        .map(|rank| {
-            let node = rank / 2;
-            support::torchrun_rank(rank, 4, outs[node as usize].path(), master_port)
-                .args(["--steps", "2000"])
-                .env("LOCAL_RANK", (rank % 2).to_string())
-                .env("LOCAL_WORLD_SIZE", "2")
-                .env("GROUP_RANK", node.to_string())
-                .env("RANKSCOPE_NODE", format!("node-{node}"))
-                .env("RANKSCOPE_TOKEN", "a-secret-of-this-job")
-                .env("RANKSCOPE_GPU_SOURCE", "simulated")
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let mut children = four_ranks_in_folders(&outs, 2, master_port, &["--steps", "2000"]);
     let dir = live_session_dir(outs[0].path());
-
-    support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
-    let report = read_report(&dir.join("window-1"));
-    assert_eq!(
-        report["session"]["ranks_reporting"],
-        serde_json::json!([0, 1, 2, 3]),
-        "{}",
-        report["session"]
-    );
+    window_1_of_every_rank(&dir);
     // Neither rank of node 1 was sent a plan file: rank 3 had the plan
     // from its leader as a message.
     let node_1 = session_dir(outs[1].path());
@@ -965,6 +943,46 @@ fn a_node_leader_relays_window_control_for_its_node() {
     );
 }
 
+/// Four torchrun ranks running the rank program with `args`, in nodes of
+/// `node_size` consecutive ranks (4: one node), the ranks writing under
+/// `outs` in turn (one folder per rank, or per node), the job's token
+/// given and GPUs simulated.
+fn four_ranks_in_folders(
+    outs: &[tempfile::TempDir],
+    node_size: u32,
+    master_port: u16,
+    args: &[&str],
+) -> Vec<Child> {
+    (0..4u32)
+        .map(|rank| {
+            let out = outs[rank as usize * outs.len() / 4].path();
+            support::torchrun_rank(rank, 4, out, master_port)
+                .args(args)
+                .env("LOCAL_RANK", (rank % node_size).to_string())
+                .env("LOCAL_WORLD_SIZE", node_size.to_string())
+                .env("GROUP_RANK", (rank / node_size).to_string())
+                .env("RANKSCOPE_TOKEN", "a-secret-of-this-job")
+                .env("RANKSCOPE_GPU_SOURCE", "simulated")
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The report of window 1, asked for in rank 0's session directory `dir`,
+/// once it holds all four ranks.
+fn window_1_of_every_rank(dir: &Path) -> Value {
+    support::trigger(dir, &["--steps", "10", "--wait", "--timeout", "60"]);
+    let report = read_report(&dir.join("window-1"));
+    assert_eq!(
+        report["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3]),
+        "{}",
+        report["session"]
+    );
+    report
+}
+
 /// Connections to local TCP port `port` established now, counted at the
 /// listening end (`/proc/net/tcp`).
 fn connections_to(port: u16) -> usize {
@@ -990,26 +1008,10 @@ fn connections_to(port: u16) -> usize {
 fn ranks_apart_from_rank_0s_folder_take_part_in_windows_over_tcp() {
     let outs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let master_port = support::free_port() - 1;
-    let children: Vec<Child> = (0..4)
-        .map(|rank| {
-            support::torchrun_rank(rank, 4, outs[rank as usize].path(), master_port)
-                .args(["--steps", "700", "--slow-rank", "3"])
-                .env("RANKSCOPE_TOKEN", "a-secret-of-this-job")
-                .env("RANKSCOPE_GPU_SOURCE", "simulated")
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let args = ["--steps", "700", "--slow-rank", "3"];
+    let children = four_ranks_in_folders(&outs, 4, master_port, &args);
     let dir = live_session_dir(outs[0].path());
-
-    support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
-    let report = read_report(&dir.join("window-1"));
-    assert_eq!(
-        report["session"]["ranks_reporting"],
-        serde_json::json!([0, 1, 2, 3]),
-        "{}",
-        report["session"]
-    );
+    let report = window_1_of_every_rank(&dir);
     assert_eq!(report["window"]["steps"], 10);
     assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
     assert_eq!(calls(&report, "denoise_step"), 40);

@@ -910,6 +910,21 @@ mod tests {
         }
     }
 
+    /// A rank's status in a job of `world_size` ranks.
+    fn status(world_size: u32) -> LiveStatus {
+        LiveStatus {
+            run: Some("r".into()),
+            world_size,
+            host: "node-1".into(),
+            elapsed_s: 1.0,
+            steps: 7,
+            step_s: Some(0.01),
+            stages: vec!["denoise".into()],
+            gpus: Vec::new(),
+            simulated: false,
+        }
+    }
+
     /// Waits (up to 30 s) until `what` holds.
     fn eventually(what: &str, holds: impl Fn() -> bool) {
         let started = Instant::now();
@@ -958,17 +973,7 @@ mod tests {
         eventually("the watch sent", || {
             inbox.watched_within(Duration::from_secs(5))
         });
-        let status = LiveStatus {
-            run: Some("r".into()),
-            world_size: 2,
-            host: "node-1".into(),
-            elapsed_s: 1.0,
-            steps: 7,
-            step_s: Some(0.01),
-            stages: vec!["denoise".into()],
-            gpus: Vec::new(),
-            simulated: false,
-        };
+        let status = status(2);
         // Shared by the rank's windows thread: sent as a message, not read
         // from a file.
         inbox.share_status(status.clone());
@@ -1052,17 +1057,7 @@ mod tests {
             inbox.delivered(1) == Some(plan.clone())
         });
         assert_eq!(leader.inbox.delivered(1), Some(plan.clone()));
-        let status = LiveStatus {
-            run: Some("r".into()),
-            world_size: 4,
-            host: "node-1".into(),
-            elapsed_s: 1.0,
-            steps: 7,
-            step_s: Some(0.01),
-            stages: vec!["denoise".into()],
-            gpus: Vec::new(),
-            simulated: false,
-        };
+        let status = status(4);
         inbox.share_status(status.clone());
         eventually("the status relayed", || {
             window::read_status(home.path(), 3).is_ok_and(|s| s == status)

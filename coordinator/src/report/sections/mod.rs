@@ -77,32 +77,16 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use rankscope_common::gather::{accept, Candidate, Expect};
-    use rankscope_common::payload::{Payload, PayloadHeader};
 
     /// The report.json fields the page's head presents (the session, its
     /// window and the verdict), beside those of the sections.
     const HEAD_FIELDS: [&str; 5] = ["schema_version", "session", "window", "windows", "verdict"];
 
-    /// A report of one rank that recorded nothing: every field present.
-    fn report_json() -> Value {
-        let candidate = Candidate {
-            source: "rank 0".into(),
-            payload: Ok(Payload {
-                header: PayloadHeader::new("job", "t2v", 0, 1),
-                tables: Default::default(),
-            }),
-        };
-        let gathered = accept(vec![candidate], &Expect::default());
-        let report = crate::analysis::analyze(&gathered, &crate::AnalysisConfig::default());
-        serde_json::to_value(&report).unwrap()
-    }
-
     /// Every field of report.json, and every chart series, has a section
     /// (or the head) that owns it; every field a section names exists.
     #[test]
     fn every_field_of_report_json_belongs_to_a_section() {
-        let json = report_json();
+        let json = serde_json::to_value(crate::test_support::report_of_one_idle_rank()).unwrap();
         let declared: Vec<&str> = SECTIONS
             .iter()
             .flat_map(|s| s.fields.iter().copied())
