@@ -12,6 +12,18 @@
 //!   encoded payload; rank 0 gets back what arrived before the deadline,
 //!   checked by [`rankscope_common::gather::accept`].
 //!
+//! The windows of a running session need two more directions, plans out
+//! from rank 0 and statuses and window payloads in. They are the
+//! [`crate::WindowControl`] each transport is handed at `open`
+//! ([`SessionInfo::control`]) and [`Transport::window_written`]: the
+//! directory transport needs nothing more (the windows thread reads and
+//! writes the control folder every rank sees); TCP carries them as
+//! messages for the ranks apart from rank 0's folder, through their node's
+//! leader under a two-level gather (`tcp::mirror`); MPI invites the ranks
+//! apart to the same messages over a listener rank 0 opens for them. The
+//! windows thread does not hold the transport (the session does, to
+//! gather), so the control handle, not the trait, is where they meet.
+//!
 //! [`for_rank`] picks the transport the configuration and launcher call for;
 //! a program can hand its own to [`crate::ProfilerBuilder::transport`].
 
