@@ -421,6 +421,64 @@ fn ranks_apart_under_mpirun_take_part_in_windows_over_tcp() {
     assert!(own.join("window-1").is_dir());
 }
 
+/// Under mpirun, two simulated nodes of two ranks, each node writing under
+/// a folder of its own: rank 3's window connection goes to its node's
+/// leader, rank 2, which relays it, so that rank 0's listener for window
+/// files (at RANKSCOPE_PORT) holds one connection while every rank runs,
+/// and a window asked for in rank 0's folder holds every rank.
+#[test]
+fn node_leaders_relay_window_control_under_mpirun() {
+    let out = tempfile::tempdir().unwrap();
+    let node_folder = r#"RANKSCOPE_OUTPUT_DIR="$0/node-$((OMPI_COMM_WORLD_RANK / 2))" exec "$@""#;
+    let out_dir = out.path().to_str().unwrap();
+    let port = support::free_port();
+    let mut job = start_mpirun(
+        &[
+            "-n",
+            "4",
+            "sh",
+            "-c",
+            node_folder,
+            out_dir,
+            RANK,
+            "--steps",
+            "2000",
+        ],
+        out.path(),
+        &[
+            ("RANKSCOPE_ADDR", "127.0.0.1"),
+            ("RANKSCOPE_PORT", &port.to_string()),
+            ("RANKSCOPE_SIMULATED_NODES", "2"),
+        ],
+    );
+    let dir = live_session_dir(&out.path().join("node-0"));
+    support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
+    let window = report(&dir.join("window-1"));
+    assert_eq!(
+        window["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    let node_1 = session_dir(&out.path().join("node-1"));
+    assert!(!node_1.join("control/plan-1.json").exists());
+    let mut settled = 0;
+    while settled < 5 {
+        let held = support::connections_to(port);
+        let running = job.try_wait().unwrap().is_none();
+        assert!(
+            running,
+            "the job ended while rank 0 held {held} connections, not one"
+        );
+        settled = if held == 1 { settled + 1 } else { 0 };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let run = job.wait_with_output().unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        report(&dir)["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+}
+
 /// The session directory in `out` once its rank 0 says the session runs
 /// (`control/live`: a trigger is answered from then on).
 fn live_session_dir(out: &Path) -> PathBuf {

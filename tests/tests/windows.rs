@@ -917,7 +917,7 @@ fn a_node_leader_relays_window_control_for_its_node() {
     let port = master_port + 1;
     let mut settled = 0;
     while settled < 5 {
-        let held = connections_to(port);
+        let held = support::connections_to(port);
         let running = children.iter_mut().all(|c| c.try_wait().unwrap().is_none());
         assert!(
             running,
@@ -981,22 +981,6 @@ fn window_1_of_every_rank(dir: &Path) -> Value {
         report["session"]
     );
     report
-}
-
-/// Connections to local TCP port `port` established now, counted at the
-/// listening end (`/proc/net/tcp`).
-fn connections_to(port: u16) -> usize {
-    const ESTABLISHED: &str = "01";
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table
-        .lines()
-        .skip(1)
-        .filter(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let local_port = fields[1].rsplit(':').next().unwrap();
-            u16::from_str_radix(local_port, 16) == Ok(port) && fields[3] == ESTABLISHED
-        })
-        .count()
 }
 
 /// Ranks that do not see rank 0's session directory (each writes under a

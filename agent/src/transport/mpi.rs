@@ -107,6 +107,11 @@ impl Tags {
         self.base + 2
     }
 
+    /// A node leader's invitation to its listener for its node's mirrors.
+    fn leader_invitation(self) -> i32 {
+        self.base + 3
+    }
+
     /// The size of what is `sent`.
     fn size(self, sent: Sent) -> i32 {
         match sent {
@@ -161,7 +166,8 @@ pub struct MpiTransport {
     /// What window files travelling over TCP need of the configuration.
     config: Config,
     /// Rank 0's listener for the window files of ranks that do not see
-    /// its session directory (`tcp::mirror`), while the session runs.
+    /// its session directory (`tcp::mirror`), or a node leader's for its
+    /// node's, while the session runs.
     host: Option<MirrorHost>,
     /// A rank's mirror of rank 0's window files, over that listener.
     mirror: Option<Mirror>,
@@ -222,6 +228,57 @@ impl MpiTransport {
             mirror: None,
             tags: Tags::of_session(0),
         }
+    }
+
+    /// Where the job has nodes, the mirrors of a node's ranks go through
+    /// its leader (but those of rank 0's node): a leader hosts its node's
+    /// on loopback and sends its members the way there (empty where it
+    /// cannot), and returns its host; a member returns the endpoint its
+    /// leader sent. Rank 0's `invitation` (its endpoint and token) and the
+    /// `run` go with it.
+    fn lead_node(
+        &self,
+        comm: &SimpleCommunicator,
+        session: &SessionInfo<'_>,
+        (invitation, run): (&str, &str),
+        deadline: Instant,
+    ) -> (Option<String>, Option<MirrorHost>) {
+        let Some((nodes, rank)) = self.nodes.as_ref().zip(Some(session.rank)) else {
+            return (None, None);
+        };
+        let Some(leader) = nodes.leader(rank) else {
+            return (None, None);
+        };
+        let tag = self.tags.leader_invitation();
+        if leader != rank {
+            let word = receive(comm, leader as i32, tag, MAX_RUN_MESSAGE_BYTES, deadline);
+            let word = word.and_then(|word| String::from_utf8(word).ok());
+            let through = word.and_then(|w| w.split_once('\0').map(|(at, _)| at.to_string()));
+            return (through, None);
+        }
+        let members = nodes.node_of(rank, session.world_size);
+        let token = invitation
+            .split_once('\0')
+            .map(|(_, token)| token.as_bytes());
+        let host = token.and_then(|token| {
+            let node = (rank + 1..members.end, token);
+            MirrorHost::for_node(&self.config, session, run, node)
+                .map_err(|e| {
+                    notice!(
+                        "this node's ranks keep their window connections to rank 0: {}",
+                        Chain(&e)
+                    )
+                })
+                .ok()
+        });
+        let word = host
+            .as_ref()
+            .map(MirrorHost::invitation)
+            .unwrap_or_default();
+        for member in rank + 1..members.end {
+            send(comm, member as i32, word.as_bytes(), tag, deadline);
+        }
+        (None, host)
     }
 
     /// Gathers in two levels over `nodes`, where the job has them.
@@ -471,7 +528,8 @@ impl Transport for MpiTransport {
         // 0's session directory takes part in windows through it).
         let run_id = if session.rank == 0 {
             let run = clock::session_run_id(session.run_id, "mpi", self.now());
-            self.host = MirrorHost::start(&self.config, session, &run)
+            let node_size = self.nodes.as_ref().map(Nodes::size);
+            self.host = MirrorHost::start(&self.config, session, &run, node_size)
                 .map_err(|e| {
                     notice!(
                         "windows reach only the ranks that see this session directory: {}",
@@ -501,7 +559,10 @@ impl Transport for MpiTransport {
                 }
             };
             if let (Some(invitation), Some(run)) = (invitation, &run) {
-                self.mirror = accept_invitation(invitation, &self.config, session, run);
+                let (through, host) = self.lead_node(comm, session, (invitation, run), deadline);
+                self.host = host;
+                let accepted = (run.as_str(), through.as_deref());
+                self.mirror = accept_invitation(invitation, &self.config, session, accepted);
             }
             run
         };

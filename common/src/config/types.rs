@@ -189,7 +189,8 @@ pub struct Config {
     pub record_collectives: bool,
     /// Rank 0's TCP listener address (default: MASTER_ADDR).
     pub addr: Option<String>,
-    /// Rank 0's TCP listener port (default: MASTER_PORT + 1).
+    /// Rank 0's TCP listener port (default: MASTER_PORT + 1; under MPI, its
+    /// listener for window files, default a port the system picks).
     pub port: Option<u16>,
     /// The job token every TCP connection proves it knows (default: derived
     /// from TORCHELASTIC_RUN_ID and the master address and port, which is

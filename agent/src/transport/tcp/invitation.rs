@@ -2,48 +2,97 @@
 //! see its session directory ([`MirrorHost`]), and the invitation to it
 //! each rank accepts ([`accept_invitation`]): MPI gathers the payloads,
 //! the window plans, statuses and payloads travel over TCP as under the
-//! TCP transport.
+//! TCP transport. Where the job has nodes, each node's leader (but rank
+//! 0's) hosts its node's mirrors on loopback as well
+//! ([`MirrorHost::for_node`]), and relays them, as under TCP.
 
+use std::net::TcpListener;
+use std::ops::Range;
 use std::time::Duration;
 
 use super::mirror::{Mirror, MirrorSettings};
+use super::server::{Server, ServerSettings, Serves};
+use crate::transport::{SessionInfo, TransportError};
 
-/// Rank 0's listener for mirrors (and window controllers) alone, for a
-/// transport that gathers otherwise (MPI): on `RANKSCOPE_ADDR` where set,
-/// else on every IPv4 address, under its host's name, at a port the system
-/// picks, with the job's token where it was given one, else a fresh one
-/// that only the ranks are told ([`MirrorHost::invitation`]).
+/// A listener for mirrors (and, rank 0's, window controllers) alone, for
+/// a transport that gathers otherwise (MPI): rank 0's on `RANKSCOPE_ADDR`
+/// where set, else on every IPv4 address, under its host's name, at
+/// `RANKSCOPE_PORT` where set, else a port the system picks, with the
+/// job's token where it was given one, else a fresh one that only the
+/// ranks are told ([`MirrorHost::invitation`]); a node leader's on
+/// loopback, with rank 0's token.
 pub(crate) struct MirrorHost {
-    _server: super::server::Server,
+    _server: Server,
     endpoint: String,
     token: Vec<u8>,
 }
 
 impl MirrorHost {
-    /// Listens for the session `session` of run `run_id`, as `config` says.
+    /// Rank 0's, for the session `session` of run `run_id`, as `config`
+    /// says, taking the statuses relayed by the leaders of nodes of
+    /// `node_size` ranks.
     pub(crate) fn start(
         config: &rankscope_common::Config,
-        session: &crate::transport::SessionInfo<'_>,
+        session: &SessionInfo<'_>,
         run_id: &str,
-    ) -> Result<MirrorHost, crate::transport::TransportError> {
-        let io = |source| crate::transport::TransportError::Io {
-            path: "rank 0's listener for window files".into(),
-            source,
-        };
+        node_size: Option<u32>,
+    ) -> Result<MirrorHost, TransportError> {
         let host = config.addr.clone();
-        let listener =
-            std::net::TcpListener::bind((host.as_deref().unwrap_or("0.0.0.0"), 0)).map_err(io)?;
-        let port = listener.local_addr().map_err(io)?.port();
+        let address = (
+            host.as_deref().unwrap_or("0.0.0.0"),
+            config.port.unwrap_or(0),
+        );
+        let listener = TcpListener::bind(address).map_err(io)?;
         let name = host.unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into());
         let token = match &config.token {
             Some(token) => token.as_bytes().to_vec(),
             None => super::token_file::fresh().map_err(io)?,
         };
-        let settings = super::server::ServerSettings {
-            serves: super::server::Serves::WindowFiles,
+        let serves = Serves::WindowFiles { node_size };
+        Self::serve(
+            listener,
+            &name,
+            (serves, 1..1),
+            token,
+            (config, session, run_id),
+        )
+    }
+
+    /// A node leader's, on loopback, for its node's ranks `members`, with
+    /// the `token` of rank 0's invitation.
+    pub(crate) fn for_node(
+        config: &rankscope_common::Config,
+        session: &SessionInfo<'_>,
+        run_id: &str,
+        (members, token): (Range<u32>, &[u8]),
+    ) -> Result<MirrorHost, TransportError> {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+        let serves = (Serves::Leader, members);
+        Self::serve(
+            listener,
+            "127.0.0.1",
+            serves,
+            token.to_vec(),
+            (config, session, run_id),
+        )
+    }
+
+    /// Serves `listener`, reached as `name`, for `serves` and its
+    /// `senders`.
+    fn serve(
+        listener: TcpListener,
+        name: &str,
+        (serves, senders): (Serves, Range<u32>),
+        token: Vec<u8>,
+        (config, session, run_id): (&rankscope_common::Config, &SessionInfo<'_>, &str),
+    ) -> Result<MirrorHost, TransportError> {
+        let port = listener.local_addr().map_err(io)?.port();
+        let settings = ServerSettings {
+            serves,
             relay: None,
-            // Payloads go the transport's own way.
-            senders: 1..1,
+            // Payloads go the transport's own way: a leader takes none
+            // (`senders` names its node's mirrors), rank 0 none over TCP.
+            senders,
             token: token.clone(),
             payload_timeout: Duration::from_secs_f64(config.gather_timeout_s),
             session_id: session.session_id.to_string(),
@@ -60,7 +109,7 @@ impl MirrorHost {
             check_node: |_, _| Err("no node digest is taken here".into()),
         };
         Ok(MirrorHost {
-            _server: super::server::Server::start(listener, settings)?,
+            _server: Server::start(listener, settings)?,
             endpoint: format!("{name}:{port}"),
             token,
         })
@@ -77,19 +126,28 @@ impl MirrorHost {
     }
 }
 
+/// A listener's error, named.
+fn io(source: std::io::Error) -> TransportError {
+    TransportError::Io {
+        path: "a listener for window files".into(),
+        source,
+    }
+}
+
 /// The mirror of rank `session.rank` of run `run_id`, to rank 0's
-/// [`MirrorHost`] that sent `invitation`; `None` where it is no
-/// invitation.
+/// [`MirrorHost`] that sent `invitation` or, where given, to its node
+/// leader's at `through` (window payloads still go to rank 0's); `None`
+/// where it is no invitation.
 pub(crate) fn accept_invitation(
     invitation: &str,
     config: &rankscope_common::Config,
-    session: &crate::transport::SessionInfo<'_>,
-    run_id: &str,
+    session: &SessionInfo<'_>,
+    (run_id, through): (&str, Option<&str>),
 ) -> Option<Mirror> {
     let (endpoint, token) = invitation.split_once('\0')?;
     let windows = session.control?.clone();
     Mirror::start(MirrorSettings {
-        endpoint: endpoint.to_string(),
+        endpoint: through.unwrap_or(endpoint).to_string(),
         payload_endpoint: endpoint.to_string(),
         token: token.as_bytes().to_vec(),
         rank: session.rank,

@@ -43,9 +43,10 @@ pub(super) enum Serves {
     /// it has window control.
     Leader,
     /// Rank 0's under a transport that gathers otherwise (MPI): window
-    /// controllers and the mirrors of ranks apart alone.
+    /// controllers and the mirrors of ranks apart alone, with the statuses
+    /// each node's leader relays where the job has nodes of `node_size`.
     #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    WindowFiles,
+    WindowFiles { node_size: Option<u32> },
 }
 
 /// What a listener needs to know.
@@ -212,9 +213,10 @@ impl Server {
             .filter(|_| settings.serves != Serves::Leader)
             .map(|control| Desk::new(control, settings.world_size, settings.token.clone()));
         let role = match settings.serves {
-            Serves::Rank0 { node_size } => Mirrors::Rank0 { node_size },
             Serves::Leader => Mirrors::Leader,
-            Serves::WindowFiles => Mirrors::Rank0 { node_size: None },
+            Serves::Rank0 { node_size } | Serves::WindowFiles { node_size } => {
+                Mirrors::Rank0 { node_size }
+            }
         };
         let mirrors = (settings.control.clone())
             .map(|control| MirrorDesk::new(control, settings.run_id.clone(), role));
@@ -610,7 +612,7 @@ impl ServerSettings {
             purpose::RENDEZVOUS | purpose::RESYNC => match self.serves {
                 Serves::Rank0 { .. } => (rank > 0, "clock"),
                 Serves::Leader => (self.senders.contains(&rank), "clock"),
-                Serves::WindowFiles => (false, "clock"),
+                Serves::WindowFiles { .. } => (false, "clock"),
             },
             // Refused as not the protocol once admitted.
             _ => (true, ""),
