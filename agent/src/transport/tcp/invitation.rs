@@ -67,7 +67,7 @@ impl MirrorHost {
         (members, token): (Range<u32>, &[u8]),
     ) -> Result<MirrorHost, TransportError> {
         let listener = TcpListener::bind("127.0.0.1:0").map_err(io)?;
-        let serves = (Serves::Leader, members);
+        let serves = (Serves::NodeWindowFiles, members);
         Self::serve(
             listener,
             "127.0.0.1",
@@ -90,8 +90,8 @@ impl MirrorHost {
         let settings = ServerSettings {
             serves,
             relay: None,
-            // Payloads go the transport's own way: a leader takes none
-            // (`senders` names its node's mirrors), rank 0 none over TCP.
+            // Payloads go the transport's own way: none is taken here
+            // (a leader's `senders` are its node's mirrors).
             senders,
             token: token.clone(),
             payload_timeout: Duration::from_secs_f64(config.gather_timeout_s),

@@ -47,6 +47,18 @@ pub(super) enum Serves {
     /// each node's leader relays where the job has nodes of `node_size`.
     #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
     WindowFiles { node_size: Option<u32> },
+    /// A node leader's under a transport that gathers otherwise (MPI): its
+    /// node's mirrors alone.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    NodeWindowFiles,
+}
+
+impl Serves {
+    /// Whether it is a node leader's listener (which serves no window
+    /// controller).
+    fn is_a_leaders(self) -> bool {
+        matches!(self, Serves::Leader | Serves::NodeWindowFiles)
+    }
 }
 
 /// What a listener needs to know.
@@ -210,10 +222,10 @@ impl Server {
             })?;
         let relay = settings.relay;
         let desk = (settings.control.clone())
-            .filter(|_| settings.serves != Serves::Leader)
+            .filter(|_| !settings.serves.is_a_leaders())
             .map(|control| Desk::new(control, settings.world_size, settings.token.clone()));
         let role = match settings.serves {
-            Serves::Leader => Mirrors::Leader,
+            Serves::Leader | Serves::NodeWindowFiles => Mirrors::Leader,
             Serves::Rank0 { node_size } | Serves::WindowFiles { node_size } => {
                 Mirrors::Rank0 { node_size }
             }
@@ -575,9 +587,7 @@ impl ServerSettings {
     fn takes(&self, rank: u32, what: u8) -> Result<(), ConnectionRefusal> {
         if matches!(what, purpose::TRIGGER | purpose::STATUS) {
             // A window controller, at rank 0's listener alone.
-            return match rank == CONTROLLER
-                && self.control.is_some()
-                && self.serves != Serves::Leader
+            return match rank == CONTROLLER && self.control.is_some() && !self.serves.is_a_leaders()
             {
                 true => Ok(()),
                 false => Err(ConnectionRefusal::NotHere {
@@ -599,11 +609,14 @@ impl ServerSettings {
             });
         }
         let (here, what) = match what {
-            purpose::PAYLOAD => (self.senders.contains(&rank), "payload"),
+            purpose::PAYLOAD => (
+                self.senders.contains(&rank) && self.serves != Serves::NodeWindowFiles,
+                "payload",
+            ),
             purpose::NODE_DIGEST => (self.node_of(rank).is_some(), "node digest"),
             // A leader serves its node's mirrors; the payloads go to rank 0.
             purpose::MIRROR | purpose::WINDOW_PAYLOAD => match self.serves {
-                Serves::Leader => (
+                Serves::Leader | Serves::NodeWindowFiles => (
                     what == purpose::MIRROR && self.senders.contains(&rank),
                     "window files",
                 ),
@@ -612,7 +625,7 @@ impl ServerSettings {
             purpose::RENDEZVOUS | purpose::RESYNC => match self.serves {
                 Serves::Rank0 { .. } => (rank > 0, "clock"),
                 Serves::Leader => (self.senders.contains(&rank), "clock"),
-                Serves::WindowFiles { .. } => (false, "clock"),
+                Serves::WindowFiles { .. } | Serves::NodeWindowFiles => (false, "clock"),
             },
             // Refused as not the protocol once admitted.
             _ => (true, ""),
