@@ -282,14 +282,14 @@ impl WindowControl {
     /// Another rank's mirror: hands the windows thread a plan rank 0 sent,
     /// and posts it for the mirrors this rank serves as its node's leader.
     pub(crate) fn deliver(&self, plan: Plan) {
-        post(&self.shared, &plan);
         let mut delivered = lock(&self.shared.delivered);
-        delivered.insert(plan.index, plan);
+        delivered.insert(plan.index, plan.clone());
         while delivered.len() > PLANS_KEPT {
             delivered.pop_first();
         }
         drop(delivered);
         self.shared.steps.wake();
+        post(&self.shared, &plan);
     }
 
     /// Another rank's mirror: rank 0 said that `rankscope top` watches.
@@ -335,6 +335,26 @@ impl WindowControl {
         let mut relayed = lock(&self.shared.relayed);
         if relayed.len() < RELAYED_KEPT || relayed.contains_key(&rank) {
             relayed.insert(rank, status);
+        }
+    }
+
+    /// A rank's mirror whose connection failed: the statuses it took and
+    /// did not send (its own, rank `own`'s, and those it relays), kept for
+    /// the next connection unless a newer one of the rank came meanwhile.
+    pub(crate) fn keep_unsent(
+        &self,
+        own: u32,
+        unsent: impl IntoIterator<Item = (u32, LiveStatus)>,
+    ) {
+        for (rank, status) in unsent {
+            if rank == own {
+                lock(&self.shared.status).get_or_insert(status);
+                continue;
+            }
+            let mut relayed = lock(&self.shared.relayed);
+            if relayed.len() < RELAYED_KEPT || relayed.contains_key(&rank) {
+                relayed.entry(rank).or_insert(status);
+            }
         }
     }
 

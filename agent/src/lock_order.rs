@@ -21,7 +21,7 @@ use crate::sync::lock;
 /// Where a lock stands in the order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Level {
-    /// A session's flushes (`Hub::flushes`).
+    /// A session's flushes (`SessionControl::flushes`).
     Flushes,
     /// The session slot (`Hub::session`).
     Session,

@@ -452,14 +452,8 @@ fn node_leaders_relay_window_control_under_mpirun() {
         ],
     );
     let dir = live_session_dir(&out.path().join("node-0"));
-    support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
-    let window = report(&dir.join("window-1"));
-    assert_eq!(
-        window["session"]["ranks_reporting"],
-        serde_json::json!([0, 1, 2, 3])
-    );
-    let node_1 = session_dir(&out.path().join("node-1"));
-    assert!(!node_1.join("control/plan-1.json").exists());
+    // Once the other ranks' mirrors are up (rank 1 shares rank 0's folder
+    // and keeps none), while every rank runs.
     let mut settled = 0;
     while settled < 5 {
         let held = support::connections_to(port);
@@ -471,6 +465,12 @@ fn node_leaders_relay_window_control_under_mpirun() {
         settled = if held == 1 { settled + 1 } else { 0 };
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    support::trigger(&dir, &["--steps", "10", "--wait", "--timeout", "60"]);
+    let window = report(&dir.join("window-1"));
+    assert_eq!(
+        window["session"]["ranks_reporting"],
+        serde_json::json!([0, 1, 2, 3])
+    );
     let run = job.wait_with_output().unwrap();
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert_eq!(

@@ -19,6 +19,14 @@ use crate::notice::say;
 /// payloads and send rank 0 the digest (else a fifth of what is left).
 const FORWARD_TIME: Duration = Duration::from_secs(5);
 
+/// The ranks of the node `leader` leads, in a world of `world_size` ranks
+/// laid out in nodes of `size`: `None` where `leader` leads no node other
+/// than rank 0's.
+pub(crate) fn node_led_by(leader: u32, size: u32, world_size: u32) -> Option<Range<u32>> {
+    let leads = size > 0 && leader > 0 && leader < world_size && leader.is_multiple_of(size);
+    leads.then(|| leader..leader.saturating_add(size).min(world_size))
+}
+
 /// A job gathered in two levels.
 pub(crate) struct Nodes {
     /// Ranks per node.

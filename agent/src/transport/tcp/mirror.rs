@@ -3,8 +3,9 @@
 //! own): rank 0's plans go out as messages, the ranks' statuses and window
 //! payloads come in.
 //!
-//! Each rank other than 0 keeps a connection to rank 0 (purpose `MIRROR`)
-//! while its session runs ([`Mirror`]). It first leaves a probe file in
+//! Each rank other than 0 keeps a connection to rank 0 (purpose `MIRROR`;
+//! to its node's leader under a two-level gather, below) while its session
+//! runs ([`Mirror`]). It first leaves a probe file in
 //! its own control folder and names it; rank 0 looks for it in its own:
 //! found, the two share the folder and nothing is mirrored (the rank reads
 //! rank 0's plan files). Otherwise rank 0 sends the rank each window plan
@@ -29,8 +30,11 @@
 //! (shared where the rank shares the leader's folder and rank 0 sees the
 //! leader's), sends the plans it was sent itself, and relays the rank's
 //! statuses to rank 0 over its own mirror ([`RankStatus`]), where rank 0
-//! takes them for that leader's node alone. Window payloads still go
-//! straight to rank 0, on short connections of their own.
+//! takes them for that leader's node alone. A leader whose folder rank 0
+//! sees, or that never learned whether it does, relays for no rank: it
+//! sends a rank apart to rank 0 itself, as a rank that cannot reach its
+//! leader goes after a few tries. Window payloads still go straight to
+//! rank 0, on short connections of their own.
 //!
 //! Rank 0 keeps one mirror per rank (a newer connection replaces an older
 //! one), ends one whose rank went silent, and keeps at most 1,024 (a
@@ -63,10 +67,11 @@ use super::wire::{
 use super::{Link, Unreached, HANDSHAKE_TIMEOUT};
 use crate::notice::{notice, spawn_with_notices};
 use crate::sync::lock;
+use crate::transport::nodes::node_led_by;
 use crate::WindowControl;
 
-/// How often rank 0 looks for a mirror's status (a plan is sent as soon
-/// as it is posted).
+/// How often a desk (rank 0's, a leader's) looks for a mirror's status
+/// (a plan is sent as soon as it is posted).
 const TICK: Duration = Duration::from_millis(100);
 /// How often a rank looks (its own files only).
 const RANK_TICK: Duration = Duration::from_millis(50);
@@ -82,7 +87,7 @@ const MAX_RETRY: Duration = Duration::from_secs(30);
 /// Failed tries at the mirror's first connection that are not said (a
 /// rank that shares rank 0's folder needs none).
 const QUIET_TRIES: u32 = 3;
-/// The most mirrors rank 0 keeps at once.
+/// The most mirrors a desk keeps at once.
 const MAX_MIRRORS: usize = 1024;
 /// The largest status or mirrored message read (each is bounded far
 /// below: `LiveStatus::bounded`, a plan).
@@ -115,6 +120,8 @@ pub(super) struct MirrorDesk {
     windows: WindowControl,
     run_id: String,
     role: Mirrors,
+    /// Ranks in the job.
+    world_size: u32,
     /// Mirrors kept now.
     mirrors: Places,
     /// Each rank's mirror: its connection's id, and a handle to cut it.
@@ -146,12 +153,17 @@ impl Drop for Serving<'_> {
 impl MirrorDesk {
     /// The desk of the session `control` serves, run `run_id`, serving
     /// `role`'s mirrors.
-    pub(super) fn new(control: ServedControl, run_id: String, role: Mirrors) -> Self {
+    pub(super) fn new(
+        control: ServedControl,
+        run_id: String,
+        (role, world_size): (Mirrors, u32),
+    ) -> Self {
         MirrorDesk {
             session_dir: control.session_dir,
             windows: control.windows,
             run_id,
             role,
+            world_size,
             mirrors: Places::new(
                 open_files_limit().map_or(MAX_MIRRORS, |limit| MAX_MIRRORS.min(limit / 4)),
             ),
@@ -183,23 +195,7 @@ impl MirrorDesk {
             .ok_or(ConnectionRefusal::Malformed("a probe"))?;
         let probed = std::fs::symlink_metadata(window::control_dir(dir).join(probe));
         let found = probed.is_ok_and(|meta| meta.is_file());
-        let shared = match self.role {
-            Mirrors::Rank0 { .. } => found,
-            // The rank sees rank 0's folder where it shares the leader's
-            // and rank 0 sees that (the leader's own mirror says, soon).
-            Mirrors::Leader => {
-                found && self.windows.rank_0_sees_folder(HANDSHAKE_TIMEOUT / 2) == Some(true)
-            }
-        };
-        let serving = match shared {
-            true => None,
-            false => self.admit(stream, rank, id),
-        };
-        let answer = match (shared, &serving) {
-            (true, _) => Probed::Shared,
-            (false, Some(_)) => Probed::Apart,
-            (false, None) => Probed::NoRoom,
-        };
+        let (answer, _serving) = self.probed(found, stream, (rank, id));
         write_frame(
             stream,
             kind::SHARED,
@@ -275,17 +271,47 @@ impl MirrorDesk {
         ranks
     }
 
+    /// The answer to the probe of `rank`'s connection `id`, its file
+    /// `found` in this desk's folder or not, and the mirror's place where
+    /// it is served. A leader relays only where rank 0 does not see its own
+    /// folder (its own mirror says, soon); where rank 0 sees it, a rank
+    /// that shares it shares rank 0's too, and another goes to rank 0
+    /// itself, as does every rank of a leader that learned nothing.
+    fn probed(
+        &self,
+        found: bool,
+        stream: &TcpStream,
+        (rank, id): (u32, u64),
+    ) -> (Probed, Option<Serving<'_>>) {
+        let apart = match self.role {
+            Mirrors::Rank0 { .. } => !found,
+            Mirrors::Leader => match self.windows.rank_0_sees_folder(HANDSHAKE_TIMEOUT / 2) {
+                Some(false) => true,
+                Some(true) if found => false,
+                _ => return (Probed::ToRank0, None),
+            },
+        };
+        if !apart {
+            return (Probed::Shared, None);
+        }
+        match self.admit(stream, rank, id) {
+            Some(serving) => (Probed::Apart, Some(serving)),
+            None => (Probed::NoRoom, None),
+        }
+    }
+
     /// Whether the mirror of `rank` may send rank `of`'s status: its own,
-    /// or at rank 0 from a node's leader, one of its node's.
+    /// or at rank 0 from a node's leader, one of its node's. (Every rank
+    /// holds the job's token and may connect as any rank: this keeps a
+    /// status where it belongs, it is no boundary between ranks.)
     fn takes_status(&self, rank: u32, of: u32) -> bool {
-        match self.role {
+        let node = match self.role {
             Mirrors::Rank0 {
                 node_size: Some(size),
-            } if size > 0 && rank > 0 && rank.is_multiple_of(size) => {
-                (rank..rank.saturating_add(size)).contains(&of)
-            }
-            _ => of == rank,
-        }
+            } => node_led_by(rank, size, self.world_size),
+            _ => None,
+        };
+        of == rank || node.is_some_and(|node| node.contains(&of))
     }
 
     /// Takes connection `id` of `rank` among the mirrors, in place of the
@@ -403,16 +429,18 @@ fn open_files_limit() -> Option<usize> {
     read.then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
 }
 
-/// Rank 0's answer to a probe.
+/// The answer to a probe (rank 0's, or a node leader's for rank 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 enum Probed {
-    /// Apart: the files are mirrored.
+    /// Apart: plans and statuses travel on the connection.
     Apart = 0,
     /// The rank and rank 0 share the folder: nothing to mirror.
     Shared = 1,
-    /// Apart, but rank 0 keeps as many mirrors as it can already.
+    /// Apart, but the desk keeps as many mirrors as it can already.
     NoRoom = 2,
+    /// A leader's: it does not relay for this rank, which goes to rank 0.
+    ToRank0 = 3,
 }
 
 /// Whether `name` is a probe file's name of `rank`: `mirror-probe-<rank>-`
@@ -588,6 +616,8 @@ struct Mirroring<'a> {
     next_plan: u32,
     /// When something was last sent.
     sent: Instant,
+    /// Where it connects: its node's leader, or rank 0.
+    endpoint: String,
 }
 
 impl<'a> Mirroring<'a> {
@@ -598,6 +628,7 @@ impl<'a> Mirroring<'a> {
             retry: Backoff::new(),
             next_plan: 1,
             sent: Instant::now(),
+            endpoint: state.settings.endpoint.clone(),
         }
     }
 
@@ -605,6 +636,7 @@ impl<'a> Mirroring<'a> {
         while !self.state.stopping() {
             if self.link.is_none() && self.retry.due() {
                 match self.connect() {
+                    Ok(Connected::ToRank0) => self.go_to_rank_0(),
                     Ok(Connected::Apart(link)) => {
                         self.keep(link);
                         self.state.folder.store(folder::APART, Ordering::SeqCst);
@@ -619,7 +651,13 @@ impl<'a> Mirroring<'a> {
                         self.state.folder.store(folder::NOTHING, Ordering::SeqCst);
                         return;
                     }
-                    Err(e) => self.retry.failed(&e, "window plans and statuses"),
+                    Err(e) => {
+                        self.retry.failed(&e, "window plans and statuses");
+                        // A leader that cannot be reached: rank 0 itself.
+                        if self.retry.failures >= QUIET_TRIES {
+                            self.go_to_rank_0();
+                        }
+                    }
                 }
             }
             if let Some(mut link) = self.link.take() {
@@ -632,6 +670,16 @@ impl<'a> Mirroring<'a> {
         }
     }
 
+    /// Connects to rank 0 from now on (where it went through its node's
+    /// leader), at once.
+    fn go_to_rank_0(&mut self) {
+        let rank_0 = &self.state.settings.payload_endpoint;
+        if self.endpoint != *rank_0 {
+            self.endpoint = rank_0.clone();
+            self.retry = Backoff::new();
+        }
+    }
+
     /// Keeps `link` as the mirror's connection (a handle of it where a stop
     /// can cut it).
     fn keep(&mut self, link: Link) {
@@ -640,11 +688,12 @@ impl<'a> Mirroring<'a> {
     }
 
     /// The mirror's connection after the probe, unless rank 0 sees this
-    /// rank's folder or has no room for another mirror.
+    /// rank's folder, or the desk (rank 0's, or the node leader's) has no
+    /// room for another mirror, or the leader sends the rank to rank 0.
     fn connect(&self) -> Result<Connected, Unreached> {
         let s = &self.state.settings;
         let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        let mut link = Link::open(&s.endpoint, &s.token, (s.rank, purpose::MIRROR), until)?;
+        let mut link = Link::open(&self.endpoint, &s.token, (s.rank, purpose::MIRROR), until)?;
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).map_err(|_| Unreached::NoRandomness)?;
         let hex: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
@@ -662,9 +711,11 @@ impl<'a> Mirroring<'a> {
         match answer?.as_slice() {
             [0] => Ok(Connected::Apart(link)),
             [1] => Ok(Connected::Shared),
+            [3] if self.endpoint != s.payload_endpoint => Ok(Connected::ToRank0),
             [2] => {
                 notice!(
-                    "rank 0 mirrors its window files for as many ranks as it can already: this \
+                    "rank 0 (or this node's leader) mirrors window files for as many ranks as it \
+                     can already: this \
                      rank takes part in windows only where it sees rank 0's session directory"
                 );
                 Ok(Connected::NoRoom)
@@ -703,14 +754,18 @@ impl<'a> Mirroring<'a> {
             write_frame(&mut link.stream, kind::STATUS, &[], until)?;
             self.sent = Instant::now();
         }
-        for (rank, status) in statuses {
-            let status = RankStatus {
+        while let Some((rank, status)) = statuses.next() {
+            let sent = RankStatus {
                 rank,
                 status: status.bounded(),
             };
-            let body = serde_json::to_vec(&status).expect("a status serialises");
+            let body = serde_json::to_vec(&sent).expect("a status serialises");
             let until = Instant::now() + HANDSHAKE_TIMEOUT;
-            write_frame(&mut link.stream, kind::STATUS, &body, until)?;
+            if let Err(cut) = write_frame(&mut link.stream, kind::STATUS, &body, until) {
+                let unsent = std::iter::once((sent.rank, sent.status)).chain(statuses);
+                s.windows.keep_unsent(s.rank, unsent);
+                return Err(cut.into());
+            }
             self.sent = Instant::now();
         }
         Ok(())
@@ -726,6 +781,8 @@ enum Connected {
     Shared,
     /// Apart, but rank 0 keeps as many mirrors as it can already.
     NoRoom,
+    /// The node's leader does not relay for the rank: it goes to rank 0.
+    ToRank0,
 }
 
 /// When to try again after failures, and whether to say so: the first
@@ -892,6 +949,7 @@ mod tests {
     use rankscope_common::spill::SpillName;
     use rankscope_common::window::{LiveStatus, Plan, Trigger};
 
+    use super::super::control::ServedControl;
     use super::super::server::Serves;
     use super::super::test_support::{listener, rank_0, TOKEN};
     use super::*;
@@ -1080,6 +1138,68 @@ mod tests {
         assert_eq!(leader.server.mirrored_ranks(), [3]);
         rank_3.finish(Instant::now() + Duration::from_secs(5));
         rank_2.finish(Instant::now() + Duration::from_secs(5));
+    }
+
+    /// A leader whose folder rank 0 sees relays for no rank: a rank of its
+    /// node that does not share that folder is sent to rank 0, and is
+    /// mirrored there.
+    #[test]
+    fn a_leader_in_rank_0s_folder_sends_a_rank_apart_to_rank_0() {
+        let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let rank_0 = listener(home.path(), Serves::Rank0 { node_size: Some(2) }, (4, 1..4));
+        let leader = listener(home.path(), Serves::Leader, (4, 3..4));
+        let rank_2 = Mirror::start(MirrorSettings {
+            rank: 2,
+            ..settings(&rank_0.endpoint, home.path(), leader.windows.clone())
+        })
+        .unwrap();
+        let (windows, inbox) = WindowControl::new(std::sync::Arc::new(()));
+        let rank_3 = Mirror::start(MirrorSettings {
+            rank: 3,
+            endpoint: leader.endpoint.clone(),
+            ..settings(&rank_0.endpoint, own.path(), windows)
+        })
+        .unwrap();
+        let plan = Plan {
+            index: 1,
+            first_step: 10,
+            steps: 5,
+            trigger: Trigger::Command,
+            nonce: "n1".into(),
+            torch: false,
+            run: Some("r".into()),
+            cancelled: None,
+        };
+        rank_0.inbox.post(&plan);
+        eventually("the plan sent", || inbox.delivered(1) == Some(plan.clone()));
+        assert_eq!(rank_0.server.mirrored_ranks(), [3]);
+        assert!(leader.server.mirrored_ranks().is_empty());
+        rank_3.finish(Instant::now() + Duration::from_secs(5));
+        rank_2.finish(Instant::now() + Duration::from_secs(5));
+    }
+
+    /// Rank 0 takes a rank's own status from its mirror, and from a node's
+    /// leader those of its node; no other.
+    #[test]
+    fn rank_0_takes_relayed_statuses_from_a_nodes_leader_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = ServedControl {
+            session_dir: dir.path().to_path_buf(),
+            windows: WindowControl::new(std::sync::Arc::new(())).0,
+        };
+        let role = Mirrors::Rank0 { node_size: Some(2) };
+        let desk = MirrorDesk::new(control, "r".into(), (role, 6));
+        for (rank, of, taken) in [
+            (1, 1, true),
+            (1, 3, false),
+            (2, 3, true),
+            (2, 4, false),
+            (4, 5, true),
+            (3, 2, false),
+            (6, 7, false),
+        ] {
+            assert_eq!(desk.takes_status(rank, of), taken, "{rank} for {of}");
+        }
     }
 
     /// A rank that shares rank 0's folder mirrors nothing: its mirror ends

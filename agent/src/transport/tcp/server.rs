@@ -29,7 +29,7 @@ use super::wire::{
 };
 use super::HANDSHAKE_TIMEOUT;
 use crate::sync::lock;
-use crate::transport::nodes::NodeExpected;
+use crate::transport::nodes::{node_led_by, NodeExpected};
 use crate::transport::TransportError;
 
 /// Whose listener it is, for what it serves.
@@ -230,8 +230,13 @@ impl Server {
                 Mirrors::Rank0 { node_size }
             }
         };
-        let mirrors = (settings.control.clone())
-            .map(|control| MirrorDesk::new(control, settings.run_id.clone(), role));
+        let mirrors = (settings.control.clone()).map(|control| {
+            MirrorDesk::new(
+                control,
+                settings.run_id.clone(),
+                (role, settings.world_size),
+            )
+        });
         let places = RankPlaces::for_listener(&settings);
         let shared = Arc::new(Shared {
             desk,
@@ -572,13 +577,7 @@ impl ServerSettings {
         match self.serves {
             Serves::Rank0 {
                 node_size: Some(size),
-            } if size > 0
-                && leader > 0
-                && leader < self.world_size
-                && leader.is_multiple_of(size) =>
-            {
-                Some(leader..leader.saturating_add(size).min(self.world_size))
-            }
+            } => node_led_by(leader, size, self.world_size),
             _ => None,
         }
     }

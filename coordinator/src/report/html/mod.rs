@@ -1,6 +1,6 @@
 //! `report.html`: one self-contained page (no network: the chart library and
 //! the data are inlined) rendered with tera, autoescaping on. The page is
-//! its head, then each of [`SECTIONS`] in order (its templates rendered,
+//! its head, then each of the sections (`report::sections::SECTIONS`) in order (its templates rendered,
 //! its tables written row by row between them), then the charts' data and
 //! the scripts; the charts are drawn in the browser by the vendored Apache
 //! ECharts build from `report.series`.

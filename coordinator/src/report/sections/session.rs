@@ -18,7 +18,7 @@ pub(super) const SECTION: Section = Section {
     id: "session",
     link: "Session",
     title: "Session and system",
-    fields: &["session", "ranks"],
+    fields: &["ranks"],
     summary: write_summary,
     values: |report| json!({ "session": facts(report), "notes": notes(report) }),
     parts: &[

@@ -1,8 +1,8 @@
 //! `summary.txt`: the terminal summary. The banner and the verdict, then
 //! each section's lines in the order of the page (the recommendations, the
 //! top stages across ranks with nested ones indented, stragglers, kernel
-//! traces, GPUs, the session's data and hosts, overhead); every line at
-//! most [`WIDTH`] columns.
+//! traces, GPUs, diffusion, the data's gaps and the hosts, overhead);
+//! every line at most [`WIDTH`] columns.
 
 pub(crate) mod lines;
 
