@@ -951,8 +951,9 @@ mod tests {
 
     use super::super::control::ServedControl;
     use super::super::server::Serves;
-    use super::super::test_support::{listener, rank_0, TOKEN};
+    use super::super::test_support::{listener, rank_0, TestListener, TOKEN};
     use super::*;
+    use crate::control::Inbox;
 
     fn settings(endpoint: &str, own: &Path, windows: WindowControl) -> MirrorSettings {
         MirrorSettings {
@@ -965,6 +966,57 @@ mod tests {
             max_frame: 1 << 20,
             payload_timeout: Duration::from_secs(5),
             windows,
+        }
+    }
+
+    /// Window `index`'s plan in run `run`.
+    fn plan(index: u32, run: &str) -> Plan {
+        Plan {
+            index,
+            first_step: 10,
+            steps: 5,
+            trigger: Trigger::Command,
+            nonce: format!("n{index}"),
+            torch: false,
+            run: Some(run.into()),
+            cancelled: None,
+        }
+    }
+
+    /// Rank 0 of 4 ranks in nodes of 2, rank 2 leading the second node
+    /// (its listener, and its own mirror to rank 0), and rank 3 mirroring
+    /// through rank 2, with its windows thread's inbox.
+    struct TwoNodes {
+        rank_0: TestListener,
+        leader: TestListener,
+        rank_2: Mirror,
+        rank_3: Mirror,
+        inbox: Inbox,
+    }
+
+    /// [`TwoNodes`], rank 0 writing under `home`, rank 2 under `leaders`,
+    /// rank 3 under `own`.
+    fn two_nodes(home: &Path, leaders: &Path, own: &Path) -> TwoNodes {
+        let rank_0 = listener(home, Serves::Rank0 { node_size: Some(2) }, (4, 1..4));
+        let leader = listener(leaders, Serves::Leader, (4, 3..4));
+        let rank_2 = Mirror::start(MirrorSettings {
+            rank: 2,
+            ..settings(&rank_0.endpoint, leaders, leader.windows.clone())
+        })
+        .unwrap();
+        let (windows, inbox) = WindowControl::new(std::sync::Arc::new(()));
+        let rank_3 = Mirror::start(MirrorSettings {
+            rank: 3,
+            endpoint: leader.endpoint.clone(),
+            ..settings(&rank_0.endpoint, own, windows)
+        })
+        .unwrap();
+        TwoNodes {
+            rank_0,
+            leader,
+            rank_2,
+            rank_3,
+            inbox,
         }
     }
 
@@ -1001,16 +1053,6 @@ mod tests {
         let rank_0 = rank_0(home.path());
         let (windows, inbox) = WindowControl::new(std::sync::Arc::new(()));
         let mirror = Mirror::start(settings(&rank_0.endpoint, own.path(), windows)).unwrap();
-        let plan = |index, run: &str| Plan {
-            index,
-            first_step: 10,
-            steps: 5,
-            trigger: Trigger::Command,
-            nonce: format!("n{index}"),
-            torch: false,
-            run: Some(run.into()),
-            cancelled: None,
-        };
         // Posted by rank 0's windows thread, handed to this rank's.
         rank_0.inbox.post(&plan(1, "r"));
         eventually("plan 1 sent", || inbox.delivered(1) == Some(plan(1, "r")));
@@ -1086,30 +1128,14 @@ mod tests {
     #[test]
     fn a_node_leader_relays_its_nodes_mirrors() {
         let (home, node) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let rank_0 = listener(home.path(), Serves::Rank0 { node_size: Some(2) }, (4, 1..4));
-        let leader = listener(node.path(), Serves::Leader, (4, 3..4));
-        let rank_2 = Mirror::start(MirrorSettings {
-            rank: 2,
-            ..settings(&rank_0.endpoint, node.path(), leader.windows.clone())
-        })
-        .unwrap();
-        let (windows, inbox) = WindowControl::new(std::sync::Arc::new(()));
-        let rank_3 = Mirror::start(MirrorSettings {
-            rank: 3,
-            endpoint: leader.endpoint.clone(),
-            ..settings(&rank_0.endpoint, node.path(), windows)
-        })
-        .unwrap();
-        let plan = Plan {
-            index: 1,
-            first_step: 10,
-            steps: 5,
-            trigger: Trigger::Command,
-            nonce: "n1".into(),
-            torch: false,
-            run: Some("r".into()),
-            cancelled: None,
-        };
+        let TwoNodes {
+            rank_0,
+            leader,
+            rank_2,
+            rank_3,
+            inbox,
+        } = two_nodes(home.path(), node.path(), node.path());
+        let plan = plan(1, "r");
         rank_0.inbox.post(&plan);
         eventually("the plan relayed", || {
             inbox.delivered(1) == Some(plan.clone())
@@ -1146,30 +1172,14 @@ mod tests {
     #[test]
     fn a_leader_in_rank_0s_folder_sends_a_rank_apart_to_rank_0() {
         let (home, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let rank_0 = listener(home.path(), Serves::Rank0 { node_size: Some(2) }, (4, 1..4));
-        let leader = listener(home.path(), Serves::Leader, (4, 3..4));
-        let rank_2 = Mirror::start(MirrorSettings {
-            rank: 2,
-            ..settings(&rank_0.endpoint, home.path(), leader.windows.clone())
-        })
-        .unwrap();
-        let (windows, inbox) = WindowControl::new(std::sync::Arc::new(()));
-        let rank_3 = Mirror::start(MirrorSettings {
-            rank: 3,
-            endpoint: leader.endpoint.clone(),
-            ..settings(&rank_0.endpoint, own.path(), windows)
-        })
-        .unwrap();
-        let plan = Plan {
-            index: 1,
-            first_step: 10,
-            steps: 5,
-            trigger: Trigger::Command,
-            nonce: "n1".into(),
-            torch: false,
-            run: Some("r".into()),
-            cancelled: None,
-        };
+        let TwoNodes {
+            rank_0,
+            leader,
+            rank_2,
+            rank_3,
+            inbox,
+        } = two_nodes(home.path(), home.path(), own.path());
+        let plan = plan(1, "r");
         rank_0.inbox.post(&plan);
         eventually("the plan sent", || inbox.delivered(1) == Some(plan.clone()));
         assert_eq!(rank_0.server.mirrored_ranks(), [3]);
