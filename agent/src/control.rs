@@ -18,6 +18,7 @@
 //! request file, and rank 0's plans are still files for the ranks that
 //! share its folder; the windows thread reads those itself.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -332,10 +333,7 @@ impl WindowControl {
     /// its node, for the leader's mirror to relay to rank 0 (an older one
     /// of the rank not sent yet is replaced).
     pub(crate) fn relay_status(&self, rank: u32, status: LiveStatus) {
-        let mut relayed = lock(&self.shared.relayed);
-        if relayed.len() < RELAYED_KEPT || relayed.contains_key(&rank) {
-            relayed.insert(rank, status);
-        }
+        self.shared.keep_relayed(rank, status, true);
     }
 
     /// A rank's mirror whose connection failed: the statuses it took and
@@ -351,10 +349,7 @@ impl WindowControl {
                 lock(&self.shared.status).get_or_insert(status);
                 continue;
             }
-            let mut relayed = lock(&self.shared.relayed);
-            if relayed.len() < RELAYED_KEPT || relayed.contains_key(&rank) {
-                relayed.entry(rank).or_insert(status);
-            }
+            self.shared.keep_relayed(rank, status, false);
         }
     }
 
@@ -378,6 +373,24 @@ impl Shared {
 
     fn watched_within(&self, within: Duration) -> bool {
         lock(&self.watched).is_some_and(|at| at.elapsed() < within)
+    }
+
+    /// Keeps rank `rank`'s `status` to relay, within [`RELAYED_KEPT`]
+    /// ranks: in place of one kept already where it is the `newest`.
+    fn keep_relayed(&self, rank: u32, status: LiveStatus, newest: bool) {
+        let mut relayed = lock(&self.relayed);
+        if relayed.len() >= RELAYED_KEPT && !relayed.contains_key(&rank) {
+            return;
+        }
+        match relayed.entry(rank) {
+            Entry::Occupied(mut kept) if newest => {
+                kept.insert(status);
+            }
+            Entry::Occupied(_) => {}
+            Entry::Vacant(place) => {
+                place.insert(status);
+            }
+        }
     }
 }
 
