@@ -30,7 +30,7 @@ pub(crate) enum Level {
     /// One thread's buffer in the recorder.
     ThreadBuffer,
     /// Taken with none of the others held: the transport, the windows
-    /// thread's handle.
+    /// thread's and the flusher's handles, the stop signals' hook.
     Alone,
 }
 

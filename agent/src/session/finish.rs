@@ -54,9 +54,7 @@ impl Hub {
         finishing: &BackToIdle<'_, SessionState>,
         gather: bool,
     ) -> Result<Outcome, SessionError> {
-        if let Some(flusher) = state.flusher.take() {
-            flusher.stop();
-        }
+        self.control.stop_flusher();
         // Waits for a flush asked for and under way; none comes after (the
         // session is out of its slot).
         let mut flushes = self.control.flushes();
@@ -81,6 +79,7 @@ impl Hub {
             .and_then(|payload| self.hand_on(&mut state, payload, finishing, gather));
         state.transport.close();
         self.control.put_back(state.transport);
+        self.control.unwatch_stop_signals();
         result
     }
 

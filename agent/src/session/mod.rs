@@ -19,7 +19,7 @@ use crate::flusher::Flusher;
 use crate::notice::{notice, say, Notices};
 use crate::reporter::Reporter;
 use crate::sampler::{Sampler, Telemetry};
-use crate::signals::{self, OnStop};
+use crate::signals::OnStop;
 use crate::slot::{Phase, Slot};
 use crate::sync::lock;
 use crate::transport::{clock, Rendezvous, SessionInfo, Transport};
@@ -66,11 +66,6 @@ pub(crate) struct SessionState {
     transport: Box<dyn Transport>,
     /// The session's telemetry thread.
     sampler: Option<Sampler>,
-    /// The session's periodic flushes.
-    flusher: Option<Flusher>,
-    /// What a stop signal does while the session runs (watched while this
-    /// lives): spill it.
-    _on_stop: Option<Arc<OnStop>>,
 }
 
 impl SessionState {
@@ -127,7 +122,8 @@ pub(crate) struct Hub {
     telemetry: Telemetry,
     /// The session, in whichever phase it is.
     session: Slot<SessionState>,
-    /// The transport between sessions, the windows thread, the flushes.
+    /// The transport between sessions; the running session's windows thread,
+    /// flushes and flusher, and what a stop signal does to it.
     control: SessionControl,
     reporter: OnceLock<Arc<dyn Reporter>>,
     /// This profiler's notices: its calls and threads enter them.
@@ -317,13 +313,11 @@ impl Session {
             rendezvous,
             transport,
             sampler: hub.telemetry.start(hub.recording.recorder()),
-            flusher: periodic_flusher(&hub),
-            _on_stop: hub.config.spill_on_signal.then(|| {
-                let on_stop = spill_on_stop(Arc::downgrade(&hub));
-                signals::watch(&on_stop);
-                on_stop
-            }),
         });
+        hub.control.run_flusher(periodic_flusher(&hub));
+        hub.control.watch_stop_signals(
+            (hub.config.spill_on_signal).then(|| spill_on_stop(Arc::downgrade(&hub))),
+        );
         hub.control
             .run_windows(WindowsThread::start(&hub, windows, inbox));
         Ok(Session {
