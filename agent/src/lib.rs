@@ -30,6 +30,7 @@
 
 mod control;
 mod flusher;
+mod function_calls;
 mod kernel_trace;
 mod lock_order;
 mod notice;
@@ -58,6 +59,7 @@ pub use rankscope_common::gather::{Gathered, ReportFiles, Skipped};
 pub use rankscope_common::kineto::{TraceCut, TraceError};
 pub use rankscope_common::table::HOST_WINDOW;
 pub use rankscope_common::Config;
+pub use recorder::FunctionSite;
 pub use records::{BlockComputation, DiffusionStep, MemoryReading};
 #[cfg(feature = "report")]
 pub use reporter::CoordinatorReporter;

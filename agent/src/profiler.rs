@@ -420,6 +420,13 @@ impl Profiler {
         self.recording_core().map(|core| &**core.recorder())
     }
 
+    /// The recorder of an enabled profiler, recording or not.
+    pub(crate) fn recorder(&self) -> Option<&Recorder> {
+        self.enabled
+            .as_deref()
+            .map(|hub| &**hub.recording().recorder())
+    }
+
     /// The hot core, when a session is recording.
     #[inline(always)]
     fn recording_core(&self) -> Option<&Recording> {

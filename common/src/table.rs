@@ -496,6 +496,39 @@ tables! {
         /// Length, ns.
         dur_ns: U64,
     }
+    /// Traced Python functions (`python_tracing`), per thread (or flush) and
+    /// function: every call that returned counted, kept as a
+    /// `python_calls` row or not.
+    PythonFunctions = 14, python_functions, PythonFunctionRow, PythonFunctionRecord, PythonFunctionsBuilder, PythonFunctionsView {
+        /// The function's qualified name, its module first
+        /// (`pkg.mod.Class.method`).
+        name: DictStr,
+        /// Its source file.
+        file: DictStr,
+        /// Its first line.
+        line: U32,
+        /// Calls that returned (a generator's resumption is a call).
+        calls: U64,
+        /// Time in the calls, the calls they made included (a recursive
+        /// call's counted once, in its outermost call), ns.
+        total_ns: U64,
+        /// Time in the calls less that in the traced calls they made, ns.
+        self_ns: U64,
+    }
+    /// Traced Python calls one by one, for the timeline: those that lasted
+    /// `python_tracing_min_duration_us` or more, within the row budget.
+    PythonCalls = 15, python_calls, PythonCallRow, PythonCallRecord, PythonCallsBuilder, PythonCallsView {
+        /// The function's qualified name.
+        name: DictStr,
+        /// Track: the calling thread's number within the rank (as stages').
+        thread: U32,
+        /// Traced calls it was inside on its thread; 0 for an outermost call.
+        depth: U32,
+        /// Start, nanoseconds since the session started.
+        start_ns: U64,
+        /// End, nanoseconds since the session started.
+        end_ns: U64,
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 use rankscope_common::names::{NameId, Names, OTHER};
 
 use super::budget::give_back;
+use super::calls::ThreadCalls;
 use super::events::{Event, EventLog};
 use super::pairing::Registry;
 use super::thread::{Section, ThreadBuffer, ThreadData};
@@ -49,6 +50,8 @@ pub(super) struct Local {
     /// The id of the stage name whose end is a step (`step_stage`) on this
     /// thread, once interned here; [`NO_STEP_STAGE`] until then.
     pub(super) step_stage: NameId,
+    /// The thread's traced function calls.
+    pub(super) calls: ThreadCalls,
 }
 
 /// What ending a stage by name did.
@@ -405,6 +408,7 @@ impl Recorder {
                     metadata: Vec::new(),
                     too_deep: 0,
                     records: Records::default(),
+                    functions: Vec::new(),
                 },
             ),
             events: EventLog::new(),
@@ -423,6 +427,7 @@ impl Recorder {
             next_seq: 0,
             names: FxHashMap::default(),
             step_stage: NO_STEP_STAGE,
+            calls: ThreadCalls::default(),
         });
         locals.len() - 1
     }

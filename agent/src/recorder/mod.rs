@@ -43,6 +43,7 @@ use crate::stage_name::StageName;
 use crate::ticks::Clock;
 
 mod budget;
+mod calls;
 mod events;
 mod generations;
 mod hot_path;
@@ -50,6 +51,8 @@ mod pairing;
 mod thread;
 
 use budget::RowBudget;
+pub use calls::FunctionSite;
+pub(crate) use calls::FunctionTotals;
 use generations::Generations;
 pub(crate) use hot_path::Ended;
 use hot_path::LOCALS;
@@ -72,6 +75,12 @@ pub(crate) struct Recorder {
     last_generation: AtomicU64,
     /// The stage whose end is a step (`step_stage`).
     step_stage: Option<Box<str>>,
+    /// Traced calls nested deeper on a thread are not recorded
+    /// (`python_tracing_max_depth`).
+    max_call_depth: usize,
+    /// Traced calls shorter are counted but kept as no row
+    /// (`python_tracing_min_duration_us`), ns.
+    min_call_ns: u64,
 }
 
 const TABLES: usize = Table::ALL.len();
@@ -96,6 +105,8 @@ impl Recorder {
             max_open_stages: config.max_open_stages,
             last_generation: AtomicU64::new(0),
             step_stage: config.step_stage.as_deref().map(Box::from),
+            max_call_depth: config.python_tracing_max_depth as usize,
+            min_call_ns: (config.python_tracing_min_duration_us * 1e3) as u64,
         }
     }
 

@@ -192,6 +192,7 @@ impl Registry {
         data: &mut ThreadData,
     ) {
         self.pair(buffer, data, self.sessions.current());
+        data.fold_function_totals();
         builders.append(&data.records, &data.names);
     }
 

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use rankscope_common::names::{NameId, Names};
 
 use super::events::{Chunk, EventLog};
+use super::FunctionTotals;
 use crate::lock_order::{OrderedGuard, OrderedMutex};
 use rankscope_common::table::{MetricRecord, Records, OVERHEAD_SECTION, STAGE_GPU_SECTION};
 
@@ -80,6 +81,9 @@ pub(crate) struct ThreadData {
     pub(super) too_deep: u64,
     /// The session's rows, one queue per table.
     pub(crate) records: Records,
+    /// Each traced function's calls since the rows were last read, by its
+    /// place in the thread's traced calls.
+    pub(super) functions: Vec<FunctionTotals>,
 }
 
 impl ThreadData {

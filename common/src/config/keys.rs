@@ -164,6 +164,12 @@ pub const NUMERIC_KEYS: &[NumericKey] = &[
     numeric("window_every_s", 0.0, 31_536_000.0, |c| {
         Some(c.window_every_s)
     }),
+    numeric("python_tracing_max_depth", 1.0, 100_000.0, |c| {
+        Some(f64::from(c.python_tracing_max_depth))
+    }),
+    numeric("python_tracing_min_duration_us", 0.0, 3.6e9, |c| {
+        Some(c.python_tracing_min_duration_us)
+    }),
     numeric("torch_profiler_wait", 0.0, 1_000_000.0, |c| {
         Some(f64::from(c.torch_profiler_wait))
     }),

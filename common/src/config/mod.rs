@@ -16,8 +16,8 @@ mod types;
 pub use diagnostics::{unknown_variables, UnknownVariable};
 pub use keys::{NumericKey, NUMERIC_KEYS};
 pub use types::{
-    Config, DisplayRanks, GpuSourceKind, GpuTiming, Preset, TorchActivities, TransportKind,
-    MAX_TRACE_RANKS,
+    Config, DisplayRanks, GpuSourceKind, GpuTiming, Preset, PythonTracing, TorchActivities,
+    TransportKind, MAX_TRACE_RANKS,
 };
 
 /// An underlying error of a configuration file: YAML, TOML or JSON.

@@ -82,6 +82,17 @@ pub enum TorchActivities {
     CpuCuda,
 }
 
+/// Where the Python package traces Python function calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PythonTracing {
+    /// Nowhere.
+    #[default]
+    Off,
+    /// Throughout each session.
+    Session,
+}
+
 /// Which ranks print the live display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -183,6 +194,24 @@ pub struct Config {
     /// `rank<R>-window<k>.pt.trace.json.gz` (for Perfetto, HTA or
     /// `rankscope import`); unset (the default): read and deleted.
     pub torch_profiler_trace_dir: Option<PathBuf>,
+    /// Python function tracing on every Python rank: each call and return
+    /// of the program's Python functions, recorded by a C-level profile
+    /// hook of the package (`off` or `session`). The main thread and
+    /// threads started after the session began are traced.
+    pub python_tracing: PythonTracing,
+    /// Traced calls nested deeper than this on a thread are not recorded
+    /// (their time is their caller's own).
+    pub python_tracing_max_depth: u32,
+    /// Calls shorter than this are counted in `python_functions` but kept
+    /// as no `python_calls` row (timeline), microseconds.
+    pub python_tracing_min_duration_us: f64,
+    /// Comma-separated modules or qualified names to trace alone
+    /// (`mypkg,other.Class`: a name matches itself and what is below it);
+    /// unset: every function.
+    pub python_tracing_include: Option<String>,
+    /// Comma-separated modules or qualified names not to trace, over
+    /// `python_tracing_include`; rankscope's own are never traced.
+    pub python_tracing_exclude: Option<String>,
     /// The Python package records each `torch.distributed` collective
     /// call (kind, process group, bytes, host start and end) where the
     /// program has imported torch.distributed, window or not.
@@ -355,6 +384,11 @@ impl Config {
             torch_profiler_profile_memory: false,
             torch_profiler_with_stack: false,
             torch_profiler_trace_dir: None,
+            python_tracing: PythonTracing::Off,
+            python_tracing_max_depth: 128,
+            python_tracing_min_duration_us: 0.0,
+            python_tracing_include: None,
+            python_tracing_exclude: None,
             record_collectives: true,
             addr: None,
             port: None,
