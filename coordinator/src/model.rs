@@ -63,6 +63,10 @@ pub struct Report {
     /// `kernels[]`, category `cpu_op`. Empty without kernel traces.
     #[serde(default)]
     pub cpu_ops: Vec<KernelStats>,
+    /// Traced Python functions across ranks, the most own time first (at
+    /// most 100). Empty without `python_tracing`.
+    #[serde(default)]
+    pub python_functions: Vec<PythonFunctionStats>,
     /// Per stage, the GPU time of the activities launched while it was the
     /// innermost open stage, across ranks (as `kernels[]`, category
     /// `stage`); beside `stages[]`' host time. From torch.profiler windows.
@@ -720,6 +724,35 @@ pub struct KernelStats {
     /// The mean per-rank total over the ranks with kernel traces, seconds.
     pub avg_s: f64,
     /// The slowest rank against the median of the others, %.
+    pub imbalance_pct: f64,
+}
+
+/// One traced Python function across ranks (`python_tracing`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PythonFunctionStats {
+    /// Qualified name, its module first.
+    pub name: String,
+    /// Source file.
+    pub file: String,
+    /// First line.
+    pub line: u32,
+    /// Calls on all ranks.
+    pub calls: u64,
+    /// Own time on all ranks (less the traced calls it made), seconds.
+    pub self_s: f64,
+    /// Time in its calls on all ranks, those they made included (a
+    /// recursive call's once), seconds.
+    pub total_s: f64,
+    /// The rank with the least own time in it (a tracing rank that never
+    /// called it: 0 s there).
+    pub min_rank: Option<u32>,
+    /// The rank with the most own time in it.
+    pub max_rank: Option<u32>,
+    /// The least per-rank own time, seconds.
+    pub min_s: Option<f64>,
+    /// The greatest per-rank own time, seconds.
+    pub max_s: Option<f64>,
+    /// The slowest rank's own time against the median of the others', %.
     pub imbalance_pct: f64,
 }
 

@@ -71,8 +71,12 @@ class Profiler(_rankscope.Profiler):
             self._torch_windows = _torch_profiler.windows(config, self)
             # Windows are numbered afresh in each session.
             self._window_captured = 0
-            closer = _SessionCloser(self, self._torch_windows, _collectives.calls(config, self))
+            tracing = config.python_tracing == "session" and self.enabled
+            closer = _SessionCloser(self, self._torch_windows, _collectives.calls(config, self),
+                                    tracing)
             self._set_session_closer(closer)
+            if tracing:
+                self._start_python_tracing()
         return session
 
     def step(self) -> None:
@@ -235,18 +239,22 @@ class Profiler(_rankscope.Profiler):
 
 
 class _SessionCloser:
-    """What a session set up in torch, undone when it finishes: the last
-    torch.profiler window (scheduled, or asked for with ``--torch``) read,
-    the collectives' recording stopped."""
+    """What a session set up in Python, undone when it finishes: Python
+    function tracing stopped, the last torch.profiler window (scheduled, or
+    asked for with ``--torch``) read, the collectives' recording
+    stopped."""
 
     def __init__(self, profiler: Profiler, windows: Optional[_torch_profiler.TorchWindows],
-                 collectives: Optional[_collectives.CollectiveCalls]) -> None:
+                 collectives: Optional[_collectives.CollectiveCalls], tracing: bool) -> None:
         self._profiler = profiler
         self._windows = windows
         self._collectives = collectives
+        self._tracing = tracing
 
     def close(self) -> None:
         try:
+            if self._tracing:
+                Profiler._stop_python_tracing()
             # A ``--torch`` window still open is read as it stands.
             self._profiler._end_window_capture()
             if self._windows is not None:

@@ -3,6 +3,7 @@
 //! `python/rankscope/` adds decorators and the PyTorch integration.
 
 mod config;
+mod function_trace;
 mod json;
 mod profiler;
 

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyString, PyType};
 
 use crate::config::{config_error, Config};
+use crate::function_trace::{self, Filters};
 use crate::json::{self, Other};
 use crate::SessionError;
 
@@ -373,6 +374,27 @@ impl Profiler {
     fn _set_session_closer(&self, closer: Option<Py<PyAny>>) {
         let previous = std::mem::replace(&mut *lock(&self.core.session_closer), closer);
         drop(previous);
+    }
+
+    /// Traces Python function calls into this profiler's sessions (the
+    /// calling thread, and threads started from now on), with the filters
+    /// of its configuration, until `_stop_python_tracing`.
+    fn _start_python_tracing(&self, py: Python<'_>) -> PyResult<()> {
+        let profiler = &self.core.profiler;
+        let Some(config) = profiler.config() else {
+            return Ok(());
+        };
+        let filters = Filters::new(
+            config.python_tracing_include.as_deref(),
+            config.python_tracing_exclude.as_deref(),
+        );
+        function_trace::start(py, profiler.clone(), filters)
+    }
+
+    /// Stops Python function tracing, if it runs.
+    #[staticmethod]
+    fn _stop_python_tracing(py: Python<'_>) -> PyResult<()> {
+        function_trace::stop(py)
     }
 
     /// The session clock now (ns) while a session records, else `None`:

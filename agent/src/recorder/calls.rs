@@ -15,8 +15,7 @@ use rustc_hash::FxHashMap;
 use rankscope_common::names::{NameId, OTHER};
 use rankscope_common::table::{PythonCallRecord, PythonFunctionRecord, Table};
 
-use super::hot_path::Local;
-use super::thread::ThreadData;
+use super::thread::{ThreadBuffer, ThreadData};
 use super::Recorder;
 
 /// Where a traced function is: what the report names it by.
@@ -110,7 +109,7 @@ impl Recorder {
             }
             let function = match calls.index.get(&key) {
                 Some(&function) => function,
-                None => self.add_function(local, key, site()),
+                None => self.add_function(calls, &local.buffer, key, site()),
             };
             let calls = &mut local.calls;
             calls.active[function as usize] += 1;
@@ -182,8 +181,13 @@ impl Recorder {
     /// Past `max_names` functions, each new one adds up as `(other)`.
     #[cold]
     #[inline(never)]
-    fn add_function(&self, local: &mut Local, key: usize, site: FunctionSite<'_>) -> u32 {
-        let calls = &mut local.calls;
+    fn add_function(
+        &self,
+        calls: &mut ThreadCalls,
+        buffer: &ThreadBuffer,
+        key: usize,
+        site: FunctionSite<'_>,
+    ) -> u32 {
         let full = calls.active.len() >= self.max_names;
         if let (true, Some(other)) = (full, calls.other) {
             return other;
@@ -196,7 +200,7 @@ impl Recorder {
             },
             false => site,
         };
-        let mut data = local.buffer.lock();
+        let mut data = buffer.lock();
         let function = data.functions.len() as u32;
         let totals = FunctionTotals {
             name: data.names.intern(site.name),
@@ -244,7 +248,10 @@ mod tests {
 
     /// Per function name: (calls, total_ns, self_ns); and the rows kept as
     /// (name, depth, start_ns, end_ns).
-    type Drained = (BTreeMap<String, (u64, u64, u64)>, Vec<(String, u32, u64, u64)>);
+    type Drained = (
+        BTreeMap<String, (u64, u64, u64)>,
+        Vec<(String, u32, u64, u64)>,
+    );
 
     fn drained(recorder: &Recorder) -> Drained {
         let tables = recorder.drain().0.finish().unwrap();
@@ -296,14 +303,21 @@ mod tests {
         let (inner_calls, inner_total, inner_self) = functions["inner"];
         assert_eq!(inner_calls, 3);
         assert_eq!(inner_total, inner_self, "inner calls nothing traced");
-        assert_eq!(own, total - inner_total, "outer's own time is its total less inner's");
+        assert_eq!(
+            own,
+            total - inner_total,
+            "outer's own time is its total less inner's"
+        );
         assert!(own >= 20_000_000 && inner_total >= 30_000_000);
         assert_eq!(rows.len(), 4);
         let outer = rows.iter().find(|r| r.0 == "outer").unwrap();
         assert_eq!(outer.1, 0);
         for inner in rows.iter().filter(|r| r.0 == "inner") {
             assert_eq!(inner.1, 1, "one level down");
-            assert!(outer.2 <= inner.2 && inner.3 <= outer.3, "inside its caller");
+            assert!(
+                outer.2 <= inner.2 && inner.3 <= outer.3,
+                "inside its caller"
+            );
         }
     }
 
@@ -324,7 +338,11 @@ mod tests {
         assert_eq!(calls, 5);
         assert_eq!(total, own, "all of it is its own");
         let outermost = rows.iter().find(|r| r.1 == 0).unwrap();
-        assert_eq!(total, outermost.3 - outermost.2, "the outermost call's length");
+        assert_eq!(
+            total,
+            outermost.3 - outermost.2,
+            "the outermost call's length"
+        );
     }
 
     #[test]

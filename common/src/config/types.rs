@@ -196,8 +196,8 @@ pub struct Config {
     pub torch_profiler_trace_dir: Option<PathBuf>,
     /// Python function tracing on every Python rank: each call and return
     /// of the program's Python functions, recorded by a C-level profile
-    /// hook of the package (`off` or `session`). The main thread and
-    /// threads started after the session began are traced.
+    /// hook of the package (`off` or `session`). The session's thread and
+    /// the threads started after it are traced; C functions are not.
     pub python_tracing: PythonTracing,
     /// Traced calls nested deeper than this on a thread are not recorded
     /// (their time is their caller's own).

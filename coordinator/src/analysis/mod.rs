@@ -9,6 +9,7 @@ pub mod gpus;
 pub mod kernels;
 mod launches;
 mod overhead;
+pub mod python;
 pub mod recommend;
 pub mod series;
 pub mod shared_names;
@@ -168,6 +169,12 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         .map(|r| (r.header.rank.rank, r.diffusion.steps_ms()))
         .collect();
     report.series = series::series(&report, &times, parts.timelines, gpu_series, &steps);
+    let functions: Vec<(u32, &[python::RankFunction])> = parts
+        .python
+        .iter()
+        .map(|(rank, functions)| (*rank, functions.as_slice()))
+        .collect();
+    report.python_functions = python::across_ranks(&functions);
     if parts.kernels.is_empty() {
         recommend::judge(&mut report);
     } else {
@@ -202,16 +209,19 @@ struct RankParts {
     gpus: Vec<Vec<(GpuSummary, GpuSeries)>>,
     /// Each rank's outermost stages over time.
     timelines: Vec<RankTimeline>,
+    /// Each rank's traced Python functions.
+    python: Vec<(u32, Vec<python::RankFunction>)>,
 }
 
 impl RankParts {
-    /// Takes the parts out of `ranks`; kernel traces refused are added to
-    /// `skipped`.
+    /// Takes the parts out of `ranks`; kernel traces and Python functions
+    /// refused are added to `skipped`.
     fn take(ranks: &mut [RankDigest], skipped: &mut Vec<SkippedInput>) -> Self {
         let mut parts = RankParts {
             kernels: Vec::new(),
             gpus: Vec::with_capacity(ranks.len()),
             timelines: Vec::with_capacity(ranks.len()),
+            python: Vec::with_capacity(ranks.len()),
         };
         for digest in ranks.iter_mut() {
             let rank = digest.header.rank.rank;
@@ -220,6 +230,13 @@ impl RankParts {
                 Ok(None) => {}
                 Err(reason) => skipped.push(SkippedInput {
                     source: format!("rank {rank} kernel traces"),
+                    reason,
+                }),
+            }
+            match std::mem::replace(&mut digest.python, Ok(Vec::new())) {
+                Ok(functions) => parts.python.push((rank, functions)),
+                Err(reason) => skipped.push(SkippedInput {
+                    source: format!("rank {rank} python_functions"),
                     reason,
                 }),
             }
@@ -294,6 +311,7 @@ fn assemble_report<T>(
         gpu_time: Vec::new(),
         kernels: Vec::new(),
         cpu_ops: Vec::new(),
+        python_functions: Vec::new(),
         stage_kernels: Vec::new(),
         kernel_stragglers: Vec::new(),
         collectives: Vec::new(),

@@ -22,7 +22,8 @@ use rankscope_common::names::{cut, cut_to};
 use rankscope_common::payload::GpuMeta;
 use rankscope_common::table::{
     counted_collectives, BlocksView, CollectivesView, CpuSpansView, DiffusionStepsView, EventsView,
-    GpuSamplesView, KernelsView, MemorySnapshotsView, MetricsView, StagesView, OVERHEAD_SECTION,
+    GpuSamplesView, KernelsView, MemorySnapshotsView, MetricsView, PythonCallsView, StagesView,
+    OVERHEAD_SECTION,
 };
 use rankscope_common::{Payload, Table};
 use serde::Serialize;
@@ -59,6 +60,48 @@ const LAUNCHES_TRACK: u32 = COLLECTIVES_TRACK + STREAM_TRACKS + 1;
 const SPANS_TRACK: u32 = LAUNCHES_TRACK + 1;
 /// CPU operator tracks per rank.
 const SPAN_TRACKS: u32 = 64;
+/// The first track of a rank's traced Python calls, one per recording
+/// thread, after the CPU operators'.
+const PYTHON_TRACK: u32 = SPANS_TRACK + SPAN_TRACKS;
+/// Python call tracks per rank.
+const PYTHON_TRACKS: u32 = 64;
+
+/// A slice of a thread, for a track of its kind.
+struct ThreadSlice<'a> {
+    thread: u64,
+    start_ns: u64,
+    dur_ns: u64,
+    name: &'a str,
+    args: serde_json::Value,
+}
+
+/// Slices that go on tracks of their own, one per thread.
+struct SliceKind {
+    /// Their tracks' names, before the thread.
+    label: &'static str,
+    /// Their events' category.
+    category: &'static str,
+    first_track: u32,
+    tracks: u32,
+    /// What the bound on events counts them as.
+    cut: Cut,
+}
+
+const CPU_OPERATORS: SliceKind = SliceKind {
+    label: "CPU operators",
+    category: "cpu_op",
+    first_track: SPANS_TRACK,
+    tracks: SPAN_TRACKS,
+    cut: Cut::CpuSpans,
+};
+
+const PYTHON_CALLS: SliceKind = SliceKind {
+    label: "Python",
+    category: "python",
+    first_track: PYTHON_TRACK,
+    tracks: PYTHON_TRACKS,
+    cut: Cut::PythonCalls,
+};
 /// Longest metadata or event payload text kept in an event's arguments.
 const MAX_ARG_BYTES: usize = 64 << 10;
 
@@ -127,6 +170,8 @@ pub enum Cut {
     /// CPU operators of torch.profiler windows past the rank's first
     /// `trace_max_stages`.
     CpuSpans,
+    /// Traced Python calls past the rank's first `trace_max_stages`.
+    PythonCalls,
 }
 
 impl Cut {
@@ -145,6 +190,10 @@ impl Cut {
             ),
             Cut::CpuSpans => (
                 "CPU operators (torch.profiler windows)",
+                format!("trace_max_stages ({limit})"),
+            ),
+            Cut::PythonCalls => (
+                "Python calls (python_tracing)",
                 format!("trace_max_stages ({limit})"),
             ),
         };
@@ -238,6 +287,7 @@ pub fn rank_events(payload: &Payload, rank: &RankSummary, max_events: u64) -> Ra
     }
     trace.gpu_activities(payload);
     trace.cpu_spans(payload);
+    trace.python_calls(payload);
     trace.thread_metadata();
     trace.counters(payload);
     RankEvents {
@@ -405,34 +455,55 @@ impl RankTrace {
         let Some(v) = payload.view::<CpuSpansView>().ok().flatten() else {
             return;
         };
-        let mut rows: Vec<usize> = (0..v.len).collect();
-        // Earliest first; an enclosing span before the spans inside it.
-        rows.sort_unstable_by_key(|&i| (v.start_ns[i], std::cmp::Reverse(v.dur_ns[i])));
-        keep_first(&mut rows, self.max, Cut::CpuSpans, &mut self.left_out);
+        let slices = (0..v.len).map(|i| ThreadSlice {
+            thread: v.thread[i],
+            start_ns: v.start_ns[i],
+            dur_ns: v.dur_ns[i],
+            name: v.name.get(i),
+            args: json!({ "window": v.window[i] }),
+        });
+        self.thread_slices(slices.collect(), &CPU_OPERATORS);
+    }
+
+    /// Adds the rank's traced Python calls as slices, one track per
+    /// recording thread (`Python, thread T`); the earliest `max` of them.
+    fn python_calls(&mut self, payload: &Payload) {
+        let Some(v) = payload.view::<PythonCallsView>().ok().flatten() else {
+            return;
+        };
+        let slices = (0..v.len).map(|i| ThreadSlice {
+            thread: u64::from(v.thread[i]),
+            start_ns: v.start_ns[i],
+            dur_ns: v.end_ns[i].saturating_sub(v.start_ns[i]),
+            name: v.name.get(i),
+            args: json!({ "depth": v.depth[i] }),
+        });
+        self.thread_slices(slices.collect(), &PYTHON_CALLS);
+    }
+
+    /// Adds `slices` of one `kind`, the earliest `max` of them, on tracks of
+    /// their own, one per thread (the last track takes the threads past
+    /// the kind's count).
+    fn thread_slices(&mut self, mut slices: Vec<ThreadSlice<'_>>, kind: &SliceKind) {
+        // Earliest first; an enclosing slice before the slices inside it.
+        slices.sort_unstable_by_key(|s| (s.start_ns, std::cmp::Reverse(s.dur_ns)));
+        keep_first(&mut slices, self.max, kind.cut, &mut self.left_out);
         let mut tracks: BTreeMap<u64, u32> = BTreeMap::new();
-        for i in rows {
-            let tid = capped_track(&mut tracks, v.thread[i], SPANS_TRACK, SPAN_TRACKS);
+        for slice in slices {
+            let tid = capped_track(&mut tracks, slice.thread, kind.first_track, kind.tracks);
             self.threads.entry(tid).or_insert_with(|| {
-                if tid == SPANS_TRACK + SPAN_TRACKS - 1 {
-                    format!(
-                        "CPU operators, self.threads past the first {}",
-                        SPAN_TRACKS - 1
-                    )
+                if tid == kind.first_track + kind.tracks - 1 {
+                    format!("{}, threads past the first {}", kind.label, kind.tracks - 1)
                 } else {
-                    format!("CPU operators, thread {}", v.thread[i])
+                    format!("{}, thread {}", kind.label, slice.thread)
                 }
             });
             self.events.push(&Event {
                 tid: Some(tid),
-                ts: Some(self.at(v.start_ns[i])),
-                dur: Some(v.dur_ns[i] as f64 / 1e3),
-                cat: Some("cpu_op"),
-                ..Event::new(
-                    "X",
-                    cut(v.name.get(i)),
-                    self.pid,
-                    json!({ "window": v.window[i] }),
-                )
+                ts: Some(self.at(slice.start_ns)),
+                dur: Some(slice.dur_ns as f64 / 1e3),
+                cat: Some(kind.category),
+                ..Event::new("X", cut(slice.name), self.pid, slice.args)
             });
         }
     }

@@ -17,6 +17,7 @@ use rankscope_common::{Payload, PayloadHeader};
 
 use super::diffusion::RankDiffusion;
 use super::kernels::RankKernels;
+use super::python::{rank_functions, RankFunction};
 use super::steady::{RankEvent, Spans};
 use super::times::{RankStages, RankSteadiness};
 use super::{gpus, overhead, series};
@@ -63,6 +64,10 @@ pub struct RankDigest {
     /// Its torch.profiler windows, where it recorded any, or why its
     /// kernel tables were refused.
     pub(super) kernels: Result<Option<RankKernels>, String>,
+    /// Its traced Python functions, the most own time first, or why its
+    /// table was refused.
+    #[serde(default = "no_functions")]
+    pub(super) python: Result<Vec<RankFunction>, String>,
     /// Its one-off events (warm-up, stalls, the profiler's), the costliest
     /// first, at most [`super::steady::RANK_EVENTS`].
     pub(super) events: Vec<RankEvent>,
@@ -118,6 +123,7 @@ impl RankDigest {
             overhead: overhead::rank_overhead(payload, steadiness.profiler_s),
             parallel: header.parallel.clone(),
             kernels: RankKernels::from_payload(payload, &steadiness.perturbed),
+            python: rank_functions(payload),
             events: steadiness.events,
             input: 0,
         }
@@ -143,6 +149,11 @@ impl Headed for RankDigest {
     fn header(&self) -> &PayloadHeader {
         &self.header
     }
+}
+
+/// The Python functions of a digest written before it had them.
+fn no_functions() -> Result<Vec<RankFunction>, String> {
+    Ok(Vec::new())
 }
 
 /// The stages of a digest whose stages were merged into a [`NodeDigest`].

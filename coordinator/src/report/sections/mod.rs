@@ -9,6 +9,7 @@ mod diffusion;
 mod gpus;
 mod kernels;
 mod overhead;
+mod python;
 mod recommendations;
 mod session;
 mod stages;
@@ -21,12 +22,13 @@ use super::html::table::Table;
 use crate::model::Report;
 
 /// Every section, in the order of the page and of summary.txt.
-pub(crate) const SECTIONS: [&Section; 9] = [
+pub(crate) const SECTIONS: [&Section; 10] = [
     &recommendations::SECTION,
     &stages::SECTION,
     &timeline::SECTION,
     &stragglers::SECTION,
     &kernels::SECTION,
+    &python::SECTION,
     &gpus::SECTION,
     &diffusion::SECTION,
     &session::SECTION,

@@ -1,0 +1,216 @@
+//! Traced Python functions across ranks (`python_functions[]`): each
+//! rank's `python_functions` rows summed per function (its flushes' and
+//! threads' rows together), the costliest [`RANK_FUNCTIONS`] kept in its
+//! digest; across ranks, each function's calls and times, the ranks with
+//! the least and the most of its own time, and how far the most is past
+//! the others' median.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::stats::imbalance_pct;
+use crate::model::PythonFunctionStats;
+use rankscope_common::table::PythonFunctionsView;
+use rankscope_common::Payload;
+
+/// Functions a rank's digest keeps, the most own time first.
+pub const RANK_FUNCTIONS: usize = 500;
+
+/// Functions `python_functions[]` lists, the most own time first.
+pub const FUNCTIONS_LISTED: usize = 100;
+
+/// One function's calls on one rank.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankFunction {
+    /// Qualified name.
+    pub name: String,
+    /// Source file.
+    pub file: String,
+    /// First line.
+    pub line: u32,
+    /// Calls that returned.
+    pub calls: u64,
+    /// Time in its calls, those they made included, ns.
+    pub total_ns: u64,
+    /// Time in its calls less that in the traced calls they made, ns.
+    pub self_ns: u64,
+}
+
+/// A rank's traced functions, the most own time first (at most
+/// [`RANK_FUNCTIONS`]); empty where it traced none.
+pub fn rank_functions(payload: &Payload) -> Result<Vec<RankFunction>, String> {
+    let view = match payload.view::<PythonFunctionsView>() {
+        Ok(Some(view)) => view,
+        Ok(None) => return Ok(Vec::new()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let mut summed: HashMap<(&str, &str, u32), RankFunction> = HashMap::new();
+    for i in 0..view.calls.len() {
+        let key = (view.name.get(i), view.file.get(i), view.line[i]);
+        let function = summed.entry(key).or_insert_with(|| RankFunction {
+            name: key.0.to_string(),
+            file: key.1.to_string(),
+            line: key.2,
+            ..RankFunction::default()
+        });
+        function.calls = function.calls.saturating_add(view.calls[i]);
+        function.total_ns = function.total_ns.saturating_add(view.total_ns[i]);
+        function.self_ns = function.self_ns.saturating_add(view.self_ns[i]);
+    }
+    let mut functions: Vec<RankFunction> = summed.into_values().collect();
+    most_own_time_first(&mut functions);
+    functions.truncate(RANK_FUNCTIONS);
+    Ok(functions)
+}
+
+/// `python_functions[]` from each rank's traced functions, `(rank,
+/// functions)`; a function a tracing rank did not call counts 0 there.
+pub fn across_ranks(ranks: &[(u32, &[RankFunction])]) -> Vec<PythonFunctionStats> {
+    let tracing: Vec<u32> = ranks
+        .iter()
+        .filter(|(_, functions)| !functions.is_empty())
+        .map(|(rank, _)| *rank)
+        .collect();
+    let mut across: HashMap<(&str, &str, u32), Across> = HashMap::new();
+    for (rank, functions) in ranks {
+        for f in functions.iter() {
+            let entry = across
+                .entry((&f.name, &f.file, f.line))
+                .or_insert_with(|| Across::new(&tracing));
+            entry.calls = entry.calls.saturating_add(f.calls);
+            entry.total_ns = entry.total_ns.saturating_add(f.total_ns);
+            entry.self_s.insert(*rank, f.self_ns as f64 / 1e9);
+        }
+    }
+    let mut stats: Vec<PythonFunctionStats> = across
+        .into_iter()
+        .map(|((name, file, line), across)| across.stats(name, file, line))
+        .collect();
+    most_own_time_first(&mut stats);
+    stats.truncate(FUNCTIONS_LISTED);
+    stats
+}
+
+/// One function's calls across ranks.
+struct Across {
+    calls: u64,
+    total_ns: u64,
+    /// Own time per tracing rank, seconds.
+    self_s: BTreeMap<u32, f64>,
+}
+
+impl Across {
+    fn new(tracing: &[u32]) -> Self {
+        Across {
+            calls: 0,
+            total_ns: 0,
+            self_s: tracing.iter().map(|&rank| (rank, 0.0)).collect(),
+        }
+    }
+
+    fn stats(self, name: &str, file: &str, line: u32) -> PythonFunctionStats {
+        let least = self.self_s.iter().min_by(|a, b| a.1.total_cmp(b.1));
+        let most = self.self_s.iter().max_by(|a, b| a.1.total_cmp(b.1));
+        let mut sorted: Vec<f64> = self.self_s.values().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        PythonFunctionStats {
+            name: name.to_string(),
+            file: file.to_string(),
+            line,
+            calls: self.calls,
+            self_s: sorted.iter().sum(),
+            total_s: self.total_ns as f64 / 1e9,
+            min_rank: least.map(|(&rank, _)| rank),
+            min_s: least.map(|(_, &s)| s),
+            max_rank: most.map(|(&rank, _)| rank),
+            max_s: most.map(|(_, &s)| s),
+            imbalance_pct: imbalance_pct(&sorted),
+        }
+    }
+}
+
+/// A function's own time and where it is, to order functions by.
+trait OwnTime {
+    fn own(&self) -> f64;
+    fn site(&self) -> (&str, &str, u32);
+}
+
+impl OwnTime for RankFunction {
+    fn own(&self) -> f64 {
+        self.self_ns as f64
+    }
+    fn site(&self) -> (&str, &str, u32) {
+        (&self.name, &self.file, self.line)
+    }
+}
+
+impl OwnTime for PythonFunctionStats {
+    fn own(&self) -> f64 {
+        self.self_s
+    }
+    fn site(&self) -> (&str, &str, u32) {
+        (&self.name, &self.file, self.line)
+    }
+}
+
+/// Sorts `items` by their own time, the most first, then by site.
+fn most_own_time_first(items: &mut [impl OwnTime]) {
+    items.sort_by(|a, b| {
+        b.own()
+            .total_cmp(&a.own())
+            .then_with(|| a.site().cmp(&b.site()))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn function(name: &str, calls: u64, self_ms: u64) -> RankFunction {
+        RankFunction {
+            name: name.into(),
+            file: "prog.py".into(),
+            line: 1,
+            calls,
+            total_ns: self_ms * 2_000_000,
+            self_ns: self_ms * 1_000_000,
+        }
+    }
+
+    #[test]
+    fn a_function_slow_on_one_rank_is_named_with_it() {
+        let fast = vec![
+            function("app.tokenize", 10, 100),
+            function("app.step", 10, 50),
+        ];
+        let slow = vec![
+            function("app.tokenize", 10, 400),
+            function("app.step", 10, 50),
+        ];
+        let ranks: Vec<(u32, &[RankFunction])> =
+            vec![(0, &fast), (1, &fast), (2, &slow), (3, &fast)];
+        let stats = across_ranks(&ranks);
+        assert_eq!(stats[0].name, "app.tokenize", "the most own time first");
+        assert_eq!(stats[0].calls, 40);
+        assert_eq!(stats[0].max_rank, Some(2));
+        assert_eq!(stats[0].min_rank, Some(0));
+        assert!((stats[0].imbalance_pct - 300.0).abs() < 1e-9);
+        assert!((stats[0].self_s - 0.7).abs() < 1e-9);
+        assert!((stats[0].total_s - 1.4).abs() < 1e-9);
+        assert_eq!(stats[1].imbalance_pct, 0.0);
+    }
+
+    #[test]
+    fn a_function_one_rank_never_called_counts_nothing_there() {
+        let called = vec![function("app.only_here", 1, 10)];
+        let other = vec![function("app.elsewhere", 1, 10)];
+        let none: Vec<RankFunction> = Vec::new();
+        let ranks: Vec<(u32, &[RankFunction])> = vec![(0, &called), (1, &other), (2, &none)];
+        let stats = across_ranks(&ranks);
+        let only = stats.iter().find(|s| s.name == "app.only_here").unwrap();
+        assert_eq!(only.min_rank, Some(1), "a tracing rank without it: 0 there");
+        assert_eq!(only.min_s, Some(0.0));
+        assert_eq!(only.max_rank, Some(0));
+    }
+}

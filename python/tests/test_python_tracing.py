@@ -1,0 +1,158 @@
+"""Python function tracing (``python_tracing``) on one rank, end to end:
+the calls a program makes, counted and nested as it made them, in
+report.json, raw/ and the merged trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pyarrow.ipc
+
+import rankscope
+from conftest import report_of
+
+
+def leaf() -> None:
+    pass
+
+
+def fib(n: int) -> int:
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def numbers() -> Iterator[int]:
+    for i in range(3):
+        yield i
+
+
+def boom() -> None:
+    raise ValueError("planted")
+
+
+def catcher() -> None:
+    try:
+        boom()
+    except ValueError:
+        pass
+
+
+def sleeper() -> None:
+    time.sleep(0.05)
+
+
+def parent() -> None:
+    sleeper()
+    leaf()
+
+
+def worker() -> None:
+    for _ in range(5):
+        leaf()
+
+
+def traced(tmp_path: Path, **keys: Any) -> rankscope.Profiler:
+    config = rankscope.Config(
+        output_dir=tmp_path / "out", gpu_source="none", collect_host=False,
+        python_tracing="session", **keys)
+    return rankscope.Profiler(config)
+
+
+def program(prof: rankscope.Profiler) -> rankscope.Session:
+    with prof.session("traced") as session:
+        for _ in range(10):
+            leaf()
+        fib(10)
+        list(numbers())
+        catcher()
+        parent()
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    return session
+
+
+def functions_of(report: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    return {f["name"].rsplit(".", 1)[-1]: f for f in report["python_functions"]
+            if f["name"].startswith(__name__ + ".")}
+
+
+def test_calls_are_counted_nested_and_timed_as_the_program_made_them(tmp_path: Path) -> None:
+    session = program(traced(tmp_path))
+    report = report_of(session.outcome)
+    functions = functions_of(report)
+    assert functions["leaf"]["calls"] == 10 + 1 + 5, "main thread, parent, the new thread"
+    assert functions["fib"]["calls"] == 177, "fib(10) calls itself 176 times"
+    assert functions["fib"]["total_s"] == functions["fib"]["self_s"], "recursion counted once"
+    assert functions["numbers"]["calls"] == 4, "a generator: each resumption, and its end"
+    assert functions["boom"]["calls"] == 1 and functions["catcher"]["calls"] == 1
+    # The planted sleep is sleeper's own time, inside parent's total.
+    assert functions["sleeper"]["self_s"] >= 0.05
+    assert functions["parent"]["total_s"] >= 0.05 > functions["parent"]["self_s"]
+    assert functions["parent"]["file"].endswith("test_python_tracing.py")
+    assert functions["parent"]["line"] == parent.__code__.co_firstlineno
+    assert functions["worker"]["calls"] == 1, "a thread started after the session began"
+    assert not any(f["name"].startswith("rankscope.") for f in report["python_functions"])
+    assert functions["sleeper"]["min_rank"] == functions["sleeper"]["max_rank"] == 0
+    summary = session.outcome.summary or ""
+    assert "Python functions across ranks" in summary and f"{__name__}.sleeper" in summary
+
+    # Each call kept, nested in its caller, in raw/ and on the merged trace.
+    session_dir = session.outcome.session_dir
+    assert session_dir is not None
+    calls = pyarrow.ipc.open_file(session_dir / "raw" / "python_calls.arrow").read_all()
+    rows = [r for r in calls.to_pylist() if r["name"] == f"{__name__}.sleeper"]
+    assert len(rows) == 1 and rows[0]["depth"] == 1
+    (outer,) = [r for r in calls.to_pylist() if r["name"] == f"{__name__}.parent"]
+    assert outer["start_ns"] <= rows[0]["start_ns"] <= rows[0]["end_ns"] <= outer["end_ns"]
+    with gzip.open(session_dir / "trace.json.gz") as f:
+        trace = json.load(f)
+    events: List[Dict[str, Any]] = trace["traceEvents"] if isinstance(trace, dict) else trace
+    slices = [e for e in events if e.get("cat") == "python"]
+    assert any(e["name"] == f"{__name__}.sleeper" and e["dur"] >= 50_000 for e in slices)
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert any(t.startswith("Python, thread") for t in tracks)
+
+
+def test_filters_choose_what_is_traced_and_the_depth_limit_holds(tmp_path: Path) -> None:
+    session = program(traced(
+        tmp_path, python_tracing_include=__name__,
+        python_tracing_exclude=f"{__name__}.boom", python_tracing_max_depth=3))
+    report = report_of(session.outcome)
+    functions = functions_of(report)
+    assert "boom" not in functions and "catcher" in functions
+    assert all(f["name"].startswith(__name__ + ".") for f in report["python_functions"]), \
+        "only the included module"
+    assert functions["fib"]["calls"] == 1 + 2 + 4, "fib's first three levels"
+
+
+def test_a_session_without_tracing_records_no_function(tmp_path: Path) -> None:
+    prof = rankscope.Profiler(rankscope.Config(
+        output_dir=tmp_path / "out", gpu_source="none", collect_host=False))
+    session = program(prof)
+    assert report_of(session.outcome)["python_functions"] == []
+
+
+def test_hostile_function_names_are_inert_in_every_output(tmp_path: Path) -> None:
+    hostile = "<script>alert(1)</script>\x1b[31m\n" + "x" * 10_000
+
+    def template() -> None:
+        time.sleep(0.001)
+
+    code = template.__code__.replace(co_name=hostile, co_qualname=hostile)
+    named = type(template)(code, globals())
+    prof = traced(tmp_path)
+    with prof.session("hostile") as session:
+        named()
+    report = report_of(session.outcome)
+    (function,) = [f for f in report["python_functions"] if "alert" in f["name"]]
+    assert function["calls"] == 1
+    assert session.outcome.report_html is not None
+    html = session.outcome.report_html.read_text()
+    assert "<script>alert(1)" not in html
+    summary = session.outcome.summary or ""
+    assert "\x1b" not in summary and "<script>alert(1)</script>\n" not in summary
