@@ -4,6 +4,7 @@ with the gloo backend). Rank 0's report must name the planted straggler."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import socket
@@ -85,6 +86,27 @@ def test_torchrun_names_the_straggler(tmp_path: Path) -> None:
     assert report["session"]["launcher"] == "torchrun"
     assert report["session"]["run_id"], "torchrun's TORCHELASTIC_RUN_ID identifies the run"
     assert_names_rank_2(report, "tcp")
+
+
+def test_torchrun_python_tracing_names_the_rank_whose_function_is_slow(tmp_path: Path) -> None:
+    """Python function tracing on 4 real torchrun ranks: rank 2's
+    ``Work.run`` sleeps 60 ms longer (its slow decode); python_functions[]
+    names rank 2 as the one with the most of its own time, and the merged
+    trace shows each rank's calls of it."""
+    assert TORCHRUN.exists(), f"{TORCHRUN}: torch is installed by scripts/test.sh"
+    report = run_job([str(TORCHRUN), "--standalone", "--nproc_per_node=4", str(EXAMPLE)],
+                     tmp_path, RANKSCOPE_PYTHON_TRACING="session")
+    (run,) = [f for f in report["python_functions"] if f["name"] == "__main__.Work.run"]
+    assert run["max_rank"] == 2, run
+    assert run["calls"] == 4 * (1 + 2 * 4 + 1), "text encoding, 2 blocks of 4 steps, decode"
+    assert run["file"].endswith("tp_pipeline.py")
+    assert not any(f["name"].startswith("rankscope.") for f in report["python_functions"])
+    (session_dir,) = tmp_path.glob("t2v-*")
+    with gzip.open(session_dir / "trace.json.gz") as f:
+        events = json.load(f)["traceEvents"]
+    ranks_with_calls = {e["pid"] - 1 for e in events
+                        if e.get("cat") == "python" and e["name"] == "__main__.Work.run"}
+    assert ranks_with_calls == {0, 1, 2, 3}
 
 
 KERNELS_EXAMPLE = ROOT / "examples" / "python" / "torch_kernels.py"

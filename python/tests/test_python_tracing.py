@@ -110,8 +110,7 @@ def test_calls_are_counted_nested_and_timed_as_the_program_made_them(tmp_path: P
     (outer,) = [r for r in calls.to_pylist() if r["name"] == f"{__name__}.parent"]
     assert outer["start_ns"] <= rows[0]["start_ns"] <= rows[0]["end_ns"] <= outer["end_ns"]
     with gzip.open(session_dir / "trace.json.gz") as f:
-        trace = json.load(f)
-    events: List[Dict[str, Any]] = trace["traceEvents"] if isinstance(trace, dict) else trace
+        events: List[Dict[str, Any]] = json.load(f)["traceEvents"]
     slices = [e for e in events if e.get("cat") == "python"]
     assert any(e["name"] == f"{__name__}.sleeper" and e["dur"] >= 50_000 for e in slices)
     tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
