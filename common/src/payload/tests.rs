@@ -178,6 +178,27 @@ fn sample() -> Payload {
     });
     tables.insert(Table::CpuSpans, spans.finish().unwrap());
 
+    let mut functions = PythonFunctionsBuilder::default();
+    functions.append(&PythonFunctionRow {
+        name: "app.Model.forward".into(),
+        file: "app/model.py".into(),
+        line: 12,
+        calls: 3,
+        total_ns: 30,
+        self_ns: 20,
+    });
+    tables.insert(Table::PythonFunctions, functions.finish().unwrap());
+
+    let mut calls = PythonCallsBuilder::default();
+    calls.append(&PythonCallRow {
+        name: "app.Model.forward".into(),
+        thread: 0,
+        depth: 1,
+        start_ns: 20,
+        end_ns: 30,
+    });
+    tables.insert(Table::PythonCalls, calls.finish().unwrap());
+
     assert_eq!(tables.len(), Table::ALL.len(), "sample covers every table");
     Payload { header, tables }
 }
