@@ -41,6 +41,8 @@ fn check_demo_rank_2(payload: &Payload, metrics: usize) {
             (Table::Collectives, 0),
             (Table::CpuOps, 0),
             (Table::CpuSpans, 0),
+            (Table::PythonFunctions, 0),
+            (Table::PythonCalls, 0),
         ]
     );
     assert!(payload.rows(Table::GpuSamples) > 10 && payload.rows(Table::HostSamples) > 2);
