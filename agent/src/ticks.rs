@@ -92,6 +92,21 @@ impl Clock {
         }
     }
 
+    /// About how many ticks `ns` nanoseconds last: the counter's rate
+    /// measured over a millisecond (the monotonic clock's ticks are its
+    /// nanoseconds).
+    pub(crate) fn ticks_in(&self, ns: u64) -> u64 {
+        if !self.tsc || ns == 0 {
+            return ns;
+        }
+        let start = self.read_anchor();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let end = self.read_anchor();
+        let ticks_per_ns = end.ticks.saturating_sub(start.ticks) as f64
+            / end.ns.saturating_sub(start.ns).max(1) as f64;
+        (ns as f64 * ticks_per_ns) as u64
+    }
+
     /// The conversion of ticks read until now to nanoseconds since the
     /// session started.
     pub(crate) fn scale(&self) -> Scale {
@@ -156,6 +171,12 @@ pub(crate) struct Scale {
 }
 
 impl Scale {
+    /// A length of `ticks` in nanoseconds.
+    #[inline]
+    pub(crate) fn duration_ns(&self, ticks: u64) -> u64 {
+        (ticks as f64 * self.ns_per_tick) as u64
+    }
+
     /// `ticks` as nanoseconds since the session started (0 for a reading
     /// before it).
     #[inline]

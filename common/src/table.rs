@@ -525,9 +525,9 @@ tables! {
         /// Traced calls it was inside on its thread; 0 for an outermost call.
         depth: U32,
         /// Start, nanoseconds since the session started.
-        start_ns: U64,
+        start_ns: SessionNs,
         /// End, nanoseconds since the session started.
-        end_ns: U64,
+        end_ns: SessionNs,
     }
 }
 

@@ -3,12 +3,13 @@
 //! with no lock; each return adds to its function's totals in the thread's
 //! buffer (the `python_functions` rows, folded at each read of the rows)
 //! and, where it lasted long enough and the row budget has room, keeps the
-//! call as a `python_calls` row.
+//! call as a `python_calls` row. Calls are timed in the hot paths' ticks,
+//! as stages are: their rows' times become nanoseconds at the next pairing
+//! pass, the totals' lengths when they are folded into rows.
 //!
 //! A function is known by a key its caller chooses (the Python package: the
 //! code object's address, the object held alive while traced) and
-//! described once per thread. Calls are stamped on the recorder's
-//! monotonic clock, so their rows line up with the stages'.
+//! described once per thread.
 
 use rustc_hash::FxHashMap;
 
@@ -17,6 +18,8 @@ use rankscope_common::table::{PythonCallRecord, PythonFunctionRecord, Table};
 
 use super::thread::{ThreadBuffer, ThreadData};
 use super::Recorder;
+use crate::ticks::Scale;
+use std::sync::atomic::Ordering;
 
 /// Where a traced function is: what the report names it by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,19 +52,20 @@ pub(super) struct ThreadCalls {
 struct OpenCall {
     key: usize,
     function: u32,
-    start_ns: u64,
-    /// Time in the traced calls it made, ns.
-    inner_ns: u64,
+    start_ticks: u64,
+    /// Time in the traced calls it made, ticks.
+    inner_ticks: u64,
 }
 
-/// One function's calls on a thread since the rows were last read.
+/// One function's calls on a thread since the rows were last read; times
+/// in ticks.
 pub(crate) struct FunctionTotals {
     name: NameId,
     file: NameId,
     line: u32,
     calls: u64,
-    total_ns: u64,
-    self_ns: u64,
+    total_ticks: u64,
+    self_ticks: u64,
 }
 
 impl ThreadCalls {
@@ -75,8 +79,9 @@ impl ThreadCalls {
 
 impl ThreadData {
     /// Adds the functions' totals since the last read as `python_functions`
-    /// rows, and starts them again.
-    pub(super) fn fold_function_totals(&mut self) {
+    /// rows, their lengths made nanoseconds by `scale`, and starts them
+    /// again.
+    pub(super) fn fold_function_totals(&mut self, scale: &Scale) {
         for totals in &mut self.functions {
             if totals.calls == 0 {
                 continue;
@@ -88,8 +93,8 @@ impl ThreadData {
                     file: totals.file,
                     line: totals.line,
                     calls: std::mem::take(&mut totals.calls),
-                    total_ns: std::mem::take(&mut totals.total_ns),
-                    self_ns: std::mem::take(&mut totals.self_ns),
+                    total_ns: scale.duration_ns(std::mem::take(&mut totals.total_ticks)),
+                    self_ns: scale.duration_ns(std::mem::take(&mut totals.self_ticks)),
                 });
         }
     }
@@ -100,7 +105,7 @@ impl Recorder {
     /// `site` describes it, asked once per thread.
     #[inline]
     pub(crate) fn enter_function<'a>(&self, key: usize, site: impl FnOnce() -> FunctionSite<'a>) {
-        let start_ns = self.now_ns();
+        let start_ticks = self.registry.clock.ticks();
         self.with_local(|local| {
             let calls = &mut local.calls;
             if calls.too_deep > 0 || calls.stack.len() >= self.max_call_depth {
@@ -116,8 +121,8 @@ impl Recorder {
             calls.stack.push(OpenCall {
                 key,
                 function,
-                start_ns,
-                inner_ns: 0,
+                start_ticks,
+                inner_ticks: 0,
             });
         });
     }
@@ -127,7 +132,7 @@ impl Recorder {
     /// (tracing began inside it) is ignored.
     #[inline]
     pub(crate) fn exit_function(&self, key: usize) {
-        let end_ns = self.now_ns();
+        let end_ticks = self.registry.clock.ticks();
         self.with_local(|local| {
             let calls = &mut local.calls;
             if calls.too_deep > 0 {
@@ -140,23 +145,23 @@ impl Recorder {
             let Some(call) = calls.stack.pop() else {
                 return;
             };
-            let total_ns = end_ns.saturating_sub(call.start_ns);
+            let total_ticks = end_ticks.saturating_sub(call.start_ticks);
             if let Some(caller) = calls.stack.last_mut() {
-                caller.inner_ns += total_ns;
+                caller.inner_ticks += total_ticks;
             }
             let active = &mut calls.active[call.function as usize];
             *active -= 1;
             let outermost = *active == 0;
             let depth = calls.stack.len() as u32;
-            let keep =
-                total_ns >= self.min_call_ns && self.registry.budget.admit(Table::PythonCalls);
+            let keep = total_ticks >= self.min_call_ticks.load(Ordering::Relaxed)
+                && self.registry.budget.admit(Table::PythonCalls);
             let mut data = local.buffer.lock();
             let data = &mut *data;
             let totals = &mut data.functions[call.function as usize];
             totals.calls += 1;
-            totals.self_ns += total_ns.saturating_sub(call.inner_ns);
+            totals.self_ticks += total_ticks.saturating_sub(call.inner_ticks);
             if outermost {
-                totals.total_ns += total_ns;
+                totals.total_ticks += total_ticks;
             }
             if keep {
                 let name = totals.name;
@@ -164,8 +169,8 @@ impl Recorder {
                     name,
                     thread: data.track,
                     depth,
-                    start_ns: call.start_ns,
-                    end_ns,
+                    start_ns: call.start_ticks,
+                    end_ns: end_ticks,
                 });
             }
         });
@@ -207,8 +212,8 @@ impl Recorder {
             file: data.names.intern(site.file),
             line: site.line,
             calls: 0,
-            total_ns: 0,
-            self_ns: 0,
+            total_ticks: 0,
+            self_ticks: 0,
         };
         data.functions.push(totals);
         calls.active.push(0);
@@ -281,6 +286,12 @@ mod tests {
         (functions, rows)
     }
 
+    /// Equal but for rounding: lengths and times are made nanoseconds
+    /// apart, each from its own ticks (and rate reading).
+    fn assert_close(a: u64, b: u64, what: &str) {
+        assert!(a.abs_diff(b) <= 1_000, "{what}: {a} against {b}");
+    }
+
     fn recorder(config: Config) -> Recorder {
         let recorder = Recorder::new(&config);
         recorder.begin_session();
@@ -303,10 +314,10 @@ mod tests {
         let (inner_calls, inner_total, inner_self) = functions["inner"];
         assert_eq!(inner_calls, 3);
         assert_eq!(inner_total, inner_self, "inner calls nothing traced");
-        assert_eq!(
+        assert_close(
             own,
             total - inner_total,
-            "outer's own time is its total less inner's"
+            "outer's own time is its total less inner's",
         );
         assert!(own >= 20_000_000 && inner_total >= 30_000_000);
         assert_eq!(rows.len(), 4);
@@ -338,10 +349,10 @@ mod tests {
         assert_eq!(calls, 5);
         assert_eq!(total, own, "all of it is its own");
         let outermost = rows.iter().find(|r| r.1 == 0).unwrap();
-        assert_eq!(
+        assert_close(
             total,
             outermost.3 - outermost.2,
-            "the outermost call's length"
+            "the outermost call's length",
         );
     }
 

@@ -81,6 +81,8 @@ pub(crate) struct Recorder {
     /// Traced calls shorter are counted but kept as no row
     /// (`python_tracing_min_duration_us`), ns.
     min_call_ns: u64,
+    /// `min_call_ns` in the clock's ticks, measured as each session starts.
+    min_call_ticks: AtomicU64,
 }
 
 const TABLES: usize = Table::ALL.len();
@@ -107,6 +109,7 @@ impl Recorder {
             step_stage: config.step_stage.as_deref().map(Box::from),
             max_call_depth: config.python_tracing_max_depth as usize,
             min_call_ns: (config.python_tracing_min_duration_us * 1e3) as u64,
+            min_call_ticks: AtomicU64::new(0),
         }
     }
 
@@ -143,6 +146,10 @@ impl Recorder {
         *self.registry.retired.lock() = Retired::default();
         self.take_dropped();
         self.registry.clock.start_session();
+        self.min_call_ticks.store(
+            self.registry.clock.ticks_in(self.min_call_ns),
+            Ordering::Relaxed,
+        );
         let generation = self.last_generation.fetch_add(1, Ordering::Relaxed) + 1;
         self.registry.sessions.start(generation);
     }

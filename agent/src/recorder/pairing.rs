@@ -192,7 +192,9 @@ impl Registry {
         data: &mut ThreadData,
     ) {
         self.pair(buffer, data, self.sessions.current());
-        data.fold_function_totals();
+        if !data.functions.is_empty() {
+            data.fold_function_totals(&self.clock.scale());
+        }
         builders.append(&data.records, &data.names);
     }
 
