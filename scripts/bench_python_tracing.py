@@ -4,7 +4,8 @@ run, on the same programs, each variant in a process of its own:
 
 - ``calls``: a call-heavy pure-Python program (a recursive function, small
   methods, a generator pipeline), about 280,000 calls;
-- ``torch``: a torch module's forward on the CPU, 300 times.
+- ``torch``: a torch module's forward on the CPU, 300 times (where torch
+  is installed).
 
 Per program and variant, the median over ROUNDS (interleaved) of the
 traced region's wall time, the time to write the result (rankscope's
@@ -20,7 +21,6 @@ usage: python scripts/bench_python_tracing.py [ROUNDS]
 from __future__ import annotations
 
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -83,6 +83,7 @@ COUNTED = ("fib", "__init__", "norm", "methods", "numbers", "squares", "evens", 
 def torch_program() -> Callable[[], None]:
     import torch
 
+    torch.set_num_threads(1)
     layers: List[torch.nn.Module] = []
     for _ in range(4):
         layers += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
@@ -152,17 +153,26 @@ def run(program: str, variant: str) -> Dict[str, Any]:
         return result
 
 
+def has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    programs = PROGRAMS if has_torch() else ("calls",)
     results: Dict[str, Dict[str, List[Dict[str, Any]]]] = {
-        p: {v: [] for v in VARIANTS} for p in PROGRAMS}
+        p: {v: [] for v in VARIANTS} for p in programs}
     for _ in range(rounds):
-        for program in PROGRAMS:
+        for program in programs:
             for variant in VARIANTS:
                 results[program][variant].append(run(program, variant))
     print("| program | variant | traced region s | added s | write s | peak RSS MB | added vs VizTracer's |")
     print("|---|---|---|---|---|---|---|")
-    for program in PROGRAMS:
+    for program in programs:
         med = {v: {k: statistics.median(r[k] for r in results[program][v])
                    for k in ("traced_s", "written_s", "peak_mb")} for v in VARIANTS}
         base = med["untraced"]["traced_s"]

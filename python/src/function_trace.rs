@@ -1,25 +1,34 @@
-//! Python function tracing (`python_tracing`): CPython's C-level profile
-//! hook reports each call and return of a Python function on the threads
-//! it is set on (the thread that starts the session, and threads started
-//! after, through `threading.setprofile`), and hands the traced ones to
-//! the agent's [`rankscope::Profiler::enter_function`] and
-//! [`rankscope::Profiler::exit_function`]. C functions are not traced.
+//! Python function tracing (`python_tracing`): CPython reports each call
+//! and return of a Python function, and the traced ones go to the agent's
+//! [`rankscope::Profiler::enter_function`] and
+//! [`rankscope::Profiler::exit_function`]. C functions are not traced. Two
+//! ways in, by the interpreter's version:
+//!
+//! - `sys.monitoring` (3.12+): the starts, resumptions and throws into a
+//!   function, and its returns, yields and unwinds, on every thread of
+//!   the interpreter; a function that is not traced is disabled where it
+//!   was seen, so it costs nothing after;
+//! - before 3.12, CPython's C-level profile hook, on the thread that
+//!   starts tracing and on threads started after (`threading.setprofile`
+//!   sets it on each as it starts).
 //!
 //! A function is its code object, known by its address: the object is held
 //! alive while tracing lasts, so the address names no other. Each code
 //! object is described (qualified name, file, first line) and matched
 //! against the include and exclude filters once, under the interpreter's
 //! lock, into a registry every thread shares; each thread then caches
-//! whether it is traced. The hook runs with the interpreter's lock held, as
-//! every profile function does, so the registry's mutex is never contended.
+//! its site. Events come with the interpreter's lock held, so the
+//! registry's mutex is never contended.
 
 use std::cell::RefCell;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use rustc_hash::FxHashMap;
 
 use rankscope::FunctionSite;
@@ -60,6 +69,8 @@ struct Registry {
     profiler: rankscope::Profiler,
     filters: Filters,
     functions: FxHashMap<usize, Function>,
+    /// The `sys.monitoring` tool id it runs as (3.12+); none: the C hook.
+    monitoring: Option<u8>,
 }
 
 /// One code object, described.
@@ -127,8 +138,8 @@ thread_local! {
     static VIEW: RefCell<Option<ThreadView>> = const { RefCell::new(None) };
 }
 
-/// Starts tracing the calling thread and the threads started from now on,
-/// for `profiler`.
+/// Starts tracing for `profiler`: every thread where the interpreter has
+/// `sys.monitoring`, else the calling thread and those started from now on.
 pub(crate) fn start(
     py: Python<'_>,
     profiler: rankscope::Profiler,
@@ -136,34 +147,48 @@ pub(crate) fn start(
 ) -> PyResult<()> {
     stop(py)?;
     let generation = GENERATION.load(Ordering::Relaxed).wrapping_add(1).max(1);
+    let sys = py.import("sys")?;
+    let monitoring = match sys.hasattr("monitoring")? {
+        true => Some(start_monitoring(&sys.getattr("monitoring")?)?),
+        false => None,
+    };
     *lock_registry() = Some(Registry {
         generation,
         profiler: profiler.clone(),
         filters,
         functions: FxHashMap::default(),
+        monitoring,
     });
     GENERATION.store(generation, Ordering::Relaxed);
     profiler.forget_function_calls();
-    py.import("threading")?
-        .call_method1("setprofile", (wrap_pyfunction!(_trace_new_thread, py)?,))?;
-    // SAFETY: the interpreter's lock is held (`py`); `profile` has the
-    // signature CPython calls.
-    unsafe { PyEval_SetProfile(Some(profile), std::ptr::null_mut()) };
+    if monitoring.is_none() {
+        py.import("threading")?
+            .call_method1("setprofile", (wrap_pyfunction!(_trace_new_thread, py)?,))?;
+        // SAFETY: the interpreter's lock is held (`py`); `profile` has the
+        // signature CPython calls.
+        unsafe { PyEval_SetProfile(Some(profile), std::ptr::null_mut()) };
+    }
     Ok(())
 }
 
-/// Stops tracing: the calling thread's hook and the new threads' now, the
-/// other threads' at their next call. The code objects are let go.
+/// Stops tracing: every thread's with `sys.monitoring`; else the calling
+/// thread's hook and the new threads' now, the other threads' at their
+/// next call. The code objects are let go.
 pub(crate) fn stop(py: Python<'_>) -> PyResult<()> {
     let running = lock_registry().take();
     let Some(running) = running else {
         return Ok(());
     };
     GENERATION.store(0, Ordering::Relaxed);
-    // SAFETY: the interpreter's lock is held (`py`).
-    unsafe { PyEval_SetProfile(None, std::ptr::null_mut()) };
-    py.import("threading")?
-        .call_method1("setprofile", (py.None(),))?;
+    match running.monitoring {
+        Some(id) => stop_monitoring(&py.import("sys")?.getattr("monitoring")?, id)?,
+        None => {
+            // SAFETY: the interpreter's lock is held (`py`).
+            unsafe { PyEval_SetProfile(None, std::ptr::null_mut()) };
+            py.import("threading")?
+                .call_method1("setprofile", (py.None(),))?;
+        }
+    }
     running.profiler.forget_function_calls();
     VIEW.with(|view| view.borrow_mut().take());
     // The code objects are dropped here, with the interpreter's lock held.
@@ -191,7 +216,7 @@ fn lock_registry() -> std::sync::MutexGuard<'static, Option<Registry>> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The C hook.
+/// The C hook (before 3.12).
 unsafe extern "C" fn profile(
     _obj: *mut ffi::PyObject,
     frame: *mut ffi::PyFrameObject,
@@ -201,8 +226,7 @@ unsafe extern "C" fn profile(
     if what != TRACE_CALL && what != TRACE_RETURN {
         return 0;
     }
-    let generation = GENERATION.load(Ordering::Relaxed);
-    if generation == 0 {
+    if GENERATION.load(Ordering::Relaxed) == 0 {
         // Tracing stopped: this thread's hook goes.
         PyEval_SetProfile(None, std::ptr::null_mut());
         return 0;
@@ -212,15 +236,33 @@ unsafe extern "C" fn profile(
     if code.is_null() {
         return 0;
     }
+    record(code.cast(), || frame, what == TRACE_CALL);
+    ffi::Py_DecRef(code.cast());
+    0
+}
+
+/// Records that the function of `code` was entered (or left), if it is
+/// traced; returns whether it is. `frame` gives the event's frame, asked
+/// for once per function described.
+///
+/// # Safety
+/// The interpreter's lock is held; `code` is the event's live code object,
+/// and `frame` gives its live frame (or null).
+unsafe fn record(
+    code: *mut ffi::PyObject,
+    frame: impl FnOnce() -> *mut ffi::PyFrameObject,
+    entered: bool,
+) -> bool {
+    let generation = GENERATION.load(Ordering::Relaxed);
     let key = code as usize;
     // A thread-local being torn down records nothing.
-    let _ = VIEW.try_with(|view| {
+    VIEW.try_with(|view| {
         let mut view = view.borrow_mut();
         let view = match &mut *view {
             Some(view) if view.generation == generation => view,
             stale => match thread_view(generation) {
                 Some(fresh) => stale.insert(fresh),
-                None => return,
+                None => return false,
             },
         };
         let ThreadView {
@@ -228,23 +270,147 @@ unsafe extern "C" fn profile(
         } = view;
         let described = sites
             .entry(key)
-            // SAFETY: the interpreter's lock is held; `frame` and `code`
-            // are the live objects of this event.
-            .or_insert_with(|| unsafe { describe(frame, code.cast(), key) });
+            // SAFETY: as this function's.
+            .or_insert_with(|| unsafe { describe(frame(), code, key) });
         let Some(site) = described else {
-            return;
+            return false;
         };
-        match what {
-            TRACE_CALL => profiler.enter_function(key, || FunctionSite {
+        match entered {
+            true => profiler.enter_function(key, || FunctionSite {
                 name: &site.name,
                 file: &site.file,
                 line: site.line,
             }),
-            _ => profiler.exit_function(key),
+            false => profiler.exit_function(key),
         }
-    });
-    ffi::Py_DecRef(code.cast());
-    0
+        true
+    })
+    .unwrap_or(false)
+}
+
+/// `sys.monitoring.DISABLE`, once looked up.
+static DISABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// A `sys.monitoring` event (3.12+) of the function of `code`: `entered`
+/// (a start, resumption or throw) or left (a return, yield or unwind).
+/// `DISABLE` for a function not traced where the event allows it (`local`).
+fn monitored(py: Python<'_>, code: &Bound<'_, PyAny>, entered: bool, local: bool) -> Py<PyAny> {
+    if GENERATION.load(Ordering::Relaxed) != 0 {
+        // SAFETY: the interpreter's lock is held (`py`); the current frame
+        // is the event's, `code` its code object.
+        let traced = unsafe { record(code.as_ptr(), || ffi::PyEval_GetFrame(), entered) };
+        if traced || !local {
+            return py.None();
+        }
+    }
+    match DISABLE.get(py) {
+        Some(disable) if local => disable.clone_ref(py),
+        _ => py.None(),
+    }
+}
+
+/// `PY_START` and `PY_RESUME`.
+#[pyfunction]
+fn _monitor_start(
+    py: Python<'_>,
+    code: &Bound<'_, PyAny>,
+    _offset: &Bound<'_, PyAny>,
+) -> Py<PyAny> {
+    monitored(py, code, true, true)
+}
+
+/// `PY_THROW` (cannot be disabled).
+#[pyfunction]
+fn _monitor_throw(
+    py: Python<'_>,
+    code: &Bound<'_, PyAny>,
+    _offset: &Bound<'_, PyAny>,
+    _exception: &Bound<'_, PyAny>,
+) -> Py<PyAny> {
+    monitored(py, code, true, false)
+}
+
+/// `PY_RETURN` and `PY_YIELD`.
+#[pyfunction]
+fn _monitor_return(
+    py: Python<'_>,
+    code: &Bound<'_, PyAny>,
+    _offset: &Bound<'_, PyAny>,
+    _value: &Bound<'_, PyAny>,
+) -> Py<PyAny> {
+    monitored(py, code, false, true)
+}
+
+/// `PY_UNWIND` (cannot be disabled).
+#[pyfunction]
+fn _monitor_unwind(
+    py: Python<'_>,
+    code: &Bound<'_, PyAny>,
+    _offset: &Bound<'_, PyAny>,
+    _exception: &Bound<'_, PyAny>,
+) -> Py<PyAny> {
+    monitored(py, code, false, false)
+}
+
+/// The tool ids tried for `sys.monitoring`: the profiler's, then the two
+/// no tool claims by convention.
+const TOOL_IDS: [u8; 3] = [2, 3, 4];
+
+/// Starts tracing through `sys.monitoring`; returns the tool id it took.
+fn start_monitoring(monitoring: &Bound<'_, PyAny>) -> PyResult<u8> {
+    let py = monitoring.py();
+    let mut taken = None;
+    for id in TOOL_IDS {
+        if monitoring.call_method1("get_tool", (id,))?.is_none() {
+            monitoring.call_method1("use_tool_id", (id, "rankscope"))?;
+            taken = Some(id);
+            break;
+        }
+    }
+    let Some(id) = taken else {
+        return Err(PyRuntimeError::new_err(format!(
+            "python_tracing: sys.monitoring tool ids {TOOL_IDS:?} are all in use by other tools"
+        )));
+    };
+    let _ = DISABLE.get_or_try_init(py, || monitoring.getattr("DISABLE").map(Bound::unbind))?;
+    let events = monitoring.getattr("events")?;
+    let event = |name: &str| -> PyResult<u64> { events.getattr(name)?.extract() };
+    let callbacks: [(&str, Bound<'_, PyAny>); 6] = [
+        ("PY_START", wrap_pyfunction!(_monitor_start, py)?.into_any()),
+        (
+            "PY_RESUME",
+            wrap_pyfunction!(_monitor_start, py)?.into_any(),
+        ),
+        ("PY_THROW", wrap_pyfunction!(_monitor_throw, py)?.into_any()),
+        (
+            "PY_RETURN",
+            wrap_pyfunction!(_monitor_return, py)?.into_any(),
+        ),
+        (
+            "PY_YIELD",
+            wrap_pyfunction!(_monitor_return, py)?.into_any(),
+        ),
+        (
+            "PY_UNWIND",
+            wrap_pyfunction!(_monitor_unwind, py)?.into_any(),
+        ),
+    ];
+    let mut set = 0;
+    for (name, callback) in callbacks {
+        monitoring.call_method1("register_callback", (id, event(name)?, callback))?;
+        set |= event(name)?;
+    }
+    // Functions disabled by an earlier tracing (other filters) report again.
+    monitoring.call_method0("restart_events")?;
+    monitoring.call_method1("set_events", (id, set))?;
+    Ok(id)
+}
+
+/// Stops tracing through `sys.monitoring` as tool `id`.
+fn stop_monitoring(monitoring: &Bound<'_, PyAny>, id: u8) -> PyResult<()> {
+    monitoring.call_method1("set_events", (id, 0))?;
+    monitoring.call_method1("free_tool_id", (id,))?;
+    Ok(())
 }
 
 /// The thread's view of tracing `generation`, where it still runs.
@@ -262,7 +428,8 @@ fn thread_view(generation: u64) -> Option<ThreadView> {
 /// there yet; returns its site where it is traced.
 ///
 /// # Safety
-/// The interpreter's lock is held; `frame` and `code` are live.
+/// The interpreter's lock is held; `code` is live, and `frame` is its live
+/// frame or null.
 #[cold]
 #[inline(never)]
 unsafe fn describe(
@@ -280,7 +447,7 @@ unsafe fn describe(
     }
     let py = Python::assume_attached();
     let code = Bound::from_borrowed_ptr(py, code);
-    let frame = Bound::from_borrowed_ptr(py, frame.cast::<ffi::PyObject>());
+    let frame = Bound::from_borrowed_ptr_or_opt(py, frame.cast::<ffi::PyObject>());
     let text = |object: &Bound<'_, PyAny>, attribute: &str| -> Option<String> {
         object.getattr(attribute).ok()?.extract::<String>().ok()
     };
@@ -288,8 +455,7 @@ unsafe fn describe(
         .or_else(|| text(&code, "co_name"))
         .unwrap_or_else(|| "(unnamed)".into());
     let module = frame
-        .getattr("f_globals")
-        .ok()
+        .and_then(|frame| frame.getattr("f_globals").ok())
         .and_then(|globals| globals.get_item("__name__").ok())
         .and_then(|name| name.extract::<String>().ok());
     let name = match module {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -127,6 +128,32 @@ def test_filters_choose_what_is_traced_and_the_depth_limit_holds(tmp_path: Path)
     assert all(f["name"].startswith(__name__ + ".") for f in report["python_functions"]), \
         "only the included module"
     assert functions["fib"]["calls"] == 1 + 2 + 4, "fib's first three levels"
+
+
+def test_a_thread_started_before_the_session_is_traced_where_sys_monitoring_is(
+    tmp_path: Path,
+) -> None:
+    """sys.monitoring (3.12+) reaches every thread of the interpreter; the C
+    profile hook of earlier versions only the session's thread and threads
+    started after it."""
+    running = threading.Event()
+    done = threading.Event()
+
+    def spin() -> None:
+        while not done.is_set():
+            worker()
+            running.set()
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    running.wait()
+    prof = traced(tmp_path)
+    with prof.session("earlier-thread") as session:
+        time.sleep(0.05)
+    done.set()
+    thread.join()
+    functions = functions_of(report_of(session.outcome))
+    assert ("worker" in functions) == (sys.version_info >= (3, 12)), functions.keys()
 
 
 def test_a_session_without_tracing_records_no_function(tmp_path: Path) -> None:
