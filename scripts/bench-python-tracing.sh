@@ -22,8 +22,9 @@ run() {
     "$1" scripts/bench_python_tracing.py "${@:2}"
 }
 run "$venv/bin/python" "$@"
-python312=$(command -v python3.12 || true)
-if [ -n "$python312" ] && "$python312" -c 'import sys' >/dev/null 2>&1; then
+# pyenv's shim answers only where the version is selected: its own path.
+python312=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2>/dev/null | tail -n 1 || true)
+if [ -n "$python312" ]; then
     venv312=target/py312-venv
     [ -x "$venv312/bin/python" ] || "$python312" -m venv "$venv312"
     "$venv312/bin/python" -c 'import viztracer' >/dev/null 2>&1 || "$venv312/bin/pip" install -q viztracer

@@ -7,7 +7,7 @@
 # usage: scripts/test-python312.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python312=$(command -v python3.12)
+python312=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 | tail -n 1)
 venv=target/py312-venv
 [ -x "$venv/bin/python" ] || "$python312" -m venv "$venv"
 "$venv/bin/python" -c 'import pytest, pyarrow' >/dev/null 2>&1 || "$venv/bin/pip" install -q pytest pyarrow

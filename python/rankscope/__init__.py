@@ -21,10 +21,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import warnings
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar, overload
 
 from . import _collectives, _rankscope, _torch, _torch_profiler
 from ._rankscope import Config, ConfigError, Outcome, Session, SessionError, Stage
+
+# A forked child (a DataLoader worker) records nothing its parent reads:
+# Python function tracing stops there.
+os.register_at_fork(after_in_child=_rankscope.Profiler._stop_python_tracing)
 
 __all__ = [
     "Config",
@@ -71,13 +77,23 @@ class Profiler(_rankscope.Profiler):
             self._torch_windows = _torch_profiler.windows(config, self)
             # Windows are numbered afresh in each session.
             self._window_captured = 0
-            tracing = config.python_tracing == "session" and self.enabled
             closer = _SessionCloser(self, self._torch_windows, _collectives.calls(config, self),
-                                    tracing)
+                                    self._python_tracing(config))
             self._set_session_closer(closer)
-            if tracing:
-                self._start_python_tracing()
         return session
+
+    def _python_tracing(self, config: Config) -> Optional[int]:
+        """Starts Python function tracing where ``python_tracing`` asks for
+        it; its token, or None. A failure (sys.monitoring's tool ids all
+        taken) costs the tracing, never the session."""
+        if config.python_tracing != "session" or not self.enabled:
+            return None
+        try:
+            return self._start_python_tracing()
+        except Exception as e:  # noqa: BLE001 - said, and the session goes on
+            warnings.warn(f"rankscope: python_tracing is off for this session: {e}",
+                          RuntimeWarning, stacklevel=3)
+            return None
 
     def step(self) -> None:
         """A step boundary (a denoising step, a decode step, a batch):
@@ -245,7 +261,8 @@ class _SessionCloser:
     stopped."""
 
     def __init__(self, profiler: Profiler, windows: Optional[_torch_profiler.TorchWindows],
-                 collectives: Optional[_collectives.CollectiveCalls], tracing: bool) -> None:
+                 collectives: Optional[_collectives.CollectiveCalls],
+                 tracing: Optional[int]) -> None:
         self._profiler = profiler
         self._windows = windows
         self._collectives = collectives
@@ -253,15 +270,17 @@ class _SessionCloser:
 
     def close(self) -> None:
         try:
-            if self._tracing:
-                Profiler._stop_python_tracing()
             # A ``--torch`` window still open is read as it stands.
             self._profiler._end_window_capture()
             if self._windows is not None:
                 self._windows.close()
         finally:
-            if self._collectives is not None:
-                self._collectives.close()
+            try:
+                if self._collectives is not None:
+                    self._collectives.close()
+            finally:
+                if self._tracing is not None:
+                    Profiler._stop_python_tracing(self._tracing)
 
 
 def _timed(function: F, stage_of: Callable[[Tuple[Any, ...]], Stage]) -> F:

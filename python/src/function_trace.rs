@@ -17,12 +17,11 @@
 //! object is described (qualified name, file, first line) and matched
 //! against the include and exclude filters once, under the interpreter's
 //! lock, into a registry every thread shares; each thread then caches
-//! its site. Events come with the interpreter's lock held, so the
-//! registry's mutex is never contended.
+//! its site (at most as many as the registry holds).
 
 use std::cell::RefCell;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyRuntimeError;
@@ -60,6 +59,9 @@ const MAX_FUNCTIONS: usize = 200_000;
 /// that finds another unsets itself.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// The next tracing's generation: each tracing its own, from 1.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
 /// What every thread's hook shares while tracing runs.
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
 
@@ -67,7 +69,7 @@ static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
 struct Registry {
     generation: u64,
     profiler: rankscope::Profiler,
-    filters: Filters,
+    filters: Arc<Filters>,
     functions: FxHashMap<usize, Function>,
     /// The `sys.monitoring` tool id it runs as (3.12+); none: the C hook.
     monitoring: Option<u8>,
@@ -89,6 +91,7 @@ struct Site {
 }
 
 /// The modules or qualified names to trace alone, and those never to.
+#[derive(Debug)]
 pub(crate) struct Filters {
     include: Vec<String>,
     exclude: Vec<String>,
@@ -138,15 +141,16 @@ thread_local! {
     static VIEW: RefCell<Option<ThreadView>> = const { RefCell::new(None) };
 }
 
-/// Starts tracing for `profiler`: every thread where the interpreter has
-/// `sys.monitoring`, else the calling thread and those started from now on.
+/// Starts tracing for `profiler` (in place of any other's): every thread
+/// where the interpreter has `sys.monitoring`, else the calling thread and
+/// those started from now on. Returns the tracing's token, for [`stop`].
 pub(crate) fn start(
     py: Python<'_>,
     profiler: rankscope::Profiler,
     filters: Filters,
-) -> PyResult<()> {
-    stop(py)?;
-    let generation = GENERATION.load(Ordering::Relaxed).wrapping_add(1).max(1);
+) -> PyResult<u64> {
+    stop(py, None)?;
+    let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
     let sys = py.import("sys")?;
     let monitoring = match sys.hasattr("monitoring")? {
         true => Some(start_monitoring(&sys.getattr("monitoring")?)?),
@@ -155,7 +159,7 @@ pub(crate) fn start(
     *lock_registry() = Some(Registry {
         generation,
         profiler: profiler.clone(),
-        filters,
+        filters: Arc::new(filters),
         functions: FxHashMap::default(),
         monitoring,
     });
@@ -168,14 +172,21 @@ pub(crate) fn start(
         // signature CPython calls.
         unsafe { PyEval_SetProfile(Some(profile), std::ptr::null_mut()) };
     }
-    Ok(())
+    Ok(generation)
 }
 
-/// Stops tracing: every thread's with `sys.monitoring`; else the calling
-/// thread's hook and the new threads' now, the other threads' at their
-/// next call. The code objects are let go.
-pub(crate) fn stop(py: Python<'_>) -> PyResult<()> {
-    let running = lock_registry().take();
+/// Stops the tracing of `token` (any, without one): every thread's with
+/// `sys.monitoring`; else the calling thread's hook and the new threads'
+/// now, the other threads' at their next call. The code objects are let
+/// go.
+pub(crate) fn stop(py: Python<'_>, token: Option<u64>) -> PyResult<()> {
+    let running = {
+        let mut registry = lock_registry();
+        match &*registry {
+            Some(running) if token.is_none_or(|t| t == running.generation) => registry.take(),
+            _ => None,
+        }
+    };
     let Some(running) = running else {
         return Ok(());
     };
@@ -268,10 +279,18 @@ unsafe fn record(
         let ThreadView {
             profiler, sites, ..
         } = view;
-        let described = sites
-            .entry(key)
-            // SAFETY: as this function's.
-            .or_insert_with(|| unsafe { describe(frame(), code, key) });
+        let described = match sites.get(&key) {
+            Some(site) => site.as_ref(),
+            None => {
+                // SAFETY: as this function's.
+                let site = unsafe { describe(frame(), code, key) };
+                match sites.len() < MAX_FUNCTIONS {
+                    true => sites.entry(key).or_insert(site).as_ref(),
+                    // Past the registry's bound, nothing new is traced or kept.
+                    false => None,
+                }
+            }
+        };
         let Some(site) = described else {
             return false;
         };
@@ -291,6 +310,10 @@ unsafe fn record(
 /// `sys.monitoring.DISABLE`, once looked up.
 static DISABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
+/// Whether a tracing disabled events where functions it does not trace
+/// were seen (restarted at the next tracing's start).
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
 /// A `sys.monitoring` event (3.12+) of the function of `code`: `entered`
 /// (a start, resumption or throw) or left (a return, yield or unwind).
 /// `DISABLE` for a function not traced where the event allows it (`local`).
@@ -304,7 +327,10 @@ fn monitored(py: Python<'_>, code: &Bound<'_, PyAny>, entered: bool, local: bool
         }
     }
     match DISABLE.get(py) {
-        Some(disable) if local => disable.clone_ref(py),
+        Some(disable) if local => {
+            DISABLED.store(true, Ordering::Relaxed);
+            disable.clone_ref(py)
+        }
         _ => py.None(),
     }
 }
@@ -400,8 +426,11 @@ fn start_monitoring(monitoring: &Bound<'_, PyAny>) -> PyResult<u8> {
         monitoring.call_method1("register_callback", (id, event(name)?, callback))?;
         set |= event(name)?;
     }
-    // Functions disabled by an earlier tracing (other filters) report again.
-    monitoring.call_method0("restart_events")?;
+    // Functions an earlier tracing disabled (other filters) report again;
+    // not otherwise, as this undoes other tools' disabling too.
+    if DISABLED.swap(false, Ordering::Relaxed) {
+        monitoring.call_method0("restart_events")?;
+    }
     monitoring.call_method1("set_events", (id, set))?;
     Ok(id)
 }
@@ -437,14 +466,20 @@ unsafe fn describe(
     code: *mut ffi::PyObject,
     key: usize,
 ) -> Option<Arc<Site>> {
-    let mut registry = lock_registry();
-    let registry = registry.as_mut()?;
-    if let Some(function) = registry.functions.get(&key) {
-        return function.site.clone();
-    }
-    if registry.functions.len() >= MAX_FUNCTIONS {
-        return None;
-    }
+    // The lock is not held while Python objects are read: a read may run
+    // Python code (a collection's finalisers) and hand the interpreter's
+    // lock to a thread whose hook then takes this one.
+    let (generation, filters) = {
+        let registry = lock_registry();
+        let registry = registry.as_ref()?;
+        if let Some(function) = registry.functions.get(&key) {
+            return function.site.clone();
+        }
+        if registry.functions.len() >= MAX_FUNCTIONS {
+            return None;
+        }
+        (registry.generation, Arc::clone(&registry.filters))
+    };
     let py = Python::assume_attached();
     let code = Bound::from_borrowed_ptr(py, code);
     let frame = Bound::from_borrowed_ptr_or_opt(py, frame.cast::<ffi::PyObject>());
@@ -462,7 +497,7 @@ unsafe fn describe(
         Some(module) => format!("{module}.{qualname}"),
         None => qualname,
     };
-    let site = registry.filters.traces(&name).then(|| {
+    let site = filters.traces(&name).then(|| {
         Arc::new(Site {
             file: text(&code, "co_filename").unwrap_or_default(),
             line: code
@@ -473,14 +508,13 @@ unsafe fn describe(
             name,
         })
     });
-    registry.functions.insert(
-        key,
-        Function {
-            site: site.clone(),
-            _code: code.unbind(),
-        },
-    );
-    site
+    let mut registry = lock_registry();
+    let registry = registry.as_mut().filter(|r| r.generation == generation)?;
+    let function = registry.functions.entry(key).or_insert(Function {
+        site,
+        _code: code.unbind(),
+    });
+    function.site.clone()
 }
 
 #[cfg(test)]

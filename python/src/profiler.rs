@@ -376,25 +376,30 @@ impl Profiler {
         drop(previous);
     }
 
-    /// Traces Python function calls into this profiler's sessions (the
-    /// calling thread, and threads started from now on), with the filters
-    /// of its configuration, until `_stop_python_tracing`.
-    fn _start_python_tracing(&self, py: Python<'_>) -> PyResult<()> {
+    /// Traces Python function calls into this profiler's sessions (every
+    /// thread with sys.monitoring, 3.12+; else the calling thread and
+    /// threads started from now on), with the filters of its
+    /// configuration, until `_stop_python_tracing` with the token it
+    /// returns (None for a disabled profiler).
+    fn _start_python_tracing(&self, py: Python<'_>) -> PyResult<Option<u64>> {
         let profiler = &self.core.profiler;
         let Some(config) = profiler.config() else {
-            return Ok(());
+            return Ok(None);
         };
         let filters = Filters::new(
             config.python_tracing_include.as_deref(),
             config.python_tracing_exclude.as_deref(),
         );
-        function_trace::start(py, profiler.clone(), filters)
+        function_trace::start(py, profiler.clone(), filters).map(Some)
     }
 
-    /// Stops Python function tracing, if it runs.
+    /// Stops the Python function tracing of `token`, if it still runs
+    /// (another profiler's may have taken its place); without a token, any
+    /// (a forked child's).
     #[staticmethod]
-    fn _stop_python_tracing(py: Python<'_>) -> PyResult<()> {
-        function_trace::stop(py)
+    #[pyo3(signature = (token=None))]
+    fn _stop_python_tracing(py: Python<'_>, token: Option<u64>) -> PyResult<()> {
+        function_trace::stop(py, token)
     }
 
     /// The session clock now (ns) while a session records, else `None`:

@@ -156,6 +156,19 @@ def test_a_thread_started_before_the_session_is_traced_where_sys_monitoring_is(
     assert ("worker" in functions) == (sys.version_info >= (3, 12)), functions.keys()
 
 
+def test_a_profiler_finishing_leaves_the_tracing_another_took_over(tmp_path: Path) -> None:
+    first = traced(tmp_path / "first")
+    second = traced(tmp_path / "second")
+    with first.session("first") as first_session:
+        with second.session("second") as second_session:
+            # The first session ends while the second's tracing runs.
+            first_session.finish()
+            for _ in range(3):
+                leaf()
+    assert functions_of(report_of(second_session.outcome))["leaf"]["calls"] == 3
+    assert "leaf" not in functions_of(report_of(first_session.outcome))
+
+
 def test_a_session_without_tracing_records_no_function(tmp_path: Path) -> None:
     prof = rankscope.Profiler(rankscope.Config(
         output_dir=tmp_path / "out", gpu_source="none", collect_host=False))

@@ -32,9 +32,13 @@ pub struct FunctionSite<'a> {
     pub line: u32,
 }
 
-/// A thread's traced calls, reached without a lock.
+/// A thread's traced calls, reached without a lock; they belong to one
+/// session, and start afresh in the next (its keys may name other
+/// functions, its calls under way never return into it).
 #[derive(Default)]
 pub(super) struct ThreadCalls {
+    /// The session they belong to.
+    session: u64,
     /// Each function's place in `active` and in the buffer's totals, by key.
     index: FxHashMap<usize, u32>,
     /// Calls of each function open now (its recursion).
@@ -68,12 +72,41 @@ pub(crate) struct FunctionTotals {
     self_ticks: u64,
 }
 
+/// How far below the innermost call a return looks for its own: a return
+/// of a call further down (its inner calls' returns lost) ends those too.
+const RETURN_REACH: usize = 8;
+
 impl ThreadCalls {
     /// Forgets the calls entered and not returned.
     fn clear(&mut self) {
         self.stack.clear();
         self.active.fill(0);
         self.too_deep = 0;
+    }
+
+    /// The calls of `session`: the thread's, or a fresh start where they
+    /// belong to an earlier one.
+    #[inline]
+    fn of_session(&mut self, session: u64) -> &mut Self {
+        if self.session != session {
+            *self = ThreadCalls {
+                session,
+                ..ThreadCalls::default()
+            };
+        }
+        self
+    }
+
+    /// The call that a return of `key` ends, taken off the stack with the
+    /// calls above it (whose returns were lost); none where no call of
+    /// `key` is near the top (tracing began inside it).
+    fn take_returning(&mut self, key: usize) -> Option<OpenCall> {
+        let reach = self.stack.len().saturating_sub(RETURN_REACH);
+        let at = self.stack[reach..].iter().rposition(|c| c.key == key)? + reach;
+        for lost in self.stack.drain(at + 1..) {
+            self.active[lost.function as usize] -= 1;
+        }
+        self.stack.pop()
     }
 }
 
@@ -106,8 +139,9 @@ impl Recorder {
     #[inline]
     pub(crate) fn enter_function<'a>(&self, key: usize, site: impl FnOnce() -> FunctionSite<'a>) {
         let start_ticks = self.registry.clock.ticks();
+        let session = self.registry.sessions.current();
         self.with_local(|local| {
-            let calls = &mut local.calls;
+            let calls = local.calls.of_session(session);
             if calls.too_deep > 0 || calls.stack.len() >= self.max_call_depth {
                 calls.too_deep += 1;
                 return;
@@ -133,16 +167,14 @@ impl Recorder {
     #[inline]
     pub(crate) fn exit_function(&self, key: usize) {
         let end_ticks = self.registry.clock.ticks();
+        let session = self.registry.sessions.current();
         self.with_local(|local| {
-            let calls = &mut local.calls;
+            let calls = local.calls.of_session(session);
             if calls.too_deep > 0 {
                 calls.too_deep -= 1;
                 return;
             }
-            if calls.stack.last().is_none_or(|top| top.key != key) {
-                return;
-            }
-            let Some(call) = calls.stack.pop() else {
+            let Some(call) = calls.take_returning(key) else {
                 return;
             };
             let total_ticks = end_ticks.saturating_sub(call.start_ticks);
@@ -157,7 +189,11 @@ impl Recorder {
                 && self.registry.budget.admit(Table::PythonCalls);
             let mut data = local.buffer.lock();
             let data = &mut *data;
-            let totals = &mut data.functions[call.function as usize];
+            // None where the session's start cleared the totals since this
+            // thread last looked.
+            let Some(totals) = data.functions.get_mut(call.function as usize) else {
+                return;
+            };
             totals.calls += 1;
             totals.self_ticks += total_ticks.saturating_sub(call.inner_ticks);
             if outermost {
@@ -207,6 +243,7 @@ impl Recorder {
         };
         let mut data = buffer.lock();
         let function = data.functions.len() as u32;
+        calls.active.resize(function as usize, 0);
         let totals = FunctionTotals {
             name: data.names.intern(site.name),
             file: data.names.intern(site.file),
@@ -413,6 +450,43 @@ mod tests {
         assert_eq!(functions["b"].0, 25, "every call counted");
         assert_eq!(rows.len(), 10, "rows within the budget");
         assert!(dropped.contains(&(Table::PythonCalls, 15)), "{dropped:?}");
+    }
+
+    #[test]
+    fn a_lost_return_ends_the_calls_above_the_one_that_returns() {
+        let recorder = recorder(Config::default());
+        let (a, b) = (usize::from(b'a'), usize::from(b'b'));
+        recorder.enter_function(a, || site("a"));
+        // b's return is lost (a stack switch, another profiler's hook).
+        recorder.enter_function(b, || site("b"));
+        recorder.exit_function(a);
+        call(&recorder, "a", || {});
+        let (functions, rows) = drained(&recorder);
+        assert_eq!(functions["a"].0, 2, "a's return found below b");
+        assert!(!functions.contains_key("b"), "b never returned");
+        assert!(
+            rows.iter().all(|r| r.1 == 0),
+            "the stack is whole again: {rows:?}"
+        );
+    }
+
+    #[test]
+    fn a_call_open_when_its_session_ends_is_forgotten_by_the_next() {
+        let recorder = recorder(Config::default());
+        recorder.enter_function(usize::from(b'a'), || site("a"));
+        recorder.end_session();
+        let _ = recorder.drain();
+        recorder.begin_session();
+        // The same key may name another function now.
+        recorder.exit_function(usize::from(b'a'));
+        call(&recorder, "a", || {});
+        let (functions, rows) = drained(&recorder);
+        assert_eq!(
+            functions["a"].0, 1,
+            "the first session's call is not this one's"
+        );
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].1, 0);
     }
 
     #[test]

@@ -114,6 +114,8 @@ impl ThreadData {
     /// names stay interned.
     pub(super) fn clear_rows(&mut self) {
         self.calls = Vec::new();
+        // Their threads start their traced calls afresh in the next session.
+        self.functions = Vec::new();
         self.records = Records::default();
         self.too_deep = 0;
         self.names.take_folded();

@@ -194,10 +194,11 @@ pub struct Config {
     /// `rank<R>-window<k>.pt.trace.json.gz` (for Perfetto, HTA or
     /// `rankscope import`); unset (the default): read and deleted.
     pub torch_profiler_trace_dir: Option<PathBuf>,
-    /// Python function tracing on every Python rank: each call and return
-    /// of the program's Python functions, recorded by a C-level profile
-    /// hook of the package (`off` or `session`). The session's thread and
-    /// the threads started after it are traced; C functions are not.
+    /// Python function tracing on every Python rank (`off` or `session`):
+    /// each call and return of the program's Python functions, C functions
+    /// left out. On CPython 3.12+ through `sys.monitoring`, on every thread;
+    /// before 3.12 through the C profile hook, on the session's thread and
+    /// threads started after it.
     pub python_tracing: PythonTracing,
     /// Traced calls nested deeper than this on a thread are not recorded
     /// (their time is their caller's own).

@@ -65,11 +65,13 @@ pub fn rank_functions(payload: &Payload) -> Result<Vec<RankFunction>, String> {
 }
 
 /// `python_functions[]` from each rank's traced functions, `(rank,
-/// functions)`; a function a tracing rank did not call counts 0 there.
+/// functions)`; a function a tracing rank did not call counts 0 there,
+/// unless the rank's list was cut at [`RANK_FUNCTIONS`] (it may have called
+/// it: that rank is left out of the function's least, most and imbalance).
 pub fn across_ranks(ranks: &[(u32, &[RankFunction])]) -> Vec<PythonFunctionStats> {
     let tracing: Vec<u32> = ranks
         .iter()
-        .filter(|(_, functions)| !functions.is_empty())
+        .filter(|(_, functions)| !functions.is_empty() && functions.len() < RANK_FUNCTIONS)
         .map(|(rank, _)| *rank)
         .collect();
     let mut across: HashMap<(&str, &str, u32), Across> = HashMap::new();
@@ -199,6 +201,23 @@ mod tests {
         assert!((stats[0].self_s - 0.7).abs() < 1e-9);
         assert!((stats[0].total_s - 1.4).abs() < 1e-9);
         assert_eq!(stats[1].imbalance_pct, 0.0);
+    }
+
+    #[test]
+    fn a_rank_whose_list_was_cut_is_not_counted_at_0_for_what_it_left_out() {
+        let full: Vec<RankFunction> = (0..RANK_FUNCTIONS)
+            .map(|i| function(&format!("app.f{i}"), 1, 1000 + i as u64))
+            .collect();
+        let small = vec![function("app.small", 1, 10_000)];
+        let ranks: Vec<(u32, &[RankFunction])> = vec![(0, &full), (1, &small), (2, &small)];
+        let stats = across_ranks(&ranks);
+        let only = stats.iter().find(|s| s.name == "app.small").unwrap();
+        assert_eq!(
+            only.min_s,
+            Some(10.0),
+            "rank 0's cut list says nothing of it"
+        );
+        assert_eq!(only.imbalance_pct, 0.0);
     }
 
     #[test]

@@ -72,7 +72,8 @@ struct ThreadSlice<'a> {
     start_ns: u64,
     dur_ns: u64,
     name: &'a str,
-    args: serde_json::Value,
+    /// Its one argument, made an object once the slice is kept.
+    arg: (&'static str, u64),
 }
 
 /// Slices that go on tracks of their own, one per thread.
@@ -460,7 +461,7 @@ impl RankTrace {
             start_ns: v.start_ns[i],
             dur_ns: v.dur_ns[i],
             name: v.name.get(i),
-            args: json!({ "window": v.window[i] }),
+            arg: ("window", u64::from(v.window[i])),
         });
         self.thread_slices(slices.collect(), &CPU_OPERATORS);
     }
@@ -476,7 +477,7 @@ impl RankTrace {
             start_ns: v.start_ns[i],
             dur_ns: v.end_ns[i].saturating_sub(v.start_ns[i]),
             name: v.name.get(i),
-            args: json!({ "depth": v.depth[i] }),
+            arg: ("depth", u64::from(v.depth[i])),
         });
         self.thread_slices(slices.collect(), &PYTHON_CALLS);
     }
@@ -503,7 +504,12 @@ impl RankTrace {
                 ts: Some(self.at(slice.start_ns)),
                 dur: Some(slice.dur_ns as f64 / 1e3),
                 cat: Some(kind.category),
-                ..Event::new("X", cut(slice.name), self.pid, slice.args)
+                ..Event::new(
+                    "X",
+                    cut(slice.name),
+                    self.pid,
+                    json!({ slice.arg.0: slice.arg.1 }),
+                )
             });
         }
     }
