@@ -9,14 +9,9 @@
 # usage: scripts/bench-python-tracing.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=target/test-venv
-if ! "$venv/bin/python" -c 'import maturin, torch' >/dev/null 2>&1; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q maturin torch numpy
-fi
+. scripts/bench-lib.sh
+install_wheel_in_test_venv
 "$venv/bin/python" -c 'import viztracer' >/dev/null 2>&1 || "$venv/bin/pip" install -q viztracer
-PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --no-deps \
-    --force-reinstall ./python
 run() {
     "$1" -c 'import sys, viztracer; print("## Python", sys.version.split()[0], "· viztracer", viztracer.__version__)'
     "$1" scripts/bench_python_tracing.py "${@:2}"

@@ -7,11 +7,6 @@
 # usage: scripts/bench-python.sh [ITERATIONS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=target/test-venv
-if ! "$venv/bin/python" -c 'import maturin, torch' >/dev/null 2>&1; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q maturin torch numpy
-fi
-PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --no-deps \
-    --force-reinstall ./python
+. scripts/bench-lib.sh
+install_wheel_in_test_venv
 "$venv/bin/python" scripts/bench_python_stage.py "$@"

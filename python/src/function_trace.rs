@@ -335,25 +335,17 @@ fn monitored(py: Python<'_>, code: &Bound<'_, PyAny>, entered: bool, local: bool
     }
 }
 
-/// `PY_START` and `PY_RESUME`.
+/// `PY_START` and `PY_RESUME`, and `PY_THROW` (with its `exception`,
+/// which cannot be disabled).
 #[pyfunction]
-fn _monitor_start(
+#[pyo3(signature = (code, _offset, exception=None))]
+fn _monitor_enter(
     py: Python<'_>,
     code: &Bound<'_, PyAny>,
     _offset: &Bound<'_, PyAny>,
+    exception: Option<&Bound<'_, PyAny>>,
 ) -> Py<PyAny> {
-    monitored(py, code, true, true)
-}
-
-/// `PY_THROW` (cannot be disabled).
-#[pyfunction]
-fn _monitor_throw(
-    py: Python<'_>,
-    code: &Bound<'_, PyAny>,
-    _offset: &Bound<'_, PyAny>,
-    _exception: &Bound<'_, PyAny>,
-) -> Py<PyAny> {
-    monitored(py, code, true, false)
+    monitored(py, code, true, exception.is_none())
 }
 
 /// `PY_RETURN` and `PY_YIELD`.
@@ -384,7 +376,6 @@ const TOOL_IDS: [u8; 3] = [2, 3, 4];
 
 /// Starts tracing through `sys.monitoring`; returns the tool id it took.
 fn start_monitoring(monitoring: &Bound<'_, PyAny>) -> PyResult<u8> {
-    let py = monitoring.py();
     let mut taken = None;
     for id in TOOL_IDS {
         if monitoring.call_method1("get_tool", (id,))?.is_none() {
@@ -398,16 +389,27 @@ fn start_monitoring(monitoring: &Bound<'_, PyAny>) -> PyResult<u8> {
             "python_tracing: sys.monitoring tool ids {TOOL_IDS:?} are all in use by other tools"
         )));
     };
+    let registered = register_callbacks(monitoring, id);
+    if registered.is_err() {
+        // The id goes back: a later start (or another tool) may take it.
+        let _ = monitoring.call_method1("free_tool_id", (id,));
+    }
+    registered.map(|()| id)
+}
+
+/// Registers the callbacks of tool `id` and turns its events on.
+fn register_callbacks(monitoring: &Bound<'_, PyAny>, id: u8) -> PyResult<()> {
+    let py = monitoring.py();
     let _ = DISABLE.get_or_try_init(py, || monitoring.getattr("DISABLE").map(Bound::unbind))?;
     let events = monitoring.getattr("events")?;
     let event = |name: &str| -> PyResult<u64> { events.getattr(name)?.extract() };
     let callbacks: [(&str, Bound<'_, PyAny>); 6] = [
-        ("PY_START", wrap_pyfunction!(_monitor_start, py)?.into_any()),
+        ("PY_START", wrap_pyfunction!(_monitor_enter, py)?.into_any()),
         (
             "PY_RESUME",
-            wrap_pyfunction!(_monitor_start, py)?.into_any(),
+            wrap_pyfunction!(_monitor_enter, py)?.into_any(),
         ),
-        ("PY_THROW", wrap_pyfunction!(_monitor_throw, py)?.into_any()),
+        ("PY_THROW", wrap_pyfunction!(_monitor_enter, py)?.into_any()),
         (
             "PY_RETURN",
             wrap_pyfunction!(_monitor_return, py)?.into_any(),
@@ -432,7 +434,7 @@ fn start_monitoring(monitoring: &Bound<'_, PyAny>) -> PyResult<u8> {
         monitoring.call_method0("restart_events")?;
     }
     monitoring.call_method1("set_events", (id, set))?;
-    Ok(id)
+    Ok(())
 }
 
 /// Stops tracing through `sys.monitoring` as tool `id`.
