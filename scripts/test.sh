@@ -7,10 +7,12 @@ scripts/setup.sh
 # A virtual environment under target/ (the tests find it there): pyarrow for
 # the tests that read raw/ as a Python user would; maturin, pytest, mypy and
 # torch (the CPU path runs torchrun and gloo) for the Python package;
-# HolisticTraceAnalysis, whose figures `rankscope import` must agree with.
+# HolisticTraceAnalysis, whose figures `rankscope import` must agree with;
+# viztracer, whose traces `rankscope import` reads and whose cost its
+# Python tracing is measured against.
 venv=target/test-venv
-python_packages=(pyarrow numpy torch maturin pytest mypy HolisticTraceAnalysis)
-if ! "$venv/bin/python" -c 'import pyarrow, numpy, torch, maturin, pytest, mypy, hta' >/dev/null 2>&1; then
+python_packages=(pyarrow numpy torch maturin pytest mypy HolisticTraceAnalysis viztracer)
+if ! "$venv/bin/python" -c 'import pyarrow, numpy, torch, maturin, pytest, mypy, hta, viztracer' >/dev/null 2>&1; then
     echo "== python3 -m venv $venv; pip install ${python_packages[*]}"
     # PyPI's torch for Linux brings CUDA's libraries (about 6 GB installed):
     # say how much room there is, so a full disk reads as what it is.

@@ -242,16 +242,19 @@ enum Commands {
         html: Option<PathBuf>,
     },
     /// Read per-rank torch.profiler / Kineto traces (`.json`, `.json.gz`,
-    /// as torch.profiler, sglang and cache-dit write them) into one report:
+    /// as torch.profiler, sglang and cache-dit write them) and VizTracer
+    /// traces into one report and one merged timeline (trace.json.gz):
     /// each rank's GPU time (idle, compute, communication, memory, with
-    /// HTA's definitions), kernels across ranks, kernel stragglers, and
-    /// collectives split into waiting for the last rank and the rest.
+    /// HTA's definitions), kernels across ranks, kernel stragglers,
+    /// collectives split into waiting for the last rank and the rest, and
+    /// Python functions across ranks.
     ///
     /// A trace's rank comes from its `distributedInfo`, else from its name
-    /// (`rank-3`, `rank_3`, `rank3`). Traces that cannot be used (truncated,
-    /// not a trace, no rank, a second one for a rank) are named with the
-    /// reason; the others are reported. Exit status 3 says the report is
-    /// partial.
+    /// (`rank-3`, `rank_3`, `rank3`). A rank may have one trace of each
+    /// kind. The traces' clocks are aligned from their collectives. Traces
+    /// that cannot be used (truncated, not a trace, no rank, a second one
+    /// of a kind for a rank) are named with the reason; the others are
+    /// reported. Exit status 3 says the report is partial.
     Import {
         /// Trace files, or directories whose .json and .json.gz files are read.
         #[arg(required = true)]
@@ -575,7 +578,8 @@ fn run_report(dir: &Path, html: Option<PathBuf>) -> Result<Finished> {
     Ok(Finished::Complete)
 }
 
-/// `rankscope import`: the report of torch.profiler traces in `paths`.
+/// `rankscope import`: the report of the torch.profiler and VizTracer
+/// traces in `paths`.
 fn run_import(
     paths: &[PathBuf],
     out: &Path,

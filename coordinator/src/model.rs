@@ -379,6 +379,11 @@ pub struct RankSummary {
     /// Round trip of the exchange the offset came from, nanoseconds: the
     /// offset is known to within half of it.
     pub clock_round_trip_ns: Option<u64>,
+    /// Where the offset came from the ends of matched collectives (`rankscope
+    /// import`): how far a typical call's end is from rank 0's once
+    /// aligned (the median absolute deviation), nanoseconds; else `null`.
+    #[serde(default)]
+    pub clock_offset_spread_ns: Option<u64>,
     /// Session start on the shared timeline (clock offsets applied),
     /// seconds after rank 0's (after the earliest rank's without rank 0).
     pub started_s: f64,

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 mod support;
 use support::python;
+use support::trace::{check_trace, read_trace};
 
 fn fixtures(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -253,7 +254,7 @@ fn hostile_traces_are_named_and_the_others_still_report() {
     assert!(reason("invalid_rank-2.json").contains("is not a readable trace"));
     assert!(reason("claims_rank-3.json").contains("distributedInfo says rank 0, its name rank 3"));
     assert!(reason("nothing.json").contains("no rank"));
-    assert!(reason("second_rank-0.json.gz").contains("a second trace for rank 0"));
+    assert!(reason("second_rank-0.json.gz").contains("a second torch.profiler trace for rank 0"));
     assert!(reason("huge_rank-5.json").contains("past max_world_size (65536)"));
     assert_eq!(
         report.session.skipped.len(),
@@ -465,4 +466,319 @@ fn coordinate_labels(report: &Report) -> Vec<String> {
         .iter()
         .map(|t| rankscope_common::parallel::label(&t.parallel))
         .collect()
+}
+
+/// The traces of a real two-rank torchrun job (gloo), written once per
+/// test run: each rank's VizTracer trace and its torch.profiler trace of
+/// the same steps, rank 1's `tokenize` planted 4x slower
+/// (support/viztracer_job.py).
+fn viztracer_job() -> &'static Path {
+    static JOB: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    JOB.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/viztracer_job.py");
+        let run = Command::new(python())
+            .args([
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+            ])
+            .arg(script)
+            .arg(dir.path())
+            .arg("--kineto")
+            .output()
+            .expect("running torchrun");
+        assert!(
+            run.status.success(),
+            "the VizTracer job failed: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        dir
+    })
+    .path()
+}
+
+/// Copies the trace `from` (JSON, or gzip) to `to` as JSON, every event's
+/// time moved `shift_us` later: its host's clock set off by that much.
+fn shifted_copy(from: &Path, to: &Path, shift_us: f64) {
+    let bytes = std::fs::read(from).unwrap();
+    let mut json = String::new();
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        use std::io::Read;
+        flate2::read::GzDecoder::new(bytes.as_slice())
+            .read_to_string(&mut json)
+            .unwrap();
+    } else {
+        json = String::from_utf8(bytes).unwrap();
+    }
+    let mut trace: Value = serde_json::from_str(&json).unwrap();
+    for event in trace["traceEvents"].as_array_mut().unwrap() {
+        if let Some(ts) = event["ts"].as_f64() {
+            event["ts"] = serde_json::json!(ts + shift_us);
+        }
+    }
+    std::fs::write(to, serde_json::to_vec(&trace).unwrap()).unwrap();
+}
+
+/// The starts (µs) and lengths of the slices of category `category`
+/// (named `name`, or any) on rank `rank`'s process in a written
+/// `trace.json.gz`, in time order.
+fn slices(trace: &Value, rank: u64, category: &str, name: Option<&str>) -> Vec<(f64, f64)> {
+    let mut found: Vec<(f64, f64)> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["pid"] == rank + 1 && e["cat"] == category)
+        .filter(|e| name.is_none_or(|name| e["name"] == name))
+        .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+        .collect();
+    found.sort_by(|a, b| a.0.total_cmp(&b.0));
+    found
+}
+
+/// Asserts two lists of slices are the same to within `slack_us`.
+fn assert_same_slices(ours: &[(f64, f64)], theirs: &[(f64, f64)], slack_us: f64) {
+    assert_eq!(ours.len(), theirs.len());
+    for (a, b) in ours.iter().zip(theirs) {
+        assert!(
+            (a.0 - b.0).abs() <= slack_us && (a.1 - b.1).abs() <= slack_us,
+            "{a:?} against {b:?}"
+        );
+    }
+}
+
+#[test]
+fn a_viztracer_job_names_its_slow_function_with_its_rank_on_one_timeline() {
+    let (out, imported) = import_all(&[viztracer_job().to_path_buf()]);
+    let report = &imported.report;
+    assert_eq!(report.session.launcher, "torch.profiler, viztracer");
+    assert!(
+        report.session.skipped.is_empty(),
+        "{:?}",
+        report.session.skipped
+    );
+    let tokenize = report
+        .python_functions
+        .iter()
+        .find(|f| f.name == "tokenize")
+        .expect("tokenize is listed");
+    assert_eq!(tokenize.calls, 24, "12 steps on each of 2 ranks");
+    assert!(tokenize.file.ends_with("viztracer_job.py"));
+    assert_eq!((tokenize.max_rank, tokenize.min_rank), (Some(1), Some(0)));
+    // Each rank's host, from its torch.profiler trace.
+    assert!(
+        report.ranks.iter().all(|r| !r.host.is_empty()),
+        "{:?}",
+        report.ranks
+    );
+
+    let trace = read_trace(&out.path().join("trace.json.gz"));
+    check_trace(&trace);
+    // Times are whole nanoseconds, written as µs.
+    const NS: f64 = 1e-3;
+    for rank in 0..2 {
+        // VizTracer's monotonic clock and torch.profiler's Unix clock set
+        // side by side: each dispatcher op inside its Python call.
+        let python = slices(&trace, rank, "python", Some("all_reduce"));
+        let ops = slices(&trace, rank, "cpu_op", Some("c10d::allreduce_"));
+        assert_eq!((python.len(), ops.len()), (12, 12), "rank {rank}");
+        for (call, op) in python.iter().zip(&ops) {
+            assert!(
+                call.0 <= op.0 + NS && op.0 + op.1 <= call.0 + call.1 + NS,
+                "rank {rank}: c10d::allreduce_ {op:?} outside all_reduce {call:?}"
+            );
+        }
+        assert_eq!(slices(&trace, rank, "python", Some("tokenize")).len(), 12);
+    }
+}
+
+#[test]
+fn a_viztracer_trace_is_placed_by_its_ranks_torch_profiler_trace_whatever_its_clock() {
+    let job = viztracer_job();
+    let shifted = tempfile::tempdir().unwrap();
+    for name in [
+        "kineto_rank0.pt.trace.json",
+        "kineto_rank1.pt.trace.json",
+        "viztracer_rank0.json",
+    ] {
+        std::fs::copy(job.join(name), shifted.path().join(name)).unwrap();
+    }
+    // Rank 1's VizTracer clock 7.5 s ahead.
+    let name = "viztracer_rank1.json";
+    shifted_copy(&job.join(name), &shifted.path().join(name), 7.5e6);
+    let (before, _) = import_all(&[job.to_path_buf()]);
+    let (after, _) = import_all(&[shifted.path().to_path_buf()]);
+    let before = read_trace(&before.path().join("trace.json.gz"));
+    let after = read_trace(&after.path().join("trace.json.gz"));
+    for function in ["tokenize", "all_reduce", "step"] {
+        assert_same_slices(
+            &slices(&after, 1, "python", Some(function)),
+            &slices(&before, 1, "python", Some(function)),
+            1.0,
+        );
+    }
+}
+
+#[test]
+fn viztracer_traces_alone_are_aligned_by_their_blocking_collectives() {
+    let job = viztracer_job();
+    let dir = |shift_us: f64| {
+        let dir = tempfile::tempdir().unwrap();
+        let rank0 = "viztracer_rank0.json";
+        std::fs::copy(job.join(rank0), dir.path().join(rank0)).unwrap();
+        let rank1 = "viztracer_rank1.json";
+        shifted_copy(&job.join(rank1), &dir.path().join(rank1), shift_us);
+        dir
+    };
+    let (as_run, shifted) = (dir(0.0), dir(-3e6));
+    let (out_as_run, as_run) = import_all(&[as_run.path().to_path_buf()]);
+    let (out_shifted, shifted) = import_all(&[shifted.path().to_path_buf()]);
+    assert_eq!(shifted.report.session.launcher, "viztracer");
+    assert_eq!(
+        shifted.report.session.clock_sync,
+        rankscope_common::payload::ClockSync::Collectives
+    );
+    let offset = |imported: &Imported| imported.report.ranks[1].clock_offset_ns.unwrap();
+    let moved = offset(&shifted) - offset(&as_run);
+    assert!(
+        (moved + 3_000_000_000).abs() <= 1_000,
+        "offset moved {moved} ns"
+    );
+    assert_eq!(
+        shifted.report.ranks[1].clock_offset_spread_ns,
+        as_run.report.ranks[1].clock_offset_spread_ns
+    );
+    let as_run = read_trace(&out_as_run.path().join("trace.json.gz"));
+    let shifted = read_trace(&out_shifted.path().join("trace.json.gz"));
+    // The clocks are the ranks' own: each rank's slices stay where they
+    // were against the other's.
+    for rank in 0..2 {
+        assert_same_slices(
+            &slices(&shifted, rank, "python", Some("tokenize")),
+            &slices(&as_run, rank, "python", Some("tokenize")),
+            1.0,
+        );
+    }
+}
+
+/// A torch.profiler trace of rank `rank` of 2 on an NCCL job, its host
+/// clock `shift_us` ahead: 8 steps, each a compute kernel (3 ms on rank
+/// 1, which arrives last; 1 ms on rank 0) then an all-reduce kernel that
+/// ends, on every rank, 0.5 ms after rank 1 arrives.
+fn nccl_trace(rank: u32, shift_us: f64) -> String {
+    let work_us = if rank == 1 { 3_000.0 } else { 1_000.0 };
+    let mut events = Vec::new();
+    for step in 0..8 {
+        let begin = 1_700_000_000_000_000.0 + f64::from(step) * 10_000.0 + shift_us;
+        let correlation = step * 2;
+        events.push(
+            serde_json::json!({"ph": "X", "cat": "kernel", "name": "gemm_kernel",
+            "ts": begin, "dur": work_us,
+            "args": {"stream": 7, "device": rank, "correlation": correlation}}),
+        );
+        let arrive = begin + work_us;
+        events.push(serde_json::json!({"ph": "X", "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)",
+            "ts": arrive, "dur": begin + 3_500.0 - arrive,
+            "args": {"stream": 13, "device": rank, "correlation": correlation + 1}}));
+        events.push(serde_json::json!({"ph": "X", "cat": "user_annotation",
+            "name": "nccl:all_reduce", "ts": arrive - 20.0, "dur": 15.0}));
+    }
+    serde_json::json!({"distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
+                       "traceEvents": events})
+    .to_string()
+}
+
+#[test]
+fn clocks_shifted_by_known_amounts_are_aligned_by_gpu_collectives() {
+    let job = |shift_us: f64| {
+        let dir = tempfile::tempdir().unwrap();
+        for rank in 0..2 {
+            let trace = nccl_trace(rank, if rank == 1 { shift_us } else { 0.0 });
+            std::fs::write(dir.path().join(format!("rank{rank}.json")), trace).unwrap();
+        }
+        dir
+    };
+    let (as_run, shifted) = (job(0.0), job(40_000.0));
+    let (out_as_run, as_run) = import_all(&[as_run.path().to_path_buf()]);
+    let (out_shifted, shifted) = import_all(&[shifted.path().to_path_buf()]);
+    for (imported, offset_ns) in [(&as_run, 0), (&shifted, 40_000_000)] {
+        let report = &imported.report;
+        assert_eq!(
+            report.session.clock_sync,
+            rankscope_common::payload::ClockSync::Collectives
+        );
+        let clock = |r: usize| {
+            (
+                report.ranks[r].clock_offset_ns,
+                report.ranks[r].clock_offset_spread_ns,
+            )
+        };
+        assert_eq!(clock(0), (Some(0), Some(0)), "rank 0 is the reference");
+        assert_eq!(clock(1), (Some(offset_ns), Some(0)));
+    }
+    // On one clock, both ranks' all-reduces end together, and rank 1's
+    // compute is where it was.
+    let as_run = read_trace(&out_as_run.path().join("trace.json.gz"));
+    let shifted = read_trace(&out_shifted.path().join("trace.json.gz"));
+    check_trace(&shifted);
+    let kernels = |trace: &Value, rank: u64| slices(trace, rank, "kernel", None);
+    for rank in 0..2 {
+        assert_eq!(kernels(&shifted, rank).len(), 16);
+        assert_same_slices(&kernels(&shifted, rank), &kernels(&as_run, rank), 1.0);
+    }
+    let all_reduce = Some("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)");
+    let ends = |rank: u64| -> Vec<f64> {
+        slices(&shifted, rank, "kernel", all_reduce)
+            .iter()
+            .map(|(ts, dur)| ts + dur)
+            .collect()
+    };
+    assert_same_slices(
+        &ends(0).into_iter().map(|e| (e, 0.0)).collect::<Vec<_>>(),
+        &ends(1).into_iter().map(|e| (e, 0.0)).collect::<Vec<_>>(),
+        1.0,
+    );
+}
+
+#[test]
+fn host_spans_of_collectives_never_align_ranks_and_each_keeps_its_clock() {
+    // gloo on CUDA tensors: no NCCL kernel, only the host's spans, which
+    // end when gloo's thread is done, not together.
+    let real = fixtures("h200-torchrun");
+    let shifted = tempfile::tempdir().unwrap();
+    let rank0 = "rank0-window1.pt.trace.json.gz";
+    std::fs::copy(real.join(rank0), shifted.path().join(rank0)).unwrap();
+    let rank1 = shifted.path().join("rank1-window1.pt.trace.json");
+    shifted_copy(&real.join("rank1-window1.pt.trace.json.gz"), &rank1, -2.5e6);
+    let (out, imported) = import_all(&[shifted.path().to_path_buf()]);
+    let report = &imported.report;
+    assert_eq!(
+        report.session.clock_sync,
+        rankscope_common::payload::ClockSync::None
+    );
+    assert_eq!(report.ranks[1].clock_offset_ns, None);
+    let notice = report
+        .session
+        .notices
+        .iter()
+        .find(|n| n.message.contains("not aligned from collectives"))
+        .expect("a notice says the clocks are not aligned");
+    assert!(notice.message.contains(&rank1.display().to_string()));
+    // Each trace on its own Unix clock: rank 1's 2.5 s before rank 0's.
+    let (out_real, _) = import_all(&[real]);
+    let first = |dir: &Path, rank: u64| {
+        slices(
+            &read_trace(&dir.join("trace.json.gz")),
+            rank,
+            "kernel",
+            None,
+        )[0]
+        .0
+    };
+    let gap = |dir: &Path| first(dir, 1) - first(dir, 0);
+    let moved = gap(out.path()) - gap(out_real.path());
+    assert!((moved + 2.5e6).abs() <= 1.0, "rank 1 moved {moved} µs");
 }

@@ -125,6 +125,18 @@ pub fn collective_kind(name: &str) -> Option<String> {
 /// `all_gather_into_tensor` → `all_reduce`, `all_gather`; a kind it does
 /// not know, lower-cased.
 pub(crate) fn normalize_kind(raw: &str) -> String {
+    known_kind(raw).map_or_else(|| raw.trim_matches('_').to_lowercase(), str::to_string)
+}
+
+/// The collective a `torch.distributed` function's name stands for
+/// (`all_reduce`, `all_gather_into_tensor`, `barrier`), in
+/// [`collective_kind`]'s spelling; `None` for a name that is no collective.
+pub fn function_kind(function: &str) -> Option<&'static str> {
+    known_kind(function)
+}
+
+/// The kind `raw` spells, among those rankscope knows.
+fn known_kind(raw: &str) -> Option<&'static str> {
     let squashed: String = raw
         .chars()
         .filter(|c| *c != '_')
@@ -154,10 +166,7 @@ pub(crate) fn normalize_kind(raw: &str) -> String {
     KINDS
         .iter()
         .find(|(spelled, _)| stem == *spelled)
-        .map_or_else(
-            || raw.trim_matches('_').to_lowercase(),
-            |(_, kind)| (*kind).to_string(),
-        )
+        .map(|(_, kind)| *kind)
 }
 
 #[cfg(test)]
@@ -220,5 +229,8 @@ mod tests {
         }
         assert_eq!(normalize_kind("allreduce"), "all_reduce");
         assert_eq!(normalize_kind("all_gather_into_tensor"), "all_gather");
+        assert_eq!(function_kind("all_gather_into_tensor"), Some("all_gather"));
+        assert_eq!(function_kind("barrier"), Some("barrier"));
+        assert_eq!(function_kind("init_process_group"), None);
     }
 }

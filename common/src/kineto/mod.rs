@@ -17,7 +17,8 @@
 //! that launched them (those with a correlation id), the `ProfilerStep#N`
 //! spans, and collective calls as the host saw them (`nccl:all_reduce`,
 //! `gloo:broadcast`, `record_param_comms`, with the process group and bytes
-//! where the trace gives them). Timestamps stay on the trace's own clock,
+//! where the trace gives them); and of a VizTracer trace, its Python
+//! function calls. Timestamps stay on the trace's own clock,
 //! in nanoseconds (Kineto writes wall-clock microseconds).
 
 mod classify;
@@ -31,7 +32,7 @@ use std::path::PathBuf;
 
 use crate::parallel::ParallelCoord;
 
-pub use classify::{collective_kind, KernelCategory};
+pub use classify::{collective_kind, function_kind, KernelCategory};
 pub use read::{rank_from_file_name, read_trace, read_trace_from};
 
 /// The bounds a trace is read within.
@@ -78,6 +79,8 @@ pub struct RankTrace {
     pub rank: Option<u32>,
     /// The world size, from `distributedInfo`.
     pub world_size: Option<u32>,
+    /// The host that wrote it (`host_name`, in newer torch's traces).
+    pub host: Option<String>,
     /// The distributed backend (`nccl`, `gloo`), from `distributedInfo`.
     pub backend: Option<String>,
     /// The rank's parallel coordinates (TP, PP, ...), from the process
@@ -114,6 +117,12 @@ pub struct RankTrace {
     /// [`TraceLimits::cpu_spans`] asks for them (within
     /// [`TraceLimits::max_rows`], the rest counted as cut rows).
     pub cpu_spans: SpanRows,
+    /// Python function calls as VizTracer records them (`cat: "fee"`),
+    /// one by one within [`TraceLimits::max_rows`]: their names are
+    /// VizTracer's, `qualified.name (file:line)`.
+    pub python_calls: SpanRows,
+    /// Whether the trace is VizTracer's (it has `viztracer_metadata`).
+    pub viztracer: bool,
     /// Trace events read.
     pub events: u64,
     /// What was left out, and why.
@@ -217,7 +226,7 @@ pub struct OpTotals {
     pub total_ns: Vec<i64>,
 }
 
-/// Host operator spans by column.
+/// Host spans (operators, Python calls) by column.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SpanRows {
     /// Name id.

@@ -239,6 +239,10 @@ impl<'a> Builder<'a> {
             self.add_gpu_row(name, info, &event.args, activity, start_ns, dur_ns);
             return;
         }
+        if event.category == Category::Python {
+            self.add_python_call(&event, name, start_ns, dur_ns);
+            return;
+        }
         self.add_cpu_op(&event, name, info, start_ns, dur_ns);
         if event.category.is_host_op() {
             self.add_host_op(info, &event.args, start_ns, dur_ns);
@@ -324,6 +328,18 @@ impl<'a> Builder<'a> {
             spans.thread.push(event.tid.unwrap_or(0));
             spans.start_ns.push(start_ns);
             spans.dur_ns.push(dur_ns);
+        }
+    }
+
+    /// A Python function's call (VizTracer's), within the row budget.
+    fn add_python_call(&mut self, event: &Event, name: u32, start_ns: i64, dur_ns: i64) {
+        let trace = &mut self.trace;
+        let calls = &mut trace.python_calls;
+        if keep(calls.name.len(), self.limits.max_rows, &mut trace.cut.rows) {
+            calls.name.push(name);
+            calls.thread.push(event.tid.unwrap_or(0));
+            calls.start_ns.push(start_ns);
+            calls.dur_ns.push(dur_ns);
         }
     }
 
@@ -433,6 +449,9 @@ enum Category {
     /// Python frames (`python_function`, with `with_stack`) and runtime or
     /// driver calls: their names are not used.
     Unnamed,
+    /// `fee`: a Python function's call, as VizTracer records it (function
+    /// entry and exit).
+    Python,
     #[default]
     Other,
 }
@@ -557,6 +576,13 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
                     }
                     builder.trace.base_time_ns = base;
                 }
+                TopField::HostName => {
+                    builder.trace.host = text(map.next_value::<Value>()?);
+                }
+                TopField::VizTracer => {
+                    map.next_value::<IgnoredAny>()?;
+                    builder.trace.viztracer = true;
+                }
                 TopField::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -637,12 +663,9 @@ impl<'de> Visitor<'de> for EventSeed<'_, '_> {
                 }
                 EventField::Ts => event.ts = Some(map.next_value()?),
                 EventField::Dur => event.dur = Some(map.next_value()?),
-                // Read only where the spans, the one use of it, are kept.
-                EventField::Tid if self.0.limits.cpu_spans => {
-                    event.tid = integer(map.next_value::<Value>()?)
-                }
+                EventField::Tid => event.tid = integer(map.next_value::<Value>()?),
                 EventField::Args => event.args = map.next_value_seed(ArgsSeed)?,
-                EventField::Tid | EventField::Other => {
+                EventField::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
@@ -750,6 +773,8 @@ enum TopField {
     TraceEvents,
     DistributedInfo,
     BaseTime,
+    HostName,
+    VizTracer,
     Other,
 }
 
@@ -759,6 +784,8 @@ impl Word for TopField {
             "traceEvents" => TopField::TraceEvents,
             "distributedInfo" => TopField::DistributedInfo,
             "baseTimeNanoseconds" => TopField::BaseTime,
+            "viztracer_metadata" => TopField::VizTracer,
+            "host_name" => TopField::HostName,
             _ => TopField::Other,
         }
     }
@@ -828,6 +855,7 @@ impl Word for Category {
             "python_function" | "cuda_runtime" | "cuda_driver" | "hip_runtime" | "Runtime" => {
                 Category::Unnamed
             }
+            "fee" | "FEE" => Category::Python,
             _ => Category::Other,
         }
     }

@@ -370,3 +370,40 @@ fn the_process_groups_place_the_rank_along_each_dimension() {
         read_str(r#"{"distributedInfo": {"rank": 0, "pg_config": {"a": 1}}, "traceEvents": []}"#);
     assert!(odd.unwrap().parallel.is_empty());
 }
+
+#[test]
+fn a_viztracer_trace_gives_its_python_calls_one_by_one() {
+    // VizTracer's own output: function calls as `FEE` (or `fee`) complete
+    // events, its metadata after the events.
+    let json = r#"{"traceEvents": [
+        {"ph": "M", "pid": 7, "tid": 7, "name": "thread_name", "args": {"name": "MainThread"}},
+        {"pid": 7, "tid": 7, "ts": 100.5, "ph": "X", "cat": "FEE", "dur": 3.25, "name": "fib (/p.py:5)"},
+        {"pid": 7, "tid": 8, "ts": 90.0, "ph": "X", "dur": 20.0, "name": "Work.run (/p.py:9)", "cat": "fee"},
+        {"pid": 7, "tid": 7, "ts": 100.0, "ph": "i", "cat": "FEE", "name": "not a call"}],
+        "viztracer_metadata": {"version": "1.1.1", "overflow": false}}"#;
+    let trace = read_str(json).unwrap();
+    assert!(trace.viztracer);
+    let calls = &trace.python_calls;
+    let named: Vec<&str> = calls
+        .name
+        .iter()
+        .map(|&id| trace.names[id as usize].as_str())
+        .collect();
+    assert_eq!(named, ["fib (/p.py:5)", "Work.run (/p.py:9)"]);
+    assert_eq!(calls.thread, [7, 8]);
+    assert_eq!(calls.start_ns, [100_500, 90_000]);
+    assert_eq!(calls.dur_ns, [3_250, 20_000]);
+    assert!(
+        trace.cpu_ops.name.is_empty(),
+        "a Python call is no CPU operator"
+    );
+    assert!(!read_str(r#"{"traceEvents": []}"#).unwrap().viztracer);
+}
+
+#[test]
+fn the_host_that_wrote_a_trace_is_read() {
+    let trace = read_str(r#"{"host_name": "node-3", "traceEvents": []}"#).unwrap();
+    assert_eq!(trace.host.as_deref(), Some("node-3"));
+    let not_text = read_str(r#"{"host_name": 7, "traceEvents": []}"#).unwrap();
+    assert_eq!(not_text.host, None);
+}

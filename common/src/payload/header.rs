@@ -60,6 +60,10 @@ pub enum ClockSync {
     /// Ping-pong rounds over the TCP rendezvous.
     #[serde(rename = "tcp-pingpong")]
     TcpPingpong,
+    /// From the data itself (`rankscope import`): matched collective calls
+    /// end together on every rank.
+    #[serde(rename = "collectives")]
+    Collectives,
 }
 
 /// The session a payload belongs to.

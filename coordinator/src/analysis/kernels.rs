@@ -149,6 +149,17 @@ fn add_cpu_op_rows(windows: &mut BTreeMap<u32, TraceOf>, o: &CpuOpsView<'_>) {
 }
 
 impl RankKernels {
+    /// Moves the digest's times `by_ns` earlier: onto another clock, whose
+    /// time is this one's less `by_ns`.
+    pub fn shift_clock(&mut self, by_ns: i64) {
+        for call in &mut self.collectives {
+            call.start_ns = call.start_ns.saturating_sub(by_ns);
+        }
+        for span in &mut self.spans {
+            *span = (span.0.saturating_sub(by_ns), span.1.saturating_sub(by_ns));
+        }
+    }
+
     /// The digest of window `window` of rank `rank`, read from `source`:
     /// the activities of `kept` (rows of `trace.gpu`), every collective
     /// call and operator, their names held as `names`' shared copies.

@@ -535,6 +535,7 @@ fn rank_summary(digest: &RankDigest, reference_start_ns: i64) -> RankSummary {
         parallel: digest.parallel.clone(),
         clock_offset_ns: h.clock.offset_to_rank0.map(|o| o.offset_ns),
         clock_round_trip_ns: h.clock.offset_to_rank0.map(|o| o.round_trip_ns),
+        clock_offset_spread_ns: None,
         duration_s: h.flushed_until_ns.unwrap_or(h.clock.duration_ns) as f64 / 1e9,
         partial: h.flushed_until_ns.is_some(),
         gpus: h

@@ -133,7 +133,7 @@ impl Across {
 }
 
 /// A function's own time and where it is, to order functions by.
-trait OwnTime {
+pub(crate) trait OwnTime {
     fn own(&self) -> f64;
     fn site(&self) -> (&str, &str, u32);
 }
@@ -157,7 +157,7 @@ impl OwnTime for PythonFunctionStats {
 }
 
 /// Sorts `items` by their own time, the most first, then by site.
-fn most_own_time_first(items: &mut [impl OwnTime]) {
+pub(crate) fn most_own_time_first(items: &mut [impl OwnTime]) {
     items.sort_by(|a, b| {
         b.own()
             .total_cmp(&a.own())

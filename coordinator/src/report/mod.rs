@@ -24,7 +24,7 @@ use crate::analysis::analyze_with_rows;
 use crate::join::join;
 use crate::model::{Notice, Report};
 
-pub use rows::RowWriters;
+pub use rows::{RowWriters, TraceFile};
 pub use summary::summary;
 pub use trace::TRACE_JSON_GZ;
 

@@ -79,14 +79,98 @@ impl PayloadIdentity {
 /// the threads did.
 pub struct RowWriters {
     ranks: BTreeMap<u32, RankSummary>,
-    max_stages: u64,
-    trace_path: PathBuf,
-    trace: TraceWriter<BufWriter<AtomicFile>>,
+    trace: TraceFile,
     raw: RawWriter,
-    /// What the trace left out: per cut, how many and of which ranks.
-    cuts: BTreeMap<Cut, (u64, Vec<u32>)>,
     /// Tables left out of raw/: per reason, the ranks.
     raw_notes: BTreeMap<String, Vec<u32>>,
+}
+
+/// `trace.json.gz` being written, a rank at a time, and what its bounds
+/// left out of each rank.
+pub struct TraceFile {
+    path: PathBuf,
+    writer: TraceWriter<BufWriter<AtomicFile>>,
+    /// The bound on each rank's events of a kind (`trace_max_stages`).
+    pub max_events: u64,
+    /// What the trace left out: per cut, how many and of which ranks.
+    cuts: BTreeMap<Cut, (u64, Vec<u32>)>,
+}
+
+impl TraceFile {
+    /// Starts the trace in `dir`, each rank's events of a kind bounded by
+    /// `max_events`.
+    pub fn create(dir: &Path, max_events: u64) -> Result<Self, WriteError> {
+        let path = dir.join(TRACE_JSON_GZ);
+        let failed = |source| WriteError {
+            path: path.clone(),
+            source,
+        };
+        let file = AtomicFile::create(&path).map_err(failed)?;
+        let writer = TraceWriter::new(BufWriter::new(file)).map_err(failed)?;
+        Ok(TraceFile {
+            path,
+            writer,
+            max_events,
+            cuts: BTreeMap::new(),
+        })
+    }
+
+    /// Writes the events of `rank`, and counts what they left out.
+    pub fn add(&mut self, rank: u32, events: RankEvents) -> Result<(), WriteError> {
+        self.writer.add(&events).map_err(|source| WriteError {
+            path: self.path.clone(),
+            source,
+        })?;
+        for (cut, count) in events.left_out {
+            let (total, ranks) = self.cuts.entry(cut).or_default();
+            *total += count;
+            if ranks.last() != Some(&rank) {
+                ranks.push(rank);
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the trace (not yet in place) and adds to `report` what was
+    /// left out of it.
+    fn close(self, report: &mut Report) -> Result<ClosedTrace, WriteError> {
+        let failed = |source| WriteError {
+            path: self.path.clone(),
+            source,
+        };
+        let file = self.writer.finish().map_err(failed)?;
+        let file = file.into_inner().map_err(|e| failed(e.into_error()))?;
+        for (cut, (count, ranks)) in self.cuts {
+            let message = cut.describe(count, self.max_events);
+            report.session.notices.push(Notice { message, ranks });
+        }
+        Ok(ClosedTrace {
+            path: self.path,
+            file,
+        })
+    }
+
+    /// Closes the trace, puts it in place and adds to `report` what was
+    /// left out of it; returns its path.
+    pub fn finish(self, report: &mut Report) -> Result<PathBuf, WriteError> {
+        self.close(report)?.commit()
+    }
+}
+
+/// A written trace, waiting to be put in place.
+struct ClosedTrace {
+    path: PathBuf,
+    file: AtomicFile,
+}
+
+impl ClosedTrace {
+    fn commit(self) -> Result<PathBuf, WriteError> {
+        self.file.commit().map_err(|source| WriteError {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(self.path)
+    }
 }
 
 /// One payload's rows, converted for the files.
@@ -103,20 +187,10 @@ impl RowWriters {
         report: &Report,
         config: &AnalysisConfig,
     ) -> Result<Self, WriteError> {
-        let trace_path = dir.join(TRACE_JSON_GZ);
-        let failed = |source| WriteError {
-            path: trace_path.clone(),
-            source,
-        };
-        let file = AtomicFile::create(&trace_path).map_err(failed)?;
-        let trace = TraceWriter::new(BufWriter::new(file)).map_err(failed)?;
         Ok(RowWriters {
             ranks: report.ranks.iter().map(|r| (r.rank, r.clone())).collect(),
-            max_stages: config.trace_max_stages,
-            trace,
-            trace_path,
+            trace: TraceFile::create(dir, config.trace_max_stages)?,
             raw: RawWriter::new(&dir.join(RAW_DIR))?,
-            cuts: BTreeMap::new(),
             raw_notes: BTreeMap::new(),
         })
     }
@@ -129,7 +203,7 @@ impl RowWriters {
             events: self
                 .ranks
                 .get(&rank)
-                .map(|summary| trace::rank_events(payload, summary, self.max_stages)),
+                .map(|summary| trace::rank_events(payload, summary, self.trace.max_events)),
             batches: raw::rank_batches(payload),
         }
     }
@@ -142,15 +216,7 @@ impl RowWriters {
             mut batches,
         } = rows;
         if let Some(events) = events {
-            self.trace.add(&events).map_err(|source| WriteError {
-                path: self.trace_path.clone(),
-                source,
-            })?;
-            for (cut, count) in events.left_out {
-                let (total, ranks) = self.cuts.entry(cut).or_default();
-                *total += count;
-                ranks.push(rank);
-            }
+            self.trace.add(rank, events)?;
         }
         for note in std::mem::take(&mut batches.left_out) {
             self.raw_notes.entry(note).or_default().push(rank);
@@ -166,20 +232,10 @@ impl RowWriters {
     /// Closes the files, puts them in place and adds to `report` what was
     /// left out of them; returns their paths.
     pub fn finish(self, report: &mut Report) -> Result<Vec<PathBuf>, WriteError> {
-        let failed = |source| WriteError {
-            path: self.trace_path.clone(),
-            source,
-        };
         // Every file complete before the trace is put in place.
-        let trace = self.trace.finish().map_err(failed)?;
-        let trace = trace.into_inner().map_err(|e| failed(e.into_error()))?;
+        let trace = self.trace.close(report)?;
         let mut files = self.raw.finish()?;
-        trace.commit().map_err(failed)?;
-        files.insert(0, self.trace_path.clone());
-        for (cut, (count, ranks)) in self.cuts {
-            let message = cut.describe(count, self.max_stages);
-            report.session.notices.push(Notice { message, ranks });
-        }
+        files.insert(0, trace.commit()?);
         for (message, ranks) in self.raw_notes {
             report.session.notices.push(Notice { message, ranks });
         }

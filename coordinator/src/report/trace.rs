@@ -319,7 +319,11 @@ impl RankTrace {
     /// The rank's process named and sorted in Perfetto: `rank N @ host`,
     /// and its parallel coordinates where known (`· tp 1/4 · pp 0/2`).
     fn process_metadata(&mut self, rank: &RankSummary) {
-        let mut process = format!("rank {} @ {}", rank.rank, cut(&rank.host));
+        // An imported trace does not say its host.
+        let mut process = match rank.host.as_str() {
+            "" => format!("rank {}", rank.rank),
+            host => format!("rank {} @ {}", rank.rank, cut(host)),
+        };
         if !rank.parallel.is_empty() {
             let label = rankscope_common::parallel::label(&rank.parallel);
             process = format!("{process} · {}", cut(&label));

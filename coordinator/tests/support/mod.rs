@@ -2,6 +2,7 @@
 
 pub mod json;
 pub mod synthetic;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 

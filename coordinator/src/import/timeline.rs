@@ -1,0 +1,189 @@
+//! What an imported trace puts on the merged timeline (`trace.json.gz`):
+//! its GPU activities with their launches, its collective calls, CPU
+//! operators and Python calls, the earliest `max` of each kind, held as
+//! the rows an in-job rank's payload would carry until the clocks are
+//! aligned, then written by the same code as an in-job report's.
+
+use std::collections::BTreeMap;
+
+use arrow_array::RecordBatch;
+use arrow_schema::ArrowError;
+use rankscope_common::kineto::RankTrace;
+use rankscope_common::table::{
+    CollectiveRow, CollectivesBuilder, CpuSpanRow, CpuSpansBuilder, KernelRow, KernelsBuilder,
+    PythonCallRow, PythonCallsBuilder, Table,
+};
+use rankscope_common::{Payload, PayloadHeader};
+
+use super::python::site;
+use crate::model::RankSummary;
+use crate::report::trace::{rank_events, Cut, RankEvents};
+
+/// An imported trace's window: one per trace.
+const WINDOW: u32 = 1;
+
+/// One trace's rows for the timeline, times in ns after `origin`.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// The earliest time of the rows kept, ns on the trace's clock.
+    pub origin: i64,
+    /// From `origin` to the latest end of the rows kept, ns.
+    span_ns: u64,
+    kernels: Vec<KernelRow>,
+    collectives: Vec<CollectiveRow>,
+    cpu_spans: Vec<CpuSpanRow>,
+    python_calls: Vec<PythonCallRow>,
+    /// Rows past `max`, by kind.
+    left_out: Vec<(Cut, u64)>,
+}
+
+impl Timeline {
+    /// The earliest `max` rows of each kind of `trace`; `depth` is each
+    /// Python call's, by row.
+    pub fn of(trace: &RankTrace, depth: &[u32], max: usize) -> Self {
+        let base = trace.base_time_ns.unwrap_or(0);
+        let at = |ns: i64| base.saturating_add(ns);
+        let name = |id: u32| trace.names[id as usize].clone();
+        let mut left_out = Vec::new();
+
+        let gpu = &trace.gpu;
+        let launches = trace.launch_times();
+        let kernels = earliest(&gpu.start_ns, max, Cut::Kernels, &mut left_out);
+        let calls = &trace.collectives;
+        let collectives = earliest(&calls.start_ns, max, Cut::Kernels, &mut left_out);
+        let spans = &trace.cpu_spans;
+        let cpu_spans = earliest(&spans.start_ns, max, Cut::CpuSpans, &mut left_out);
+        let python = &trace.python_calls;
+        let python_calls = earliest(&python.start_ns, max, Cut::PythonCalls, &mut left_out);
+
+        let origin = kernels
+            .iter()
+            .flat_map(|&i| [Some(gpu.start_ns[i]), launches[i]])
+            .flatten()
+            .chain(collectives.iter().map(|&i| calls.start_ns[i]))
+            .chain(cpu_spans.iter().map(|&i| spans.start_ns[i]))
+            .chain(python_calls.iter().map(|&i| python.start_ns[i]))
+            .min()
+            .map_or(0, at);
+        let since = |ns: i64| at(ns).saturating_sub(origin).unsigned_abs();
+        let span_ns = kernels
+            .iter()
+            .map(|&i| gpu.start_ns[i].saturating_add(gpu.dur_ns[i]))
+            .chain(
+                collectives
+                    .iter()
+                    .map(|&i| calls.start_ns[i].saturating_add(calls.dur_ns[i])),
+            )
+            .chain(
+                cpu_spans
+                    .iter()
+                    .map(|&i| spans.start_ns[i].saturating_add(spans.dur_ns[i])),
+            )
+            .chain(
+                python_calls
+                    .iter()
+                    .map(|&i| python.start_ns[i].saturating_add(python.dur_ns[i])),
+            )
+            .map(since)
+            .max()
+            .unwrap_or(0);
+        Timeline {
+            origin,
+            span_ns,
+            kernels: kernels
+                .iter()
+                .map(|&i| KernelRow {
+                    window: WINDOW,
+                    name: name(gpu.name[i]),
+                    category: gpu.category[i].as_str().to_string(),
+                    stream: gpu.stream[i].unsigned_abs(),
+                    device: u32::try_from(gpu.device[i]).ok(),
+                    start_ns: since(gpu.start_ns[i]),
+                    dur_ns: gpu.dur_ns[i].unsigned_abs(),
+                    launch_ns: launches[i].map(since),
+                })
+                .collect(),
+            collectives: collectives
+                .iter()
+                .map(|&i| CollectiveRow {
+                    window: WINDOW,
+                    kind: name(calls.kind[i]),
+                    group: calls.group[i].map(name),
+                    bytes: calls.bytes[i],
+                    start_ns: since(calls.start_ns[i]),
+                    dur_ns: calls.dur_ns[i].unsigned_abs(),
+                })
+                .collect(),
+            cpu_spans: cpu_spans
+                .iter()
+                .map(|&i| CpuSpanRow {
+                    window: WINDOW,
+                    name: name(spans.name[i]),
+                    thread: spans.thread[i].unsigned_abs(),
+                    start_ns: since(spans.start_ns[i]),
+                    dur_ns: spans.dur_ns[i].unsigned_abs(),
+                })
+                .collect(),
+            python_calls: python_calls
+                .iter()
+                .map(|&i| PythonCallRow {
+                    name: site(&trace.names[python.name[i] as usize]).0.to_string(),
+                    thread: u32::try_from(python.thread[i].unsigned_abs()).unwrap_or(u32::MAX),
+                    depth: depth.get(i).copied().unwrap_or(0),
+                    start_ns: since(python.start_ns[i]),
+                    end_ns: since(python.start_ns[i].saturating_add(python.dur_ns[i])),
+                })
+                .collect(),
+            left_out,
+        }
+    }
+
+    /// From the earliest row kept to the latest end, seconds.
+    pub fn span_s(&self) -> f64 {
+        self.span_ns as f64 / 1e9
+    }
+
+    /// The trace's events, `rank` placing it on the shared timeline.
+    pub fn events(&self, rank: &RankSummary, max: u64) -> Result<RankEvents, ArrowError> {
+        let payload = Payload {
+            header: PayloadHeader::new("import", "import", rank.rank, rank.rank + 1),
+            tables: self.tables()?,
+        };
+        let mut events = rank_events(&payload, rank, max);
+        events.left_out.extend(self.left_out.iter().copied());
+        Ok(events)
+    }
+
+    /// The rows as the tables of a payload.
+    fn tables(&self) -> Result<BTreeMap<Table, RecordBatch>, ArrowError> {
+        let mut tables = BTreeMap::new();
+        let mut kernels = KernelsBuilder::default();
+        self.kernels.iter().for_each(|row| kernels.append(row));
+        tables.insert(Table::Kernels, kernels.finish()?);
+        let mut collectives = CollectivesBuilder::default();
+        self.collectives
+            .iter()
+            .for_each(|row| collectives.append(row));
+        tables.insert(Table::Collectives, collectives.finish()?);
+        let mut spans = CpuSpansBuilder::default();
+        self.cpu_spans.iter().for_each(|row| spans.append(row));
+        tables.insert(Table::CpuSpans, spans.finish()?);
+        let mut python = PythonCallsBuilder::default();
+        self.python_calls.iter().for_each(|row| python.append(row));
+        tables.insert(Table::PythonCalls, python.finish()?);
+        tables.retain(|_, batch| batch.num_rows() > 0);
+        Ok(tables)
+    }
+}
+
+/// The rows of the earliest `max` of `starts`, in time order; how many
+/// were past it is added to `left_out` as `cut`.
+fn earliest(starts: &[i64], max: usize, cut: Cut, left_out: &mut Vec<(Cut, u64)>) -> Vec<usize> {
+    let mut rows: Vec<usize> = (0..starts.len()).collect();
+    rows.sort_by_key(|&i| starts[i]);
+    if rows.len() > max {
+        left_out.push((cut, (rows.len() - max) as u64));
+        rows.truncate(max);
+    }
+    rows
+}
