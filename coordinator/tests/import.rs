@@ -567,6 +567,21 @@ fn a_viztracer_job_names_its_slow_function_with_its_rank_on_one_timeline() {
     assert_eq!(tokenize.calls, 24, "12 steps on each of 2 ranks");
     assert!(tokenize.file.ends_with("viztracer_job.py"));
     assert_eq!((tokenize.max_rank, tokenize.min_rank), (Some(1), Some(0)));
+    // The verdict's chain: rank 1 arrives last at the all-reduces, and the
+    // Python function it is slow in.
+    let verdict = report.verdict.as_ref().expect("a verdict");
+    assert_eq!(verdict.ranks, [1], "{}", verdict.sentence);
+    assert_eq!(
+        verdict.kernel.as_deref(),
+        Some("tokenize"),
+        "{}",
+        verdict.sentence
+    );
+    assert!(
+        verdict.sentence.contains("Python function `tokenize`"),
+        "{}",
+        verdict.sentence
+    );
     // Each rank's host, from its torch.profiler trace.
     assert!(
         report.ranks.iter().all(|r| !r.host.is_empty()),

@@ -101,6 +101,11 @@ def test_torchrun_python_tracing_names_the_rank_whose_function_is_slow(tmp_path:
     assert run["calls"] == 4 * (1 + 2 * 4 + 1), "text encoding, 2 blocks of 4 steps, decode"
     assert run["file"].endswith("tp_pipeline.py")
     assert not any(f["name"].startswith("rankscope.") for f in report["python_functions"])
+    # The function is a link of the verdict's chain: rank 2, then where.
+    slow = [k for k in report["kernel_stragglers"] if k["category"] == "python_function"]
+    assert {(k["rank"], k["kernel"]) for k in slow} == {(2, "__main__.Work.run")}, slow
+    assert report["verdict"]["ranks"] == [2], report["verdict"]
+    assert report["verdict"]["kernel"] == "__main__.Work.run", report["verdict"]
     (session_dir,) = tmp_path.glob("t2v-*")
     with gzip.open(session_dir / "trace.json.gz") as f:
         events = json.load(f)["traceEvents"]

@@ -640,6 +640,16 @@ pub struct KernelAnalysis {
     pub kernel_traces: Vec<KernelTraceInput>,
 }
 
+impl KernelAnalysis {
+    /// Puts `more` stragglers (Python functions') among the kernels' and
+    /// operators', the largest excess first.
+    pub fn with_stragglers(mut self, more: Vec<KernelStraggler>) -> Self {
+        self.kernel_stragglers.extend(more);
+        largest_excess_first(&mut self.kernel_stragglers);
+        self
+    }
+}
+
 /// Merges the digests of every rank's kernel trace.
 pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> KernelAnalysis {
     ranks.sort_by_key(|r| r.rank);

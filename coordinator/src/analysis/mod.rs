@@ -175,10 +175,12 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         .map(|(rank, functions)| (*rank, functions.as_slice()))
         .collect();
     report.python_functions = python::across_ranks(&functions);
-    if parts.kernels.is_empty() {
+    let python_stragglers = python::stragglers(&functions, rule);
+    if parts.kernels.is_empty() && python_stragglers.is_empty() {
         recommend::judge(&mut report);
     } else {
-        add_kernels(&mut report, kernels::analyze_kernels(parts.kernels, rule));
+        let analysis = kernels::analyze_kernels(parts.kernels, rule);
+        add_kernels(&mut report, analysis.with_stragglers(python_stragglers));
     }
     report
 }

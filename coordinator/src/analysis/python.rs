@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::stats::imbalance_pct;
-use crate::model::PythonFunctionStats;
+use super::stragglers::StragglerRule;
+use crate::model::{KernelStraggler, PythonFunctionStats};
 use rankscope_common::table::PythonFunctionsView;
 use rankscope_common::Payload;
 
@@ -19,6 +20,14 @@ pub const RANK_FUNCTIONS: usize = 500;
 
 /// Functions `python_functions[]` lists, the most own time first.
 pub const FUNCTIONS_LISTED: usize = 100;
+
+/// The category of a Python function's entry in `kernel_stragglers[]`.
+pub const PYTHON_FUNCTION: &str = "python_function";
+
+/// Where `torch.distributed` lives: a function there spends its own time
+/// waiting for the other ranks (the collective's C++ call and its wait are
+/// inside it), so its being longest on a rank is no work of that rank's.
+const WAITING_FILES: [&str; 2] = ["torch/distributed/", "torch\\distributed\\"];
 
 /// One function's calls on one rank.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -69,11 +78,7 @@ pub fn rank_functions(payload: &Payload) -> Result<Vec<RankFunction>, String> {
 /// unless the rank's list was cut at [`RANK_FUNCTIONS`] (it may have called
 /// it: that rank is left out of the function's least, most and imbalance).
 pub fn across_ranks(ranks: &[(u32, &[RankFunction])]) -> Vec<PythonFunctionStats> {
-    let tracing: Vec<u32> = ranks
-        .iter()
-        .filter(|(_, functions)| !functions.is_empty() && functions.len() < RANK_FUNCTIONS)
-        .map(|(rank, _)| *rank)
-        .collect();
+    let tracing = complete_lists(ranks);
     let mut across: HashMap<(&str, &str, u32), Across> = HashMap::new();
     for (rank, functions) in ranks {
         for f in functions.iter() {
@@ -92,6 +97,52 @@ pub fn across_ranks(ranks: &[(u32, &[RankFunction])]) -> Vec<PythonFunctionStats
     most_own_time_first(&mut stats);
     stats.truncate(FUNCTIONS_LISTED);
     stats
+}
+
+/// The ranks slow at a function, by its own time past the straggler
+/// `rule` over the other tracing ranks' median, as `kernel_stragglers[]`
+/// entries of category [`PYTHON_FUNCTION`]: one more link from a slow
+/// rank to its cause. Functions of `torch.distributed`, whose own time is
+/// waiting, are left out, and so are the ranks whose list was cut.
+pub fn stragglers(ranks: &[(u32, &[RankFunction])], rule: StragglerRule) -> Vec<KernelStraggler> {
+    let tracing: Vec<u32> = complete_lists(ranks);
+    let mut own: HashMap<(&str, &str, u32), BTreeMap<u32, f64>> = HashMap::new();
+    for (rank, functions) in ranks.iter().filter(|(rank, _)| tracing.contains(rank)) {
+        for f in functions.iter() {
+            if WAITING_FILES.iter().any(|w| f.file.contains(w)) {
+                continue;
+            }
+            let by_rank = own
+                .entry((&f.name, &f.file, f.line))
+                .or_insert_with(|| tracing.iter().map(|&r| (r, 0.0)).collect());
+            by_rank.insert(*rank, f.self_ns as f64 / 1e9);
+        }
+    }
+    own.into_iter()
+        .flat_map(|((name, _, _), by_rank)| {
+            rule.slow_ranks(by_rank.into_iter().collect())
+                .into_iter()
+                .map(move |slow| KernelStraggler {
+                    rank: slow.rank,
+                    kernel: name.to_string(),
+                    category: PYTHON_FUNCTION.to_string(),
+                    slowdown: slow.total / slow.median,
+                    excess_s: slow.total - slow.median,
+                    stage: None,
+                    evidence: Vec::new(),
+                })
+        })
+        .collect()
+}
+
+/// The ranks that traced functions and whose list was not cut at
+/// [`RANK_FUNCTIONS`].
+fn complete_lists(ranks: &[(u32, &[RankFunction])]) -> Vec<u32> {
+    ranks
+        .iter()
+        .filter(|(_, functions)| !functions.is_empty() && functions.len() < RANK_FUNCTIONS)
+        .map(|(rank, _)| *rank)
+        .collect()
 }
 
 /// One function's calls across ranks.
@@ -178,6 +229,37 @@ mod tests {
             total_ns: self_ms * 2_000_000,
             self_ns: self_ms * 1_000_000,
         }
+    }
+
+    #[test]
+    fn a_rank_slow_in_a_function_is_its_straggler_but_not_one_waiting_in_a_collective() {
+        let waiting = |self_ms| RankFunction {
+            file: "/venv/torch/distributed/distributed_c10d.py".into(),
+            ..function("all_reduce", 10, self_ms)
+        };
+        // Rank 2 tokenizes 4x as long; the others wait for it in all_reduce.
+        let fast = vec![function("app.tokenize", 10, 100), waiting(300)];
+        let slow = vec![function("app.tokenize", 10, 400), waiting(1)];
+        let ranks: Vec<(u32, &[RankFunction])> =
+            vec![(0, &fast), (1, &fast), (2, &slow), (3, &fast)];
+        let rule = StragglerRule {
+            threshold_pct: 10.0,
+            min_excess_s: 0.01,
+        };
+        let found = stragglers(&ranks, rule);
+        let [straggler] = found.as_slice() else {
+            panic!("{found:?}")
+        };
+        assert_eq!(
+            (
+                straggler.rank,
+                straggler.kernel.as_str(),
+                straggler.category.as_str()
+            ),
+            (2, "app.tokenize", PYTHON_FUNCTION)
+        );
+        assert!((straggler.slowdown - 4.0).abs() < 1e-9);
+        assert!((straggler.excess_s - 0.3).abs() < 1e-9);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //!
 //! - A rank that makes the others wait is blamed once, with the chain:
 //!   the collectives where it arrives last in steady state, the stage
-//!   where its extra work is (work, not wait: see `steady`), the kernel
-//!   or CPU operator slower there, and what of its own hardware explains it.
+//!   where its extra work is (work, not wait: see `steady`), the kernel,
+//!   CPU operator or Python function slower there, and what of its own
+//!   hardware explains it.
 //! - One-off time (warm-up, stalls, the profiler's own) is told apart.
 //! - Time in collectives that is no rank's wait, and GPUs idle while no
 //!   rank waits, are the job's own shape.
@@ -456,6 +457,8 @@ fn slower_kernel<'a>(report: &'a Report, rank: u32, stage: &str) -> Option<&'a K
 pub fn kind_of(category: &str) -> String {
     if category == rankscope_common::kineto::KernelCategory::CpuOp.as_str() {
         "CPU operator".into()
+    } else if category == super::python::PYTHON_FUNCTION {
+        "Python function".into()
     } else {
         format!("{category} kernel")
     }

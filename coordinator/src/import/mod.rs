@@ -711,6 +711,7 @@ fn report(
         .filter_map(|(&rank, files)| Some((rank, files.viztracer.as_ref()?.functions.as_slice())))
         .collect();
     report.python_functions = across_ranks(&functions);
+    let python_stragglers = crate::analysis::python::stragglers(&functions, config.stragglers);
     for trace in ranks.values().flat_map(RankFiles::traces) {
         if trace.python_cut > 0 {
             report.session.notices.push(Notice {
@@ -723,10 +724,8 @@ fn report(
         }
     }
     let rule = config.stragglers;
-    add_kernels(
-        &mut report,
-        analyze_kernels(digests.into_values().collect(), rule),
-    );
+    let analysis = analyze_kernels(digests.into_values().collect(), rule);
+    add_kernels(&mut report, analysis.with_stragglers(python_stragglers));
     Ok(report)
 }
 
