@@ -564,6 +564,7 @@ mod tests {
             trigger: Trigger::Command,
             nonce: format!("n{index}"),
             torch: false,
+            python: false,
             run: None,
             cancelled: None,
         }

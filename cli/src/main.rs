@@ -141,6 +141,11 @@ enum Commands {
         /// kernels, collectives and CPU operators in the window's report).
         #[arg(long)]
         torch: bool,
+        /// Python ranks also trace their Python functions in the window
+        /// (its `python_functions` and the calls on its timeline), whatever
+        /// `python_tracing` says.
+        #[arg(long)]
+        python: bool,
         /// Also wait for the window's report, and print its folder.
         #[arg(long)]
         wait: bool,
@@ -152,7 +157,7 @@ enum Commands {
             long,
             value_name = "K",
             num_args = 0..=1,
-            conflicts_with_all = ["steps", "seconds", "delay_steps", "torch", "wait"]
+            conflicts_with_all = ["steps", "seconds", "delay_steps", "torch", "python", "wait"]
         )]
         cancel: Option<Option<u32>>,
         /// Seconds to wait for rank 0's answer (and, with --wait, for the report).
@@ -465,6 +470,7 @@ fn run(cli: Cli) -> Result<Finished> {
             seconds,
             delay_steps,
             torch,
+            python,
             wait,
             cancel,
             timeout,
@@ -475,6 +481,7 @@ fn run(cli: Cli) -> Result<Finished> {
                 seconds,
                 delay_steps,
                 torch,
+                python,
                 cancel,
                 wait,
                 timeout: Duration::try_from_secs_f64(timeout)

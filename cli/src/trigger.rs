@@ -31,6 +31,8 @@ pub struct TriggerOptions {
     pub delay_steps: u64,
     /// Python ranks also capture the window with torch.profiler.
     pub torch: bool,
+    /// Python ranks also trace their Python functions in the window.
+    pub python: bool,
     /// End the window planned or open instead of asking for one (`Some`),
     /// only if it is this one (`Some(Some(k))`).
     pub cancel: Option<Option<u32>>,
@@ -50,6 +52,7 @@ pub fn run(options: &TriggerOptions) -> Result<()> {
         delay_steps: options.delay_steps,
         trigger: Trigger::Command,
         torch: options.torch,
+        python: options.python,
         duration_ms: options.seconds.map_or(0, |d| {
             d.as_millis().clamp(1, u128::from(window::MAX_WINDOW_MS)) as u64
         }),

@@ -112,6 +112,10 @@ pub struct Request {
     /// Python ranks also capture the window with torch.profiler (`--torch`).
     #[serde(default)]
     pub torch: bool,
+    /// Python ranks also trace their Python functions in the window
+    /// (`--python`).
+    #[serde(default)]
+    pub python: bool,
     /// A window of about this many milliseconds (`--seconds`): rank 0
     /// turns it into steps at its pace. 0: by steps.
     #[serde(default)]
@@ -142,6 +146,9 @@ pub struct Plan {
     /// Python ranks also capture it with torch.profiler.
     #[serde(default)]
     pub torch: bool,
+    /// Python ranks also trace their Python functions in it.
+    #[serde(default)]
+    pub python: bool,
     /// The run it belongs to (rank 0's rendezvous identity): a plan an
     /// earlier launch left in the same folder is not this run's.
     #[serde(default)]
@@ -527,6 +534,7 @@ impl Request {
             delay_steps: 0,
             trigger: Trigger::Command,
             torch: false,
+            python: false,
             duration_ms: 0,
             cancel: false,
             cancel_window: None,
@@ -690,6 +698,7 @@ mod tests {
             delay_steps: 2,
             trigger: Trigger::Command,
             torch: true,
+            python: true,
             duration_ms: 0,
             cancel: false,
             cancel_window: None,
@@ -705,6 +714,7 @@ mod tests {
             trigger: Trigger::Command,
             nonce: "n-1".into(),
             torch: true,
+            python: false,
             run: Some("job.0".into()),
             cancelled: None,
         };

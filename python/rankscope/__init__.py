@@ -58,6 +58,10 @@ class Profiler(_rankscope.Profiler):
     rank makes its profilers in the same order).
     """
 
+    # A window's Python function tracing while it runs: its token, and the
+    # step count at which the window closes.
+    _window_tracing: Optional[Tuple[int, int]]
+
     def __new__(cls, config: Optional[Config] = None) -> "Profiler":
         if config is None:
             config = Config.from_env()
@@ -77,22 +81,29 @@ class Profiler(_rankscope.Profiler):
             self._torch_windows = _torch_profiler.windows(config, self)
             # Windows are numbered afresh in each session.
             self._window_captured = 0
+            self._window_traced = 0
             closer = _SessionCloser(self, self._torch_windows, _collectives.calls(config, self),
                                     self._python_tracing(config))
             self._set_session_closer(closer)
         return session
 
     def _python_tracing(self, config: Config) -> Optional[int]:
-        """Starts Python function tracing where ``python_tracing`` asks for
-        it; its token, or None. A failure (sys.monitoring's tool ids all
-        taken) costs the tracing, never the session."""
-        if config.python_tracing != "session" or not self.enabled:
+        """Starts Python function tracing for the whole session where
+        ``python_tracing`` asks for it: ``session``, or ``windows`` with
+        rolling windows, which cover every step. Its token, or None."""
+        if not self.enabled or not _traces_session(config):
             return None
+        return self._start_tracing_or_warn("this session")
+
+    def _start_tracing_or_warn(self, span: str) -> Optional[int]:
+        """Starts Python function tracing; its token, or None. A failure
+        (sys.monitoring's tool ids all taken) costs the tracing of ``span``,
+        never the session."""
         try:
             return self._start_python_tracing()
         except Exception as e:  # noqa: BLE001 - said, and the session goes on
-            warnings.warn(f"rankscope: python_tracing is off for this session: {e}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"rankscope: python_tracing is off for {span}: {e}",
+                          RuntimeWarning, stacklevel=4)
             return None
 
     def step(self) -> None:
@@ -125,31 +136,49 @@ class Profiler(_rankscope.Profiler):
             self._advance_windows()
 
     def _advance_windows(self) -> None:
+        closing = self.step_count() + 1
         capture = getattr(self, "_window_capture", None)
-        if capture is not None and self.step_count() + 1 >= capture.close_step:
+        if capture is not None and closing >= capture.close_step:
             # Read before the step that closes the window ends: its rows
             # fall inside the window.
             self._end_window_capture()
+        tracing = getattr(self, "_window_tracing", None)
+        if tracing is not None and closing >= tracing[1]:
+            # Stopped before the step that closes the window ends: the
+            # functions' totals go into the window's last flush.
+            self._end_window_tracing()
         super().step()
         windows = getattr(self, "_torch_windows", None)
         if windows is not None:
             windows.step()
-        # A capture runs: nothing to look up until it closes.
-        if getattr(self, "_window_capture", None) is not None:
-            return
         planned = self.planned_window()
-        if planned is None:
+        config = self.config
+        if planned is None or config is None:
             return
-        index, first_step, steps, torch = planned
+        index, first_step, steps, torch, python = planned
         close_step = first_step + steps
-        reached = self.step_count()
-        if torch and first_step <= reached < close_step and \
+        if not first_step <= self.step_count() < close_step:
+            return
+        if torch and getattr(self, "_window_capture", None) is None and \
                 getattr(self, "_window_captured", 0) < index:
             self._window_captured = index
-            config = self.config
-            if config is not None:
-                self._window_capture = _torch_profiler.capture_window(
-                    config, self, index, close_step)
+            self._window_capture = _torch_profiler.capture_window(
+                config, self, index, close_step)
+        traced = python or config.python_tracing == "windows"
+        if traced and not _traces_session(config) and \
+                getattr(self, "_window_tracing", None) is None and \
+                getattr(self, "_window_traced", 0) < index:
+            self._window_traced = index
+            token = self._start_tracing_or_warn(f"window {index}")
+            if token is not None:
+                self._window_tracing = (token, close_step)
+
+    def _end_window_tracing(self) -> None:
+        """Stops a window's Python function tracing, if one runs."""
+        tracing = getattr(self, "_window_tracing", None)
+        self._window_tracing = None
+        if tracing is not None:
+            Profiler._stop_python_tracing(tracing[0])
 
     def _end_window_capture(self) -> None:
         """Reads a ``--torch`` window's capture, if one runs."""
@@ -254,6 +283,13 @@ class Profiler(_rankscope.Profiler):
         return decorate
 
 
+def _traces_session(config: Config) -> bool:
+    """Whether Python functions are traced throughout each session."""
+    tracing: str = config.python_tracing
+    rolling: int = config.window_every_steps
+    return tracing == "session" or (tracing == "windows" and rolling > 0)
+
+
 class _SessionCloser:
     """What a session set up in Python, undone when it finishes: Python
     function tracing stopped, the last torch.profiler window (scheduled, or
@@ -272,6 +308,7 @@ class _SessionCloser:
         try:
             # A ``--torch`` window still open is read as it stands.
             self._profiler._end_window_capture()
+            self._profiler._end_window_tracing()
             if self._windows is not None:
                 self._windows.close()
         finally:

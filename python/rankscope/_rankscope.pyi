@@ -143,8 +143,8 @@ class Profiler:
         """Ends a step: rankscope's windows open and close at step boundaries."""
     def step_count(self) -> int:
         """Steps ended (``step()``) since the running session started."""
-    def planned_window(self) -> Optional[Tuple[int, int, int, bool]]:
-        """The window planned or open now: ``(index, first_step, steps, torch)``."""
+    def planned_window(self) -> Optional[Tuple[int, int, int, bool, bool]]:
+        """The window planned or open now: ``(index, first_step, steps, torch, python)``."""
     def record_diffusion_step(
         self,
         step: int,

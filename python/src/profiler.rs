@@ -211,12 +211,12 @@ impl Profiler {
     }
 
     /// The window of the running session planned or open now, as
-    /// `(index, first_step, steps, torch)`, or `None`.
-    fn planned_window(&self) -> Option<(u32, u64, u64, bool)> {
+    /// `(index, first_step, steps, torch, python)`, or `None`.
+    fn planned_window(&self) -> Option<(u32, u64, u64, bool, bool)> {
         self.core
             .profiler
             .planned_window()
-            .map(|w| (w.index, w.first_step, w.steps, w.torch))
+            .map(|w| (w.index, w.first_step, w.steps, w.torch, w.python))
     }
 
     /// Records one denoising step.

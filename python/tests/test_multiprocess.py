@@ -209,12 +209,16 @@ import rankscope
 
 prof = rankscope.Profiler()
 x = torch.randn(64, 64)
+
+def work():
+    torch.mm(x, x)
+    time.sleep(0.01)
+
 with prof.session("stepping") as session:
     stop = Path(session.dir) / "stop"
     for _ in range(3000):
         with prof.stage("step"):
-            torch.mm(x, x)
-            time.sleep(0.01)
+            work()
         prof.step()
         if stop.exists():
             break
@@ -270,6 +274,12 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
         assert remote.returncode == 0, remote.stdout + remote.stderr
         assert remote.stdout.strip().endswith("window-2"), remote.stdout
         second = json.loads((session_dir / "window-2" / "report.json").read_text())
+        traced = subprocess.run(
+            [str(RANKSCOPE), "trigger", "--dir", str(session_dir), "--steps", "5", "--python",
+             *PAST_START_SKEW, "--wait", "--timeout", "120"],
+            capture_output=True, text=True, timeout=180)
+        assert traced.returncode == 0, traced.stdout + traced.stderr
+        third = json.loads((session_dir / "window-3" / "report.json").read_text())
     finally:
         (out.glob("stepping-*").__next__() / "stop").touch()
         output, _ = job.communicate(timeout=180)
@@ -283,6 +293,11 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
         stage = [s for s in window["stages"] if s["name"] == "step"][0]
         assert stage["count"] == 2 * 5
     assert second["session"]["ranks_reporting"] == [0, 1]
+    # `--python`: each rank traced its functions in that window alone.
+    (work,) = [f for f in third["python_functions"] if f["name"] == "__main__.work"]
+    assert work["calls"] == 2 * 5, work
+    assert (work["min_rank"], work["max_rank"]) in [(0, 1), (1, 0)], work
+    assert not any(f["name"] == "__main__.work" for f in report["python_functions"])
 
 
 CP_EXAMPLE = ROOT / "examples" / "python" / "cp_attention.py"

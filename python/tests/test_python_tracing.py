@@ -195,3 +195,39 @@ def test_hostile_function_names_are_inert_in_every_output(tmp_path: Path) -> Non
     assert "<script>alert(1)" not in html
     summary = session.outcome.summary or ""
     assert "\x1b" not in summary and "<script>alert(1)</script>\n" not in summary
+
+
+def test_windows_mode_with_rolling_windows_traces_the_session_once(tmp_path: Path) -> None:
+    """``python_tracing: windows`` with rolling windows, which cover every
+    step, traces the whole session; each call's totals land in exactly one
+    window's report (the windows' flushes split them) and every call is in
+    the session's. (A window asked for with ``rankscope trigger --python``,
+    traced on its own: test_multiprocess.py.)"""
+    prof = rankscope.Profiler(rankscope.Config(
+        output_dir=tmp_path / "out", gpu_source="none", collect_host=False,
+        window_every_steps=3, python_tracing="windows"))
+    session = prof.session("windows")
+    before_any_step()
+    for _ in range(7):
+        windowed_work()
+        prof.step()
+    outcome = session.finish()
+    session_dir = Path(outcome.session_dir)
+
+    def calls_in(report: Dict[str, Any], name: str) -> int:
+        return sum(f["calls"] for f in report["python_functions"] if f["name"].endswith(name))
+
+    windows = [json.loads((session_dir / f"window-{index}" / "report.json").read_text())
+               for index in (1, 2, 3)]
+    assert sum(calls_in(w, "windowed_work") for w in windows) == 7
+    report = json.loads((session_dir / "report.json").read_text())
+    assert calls_in(report, "windowed_work") == 7
+    assert calls_in(report, "before_any_step") == 1
+
+
+def before_any_step() -> None:
+    pass
+
+
+def windowed_work() -> None:
+    time.sleep(0.001)

@@ -453,6 +453,32 @@ mod tests {
     }
 
     #[test]
+    fn ten_million_calls_are_all_counted_and_rows_stay_within_the_budget() {
+        const CALLS: u64 = 10_000_000;
+        const BUDGET: usize = 100_000;
+        let recorder = recorder(Config {
+            max_data_points: BUDGET,
+            ..Config::default()
+        });
+        // A loop calling a step that calls a small helper: 5 million of
+        // each, nested.
+        let (step, helper) = (usize::from(b's'), usize::from(b'h'));
+        for _ in 0..CALLS / 2 {
+            recorder.enter_function(step, || site("step"));
+            recorder.enter_function(helper, || site("helper"));
+            recorder.exit_function(helper);
+            recorder.exit_function(step);
+        }
+        let dropped = recorder.take_dropped();
+        let (functions, rows) = drained(&recorder);
+        assert_eq!(functions["step"].0, CALLS / 2);
+        assert_eq!(functions["helper"].0, CALLS / 2);
+        assert_eq!(rows.len(), BUDGET, "rows within the budget");
+        let cut = CALLS - BUDGET as u64;
+        assert!(dropped.contains(&(Table::PythonCalls, cut)), "{dropped:?}");
+    }
+
+    #[test]
     fn a_lost_return_ends_the_calls_above_the_one_that_returns() {
         let recorder = recorder(Config::default());
         let (a, b) = (usize::from(b'a'), usize::from(b'b'));

@@ -91,6 +91,10 @@ pub enum PythonTracing {
     Off,
     /// Throughout each session.
     Session,
+    /// Only inside rankscope's windows (`rankscope trigger`, a signal,
+    /// imbalance; with rolling windows, which cover every step, the
+    /// session).
+    Windows,
 }
 
 /// Which ranks print the live display.
@@ -194,11 +198,13 @@ pub struct Config {
     /// `rank<R>-window<k>.pt.trace.json.gz` (for Perfetto, HTA or
     /// `rankscope import`); unset (the default): read and deleted.
     pub torch_profiler_trace_dir: Option<PathBuf>,
-    /// Python function tracing on every Python rank (`off` or `session`):
-    /// each call and return of the program's Python functions, C functions
-    /// left out. On CPython 3.12+ through `sys.monitoring`, on every thread;
-    /// before 3.12 through the C profile hook, on the session's thread and
-    /// threads started after it.
+    /// Python function tracing on every Python rank (`off`, `session`, or
+    /// `windows`: only inside rankscope's windows, from the step one opens
+    /// to the step it closes; with rolling windows, which cover every step,
+    /// the session): each call and return of the program's Python
+    /// functions, C functions left out. On CPython 3.12+ through
+    /// `sys.monitoring`, on every thread; before 3.12 through the C profile
+    /// hook, on the session's thread and threads started after it.
     pub python_tracing: PythonTracing,
     /// Traced calls nested deeper than this on a thread are not recorded
     /// (their time is their caller's own).

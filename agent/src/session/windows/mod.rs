@@ -450,6 +450,7 @@ impl Windows {
             trigger: Trigger::Rolling,
             nonce: String::new(),
             torch: false,
+            python: false,
             run: self.run.clone(),
             cancelled: None,
         }

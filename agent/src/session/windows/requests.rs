@@ -198,6 +198,7 @@ impl Windows {
             trigger: request.trigger,
             nonce: request.nonce,
             torch: request.torch,
+            python: request.python,
             run: self.run.clone(),
             cancelled: None,
         };

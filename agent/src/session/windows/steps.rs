@@ -107,6 +107,7 @@ impl Steps {
             first_step: plan.first_step,
             steps: plan.steps,
             torch: plan.torch,
+            python: plan.python,
         });
     }
 
@@ -147,4 +148,7 @@ pub struct PlannedWindow {
     pub steps: u64,
     /// Whether it was asked for with `--torch`: torch.profiler captures it.
     pub torch: bool,
+    /// Whether it was asked for with `--python`: the Python package traces
+    /// Python functions in it.
+    pub python: bool,
 }

@@ -439,6 +439,7 @@ mod tests {
             trigger: Trigger::Command,
             nonce: asked.request.nonce.clone(),
             torch: false,
+            python: false,
             run: Some("r".into()),
             cancelled: None,
         };

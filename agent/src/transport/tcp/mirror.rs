@@ -978,6 +978,7 @@ mod tests {
             trigger: Trigger::Command,
             nonce: format!("n{index}"),
             torch: false,
+            python: false,
             run: Some(run.into()),
             cancelled: None,
         }
