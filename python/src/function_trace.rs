@@ -1,23 +1,28 @@
 //! Python function tracing (`python_tracing`): CPython reports each call
 //! and return of a Python function, and the traced ones go to the agent's
 //! [`rankscope::Profiler::enter_function`] and
-//! [`rankscope::Profiler::exit_function`]. C functions are not traced. Two
-//! ways in, by the interpreter's version:
+//! [`rankscope::Profiler::exit_function`]; with `python_tracing_c_functions`,
+//! so do the calls of C functions (builtins, C extensions'). Two ways in,
+//! by the interpreter's version:
 //!
 //! - `sys.monitoring` (3.12+): the starts, resumptions and throws into a
 //!   function, and its returns, yields and unwinds, on every thread of
 //!   the interpreter; a function that is not traced is disabled where it
-//!   was seen, so it costs nothing after;
+//!   was seen, so it costs nothing after. C functions: each `CALL` whose
+//!   callable is one, and its `C_RETURN` or `C_RAISE`;
 //! - before 3.12, CPython's C-level profile hook, on the thread that
 //!   starts tracing and on threads started after (`threading.setprofile`
-//!   sets it on each as it starts).
+//!   sets it on each as it starts); its `C_CALL`, `C_RETURN` and
+//!   `C_EXCEPTION` for C functions.
 //!
-//! A function is its code object, known by its address: the object is held
-//! alive while tracing lasts, so the address names no other. Each code
-//! object is described (qualified name, file, first line) and matched
-//! against the include and exclude filters once, under the interpreter's
-//! lock, into a registry every thread shares; each thread then caches
-//! its site (at most as many as the registry holds).
+//! A Python function is its code object, known by its address: the object
+//! is held alive while tracing lasts, so the address names no other. A C
+//! function is its C implementation's address (the same for every bound
+//! instance a method call makes), or a method descriptor's, held alive
+//! likewise. Each is described (qualified name, file, first line) and
+//! matched against the include and exclude filters once, under the
+//! interpreter's lock, into a registry every thread shares; each thread
+//! then caches its site (at most as many as the registry holds).
 
 use std::cell::RefCell;
 use std::ffi::c_int;
@@ -50,6 +55,15 @@ extern "C" {
 const TRACE_CALL: c_int = 0;
 /// `PyTrace_RETURN`: it returns (or yields, or unwinds with an exception).
 const TRACE_RETURN: c_int = 3;
+/// `PyTrace_C_CALL`: a C function is called (its object is the argument).
+const TRACE_C_CALL: c_int = 4;
+/// `PyTrace_C_EXCEPTION`: it raised.
+const TRACE_C_EXCEPTION: c_int = 5;
+/// `PyTrace_C_RETURN`: it returned.
+const TRACE_C_RETURN: c_int = 6;
+
+/// Whether the tracing that runs traces C functions too.
+static C_FUNCTIONS: AtomicBool = AtomicBool::new(false);
 
 /// The most code objects described while tracing lasts; past it, new
 /// functions are not traced (their time is their caller's own).
@@ -75,12 +89,13 @@ struct Registry {
     monitoring: Option<u8>,
 }
 
-/// One code object, described.
+/// One function (a code object, or a C function), described.
 struct Function {
     /// Its site, where it is traced.
     site: Option<Arc<Site>>,
-    /// Held alive, so that its address names it alone.
-    _code: Py<PyAny>,
+    /// Its code object or C function, held alive, so that its key names
+    /// it alone.
+    _object: Py<PyAny>,
 }
 
 /// Where a traced function is ([`FunctionSite`], owned).
@@ -90,9 +105,11 @@ struct Site {
     line: u32,
 }
 
-/// The modules or qualified names to trace alone, and those never to.
+/// What is traced: C functions or not, the modules or qualified names to
+/// trace alone, and those never to.
 #[derive(Debug)]
 pub(crate) struct Filters {
+    c_functions: bool,
     include: Vec<String>,
     exclude: Vec<String>,
 }
@@ -100,7 +117,7 @@ pub(crate) struct Filters {
 impl Filters {
     /// Filters from the comma-separated settings; rankscope's own package
     /// is always excluded.
-    pub(crate) fn new(include: Option<&str>, exclude: Option<&str>) -> Self {
+    pub(crate) fn new(include: Option<&str>, exclude: Option<&str>, c_functions: bool) -> Self {
         let list = |text: Option<&str>| -> Vec<String> {
             text.unwrap_or("")
                 .split(',')
@@ -112,6 +129,7 @@ impl Filters {
         let mut exclude = list(exclude);
         exclude.push("rankscope".into());
         Filters {
+            c_functions,
             include: list(include),
             exclude,
         }
@@ -152,10 +170,12 @@ pub(crate) fn start(
     stop(py, None)?;
     let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
     let sys = py.import("sys")?;
+    let c_functions = filters.c_functions;
     let monitoring = match sys.hasattr("monitoring")? {
-        true => Some(start_monitoring(&sys.getattr("monitoring")?)?),
+        true => Some(start_monitoring(&sys.getattr("monitoring")?, c_functions)?),
         false => None,
     };
+    C_FUNCTIONS.store(c_functions, Ordering::Relaxed);
     *lock_registry() = Some(Registry {
         generation,
         profiler: profiler.clone(),
@@ -232,14 +252,22 @@ unsafe extern "C" fn profile(
     _obj: *mut ffi::PyObject,
     frame: *mut ffi::PyFrameObject,
     what: c_int,
-    _arg: *mut ffi::PyObject,
+    arg: *mut ffi::PyObject,
 ) -> c_int {
-    if what != TRACE_CALL && what != TRACE_RETURN {
-        return 0;
-    }
+    let c_call = match what {
+        TRACE_CALL | TRACE_RETURN => false,
+        TRACE_C_CALL | TRACE_C_RETURN | TRACE_C_EXCEPTION => true,
+        _ => return 0,
+    };
     if GENERATION.load(Ordering::Relaxed) == 0 {
         // Tracing stopped: this thread's hook goes.
         PyEval_SetProfile(None, std::ptr::null_mut());
+        return 0;
+    }
+    if c_call {
+        if C_FUNCTIONS.load(Ordering::Relaxed) {
+            record_c_call(arg, what == TRACE_C_CALL);
+        }
         return 0;
     }
     // A new reference, given back below.
@@ -247,25 +275,52 @@ unsafe extern "C" fn profile(
     if code.is_null() {
         return 0;
     }
-    record(code.cast(), || frame, what == TRACE_CALL);
+    let key = code as usize;
+    let describe = || describe_code(frame, code.cast(), key);
+    record(key, describe, what == TRACE_CALL);
     ffi::Py_DecRef(code.cast());
     0
 }
 
-/// Records that the function of `code` was entered (or left), if it is
-/// traced; returns whether it is. `frame` gives the event's frame, asked
-/// for once per function described.
+/// Records that the C function `callable` was called (or returned or
+/// raised), if it is one and traced; returns whether it is.
 ///
 /// # Safety
-/// The interpreter's lock is held; `code` is the event's live code object,
-/// and `frame` gives its live frame (or null).
-unsafe fn record(
-    code: *mut ffi::PyObject,
-    frame: impl FnOnce() -> *mut ffi::PyFrameObject,
-    entered: bool,
-) -> bool {
+/// The interpreter's lock is held; `callable` is live (or null).
+unsafe fn record_c_call(callable: *mut ffi::PyObject, entered: bool) -> bool {
+    let Some(key) = c_function_key(callable) else {
+        return false;
+    };
+    record(key, || describe_c_function(callable, key), entered)
+}
+
+/// The key of the C function `callable`: its C implementation's address
+/// for a builtin function or method (every bound instance shares it), a
+/// method descriptor's own; `None` for anything else (a Python function,
+/// a class).
+///
+/// # Safety
+/// The interpreter's lock is held; `callable` is live (or null).
+unsafe fn c_function_key(callable: *mut ffi::PyObject) -> Option<usize> {
+    if callable.is_null() {
+        return None;
+    }
+    if ffi::PyCFunction_Check(callable) != 0 {
+        return ffi::PyCFunction_GetFunction(callable).map(|f| f as usize);
+    }
+    let descriptor = std::ptr::addr_of_mut!(ffi::PyMethodDescr_Type);
+    (ffi::PyObject_TypeCheck(callable, descriptor) != 0).then_some(callable as usize)
+}
+
+/// Records that the function of `key` was entered (or left), if it is
+/// traced; returns whether it is. `describe` describes it, asked once per
+/// function and thread.
+///
+/// # Safety
+/// The interpreter's lock is held, and `describe` may read the event's
+/// live objects.
+unsafe fn record(key: usize, describe: impl FnOnce() -> Option<Arc<Site>>, entered: bool) -> bool {
     let generation = GENERATION.load(Ordering::Relaxed);
-    let key = code as usize;
     // A thread-local being torn down records nothing.
     VIEW.try_with(|view| {
         let mut view = view.borrow_mut();
@@ -282,8 +337,7 @@ unsafe fn record(
         let described = match sites.get(&key) {
             Some(site) => site.as_ref(),
             None => {
-                // SAFETY: as this function's.
-                let site = unsafe { describe(frame(), code, key) };
+                let site = describe();
                 match sites.len() < MAX_FUNCTIONS {
                     true => sites.entry(key).or_insert(site).as_ref(),
                     // Past the registry's bound, nothing new is traced or kept.
@@ -319,9 +373,11 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 /// `DISABLE` for a function not traced where the event allows it (`local`).
 fn monitored(py: Python<'_>, code: &Bound<'_, PyAny>, entered: bool, local: bool) -> Py<PyAny> {
     if GENERATION.load(Ordering::Relaxed) != 0 {
+        let key = code.as_ptr() as usize;
         // SAFETY: the interpreter's lock is held (`py`); the current frame
         // is the event's, `code` its code object.
-        let traced = unsafe { record(code.as_ptr(), || ffi::PyEval_GetFrame(), entered) };
+        let describe = || unsafe { describe_code(ffi::PyEval_GetFrame(), code.as_ptr(), key) };
+        let traced = unsafe { record(key, describe, entered) };
         if traced || !local {
             return py.None();
         }
@@ -370,12 +426,50 @@ fn _monitor_unwind(
     monitored(py, code, false, false)
 }
 
+/// `CALL` (with C functions): a call of `callable`, recorded where it is a
+/// C function (a Python function's start is its own event). Never
+/// disabled: the same place may call a C function next time.
+#[pyfunction]
+fn _monitor_call(
+    py: Python<'_>,
+    _code: &Bound<'_, PyAny>,
+    _offset: &Bound<'_, PyAny>,
+    callable: &Bound<'_, PyAny>,
+    _arg0: &Bound<'_, PyAny>,
+) -> Py<PyAny> {
+    record_monitored_c_call(callable, true);
+    py.None()
+}
+
+/// `C_RETURN` and `C_RAISE`: the call of `callable` ended.
+#[pyfunction]
+fn _monitor_c_return(
+    py: Python<'_>,
+    _code: &Bound<'_, PyAny>,
+    _offset: &Bound<'_, PyAny>,
+    callable: &Bound<'_, PyAny>,
+    _arg0: &Bound<'_, PyAny>,
+) -> Py<PyAny> {
+    record_monitored_c_call(callable, false);
+    py.None()
+}
+
+/// A C function's call (or its end) that `sys.monitoring` reported.
+fn record_monitored_c_call(callable: &Bound<'_, PyAny>, entered: bool) {
+    if GENERATION.load(Ordering::Relaxed) != 0 {
+        // SAFETY: the interpreter's lock is held (`callable` is bound to
+        // it); `callable` is live.
+        unsafe { record_c_call(callable.as_ptr(), entered) };
+    }
+}
+
 /// The tool ids tried for `sys.monitoring`: the profiler's, then the two
 /// no tool claims by convention.
 const TOOL_IDS: [u8; 3] = [2, 3, 4];
 
-/// Starts tracing through `sys.monitoring`; returns the tool id it took.
-fn start_monitoring(monitoring: &Bound<'_, PyAny>) -> PyResult<u8> {
+/// Starts tracing through `sys.monitoring` (C functions too, with
+/// `c_functions`); returns the tool id it took.
+fn start_monitoring(monitoring: &Bound<'_, PyAny>, c_functions: bool) -> PyResult<u8> {
     let mut taken = None;
     for id in TOOL_IDS {
         if monitoring.call_method1("get_tool", (id,))?.is_none() {
@@ -389,7 +483,7 @@ fn start_monitoring(monitoring: &Bound<'_, PyAny>) -> PyResult<u8> {
             "python_tracing: sys.monitoring tool ids {TOOL_IDS:?} are all in use by other tools"
         )));
     };
-    let registered = register_callbacks(monitoring, id);
+    let registered = register_callbacks(monitoring, id, c_functions);
     if registered.is_err() {
         // The id goes back: a later start (or another tool) may take it.
         let _ = monitoring.call_method1("free_tool_id", (id,));
@@ -397,13 +491,14 @@ fn start_monitoring(monitoring: &Bound<'_, PyAny>) -> PyResult<u8> {
     registered.map(|()| id)
 }
 
-/// Registers the callbacks of tool `id` and turns its events on.
-fn register_callbacks(monitoring: &Bound<'_, PyAny>, id: u8) -> PyResult<()> {
+/// Registers the callbacks of tool `id` (C functions' too, with
+/// `c_functions`) and turns its events on.
+fn register_callbacks(monitoring: &Bound<'_, PyAny>, id: u8, c_functions: bool) -> PyResult<()> {
     let py = monitoring.py();
     let _ = DISABLE.get_or_try_init(py, || monitoring.getattr("DISABLE").map(Bound::unbind))?;
     let events = monitoring.getattr("events")?;
     let event = |name: &str| -> PyResult<u64> { events.getattr(name)?.extract() };
-    let callbacks: [(&str, Bound<'_, PyAny>); 6] = [
+    let mut callbacks: Vec<(&str, Bound<'_, PyAny>)> = vec![
         ("PY_START", wrap_pyfunction!(_monitor_enter, py)?.into_any()),
         (
             "PY_RESUME",
@@ -423,6 +518,14 @@ fn register_callbacks(monitoring: &Bound<'_, PyAny>, id: u8) -> PyResult<()> {
             wrap_pyfunction!(_monitor_unwind, py)?.into_any(),
         ),
     ];
+    if c_functions {
+        let c_return = wrap_pyfunction!(_monitor_c_return, py)?.into_any();
+        callbacks.extend([
+            ("CALL", wrap_pyfunction!(_monitor_call, py)?.into_any()),
+            ("C_RETURN", c_return.clone()),
+            ("C_RAISE", c_return),
+        ]);
+    }
     let mut set = 0;
     for (name, callback) in callbacks {
         monitoring.call_method1("register_callback", (id, event(name)?, callback))?;
@@ -455,22 +558,24 @@ fn thread_view(generation: u64) -> Option<ThreadView> {
     })
 }
 
-/// Describes the code object at `key` into the registry, if it is not
-/// there yet; returns its site where it is traced.
-///
-/// # Safety
-/// The interpreter's lock is held; `code` is live, and `frame` is its live
-/// frame or null.
+/// An attribute of `object` that is text.
+fn text(object: &Bound<'_, PyAny>, attribute: &str) -> Option<String> {
+    object.getattr(attribute).ok()?.extract::<String>().ok()
+}
+
+/// Describes the function of `key` into the registry, if it is not there
+/// yet, `site` reading its object `object` (with the filters); returns its
+/// site where it is traced. The registry's lock is not held while Python
+/// objects are read: a read may run Python code (a collection's
+/// finalisers) and hand the interpreter's lock to a thread whose hook then
+/// takes this one.
 #[cold]
 #[inline(never)]
-unsafe fn describe(
-    frame: *mut ffi::PyFrameObject,
-    code: *mut ffi::PyObject,
+fn describe(
     key: usize,
+    object: Bound<'_, PyAny>,
+    site: impl FnOnce(&Filters) -> Option<Arc<Site>>,
 ) -> Option<Arc<Site>> {
-    // The lock is not held while Python objects are read: a read may run
-    // Python code (a collection's finalisers) and hand the interpreter's
-    // lock to a thread whose hook then takes this one.
     let (generation, filters) = {
         let registry = lock_registry();
         let registry = registry.as_ref()?;
@@ -482,41 +587,82 @@ unsafe fn describe(
         }
         (registry.generation, Arc::clone(&registry.filters))
     };
-    let py = Python::assume_attached();
-    let code = Bound::from_borrowed_ptr(py, code);
-    let frame = Bound::from_borrowed_ptr_or_opt(py, frame.cast::<ffi::PyObject>());
-    let text = |object: &Bound<'_, PyAny>, attribute: &str| -> Option<String> {
-        object.getattr(attribute).ok()?.extract::<String>().ok()
-    };
-    let qualname = text(&code, "co_qualname")
-        .or_else(|| text(&code, "co_name"))
-        .unwrap_or_else(|| "(unnamed)".into());
-    let module = frame
-        .and_then(|frame| frame.getattr("f_globals").ok())
-        .and_then(|globals| globals.get_item("__name__").ok())
-        .and_then(|name| name.extract::<String>().ok());
-    let name = match module {
-        Some(module) => format!("{module}.{qualname}"),
-        None => qualname,
-    };
-    let site = filters.traces(&name).then(|| {
-        Arc::new(Site {
-            file: text(&code, "co_filename").unwrap_or_default(),
-            line: code
-                .getattr("co_firstlineno")
-                .ok()
-                .and_then(|line| line.extract::<u32>().ok())
-                .unwrap_or(0),
-            name,
-        })
-    });
+    let site = site(&filters);
     let mut registry = lock_registry();
     let registry = registry.as_mut().filter(|r| r.generation == generation)?;
     let function = registry.functions.entry(key).or_insert(Function {
         site,
-        _code: code.unbind(),
+        _object: object.unbind(),
     });
     function.site.clone()
+}
+
+/// Describes the Python function of the code object `code`, of key `key`.
+///
+/// # Safety
+/// The interpreter's lock is held; `code` is live, and `frame` is its live
+/// frame or null.
+unsafe fn describe_code(
+    frame: *mut ffi::PyFrameObject,
+    code: *mut ffi::PyObject,
+    key: usize,
+) -> Option<Arc<Site>> {
+    let py = Python::assume_attached();
+    let code = Bound::from_borrowed_ptr(py, code);
+    let frame = Bound::from_borrowed_ptr_or_opt(py, frame.cast::<ffi::PyObject>());
+    describe(key, code.clone(), |filters| {
+        let qualname = text(&code, "co_qualname")
+            .or_else(|| text(&code, "co_name"))
+            .unwrap_or_else(|| "(unnamed)".into());
+        let module = frame
+            .and_then(|frame| frame.getattr("f_globals").ok())
+            .and_then(|globals| globals.get_item("__name__").ok())
+            .and_then(|name| name.extract::<String>().ok());
+        let name = qualified(module, qualname);
+        filters.traces(&name).then(|| {
+            Arc::new(Site {
+                file: text(&code, "co_filename").unwrap_or_default(),
+                line: code
+                    .getattr("co_firstlineno")
+                    .ok()
+                    .and_then(|line| line.extract::<u32>().ok())
+                    .unwrap_or(0),
+                name,
+            })
+        })
+    })
+}
+
+/// Describes the C function `callable`, of key `key`: `module.qualname`
+/// where it says its module (`time.sleep`, `builtins.len`), else its
+/// qualified name (`list.append`); in no file.
+///
+/// # Safety
+/// The interpreter's lock is held; `callable` is live.
+unsafe fn describe_c_function(callable: *mut ffi::PyObject, key: usize) -> Option<Arc<Site>> {
+    let py = Python::assume_attached();
+    let callable = Bound::from_borrowed_ptr(py, callable);
+    describe(key, callable.clone(), |filters| {
+        let qualname = text(&callable, "__qualname__")
+            .or_else(|| text(&callable, "__name__"))
+            .unwrap_or_else(|| "(unnamed C function)".into());
+        let name = qualified(text(&callable, "__module__"), qualname);
+        filters.traces(&name).then(|| {
+            Arc::new(Site {
+                name,
+                file: String::new(),
+                line: 0,
+            })
+        })
+    })
+}
+
+/// `module.qualname`, or the qualified name alone without a module.
+fn qualified(module: Option<String>, qualname: String) -> String {
+    match module {
+        Some(module) => format!("{module}.{qualname}"),
+        None => qualname,
+    }
 }
 
 #[cfg(test)]
@@ -525,7 +671,7 @@ mod tests {
 
     #[test]
     fn a_pattern_matches_itself_and_the_names_below_it() {
-        let filters = Filters::new(Some("app, lib.Model"), Some("app.noisy"));
+        let filters = Filters::new(Some("app, lib.Model"), Some("app.noisy"), false);
         assert!(filters.traces("app.main"));
         assert!(filters.traces("app"));
         assert!(filters.traces("lib.Model.forward"));
@@ -536,6 +682,6 @@ mod tests {
         assert!(!filters.traces("lib.other"));
         assert!(!filters.traces("app.noisy.f"), "excluded over included");
         assert!(!filters.traces("rankscope.stage"), "never rankscope's own");
-        assert!(Filters::new(None, None).traces("anything.at_all"));
+        assert!(Filters::new(None, None, false).traces("anything.at_all"));
     }
 }

@@ -389,6 +389,7 @@ impl Profiler {
         let filters = Filters::new(
             config.python_tracing_include.as_deref(),
             config.python_tracing_exclude.as_deref(),
+            config.python_tracing_c_functions,
         );
         function_trace::start(py, profiler.clone(), filters).map(Some)
     }

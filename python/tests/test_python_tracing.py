@@ -197,6 +197,40 @@ def test_hostile_function_names_are_inert_in_every_output(tmp_path: Path) -> Non
     assert "\x1b" not in summary and "<script>alert(1)</script>\n" not in summary
 
 
+def c_caller() -> int:
+    time.sleep(0.03)
+    return len([1, 2, 3]) + sum(range(4))
+
+
+def test_c_functions_are_traced_when_asked_and_their_time_leaves_the_caller(
+    tmp_path: Path,
+) -> None:
+    """``python_tracing_c_functions``: the builtins a function calls are
+    functions of their own (``time.sleep``'s time no longer its caller's
+    own), named by module; without it, none is traced."""
+    def run(**keys: Any) -> Dict[str, Dict[str, Any]]:
+        prof = traced(tmp_path / str(len(keys)), **keys)
+        with prof.session("c") as session:
+            for _ in range(3):
+                c_caller()
+            [].append(1)
+        return {f["name"]: f for f in report_of(session.outcome)["python_functions"]}
+
+    with_c = run(python_tracing_c_functions=True)
+    assert with_c["time.sleep"]["calls"] == 3, sorted(with_c)
+    assert with_c["time.sleep"]["self_s"] >= 0.09
+    assert with_c["builtins.len"]["calls"] == 3
+    assert with_c["list.append"]["calls"] >= 1, "a method of a builtin type"
+    caller = with_c[f"{__name__}.c_caller"]
+    assert caller["calls"] == 3
+    assert caller["total_s"] >= 0.09 > caller["self_s"], "the sleep is time.sleep's own"
+    assert with_c["time.sleep"]["file"] == "" and with_c["time.sleep"]["line"] == 0
+
+    without = run()
+    assert not any(name in without for name in ("time.sleep", "builtins.len", "list.append"))
+    assert without[f"{__name__}.c_caller"]["self_s"] >= 0.09, "the sleep is the caller's own"
+
+
 def test_windows_mode_with_rolling_windows_traces_the_session_once(tmp_path: Path) -> None:
     """``python_tracing: windows`` with rolling windows, which cover every
     step, traces the whole session; each call's totals land in exactly one

@@ -202,7 +202,7 @@ pub struct Config {
     /// `windows`: only inside rankscope's windows, from the step one opens
     /// to the step it closes; with rolling windows, which cover every step,
     /// the session): each call and return of the program's Python
-    /// functions, C functions left out. On CPython 3.12+ through
+    /// functions, C functions left out unless `python_tracing_c_functions`. On CPython 3.12+ through
     /// `sys.monitoring`, on every thread; before 3.12 through the C profile
     /// hook, on the session's thread and threads started after it.
     pub python_tracing: PythonTracing,
@@ -219,6 +219,12 @@ pub struct Config {
     /// Comma-separated modules or qualified names not to trace, over
     /// `python_tracing_include`; rankscope's own are never traced.
     pub python_tracing_exclude: Option<String>,
+    /// Python function tracing also traces the C functions Python code
+    /// calls (builtins, C extensions' functions and methods: `len`,
+    /// `list.append`, `time.sleep`), named `module.qualname` where they say
+    /// their module; their time is then no longer their caller's own. On
+    /// 3.12+ each Python call then costs a `CALL` event more.
+    pub python_tracing_c_functions: bool,
     /// The Python package records each `torch.distributed` collective
     /// call (kind, process group, bytes, host start and end) where the
     /// program has imported torch.distributed, window or not.
@@ -396,6 +402,7 @@ impl Config {
             python_tracing_min_duration_us: 0.0,
             python_tracing_include: None,
             python_tracing_exclude: None,
+            python_tracing_c_functions: false,
             record_collectives: true,
             addr: None,
             port: None,
