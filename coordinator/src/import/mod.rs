@@ -70,15 +70,6 @@ pub enum ImportError {
     /// The output directory could not be made, or a report file written.
     #[error(transparent)]
     Write(#[from] WriteError),
-    /// A trace's timeline rows could not be made into a batch.
-    #[error("the timeline of {source_file}")]
-    Timeline {
-        /// The trace.
-        source_file: String,
-        /// Why.
-        #[source]
-        source: arrow_schema::ArrowError,
-    },
 }
 
 /// A written report of imported traces.
@@ -412,13 +403,7 @@ fn write_timeline(
                 started_s: aligned.started_s(trace),
                 ..summaries[rank].clone()
             };
-            let events = trace
-                .timeline
-                .events(&summary, config.trace_max_stages)
-                .map_err(|source| ImportError::Timeline {
-                    source_file: trace.source.clone(),
-                    source,
-                })?;
+            let events = trace.timeline.events(&summary, config.trace_max_stages);
             file.add(*rank, events)?;
         }
     }
@@ -635,7 +620,8 @@ fn read_one(
         functions: calls.functions,
         python_cut: if trace.viztracer { trace.cut.rows } else { 0 },
         marks: CollectiveMarks::of(&trace),
-        timeline: Timeline::of(&trace, &calls.depth, max_rows),
+        timeline: Timeline::of(&trace, &calls.depth, max_rows)
+            .map_err(|e| format!("its rows for the timeline: {e}"))?,
         source,
     })
 }

@@ -29,10 +29,9 @@ pub struct Timeline {
     pub origin: i64,
     /// From `origin` to the latest end of the rows kept, ns.
     span_ns: u64,
-    kernels: Vec<KernelRow>,
-    collectives: Vec<CollectiveRow>,
-    cpu_spans: Vec<CpuSpanRow>,
-    python_calls: Vec<PythonCallRow>,
+    /// The rows, as the tables of an in-job rank's payload: compact
+    /// (names dictionary-encoded) while the other traces are read.
+    tables: BTreeMap<Table, RecordBatch>,
     /// Rows past `max`, by kind.
     left_out: Vec<(Cut, u64)>,
 }
@@ -40,7 +39,7 @@ pub struct Timeline {
 impl Timeline {
     /// The earliest `max` rows of each kind of `trace`; `depth` is each
     /// Python call's, by row.
-    pub fn of(trace: &RankTrace, depth: &[u32], max: usize) -> Self {
+    pub fn of(trace: &RankTrace, depth: &[u32], max: usize) -> Result<Self, ArrowError> {
         let base = trace.base_time_ns.unwrap_or(0);
         let at = |ns: i64| base.saturating_add(ns);
         let name = |id: u32| trace.names[id as usize].clone();
@@ -87,55 +86,63 @@ impl Timeline {
             .map(since)
             .max()
             .unwrap_or(0);
-        Timeline {
+        let mut kernel_rows = KernelsBuilder::default();
+        for &i in &kernels {
+            kernel_rows.append(&KernelRow {
+                window: WINDOW,
+                name: name(gpu.name[i]),
+                category: gpu.category[i].as_str().to_string(),
+                stream: gpu.stream[i].unsigned_abs(),
+                device: u32::try_from(gpu.device[i]).ok(),
+                start_ns: since(gpu.start_ns[i]),
+                dur_ns: gpu.dur_ns[i].unsigned_abs(),
+                launch_ns: launches[i].map(since),
+            });
+        }
+        let mut collective_rows = CollectivesBuilder::default();
+        for &i in &collectives {
+            collective_rows.append(&CollectiveRow {
+                window: WINDOW,
+                kind: name(calls.kind[i]),
+                group: calls.group[i].map(name),
+                bytes: calls.bytes[i],
+                start_ns: since(calls.start_ns[i]),
+                dur_ns: calls.dur_ns[i].unsigned_abs(),
+            });
+        }
+        let mut span_rows = CpuSpansBuilder::default();
+        for &i in &cpu_spans {
+            span_rows.append(&CpuSpanRow {
+                window: WINDOW,
+                name: name(spans.name[i]),
+                thread: spans.thread[i].unsigned_abs(),
+                start_ns: since(spans.start_ns[i]),
+                dur_ns: spans.dur_ns[i].unsigned_abs(),
+            });
+        }
+        let mut call_rows = PythonCallsBuilder::default();
+        for &i in &python_calls {
+            call_rows.append(&PythonCallRow {
+                name: site(&trace.names[python.name[i] as usize]).0.to_string(),
+                thread: u32::try_from(python.thread[i].unsigned_abs()).unwrap_or(u32::MAX),
+                depth: depth.get(i).copied().unwrap_or(0),
+                start_ns: since(python.start_ns[i]),
+                end_ns: since(python.start_ns[i].saturating_add(python.dur_ns[i])),
+            });
+        }
+        let mut tables = BTreeMap::from([
+            (Table::Kernels, kernel_rows.finish()?),
+            (Table::Collectives, collective_rows.finish()?),
+            (Table::CpuSpans, span_rows.finish()?),
+            (Table::PythonCalls, call_rows.finish()?),
+        ]);
+        tables.retain(|_, batch| batch.num_rows() > 0);
+        Ok(Timeline {
             origin,
             span_ns,
-            kernels: kernels
-                .iter()
-                .map(|&i| KernelRow {
-                    window: WINDOW,
-                    name: name(gpu.name[i]),
-                    category: gpu.category[i].as_str().to_string(),
-                    stream: gpu.stream[i].unsigned_abs(),
-                    device: u32::try_from(gpu.device[i]).ok(),
-                    start_ns: since(gpu.start_ns[i]),
-                    dur_ns: gpu.dur_ns[i].unsigned_abs(),
-                    launch_ns: launches[i].map(since),
-                })
-                .collect(),
-            collectives: collectives
-                .iter()
-                .map(|&i| CollectiveRow {
-                    window: WINDOW,
-                    kind: name(calls.kind[i]),
-                    group: calls.group[i].map(name),
-                    bytes: calls.bytes[i],
-                    start_ns: since(calls.start_ns[i]),
-                    dur_ns: calls.dur_ns[i].unsigned_abs(),
-                })
-                .collect(),
-            cpu_spans: cpu_spans
-                .iter()
-                .map(|&i| CpuSpanRow {
-                    window: WINDOW,
-                    name: name(spans.name[i]),
-                    thread: spans.thread[i].unsigned_abs(),
-                    start_ns: since(spans.start_ns[i]),
-                    dur_ns: spans.dur_ns[i].unsigned_abs(),
-                })
-                .collect(),
-            python_calls: python_calls
-                .iter()
-                .map(|&i| PythonCallRow {
-                    name: site(&trace.names[python.name[i] as usize]).0.to_string(),
-                    thread: u32::try_from(python.thread[i].unsigned_abs()).unwrap_or(u32::MAX),
-                    depth: depth.get(i).copied().unwrap_or(0),
-                    start_ns: since(python.start_ns[i]),
-                    end_ns: since(python.start_ns[i].saturating_add(python.dur_ns[i])),
-                })
-                .collect(),
+            tables,
             left_out,
-        }
+        })
     }
 
     /// From the earliest row kept to the latest end, seconds.
@@ -144,35 +151,14 @@ impl Timeline {
     }
 
     /// The trace's events, `rank` placing it on the shared timeline.
-    pub fn events(&self, rank: &RankSummary, max: u64) -> Result<RankEvents, ArrowError> {
+    pub fn events(&self, rank: &RankSummary, max: u64) -> RankEvents {
         let payload = Payload {
             header: PayloadHeader::new("import", "import", rank.rank, rank.rank + 1),
-            tables: self.tables()?,
+            tables: self.tables.clone(),
         };
         let mut events = rank_events(&payload, rank, max);
         events.left_out.extend(self.left_out.iter().copied());
-        Ok(events)
-    }
-
-    /// The rows as the tables of a payload.
-    fn tables(&self) -> Result<BTreeMap<Table, RecordBatch>, ArrowError> {
-        let mut tables = BTreeMap::new();
-        let mut kernels = KernelsBuilder::default();
-        self.kernels.iter().for_each(|row| kernels.append(row));
-        tables.insert(Table::Kernels, kernels.finish()?);
-        let mut collectives = CollectivesBuilder::default();
-        self.collectives
-            .iter()
-            .for_each(|row| collectives.append(row));
-        tables.insert(Table::Collectives, collectives.finish()?);
-        let mut spans = CpuSpansBuilder::default();
-        self.cpu_spans.iter().for_each(|row| spans.append(row));
-        tables.insert(Table::CpuSpans, spans.finish()?);
-        let mut python = PythonCallsBuilder::default();
-        self.python_calls.iter().for_each(|row| python.append(row));
-        tables.insert(Table::PythonCalls, python.finish()?);
-        tables.retain(|_, batch| batch.num_rows() > 0);
-        Ok(tables)
+        events
     }
 }
 
