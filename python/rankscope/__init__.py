@@ -59,7 +59,7 @@ class Profiler(_rankscope.Profiler):
     """
 
     # A window's Python function tracing while it runs: its token, and the
-    # step count at which the window closes.
+    # window's number.
     _window_tracing: Optional[Tuple[int, int]]
 
     def __new__(cls, config: Optional[Config] = None) -> "Profiler":
@@ -143,10 +143,13 @@ class Profiler(_rankscope.Profiler):
             # fall inside the window.
             self._end_window_capture()
         tracing = getattr(self, "_window_tracing", None)
-        if tracing is not None and closing >= tracing[1]:
-            # Stopped before the step that closes the window ends: the
+        if tracing is not None:
+            # Stopped before the step that closes the window ends (as the
+            # plan stands now: a cancel moves it earlier), so that the
             # functions' totals go into the window's last flush.
-            self._end_window_tracing()
+            now = self.planned_window()
+            if now is None or now[0] != tracing[1] or closing >= now[1] + now[2]:
+                self._end_window_tracing()
         super().step()
         windows = getattr(self, "_torch_windows", None)
         if windows is not None:
@@ -171,7 +174,7 @@ class Profiler(_rankscope.Profiler):
             self._window_traced = index
             token = self._start_tracing_or_warn(f"window {index}")
             if token is not None:
-                self._window_tracing = (token, close_step)
+                self._window_tracing = (token, index)
 
     def _end_window_tracing(self) -> None:
         """Stops a window's Python function tracing, if one runs."""
@@ -306,9 +309,11 @@ class _SessionCloser:
 
     def close(self) -> None:
         try:
+            # First, and whatever follows does: tracing never outlives
+            # the session.
+            self._profiler._end_window_tracing()
             # A ``--torch`` window still open is read as it stands.
             self._profiler._end_window_capture()
-            self._profiler._end_window_tracing()
             if self._windows is not None:
                 self._windows.close()
         finally:

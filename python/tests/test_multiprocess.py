@@ -298,6 +298,10 @@ def test_torchrun_a_trigger_with_torch_captures_the_window_on_every_rank(tmp_pat
     assert work["calls"] == 2 * 5, work
     assert (work["min_rank"], work["max_rank"]) in [(0, 1), (1, 0)], work
     assert not any(f["name"] == "__main__.work" for f in report["python_functions"])
+    # And in that window alone: the session's report has its calls, no more.
+    whole = json.loads((session_dir / "report.json").read_text())
+    (in_session,) = [f for f in whole["python_functions"] if f["name"] == "__main__.work"]
+    assert in_session["calls"] == 2 * 5, in_session
 
 
 CP_EXAMPLE = ROOT / "examples" / "python" / "cp_attention.py"

@@ -91,8 +91,10 @@ pub struct RankTrace {
     /// trusted.
     pub invalid_info: Option<String>,
     /// `baseTimeNanoseconds`: the Unix time, in nanoseconds, that the
-    /// trace's timestamps count from (newer Kineto); `None` where the
-    /// timestamps are Unix times themselves.
+    /// trace's timestamps count from (newer Kineto; VizTracer's in its
+    /// `viztracer_metadata`); `None` where the timestamps are Unix times
+    /// themselves (older Kineto) or on a clock of their own (older
+    /// VizTracer).
     pub base_time_ns: Option<i64>,
     /// Names of kernels, launches and collectives, by id.
     pub names: Vec<String>,

@@ -208,6 +208,16 @@ impl<'a> Builder<'a> {
         Some(id)
     }
 
+    /// The trace's base time from `value`: a Unix time in nanoseconds, up
+    /// to the year 2096; anything else is counted as a bad time.
+    fn set_base_time(&mut self, value: Value) {
+        let base = integer(value).filter(|ns| (0..=4_000_000_000_000_000_000).contains(ns));
+        if base.is_none() {
+            self.trace.cut.bad_times += 1;
+        }
+        self.trace.base_time_ns = base;
+    }
+
     /// Keeps what `event` adds to the trace.
     fn add(&mut self, event: Event) {
         self.trace.events += 1;
@@ -568,20 +578,18 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
                 }
                 TopField::BaseTime => {
                     let value: Value = map.next_value()?;
-                    // A Unix time in nanoseconds, up to the year 2096.
-                    let base =
-                        integer(value).filter(|ns| (0..=4_000_000_000_000_000_000).contains(ns));
-                    if base.is_none() {
-                        builder.trace.cut.bad_times += 1;
-                    }
-                    builder.trace.base_time_ns = base;
+                    builder.set_base_time(value);
                 }
                 TopField::HostName => {
                     builder.trace.host = text(map.next_value::<Value>()?);
                 }
                 TopField::VizTracer => {
-                    map.next_value::<IgnoredAny>()?;
+                    // Its base: the Unix time its clock counts from.
+                    let metadata: VizTracerMetadata = map.next_value()?;
                     builder.trace.viztracer = true;
+                    if let Some(base) = metadata.base_time_ns {
+                        builder.set_base_time(base);
+                    }
                 }
                 TopField::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -591,6 +599,14 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
         }
         Ok(found)
     }
+}
+
+/// `viztracer_metadata`: of it, the Unix time in nanoseconds its clock
+/// counts from (VizTracer 0.16 on).
+#[derive(serde::Deserialize)]
+struct VizTracerMetadata {
+    #[serde(rename = "baseTimeNanoseconds")]
+    base_time_ns: Option<Value>,
 }
 
 /// `distributedInfo`: the rank, the world, the backend and the process

@@ -380,9 +380,11 @@ fn a_viztracer_trace_gives_its_python_calls_one_by_one() {
         {"pid": 7, "tid": 7, "ts": 100.5, "ph": "X", "cat": "FEE", "dur": 3.25, "name": "fib (/p.py:5)"},
         {"pid": 7, "tid": 8, "ts": 90.0, "ph": "X", "dur": 20.0, "name": "Work.run (/p.py:9)", "cat": "fee"},
         {"pid": 7, "tid": 7, "ts": 100.0, "ph": "i", "cat": "FEE", "name": "not a call"}],
-        "viztracer_metadata": {"version": "1.1.1", "overflow": false}}"#;
+        "viztracer_metadata": {"version": "1.1.1", "overflow": false,
+                               "baseTimeNanoseconds": 1795900703108290593}}"#;
     let trace = read_str(json).unwrap();
     assert!(trace.viztracer);
+    assert_eq!(trace.base_time_ns, Some(1_795_900_703_108_290_593));
     let calls = &trace.python_calls;
     let named: Vec<&str> = calls
         .name

@@ -29,6 +29,21 @@ pub const PYTHON_FUNCTION: &str = "python_function";
 /// inside it), so its being longest on a rank is no work of that rank's.
 const WAITING_FILES: [&str; 2] = ["torch/distributed/", "torch\\distributed\\"];
 
+/// C functions (traced as such: VizTracer's default, or
+/// `python_tracing_c_functions`) whose own time is a wait for the other
+/// ranks or for the GPU.
+const WAITING_NAMES: [&str; 3] = [
+    "torch._C._distributed_c10d",
+    "torch.cuda.synchronize",
+    "torch._C._cuda_synchronize",
+];
+
+/// Whether `function`'s own time is waiting, not work.
+fn waits(function: &RankFunction) -> bool {
+    WAITING_FILES.iter().any(|w| function.file.contains(w))
+        || WAITING_NAMES.iter().any(|w| function.name.starts_with(w))
+}
+
 /// One function's calls on one rank.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankFunction {
@@ -102,14 +117,15 @@ pub fn across_ranks(ranks: &[(u32, &[RankFunction])]) -> Vec<PythonFunctionStats
 /// The ranks slow at a function, by its own time past the straggler
 /// `rule` over the other tracing ranks' median, as `kernel_stragglers[]`
 /// entries of category [`PYTHON_FUNCTION`]: one more link from a slow
-/// rank to its cause. Functions of `torch.distributed`, whose own time is
-/// waiting, are left out, and so are the ranks whose list was cut.
+/// rank to its cause. Functions whose own time is waiting (those of
+/// `torch.distributed`, its C calls', a CUDA synchronisation's) are left
+/// out, and so are the ranks whose list was cut.
 pub fn stragglers(ranks: &[(u32, &[RankFunction])], rule: StragglerRule) -> Vec<KernelStraggler> {
     let tracing: Vec<u32> = complete_lists(ranks);
     let mut own: HashMap<(&str, &str, u32), BTreeMap<u32, f64>> = HashMap::new();
     for (rank, functions) in ranks.iter().filter(|(rank, _)| tracing.contains(rank)) {
         for f in functions.iter() {
-            if WAITING_FILES.iter().any(|w| f.file.contains(w)) {
+            if waits(f) {
                 continue;
             }
             let by_rank = own
@@ -237,11 +253,16 @@ mod tests {
             file: "/venv/torch/distributed/distributed_c10d.py".into(),
             ..function("all_reduce", 10, self_ms)
         };
-        // Rank 2 tokenizes 4x as long; the others wait for it in all_reduce.
-        let fast = vec![function("app.tokenize", 10, 100), waiting(300)];
-        let slow = vec![function("app.tokenize", 10, 400), waiting(1)];
-        let ranks: Vec<(u32, &[RankFunction])> =
-            vec![(0, &fast), (1, &fast), (2, &slow), (3, &fast)];
+        // VizTracer's C functions: the wait inside the collective's call.
+        let c_wait = |self_ms| RankFunction {
+            file: String::new(),
+            ..function("torch._C._distributed_c10d.Work.wait", 10, self_ms)
+        };
+        // Rank 1 tokenizes 4x as long; rank 0 waits for it in all_reduce,
+        // 300x as long as rank 1 does.
+        let fast = vec![function("app.tokenize", 10, 100), waiting(300), c_wait(300)];
+        let slow = vec![function("app.tokenize", 10, 400), waiting(1), c_wait(1)];
+        let ranks: Vec<(u32, &[RankFunction])> = vec![(0, &fast), (1, &slow)];
         let rule = StragglerRule {
             threshold_pct: 10.0,
             min_excess_s: 0.01,
@@ -256,7 +277,7 @@ mod tests {
                 straggler.kernel.as_str(),
                 straggler.category.as_str()
             ),
-            (2, "app.tokenize", PYTHON_FUNCTION)
+            (1, "app.tokenize", PYTHON_FUNCTION)
         );
         assert!((straggler.slowdown - 4.0).abs() < 1e-9);
         assert!((straggler.excess_s - 0.3).abs() < 1e-9);

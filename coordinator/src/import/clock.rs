@@ -16,14 +16,19 @@
 //! What is compared:
 //! - across ranks, the ends of GPU collective kernels
 //!   (`ncclDevKernel_AllReduce…`) where both traces have them;
-//! - else, across ranks, the ends of the `torch.distributed` calls of
-//!   VizTracer traces: a call that blocks until the collective completes
-//!   (gloo, `barrier`) ends together on every rank. A host's view of an
-//!   NCCL call returns before it completes, and so does torch.profiler's
-//!   host span of any collective: those are never compared across ranks;
-//! - within a rank, between its VizTracer and torch.profiler traces, the
-//!   starts of its collective calls on the host: the Python call, and
-//!   the dispatcher op (`c10d::allreduce_`) just inside it.
+//! - else, across ranks, the ends of the `barrier` calls of VizTracer
+//!   traces: a barrier blocks the host until every rank arrived, whatever
+//!   the backend. Another Python call may return at enqueue (NCCL), and
+//!   torch.profiler's host spans of collectives end when the host is done:
+//!   those are never compared across ranks;
+//! - within a rank, between its VizTracer and torch.profiler traces, each
+//!   Python collective call and the dispatcher op (`c10d::allreduce_`)
+//!   it makes: the offset is the one at which most calls hold an op.
+//!
+//! Collectives are matched by kind, not by process group: where ranks
+//! run collectives in several groups (tensor and pipeline parallel), the
+//! i-th call of a kind on two ranks may be two groups' calls, and the
+//! spread says so.
 
 use std::collections::BTreeMap;
 
@@ -42,21 +47,39 @@ const POINT_TO_POINT: [&str; 3] = ["send", "recv", "send_recv"];
 /// Times by collective kind, in call order, ns on a trace's clock.
 type ByKind = BTreeMap<String, Vec<i64>>;
 
+/// The most marks of a kind kept per trace (the earliest): a median needs
+/// far fewer, and the marks of every rank are held until all are read.
+const MAX_MARKS: usize = 4_096;
+
+/// Python calls considered when one rank's two traces are set side by
+/// side: each is weighed against every dispatcher op of its kind.
+const MAX_CONSENSUS_CALLS: usize = 256;
+
+/// The share of a rank's Python collective calls that must hold a
+/// dispatcher op of their kind once aligned, or the trace is not aligned.
+const CONSENSUS_SHARE: f64 = 0.8;
+
+/// The one collective that blocks the host until every rank arrived,
+/// whatever the backend (NCCL's `barrier` synchronises the device): a
+/// Python call of another kind may return at enqueue.
+const BLOCKING: &str = "barrier";
+
 /// The times of a trace's collective calls that can align its clock.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CollectiveMarks {
     /// The ends of GPU collective kernels.
     pub gpu_ends: ByKind,
-    /// The ends of the `torch.distributed` calls a VizTracer trace holds.
-    pub python_ends: ByKind,
-    /// The starts of collective calls on the host: torch.profiler's
-    /// dispatcher ops (`c10d::allreduce_`; else its collective spans), or
-    /// the `torch.distributed` calls a VizTracer trace holds.
+    /// The `torch.distributed` calls a VizTracer trace holds: (start, end)
+    /// by kind, in time order.
+    pub python_calls: BTreeMap<String, Vec<(i64, i64)>>,
+    /// The starts of torch.profiler's dispatcher ops of collectives
+    /// (`c10d::allreduce_`; else its collective spans).
     pub host_starts: ByKind,
 }
 
 impl CollectiveMarks {
-    /// The marks of `trace`'s collectives.
+    /// The marks of `trace`'s collectives, the earliest [`MAX_MARKS`] of
+    /// each kind.
     pub fn of(trace: &RankTrace) -> Self {
         let at = |ns: i64| trace.base_time_ns.unwrap_or(0).saturating_add(ns);
         let gpu = &trace.gpu;
@@ -84,27 +107,49 @@ impl CollectiveMarks {
             }));
         }
         let python = &trace.python_calls;
-        let c10d: Vec<(i64, i64, &str)> = (0..python.name.len())
-            .filter_map(|i| {
-                let (function, file, _) = site(&trace.names[python.name[i] as usize]);
-                let kind = function_kind(function).filter(|_| file.ends_with(C10D_FILE))?;
-                let start = python.start_ns[i];
-                Some((at(start), at(start.saturating_add(python.dur_ns[i])), kind))
-            })
-            .collect();
-        let to_owned = |(t, kind): (i64, &str)| (t, kind.to_string());
+        let mut python_calls: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+        for i in 0..python.name.len() {
+            let (function, file, _) = site(&trace.names[python.name[i] as usize]);
+            let Some(kind) = function_kind(function).filter(|_| is_c10d(file)) else {
+                continue;
+            };
+            let start = python.start_ns[i];
+            let end = start.saturating_add(python.dur_ns[i]);
+            python_calls
+                .entry(kind.to_string())
+                .or_default()
+                .push((at(start), at(end)));
+        }
+        for calls in python_calls.values_mut() {
+            calls.sort_unstable();
+            calls.truncate(MAX_MARKS);
+        }
         CollectiveMarks {
             gpu_ends: by_kind(kernels),
-            python_ends: by_kind(c10d.iter().map(|c| (c.1, c.2)).map(to_owned)),
-            host_starts: by_kind(
-                host.into_iter()
-                    .chain(c10d.iter().map(|c| (c.0, c.2)).map(to_owned)),
-            ),
+            python_calls,
+            host_starts: by_kind(host.into_iter()),
         }
+    }
+
+    /// The ends of the Python calls of `kind`.
+    fn python_ends(&self, kind: &str) -> ByKind {
+        let ends = self
+            .python_calls
+            .get(kind)
+            .map(|calls| calls.iter().map(|c| c.1).collect());
+        ends.map(|ends| ByKind::from([(kind.to_string(), ends)]))
+            .unwrap_or_default()
     }
 }
 
-/// `(time, kind)` pairs grouped by kind, each kind's in time order.
+/// Whether `file` is `torch.distributed`'s module of collectives.
+pub fn is_c10d(file: &str) -> bool {
+    let file = file.replace('\\', "/");
+    file.ends_with(C10D_FILE)
+}
+
+/// `(time, kind)` pairs grouped by kind, each kind's earliest
+/// [`MAX_MARKS`] in time order.
 fn by_kind(marks: impl Iterator<Item = (i64, String)>) -> ByKind {
     let mut grouped = ByKind::new();
     for (at, kind) in marks.filter(|(_, kind)| !POINT_TO_POINT.contains(&kind.as_str())) {
@@ -112,6 +157,7 @@ fn by_kind(marks: impl Iterator<Item = (i64, String)>) -> ByKind {
     }
     for times in grouped.values_mut() {
         times.sort_unstable();
+        times.truncate(MAX_MARKS);
     }
     grouped
 }
@@ -142,32 +188,109 @@ impl Offset {
 
 /// The offset of `other`'s clock to `reference`'s, two ranks' traces:
 /// from the ends of their GPU collective kernels where both have a kind in
-/// common, else of their `torch.distributed` calls; `None` where they
+/// common, else of their `barrier` calls (VizTracer's); `None` where they
 /// share neither.
 pub fn offset(reference: &CollectiveMarks, other: &CollectiveMarks) -> Option<Offset> {
-    offset_of(&reference.gpu_ends, &other.gpu_ends, true)
-        .or_else(|| offset_of(&reference.python_ends, &other.python_ends, false))
+    offset_of(&reference.gpu_ends, &other.gpu_ends, true).or_else(|| {
+        offset_of(
+            &reference.python_ends(BLOCKING),
+            &other.python_ends(BLOCKING),
+            false,
+        )
+    })
 }
 
-/// The offset of `other`'s clock (a VizTracer trace's) to `reference`'s
-/// (the same rank's torch.profiler trace): from the starts of their
-/// collective calls on the host. A Python call begins before the
-/// dispatcher op it makes, by a lag that varies with what the tracer does
-/// in between; the call with the least lag bounds the offset, so the
-/// largest difference is taken, of those near the median (a mismatched
-/// pair is not).
-pub fn same_rank_offset(reference: &CollectiveMarks, other: &CollectiveMarks) -> Option<Offset> {
-    let differences = differences(&reference.host_starts, &other.host_starts);
-    let median = median_offset(differences.clone(), false)?;
-    let near = median.spread_ns.saturating_mul(10).saturating_add(10_000);
-    let least_lag = differences
+/// The offset of `calls`' clock (a VizTracer trace's) to `ops`' (the same
+/// rank's torch.profiler trace): the offset at which the most Python
+/// collective calls hold a dispatcher op of their kind (a call may make
+/// none, as DDP's bucket all-reduces have no Python call of their own),
+/// at least [`CONSENSUS_SHARE`] of them: within a region of such offsets
+/// the least (each call begins before its op, and the call whose op came
+/// soonest bounds it), and of several regions the one whose calls reach
+/// their ops soonest. Its spread is the median lag from a call's start to
+/// its op.
+pub fn same_rank_offset(ops: &CollectiveMarks, calls: &CollectiveMarks) -> Option<Offset> {
+    // Per call, the offsets at which an op of its kind starts inside it:
+    // [start - op, end - op], merged; swept for the most calls at once.
+    let mut edges: Vec<(i64, i32)> = Vec::new();
+    let mut considered = 0usize;
+    for (kind, python) in &calls.python_calls {
+        let Some(op_starts) = ops.host_starts.get(kind) else {
+            continue;
+        };
+        for &(start, end) in python.iter().take(MAX_CONSENSUS_CALLS) {
+            considered += 1;
+            let mut spans: Vec<(i64, i64)> = op_starts
+                .iter()
+                .map(|op| (start.saturating_sub(*op), end.saturating_sub(*op)))
+                .collect();
+            spans.sort_unstable();
+            let mut merged: Vec<(i64, i64)> = Vec::new();
+            for (lo, hi) in spans {
+                match merged.last_mut() {
+                    Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                    _ => merged.push((lo, hi)),
+                }
+            }
+            for (lo, hi) in merged {
+                // Closed spans: an opening counts before a closing at one offset.
+                edges.push((lo, 1));
+                edges.push((hi, 2));
+            }
+        }
+    }
+    edges.sort_unstable();
+    // Where the most calls hold an op: each such region's least offset.
+    let (mut open, mut most, mut regions) = (0usize, 0usize, Vec::new());
+    for (at, edge) in edges {
+        if edge == 1 {
+            open += 1;
+            if open > most {
+                (most, regions) = (open, vec![at]);
+            } else if open == most {
+                regions.push(at);
+            }
+        } else {
+            open = open.saturating_sub(1);
+        }
+    }
+    if considered == 0 || (most as f64) < CONSENSUS_SHARE * considered as f64 {
+        return None;
+    }
+    // Of those (ops recurring each step may fit calls at more than one),
+    // the one whose calls reach their ops soonest.
+    regions
         .into_iter()
-        .filter(|d| d.abs_diff(median.ns) <= near)
-        .max()?;
-    Some(Offset {
-        ns: least_lag,
-        ..median
-    })
+        .map(|ns| {
+            let mut lags = lags_at(ops, calls, ns);
+            let lag = median(&mut lags).unwrap_or(0).unsigned_abs();
+            Offset {
+                ns,
+                spread_ns: lag,
+                matched: most,
+                gpu: false,
+            }
+        })
+        .min_by_key(|o| (o.spread_ns, std::cmp::Reverse(o.ns)))
+}
+
+/// With `calls` moved back by `ns`, each call's lag from its start to the
+/// first op of its kind inside it.
+fn lags_at(ops: &CollectiveMarks, calls: &CollectiveMarks, ns: i64) -> Vec<i64> {
+    let mut lags = Vec::new();
+    for (kind, python) in &calls.python_calls {
+        let Some(op_starts) = ops.host_starts.get(kind) else {
+            continue;
+        };
+        for &(start, end) in python.iter().take(MAX_CONSENSUS_CALLS) {
+            let (start, end) = (start.saturating_sub(ns), end.saturating_sub(ns));
+            let first = op_starts.partition_point(|&op| op < start);
+            if let Some(&op) = op_starts.get(first).filter(|&&op| op <= end) {
+                lags.push(op - start);
+            }
+        }
+    }
+    lags
 }
 
 /// The median difference of `other`'s times to `reference`'s, matched by
@@ -278,44 +401,76 @@ mod tests {
         assert!(offset.gpu);
     }
 
+    /// Python calls of `kind`, (start, end) each.
+    fn calls(kind: &str, spans: &[(i64, i64)]) -> BTreeMap<String, Vec<(i64, i64)>> {
+        BTreeMap::from([(kind.to_string(), spans.to_vec())])
+    }
+
     #[test]
-    fn python_calls_align_ranks_without_gpu_kernels_and_host_spans_never_do() {
+    fn barriers_align_ranks_without_gpu_kernels_and_other_calls_never_do() {
         let reference = CollectiveMarks {
             gpu_ends: times("all_reduce", &[100]),
-            python_ends: times("barrier", &[10, 20, 30]),
-            host_starts: times("barrier", &[1, 2, 3]),
+            python_calls: calls("barrier", &[(0, 10), (15, 20), (25, 30)]),
+            ..CollectiveMarks::default()
         };
         let other = CollectiveMarks {
-            python_ends: times("barrier", &[5, 16, 24]),
-            host_starts: times("barrier", &[1, 2, 3]),
+            python_calls: calls("barrier", &[(0, 5), (12, 16), (20, 24)]),
             ..CollectiveMarks::default()
         };
         let offset = offset(&reference, &other).unwrap();
         assert_eq!((offset.ns, offset.spread_ns, offset.gpu), (-5, 1, false));
-        let host_spans_only = CollectiveMarks {
+        // An NCCL all_reduce's Python call returns at enqueue; the host's
+        // dispatcher ops end when the host is done.
+        let not_blocking = CollectiveMarks {
+            python_calls: calls("all_reduce", &[(0, 5), (12, 16), (20, 24)]),
             host_starts: times("barrier", &[1, 2, 3]),
             ..CollectiveMarks::default()
         };
-        assert_eq!(super::offset(&reference, &host_spans_only), None);
-        let same_rank = same_rank_offset(&reference, &host_spans_only).unwrap();
-        assert_eq!((same_rank.ns, same_rank.matched), (0, 3));
+        assert_eq!(super::offset(&reference, &not_blocking), None);
     }
 
     #[test]
-    fn one_ranks_python_calls_are_aligned_by_the_least_lag_before_their_ops() {
-        // Four ops, steps apart; the Python calls begin 10, 40, 25 and 30
-        // ns before them on a clock 1,000 ns ahead; a fifth pair is
-        // mismatched by far.
-        let ops = CollectiveMarks {
-            host_starts: times("all_reduce", &[100, 2_300, 3_000, 6_600, 7_000]),
+    fn one_ranks_python_calls_are_placed_where_most_hold_their_ops() {
+        // Steps of 10,000 ns: DDP's bucket all-reduces at uneven times in
+        // each (no Python call of their own), then the user's Python
+        // all_reduce, beginning 10 to 40 ns before its op and lasting
+        // 200 ns, on a clock 50,000 ns ahead.
+        let lags = [10, 40, 25, 30, 15, 35, 20, 10, 30, 25];
+        let mut ops = Vec::new();
+        let mut python = Vec::new();
+        for (step, lag) in lags.iter().enumerate() {
+            let at = step as i64 * 10_000;
+            let jitter = (step as i64 * 37) % 300;
+            ops.extend([
+                at + 1_000 + jitter,
+                at + 1_900 - jitter,
+                at + 3_100 + 2 * jitter,
+            ]);
+            ops.push(at + 6_000);
+            let start = at + 6_000 - lag + 50_000;
+            python.push((start, start + 200));
+        }
+        let torch = CollectiveMarks {
+            host_starts: times("all_reduce", &ops),
             ..CollectiveMarks::default()
         };
-        let calls = CollectiveMarks {
-            host_starts: times("all_reduce", &[1_090, 3_260, 3_975, 7_570, 19_000]),
+        let viztracer = CollectiveMarks {
+            python_calls: calls("all_reduce", &python),
             ..CollectiveMarks::default()
         };
-        let offset = same_rank_offset(&ops, &calls).unwrap();
-        assert_eq!((offset.ns, offset.matched), (990, 5));
+        let offset = same_rank_offset(&torch, &viztracer).unwrap();
+        // The least lag (10 ns) bounds it: every call holds its op.
+        assert_eq!((offset.ns, offset.matched), (50_000 - 10, 10));
+        assert_eq!(
+            offset.spread_ns, 15,
+            "the median lag less the least (10 ns)"
+        );
+        // Calls that hold no op wherever they are placed: not aligned.
+        let strays = CollectiveMarks {
+            python_calls: calls("all_reduce", &[(0, 1), (5_000_000, 5_000_001)]),
+            ..CollectiveMarks::default()
+        };
+        assert_eq!(same_rank_offset(&torch, &strays), None);
     }
 
     #[test]

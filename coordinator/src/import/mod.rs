@@ -267,13 +267,14 @@ struct Aligned {
     shift: BTreeMap<String, i64>,
     /// The earliest start of any trace's rows, on the reference clock.
     earliest: i64,
+    /// Whether a rank's clock was aligned to another's from collectives.
+    across_ranks: bool,
 }
 
 impl Aligned {
-    /// Whether any clock was aligned from collectives (the reference's
-    /// own offset aside).
+    /// Whether a rank's clock was aligned to another's from collectives.
     fn any(&self) -> bool {
-        self.offsets.values().flatten().any(|o| o.matched > 0)
+        self.across_ranks
     }
 
     /// Where `trace` begins on the shared timeline: seconds after the
@@ -289,14 +290,13 @@ impl Aligned {
         trace.timeline.origin.saturating_sub(shift)
     }
 
-    /// Records `trace`'s `offset` to the `reference` trace; without one,
-    /// a torch.profiler trace beside a torch.profiler reference keeps its
-    /// clock (both are Unix time), any other is placed to begin with the
-    /// reference. Returns the shift taken.
+    /// Records `trace`'s `offset` to the `reference` trace; without one, a
+    /// trace keeps its clock where both are Unix time, and is otherwise
+    /// placed to begin with the reference. Returns the shift taken.
     fn place(&mut self, trace: &ReadTrace, offset: Option<Offset>, reference: &ReadTrace) -> i64 {
         let shift = match offset {
             Some(offset) => offset.ns,
-            None if !trace.viztracer() && !reference.viztracer() => 0,
+            None if trace.unix_clock() && reference.unix_clock() => 0,
             None => trace
                 .timeline
                 .origin
@@ -321,9 +321,10 @@ impl Aligned {
         report.session.notices.push(Notice {
             message: format!(
                 "not aligned from collectives (none matched rank {}'s trace, or its own \
-                 torch.profiler trace's): {}. On the timeline a torch.profiler trace keeps its \
-                 Unix clock, and a VizTracer trace begins with rank {0}'s trace, or is placed \
-                 by its rank's torch.profiler trace where their calls matched",
+                 torch.profiler trace's): {}. On the timeline a trace keeps its Unix clock \
+                 (torch.profiler's; VizTracer's where it gives its base), or is placed by its \
+                 rank's torch.profiler trace where their calls matched, or else begins with \
+                 rank {0}'s trace",
                 self.reference,
                 unaligned.join(", ")
             ),
@@ -344,30 +345,31 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
         offsets: BTreeMap::new(),
         shift: BTreeMap::new(),
         earliest: 0,
+        across_ranks: false,
     };
     for files in ranks.values() {
         let (primary, other) = files.primary_first();
         let offset = if std::ptr::eq(primary, reference) {
             Some(Offset::ZERO)
         } else {
-            clock::offset(&reference.marks, &primary.marks)
+            let offset = clock::offset(&reference.marks, &primary.marks);
+            aligned.across_ranks |= offset.is_some();
+            offset
         };
         let primary_shift = aligned.place(primary, offset, reference);
-        if let Some(other) = other {
-            match clock::same_rank_offset(&primary.marks, &other.marks) {
-                Some(same_rank) => {
-                    let on_primary = Offset {
-                        ns: same_rank.ns.saturating_add(primary_shift),
-                        ..same_rank
-                    };
-                    aligned
-                        .offsets
-                        .insert(other.source.clone(), offset.map(|_| on_primary));
-                    aligned.shift.insert(other.source.clone(), on_primary.ns);
-                }
-                None => {
-                    aligned.place(other, None, reference);
-                }
+        let Some(other) = other else { continue };
+        match clock::same_rank_offset(&primary.marks, &other.marks) {
+            Some(same_rank) => {
+                let on_primary = same_rank.ns.saturating_add(primary_shift);
+                let aligned_offset = offset.map(|_| Offset {
+                    ns: on_primary,
+                    ..same_rank
+                });
+                aligned.offsets.insert(other.source.clone(), aligned_offset);
+                aligned.shift.insert(other.source.clone(), on_primary);
+            }
+            None => {
+                aligned.place(other, None, reference);
             }
         }
     }
@@ -488,6 +490,8 @@ struct ReadTrace {
     world_size: Option<u32>,
     /// The host that wrote it, where it says.
     host: Option<String>,
+    /// Whether it said the Unix time its clock counts from.
+    base_known: bool,
     /// Its kernels, operators and collectives: `None` for a VizTracer
     /// trace, which has none.
     digest: Option<RankKernels>,
@@ -505,6 +509,12 @@ struct ReadTrace {
 impl ReadTrace {
     fn viztracer(&self) -> bool {
         self.digest.is_none()
+    }
+
+    /// Whether its times are Unix times: torch.profiler's always,
+    /// VizTracer's where its metadata gives its base (0.16 on).
+    fn unix_clock(&self) -> bool {
+        !self.viztracer() || self.base_known
     }
 
     /// The kind of trace, in words.
@@ -608,6 +618,7 @@ fn read_one(
         rank,
         world_size: trace.world_size,
         host: trace.host.clone(),
+        base_known: trace.base_time_ns.is_some(),
         digest: (!trace.viztracer).then(|| {
             RankKernels::digest(
                 (rank, 1),

@@ -27,7 +27,7 @@ const WINDOW: u32 = 1;
 pub struct Timeline {
     /// The earliest time of the rows kept, ns on the trace's clock.
     pub origin: i64,
-    /// From `origin` to the latest end of the rows kept, ns.
+    /// From `origin` to the latest end of any row (kept or not), ns.
     span_ns: u64,
     /// The rows, as the tables of an in-job rank's payload: compact
     /// (names dictionary-encoded) while the other traces are read.
@@ -65,27 +65,25 @@ impl Timeline {
             .min()
             .map_or(0, at);
         let since = |ns: i64| at(ns).saturating_sub(origin).unsigned_abs();
-        let span_ns = kernels
-            .iter()
-            .map(|&i| gpu.start_ns[i].saturating_add(gpu.dur_ns[i]))
-            .chain(
-                collectives
-                    .iter()
-                    .map(|&i| calls.start_ns[i].saturating_add(calls.dur_ns[i])),
-            )
-            .chain(
-                cpu_spans
-                    .iter()
-                    .map(|&i| spans.start_ns[i].saturating_add(spans.dur_ns[i])),
-            )
-            .chain(
-                python_calls
-                    .iter()
-                    .map(|&i| python.start_ns[i].saturating_add(python.dur_ns[i])),
-            )
-            .map(since)
-            .max()
-            .unwrap_or(0);
+        // Every row's end, kept or not: the trace's length.
+        let ends = |starts: &[i64], durs: &[i64]| -> Option<i64> {
+            starts
+                .iter()
+                .zip(durs)
+                .map(|(s, d)| s.saturating_add(*d))
+                .max()
+        };
+        let span_ns = [
+            ends(&gpu.start_ns, &gpu.dur_ns),
+            ends(&calls.start_ns, &calls.dur_ns),
+            ends(&spans.start_ns, &spans.dur_ns),
+            ends(&python.start_ns, &python.dur_ns),
+        ]
+        .into_iter()
+        .flatten()
+        .map(since)
+        .max()
+        .unwrap_or(0);
         let mut kernel_rows = KernelsBuilder::default();
         for &i in &kernels {
             kernel_rows.append(&KernelRow {
@@ -145,7 +143,7 @@ impl Timeline {
         })
     }
 
-    /// From the earliest row kept to the latest end, seconds.
+    /// From the earliest row to the latest end, seconds.
     pub fn span_s(&self) -> f64 {
         self.span_ns as f64 / 1e9
     }

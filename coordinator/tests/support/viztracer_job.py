@@ -1,6 +1,7 @@
 """A two-rank torch.distributed (gloo) job traced by VizTracer on every rank,
 for `rankscope import`: each step tokenizes (planted 4x slower on rank 1),
-then all-reduces. Run under torchrun: `viztracer_job.py OUT_DIR [--kineto]`.
+then all-reduces and meets at a barrier. Run under torchrun:
+`viztracer_job.py OUT_DIR [--kineto]`.
 Writes OUT_DIR/viztracer_rank<N>.json and, with --kineto, a torch.profiler
 trace of the same steps, OUT_DIR/kineto_rank<N>.pt.trace.json."""
 
@@ -23,6 +24,7 @@ def step(rank: int) -> None:
     tokenize(rank)
     tensor = torch.ones(16)
     dist.all_reduce(tensor)
+    dist.barrier()
 
 
 def main() -> None:
