@@ -70,6 +70,15 @@ pub enum ImportError {
     /// The output directory could not be made, or a report file written.
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// A trace's rows for the timeline could not be read back.
+    #[error("the timeline rows of {trace}")]
+    Timeline {
+        /// The trace.
+        trace: String,
+        /// Why.
+        #[source]
+        source: timeline::TimelineError,
+    },
 }
 
 /// A written report of imported traces.
@@ -159,7 +168,22 @@ pub fn import_with(
     let mut world_size = 0;
     progress.begin("reading traces", files.len() as u64);
     let limits = (options.limits, config.trace_max_stages);
-    let reads = read_all(&files, options, limits, config.max_world_size, progress);
+    // Each trace's rows for the timeline wait here, not in memory.
+    let spill = tempfile::Builder::new()
+        .prefix(".rankscope-import-")
+        .tempdir_in(out)
+        .map_err(|source| ImportError::Read {
+            path: out.to_path_buf(),
+            source,
+        })?;
+    let reads = read_all(
+        &files,
+        spill.path(),
+        options,
+        limits,
+        config.max_world_size,
+        progress,
+    );
     for (file, read) in files.iter().zip(reads) {
         let source = file.display().to_string();
         let read = match read {
@@ -405,7 +429,13 @@ fn write_timeline(
                 started_s: aligned.started_s(trace),
                 ..summaries[rank].clone()
             };
-            let events = trace.timeline.events(&summary, config.trace_max_stages);
+            let events = trace
+                .timeline
+                .events(&summary, config.trace_max_stages)
+                .map_err(|source| ImportError::Timeline {
+                    trace: trace.source.clone(),
+                    source,
+                })?;
             file.add(*rank, events)?;
         }
     }
@@ -530,9 +560,11 @@ impl ReadTrace {
 /// Reads and digests every file, one per core at a time; each result is a
 /// digest or why the file was refused. The digests share one copy of each
 /// name (many ranks name the same kernels), within the options' budget.
-/// `limits`: the read's, and the rows of each kind kept for the timeline.
+/// `limits`: the read's, and the rows of each kind kept for the timeline,
+/// written into `spill`.
 fn read_all(
     files: &[PathBuf],
+    spill: &Path,
     options: &ImportOptions,
     limits: (TraceLimits, u64),
     max_world_size: u32,
@@ -545,7 +577,7 @@ fn read_all(
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(file) = files.get(i) else { break };
-        let read = read_one(file, limits, max_world_size, &names);
+        let read = read_one(file, spill, limits, max_world_size, &names);
         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(read);
         progress.advance(1);
     };
@@ -572,6 +604,7 @@ fn read_all(
 /// that claims a world (or a rank) past `max_world_size`, is refused.
 fn read_one(
     file: &Path,
+    spill: &Path,
     (limits, timeline_rows): (TraceLimits, u64),
     max_world_size: u32,
     names: &SharedNames,
@@ -631,7 +664,7 @@ fn read_one(
         functions: calls.functions,
         python_cut: if trace.viztracer { trace.cut.rows } else { 0 },
         marks: CollectiveMarks::of(&trace),
-        timeline: Timeline::of(&trace, &calls.depth, max_rows)
+        timeline: Timeline::of(&trace, &calls.depth, max_rows, spill)
             .map_err(|e| format!("its rows for the timeline: {e}"))?,
         source,
     })

@@ -1,19 +1,24 @@
 //! What an imported trace puts on the merged timeline (`trace.json.gz`):
 //! its GPU activities with their launches, its collective calls, CPU
-//! operators and Python calls, the earliest `max` of each kind, held as
-//! the rows an in-job rank's payload would carry until the clocks are
-//! aligned, then written by the same code as an in-job report's.
+//! operators and Python calls, the earliest `max` of each kind, as the
+//! tables an in-job rank's payload would carry, encoded into a file of
+//! their own until the clocks are aligned (memory stays flat however many
+//! ranks), then written by the same code as an in-job report's.
 
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
 
 use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;
 use rankscope_common::kineto::RankTrace;
+use rankscope_common::payload::{self, Compression};
 use rankscope_common::table::{
     CollectiveRow, CollectivesBuilder, CpuSpanRow, CpuSpansBuilder, KernelRow, KernelsBuilder,
     PythonCallRow, PythonCallsBuilder, Table,
 };
 use rankscope_common::{Payload, PayloadHeader};
+use tempfile::NamedTempFile;
 
 use super::python::site;
 use crate::model::RankSummary;
@@ -29,9 +34,9 @@ pub struct Timeline {
     pub origin: i64,
     /// From `origin` to the latest end of any row (kept or not), ns.
     span_ns: u64,
-    /// The rows, as the tables of an in-job rank's payload: compact
-    /// (names dictionary-encoded) while the other traces are read.
-    tables: BTreeMap<Table, RecordBatch>,
+    /// The rows, as a payload's tables, encoded in a file of their own
+    /// (removed when this is dropped); `None` without rows.
+    rows: Option<NamedTempFile>,
     /// Rows past `max`, by kind.
     left_out: Vec<(Cut, u64)>,
 }
@@ -39,7 +44,12 @@ pub struct Timeline {
 impl Timeline {
     /// The earliest `max` rows of each kind of `trace`; `depth` is each
     /// Python call's, by row.
-    pub fn of(trace: &RankTrace, depth: &[u32], max: usize) -> Result<Self, ArrowError> {
+    pub fn of(
+        trace: &RankTrace,
+        depth: &[u32],
+        max: usize,
+        spill: &Path,
+    ) -> Result<Self, TimelineError> {
         let base = trace.base_time_ns.unwrap_or(0);
         let at = |ns: i64| base.saturating_add(ns);
         let name = |id: u32| trace.names[id as usize].clone();
@@ -128,17 +138,29 @@ impl Timeline {
                 end_ns: since(python.start_ns[i].saturating_add(python.dur_ns[i])),
             });
         }
-        let mut tables = BTreeMap::from([
+        let mut tables: BTreeMap<Table, RecordBatch> = BTreeMap::from([
             (Table::Kernels, kernel_rows.finish()?),
             (Table::Collectives, collective_rows.finish()?),
             (Table::CpuSpans, span_rows.finish()?),
             (Table::PythonCalls, call_rows.finish()?),
         ]);
         tables.retain(|_, batch| batch.num_rows() > 0);
+        let rows = if tables.is_empty() {
+            None
+        } else {
+            let payload = Payload {
+                header: PayloadHeader::new("import", "import", 0, 1),
+                tables,
+            };
+            let bytes = payload::encode(&payload, Compression::Lz4)?;
+            let mut file = NamedTempFile::new_in(spill)?;
+            file.write_all(&bytes)?;
+            Some(file)
+        };
         Ok(Timeline {
             origin,
             span_ns,
-            tables,
+            rows,
             left_out,
         })
     }
@@ -149,15 +171,32 @@ impl Timeline {
     }
 
     /// The trace's events, `rank` placing it on the shared timeline.
-    pub fn events(&self, rank: &RankSummary, max: u64) -> RankEvents {
-        let payload = Payload {
-            header: PayloadHeader::new("import", "import", rank.rank, rank.rank + 1),
-            tables: self.tables.clone(),
+    pub fn events(&self, rank: &RankSummary, max: u64) -> Result<RankEvents, TimelineError> {
+        let payload = match &self.rows {
+            Some(file) => payload::decode(&std::fs::read(file.path())?)?,
+            None => Payload {
+                header: PayloadHeader::new("import", "import", rank.rank, rank.rank + 1),
+                tables: BTreeMap::new(),
+            },
         };
         let mut events = rank_events(&payload, rank, max);
         events.left_out.extend(self.left_out.iter().copied());
-        events
+        Ok(events)
     }
+}
+
+/// Why a trace's timeline rows could not be kept or read back.
+#[derive(Debug, thiserror::Error)]
+pub enum TimelineError {
+    /// A table could not be built.
+    #[error(transparent)]
+    Batch(#[from] ArrowError),
+    /// The rows could not be encoded or decoded.
+    #[error(transparent)]
+    Payload(#[from] payload::PayloadError),
+    /// Their file could not be written or read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 /// The rows of the earliest `max` of `starts`, in time order; how many
