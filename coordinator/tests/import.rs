@@ -651,6 +651,16 @@ fn viztracer_traces_alone_are_aligned_by_their_blocking_collectives() {
     let (out_as_run, as_run) = import_all(&[as_run.path().to_path_buf()]);
     let (out_shifted, shifted) = import_all(&[shifted.path().to_path_buf()]);
     assert_eq!(shifted.report.session.launcher, "viztracer");
+    // Without torch.profiler traces, the torch.distributed calls are the
+    // collectives: rank 1 arrives last, slow in `tokenize`.
+    let verdict = shifted.report.verdict.as_ref().expect("a verdict");
+    assert_eq!(verdict.ranks, [1], "{}", verdict.sentence);
+    assert_eq!(
+        verdict.kernel.as_deref(),
+        Some("tokenize"),
+        "{}",
+        verdict.sentence
+    );
     assert_eq!(
         shifted.report.session.clock_sync,
         rankscope_common::payload::ClockSync::Collectives

@@ -149,6 +149,23 @@ fn add_cpu_op_rows(windows: &mut BTreeMap<u32, TraceOf>, o: &CpuOpsView<'_>) {
 }
 
 impl RankKernels {
+    /// The digest of a rank whose only rows are its collective calls as
+    /// its host saw them, in start order.
+    pub fn of_host_calls(rank: u32, mut collectives: Vec<CollectiveCall>) -> Self {
+        collectives.sort_by_key(|c| c.start_ns);
+        RankKernels {
+            rank,
+            input: None,
+            gpu_time: Vec::new(),
+            kernels: Totals::new(),
+            ops: Totals::new(),
+            by_stage: Totals::new(),
+            kernel_stage: HashMap::new(),
+            collectives,
+            spans: Vec::new(),
+        }
+    }
+
     /// Moves the digest's times `by_ns` earlier: onto another clock, whose
     /// time is this one's less `by_ns`.
     pub fn shift_clock(&mut self, by_ns: i64) {

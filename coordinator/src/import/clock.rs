@@ -31,10 +31,12 @@
 //! spread says so.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rankscope_common::kineto::{collective_kind, function_kind, KernelCategory, RankTrace};
 
 use super::python::site;
+use crate::analysis::kernels::CollectiveCall;
 
 /// The `torch.distributed` module whose functions are the collectives of
 /// a VizTracer trace.
@@ -129,6 +131,25 @@ impl CollectiveMarks {
             python_calls,
             host_starts: by_kind(host.into_iter()),
         }
+    }
+
+    /// The `torch.distributed` calls of a VizTracer trace as collective
+    /// calls on the host (window 1, no group).
+    pub fn host_calls(&self) -> Vec<CollectiveCall> {
+        let mut calls = Vec::new();
+        for (kind, spans) in &self.python_calls {
+            let kind: Arc<str> = Arc::from(kind.as_str());
+            calls.extend(spans.iter().map(|&(start, end)| CollectiveCall {
+                window: 1,
+                kind: Arc::clone(&kind),
+                group: None,
+                bytes: None,
+                start_ns: start,
+                dur_ns: end.saturating_sub(start),
+                steady: true,
+            }));
+        }
+        calls
     }
 
     /// The ends of the Python calls of `kind`.

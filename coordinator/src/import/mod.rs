@@ -399,12 +399,12 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
     }
     let traces = ranks.values().flat_map(RankFiles::traces);
     aligned.earliest = traces.map(|t| aligned.start(t)).min().unwrap_or(0);
+    // The digests' times go where the timeline puts the traces.
     for files in ranks.values_mut() {
         if let Some(kineto) = &mut files.kineto {
-            if let (Some(digest), Some(Some(offset))) =
-                (&mut kineto.digest, aligned.offsets.get(&kineto.source))
-            {
-                digest.shift_clock(offset.ns);
+            let shift = aligned.shift.get(&kineto.source).copied().unwrap_or(0);
+            if let Some(digest) = &mut kineto.digest {
+                digest.shift_clock(shift);
             }
         }
     }
@@ -518,12 +518,14 @@ struct ReadTrace {
     source: String,
     rank: u32,
     world_size: Option<u32>,
+    /// Whether it is VizTracer's (else torch.profiler's).
+    viztracer: bool,
     /// The host that wrote it, where it says.
     host: Option<String>,
     /// Whether it said the Unix time its clock counts from.
     base_known: bool,
     /// Its kernels, operators and collectives: `None` for a VizTracer
-    /// trace, which has none.
+    /// trace, which has none (and once taken for the report).
     digest: Option<RankKernels>,
     /// Its Python functions (a VizTracer trace's).
     functions: Vec<RankFunction>,
@@ -538,7 +540,16 @@ struct ReadTrace {
 
 impl ReadTrace {
     fn viztracer(&self) -> bool {
-        self.digest.is_none()
+        self.viztracer
+    }
+
+    /// A VizTracer trace's digest: its `torch.distributed` calls as the
+    /// host's collective calls, on the reference clock (`shift_ns` back),
+    /// for a rank with no torch.profiler trace.
+    fn host_calls_digest(&self, shift_ns: i64) -> RankKernels {
+        let mut digest = RankKernels::of_host_calls(self.rank, self.marks.host_calls());
+        digest.shift_clock(shift_ns);
+        digest
     }
 
     /// Whether its times are Unix times: torch.profiler's always,
@@ -650,6 +661,7 @@ fn read_one(
     Ok(ReadTrace {
         rank,
         world_size: trace.world_size,
+        viztracer: trace.viztracer,
         host: trace.host.clone(),
         base_known: trace.base_time_ns.is_some(),
         digest: (!trace.viztracer).then(|| {
@@ -692,9 +704,20 @@ fn report(
         skipped,
         aligned,
     } = inputs;
+    // A rank's torch.profiler digest; without one, its VizTracer trace's
+    // collective calls.
     let mut digests: BTreeMap<u32, RankKernels> = ranks
         .iter_mut()
-        .filter_map(|(&rank, files)| Some((rank, files.kineto.as_mut()?.digest.take()?)))
+        .filter_map(
+            |(&rank, files)| match (&mut files.kineto, &files.viztracer) {
+                (Some(kineto), _) => Some((rank, kineto.digest.take()?)),
+                (None, Some(viztracer)) if !viztracer.marks.python_calls.is_empty() => {
+                    let shift = aligned.shift.get(&viztracer.source).copied().unwrap_or(0);
+                    Some((rank, viztracer.host_calls_digest(shift)))
+                }
+                (None, _) => None,
+            },
+        )
         .collect();
     if let Some(layout) = &options.layout {
         place(&mut digests, layout, world_size)?;
