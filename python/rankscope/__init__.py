@@ -309,13 +309,14 @@ class _SessionCloser:
 
     def close(self) -> None:
         try:
-            # First, and whatever follows does: tracing never outlives
-            # the session.
-            self._profiler._end_window_tracing()
-            # A ``--torch`` window still open is read as it stands.
-            self._profiler._end_window_capture()
-            if self._windows is not None:
-                self._windows.close()
+            try:
+                # First: tracing never outlives the session.
+                self._profiler._end_window_tracing()
+            finally:
+                # A ``--torch`` window still open is read as it stands.
+                self._profiler._end_window_capture()
+                if self._windows is not None:
+                    self._windows.close()
         finally:
             try:
                 if self._collectives is not None:

@@ -584,10 +584,12 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
                     builder.trace.host = text(map.next_value::<Value>()?);
                 }
                 TopField::VizTracer => {
-                    // Its base: the Unix time its clock counts from.
-                    let metadata: VizTracerMetadata = map.next_value()?;
+                    // Its base (the Unix time its clock counts from), where
+                    // it is an object that says one; a top-level base wins.
+                    let metadata: Value = map.next_value()?;
                     builder.trace.viztracer = true;
-                    if let Some(base) = metadata.base_time_ns {
+                    let base = metadata.get("baseTimeNanoseconds").cloned();
+                    if let Some(base) = base.filter(|_| builder.trace.base_time_ns.is_none()) {
                         builder.set_base_time(base);
                     }
                 }
@@ -599,14 +601,6 @@ impl<'de> Visitor<'de> for TraceVisitor<'_, '_> {
         }
         Ok(found)
     }
-}
-
-/// `viztracer_metadata`: of it, the Unix time in nanoseconds its clock
-/// counts from (VizTracer 0.16 on).
-#[derive(serde::Deserialize)]
-struct VizTracerMetadata {
-    #[serde(rename = "baseTimeNanoseconds")]
-    base_time_ns: Option<Value>,
 }
 
 /// `distributedInfo`: the rank, the world, the backend and the process

@@ -53,9 +53,16 @@ type ByKind = BTreeMap<String, Vec<i64>>;
 /// far fewer, and the marks of every rank are held until all are read.
 const MAX_MARKS: usize = 4_096;
 
-/// Python calls considered when one rank's two traces are set side by
-/// side: each is weighed against every dispatcher op of its kind.
-const MAX_CONSENSUS_CALLS: usize = 256;
+/// Python calls of a kind considered when one rank's two traces are set
+/// side by side (the earliest), each weighed against the earliest
+/// [`MAX_CONSENSUS_OPS`] dispatcher ops of its kind.
+const MAX_CONSENSUS_CALLS: usize = 64;
+
+/// Dispatcher ops of a kind the calls are weighed against.
+const MAX_CONSENSUS_OPS: usize = 1_024;
+
+/// Fewest calls that must hold their op, where that many were considered.
+const CONSENSUS_FLOOR: usize = 3;
 
 /// The share of a rank's Python collective calls that must hold a
 /// dispatcher op of their kind once aligned, or the trace is not aligned.
@@ -123,8 +130,8 @@ impl CollectiveMarks {
                 .push((at(start), at(end)));
         }
         for calls in python_calls.values_mut() {
+            // All of them: a VizTracer-only rank's collectives are these.
             calls.sort_unstable();
-            calls.truncate(MAX_MARKS);
         }
         CollectiveMarks {
             gpu_ends: by_kind(kernels),
@@ -225,7 +232,9 @@ pub fn offset(reference: &CollectiveMarks, other: &CollectiveMarks) -> Option<Of
 /// rank's torch.profiler trace): the offset at which the most Python
 /// collective calls hold a dispatcher op of their kind (a call may make
 /// none, as DDP's bucket all-reduces have no Python call of their own),
-/// at least [`CONSENSUS_SHARE`] of them: within a region of such offsets
+/// at least [`CONSENSUS_SHARE`] of those that overlap the ops' span there
+/// (a torch.profiler window may cover fewer steps than VizTracer) and at
+/// least [`CONSENSUS_FLOOR`]: within a region of such offsets
 /// the least (each call begins before its op, and the call whose op came
 /// soonest bounds it), and of several regions the one whose calls reach
 /// their ops soonest. Its spread is the median lag from a call's start to
@@ -236,7 +245,7 @@ pub fn same_rank_offset(ops: &CollectiveMarks, calls: &CollectiveMarks) -> Optio
     let mut edges: Vec<(i64, i32)> = Vec::new();
     let mut considered = 0usize;
     for (kind, python) in &calls.python_calls {
-        let Some(op_starts) = ops.host_starts.get(kind) else {
+        let Some(op_starts) = consensus_ops(ops, kind) else {
             continue;
         };
         for &(start, end) in python.iter().take(MAX_CONSENSUS_CALLS) {
@@ -275,43 +284,56 @@ pub fn same_rank_offset(ops: &CollectiveMarks, calls: &CollectiveMarks) -> Optio
             open = open.saturating_sub(1);
         }
     }
-    if considered == 0 || (most as f64) < CONSENSUS_SHARE * considered as f64 {
-        return None;
-    }
+    let floor = CONSENSUS_FLOOR.min(considered).max(1);
     // Of those (ops recurring each step may fit calls at more than one),
     // the one whose calls reach their ops soonest.
     regions
         .into_iter()
-        .map(|ns| {
-            let mut lags = lags_at(ops, calls, ns);
-            let lag = median(&mut lags).unwrap_or(0).unsigned_abs();
-            Offset {
+        .filter_map(|ns| {
+            let (mut lags, overlapping) = fit_at(ops, calls, ns);
+            let held = lags.len();
+            let enough = held >= floor && held as f64 >= CONSENSUS_SHARE * overlapping as f64;
+            enough.then(|| Offset {
                 ns,
-                spread_ns: lag,
-                matched: most,
+                spread_ns: median(&mut lags).unwrap_or(0).unsigned_abs(),
+                matched: held,
                 gpu: false,
-            }
+            })
         })
         .min_by_key(|o| (o.spread_ns, std::cmp::Reverse(o.ns)))
 }
 
-/// With `calls` moved back by `ns`, each call's lag from its start to the
-/// first op of its kind inside it.
-fn lags_at(ops: &CollectiveMarks, calls: &CollectiveMarks, ns: i64) -> Vec<i64> {
-    let mut lags = Vec::new();
+/// The dispatcher ops of `kind` the consensus weighs (the earliest).
+fn consensus_ops<'a>(ops: &'a CollectiveMarks, kind: &str) -> Option<&'a [i64]> {
+    let starts = ops.host_starts.get(kind)?;
+    Some(&starts[..starts.len().min(MAX_CONSENSUS_OPS)])
+}
+
+/// With `calls` moved back by `ns`: the lag from each call's start to the
+/// first op of its kind inside it (where one is), and how many calls
+/// overlap their kind's ops' span at all.
+fn fit_at(ops: &CollectiveMarks, calls: &CollectiveMarks, ns: i64) -> (Vec<i64>, usize) {
+    let (mut lags, mut overlapping) = (Vec::new(), 0);
     for (kind, python) in &calls.python_calls {
-        let Some(op_starts) = ops.host_starts.get(kind) else {
+        let Some(op_starts) = consensus_ops(ops, kind) else {
+            continue;
+        };
+        let (Some(&first_op), Some(&last_op)) = (op_starts.first(), op_starts.last()) else {
             continue;
         };
         for &(start, end) in python.iter().take(MAX_CONSENSUS_CALLS) {
             let (start, end) = (start.saturating_sub(ns), end.saturating_sub(ns));
+            if end < first_op || start > last_op {
+                continue;
+            }
+            overlapping += 1;
             let first = op_starts.partition_point(|&op| op < start);
             if let Some(&op) = op_starts.get(first).filter(|&&op| op <= end) {
-                lags.push(op - start);
+                lags.push(op.saturating_sub(start));
             }
         }
     }
-    lags
+    (lags, overlapping)
 }
 
 /// The median difference of `other`'s times to `reference`'s, matched by
@@ -459,8 +481,13 @@ mod tests {
         let lags = [10, 40, 25, 30, 15, 35, 20, 10, 30, 25];
         let mut ops = Vec::new();
         let mut python = Vec::new();
+        // Steps are never quite equal: each begins up to 5,000 ns late,
+        // far more than a call lasts (a step's time varies by more than an
+        // enqueue takes), so only the true offset fits every call.
+        let late = [0, 3_100, 700, 4_400, 1_900, 2_600, 400, 3_800, 1_200, 4_900];
+        let step_at = |step: i64| step * 20_000 + late[step as usize];
         for (step, lag) in lags.iter().enumerate() {
-            let at = step as i64 * 10_000;
+            let at = step_at(step as i64);
             let jitter = (step as i64 * 37) % 300;
             ops.extend([
                 at + 1_000 + jitter,
@@ -486,6 +513,15 @@ mod tests {
             offset.spread_ns, 15,
             "the median lag less the least (10 ns)"
         );
+        // A torch.profiler window of 3 of the 10 steps: the calls outside
+        // it cannot hold an op, and do not count against it.
+        let window_ops: Vec<i64> = (3..6).map(|step| step_at(step) + 6_000).collect();
+        let window = CollectiveMarks {
+            host_starts: times("all_reduce", &window_ops),
+            ..CollectiveMarks::default()
+        };
+        let offset = same_rank_offset(&window, &viztracer).unwrap();
+        assert_eq!((offset.ns, offset.matched), (50_000 - 15, 3));
         // Calls that hold no op wherever they are placed: not aligned.
         let strays = CollectiveMarks {
             python_calls: calls("all_reduce", &[(0, 1), (5_000_000, 5_000_001)]),

@@ -392,6 +392,12 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
                 aligned.offsets.insert(other.source.clone(), aligned_offset);
                 aligned.shift.insert(other.source.clone(), on_primary);
             }
+            // One host's two Unix clocks: the rank's VizTracer trace moves
+            // with its torch.profiler trace.
+            None if other.unix_clock() && primary.unix_clock() => {
+                aligned.offsets.insert(other.source.clone(), None);
+                aligned.shift.insert(other.source.clone(), primary_shift);
+            }
             None => {
                 aligned.place(other, None, reference);
             }
@@ -704,14 +710,19 @@ fn report(
         skipped,
         aligned,
     } = inputs;
-    // A rank's torch.profiler digest; without one, its VizTracer trace's
-    // collective calls.
+    // A rank's torch.profiler digest; where no rank has one, its VizTracer
+    // trace's collective calls (the k-th call of one rank is compared with
+    // the k-th of another: a torch.profiler trace's also holds calls
+    // Python made none of, DDP's).
+    let any_kineto = ranks.values().any(|f| f.kineto.is_some());
     let mut digests: BTreeMap<u32, RankKernels> = ranks
         .iter_mut()
         .filter_map(
             |(&rank, files)| match (&mut files.kineto, &files.viztracer) {
                 (Some(kineto), _) => Some((rank, kineto.digest.take()?)),
-                (None, Some(viztracer)) if !viztracer.marks.python_calls.is_empty() => {
+                (None, Some(viztracer))
+                    if !any_kineto && !viztracer.marks.python_calls.is_empty() =>
+                {
                     let shift = aligned.shift.get(&viztracer.source).copied().unwrap_or(0);
                     Some((rank, viztracer.host_calls_digest(shift)))
                 }

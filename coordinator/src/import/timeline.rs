@@ -18,7 +18,7 @@ use rankscope_common::table::{
     PythonCallRow, PythonCallsBuilder, Table,
 };
 use rankscope_common::{Payload, PayloadHeader};
-use tempfile::NamedTempFile;
+use tempfile::{NamedTempFile, TempPath};
 
 use super::python::site;
 use crate::model::RankSummary;
@@ -26,6 +26,12 @@ use crate::report::trace::{rank_events, Cut, RankEvents};
 
 /// An imported trace's window: one per trace.
 const WINDOW: u32 = 1;
+
+/// The bounds of a trace's spilled rows: none past memory's.
+const SPILL_LIMITS: payload::Limits = payload::Limits {
+    table_bytes: u64::MAX,
+    payload_bytes: u64::MAX,
+};
 
 /// One trace's rows for the timeline, times in ns after `origin`.
 #[derive(Debug, Default)]
@@ -35,8 +41,9 @@ pub struct Timeline {
     /// From `origin` to the latest end of any row (kept or not), ns.
     span_ns: u64,
     /// The rows, as a payload's tables, encoded in a file of their own
-    /// (removed when this is dropped); `None` without rows.
-    rows: Option<NamedTempFile>,
+    /// (removed when this is dropped, and not held open meanwhile);
+    /// `None` without rows.
+    rows: Option<TempPath>,
     /// Rows past `max`, by kind.
     left_out: Vec<(Cut, u64)>,
 }
@@ -152,10 +159,12 @@ impl Timeline {
                 header: PayloadHeader::new("import", "import", 0, 1),
                 tables,
             };
-            let bytes = payload::encode(&payload, Compression::Lz4)?;
+            // A local file of this process's own: not bound as a payload
+            // on the wire is.
+            let bytes = payload::encode_within(&payload, Compression::Lz4, &SPILL_LIMITS)?;
             let mut file = NamedTempFile::new_in(spill)?;
             file.write_all(&bytes)?;
-            Some(file)
+            Some(file.into_temp_path())
         };
         Ok(Timeline {
             origin,
@@ -173,7 +182,7 @@ impl Timeline {
     /// The trace's events, `rank` placing it on the shared timeline.
     pub fn events(&self, rank: &RankSummary, max: u64) -> Result<RankEvents, TimelineError> {
         let payload = match &self.rows {
-            Some(file) => payload::decode(&std::fs::read(file.path())?)?,
+            Some(path) => payload::decode_within(&std::fs::read(path)?, &SPILL_LIMITS)?,
             None => Payload {
                 header: PayloadHeader::new("import", "import", rank.rank, rank.rank + 1),
                 tables: BTreeMap::new(),
