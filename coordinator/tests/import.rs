@@ -12,8 +12,8 @@ use rankscope_coordinator::model::Report;
 use serde_json::Value;
 
 mod support;
-use support::python;
 use support::trace::{check_trace, read_trace};
+use support::{python, run_ok};
 
 fn fixtures(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -42,16 +42,7 @@ fn import_dir(dir: &Path) -> (tempfile::TempDir, Report) {
 /// HTA's figures for the traces in `dir` (scripts/hta_figures.py).
 fn hta(dir: &Path) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/hta_figures.py");
-    let run = Command::new(python())
-        .arg(script)
-        .arg(dir)
-        .output()
-        .expect("running HTA");
-    assert!(
-        run.status.success(),
-        "HTA failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let run = run_ok(Command::new(python()).arg(script).arg(dir), "HTA");
     serde_json::from_slice(&run.stdout).unwrap()
 }
 
@@ -477,23 +468,20 @@ fn viztracer_job() -> &'static Path {
     JOB.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/viztracer_job.py");
-        let run = Command::new(python())
-            .args([
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc_per_node",
-                "2",
-            ])
-            .arg(script)
-            .arg(dir.path())
-            .arg("--kineto")
-            .output()
-            .expect("running torchrun");
-        assert!(
-            run.status.success(),
-            "the VizTracer job failed: {}",
-            String::from_utf8_lossy(&run.stderr)
+        let torchrun = [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+        ];
+        run_ok(
+            Command::new(python())
+                .args(torchrun)
+                .arg(script)
+                .arg(dir.path())
+                .arg("--kineto"),
+            "the VizTracer job",
         );
         dir
     })

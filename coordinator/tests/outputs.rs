@@ -13,9 +13,9 @@ use rankscope_coordinator::model::{Bottleneck, BottleneckKind, Notice, Report};
 use rankscope_coordinator::report;
 
 mod support;
-use support::python;
 use support::synthetic::{rank_payload, write_job, BENCH, HOUR};
 use support::trace::{check_trace, read_trace};
+use support::{python, run_ok};
 
 const RANKS: u32 = 6;
 /// Stages each synthetic rank records.
@@ -112,16 +112,12 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*.arrow")):
     counts[path.stem] = per_rank
 print(json.dumps(counts))
 "#;
-    let out = Command::new(python())
-        .arg("-c")
-        .arg(script)
-        .arg(dir.path().join("raw"))
-        .output()
-        .expect("running python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(python())
+            .arg("-c")
+            .arg(script)
+            .arg(dir.path().join("raw")),
+        "python reading raw/",
     );
     let found: BTreeMap<String, BTreeMap<String, u64>> =
         serde_json::from_slice(&out.stdout).unwrap();

@@ -326,9 +326,15 @@ impl Aligned {
                 .origin
                 .saturating_sub(reference.timeline.origin),
         };
+        self.record(trace, offset, shift);
+        shift
+    }
+
+    /// Records `trace`'s offset (where one was measured) and the shift it
+    /// takes onto the reference clock.
+    fn record(&mut self, trace: &ReadTrace, offset: Option<Offset>, shift: i64) {
         self.offsets.insert(trace.source.clone(), offset);
         self.shift.insert(trace.source.clone(), shift);
-        shift
     }
 
     /// Says in `report` which traces could not be aligned.
@@ -389,14 +395,12 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
                     ns: on_primary,
                     ..same_rank
                 });
-                aligned.offsets.insert(other.source.clone(), aligned_offset);
-                aligned.shift.insert(other.source.clone(), on_primary);
+                aligned.record(other, aligned_offset, on_primary);
             }
             // One host's two Unix clocks: the rank's VizTracer trace moves
             // with its torch.profiler trace.
             None if other.unix_clock() && primary.unix_clock() => {
-                aligned.offsets.insert(other.source.clone(), None);
-                aligned.shift.insert(other.source.clone(), primary_shift);
+                aligned.record(other, None, primary_shift);
             }
             None => {
                 aligned.place(other, None, reference);

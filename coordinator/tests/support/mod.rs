@@ -23,3 +23,18 @@ pub fn python() -> PathBuf {
     );
     venv
 }
+
+/// Runs `command` (named `what` in a failure) and returns its output;
+/// fails the test, with its standard error, unless it succeeded.
+#[allow(dead_code)] // each test file uses its own share
+pub fn run_ok(command: &mut std::process::Command, what: &str) -> std::process::Output {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("running {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
