@@ -25,7 +25,7 @@
 //! then caches its site (at most as many as the registry holds).
 
 use std::cell::RefCell;
-use std::ffi::c_int;
+use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -368,99 +368,193 @@ static DISABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// were seen (restarted at the next tracing's start).
 static DISABLED: AtomicBool = AtomicBool::new(false);
 
-/// A `sys.monitoring` event (3.12+) of the function of `code`: `entered`
-/// (a start, resumption or throw) or left (a return, yield or unwind).
-/// `DISABLE` for a function not traced where the event allows it (`local`).
-fn monitored(py: Python<'_>, code: &Bound<'_, PyAny>, entered: bool, local: bool) -> Py<PyAny> {
-    if GENERATION.load(Ordering::Relaxed) != 0 {
-        let key = code.as_ptr() as usize;
-        // SAFETY: the interpreter's lock is held (`py`); the current frame
-        // is the event's, `code` its code object.
-        let describe = || unsafe { describe_code(ffi::PyEval_GetFrame(), code.as_ptr(), key) };
-        let traced = unsafe { record(key, describe, entered) };
-        if traced || !local {
-            return py.None();
-        }
+/// One `sys.monitoring` callback: the events it is registered for, its
+/// name, and its function, which CPython calls as a builtin of the fast
+/// calling convention (`METH_FASTCALL`): the event's arguments as an array,
+/// with no parsing between the interpreter and the recorder (PyO3's
+/// argument handling cost more than the recording). Each returns a new
+/// reference (`None`, or `DISABLE`) and never raises.
+struct Monitor {
+    events: &'static [&'static str],
+    name: &'static CStr,
+    callback: ffi::PyCFunctionFast,
+}
+
+/// The callbacks of Python functions' events.
+const PYTHON_MONITORS: [Monitor; 3] = [
+    Monitor {
+        events: &["PY_START", "PY_RESUME", "PY_THROW"],
+        name: c"_monitor_enter",
+        callback: monitor_enter,
+    },
+    Monitor {
+        events: &["PY_RETURN", "PY_YIELD"],
+        name: c"_monitor_return",
+        callback: monitor_return,
+    },
+    Monitor {
+        events: &["PY_UNWIND"],
+        name: c"_monitor_unwind",
+        callback: monitor_unwind,
+    },
+];
+
+/// The callbacks of C functions' events (with `python_tracing_c_functions`).
+const C_MONITORS: [Monitor; 2] = [
+    Monitor {
+        events: &["CALL"],
+        name: c"_monitor_call",
+        callback: monitor_call,
+    },
+    Monitor {
+        events: &["C_RETURN", "C_RAISE"],
+        name: c"_monitor_c_return",
+        callback: monitor_c_return,
+    },
+];
+
+/// `PY_START` and `PY_RESUME` (code, offset), and `PY_THROW` (code,
+/// offset, exception), which cannot be disabled.
+unsafe extern "C" fn monitor_enter(
+    _module: *mut ffi::PyObject,
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+) -> *mut ffi::PyObject {
+    monitored(args, nargs, true, nargs == 2)
+}
+
+/// `PY_RETURN` and `PY_YIELD` (code, offset, value).
+unsafe extern "C" fn monitor_return(
+    _module: *mut ffi::PyObject,
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+) -> *mut ffi::PyObject {
+    monitored(args, nargs, false, true)
+}
+
+/// `PY_UNWIND` (code, offset, exception), which cannot be disabled.
+unsafe extern "C" fn monitor_unwind(
+    _module: *mut ffi::PyObject,
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+) -> *mut ffi::PyObject {
+    monitored(args, nargs, false, false)
+}
+
+/// `CALL` (code, offset, callable, arg0): a call, recorded where the
+/// callable is a C function (a Python function's start is its own event).
+/// Never disabled: the same place may call a C function next time.
+unsafe extern "C" fn monitor_call(
+    _module: *mut ffi::PyObject,
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+) -> *mut ffi::PyObject {
+    monitored_c_call(args, nargs, true)
+}
+
+/// `C_RETURN` and `C_RAISE` (code, offset, callable, arg0): the call of a
+/// C function ended.
+unsafe extern "C" fn monitor_c_return(
+    _module: *mut ffi::PyObject,
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+) -> *mut ffi::PyObject {
+    monitored_c_call(args, nargs, false)
+}
+
+/// A `sys.monitoring` event of a Python function, its code object first
+/// in `args`: `entered` (a start, resumption or throw) or left (a return,
+/// yield or unwind). Returns `DISABLE` for a function not traced where the
+/// event allows it (`local`), else `None`.
+///
+/// # Safety
+/// Called by the interpreter, its lock held, with `nargs` live arguments.
+unsafe fn monitored(
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    entered: bool,
+    local: bool,
+) -> *mut ffi::PyObject {
+    if nargs < 1 || GENERATION.load(Ordering::Relaxed) == 0 {
+        return none();
     }
+    let code = *args;
+    let key = code as usize;
+    // SAFETY: the current frame is the event's, `code` its code object.
+    let describe = || unsafe { describe_code(ffi::PyEval_GetFrame(), code, key) };
+    // A panic (a bug) ends this event's recording, not the program.
+    let traced = std::panic::catch_unwind(|| record(key, describe, entered)).unwrap_or(false);
+    let py = Python::assume_attached();
     match DISABLE.get(py) {
-        Some(disable) if local => {
+        Some(disable) if local && !traced => {
             DISABLED.store(true, Ordering::Relaxed);
-            disable.clone_ref(py)
+            disable.clone_ref(py).into_ptr()
         }
-        _ => py.None(),
+        _ => none(),
     }
 }
 
-/// `PY_START` and `PY_RESUME`, and `PY_THROW` (with its `exception`,
-/// which cannot be disabled).
-#[pyfunction]
-#[pyo3(signature = (code, _offset, exception=None))]
-fn _monitor_enter(
-    py: Python<'_>,
-    code: &Bound<'_, PyAny>,
-    _offset: &Bound<'_, PyAny>,
-    exception: Option<&Bound<'_, PyAny>>,
-) -> Py<PyAny> {
-    monitored(py, code, true, exception.is_none())
-}
-
-/// `PY_RETURN` and `PY_YIELD`.
-#[pyfunction]
-fn _monitor_return(
-    py: Python<'_>,
-    code: &Bound<'_, PyAny>,
-    _offset: &Bound<'_, PyAny>,
-    _value: &Bound<'_, PyAny>,
-) -> Py<PyAny> {
-    monitored(py, code, false, true)
-}
-
-/// `PY_UNWIND` (cannot be disabled).
-#[pyfunction]
-fn _monitor_unwind(
-    py: Python<'_>,
-    code: &Bound<'_, PyAny>,
-    _offset: &Bound<'_, PyAny>,
-    _exception: &Bound<'_, PyAny>,
-) -> Py<PyAny> {
-    monitored(py, code, false, false)
-}
-
-/// `CALL` (with C functions): a call of `callable`, recorded where it is a
-/// C function (a Python function's start is its own event). Never
-/// disabled: the same place may call a C function next time.
-#[pyfunction]
-fn _monitor_call(
-    py: Python<'_>,
-    _code: &Bound<'_, PyAny>,
-    _offset: &Bound<'_, PyAny>,
-    callable: &Bound<'_, PyAny>,
-    _arg0: &Bound<'_, PyAny>,
-) -> Py<PyAny> {
-    record_monitored_c_call(callable, true);
-    py.None()
-}
-
-/// `C_RETURN` and `C_RAISE`: the call of `callable` ended.
-#[pyfunction]
-fn _monitor_c_return(
-    py: Python<'_>,
-    _code: &Bound<'_, PyAny>,
-    _offset: &Bound<'_, PyAny>,
-    callable: &Bound<'_, PyAny>,
-    _arg0: &Bound<'_, PyAny>,
-) -> Py<PyAny> {
-    record_monitored_c_call(callable, false);
-    py.None()
-}
-
-/// A C function's call (or its end) that `sys.monitoring` reported.
-fn record_monitored_c_call(callable: &Bound<'_, PyAny>, entered: bool) {
-    if GENERATION.load(Ordering::Relaxed) != 0 {
-        // SAFETY: the interpreter's lock is held (`callable` is bound to
-        // it); `callable` is live.
-        unsafe { record_c_call(callable.as_ptr(), entered) };
+/// A `sys.monitoring` event of a C function's call (or its end), the
+/// callable third in `args`. Returns `None`.
+///
+/// # Safety
+/// Called by the interpreter, its lock held, with `nargs` live arguments.
+unsafe fn monitored_c_call(
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    entered: bool,
+) -> *mut ffi::PyObject {
+    if nargs >= 3 && GENERATION.load(Ordering::Relaxed) != 0 {
+        let callable = *args.add(2);
+        let _ = std::panic::catch_unwind(|| record_c_call(callable, entered));
     }
+    none()
+}
+
+/// A new reference to `None`.
+fn none() -> *mut ffi::PyObject {
+    // SAFETY: `None` is immortal; the reference is the caller's.
+    unsafe {
+        let none = ffi::Py_None();
+        ffi::Py_IncRef(none);
+        none
+    }
+}
+
+/// The function objects of `monitors`, made once: their method
+/// definitions must outlive them, so they are leaked (five, once a
+/// process).
+fn callbacks<'py>(
+    py: Python<'py>,
+    monitors: &'static [Monitor],
+    made: &'static PyOnceLock<Vec<Py<PyAny>>>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let made = made.get_or_try_init(py, || {
+        monitors
+            .iter()
+            .map(|monitor| {
+                let definition = Box::leak(Box::new(ffi::PyMethodDef {
+                    ml_name: monitor.name.as_ptr(),
+                    ml_meth: ffi::PyMethodDefPointer {
+                        PyCFunctionFast: monitor.callback,
+                    },
+                    ml_flags: ffi::METH_FASTCALL,
+                    ml_doc: std::ptr::null(),
+                }));
+                // SAFETY: the lock is held (`py`); `definition` lives for
+                // the rest of the process.
+                unsafe {
+                    let function = ffi::PyCFunction_NewEx(
+                        definition,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                    );
+                    Bound::from_owned_ptr_or_err(py, function).map(Bound::unbind)
+                }
+            })
+            .collect::<PyResult<Vec<_>>>()
+    })?;
+    Ok(made.iter().map(|f| f.bind(py).clone()).collect())
 }
 
 /// The tool ids tried for `sys.monitoring`: the profiler's, then the two
@@ -498,38 +592,20 @@ fn register_callbacks(monitoring: &Bound<'_, PyAny>, id: u8, c_functions: bool) 
     let _ = DISABLE.get_or_try_init(py, || monitoring.getattr("DISABLE").map(Bound::unbind))?;
     let events = monitoring.getattr("events")?;
     let event = |name: &str| -> PyResult<u64> { events.getattr(name)?.extract() };
-    let mut callbacks: Vec<(&str, Bound<'_, PyAny>)> = vec![
-        ("PY_START", wrap_pyfunction!(_monitor_enter, py)?.into_any()),
-        (
-            "PY_RESUME",
-            wrap_pyfunction!(_monitor_enter, py)?.into_any(),
-        ),
-        ("PY_THROW", wrap_pyfunction!(_monitor_enter, py)?.into_any()),
-        (
-            "PY_RETURN",
-            wrap_pyfunction!(_monitor_return, py)?.into_any(),
-        ),
-        (
-            "PY_YIELD",
-            wrap_pyfunction!(_monitor_return, py)?.into_any(),
-        ),
-        (
-            "PY_UNWIND",
-            wrap_pyfunction!(_monitor_unwind, py)?.into_any(),
-        ),
-    ];
+    static PYTHON_CALLBACKS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+    static C_CALLBACKS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+    let mut registered = vec![(&PYTHON_MONITORS[..], &PYTHON_CALLBACKS)];
     if c_functions {
-        let c_return = wrap_pyfunction!(_monitor_c_return, py)?.into_any();
-        callbacks.extend([
-            ("CALL", wrap_pyfunction!(_monitor_call, py)?.into_any()),
-            ("C_RETURN", c_return.clone()),
-            ("C_RAISE", c_return),
-        ]);
+        registered.push((&C_MONITORS[..], &C_CALLBACKS));
     }
     let mut set = 0;
-    for (name, callback) in callbacks {
-        monitoring.call_method1("register_callback", (id, event(name)?, callback))?;
-        set |= event(name)?;
+    for (monitors, made) in registered {
+        for (monitor, callback) in monitors.iter().zip(callbacks(py, monitors, made)?) {
+            for name in monitor.events {
+                monitoring.call_method1("register_callback", (id, event(name)?, &callback))?;
+                set |= event(name)?;
+            }
+        }
     }
     // Functions an earlier tracing disabled (other filters) report again;
     // not otherwise, as this undoes other tools' disabling too.
