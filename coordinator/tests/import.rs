@@ -676,11 +676,11 @@ fn viztracer_traces_alone_are_aligned_by_their_blocking_collectives() {
     }
 }
 
-/// A torch.profiler trace of rank `rank` of 2 on an NCCL job, its host
+/// A torch.profiler trace of rank `rank` of `world_size` on an NCCL job, its host
 /// clock `shift_us` ahead: 8 steps, each a compute kernel (3 ms on rank
 /// 1, which arrives last; 1 ms on rank 0) then an all-reduce kernel that
 /// ends, on every rank, 0.5 ms after rank 1 arrives.
-fn nccl_trace(rank: u32, shift_us: f64) -> String {
+fn nccl_trace(rank: u32, world_size: u32, shift_us: f64) -> String {
     let work_us = if rank == 1 { 3_000.0 } else { 1_000.0 };
     let mut events = Vec::new();
     for step in 0..8 {
@@ -699,7 +699,7 @@ fn nccl_trace(rank: u32, shift_us: f64) -> String {
         events.push(serde_json::json!({"ph": "X", "cat": "user_annotation",
             "name": "nccl:all_reduce", "ts": arrive - 20.0, "dur": 15.0}));
     }
-    serde_json::json!({"distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
+    serde_json::json!({"distributedInfo": {"rank": rank, "world_size": world_size, "backend": "nccl"},
                        "traceEvents": events})
     .to_string()
 }
@@ -709,7 +709,7 @@ fn clocks_shifted_by_known_amounts_are_aligned_by_gpu_collectives() {
     let job = |shift_us: f64| {
         let dir = tempfile::tempdir().unwrap();
         for rank in 0..2 {
-            let trace = nccl_trace(rank, if rank == 1 { shift_us } else { 0.0 });
+            let trace = nccl_trace(rank, 2, if rank == 1 { shift_us } else { 0.0 });
             std::fs::write(dir.path().join(format!("rank{rank}.json")), trace).unwrap();
         }
         dir
@@ -754,6 +754,46 @@ fn clocks_shifted_by_known_amounts_are_aligned_by_gpu_collectives() {
         &ends(1).into_iter().map(|e| (e, 0.0)).collect::<Vec<_>>(),
         1.0,
     );
+}
+
+#[test]
+fn ranks_with_gpu_collectives_align_to_each_other_beside_a_viztracer_only_rank_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let viztracer = serde_json::json!({"viztracer_metadata": {"version": "1.1.1"},
+        "traceEvents": [{"ph": "X", "cat": "FEE", "name": "main (/app/main.py:1)",
+                         "ts": 5.0, "dur": 100.0, "pid": 7, "tid": 7}]});
+    std::fs::write(dir.path().join("rank0.json"), viztracer.to_string()).unwrap();
+    for (rank, shift_us) in [(1, 0.0), (2, 40_000.0)] {
+        let trace = nccl_trace(rank, 3, shift_us);
+        std::fs::write(dir.path().join(format!("rank{rank}.json")), trace).unwrap();
+    }
+    let (_out, imported) = import_all(&[dir.path().to_path_buf()]);
+    let report = &imported.report;
+    let offset = |rank: u32| {
+        let summary = report.ranks.iter().find(|r| r.rank == rank).unwrap();
+        summary.clock_offset_ns
+    };
+    // Rank 0 shares no collective with the others; rank 1, the lowest
+    // with NCCL kernels, is the reference, and rank 2 is aligned to it.
+    assert_eq!(offset(1), Some(0));
+    assert_eq!(offset(2), Some(40_000_000));
+    assert_eq!(offset(0), None);
+    assert_eq!(
+        report.session.clock_sync,
+        rankscope_common::payload::ClockSync::Collectives
+    );
+    let notice = report
+        .session
+        .notices
+        .iter()
+        .find(|n| n.message.starts_with("not aligned from collectives"))
+        .expect("a notice names the unaligned trace");
+    assert!(
+        notice.message.contains("rank 1's trace"),
+        "{}",
+        notice.message
+    );
+    assert!(notice.message.contains("rank0.json"), "{}", notice.message);
 }
 
 #[test]

@@ -279,8 +279,8 @@ impl RankFiles {
     }
 }
 
-/// Each trace's clock against the reference (the lowest rank's primary
-/// trace), by source.
+/// Each trace's clock against the reference (a rank's primary trace: see
+/// [`reference_rank`]), by source.
 struct Aligned {
     reference: u32,
     /// Per trace: its offset from the collectives, or `None` where it
@@ -368,8 +368,8 @@ impl Aligned {
 /// where both have them), its other trace by the host calls it shares
 /// with its primary. Shifts the kernel digests onto the reference clock.
 fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
-    let (&reference_rank, reference_files) = ranks.iter().next().expect("a rank");
-    let reference = reference_files.primary_first().0;
+    let reference_rank = reference_rank(ranks);
+    let reference = ranks[&reference_rank].primary_first().0;
     let mut aligned = Aligned {
         reference: reference_rank,
         offsets: BTreeMap::new(),
@@ -419,6 +419,20 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
         }
     }
     aligned
+}
+
+/// The rank whose primary trace is the reference clock: the lowest rank's
+/// with GPU collective kernels, whose ends align every rank that has them
+/// (a VizTracer-only rank 0 beside NCCL ranks would align none); else the
+/// lowest rank's.
+fn reference_rank(ranks: &BTreeMap<u32, RankFiles>) -> u32 {
+    let has_kernels = |files: &RankFiles| !files.primary_first().0.marks.gpu_ends.is_empty();
+    let mut with_kernels = ranks.iter().filter(|(_, files)| has_kernels(files));
+    let (&rank, _) = with_kernels
+        .next()
+        .or_else(|| ranks.iter().next())
+        .expect("a rank");
+    rank
 }
 
 /// Writes `trace.json.gz`: each trace's rows on the reference clock, each
