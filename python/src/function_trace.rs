@@ -26,13 +26,14 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_int, CStr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyModule, PyString};
 use rustc_hash::FxHashMap;
 
 use rankscope::FunctionSite;
@@ -142,8 +143,15 @@ impl Filters {
             name.strip_prefix(pattern.as_str())
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
         };
-        (self.include.is_empty() || self.include.iter().any(matches))
-            && !self.exclude.iter().any(matches)
+        (self.include.is_empty() || self.include.iter().any(matches)) && !self.excludes(name)
+    }
+
+    /// Whether an exclusion matches the qualified name `name`.
+    fn excludes(&self, name: &str) -> bool {
+        self.exclude.iter().any(|pattern| {
+            name.strip_prefix(pattern.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        })
     }
 }
 
@@ -283,13 +291,13 @@ unsafe extern "C" fn profile(
 }
 
 /// Records that the C function `callable` was called (or returned or
-/// raised), if it is one and traced; returns whether it is.
+/// raised), if it is one and traced; returns whether it is (as [`record`]).
 ///
 /// # Safety
 /// The interpreter's lock is held; `callable` is live (or null).
-unsafe fn record_c_call(callable: *mut ffi::PyObject, entered: bool) -> bool {
+unsafe fn record_c_call(callable: *mut ffi::PyObject, entered: bool) -> Option<bool> {
     let Some(key) = c_function_key(callable) else {
-        return false;
+        return Some(false);
     };
     record(key, || describe_c_function(callable, key), entered)
 }
@@ -313,23 +321,25 @@ unsafe fn c_function_key(callable: *mut ffi::PyObject) -> Option<usize> {
 }
 
 /// Records that the function of `key` was entered (or left), if it is
-/// traced; returns whether it is. `describe` describes it, asked once per
-/// function and thread.
+/// traced; returns whether it is, or `None` where that is not known: the
+/// tracing stopped, the thread's locals are being torn down, or its view
+/// is in use (a callback called by hand from code that `describe` ran).
+/// `describe` describes the function, asked once per function and thread.
 ///
 /// # Safety
 /// The interpreter's lock is held, and `describe` may read the event's
 /// live objects.
-unsafe fn record(key: usize, describe: impl FnOnce() -> Option<Arc<Site>>, entered: bool) -> bool {
+unsafe fn record(
+    key: usize,
+    describe: impl FnOnce() -> Option<Arc<Site>>,
+    entered: bool,
+) -> Option<bool> {
     let generation = GENERATION.load(Ordering::Relaxed);
-    // A thread-local being torn down records nothing.
     VIEW.try_with(|view| {
-        let mut view = view.borrow_mut();
+        let mut view = view.try_borrow_mut().ok()?;
         let view = match &mut *view {
             Some(view) if view.generation == generation => view,
-            stale => match thread_view(generation) {
-                Some(fresh) => stale.insert(fresh),
-                None => return false,
-            },
+            stale => stale.insert(thread_view(generation)?),
         };
         let ThreadView {
             profiler, sites, ..
@@ -346,7 +356,7 @@ unsafe fn record(key: usize, describe: impl FnOnce() -> Option<Arc<Site>>, enter
             }
         };
         let Some(site) = described else {
-            return false;
+            return Some(false);
         };
         match entered {
             true => profiler.enter_function(key, || FunctionSite {
@@ -356,10 +366,15 @@ unsafe fn record(key: usize, describe: impl FnOnce() -> Option<Arc<Site>>, enter
             }),
             false => profiler.exit_function(key),
         }
-        true
+        Some(true)
     })
-    .unwrap_or(false)
+    .ok()
+    .flatten()
 }
+
+/// `types.CodeType`: the first argument of a Python function's event, checked
+/// (a callback called by hand may be given anything).
+static CODE_TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
 
 /// `sys.monitoring.DISABLE`, once looked up.
 static DISABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -420,7 +435,11 @@ unsafe extern "C" fn monitor_enter(
     args: *mut *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
 ) -> *mut ffi::PyObject {
-    monitored(args, nargs, true, nargs == 2)
+    match nargs {
+        // PY_THROW's third argument: it cannot be disabled.
+        2 | 3 => monitored(*args, true, nargs == 2),
+        _ => none(),
+    }
 }
 
 /// `PY_RETURN` and `PY_YIELD` (code, offset, value).
@@ -429,7 +448,10 @@ unsafe extern "C" fn monitor_return(
     args: *mut *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
 ) -> *mut ffi::PyObject {
-    monitored(args, nargs, false, true)
+    match nargs {
+        3 => monitored(*args, false, true),
+        _ => none(),
+    }
 }
 
 /// `PY_UNWIND` (code, offset, exception), which cannot be disabled.
@@ -438,7 +460,10 @@ unsafe extern "C" fn monitor_unwind(
     args: *mut *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
 ) -> *mut ffi::PyObject {
-    monitored(args, nargs, false, false)
+    match nargs {
+        3 => monitored(*args, false, false),
+        _ => none(),
+    }
 }
 
 /// `CALL` (code, offset, callable, arg0): a call, recorded where the
@@ -449,7 +474,10 @@ unsafe extern "C" fn monitor_call(
     args: *mut *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
 ) -> *mut ffi::PyObject {
-    monitored_c_call(args, nargs, true)
+    match nargs {
+        4 => monitored_c_call(*args.add(2), true),
+        _ => none(),
+    }
 }
 
 /// `C_RETURN` and `C_RAISE` (code, offset, callable, arg0): the call of a
@@ -459,34 +487,33 @@ unsafe extern "C" fn monitor_c_return(
     args: *mut *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
 ) -> *mut ffi::PyObject {
-    monitored_c_call(args, nargs, false)
+    match nargs {
+        4 => monitored_c_call(*args.add(2), false),
+        _ => none(),
+    }
 }
 
-/// A `sys.monitoring` event of a Python function, its code object first
-/// in `args`: `entered` (a start, resumption or throw) or left (a return,
-/// yield or unwind). Returns `DISABLE` for a function not traced where the
-/// event allows it (`local`), else `None`.
+/// A `sys.monitoring` event of the Python function of `code`: `entered`
+/// (a start, resumption or throw) or left (a return, yield or unwind).
+/// Returns `DISABLE` for a function seen and not traced where the event
+/// allows it (`local`), else `None`: never on a panic (a bug, caught here
+/// and not raised into the program) or where nothing is known.
 ///
 /// # Safety
-/// Called by the interpreter, its lock held, with `nargs` live arguments.
-unsafe fn monitored(
-    args: *mut *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    entered: bool,
-    local: bool,
-) -> *mut ffi::PyObject {
-    if nargs < 1 || GENERATION.load(Ordering::Relaxed) == 0 {
+/// Called by the interpreter, its lock held, `code` live: the callbacks
+/// read it from their arguments once their count is checked.
+unsafe fn monitored(code: *mut ffi::PyObject, entered: bool, local: bool) -> *mut ffi::PyObject {
+    let is_code = ffi::Py_TYPE(code) == CODE_TYPE.load(Ordering::Relaxed);
+    if !is_code || GENERATION.load(Ordering::Relaxed) == 0 {
         return none();
     }
-    let code = *args;
     let key = code as usize;
     // SAFETY: the current frame is the event's, `code` its code object.
     let describe = || unsafe { describe_code(ffi::PyEval_GetFrame(), code, key) };
-    // A panic (a bug) ends this event's recording, not the program.
-    let traced = std::panic::catch_unwind(|| record(key, describe, entered)).unwrap_or(false);
+    let traced = std::panic::catch_unwind(|| record(key, describe, entered));
     let py = Python::assume_attached();
     match DISABLE.get(py) {
-        Some(disable) if local && !traced => {
+        Some(disable) if local && matches!(traced, Ok(Some(false))) => {
             DISABLED.store(true, Ordering::Relaxed);
             disable.clone_ref(py).into_ptr()
         }
@@ -494,18 +521,13 @@ unsafe fn monitored(
     }
 }
 
-/// A `sys.monitoring` event of a C function's call (or its end), the
-/// callable third in `args`. Returns `None`.
+/// A `sys.monitoring` event of a call of `callable` (or its end), recorded
+/// where it is a C function. Returns `None`.
 ///
 /// # Safety
-/// Called by the interpreter, its lock held, with `nargs` live arguments.
-unsafe fn monitored_c_call(
-    args: *mut *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    entered: bool,
-) -> *mut ffi::PyObject {
-    if nargs >= 3 && GENERATION.load(Ordering::Relaxed) != 0 {
-        let callable = *args.add(2);
+/// Called by the interpreter, its lock held, `callable` live.
+unsafe fn monitored_c_call(callable: *mut ffi::PyObject, entered: bool) -> *mut ffi::PyObject {
+    if GENERATION.load(Ordering::Relaxed) != 0 {
         let _ = std::panic::catch_unwind(|| record_c_call(callable, entered));
     }
     none()
@@ -541,14 +563,13 @@ fn callbacks<'py>(
                     ml_flags: ffi::METH_FASTCALL,
                     ml_doc: std::ptr::null(),
                 }));
+                // Their module: rankscope's, which is never traced.
+                let module = PyString::new(py, "rankscope._rankscope");
                 // SAFETY: the lock is held (`py`); `definition` lives for
-                // the rest of the process.
+                // the rest of the process; the function holds `module`.
                 unsafe {
-                    let function = ffi::PyCFunction_NewEx(
-                        definition,
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                    );
+                    let function =
+                        ffi::PyCFunction_NewEx(definition, std::ptr::null_mut(), module.as_ptr());
                     Bound::from_owned_ptr_or_err(py, function).map(Bound::unbind)
                 }
             })
@@ -590,6 +611,9 @@ fn start_monitoring(monitoring: &Bound<'_, PyAny>, c_functions: bool) -> PyResul
 fn register_callbacks(monitoring: &Bound<'_, PyAny>, id: u8, c_functions: bool) -> PyResult<()> {
     let py = monitoring.py();
     let _ = DISABLE.get_or_try_init(py, || monitoring.getattr("DISABLE").map(Bound::unbind))?;
+    // A static type of the interpreter's: it outlives every module.
+    let code_type = py.import("types")?.getattr("CodeType")?;
+    CODE_TYPE.store(code_type.as_ptr().cast(), Ordering::Relaxed);
     let events = monitoring.getattr("events")?;
     let event = |name: &str| -> PyResult<u64> { events.getattr(name)?.extract() };
     static PYTHON_CALLBACKS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
@@ -683,27 +707,30 @@ unsafe fn describe_code(
     code: *mut ffi::PyObject,
     key: usize,
 ) -> Option<Arc<Site>> {
-    let py = Python::assume_attached();
-    let code = Bound::from_borrowed_ptr(py, code);
-    let frame = Bound::from_borrowed_ptr_or_opt(py, frame.cast::<ffi::PyObject>());
-    describe(key, code.clone(), |filters| {
-        let qualname = text(&code, "co_qualname")
-            .or_else(|| text(&code, "co_name"))
-            .unwrap_or_else(|| "(unnamed)".into());
-        let module = frame
-            .and_then(|frame| frame.getattr("f_globals").ok())
-            .and_then(|globals| globals.get_item("__name__").ok())
-            .and_then(|name| name.extract::<String>().ok());
-        let name = qualified(module, qualname);
-        filters.traces(&name).then(|| {
-            Arc::new(Site {
-                file: text(&code, "co_filename").unwrap_or_default(),
-                line: code
-                    .getattr("co_firstlineno")
-                    .ok()
-                    .and_then(|line| line.extract::<u32>().ok())
-                    .unwrap_or(0),
-                name,
+    // Attached as PyO3 counts it, so that the objects read here (an
+    // attribute's error) are freed at once, not at its next call.
+    Python::attach(|py| {
+        let code = Bound::from_borrowed_ptr(py, code);
+        let frame = Bound::from_borrowed_ptr_or_opt(py, frame.cast::<ffi::PyObject>());
+        describe(key, code.clone(), |filters| {
+            let qualname = text(&code, "co_qualname")
+                .or_else(|| text(&code, "co_name"))
+                .unwrap_or_else(|| "(unnamed)".into());
+            let module = frame
+                .and_then(|frame| frame.getattr("f_globals").ok())
+                .and_then(|globals| globals.get_item("__name__").ok())
+                .and_then(|name| name.extract::<String>().ok());
+            let name = qualified(module, qualname);
+            filters.traces(&name).then(|| {
+                Arc::new(Site {
+                    file: text(&code, "co_filename").unwrap_or_default(),
+                    line: code
+                        .getattr("co_firstlineno")
+                        .ok()
+                        .and_then(|line| line.extract::<u32>().ok())
+                        .unwrap_or(0),
+                    name,
+                })
             })
         })
     })
@@ -716,18 +743,34 @@ unsafe fn describe_code(
 /// # Safety
 /// The interpreter's lock is held; `callable` is live.
 unsafe fn describe_c_function(callable: *mut ffi::PyObject, key: usize) -> Option<Arc<Site>> {
-    let py = Python::assume_attached();
-    let callable = Bound::from_borrowed_ptr(py, callable);
-    describe(key, callable.clone(), |filters| {
-        let qualname = text(&callable, "__qualname__")
-            .or_else(|| text(&callable, "__name__"))
-            .unwrap_or_else(|| "(unnamed C function)".into());
-        let name = qualified(text(&callable, "__module__"), qualname);
-        filters.traces(&name).then(|| {
-            Arc::new(Site {
-                name,
-                file: String::new(),
-                line: 0,
+    // Attached as PyO3 counts it (as in `describe_code`).
+    Python::attach(|py| {
+        let callable = Bound::from_borrowed_ptr(py, callable);
+        describe(key, callable.clone(), |filters| {
+            let qualname = text(&callable, "__qualname__")
+                .or_else(|| text(&callable, "__name__"))
+                .unwrap_or_else(|| "(unnamed C function)".into());
+            // A method of a C type says no module; its type's (a method
+            // descriptor's class, a bound method's object's) is checked
+            // against the exclusions too: rankscope's own methods.
+            let owner = match callable.getattr("__objclass__") {
+                Ok(class) => Some(class),
+                Err(_) => callable
+                    .getattr("__self__")
+                    .ok()
+                    .filter(|owner| !owner.is_instance_of::<PyModule>())
+                    .map(|owner| owner.get_type().into_any()),
+            };
+            let owner = owner.and_then(|class| text(&class, "__module__"));
+            let excluded =
+                owner.is_some_and(|owner| filters.excludes(&format!("{owner}.{qualname}")));
+            let name = qualified(text(&callable, "__module__"), qualname);
+            (filters.traces(&name) && !excluded).then(|| {
+                Arc::new(Site {
+                    name,
+                    file: String::new(),
+                    line: 0,
+                })
             })
         })
     })

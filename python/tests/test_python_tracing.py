@@ -214,6 +214,8 @@ def test_c_functions_are_traced_when_asked_and_their_time_leaves_the_caller(
             for _ in range(3):
                 c_caller()
             [].append(1)
+            with prof.stage("own"):
+                pass
         return {f["name"]: f for f in report_of(session.outcome)["python_functions"]}
 
     with_c = run(python_tracing_c_functions=True)
@@ -225,6 +227,8 @@ def test_c_functions_are_traced_when_asked_and_their_time_leaves_the_caller(
     assert caller["calls"] == 3
     assert caller["total_s"] >= 0.09 > caller["self_s"], "the sleep is time.sleep's own"
     assert with_c["time.sleep"]["file"] == "" and with_c["time.sleep"]["line"] == 0
+    own = [name for name in with_c if name.startswith(("rankscope", "Profiler.", "Stage."))]
+    assert not own, "rankscope's own methods are never traced"
 
     without = run()
     assert not any(name in without for name in ("time.sleep", "builtins.len", "list.append"))
