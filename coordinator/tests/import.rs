@@ -625,6 +625,45 @@ fn a_viztracer_trace_is_placed_by_its_ranks_torch_profiler_trace_whatever_its_cl
 }
 
 #[test]
+fn cpu_ranks_are_aligned_through_their_viztracer_traces_barriers() {
+    // A gloo job's torch.profiler traces share no GPU kernel, and their
+    // host spans are never compared: each rank's VizTracer trace, set
+    // beside its torch.profiler trace, bridges them by its barriers.
+    let job = viztracer_job();
+    let shifted = tempfile::tempdir().unwrap();
+    for name in ["kineto_rank0.pt.trace.json", "viztracer_rank0.json"] {
+        std::fs::copy(job.join(name), shifted.path().join(name)).unwrap();
+    }
+    // Rank 1's host clock 7.5 s ahead: both of its traces.
+    for name in ["kineto_rank1.pt.trace.json", "viztracer_rank1.json"] {
+        shifted_copy(&job.join(name), &shifted.path().join(name), 7.5e6);
+    }
+    let (out_as_run, as_run) = import_all(&[job.to_path_buf()]);
+    let (out_shifted, shifted) = import_all(&[shifted.path().to_path_buf()]);
+    assert_eq!(
+        shifted.report.session.clock_sync,
+        rankscope_common::payload::ClockSync::Collectives
+    );
+    let offset = |imported: &Imported| imported.report.ranks[1].clock_offset_ns.unwrap();
+    let moved = offset(&shifted) - offset(&as_run);
+    assert!(
+        (moved - 7_500_000_000).abs() <= 1_000,
+        "offset moved {moved} ns"
+    );
+    // On the timeline, rank 1's operators and Python calls are where they
+    // were against rank 0's.
+    let as_run = read_trace(&out_as_run.path().join("trace.json.gz"));
+    let shifted = read_trace(&out_shifted.path().join("trace.json.gz"));
+    for (category, name) in [("cpu_op", "c10d::allreduce_"), ("python", "tokenize")] {
+        assert_same_slices(
+            &slices(&shifted, 1, category, Some(name)),
+            &slices(&as_run, 1, category, Some(name)),
+            1.0,
+        );
+    }
+}
+
+#[test]
 fn viztracer_traces_alone_are_aligned_by_their_blocking_collectives() {
     let job = viztracer_job();
     let dir = |shift_us: f64| {

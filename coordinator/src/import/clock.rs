@@ -21,6 +21,9 @@
 //!   the backend. Another Python call may return at enqueue (NCCL), and
 //!   torch.profiler's host spans of collectives end when the host is done:
 //!   those are never compared across ranks;
+//! - across ranks whose torch.profiler traces share no GPU kernel, those
+//!   barriers of their VizTracer traces, each taken back to its rank's
+//!   torch.profiler clock by the comparison below (`import::align`);
 //! - within a rank, between its VizTracer and torch.profiler traces, each
 //!   Python collective call and the dispatcher op (`c10d::allreduce_`)
 //!   it makes: the offset is the one at which most calls hold an op.

@@ -365,11 +365,42 @@ impl Aligned {
 
 /// Aligns every trace's clock with the reference's: a rank's primary
 /// trace by the collectives it shares with the reference (GPU kernels
-/// where both have them), its other trace by the host calls it shares
-/// with its primary. Shifts the kernel digests onto the reference clock.
+/// where both have them), else through the two ranks' VizTracer traces'
+/// barriers; its other trace by the host calls it shares with its
+/// primary. Shifts the kernel digests onto the reference clock.
 fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
     let reference_rank = reference_rank(ranks);
     let reference = ranks[&reference_rank].primary_first().0;
+    // Per rank, its other trace's clock against its primary's.
+    let same_rank: BTreeMap<u32, Option<Offset>> = ranks
+        .iter()
+        .map(|(&rank, files)| {
+            let (primary, other) = files.primary_first();
+            let offset = other.and_then(|o| clock::same_rank_offset(&primary.marks, &o.marks));
+            (rank, offset)
+        })
+        .collect();
+    // A rank's VizTracer trace and its clock against the rank's primary's.
+    let viztracer = |rank: u32| -> Option<(&ReadTrace, i64)> {
+        let files = &ranks[&rank];
+        match (&files.kineto, &files.viztracer) {
+            (None, Some(calls)) => Some((calls, 0)),
+            (Some(_), Some(calls)) => same_rank[&rank].map(|offset| (calls, offset.ns)),
+            _ => None,
+        }
+    };
+    // Where two ranks' primaries share no collective (torch.profiler
+    // traces of a CPU job): their VizTracer traces' barriers, each
+    // VizTracer clock taken back to its rank's primary.
+    let bridged = |rank: u32| -> Option<Offset> {
+        let (reference_calls, reference_lag) = viztracer(reference_rank)?;
+        let (calls, lag) = viztracer(rank)?;
+        let across = clock::offset(&reference_calls.marks, &calls.marks)?;
+        Some(Offset {
+            ns: across.ns.saturating_sub(lag).saturating_add(reference_lag),
+            ..across
+        })
+    };
     let mut aligned = Aligned {
         reference: reference_rank,
         offsets: BTreeMap::new(),
@@ -377,18 +408,18 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
         earliest: 0,
         across_ranks: false,
     };
-    for files in ranks.values() {
+    for (&rank, files) in ranks.iter() {
         let (primary, other) = files.primary_first();
         let offset = if std::ptr::eq(primary, reference) {
             Some(Offset::ZERO)
         } else {
-            let offset = clock::offset(&reference.marks, &primary.marks);
+            let offset = clock::offset(&reference.marks, &primary.marks).or_else(|| bridged(rank));
             aligned.across_ranks |= offset.is_some();
             offset
         };
         let primary_shift = aligned.place(primary, offset, reference);
         let Some(other) = other else { continue };
-        match clock::same_rank_offset(&primary.marks, &other.marks) {
+        match same_rank[&rank] {
             Some(same_rank) => {
                 let on_primary = same_rank.ns.saturating_add(primary_shift);
                 let aligned_offset = offset.map(|_| Offset {
