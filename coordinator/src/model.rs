@@ -373,15 +373,19 @@ pub struct RankSummary {
     /// where its kernel traces' process groups named them; else empty.
     #[serde(default)]
     pub parallel: Vec<ParallelCoord>,
-    /// This rank's clock minus rank 0's, nanoseconds; `null` where the
-    /// transport measured no offset.
+    /// This rank's clock minus the reference rank's (rank 0 in a job; in
+    /// `rankscope import`, the rank whose offset is 0: the lowest with NCCL
+    /// kernels, else the lowest), nanoseconds; `null` where none was
+    /// measured.
     pub clock_offset_ns: Option<i64>,
     /// Round trip of the exchange the offset came from, nanoseconds: the
     /// offset is known to within half of it.
     pub clock_round_trip_ns: Option<u64>,
     /// Where the offset came from the ends of matched collectives (`rankscope
-    /// import`): how far a typical call's end is from rank 0's once
-    /// aligned (the median absolute deviation), nanoseconds; else `null`.
+    /// import`): how far a typical call's end is from the reference rank's
+    /// once aligned (the median absolute deviation; through VizTracer
+    /// traces, plus each one's lag to its rank's torch.profiler trace),
+    /// nanoseconds; else `null`.
     #[serde(default)]
     pub clock_offset_spread_ns: Option<u64>,
     /// Session start on the shared timeline (clock offsets applied),

@@ -631,12 +631,17 @@ fn cpu_ranks_are_aligned_through_their_viztracer_traces_barriers() {
     // beside its torch.profiler trace, bridges them by its barriers.
     let job = viztracer_job();
     let shifted = tempfile::tempdir().unwrap();
-    for name in ["kineto_rank0.pt.trace.json", "viztracer_rank0.json"] {
-        std::fs::copy(job.join(name), shifted.path().join(name)).unwrap();
-    }
-    // Rank 1's host clock 7.5 s ahead: both of its traces.
-    for name in ["kineto_rank1.pt.trace.json", "viztracer_rank1.json"] {
-        shifted_copy(&job.join(name), &shifted.path().join(name), 7.5e6);
+    let name = "kineto_rank0.pt.trace.json";
+    std::fs::copy(job.join(name), shifted.path().join(name)).unwrap();
+    // Rank 1's host clock 7.5 s ahead; each VizTracer clock off its
+    // torch.profiler clock by a different amount (rank 0's 2 s behind,
+    // rank 1's 3 s ahead of its host's), which the bridge must take out.
+    for (name, shift_us) in [
+        ("viztracer_rank0.json", -2e6),
+        ("kineto_rank1.pt.trace.json", 7.5e6),
+        ("viztracer_rank1.json", 10.5e6),
+    ] {
+        shifted_copy(&job.join(name), &shifted.path().join(name), shift_us);
     }
     let (out_as_run, as_run) = import_all(&[job.to_path_buf()]);
     let (out_shifted, shifted) = import_all(&[shifted.path().to_path_buf()]);

@@ -381,11 +381,11 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
         })
         .collect();
     // A rank's VizTracer trace and its clock against the rank's primary's.
-    let viztracer = |rank: u32| -> Option<(&ReadTrace, i64)> {
+    let viztracer = |rank: u32| -> Option<(&ReadTrace, Offset)> {
         let files = &ranks[&rank];
         match (&files.kineto, &files.viztracer) {
-            (None, Some(calls)) => Some((calls, 0)),
-            (Some(_), Some(calls)) => same_rank[&rank].map(|offset| (calls, offset.ns)),
+            (None, Some(calls)) => Some((calls, Offset::ZERO)),
+            (Some(_), Some(calls)) => same_rank[&rank].map(|offset| (calls, offset)),
             _ => None,
         }
     };
@@ -397,7 +397,15 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
         let (calls, lag) = viztracer(rank)?;
         let across = clock::offset(&reference_calls.marks, &calls.marks)?;
         Some(Offset {
-            ns: across.ns.saturating_sub(lag).saturating_add(reference_lag),
+            ns: across
+                .ns
+                .saturating_sub(lag.ns)
+                .saturating_add(reference_lag.ns),
+            // Each same-rank step's lag is an error of its own.
+            spread_ns: across
+                .spread_ns
+                .saturating_add(lag.spread_ns)
+                .saturating_add(reference_lag.spread_ns),
             ..across
         })
     };
