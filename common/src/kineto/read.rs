@@ -510,13 +510,69 @@ struct Args {
 /// or a string that holds one; anything else is absent.
 fn integer(value: Value) -> Option<i64> {
     match value {
-        Value::Number(n) => n.as_i64().or_else(|| {
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && f.abs() < 9e18)
-                .map(|f| f as i64)
-        }),
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().and_then(whole)),
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
+    }
+}
+
+/// `f` where it is a whole number an `i64` holds.
+fn whole(f: f64) -> Option<i64> {
+    (f.fract() == 0.0 && f.abs() < 9e18).then_some(f as i64)
+}
+
+/// An integer a trace writes as a number or a numeric string (`tid`,
+/// `correlation`, `stream`); anything else is `None`. Read as it comes,
+/// with no JSON value built: these are in every event.
+struct LenientInt(Option<i64>);
+
+impl<'de> serde::Deserialize<'de> for LenientInt {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(LenientIntVisitor)
+    }
+}
+
+struct LenientIntVisitor;
+
+impl<'de> Visitor<'de> for LenientIntVisitor {
+    type Value = LenientInt;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an integer, or anything (read as none)")
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<LenientInt, E> {
+        Ok(LenientInt(Some(n)))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<LenientInt, E> {
+        Ok(LenientInt(i64::try_from(n).ok()))
+    }
+
+    fn visit_f64<E: de::Error>(self, f: f64) -> Result<LenientInt, E> {
+        Ok(LenientInt(whole(f)))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<LenientInt, E> {
+        Ok(LenientInt(s.trim().parse().ok()))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<LenientInt, E> {
+        Ok(LenientInt(None))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<LenientInt, E> {
+        Ok(LenientInt(None))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<LenientInt, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(LenientInt(None))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LenientInt, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(LenientInt(None))
     }
 }
 
@@ -673,7 +729,7 @@ impl<'de> Visitor<'de> for EventSeed<'_, '_> {
                 }
                 EventField::Ts => event.ts = Some(map.next_value()?),
                 EventField::Dur => event.dur = Some(map.next_value()?),
-                EventField::Tid => event.tid = integer(map.next_value::<Value>()?),
+                EventField::Tid => event.tid = map.next_value::<LenientInt>()?.0,
                 EventField::Args => event.args = map.next_value_seed(ArgsSeed)?,
                 EventField::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -736,17 +792,18 @@ impl<'de> Visitor<'de> for ArgsSeed {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
-            let value: Value = map.next_value()?;
+            let int = |map: &mut A| map.next_value::<LenientInt>().map(|n| n.0);
+            let string = |map: &mut A| map.next_value::<Value>().map(text);
             match key.0 {
-                ArgField::Correlation => args.correlation = integer(value),
-                ArgField::Stream => args.stream = integer(value),
-                ArgField::Device => args.device = integer(value),
-                ArgField::Collective => args.collective = text(value),
-                ArgField::Group => args.group = text(value),
+                ArgField::Correlation => args.correlation = int(&mut map)?,
+                ArgField::Stream => args.stream = int(&mut map)?,
+                ArgField::Device => args.device = int(&mut map)?,
+                ArgField::Collective => args.collective = string(&mut map)?,
+                ArgField::Group => args.group = string(&mut map)?,
                 ArgField::Elements => {
-                    args.elements = integer(value).and_then(|n| u64::try_from(n).ok())
+                    args.elements = int(&mut map)?.and_then(|n| u64::try_from(n).ok())
                 }
-                ArgField::Dtype => args.dtype = text(value),
+                ArgField::Dtype => args.dtype = string(&mut map)?,
                 ArgField::Other => {}
             }
         }
