@@ -624,6 +624,18 @@ fn a_viztracer_trace_is_placed_by_its_ranks_torch_profiler_trace_whatever_its_cl
     }
 }
 
+/// Asserts `shifted` was aligned from collectives, and rank 1's clock
+/// offset moved from `as_run`'s by `ns` (to 1 µs).
+fn assert_rank_1_moved(as_run: &Imported, shifted: &Imported, ns: i64) {
+    assert_eq!(
+        shifted.report.session.clock_sync,
+        rankscope_common::payload::ClockSync::Collectives
+    );
+    let offset = |imported: &Imported| imported.report.ranks[1].clock_offset_ns.unwrap();
+    let moved = offset(shifted) - offset(as_run);
+    assert!((moved - ns).abs() <= 1_000, "offset moved {moved} ns");
+}
+
 #[test]
 fn cpu_ranks_are_aligned_through_their_viztracer_traces_barriers() {
     // A gloo job's torch.profiler traces share no GPU kernel, and their
@@ -645,16 +657,7 @@ fn cpu_ranks_are_aligned_through_their_viztracer_traces_barriers() {
     }
     let (out_as_run, as_run) = import_all(&[job.to_path_buf()]);
     let (out_shifted, shifted) = import_all(&[shifted.path().to_path_buf()]);
-    assert_eq!(
-        shifted.report.session.clock_sync,
-        rankscope_common::payload::ClockSync::Collectives
-    );
-    let offset = |imported: &Imported| imported.report.ranks[1].clock_offset_ns.unwrap();
-    let moved = offset(&shifted) - offset(&as_run);
-    assert!(
-        (moved - 7_500_000_000).abs() <= 1_000,
-        "offset moved {moved} ns"
-    );
+    assert_rank_1_moved(&as_run, &shifted, 7_500_000_000);
     // On the timeline, rank 1's operators and Python calls are where they
     // were against rank 0's.
     let as_run = read_trace(&out_as_run.path().join("trace.json.gz"));
@@ -693,16 +696,7 @@ fn viztracer_traces_alone_are_aligned_by_their_blocking_collectives() {
         "{}",
         verdict.sentence
     );
-    assert_eq!(
-        shifted.report.session.clock_sync,
-        rankscope_common::payload::ClockSync::Collectives
-    );
-    let offset = |imported: &Imported| imported.report.ranks[1].clock_offset_ns.unwrap();
-    let moved = offset(&shifted) - offset(&as_run);
-    assert!(
-        (moved + 3_000_000_000).abs() <= 1_000,
-        "offset moved {moved} ns"
-    );
+    assert_rank_1_moved(&as_run, &shifted, -3_000_000_000);
     assert_eq!(
         shifted.report.ranks[1].clock_offset_spread_ns,
         as_run.report.ranks[1].clock_offset_spread_ns

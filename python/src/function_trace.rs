@@ -136,23 +136,23 @@ impl Filters {
         }
     }
 
-    /// Whether the function of qualified name `name` is traced: `pattern`
-    /// matches itself and the names below it (`pkg` matches `pkg.mod.f`).
+    /// Whether the function of qualified name `name` is traced.
     pub(crate) fn traces(&self, name: &str) -> bool {
-        let matches = |pattern: &String| {
-            name.strip_prefix(pattern.as_str())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-        };
-        (self.include.is_empty() || self.include.iter().any(matches)) && !self.excludes(name)
+        let included = self.include.is_empty() || self.include.iter().any(|p| matches(p, name));
+        included && !self.excludes(name)
     }
 
     /// Whether an exclusion matches the qualified name `name`.
     fn excludes(&self, name: &str) -> bool {
-        self.exclude.iter().any(|pattern| {
-            name.strip_prefix(pattern.as_str())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-        })
+        self.exclude.iter().any(|p| matches(p, name))
     }
+}
+
+/// Whether `pattern` matches the qualified name `name`: itself and the
+/// names below it (`pkg` matches `pkg.mod.f`).
+fn matches(pattern: &str, name: &str) -> bool {
+    name.strip_prefix(pattern)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// A thread's view of the tracing: its profiler and the sites of the code

@@ -202,7 +202,8 @@ pub struct Config {
     /// `windows`: only inside rankscope's windows, from the step one opens
     /// to the step it closes; with rolling windows, which cover every step,
     /// the session): each call and return of the program's Python
-    /// functions, C functions left out unless `python_tracing_c_functions`. On CPython 3.12+ through
+    /// functions, C functions left out unless
+    /// `python_tracing_c_functions`. On CPython 3.12+ through
     /// `sys.monitoring`, on every thread; before 3.12 through the C profile
     /// hook, on the session's thread and threads started after it.
     pub python_tracing: PythonTracing,

@@ -509,16 +509,9 @@ struct Args {
 /// An integer argument as HTA reads one (pandas' `to_numeric`): a number,
 /// or a string that holds one; anything else is absent.
 fn integer(value: Value) -> Option<i64> {
-    match value {
-        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().and_then(whole)),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
-/// `f` where it is a whole number an `i64` holds.
-fn whole(f: f64) -> Option<i64> {
-    (f.fract() == 0.0 && f.abs() < 9e18).then_some(f as i64)
+    serde::Deserialize::deserialize(value)
+        .ok()
+        .and_then(|n: LenientInt| n.0)
 }
 
 /// An integer a trace writes as a number or a numeric string (`tid`,
@@ -550,7 +543,8 @@ impl<'de> Visitor<'de> for LenientIntVisitor {
     }
 
     fn visit_f64<E: de::Error>(self, f: f64) -> Result<LenientInt, E> {
-        Ok(LenientInt(whole(f)))
+        let whole = f.fract() == 0.0 && f.abs() < 9e18;
+        Ok(LenientInt(whole.then_some(f as i64)))
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<LenientInt, E> {

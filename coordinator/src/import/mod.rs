@@ -194,7 +194,7 @@ pub fn import_with(
             }
         };
         let rank = read.rank;
-        let slot = ranks.entry(rank).or_default().slot(read.viztracer());
+        let slot = ranks.entry(rank).or_default().slot(read.viztracer);
         if let Some(first) = slot {
             skipped.push(SkippedInput {
                 reason: format!(
@@ -296,9 +296,9 @@ struct Aligned {
 }
 
 impl Aligned {
-    /// Whether a rank's clock was aligned to another's from collectives.
-    fn any(&self) -> bool {
-        self.across_ranks
+    /// The ns `trace`'s times move back to reach the reference clock.
+    fn shift_of(&self, trace: &ReadTrace) -> i64 {
+        self.shift.get(&trace.source).copied().unwrap_or(0)
     }
 
     /// Where `trace` begins on the shared timeline: seconds after the
@@ -310,8 +310,7 @@ impl Aligned {
 
     /// Where `trace`'s rows begin, on the reference clock.
     fn start(&self, trace: &ReadTrace) -> i64 {
-        let shift = self.shift.get(&trace.source).copied().unwrap_or(0);
-        trace.timeline.origin.saturating_sub(shift)
+        trace.timeline.origin.saturating_sub(self.shift_of(trace))
     }
 
     /// Records `trace`'s `offset` to the `reference` trace; without one, a
@@ -451,7 +450,7 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
     // The digests' times go where the timeline puts the traces.
     for files in ranks.values_mut() {
         if let Some(kineto) = &mut files.kineto {
-            let shift = aligned.shift.get(&kineto.source).copied().unwrap_or(0);
+            let shift = aligned.shift_of(kineto);
             if let Some(digest) = &mut kineto.digest {
                 digest.shift_clock(shift);
             }
@@ -466,9 +465,9 @@ fn align(ranks: &mut BTreeMap<u32, RankFiles>) -> Aligned {
 /// lowest rank's.
 fn reference_rank(ranks: &BTreeMap<u32, RankFiles>) -> u32 {
     let has_kernels = |files: &RankFiles| !files.primary_first().0.marks.gpu_ends.is_empty();
-    let mut with_kernels = ranks.iter().filter(|(_, files)| has_kernels(files));
-    let (&rank, _) = with_kernels
-        .next()
+    let (&rank, _) = ranks
+        .iter()
+        .find(|(_, files)| has_kernels(files))
         .or_else(|| ranks.iter().next())
         .expect("a rank");
     rank
@@ -602,10 +601,6 @@ struct ReadTrace {
 }
 
 impl ReadTrace {
-    fn viztracer(&self) -> bool {
-        self.viztracer
-    }
-
     /// A VizTracer trace's digest: its `torch.distributed` calls as the
     /// host's collective calls, on the reference clock (`shift_ns` back),
     /// for a rank with no torch.profiler trace.
@@ -618,12 +613,12 @@ impl ReadTrace {
     /// Whether its times are Unix times: torch.profiler's always,
     /// VizTracer's where its metadata gives its base (0.16 on).
     fn unix_clock(&self) -> bool {
-        !self.viztracer() || self.base_known
+        !self.viztracer || self.base_known
     }
 
     /// The kind of trace, in words.
     fn kind(&self) -> &'static str {
-        if self.viztracer() {
+        if self.viztracer {
             "VizTracer"
         } else {
             "torch.profiler"
@@ -780,8 +775,10 @@ fn report(
                 (None, Some(viztracer))
                     if !any_kineto && !viztracer.marks.python_calls.is_empty() =>
                 {
-                    let shift = aligned.shift.get(&viztracer.source).copied().unwrap_or(0);
-                    Some((rank, viztracer.host_calls_digest(shift)))
+                    Some((
+                        rank,
+                        viztracer.host_calls_digest(aligned.shift_of(viztracer)),
+                    ))
                 }
                 (None, _) => None,
             },
@@ -813,7 +810,7 @@ fn report(
     }
     .into();
     session.transport = TransportName::Import;
-    if aligned.any() {
+    if aligned.across_ranks {
         session.clock_sync = ClockSync::Collectives;
     }
     session.ranks_reporting = ranks.keys().copied().collect();
