@@ -259,6 +259,52 @@
     });
   })();
 
+  // The time account: a stacked bar for the job and each rank, every
+  // second in one category (percent of its wall time); past the ranks
+  // drawn one by one, each category's least, median and most rank.
+  (function () {
+    var account = data.account;
+    var names = account.categories;
+    var colours = ['#9aa5b8', '#d4a017', '#b03a9e', '#c2415d', '#2f9e6b', '#3559c7',
+                   '#e07b39', '#5b6475', '#8c6d31'];
+    if (account.spread.length) {
+      var spread = account.spread;
+      draw('chart-account', spread.length, {
+        tooltip: { trigger: 'axis', valueFormatter: function (v) { return fixed(v, 3) + ' s'; } },
+        legend: { bottom: 0 },
+        grid: { left: 150, right: 24, top: 8, bottom: 56 },
+        yAxis: { type: 'category', inverse: true,
+                 data: spread.map(function (s) { return names[['setup', 'warmup', 'profiler',
+                   'stall', 'work', 'collective_transfer', 'collective_wait', 'untracked',
+                   'teardown'].indexOf(s.category)]; }) },
+        xAxis: { type: 'value', name: 's' },
+        series: ['min_s', 'p50_s', 'max_s'].map(function (field, i) {
+          return { name: ['least rank', 'median rank', 'most rank'][i], type: 'bar',
+                   itemStyle: { color: palette[i] },
+                   data: spread.map(function (s) { return s[field]; }) };
+        })
+      });
+      return;
+    }
+    var bars = account.bars;
+    var pct = function (bar, k) {
+      var total = sum(bar[1], function (v) { return v || 0; });
+      var v = bar[1][k];
+      return v === null || !total ? null : v / total * 100;
+    };
+    draw('chart-account', bars.length, {
+      tooltip: { trigger: 'axis', valueFormatter: function (v) { return fixed(v, 1) + ' %'; } },
+      legend: { bottom: 0 },
+      grid: { left: 72, right: 24, top: 8, bottom: 56 },
+      yAxis: { type: 'category', inverse: true, data: bars.map(function (b) { return b[0]; }) },
+      xAxis: { type: 'value', name: '% of wall', max: 100 },
+      series: names.map(function (name, k) {
+        return { name: name, type: 'bar', stack: 'time', itemStyle: { color: colours[k] },
+                 data: bars.map(function (b) { return pct(b, k); }) };
+      })
+    });
+  })();
+
   // GPU time per rank from kernel traces: idle, compute and non-compute
   // shares of each GPU's window, stacked.
   (function () {

@@ -8,6 +8,9 @@ use rankscope_common::parallel::ParallelCoord;
 use rankscope_common::payload::{ClockSync, GpuSource, Overflow, SamplerStats, TransportName};
 use serde::{Deserialize, Serialize};
 
+mod account;
+pub use account::*;
+
 /// At most this many missing ranks are listed by number.
 pub const MISSING_LISTED: usize = 1_000;
 
@@ -86,6 +89,11 @@ pub struct Report {
     /// and steps the profiler perturbed, the costliest first.
     #[serde(default)]
     pub events: Vec<OneOffEvent>,
+    /// Each rank's wall time split once into categories that add up to
+    /// it, and the job's: every finding's cost is a slice of it. Empty in
+    /// a report made before the account was.
+    #[serde(default)]
+    pub time_account: TimeAccount,
     /// The single costliest explanation of the job's lost time; `null` in
     /// a report made before verdicts were.
     #[serde(default)]

@@ -202,7 +202,7 @@ fn damaged_digests_are_refused_with_their_reason() {
     other_version[4] = 9;
     assert_eq!(
         refused(&other_version, LIMIT).to_string(),
-        "node digest version 9; this build reads version 3"
+        "node digest version 9; this build reads version 4"
     );
     assert!(matches!(
         refused(&bytes[..bytes.len() / 2], LIMIT),

@@ -462,7 +462,13 @@ pub(super) mod tests {
     /// The GPU summaries of `payloads`, one per rank.
     fn summaries(payloads: &[Payload], rule: &BottleneckRule) -> Vec<GpuSummary> {
         let spans_of = |p: &Payload| match p.view::<StagesView>().unwrap() {
-            Some(stages) => busy_spans(&RankStages::new(&stages, 0, &Default::default()).1),
+            Some(stages) => busy_spans(
+                &RankStages::new(
+                    &stages,
+                    crate::analysis::times::Reading::of_table(0, &Default::default()),
+                )
+                .1,
+            ),
             None => Vec::new(),
         };
         let ranks = payloads

@@ -15,9 +15,12 @@ use rankscope_common::table::{
 };
 use rankscope_common::{Payload, PayloadHeader};
 
+use super::account::GpuAccount;
+use super::intervals::{length, merge, overlap};
 use super::launches::launching_stages;
 use super::shared_names::SharedNames;
 use super::stats::imbalance_pct;
+use super::steady::Spans;
 use super::{timeline, StragglerRule};
 use crate::model::{
     CollectiveStats, GpuTime, KernelStats, KernelStraggler, KernelTraceInput, Straggler,
@@ -59,6 +62,9 @@ pub struct RankKernels {
     /// end, on the trace's clock (the GPU time's windows).
     #[serde(default)]
     pub spans: Vec<(i64, i64)>,
+    /// What its GPUs did in the windows beside its host, summed.
+    #[serde(default)]
+    pub gpu: GpuAccount,
 }
 
 /// One collective call on a rank's host.
@@ -163,6 +169,7 @@ impl RankKernels {
             kernel_stage: HashMap::new(),
             collectives,
             spans: Vec::new(),
+            gpu: GpuAccount::default(),
         }
     }
 
@@ -210,6 +217,22 @@ impl RankKernels {
             let totals = (KernelCategory::CpuOp, cpu.calls[i], cpu.total_ns[i]);
             named.add(&mut ops, cpu.name[i], totals);
         }
+        let calls = &trace.collectives;
+        let gpu_account = GpuAccount::of_window(
+            kept.iter().map(|&i| {
+                (
+                    gpu.category[i],
+                    gpu.start_ns[i],
+                    gpu.start_ns[i].saturating_add(gpu.dur_ns[i]),
+                )
+            }),
+            (0..calls.start_ns.len()).map(|i| {
+                (
+                    calls.start_ns[i],
+                    calls.start_ns[i].saturating_add(calls.dur_ns[i]),
+                )
+            }),
+        );
         let mut cut = trace.cut;
         cut.names += named.past_budget;
         RankKernels {
@@ -229,6 +252,7 @@ impl RankKernels {
             kernel_stage: HashMap::new(),
             collectives,
             spans,
+            gpu: gpu_account,
         }
     }
 }
@@ -333,10 +357,13 @@ impl RankKernels {
     /// from the rank's session clock onto the shared timeline (its start on
     /// rank 0's clock, offsets applied where they were measured); the
     /// collective calls starting within `perturbed` (spans of the session
-    /// clock) are not steady.
+    /// clock) are not steady. Its GPUs' time beside the host's is set
+    /// against `collectives`, the rank's collective calls the analysis
+    /// counts (on the session clock).
     pub fn from_payload(
         payload: &Payload,
         perturbed: &[(u64, u64)],
+        collectives: &Spans,
     ) -> Result<Option<Self>, String> {
         let kernels = payload.view::<KernelsView>().map_err(|e| e.to_string())?;
         let calls = payload
@@ -374,6 +401,9 @@ impl RankKernels {
         if let (Some(k), Ok(Some(stages))) = (&kernels, payload.view::<StagesView>()) {
             digest.attribute_to_stages(k, &stages, &names);
         }
+        digest.gpu = kernels
+            .as_ref()
+            .map_or_else(GpuAccount::default, |k| gpu_beside_host(k, collectives));
         let zero = timeline::aligned_start_ns(header);
         for call in &mut digest.collectives {
             let at = call.start_ns.saturating_sub(zero);
@@ -457,6 +487,7 @@ impl RankKernels {
     /// Adds another window of the same rank: its times to this one's,
     /// GPU by GPU (the gap between windows is no GPU's idle time).
     fn absorb(&mut self, other: RankKernels) {
+        self.gpu.add(&other.gpu);
         if let (Some(mine), Some(theirs)) = (&mut self.input, other.input) {
             mine.gpu_activities += theirs.gpu_activities;
         }
@@ -485,6 +516,35 @@ impl RankKernels {
             }
         }
     }
+}
+
+/// What the GPU activities of a payload's `kernels` did beside the host's
+/// `collectives` (session clock), window by window.
+fn gpu_beside_host(kernels: &KernelsView<'_>, collectives: &Spans) -> GpuAccount {
+    let mut windows: BTreeMap<u32, Vec<(KernelCategory, i64, i64)>> = BTreeMap::new();
+    for i in 0..kernels.len {
+        let (Some(start), Some(dur)) = (as_ns(kernels.start_ns[i]), as_ns(kernels.dur_ns[i]))
+        else {
+            continue;
+        };
+        windows.entry(kernels.window[i]).or_default().push((
+            KernelCategory::of(kernels.name.get(i)),
+            start,
+            start.saturating_add(dur),
+        ));
+    }
+    let host: Vec<(i64, i64)> = collectives
+        .spans()
+        .filter_map(|(start, end)| Some((as_ns(start)?, as_ns(end)?)))
+        .collect();
+    let mut gpu = GpuAccount::default();
+    for activities in windows.into_values() {
+        gpu.add(&GpuAccount::of_window(
+            activities.into_iter(),
+            host.iter().copied(),
+        ));
+    }
+    gpu
 }
 
 /// A trace being rebuilt from payload rows, with its names interned.
@@ -600,44 +660,6 @@ impl GpuParts {
     }
 }
 
-/// `intervals` (start, end) merged into disjoint ones in start order; an
-/// interval that starts where another ends joins it, as in HTA's
-/// `merge_kernel_intervals`.
-fn merge(intervals: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
-    let mut sorted: Vec<(i64, i64)> = intervals.collect();
-    sorted.sort_unstable();
-    let mut merged: Vec<(i64, i64)> = Vec::with_capacity(sorted.len());
-    for (start, end) in sorted {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    merged
-}
-
-/// The total length of disjoint intervals.
-fn length(merged: &[(i64, i64)]) -> i64 {
-    merged.iter().map(|(start, end)| end - start).sum()
-}
-
-/// The length of the intersection of two lists of disjoint, sorted
-/// intervals.
-fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
-    let (mut i, mut j, mut total) = (0, 0, 0);
-    while i < a.len() && j < b.len() {
-        let start = a[i].0.max(b[j].0);
-        let end = a[i].1.min(b[j].1);
-        total += (end - start).max(0);
-        if a[i].1 < b[j].1 {
-            i += 1;
-        } else {
-            j += 1;
-        }
-    }
-    total
-}
-
 /// The report's kernel sections, from every rank's digest.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KernelAnalysis {
@@ -655,6 +677,22 @@ pub struct KernelAnalysis {
     pub collectives: Vec<CollectiveStats>,
     /// `kernel_traces[]`.
     pub kernel_traces: Vec<KernelTraceInput>,
+    /// Per rank with a trace, what its time account reads of it.
+    pub traced: Vec<TracedRank>,
+}
+
+/// What a rank's time account reads of its kernel trace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TracedRank {
+    /// The rank.
+    pub rank: u32,
+    /// Its time in collective calls (their union), seconds.
+    pub collective_s: f64,
+    /// Of that, waiting for the last rank to arrive in the calls compared
+    /// across ranks, seconds.
+    pub wait_s: f64,
+    /// What its GPUs did beside its host.
+    pub gpu: GpuAccount,
 }
 
 impl KernelAnalysis {
@@ -694,7 +732,18 @@ pub fn analyze_kernels(mut ranks: Vec<RankKernels>, rule: StragglerRule) -> Kern
         ..KernelAnalysis::default()
     };
     for rank in ranks {
-        let waiting_s = waiting.get(&rank.rank).copied();
+        let waiting_s = waiting.in_windows.get(&rank.rank).copied();
+        let calls = merge(
+            rank.collectives
+                .iter()
+                .map(|c| (c.start_ns, c.start_ns.saturating_add(c.dur_ns))),
+        );
+        analysis.traced.push(TracedRank {
+            rank: rank.rank,
+            collective_s: length(&calls) as f64 / 1e9,
+            wait_s: waiting.all.get(&rank.rank).copied().unwrap_or(0.0),
+            gpu: rank.gpu,
+        });
         analysis.gpu_time.extend(
             rank.gpu_time
                 .into_iter()
@@ -844,9 +893,15 @@ fn listed_and_folded(by_name: HashMap<&str, KernelAcross>, with_gpu: &[u32]) -> 
     stats
 }
 
-/// Per rank, its wait in the compared collective calls that started
-/// within its kernel trace's windows, seconds.
-type Waiting = BTreeMap<u32, f64>;
+/// Per rank, its wait in the compared collective calls: those that
+/// started within its kernel trace's windows, and all, seconds.
+#[derive(Default)]
+struct Waiting {
+    /// In the calls that started within the rank's traced windows.
+    in_windows: BTreeMap<u32, f64>,
+    /// In every call compared.
+    all: BTreeMap<u32, f64>,
+}
 
 /// A rank that arrives at a collective less than this before the last one
 /// (nanoseconds) arrives with it: jitter, not a late arrival.
@@ -859,7 +914,7 @@ const LAUNCH_NS: i64 = 100_000;
 /// `collectives[]`: per rank, kind and group, the time in the calls and
 /// how much of it was waiting for the last rank to arrive. Within each
 /// window, the k-th call of a kind and group on each rank are taken as one
-/// collective. Also each rank's wait within its traced windows.
+/// collective. Also each rank's wait, within its traced windows and in all.
 fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waiting) {
     type Key<'a> = (&'a str, Option<&'a str>);
     // Per kind and group: per window, per rank, its calls in start order.
@@ -880,7 +935,7 @@ fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waiting) {
     let traced: BTreeMap<u32, &[(i64, i64)]> =
         ranks.iter().map(|r| (r.rank, r.spans.as_slice())).collect();
     let mut stats = Vec::new();
-    let mut waiting = Waiting::new();
+    let mut waiting = Waiting::default();
     for ((kind, group), windows) in calls {
         let mut rows: BTreeMap<u32, CollectiveStats> = BTreeMap::new();
         for by_rank in windows.values() {
@@ -912,8 +967,9 @@ fn collectives(ranks: &[RankKernels]) -> (Vec<CollectiveStats>, Waiting) {
                     .get(&rank)
                     .is_some_and(|spans| spans.iter().any(|s| (s.0..s.1).contains(&at)));
                 if inside {
-                    *waiting.entry(rank).or_default() += wait;
+                    *waiting.in_windows.entry(rank).or_default() += wait;
                 }
+                *waiting.all.entry(rank).or_default() += wait;
             });
         }
         stats.extend(rows.into_values());
@@ -1109,6 +1165,7 @@ mod tests {
             kernel_stage: HashMap::new(),
             collectives: Vec::new(),
             spans: Vec::new(),
+            gpu: GpuAccount::default(),
         }
     }
 

@@ -1,11 +1,13 @@
 //! The analysis: gathered payloads in, the [`Report`] model out.
 
+pub mod account;
 pub mod bottlenecks;
 mod calls;
 mod diffusion;
 mod digest;
 mod events;
 pub mod gpus;
+mod intervals;
 pub mod kernels;
 mod launches;
 mod overhead;
@@ -39,9 +41,9 @@ use rankscope_common::{Gathered, Payload, Rejection, Skipped};
 
 use crate::join::join;
 use crate::model::{
-    DiffusionSummary, DroppedRows, GpuSeries, GpuSummary, LockstepStage, NodeSummary, Notice,
-    RankGpu, RankSummary, RankTimeline, Report, Series, SessionSummary, SkippedInput, StageStats,
-    WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
+    AccountScope, DiffusionSummary, DroppedRows, GpuSeries, GpuSummary, LockstepStage, NodeSummary,
+    Notice, RankGpu, RankSummary, RankTimeline, Report, Series, SessionSummary, SkippedInput,
+    StageStats, TimeAccount, WindowSummary, MISSING_LISTED, SCHEMA_VERSION,
 };
 use times::StageTimes;
 
@@ -131,6 +133,7 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
     let NodeDigest {
         mut ranks,
         stages: times,
+        steps: steps_across,
         refused,
         skipped: skipped_by_leaders,
         skipped_unlisted,
@@ -164,6 +167,7 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         },
         config,
     );
+    report.time_account = job_account(&ranks, &parts.kernels, &steps_across, &report.events);
     let steps: Vec<(u32, &[f64])> = ranks
         .iter()
         .map(|r| (r.header.rank.rank, r.diffusion.steps_ms()))
@@ -183,6 +187,44 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         add_kernels(&mut report, analysis.with_stragglers(python_stragglers));
     }
     report
+}
+
+/// The time account of `ranks` (their steps side by side in `steps`,
+/// their kernel traces `kernels`), the job's one-off `events` beside.
+fn job_account(
+    ranks: &[RankDigest],
+    kernels: &[kernels::RankKernels],
+    steps: &account::StepsAcross,
+    events: &[crate::model::OneOffEvent],
+) -> TimeAccount {
+    let transfer_before = steps.transfer_before();
+    let parts = ranks
+        .iter()
+        .map(|digest| {
+            let header = &digest.header;
+            let rank = header.rank.rank;
+            let from_ns = header.window.as_ref().map_or(0, |w| w.started_ns);
+            let start_ns = timeline::aligned_start_ns(header)
+                .saturating_add(from_ns.min(i64::MAX as u64) as i64);
+            let gpu = kernels.iter().find(|k| k.rank == rank).map(|k| &k.gpu);
+            account::rank_part(rank, &digest.account, &transfer_before, start_ns, gpu)
+        })
+        .collect();
+    let scope = if ranks.iter().any(|r| r.header.window.is_some()) {
+        AccountScope::Window
+    } else {
+        AccountScope::Session
+    };
+    account::account(
+        scope,
+        parts,
+        account::JobInputs {
+            events,
+            delays: steps.delays(),
+            waited_for: steps.waited_for(),
+            notes: Vec::new(),
+        },
+    )
 }
 
 /// The inputs `gathered` skipped: files of other runs that shared the
@@ -319,6 +361,7 @@ fn assemble_report<T>(
         collectives: Vec::new(),
         kernel_traces: Vec::new(),
         events: events::job_events(ranks, reference_start_ns(ranks)),
+        time_account: TimeAccount::default(),
         verdict: None,
     };
     add_findings(&mut report, times);

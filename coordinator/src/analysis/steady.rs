@@ -195,7 +195,7 @@ impl Spans {
     }
 
     /// The spans, by start.
-    fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+    pub fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.start.iter().copied().zip(self.end.iter().copied())
     }
 
@@ -568,30 +568,24 @@ impl OneOffs {
         inside
     }
 
-    /// The events of one rank: per top-level call, its one-off calls and
-    /// the gap before it together, the costliest [`RANK_EVENTS`]; and the
-    /// spans of the rank's time the one-offs perturbed, from each one's
-    /// start to the first of the rank's `collectives` to start after it
-    /// (the rank arrives there late, or early): collective calls starting
-    /// within them are no steady arrival. A one-off costing less than
-    /// [`PERTURBING_SHARE`] of a steady step perturbs nothing.
-    pub fn events(
+    /// Each of the rank's steps (`rows.steps`, in order) with its one-off
+    /// time: its one-off calls (the deepest, the largest excess) and the
+    /// gap before it past the rank's steady gaps, and what made them
+    /// one-off. `traced_from`: where the rank's torch.profiler windows
+    /// begin (their first GPU activity, on the session clock); on a rank
+    /// that recorded no span of the profiler's own (an agent before those
+    /// spans), a one-off gap at most [`PROFILER_START_STEPS`] steps before
+    /// a window begins is the profiler's start (CUPTI's start, at the
+    /// schedule's warm-up), not a stall.
+    pub fn steps(
         &self,
         stages: &StagesView<'_>,
         rows: &RowTimes,
-        collectives: &Spans,
-    ) -> (Vec<RankEvent>, Vec<(u64, u64)>) {
-        let name = |i: usize| stages.name.get(i);
-        let mut step_ns: Vec<f64> = rows
-            .steps
-            .iter()
-            .map(|&r| stages.end_ns[r].saturating_sub(stages.start_ns[r]) as f64)
-            .collect();
-        let perturbing_ns = PERTURBING_SHARE * median_of(&mut step_ns).unwrap_or(0.0);
+        traced_from: &[u64],
+    ) -> Vec<StepOneOff> {
         // Per top-level row: its deepest one-off row (the most excess on a
-        // tie), the largest excess, whether a call is a name's first, and
-        // the span of the one-offs that perturb.
-        let mut within: BTreeMap<usize, OneOffsIn> = BTreeMap::new();
+        // tie), the largest excess, whether a call is a name's first.
+        let mut within: BTreeMap<usize, (usize, f64, bool)> = BTreeMap::new();
         for &(i, excess) in &self.excess_ns {
             if rows.is_profiler[i] {
                 continue;
@@ -599,25 +593,14 @@ impl OneOffs {
             let Some(step) = rows.step_of[i] else {
                 continue;
             };
-            let entry = within.entry(step).or_insert(OneOffsIn {
-                deepest: i,
-                excess: f64::MIN,
-                first: false,
-                span: None,
-            });
+            let entry = within.entry(step).or_insert((i, f64::MIN, false));
             let depth = stages.depth[i];
-            let deepest = stages.depth[entry.deepest];
-            if depth > deepest || (depth == deepest && excess > entry.excess) {
-                entry.deepest = i;
+            let deepest = stages.depth[entry.0];
+            if depth > deepest || (depth == deepest && excess > entry.1) {
+                entry.0 = i;
             }
-            entry.excess = entry.excess.max(excess);
-            entry.first |= self.first.binary_search(&i).is_ok();
-            if excess >= perturbing_ns {
-                let (start, end) = (stages.start_ns[i], stages.end_ns[i]);
-                entry.span = Some(entry.span.map_or((start, end), |(s, e): (u64, u64)| {
-                    (s.min(start), e.max(end))
-                }));
-            }
+            entry.1 = entry.1.max(excess);
+            entry.2 |= self.first.binary_search(&i).is_ok();
         }
         // The gaps after the first call, the profiler's time taken out.
         let (gap_flags, gap_steady) = one_offs(
@@ -628,11 +611,82 @@ impl OneOffs {
                 .map(|&(gap, profiler)| gap.saturating_sub(profiler) as f64)
                 .collect::<Vec<_>>(),
         );
+        let no_spans = rows.profiler_rows.is_empty();
+        let steps = &rows.steps;
+        steps
+            .iter()
+            .enumerate()
+            .map(|(k, &row)| {
+                let (gap, gap_profiler) = rows.gaps[k];
+                let gap_excess_ns = match gap_flags.get(k.wrapping_sub(1)) {
+                    Some(true) if k > 0 => (gap.saturating_sub(gap_profiler) as f64
+                        - gap_steady.unwrap_or(0.0))
+                    .max(0.0),
+                    _ => 0.0,
+                };
+                let starts_window = || {
+                    let last = steps[(k + PROFILER_START_STEPS).min(steps.len() - 1)];
+                    let (from, to) = (stages.start_ns[row], stages.end_ns[last]);
+                    traced_from.iter().any(|&t| (from..to).contains(&t))
+                };
+                let cause = if rows.perturbed[row] {
+                    StepCause::Profiler
+                } else if no_spans && gap_excess_ns > 0.0 && starts_window() {
+                    StepCause::ProfilerStart
+                } else {
+                    StepCause::Own
+                };
+                StepOneOff {
+                    call: within
+                        .get(&row)
+                        .map(|&(deepest, excess, first)| (deepest, excess.max(0.0), first)),
+                    gap_excess_ns,
+                    profiler_ns: (gap_profiler + rows.profiler_ns(row)) as f64,
+                    cause,
+                }
+            })
+            .collect()
+    }
+
+    /// The events of one rank from its steps' one-off time (`steps`, of
+    /// [`OneOffs::steps`]): per step, its one-off calls and the gap before
+    /// it together, the costliest [`RANK_EVENTS`]; and the spans of the
+    /// rank's time the one-offs perturbed, from each one's start to the
+    /// first of the rank's `collectives` to start after it (the rank
+    /// arrives there late, or early): collective calls starting within
+    /// them are no steady arrival. A one-off costing less than
+    /// [`PERTURBING_SHARE`] of a steady step perturbs nothing.
+    pub fn events(
+        &self,
+        stages: &StagesView<'_>,
+        rows: &RowTimes,
+        collectives: &Spans,
+        steps: &[StepOneOff],
+    ) -> (Vec<RankEvent>, Vec<(u64, u64)>) {
+        let name = |i: usize| stages.name.get(i);
+        let mut step_ns: Vec<f64> = rows
+            .steps
+            .iter()
+            .map(|&r| stages.end_ns[r].saturating_sub(stages.start_ns[r]) as f64)
+            .collect();
+        let perturbing_ns = PERTURBING_SHARE * median_of(&mut step_ns).unwrap_or(0.0);
+        // Per top-level row, the span of its one-offs that perturb.
+        let mut spans: BTreeMap<usize, (u64, u64)> = BTreeMap::new();
+        for &(i, excess) in &self.excess_ns {
+            let Some(step) = rows.step_of[i].filter(|_| !rows.is_profiler[i]) else {
+                continue;
+            };
+            if excess >= perturbing_ns {
+                let (start, end) = (stages.start_ns[i], stages.end_ns[i]);
+                let span = spans.entry(step).or_insert((start, end));
+                *span = (span.0.min(start), span.1.max(end));
+            }
+        }
         let next_arrival = |at: u64| collectives.first_start_from(at).map_or(at, |s| s + 1);
         let mut step_of: BTreeMap<&str, u64> = BTreeMap::new();
         let mut events = Vec::new();
         let mut perturbed = Vec::new();
-        for (k, &row) in rows.steps.iter().enumerate() {
+        for ((k, &row), one_off) in rows.steps.iter().enumerate().zip(steps) {
             let step_stage = name(row);
             let step = {
                 let count = step_of.entry(step_stage).or_default();
@@ -640,15 +694,7 @@ impl OneOffs {
                 *count - 1
             };
             let (row_start, row_end) = (stages.start_ns[row], stages.end_ns[row]);
-            let (gap, gap_profiler) = rows.gaps[k];
-            let gap_start = row_start.saturating_sub(gap);
-            let gap_excess = match gap_flags.get(k.wrapping_sub(1)) {
-                Some(true) if k > 0 => {
-                    (gap.saturating_sub(gap_profiler) as f64 - gap_steady.unwrap_or(0.0)).max(0.0)
-                }
-                _ => 0.0,
-            };
-            let call = within.get(&row);
+            let gap_start = row_start.saturating_sub(rows.gaps[k].0);
             let event = |kind, stage, cost_ns: f64, profiler_ns: f64, start_ns| RankEvent {
                 kind,
                 stage,
@@ -658,10 +704,11 @@ impl OneOffs {
                 cost_s: cost_ns / 1e9,
                 profiler_s: profiler_ns / 1e9,
             };
-            let profiler_ns = (gap_profiler + rows.profiler_ns(row)) as f64;
-            if rows.perturbed[row] {
+            let profiler_ns = one_off.profiler_ns;
+            let gap_excess = one_off.gap_excess_ns;
+            if one_off.cause == StepCause::Profiler {
                 // The profiler's step: its spans, and what the step lost.
-                let excess = call.map_or(0.0, |c| c.excess.max(0.0)) + gap_excess;
+                let excess = one_off.call.map_or(0.0, |c| c.1) + gap_excess;
                 events.push(event(
                     OneOffKind::Profiler,
                     profiler_span_name(stages, rows, gap_start, row_end),
@@ -688,20 +735,28 @@ impl OneOffs {
                 ));
             }
             if gap_excess > 0.0 {
-                events.push(event(OneOffKind::Stall, None, gap_excess, 0.0, gap_start));
+                let (kind, stage, profiler) = match one_off.cause {
+                    StepCause::ProfilerStart => (
+                        OneOffKind::Profiler,
+                        Some(INFERRED_PROFILER_START.to_string()),
+                        gap_excess,
+                    ),
+                    _ => (OneOffKind::Stall, None, 0.0),
+                };
+                events.push(event(kind, stage, gap_excess, profiler, gap_start));
                 if gap_excess >= perturbing_ns {
                     perturbed.push((gap_start, next_arrival(row_start)));
                 }
             }
-            if let Some(c) = call {
-                let kind = if c.first {
+            if let Some((deepest, excess, first)) = one_off.call {
+                let kind = if first {
                     OneOffKind::Warmup
                 } else {
                     OneOffKind::Stall
                 };
-                let stage = Some(name(c.deepest).to_string());
-                events.push(event(kind, stage, c.excess.max(0.0), 0.0, row_start));
-                if let Some((start, end)) = c.span {
+                let stage = Some(name(deepest).to_string());
+                events.push(event(kind, stage, excess, 0.0, row_start));
+                if let Some(&(start, end)) = spans.get(&row) {
                     perturbed.push((start, next_arrival(end)));
                 }
             }
@@ -713,22 +768,50 @@ impl OneOffs {
     }
 }
 
+/// Steps before a torch.profiler window's first traced step within which
+/// a one-off gap, on a rank with no span of the profiler's own, is the
+/// profiler's start: its schedule's warm-up step (usually one), and the
+/// step the window's first activity may fall just after.
+pub const PROFILER_START_STEPS: usize = 2;
+
+/// What an event names as its stage where a gap is the profiler's start
+/// inferred ([`StepCause::ProfilerStart`]).
+pub const INFERRED_PROFILER_START: &str = "rankscope:profiler start (inferred)";
+
+/// What made a step's one-off time one-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepCause {
+    /// The rank's own: a warm-up or a stall.
+    #[default]
+    Own,
+    /// The profiler's own spans ran in the step or the gap before it (a
+    /// millisecond or more): all its one-off time is the profiler's.
+    Profiler,
+    /// A one-off gap just before a torch.profiler window, on a rank that
+    /// recorded no span of the profiler's own: the gap's excess is the
+    /// profiler's start; the step's calls are judged as the rank's own.
+    ProfilerStart,
+}
+
+/// One step's one-off time on one rank ([`OneOffs::steps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepOneOff {
+    /// Its one-off calls, where it holds any: the deepest row (the most
+    /// excess on a tie), the largest excess (ns, 0 or more: the step's
+    /// one-off work), and whether one is its name's first call (warm-up).
+    pub call: Option<(usize, f64, bool)>,
+    /// The gap before it past the rank's steady gaps, its profiler's time
+    /// taken out first, ns.
+    pub gap_excess_ns: f64,
+    /// The profiler's spans in the gap before it and in it, ns.
+    pub profiler_ns: f64,
+    /// What made its one-off time one-off.
+    pub cause: StepCause,
+}
+
 /// A one-off of a rank's event perturbs its collective arrivals where it
 /// costs this share of a steady step or more.
 const PERTURBING_SHARE: f64 = 0.1;
-
-/// The one-off calls within one top-level call.
-struct OneOffsIn {
-    /// The deepest (the most excess on a tie).
-    deepest: usize,
-    /// The largest excess, ns.
-    excess: f64,
-    /// Whether one is its name's first call.
-    first: bool,
-    /// From the start of the first that perturbs to the end of the last,
-    /// ns; `None` where none does.
-    span: Option<(u64, u64)>,
-}
 
 /// The name of the first of the profiler's spans that starts within
 /// `from..to` (a step and the gap before it).

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use rankscope_common::table::{MetricsView, StagesView, STAGE_GPU_SECTION};
 
+use super::account::rank::{AccountRows, Covered};
+use super::account::RankAccount;
 use super::calls::{self, CallAcross, CallSeconds};
 use super::sketch::CallQuantiles;
 use super::stats::median_of;
@@ -385,19 +387,51 @@ pub struct RankSteadiness {
     pub perturbed: Vec<(u64, u64)>,
     /// Time in the profiler's own spans, seconds.
     pub profiler_s: f64,
+    /// Its time, split once.
+    pub account: RankAccount,
+}
+
+/// What a rank's stage table is read with, beside the table.
+#[derive(Debug, Clone, Copy)]
+pub struct Reading<'a> {
+    /// The first calls of each stage name left out as warm-up.
+    pub warmup_calls: u32,
+    /// The rank's collective calls, on the table's clock.
+    pub collectives: &'a Spans,
+    /// The span its account covers.
+    pub covered: Covered,
+    /// Where its torch.profiler windows begin, on the table's clock.
+    pub traced_from: &'a [u64],
+}
+
+impl<'a> Reading<'a> {
+    /// A table read with `warmup_calls` and `collectives` alone: its
+    /// account covers the table's own span, no window is traced.
+    pub fn of_table(warmup_calls: u32, collectives: &'a Spans) -> Self {
+        Reading {
+            warmup_calls,
+            collectives,
+            covered: Covered {
+                from_ns: 0,
+                wall_ns: 0,
+            },
+            traced_from: &[],
+        }
+    }
 }
 
 impl RankStages {
-    /// Groups one rank's stage table, leaving out the first `warmup_calls`
-    /// calls of each stage name, with the rank's collective calls
-    /// `collectives` (on the table's clock); also returns the stages that
-    /// ran inside no other in the table (warm-up calls included), in table
-    /// order, and the rank's steady state.
+    /// Groups one rank's stage table as `reading` says (the first
+    /// `warmup_calls` calls of each stage name left out, the rank's
+    /// collective calls beside); also returns the stages that ran inside
+    /// no other in the table (warm-up calls included), in table order, and
+    /// the rank's steady state and account.
     pub fn new<'a>(
         stages: &StagesView<'a>,
-        warmup_calls: u32,
-        collectives: &Spans,
+        reading: Reading<'_>,
     ) -> (Self, Vec<OuterStage<'a>>, RankSteadiness) {
+        let warmup_calls = reading.warmup_calls;
+        let collectives = reading.collectives;
         let enclosing = enclosing_rows(stages);
         let nested_ns = nested_ns(stages, &enclosing);
         let named = collectives.with_named_stages(stages, &enclosing);
@@ -461,11 +495,24 @@ impl RankStages {
         calls.shrink_to_fit();
         columns.shrink_to_fit();
         parents.shrink_to_fit();
-        let (events, perturbed) = one_offs.events(stages, &rows, collectives);
+        let steps = one_offs.steps(stages, &rows, reading.traced_from);
+        let (events, perturbed) = one_offs.events(stages, &rows, collectives, &steps);
+        let account = RankAccount::new(
+            AccountRows {
+                stages,
+                enclosing: &enclosing,
+                nested_ns: &nested_ns,
+                rows: &rows,
+                one_offs: &steps,
+            },
+            reading.covered,
+            warmup_calls,
+        );
         let steadiness = RankSteadiness {
             events,
             perturbed,
             profiler_s: profiler_time(stages, &rows, &enclosing),
+            account,
         };
         let rank_stages = RankStages {
             names: names.names,
@@ -964,7 +1011,7 @@ pub(super) mod tests {
             let view = payload.view::<StagesView>().unwrap().unwrap();
             times.add(
                 payload.header.rank.rank,
-                RankStages::new(&view, warmup_calls, &Spans::default()).0,
+                RankStages::new(&view, Reading::of_table(warmup_calls, &Spans::default())).0,
             );
         }
         times

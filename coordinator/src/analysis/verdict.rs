@@ -18,8 +18,8 @@ use rankscope_common::table::PROFILER_STAGE_PREFIX;
 use rankscope_common::text::{cell, rank_ranges};
 
 use crate::model::{
-    CollectiveStats, KernelStraggler, OneOffEvent, Report, StageStats, Straggler, StragglerGroup,
-    Verdict, VerdictKind,
+    Categories, Category, CollectiveStats, GpuSplit, KernelStraggler, OneOffEvent, Report,
+    StageStats, Straggler, StragglerGroup, Verdict, VerdictKind,
 };
 
 /// A finding costing the job less than this share of its wall-clock time
@@ -28,17 +28,21 @@ pub const WARNING_PCT: f64 = 1.0;
 /// A stage whose ranks spend this share of their time in it waiting is
 /// mostly waiting.
 pub const WAITING_SHARE: f64 = 0.5;
-/// Time in collective calls that is no rank's wait, past this share of
-/// the job, makes it communication bound, percent.
+/// The collectives' transfer, past this share of the job's steady time
+/// (its work, transfer and waiting), makes it communication bound, percent.
 const COMMUNICATION_PCT: f64 = 20.0;
-/// GPUs idle, their ranks not waiting, past this share of their traced
+/// GPUs idle past this share of their ranks' own host work in the traced
 /// windows make the job host bound, percent.
 const HOST_BOUND_IDLE_PCT: f64 = 50.0;
+/// A second finding at least this share of the verdict's cost is named in
+/// the verdict too.
+const SECOND_CLAUSE_SHARE: f64 = 1.0 / 3.0;
 /// GPUs computing this share of their traced windows make a balanced job
 /// GPU bound, percent.
 const GPU_BOUND_COMPUTE_PCT: f64 = 70.0;
 
-/// One explanation of lost time, with what it cost.
+/// One explanation of lost time, with what it cost: a slice of the job's
+/// time account.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blame {
     /// The report's category of the finding: `straggler`, `stall`,
@@ -46,12 +50,61 @@ pub struct Blame {
     pub category: &'static str,
     /// The verdict it would be.
     pub verdict: Verdict,
+    /// The finding in a few words, for another verdict's second clause.
+    pub clause: String,
 }
 
-/// The job's wall-clock time, seconds: its longest rank's session, or,
-/// where no rank says (a report of imported traces, a payload without its
-/// clock), the longest any rank spent in one stage.
+/// What of the job's account the findings have not taken yet: each
+/// finding's cost is taken out of the category it is a slice of, so that
+/// the costs never add up past the job.
+struct Room {
+    left: Categories,
+}
+
+impl Room {
+    /// All of `account`.
+    fn of(account: &Categories) -> Self {
+        Room {
+            left: account.clone(),
+        }
+    }
+
+    /// Takes `wanted` seconds of `category`, as much as is left; returns
+    /// what it took.
+    fn take(&mut self, category: Category, wanted: f64) -> f64 {
+        let left = self.left.seconds(category);
+        let took = wanted.clamp(0.0, left);
+        self.left.set(category, left - took);
+        took
+    }
+
+    /// What is left of `category`.
+    fn left(&self, category: Category) -> f64 {
+        self.left.seconds(category)
+    }
+}
+
+/// The job's steady time: its work, the collectives' transfer and the
+/// waiting in them, seconds.
+fn steady_seconds(account: &Categories) -> f64 {
+    [
+        Category::Work,
+        Category::CollectiveTransfer,
+        Category::CollectiveWait,
+    ]
+    .iter()
+    .map(|&c| account.seconds(c))
+    .sum()
+}
+
+/// The job's wall-clock time, seconds: its account's, else its longest
+/// rank's session, or, where no rank says (a payload without its clock),
+/// the longest any rank spent in one stage.
 pub fn job_seconds(report: &Report) -> f64 {
+    let account = report.time_account.job.wall_s;
+    if account > 0.0 {
+        return account;
+    }
     let session = report.session.duration_s;
     if session > 0.0 {
         return session;
@@ -63,17 +116,25 @@ pub fn job_seconds(report: &Report) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Every explanation of lost time in `report`, the costliest first.
+/// Every explanation of lost time in `report`, the costliest first, each
+/// costing a slice of the job's time account: one-off time its events'
+/// costs, a straggler the job time its lateness cost, the collectives'
+/// transfer that compute does not overlap, the GPUs idle in the ranks' own
+/// host work over the steady steps.
 pub fn blames(report: &Report) -> Vec<Blame> {
     let job_s = job_seconds(report);
+    let mut room = Room::of(&report.time_account.job.categories);
     let arrivals = Arrivals::new(report);
-    let mut found = stragglers(report, &arrivals);
-    found.extend(late_ranks(report, &arrivals, &found));
+    let mut found = Vec::new();
     for kind in [OneOff::Stalls, OneOff::Warmup, OneOff::Profiler] {
-        found.extend(one_off_time(report, kind));
+        found.extend(one_off_time(report, kind, &mut room));
     }
-    found.extend(communication(report));
-    found.extend(idle_hosts(report));
+    let late = stragglers(report, &arrivals, &mut room);
+    let more = late_ranks(report, &arrivals, &late, &mut room);
+    found.extend(late);
+    found.extend(more);
+    found.extend(communication(report, &mut room));
+    found.extend(host_bound(report, &mut room));
     for blame in &mut found {
         blame.verdict.cost_pct = percent(blame.verdict.cost_s, job_s);
     }
@@ -109,6 +170,18 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
         .collect();
     if let Some(first) = own.first().filter(|b| b.verdict.cost_pct >= WARNING_PCT) {
         let mut verdict = first.verdict.clone();
+        let second = own[1..].iter().find(|b| {
+            b.verdict.cost_pct >= WARNING_PCT
+                && (b.verdict.cost_s >= SECOND_CLAUSE_SHARE * first.verdict.cost_s
+                    || b.category == "straggler")
+        });
+        if let Some(second) = second {
+            let sentence = verdict.sentence.trim_end_matches('.');
+            verdict.sentence = format!("{sentence}; {}.", second.clause);
+            verdict
+                .evidence
+                .push(format!("the next finding: {}", second.verdict.sentence));
+        }
         verdict.evidence.extend(profiler);
         return verdict;
     }
@@ -255,9 +328,28 @@ impl<'a> Arrivals<'a> {
     }
 }
 
+/// The job time the lateness of `ranks` cost, seconds, as the account
+/// measured it at the steady steps' collectives (their arrival less the
+/// next-latest, summed); `None` where the account compares no arrivals
+/// (no collective time in the steps), or names none of `ranks`.
+fn delay_of(report: &Report, ranks: &[u32]) -> Option<f64> {
+    let waited_for = &report.time_account.job.waited_for;
+    if !waited_for.iter().any(|w| w.steps_last > 0) {
+        return None;
+    }
+    Some(
+        waited_for
+            .iter()
+            .filter(|w| ranks.contains(&w.rank))
+            .map(|w| w.delay_s)
+            .sum(),
+    )
+}
+
 /// The stragglers that do not merely wait: one blame per rank (or per
-/// straggler group of ranks), with its chain.
-fn stragglers(report: &Report, arrivals: &Arrivals) -> Vec<Blame> {
+/// straggler group of ranks), with its chain, its cost taken from the
+/// job's work.
+fn stragglers(report: &Report, arrivals: &Arrivals, room: &mut Room) -> Vec<Blame> {
     let working: Vec<&Straggler> = report
         .stragglers
         .iter()
@@ -285,19 +377,24 @@ fn stragglers(report: &Report, arrivals: &Arrivals) -> Vec<Blame> {
             .flatten()
             .copied()
             .collect();
-        found.push(straggler_blame(arrivals, report, &ranks, &entries, group));
+        found.push(straggler_blame(
+            arrivals, report, &ranks, &entries, group, room,
+        ));
     }
     found
 }
 
 /// The blame of `ranks` (one, or a straggler group's), slow in the
-/// stages of `entries`.
+/// stages of `entries`: its cost the job time its lateness cost (the
+/// account's; where the account compares no arrivals, the delay its calls
+/// of the stage imposed), out of the job's work in `room`.
 fn straggler_blame(
     arrivals: &Arrivals,
     report: &Report,
     ranks: &[u32],
     entries: &[&Straggler],
     group: Option<&StragglerGroup>,
+    room: &mut Room,
 ) -> Blame {
     let first = ranks[0];
     // Where the extra work is: the stage with the most extra self work
@@ -409,7 +506,8 @@ fn straggler_blame(
                 .into()
         }
     };
-    let cost_s = stage_cost.max(collective_cost);
+    let wanted = delay_of(report, ranks).unwrap_or(stage_cost.max(collective_cost));
+    let cost_s = room.take(Category::Work, wanted);
     let in_stage: Vec<&&Straggler> = entries.iter().filter(|s| s.stage == at.stage).collect();
     let (least, most) = in_stage.iter().fold((f64::MAX, f64::MIN), |(lo, hi), s| {
         (lo.min(s.slowdown), hi.max(s.slowdown))
@@ -423,10 +521,28 @@ fn straggler_blame(
     let sentence = format!(
         "{whose} {verb} the job back{}: {their} work in `{}` takes {slowdown} the other \
          ranks' (+{excess:.3} s){why}; it cost the job {cost_s:.3} s.",
-        waited.map(|w| format!(" ({w})")).unwrap_or_default(),
+        waited
+            .as_ref()
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default(),
         cell(&at.stage, 60),
     );
+    let clause = format!(
+        "{whose} also {}{}: {their} work in `{}` takes {slowdown} the others'{}",
+        waited.unwrap_or_else(|| format!("{} the job back", verb)),
+        format_cost(cost_s, job_seconds(report)),
+        cell(&at.stage, 60),
+        kernel
+            .map(|k| format!(
+                "; there {} `{}` takes {:.1}x the others' time",
+                kind_of(&k.category),
+                cell(&k.kernel, 80),
+                k.slowdown
+            ))
+            .unwrap_or_default()
+    );
     Blame {
+        clause,
         category: "straggler",
         verdict: Verdict {
             kind: VerdictKind::Straggler,
@@ -467,7 +583,12 @@ pub fn kind_of(category: &str) -> String {
 /// Ranks that arrive last at most steady calls of a collective, for whom
 /// the others wait most of their time there, that no stage straggler
 /// already blames (an imported trace has no stages).
-fn late_ranks(report: &Report, arrivals: &Arrivals, blamed: &[Blame]) -> Vec<Blame> {
+fn late_ranks(
+    report: &Report,
+    arrivals: &Arrivals,
+    blamed: &[Blame],
+    room: &mut Room,
+) -> Vec<Blame> {
     let mut told: HashSet<u32> = blamed
         .iter()
         .flat_map(|b| b.verdict.ranks.iter().copied())
@@ -495,8 +616,26 @@ fn late_ranks(report: &Report, arrivals: &Arrivals, blamed: &[Blame]) -> Vec<Bla
                 k.excess_s
             )
         }));
-        let cost_s = c.delay_imposed_s.unwrap_or(0.0);
+        let wanted = delay_of(report, &[c.rank]).unwrap_or(c.delay_imposed_s.unwrap_or(0.0));
+        let cost_s = room.take(Category::Work, wanted);
+        let kernel_words = kernel
+            .map(|k| {
+                format!(
+                    " ({} `{}` takes {:.1}x the others' time on it)",
+                    kind_of(&k.category),
+                    cell(&k.kernel, 80),
+                    k.slowdown
+                )
+            })
+            .unwrap_or_default();
         found.push(Blame {
+            clause: format!(
+                "rank {} also arrives last at {last} of {} `{}` calls{}{kernel_words}",
+                c.rank,
+                c.steady_compared,
+                cell(&c.kind, 40),
+                format_cost(cost_s, job_seconds(report)),
+            ),
             category: "straggler",
             verdict: Verdict {
                 kind: VerdictKind::Straggler,
@@ -508,19 +647,11 @@ fn late_ranks(report: &Report, arrivals: &Arrivals, blamed: &[Blame]) -> Vec<Bla
                 cost_pct: 0.0,
                 sentence: format!(
                     "rank {} holds the job back: it arrives last at {last} of {} `{}` calls \
-                     and the others wait for it{}; speed up rank {}, not the collective; it \
-                     cost the job {cost_s:.3} s.",
+                     and the others wait for it{kernel_words}; speed up rank {}, not the \
+                     collective; it cost the job {cost_s:.3} s.",
                     c.rank,
                     c.steady_compared,
                     cell(&c.kind, 40),
-                    kernel
-                        .map(|k| format!(
-                            " ({} `{}` takes {:.1}x the others' time on it)",
-                            kind_of(&k.category),
-                            cell(&k.kernel, 80),
-                            k.slowdown
-                        ))
-                        .unwrap_or_default(),
                     c.rank
                 ),
                 evidence,
@@ -552,15 +683,28 @@ impl OneOff {
     }
 }
 
-/// One-off time of `kind` as one blame (its category the kind's name).
-fn one_off_time(report: &Report, kind: OneOff) -> Option<Blame> {
+impl OneOff {
+    /// The account's category it is a slice of.
+    fn category(self) -> Category {
+        match self {
+            OneOff::Stalls => Category::Stall,
+            OneOff::Warmup => Category::Warmup,
+            OneOff::Profiler => Category::Profiler,
+        }
+    }
+}
+
+/// One-off time of `kind` as one blame (its category the kind's name):
+/// its events' costs, out of the account's time of its kind in `room`.
+fn one_off_time(report: &Report, kind: OneOff, room: &mut Room) -> Option<Blame> {
     let event_kind = kind.name();
     let events: Vec<&OneOffEvent> = report
         .events
         .iter()
         .filter(|e| e.kind == event_kind)
         .collect();
-    let cost_s: f64 = events.iter().map(|e| e.cost_s).sum();
+    let wanted: f64 = events.iter().map(|e| e.cost_s).sum();
+    let cost_s = room.take(kind.category(), wanted);
     if events.is_empty() || cost_s <= 0.0 {
         return None;
     }
@@ -595,7 +739,17 @@ fn one_off_time(report: &Report, kind: OneOff) -> Option<Blame> {
         }
     };
     let stage = events.first().and_then(|e| e.stage.clone());
+    let clause = format!(
+        "{}{}",
+        match kind {
+            OneOff::Stalls => "one-off stalls",
+            OneOff::Warmup => "warm-up",
+            OneOff::Profiler => "the profiler itself",
+        },
+        format_cost(cost_s, job_seconds(report))
+    );
     Some(Blame {
+        clause,
         category: event_kind,
         verdict: Verdict {
             kind: VerdictKind::Stalls,
@@ -636,70 +790,131 @@ fn describe(e: &OneOffEvent) -> String {
     )
 }
 
-/// Time in collective calls that is no rank's wait (the ranks' average),
-/// where it is a large share of the job.
-fn communication(report: &Report) -> Option<Blame> {
-    let compared: Vec<&CollectiveStats> = report
-        .collectives
+/// The collectives' transfer on the critical path that no compute
+/// overlaps (the overlap from the kernel traces, where traced), where it is
+/// [`COMMUNICATION_PCT`] of the job's steady time or more.
+fn communication(report: &Report, room: &mut Room) -> Option<Blame> {
+    let account = &report.time_account;
+    let categories = &account.job.categories;
+    let transfer = categories.seconds(Category::CollectiveTransfer);
+    let steady = steady_seconds(categories);
+    let share = percent(transfer, steady);
+    if transfer <= 0.0 || share < COMMUNICATION_PCT {
+        return None;
+    }
+    let traced: Vec<&GpuSplit> = account
+        .ranks
         .iter()
-        .filter(|c| c.own_s.is_some())
+        .filter_map(|r| r.gpu.as_ref())
+        .filter(|g| g.host_collective_s > 0.0)
         .collect();
-    let mut ranks: Vec<u32> = compared.iter().map(|c| c.rank).collect();
-    ranks.sort_unstable();
-    ranks.dedup();
-    if ranks.is_empty() {
-        return None;
-    }
-    let own_s: f64 = compared.iter().filter_map(|c| c.own_s).sum::<f64>() / ranks.len() as f64;
-    if percent(own_s, job_seconds(report)) < COMMUNICATION_PCT {
-        return None;
-    }
+    let overlap = average(traced.iter().filter_map(|g| g.overlap_share()));
+    let cost_s = room.take(
+        Category::CollectiveTransfer,
+        transfer * (1.0 - overlap.unwrap_or(0.0)),
+    );
     let busiest = report
         .collectives
         .iter()
-        .max_by(|a, b| a.total_s.total_cmp(&b.total_s))?;
+        .max_by(|a, b| a.total_s.total_cmp(&b.total_s))
+        .map(|c| c.kind.clone());
+    let what = busiest.as_deref().map_or_else(
+        || "collective calls".to_string(),
+        |k| format!("`{}`", cell(k, 40)),
+    );
+    let backend = backend(&traced);
+    let overlapped = match overlap {
+        Some(o) if o > 0.0 => format!(", compute overlapping {:.0}% of it", o * 100.0),
+        Some(_) => ", no compute overlapping it".to_string(),
+        None => String::new(),
+    };
+    let mut evidence = vec![format!(
+        "the collectives' own time (the least any rank spent in the same step's calls) is \
+         {transfer:.3} s of the job's {steady:.3} s of steady steps; the rest of the ranks' time \
+         in them is waiting, told apart"
+    )];
+    evidence.push(match overlap {
+        Some(o) => format!(
+            "in the traced windows GPU compute overlaps {:.0}% of the ranks' collective time",
+            o * 100.0
+        ),
+        None => "no kernel trace measures how much compute overlaps it".into(),
+    });
+    if let Some((_, why)) = backend {
+        evidence.push(why.to_string());
+    }
     Some(Blame {
+        clause: format!(
+            "{share:.0}% of each steady step is {what}'s transfer{}",
+            backend.map(|b| b.0).unwrap_or_default()
+        ),
         category: "communication",
         verdict: Verdict {
             kind: VerdictKind::CommunicationBound,
             ranks: Vec::new(),
             stage: None,
             kernel: None,
-            collective: Some(busiest.kind.clone()),
-            cost_s: own_s,
+            collective: busiest,
+            cost_s,
             cost_pct: 0.0,
             sentence: format!(
-                "The job is communication bound: each rank spends {own_s:.3} s in collective \
-                 calls that no rank waits in (`{}` the most); overlap them with compute, or \
-                 move less data.",
-                cell(&busiest.kind, 40)
+                "The job is communication-bound: {share:.0}% of each steady step is {what}'s \
+                 transfer{}{overlapped}; overlap it with compute, or move less data.",
+                backend.map(|b| b.0).unwrap_or_default()
             ),
-            evidence: vec![format!(
-                "{own_s:.3} s per rank in collectives past the waits, of {:.3} s",
-                job_seconds(report)
-            )],
+            evidence,
         },
     })
 }
 
-/// GPUs idle most of their traced windows while their ranks were not
-/// waiting in a collective: the hosts do not keep them busy.
-fn idle_hosts(report: &Report) -> Option<Blame> {
-    let idle: Vec<f64> = report
-        .gpu_time
-        .iter()
-        .filter(|g| g.window_s > 0.0)
-        .map(|g| {
-            let waiting = g.waiting_s.unwrap_or(0.0).min(g.idle_s);
-            percent(g.idle_s - waiting, g.window_s)
-        })
-        .collect();
-    let pct = average(idle.iter().copied())?;
-    if pct < HOST_BOUND_IDLE_PCT {
+/// The collectives' backend as the traced windows show it, in a few
+/// words and with what it implies; `None` where no window traced a
+/// collective call.
+fn backend(traced: &[&GpuSplit]) -> Option<(&'static str, &'static str)> {
+    if traced.is_empty() {
         return None;
     }
-    let cost_s = pct / 100.0 * job_seconds(report);
+    Some(if traced.iter().any(|g| g.busy.communication > 0.0) {
+        (
+            " over NCCL",
+            "communication kernels ran on the GPUs (NCCL): the data stays on the GPU",
+        )
+    } else {
+        (
+            " over a host backend (gloo: through host memory)",
+            "no communication kernel ran in the traced windows: a host backend such as gloo \
+             moves the data, CUDA tensors through host memory (copied out and back each call); \
+             NCCL would keep it on the GPU",
+        )
+    })
+}
+
+/// GPUs idle most of their ranks' own host work in the traced windows
+/// (idle while a rank was in a collective call is the collective's, not
+/// the host's): the share applied to the job's steady work, out of what
+/// is left of it in `room`.
+fn host_bound(report: &Report, room: &mut Room) -> Option<Blame> {
+    let traced: Vec<&GpuSplit> = report
+        .time_account
+        .ranks
+        .iter()
+        .filter_map(|r| r.gpu.as_ref())
+        .collect();
+    let share = average(traced.iter().filter_map(|g| g.launch_bound_share()))?;
+    if share * 100.0 < HOST_BOUND_IDLE_PCT {
+        return None;
+    }
+    let cost_s = room.take(Category::Work, share * room.left(Category::Work));
+    let pct = share * 100.0;
+    let in_collectives: f64 = traced
+        .iter()
+        .map(|g| g.idle.collective_transfer + g.idle.collective_wait)
+        .sum();
     Some(Blame {
+        clause: format!(
+            "the GPUs are idle {pct:.0}% of the ranks' own host work{}",
+            format_cost(cost_s, job_seconds(report))
+        ),
         category: "gpu",
         verdict: Verdict {
             kind: VerdictKind::HostBound,
@@ -710,14 +925,20 @@ fn idle_hosts(report: &Report) -> Option<Blame> {
             cost_s,
             cost_pct: 0.0,
             sentence: format!(
-                "The GPUs are idle {pct:.0}% of their traced time while their ranks do not \
-                 wait: the hosts do not keep them busy (launch overhead, synchronisation, data \
-                 loading)."
+                "The job is host-bound: its GPUs are idle {pct:.0}% of the time their ranks' \
+                 hosts do their own work (launch overhead, synchronisation, data loading); over \
+                 the steady steps that is {cost_s:.3} s."
             ),
             evidence: vec![format!(
-                "{} GPU(s) traced; idle time while a rank waited in a collective is not counted",
-                idle.len()
+                "{} GPU(s) traced; their idle time while the host was in a collective call \
+                 ({in_collectives:.3} s) is the collective's, not counted",
+                traced.len()
             )],
         },
     })
+}
+
+/// A cost in words: ` (x.x% of the job)`.
+fn format_cost(cost_s: f64, job_s: f64) -> String {
+    format!(" ({:.1}% of the job)", percent(cost_s, job_s))
 }

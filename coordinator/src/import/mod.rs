@@ -26,7 +26,7 @@ use rankscope_common::payload::{ClockSync, TransportName};
 use crate::analysis::kernels::{analyze_kernels, RankKernels};
 use crate::analysis::python::{across_ranks, RankFunction};
 use crate::analysis::shared_names::SharedNames;
-use crate::analysis::{add_kernels, analyze};
+use crate::analysis::{account, add_kernels, analyze};
 use crate::model::{Notice, RankSummary, Report, SkippedInput};
 use crate::progress::{Progress, Silent};
 use crate::report::{create_dir, write_reports, TraceFile, WriteError, REPORT_JSON};
@@ -843,6 +843,12 @@ fn report(
     }
     let rule = config.stragglers;
     let analysis = analyze_kernels(digests.into_values().collect(), rule);
+    let walls = report
+        .ranks
+        .iter()
+        .map(|r| (r.rank, r.duration_s))
+        .collect();
+    report.time_account = account::of_traces(&walls, &analysis.traced, &analysis.collectives);
     add_kernels(&mut report, analysis.with_stragglers(python_stragglers));
     Ok(report)
 }

@@ -9,17 +9,21 @@
 use crate::AnalysisConfig;
 use rankscope_common::gather::Headed;
 use rankscope_common::parallel::ParallelCoord;
-use rankscope_common::table::{counted_collectives, CollectivesView, MetricsView, StagesView};
+use rankscope_common::table::{
+    counted_collectives, CollectivesView, KernelsView, MetricsView, StagesView,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use rankscope_common::{Payload, PayloadHeader};
 
+use super::account::rank::Covered;
+use super::account::RankAccount;
 use super::diffusion::RankDiffusion;
 use super::kernels::RankKernels;
 use super::python::{rank_functions, RankFunction};
 use super::steady::{RankEvent, Spans};
-use super::times::{RankStages, RankSteadiness};
+use super::times::{RankStages, RankSteadiness, Reading};
 use super::{gpus, overhead, series};
 
 mod node;
@@ -71,6 +75,9 @@ pub struct RankDigest {
     /// Its one-off events (warm-up, stalls, the profiler's), the costliest
     /// first, at most [`super::steady::RANK_EVENTS`].
     pub(super) events: Vec<RankEvent>,
+    /// Its time, split once (its steps' collective times are taken into
+    /// the node's steps side by side).
+    pub(super) account: RankAccount,
     /// Which input it came from, for a reader that reads it again: the
     /// position the reader gave it.
     pub input: usize,
@@ -82,10 +89,16 @@ impl RankDigest {
     pub fn new(payload: &Payload, config: &AnalysisConfig) -> Self {
         let header = &payload.header;
         let collectives = collective_spans(payload);
-        let (stages, outermost, steadiness) = match payload.view::<StagesView>() {
+        let traced_from = traced_from(payload);
+        let reading = Reading {
+            warmup_calls: config.warmup_calls,
+            collectives: &collectives,
+            covered: covered(header),
+            traced_from: &traced_from,
+        };
+        let (stages, outermost, mut steadiness) = match payload.view::<StagesView>() {
             Ok(Some(view)) => {
-                let (mut stages, outermost, steadiness) =
-                    RankStages::new(&view, config.warmup_calls, &collectives);
+                let (mut stages, outermost, steadiness) = RankStages::new(&view, reading);
                 if let Ok(Some(metrics)) = payload.view::<MetricsView>() {
                     stages.add_gpu_times(&metrics);
                 }
@@ -98,6 +111,15 @@ impl RankDigest {
             ),
             Err(e) => (Err(e.to_string()), Vec::new(), RankSteadiness::default()),
         };
+        if steadiness.account.wall_s == 0.0 {
+            // No stage table: the whole span is untracked.
+            let wall_s = reading.covered.wall_ns as f64 / 1e9;
+            steadiness.account = RankAccount {
+                wall_s,
+                untracked_s: wall_s,
+                ..RankAccount::default()
+            };
+        }
         let world = header.rank.world_size as usize;
         let bars = series::share(series::TIMELINE_BARS, world);
         let gpu_metrics = world.saturating_mul(header.gpus.len()).saturating_mul(5);
@@ -122,12 +144,41 @@ impl RankDigest {
                 .collect(),
             overhead: overhead::rank_overhead(payload, steadiness.profiler_s),
             parallel: header.parallel.clone(),
-            kernels: RankKernels::from_payload(payload, &steadiness.perturbed),
+            kernels: RankKernels::from_payload(payload, &steadiness.perturbed, &collectives),
             python: rank_functions(payload),
             events: steadiness.events,
+            account: steadiness.account,
             input: 0,
         }
     }
+}
+
+/// The span a payload's account covers: its window, else its session.
+fn covered(header: &PayloadHeader) -> Covered {
+    match &header.window {
+        Some(window) => Covered {
+            from_ns: window.started_ns,
+            wall_ns: window.duration_ns,
+        },
+        None => Covered {
+            from_ns: 0,
+            wall_ns: header.clock.duration_ns,
+        },
+    }
+}
+
+/// Where each of a payload's torch.profiler windows begins: its first GPU
+/// activity, on the session clock.
+fn traced_from(payload: &Payload) -> Vec<u64> {
+    let Ok(Some(kernels)) = payload.view::<KernelsView>() else {
+        return Vec::new();
+    };
+    let mut first: BTreeMap<u32, u64> = BTreeMap::new();
+    for i in 0..kernels.len {
+        let start = first.entry(kernels.window[i]).or_insert(u64::MAX);
+        *start = (*start).min(kernels.start_ns[i]);
+    }
+    first.into_values().collect()
 }
 
 /// The spans of the collective calls a rank counts ([`counted_collectives`])

@@ -8,6 +8,7 @@ use rankscope_common::gather::MAX_LISTED_SKIPPED;
 use serde::de::{self, Deserializer, SeqAccess};
 use serde::{Deserialize, Serialize};
 
+use super::super::account::StepsAcross;
 use super::super::times::StageTimes;
 use super::{taken, DigestError, RankDigest};
 use crate::model::SkippedInput;
@@ -23,6 +24,8 @@ pub struct NodeDigest {
     pub ranks: Vec<RankDigest>,
     /// The stage calls of them all.
     pub(in crate::analysis) stages: StageTimes,
+    /// Their steps side by side (for the time account).
+    pub(in crate::analysis) steps: StepsAcross,
     /// The ranks whose stage tables were refused, and why, in rank order.
     #[serde(deserialize_with = "at_most::<_, _, MOST_REFUSED>")]
     pub(in crate::analysis) refused: Vec<(u32, String)>,
@@ -135,6 +138,8 @@ impl NodeDigest {
                 Ok(stages) => node.stages.add(rank, stages),
                 Err(reason) => node.refused.push((rank, reason)),
             }
+            node.steps
+                .add(rank, &std::mem::take(&mut digest.account.steps));
         }
         node.ranks = ranks;
         node
@@ -161,6 +166,7 @@ impl NodeDigest {
     pub fn merge(&mut self, other: NodeDigest) {
         self.ranks.extend(other.ranks);
         self.stages.merge(other.stages);
+        self.steps.merge(&other.steps);
         self.refused.extend(other.refused);
         self.add_skipped(other.skipped, other.skipped_unlisted);
         self.representatives.extend(other.representatives);

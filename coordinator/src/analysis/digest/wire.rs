@@ -22,7 +22,7 @@ use rankscope_common::gather::MAX_LISTED_SKIPPED;
 /// The first bytes of an encoded digest.
 const MAGIC: &[u8; 4] = b"RSND";
 /// The version this build writes and reads.
-const VERSION: u16 = 3;
+const VERSION: u16 = 4;
 /// The zstd level: the fastest, as rank 0 waits for it.
 const LEVEL: i32 = 1;
 
@@ -118,6 +118,7 @@ impl NodeDigest {
         }
         let holds = |rank: u32| self.holds(rank);
         self.stages.is_whole(holds)?;
+        self.steps.is_whole(holds)?;
         if self.refused.iter().any(|&(rank, _)| !holds(rank)) {
             return Err("a refused stage table of a rank it does not hold".into());
         }
@@ -175,6 +176,10 @@ fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
     };
     if digest.events.len() > RANK_EVENTS || !digest.events.iter().all(event_whole) {
         return Err("one-off events");
+    }
+    digest.account.is_whole()?;
+    if matches!(&digest.kernels, Ok(Some(kernels)) if !kernels.gpu.is_whole()) {
+        return Err("kernel traces' GPU account");
     }
     Ok(())
 }

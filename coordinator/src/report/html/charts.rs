@@ -4,7 +4,8 @@ use serde::Serialize;
 
 use rankscope_common::payload::GpuSource;
 
-use crate::model::{GpuTime, RankRun, RankValue, Report, Series};
+use crate::model::{Category, CategorySpread, GpuTime, RankRun, RankValue, Report, Series};
+use crate::report::html::table::PER_RANK_ROWS;
 
 /// What the charts draw, from the report: its bounded series and the few
 /// names they need, not the whole report (whose stage and lockstep lists
@@ -24,6 +25,45 @@ pub(super) struct ChartData<'a> {
     series: &'a Series,
     /// Each rank's GPU time from kernel traces.
     gpu_time: &'a [GpuTime],
+    /// The time account's bars.
+    account: AccountChart<'a>,
+}
+
+/// The time account's chart: a stacked bar for the job and for each rank
+/// (up to [`PER_RANK_ROWS`] ranks), past that each category's spread.
+#[derive(Serialize)]
+struct AccountChart<'a> {
+    /// The categories' names, in the bars' order.
+    categories: Vec<&'static str>,
+    /// Each bar's label and seconds per category (`null`: not measured).
+    bars: Vec<(String, Vec<Option<f64>>)>,
+    /// Each category's spread, where the ranks are too many for a bar each.
+    spread: &'a [CategorySpread],
+}
+
+impl<'a> AccountChart<'a> {
+    fn new(report: &'a Report) -> Self {
+        let account = &report.time_account;
+        let seconds = |c: &crate::model::Categories| Category::ALL.map(|k| c.get(k)).to_vec();
+        let mut bars = Vec::new();
+        if !account.ranks.is_empty() {
+            bars.push(("job".to_string(), seconds(&account.job.categories)));
+        }
+        let few = account.ranks.len() <= PER_RANK_ROWS;
+        if few {
+            bars.extend(
+                account
+                    .ranks
+                    .iter()
+                    .map(|r| (format!("rank {}", r.rank), seconds(&r.categories))),
+            );
+        }
+        AccountChart {
+            categories: Category::ALL.map(Category::words).to_vec(),
+            bars,
+            spread: if few { &[] } else { &account.spread },
+        }
+    }
 }
 
 impl<'a> ChartData<'a> {
@@ -58,6 +98,7 @@ impl<'a> ChartData<'a> {
                 .collect(),
             series: &report.series,
             gpu_time: &report.gpu_time,
+            account: AccountChart::new(report),
         }
     }
 }

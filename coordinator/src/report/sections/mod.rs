@@ -5,6 +5,7 @@
 //! section on the list is in both, with its link in the page's navigation;
 //! adding a section is one new module and one line in the list.
 
+mod account;
 mod diffusion;
 mod gpus;
 mod kernels;
@@ -22,7 +23,8 @@ use super::html::table::Table;
 use crate::model::Report;
 
 /// Every section, in the order of the page and of summary.txt.
-pub(crate) const SECTIONS: [&Section; 10] = [
+pub(crate) const SECTIONS: [&Section; 11] = [
+    &account::SECTION,
     &recommendations::SECTION,
     &stages::SECTION,
     &timeline::SECTION,

@@ -1,0 +1,466 @@
+//! One rank's time, split once: read from its stage table as it is
+//! digested, on its own. Its session (or window) from the start to the
+//! first step is set-up, from the last step's end to the end teardown; the
+//! profiler's own spans are the profiler's wherever they are; each step's
+//! time is its time in collective calls, else steady work, by stage (the
+//! one-off excess of a warm-up or a stall taken out of the stage it is in);
+//! a gap between steps is a stall past the rank's steady gaps, the
+//! stage's that holds both steps, else untracked. What of the collective
+//! time is transfer and what is waiting needs the other ranks: each step's
+//! collective time travels on, to be set beside theirs ([`super::steps`]).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use rankscope_common::table::StagesView;
+
+use super::super::stats::median_of;
+use super::super::steady::{RowTimes, Spans, StepCause, StepOneOff};
+use super::steps::StepTime;
+
+/// Stages a rank's work is listed by, the most work first, per list; the
+/// rest is one entry named [`OTHER_STAGES`].
+pub const WORK_STAGES: usize = 8;
+/// The entry that holds the work of the stages past [`WORK_STAGES`].
+pub const OTHER_STAGES: &str = "(other stages)";
+/// Runs of steps with collective time kept one by one; past them, the
+/// last run reaches the last step.
+const COLLECTIVE_RUNS: usize = 64;
+
+/// One rank's account, its collective time not yet split into transfer
+/// and wait. Seconds; the categories add up to `wall_s`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankAccount {
+    /// The span accounted for: the rank's session, or its window.
+    pub wall_s: f64,
+    /// From the start to the first step.
+    pub setup_s: f64,
+    /// Warm-up calls' excess over the rank's steady calls.
+    pub warmup_s: f64,
+    /// The profiler's own spans, and what the steps it perturbed lost.
+    pub profiler_s: f64,
+    /// One-off stalls: calls and gaps far outside the steady ones.
+    pub stall_s: f64,
+    /// Steady work in the steps (their time in collective calls taken out).
+    pub work_s: f64,
+    /// The steps' time in collective calls.
+    pub collective_s: f64,
+    /// Between steps, in no stage.
+    pub untracked_s: f64,
+    /// From the last step's end to the end.
+    pub teardown_s: f64,
+    /// `work_s` by top-level stage, the most first ([`WORK_STAGES`]).
+    pub work_top: Vec<(String, f64)>,
+    /// `work_s` by innermost stage, the most first ([`WORK_STAGES`]).
+    pub work_innermost: Vec<(String, f64)>,
+    /// When the first step began, nanoseconds after the span's start.
+    pub first_step_ns: Option<u64>,
+    /// The steps, counted.
+    pub step_count: u32,
+    /// The runs `first..past` of steps that spent time in collective calls.
+    pub collective_steps: Vec<(u32, u32)>,
+    /// Each step's collective time: taken into the job's steps side by
+    /// side ([`super::steps::StepsAcross`]), not carried further.
+    #[serde(skip)]
+    pub steps: Vec<StepTime>,
+}
+
+/// What of a rank's stage table its account reads.
+pub struct AccountRows<'r, 's> {
+    /// The table.
+    pub stages: &'r StagesView<'s>,
+    /// Each row's enclosing row.
+    pub enclosing: &'r [Option<usize>],
+    /// Each row's stages directly inside, their durations summed, ns.
+    pub nested_ns: &'r [u64],
+    /// Each row's time in collective calls and the profiler's spans, and
+    /// the rank's steps.
+    pub rows: &'r RowTimes,
+    /// Each step's one-off time.
+    pub one_offs: &'r [StepOneOff],
+}
+
+/// The span a rank's account covers, on its session clock, ns.
+#[derive(Debug, Clone, Copy)]
+pub struct Covered {
+    /// Where it starts: 0 for a session, the window's start for a window.
+    pub from_ns: u64,
+    /// How long it is.
+    pub wall_ns: u64,
+}
+
+/// Seconds of nanoseconds.
+fn s(ns: f64) -> f64 {
+    ns / 1e9
+}
+
+/// One step's work by row, ns, while it is split.
+struct StepWork {
+    buckets: Vec<(usize, f64)>,
+}
+
+impl StepWork {
+    fn total(&self) -> f64 {
+        self.buckets.iter().map(|b| b.1).sum()
+    }
+
+    /// Takes up to `amount` ns out of the work, from row `first`'s first,
+    /// then the largest; returns what it took.
+    fn take(&mut self, amount: f64, first: usize) -> f64 {
+        let mut left = amount.max(0.0);
+        if let Some(b) = self.buckets.iter_mut().find(|b| b.0 == first) {
+            let t = b.1.min(left);
+            b.1 -= t;
+            left -= t;
+        }
+        while left > 0.0 {
+            let Some(b) = self
+                .buckets
+                .iter_mut()
+                .filter(|b| b.1 > 0.0)
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+            else {
+                break;
+            };
+            let t = b.1.min(left);
+            b.1 -= t;
+            left -= t;
+        }
+        amount.max(0.0) - left
+    }
+}
+
+/// Running sums of a rank's categories, ns.
+#[derive(Default)]
+struct Sums {
+    setup: f64,
+    warmup: f64,
+    profiler: f64,
+    stall: f64,
+    collective: f64,
+    untracked: f64,
+    teardown: f64,
+}
+
+impl RankAccount {
+    /// The account of one rank's stage table over `covered`; the first
+    /// `warmup_calls` steps are warm-up (their excess over the steady
+    /// steps' median work is).
+    pub fn new(input: AccountRows<'_, '_>, covered: Covered, warmup_calls: u32) -> Self {
+        let AccountRows {
+            stages,
+            enclosing,
+            nested_ns,
+            rows,
+            one_offs,
+        } = input;
+        let steps = &rows.steps;
+        let profiler = Spans::new(
+            rows.profiler_rows
+                .iter()
+                .map(|&i| (stages.start_ns[i], stages.end_ns[i])),
+        );
+        let from = covered.from_ns;
+        let last_end = steps
+            .iter()
+            .map(|&r| stages.end_ns[r])
+            .max()
+            .unwrap_or(from);
+        let end = from.saturating_add(covered.wall_ns).max(last_end);
+        let wall = (end - from) as f64;
+        let mut sums = Sums::default();
+        let mut top: HashMap<&str, f64> = HashMap::new();
+        let mut innermost: HashMap<&str, f64> = HashMap::new();
+        let name = |i: usize| stages.name.get(i);
+        let Some(&first) = steps.first() else {
+            sums.profiler = profiler.within(from, end) as f64;
+            sums.untracked = wall - sums.profiler;
+            return RankAccount::of_sums(wall, sums, top, innermost, None, Vec::new());
+        };
+        let first_start = stages.start_ns[first].clamp(from, end);
+        let profiler_in = |a: u64, b: u64| profiler.within(a, b) as f64;
+        sums.profiler += profiler_in(from, first_start) + profiler_in(last_end, end);
+        sums.setup = (first_start - from) as f64 - profiler_in(from, first_start);
+        sums.teardown = (end - last_end) as f64 - profiler_in(last_end, end);
+
+        let outermost = |mut i: usize| {
+            // Bounded: a damaged table's loop of parents ends here.
+            for _ in 0..stages.len {
+                match enclosing[i] {
+                    Some(p) => i = p,
+                    None => break,
+                }
+            }
+            i
+        };
+        let mut works = step_works(stages, enclosing, nested_ns, rows);
+        let mut step_times = Vec::with_capacity(steps.len());
+        let mut one_off_before = false;
+        for (k, &row) in steps.iter().enumerate() {
+            let duration = stages.end_ns[row].saturating_sub(stages.start_ns[row]) as f64;
+            let in_profiler = (rows.profiler_ns(row) as f64).min(duration);
+            let collective = (rows.collective_ns(row) as f64).min(duration - in_profiler);
+            let work_ns = duration - in_profiler - collective;
+            let work = &mut works[k];
+            // What rows' self work does not account for (rounding, a
+            // stage inside a profiler's span) is the step's own.
+            let diff = work_ns - work.total();
+            if diff >= 0.0 {
+                work.buckets.push((row, diff));
+            } else {
+                work.take(-diff, row);
+            }
+            sums.collective += collective;
+            let one_off = one_offs.get(k).copied().unwrap_or_default();
+            let (gap, gap_profiler) = if k > 0 { rows.gaps[k] } else { (0, 0) };
+            let gap_excess = one_off
+                .gap_excess_ns
+                .min((gap - gap_profiler.min(gap)) as f64);
+            let call_excess = match one_off.call {
+                Some((deepest, excess, _)) => work.take(excess, deepest),
+                None => 0.0,
+            };
+            sums.profiler += in_profiler + gap_profiler as f64;
+            match one_off.cause {
+                StepCause::Profiler => sums.profiler += call_excess + gap_excess,
+                StepCause::ProfilerStart => {
+                    sums.profiler += gap_excess;
+                    sums.add_call(one_off, call_excess);
+                }
+                StepCause::Own => {
+                    sums.stall += gap_excess;
+                    sums.add_call(one_off, call_excess);
+                }
+            }
+            if k > 0 {
+                let rest = (gap as f64 - gap_profiler as f64 - gap_excess).max(0.0);
+                match enclosing[row].filter(|&p| enclosing[steps[k - 1]] == Some(p)) {
+                    Some(parent) => {
+                        *innermost.entry(name(parent)).or_default() += rest;
+                        *top.entry(name(outermost(parent))).or_default() += rest;
+                    }
+                    None => sums.untracked += rest,
+                }
+            }
+            let own_one_off = one_off.call.is_some()
+                || one_off.gap_excess_ns > 0.0
+                || one_off.cause == StepCause::Profiler
+                || (k as u64) < u64::from(warmup_calls);
+            step_times.push(StepTime {
+                collective_s: s(collective) as f32,
+                one_off: own_one_off || one_off_before,
+            });
+            one_off_before = one_off.call.is_some();
+        }
+        // The first `warmup_calls` steps: their work past the steady
+        // steps' median.
+        let warm = (warmup_calls as usize).min(steps.len());
+        let mut steady: Vec<f64> = works[warm..].iter().map(StepWork::total).collect();
+        if let Some(typical) = median_of(&mut steady) {
+            for (k, work) in works[..warm].iter_mut().enumerate() {
+                let excess = work.total() - typical;
+                sums.warmup += work.take(excess, steps[k]);
+            }
+        }
+        for (k, work) in works.iter().enumerate() {
+            let top_name = name(outermost(steps[k]));
+            for &(row, ns) in &work.buckets {
+                *innermost.entry(name(row)).or_default() += ns;
+                *top.entry(top_name).or_default() += ns;
+            }
+        }
+        let runs = collective_runs(&step_times);
+        let mut account =
+            RankAccount::of_sums(wall, sums, top, innermost, Some(first_start - from), runs);
+        account.step_count = step_times.len() as u32;
+        account.steps = step_times;
+        account
+    }
+
+    /// The account of `sums` and the work by stage (ns), over `wall` ns:
+    /// what the parts leave of the wall (stages of other threads across
+    /// steps' gaps, steps that overlap) untracked, what they pass it taken
+    /// out of the work.
+    fn of_sums(
+        wall: f64,
+        sums: Sums,
+        top: HashMap<&str, f64>,
+        innermost: HashMap<&str, f64>,
+        first_step_ns: Option<u64>,
+        collective_steps: Vec<(u32, u32)>,
+    ) -> Self {
+        let work: f64 = top.values().sum();
+        let parts = sums.setup
+            + sums.warmup
+            + sums.profiler
+            + sums.stall
+            + sums.collective
+            + sums.untracked
+            + sums.teardown
+            + work;
+        let (untracked, scale) = if parts <= wall {
+            (sums.untracked + (wall - parts), 1.0)
+        } else {
+            let over = parts - wall;
+            (
+                sums.untracked,
+                if work > 0.0 {
+                    ((work - over) / work).max(0.0)
+                } else {
+                    1.0
+                },
+            )
+        };
+        let listed = |by: HashMap<&str, f64>| {
+            let mut all: Vec<(String, f64)> = by
+                .into_iter()
+                .filter(|&(_, ns)| ns > 0.0)
+                .map(|(name, ns)| (name.to_string(), s(ns * scale)))
+                .collect();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            if all.len() > WORK_STAGES {
+                let rest: f64 = all[WORK_STAGES - 1..].iter().map(|e| e.1).sum();
+                all.truncate(WORK_STAGES - 1);
+                all.push((OTHER_STAGES.to_string(), rest));
+            }
+            all
+        };
+        RankAccount {
+            wall_s: s(wall),
+            setup_s: s(sums.setup),
+            warmup_s: s(sums.warmup),
+            profiler_s: s(sums.profiler),
+            stall_s: s(sums.stall),
+            work_s: s(work * scale),
+            collective_s: s(sums.collective),
+            untracked_s: s(untracked),
+            teardown_s: s(sums.teardown),
+            work_top: listed(top),
+            work_innermost: listed(innermost),
+            first_step_ns,
+            step_count: 0,
+            collective_steps,
+            steps: Vec::new(),
+        }
+    }
+
+    /// The categories summed, seconds: the wall, where the account is
+    /// whole.
+    pub fn sum_s(&self) -> f64 {
+        self.setup_s
+            + self.warmup_s
+            + self.profiler_s
+            + self.stall_s
+            + self.work_s
+            + self.collective_s
+            + self.untracked_s
+            + self.teardown_s
+    }
+
+    /// Whether the account's figures fit together, else which does not:
+    /// every figure finite and not negative, the categories adding up to
+    /// the wall (to a microsecond in an hour), the work by stage to the
+    /// work, the runs of steps in order (a digest read from elsewhere is
+    /// checked).
+    pub fn is_whole(&self) -> Result<(), &'static str> {
+        let figures = [
+            self.wall_s,
+            self.setup_s,
+            self.warmup_s,
+            self.profiler_s,
+            self.stall_s,
+            self.work_s,
+            self.collective_s,
+            self.untracked_s,
+            self.teardown_s,
+        ];
+        if !figures.iter().all(|f| f.is_finite() && *f >= 0.0) {
+            return Err("time account");
+        }
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 + 1e-9 * a.abs().max(b.abs());
+        let listed = |list: &[(String, f64)]| {
+            list.len() <= WORK_STAGES
+                && list.iter().all(|e| e.1.is_finite() && e.1 >= 0.0)
+                && (list.is_empty() || close(list.iter().map(|e| e.1).sum(), self.work_s))
+        };
+        let runs = self.collective_steps.len() <= COLLECTIVE_RUNS
+            && self.collective_steps.windows(2).all(|w| w[0].1 < w[1].0)
+            && self.collective_steps.iter().all(|r| r.0 < r.1);
+        if !close(self.sum_s(), self.wall_s)
+            || !listed(&self.work_top)
+            || !listed(&self.work_innermost)
+            || !runs
+        {
+            return Err("time account");
+        }
+        Ok(())
+    }
+}
+
+impl Sums {
+    /// A step's one-off calls' excess `excess` (ns), as its kind.
+    fn add_call(&mut self, one_off: StepOneOff, excess: f64) {
+        match one_off.call {
+            Some((_, _, true)) => self.warmup += excess,
+            _ => self.stall += excess,
+        }
+    }
+}
+
+/// Each step's work by row: the self work (self time less the collective
+/// calls in no stage inside) of each row in it, the profiler's spans left
+/// out.
+fn step_works(
+    stages: &StagesView<'_>,
+    enclosing: &[Option<usize>],
+    nested_ns: &[u64],
+    rows: &RowTimes,
+) -> Vec<StepWork> {
+    let steps = &rows.steps;
+    let mut k_of = vec![usize::MAX; stages.len];
+    for (k, &row) in steps.iter().enumerate() {
+        k_of[row] = k;
+    }
+    let mut works: Vec<StepWork> = (0..steps.len())
+        .map(|_| StepWork {
+            buckets: Vec::new(),
+        })
+        .collect();
+    for i in 0..stages.len {
+        let Some(step) = rows.step_of[i] else {
+            continue;
+        };
+        let k = k_of[step];
+        if k == usize::MAX
+            || rows.is_profiler[i]
+            || enclosing[i].is_some_and(|p| rows.is_profiler[p])
+        {
+            continue;
+        }
+        let duration = stages.end_ns[i].saturating_sub(stages.start_ns[i]);
+        let own = duration
+            .saturating_sub(nested_ns[i])
+            .saturating_sub(rows.self_collective_ns(i));
+        works[k].buckets.push((i, own as f64));
+    }
+    works
+}
+
+/// The runs of steps with collective time, `first..past`, at most
+/// [`COLLECTIVE_RUNS`] (the last reaching the last step past them).
+fn collective_runs(steps: &[StepTime]) -> Vec<(u32, u32)> {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for (k, step) in steps.iter().enumerate() {
+        if step.collective_s <= 0.0 {
+            continue;
+        }
+        let k = k as u32;
+        let full = runs.len() == COLLECTIVE_RUNS;
+        match runs.last_mut() {
+            Some(run) if run.1 == k || full => run.1 = k + 1,
+            _ => runs.push((k, k + 1)),
+        }
+    }
+    runs
+}
