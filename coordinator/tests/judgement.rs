@@ -14,8 +14,12 @@ use rankscope_common::table::{
 };
 use rankscope_common::{Payload, PayloadHeader};
 use rankscope_coordinator::analysis::analyze;
-use rankscope_coordinator::model::{GpuTime, Report, Severity, VerdictKind};
+use rankscope_coordinator::model::{GpuBusy, GpuIdle, GpuSplit, Report, Severity, VerdictKind};
 use rankscope_coordinator::AnalysisConfig;
+
+mod support;
+use rankscope_coordinator::model::Category;
+use support::assert_costs_add_up;
 
 /// Seconds to nanoseconds.
 fn ns(s: f64) -> u64 {
@@ -275,6 +279,23 @@ fn add_shared_hot_gpu(payload: &mut Payload, until_s: f64) {
         .insert(Table::GpuSamples, rows.finish().unwrap());
 }
 
+/// The job's seconds of `category` in `report`'s time account.
+fn job_s(report: &Report, category: Category) -> f64 {
+    report.time_account.job.categories.seconds(category)
+}
+
+/// Rank `rank`'s seconds of `category`.
+fn rank_s(report: &Report, rank: u32, category: Category) -> f64 {
+    report.time_account.ranks[rank as usize]
+        .categories
+        .seconds(category)
+}
+
+/// Whether `value` is within `share` of `expected`.
+fn near(value: f64, expected: f64, share: f64) -> bool {
+    (value - expected).abs() <= share * expected.abs()
+}
+
 /// The warnings of a report.
 fn warnings(report: &Report) -> Vec<&str> {
     report
@@ -338,6 +359,22 @@ fn a_slow_rank_behind_a_collective_inside_a_stage_is_blamed_once_with_its_stage(
         told[0].message
     );
     assert_no_wait_to_optimise(&report);
+    // The account: the others wait about 0.1 s a step for rank 3 (its
+    // attention 0.15 s against their 0.05 s, ±5 %), the all-gather's own
+    // time is 2 ms a step on every rank; the job's path runs through
+    // rank 3's extra work, which is the verdict's cost.
+    assert_costs_add_up(&report);
+    for rank in 0..3 {
+        let wait = rank_s(&report, rank, Category::CollectiveWait);
+        assert!(near(wait, 20.0 * 0.1, 0.15), "rank {rank} waits {wait}");
+    }
+    assert!(rank_s(&report, 3, Category::CollectiveWait) < 0.05);
+    for rank in 0..4 {
+        let transfer = rank_s(&report, rank, Category::CollectiveTransfer);
+        assert!(near(transfer, 20.0 * 0.002, 0.2), "rank {rank}: {transfer}");
+    }
+    assert!(near(verdict.cost_s, 19.0 * 0.1, 0.15), "{verdict:?}");
+    assert!(job_s(&report, Category::CollectiveWait) < 0.1 * verdict.cost_s);
     // The recommendations are ordered by what they cost.
     let costs: Vec<f64> = report
         .recommendations
@@ -386,6 +423,19 @@ fn a_balanced_job_with_one_stall_blames_no_rank_and_tells_the_stall_apart() {
     );
     // The one warning is the stall's.
     assert_eq!(warnings(&report).len(), 1, "{:?}", warnings(&report));
+    // The account: rank 1's own stall, the others' wait for it; the job's
+    // stall is it, its cost the verdict's.
+    assert_costs_add_up(&report);
+    assert!(near(rank_s(&report, 1, Category::Stall), 0.4, 0.1));
+    for rank in [0, 2, 3] {
+        assert!(rank_s(&report, rank, Category::Stall) < 0.02, "rank {rank}");
+        assert!(
+            rank_s(&report, rank, Category::CollectiveWait) > 0.35,
+            "rank {rank}"
+        );
+    }
+    assert!(near(job_s(&report, Category::Stall), 0.4, 0.1));
+    assert!(near(verdict.cost_s, 0.4, 0.1), "{verdict:?}");
 }
 
 #[test]
@@ -424,6 +474,22 @@ fn a_loop_wrapped_in_one_stage_is_judged_step_by_step() {
     );
     let late = report.collectives.iter().find(|c| c.rank == 3).unwrap();
     assert!(late.steady_compared >= 15, "{late:?}");
+    // The account reads the steps inside `train`: its time between them
+    // is its work, not untracked; the set-up ends at the first step.
+    assert_costs_add_up(&report);
+    let account = &report.time_account;
+    for rank in &account.ranks {
+        let untracked = rank.categories.seconds(Category::Untracked);
+        assert!(untracked < 0.01, "rank {}: {untracked}", rank.rank);
+        let top: Vec<&str> = rank
+            .work_by_stage
+            .top
+            .iter()
+            .map(|s| s.stage.as_str())
+            .collect();
+        assert_eq!(top, ["train"], "rank {}", rank.rank);
+    }
+    assert!(near(job_s(&report, Category::Stall), 0.4, 0.15));
 }
 
 #[test]
@@ -449,6 +515,16 @@ fn a_warm_up_step_is_an_event_and_no_rank_is_blamed_for_it() {
         .recommendations
         .iter()
         .any(|r| r.category == "warmup" && r.severity == Severity::Info));
+    // The account: step 0's work takes 8x a steady step's 0.08 s: 0.56 s
+    // of warm-up on every rank and in the job, the rest steady work.
+    assert_costs_add_up(&report);
+    for rank in 0..4 {
+        let warmup = rank_s(&report, rank, Category::Warmup);
+        assert!(near(warmup, 7.0 * 0.08, 0.15), "rank {rank}: {warmup}");
+        let work = rank_s(&report, rank, Category::Work);
+        assert!(near(work, 20.0 * 0.08, 0.1), "rank {rank}: {work}");
+    }
+    assert!(near(job_s(&report, Category::Warmup), 0.56, 0.15));
 }
 
 #[test]
@@ -509,6 +585,18 @@ fn the_profilers_own_stall_is_its_cost_not_a_ranks() {
         .max()
         .unwrap();
     assert!(late < 15, "{:?}", report.collectives);
+    // The account: each rank's own profiler span (0.8 s + 0.4 s a rank);
+    // the job's path runs through rank 3's 2.0 s, the others' wait for it
+    // the profiler's.
+    assert_costs_add_up(&report);
+    for rank in 0..4 {
+        let own = rank_s(&report, rank, Category::Profiler);
+        assert!(
+            near(own, 0.8 + 0.4 * f64::from(rank), 0.05),
+            "rank {rank}: {own}"
+        );
+    }
+    assert!(near(job_s(&report, Category::Profiler), 2.0, 0.05));
 }
 
 #[test]
@@ -552,6 +640,11 @@ fn at_1024_ranks_the_slow_rank_is_blamed_and_a_balanced_job_gets_no_warning() {
         "{verdict:?}"
     );
     assert_eq!(verdict.stage.as_deref(), Some("attention"));
+    // Rank 700's attention 0.1 s against 0.05 s: the job's path runs
+    // through its 0.05 s a step, the verdict's cost.
+    assert_costs_add_up(&slow);
+    assert_eq!(slow.time_account.ranks.len(), 1_024);
+    assert!(near(verdict.cost_s, 11.0 * 0.05, 0.2), "{verdict:?}");
     let balanced = Job {
         warmup: Some(5.0),
         stall: Some((17, 6, 0.3)),
@@ -569,6 +662,9 @@ fn at_1024_ranks_the_slow_rank_is_blamed_and_a_balanced_job_gets_no_warning() {
         .events
         .iter()
         .any(|e| e.kind == "stall" && e.ranks == [17]));
+    assert_costs_add_up(&balanced);
+    assert!(near(job_s(&balanced, Category::Stall), 0.3, 0.15));
+    assert!(near(rank_s(&balanced, 17, Category::Stall), 0.3, 0.1));
 }
 
 #[test]
@@ -579,23 +675,25 @@ fn a_gpu_idle_while_its_rank_waits_is_told_as_waiting() {
     }
     .report();
     // Rank 0's GPU idle 86 % of a 1 s traced window, 0.8 s of it while
-    // rank 0 waited in the all-gather; rank 1's idle with no wait.
-    let gpu = |rank: u32, waiting_s: Option<f64>| GpuTime {
-        rank,
-        gpu: Some(0),
+    // rank 0 waited in the all-gather; rank 1's idle in its own host work.
+    let gpu = |waiting_s: f64| GpuSplit {
         window_s: 1.0,
-        idle_s: 0.86,
-        compute_s: 0.1,
-        non_compute_s: 0.04,
-        communication_s: 0.0,
-        memory_s: 0.0,
-        idle_pct: 86.0,
-        compute_pct: 10.0,
-        non_compute_pct: 4.0,
-        comm_overlap_pct: None,
-        waiting_s,
+        busy: GpuBusy {
+            compute: 0.1,
+            communication: 0.0,
+            memory: 0.04,
+        },
+        idle: GpuIdle {
+            host_work: 0.86 - waiting_s,
+            collective_transfer: 0.0,
+            collective_wait: waiting_s,
+        },
+        host_collective_s: waiting_s,
+        compute_in_collective_s: 0.0,
     };
-    report.gpu_time = vec![gpu(0, Some(0.8)), gpu(1, None)];
+    let ranks = &mut report.time_account.ranks;
+    ranks[0].gpu = Some(gpu(0.8));
+    ranks[1].gpu = Some(gpu(0.0));
     rankscope_coordinator::analysis::recommend::judge(&mut report);
     let idle: Vec<&str> = report
         .recommendations
@@ -605,14 +703,17 @@ fn a_gpu_idle_while_its_rank_waits_is_told_as_waiting() {
         .collect();
     assert!(
         idle.contains(
-            &"rank 0's GPU 0 was idle 86% of its traced window, of which 80 points waiting in \
-              `all_gather` for rank 3: the wait, not the host, leaves it idle"
+            &"rank 0's GPU was idle 86% of its traced windows (80 points waiting in collective \
+              calls for rank 3, 6 points in the host's own work): the wait for rank 3, not the \
+              host, leaves it idle"
         ),
         "{idle:#?}"
     );
     assert!(
-        idle.iter()
-            .any(|m| m.starts_with("rank 1's GPU 0 was idle 86% of its traced window: the host")),
+        idle.iter().any(|m| m.starts_with(
+            "rank 1's GPU was idle 86% of its traced windows (86 points \
+                in the host's own work): the host does not keep it busy"
+        )),
         "{idle:#?}"
     );
 }

@@ -10,7 +10,7 @@ use rankscope_common::text::{cell, rank_ranges};
 use super::stragglers::{owns, shared_gpus};
 use super::verdict::{self, kind_of, mostly_waiting_for, waits_for_another, Blame, WARNING_PCT};
 use crate::model::{
-    Bottleneck, GpuSummary, GpuTime, Recommendation, Report, Severity, StageStats, Straggler,
+    Bottleneck, GpuSplit, GpuSummary, Recommendation, Report, Severity, StageStats, Straggler,
 };
 
 /// A stage taking more than this share of the session is worth a look.
@@ -434,8 +434,9 @@ fn kernel_findings(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
 }
 
 /// The first [`KERNEL_STRAGGLERS_TOLD`] kernels slower on a rank that no
-/// blame names (a blame tells its rank's own): information, as the rank
-/// keeps up.
+/// blame names (a blame tells its rank's own): information where the rank
+/// keeps up, a warning where the others waited for it at a cost of
+/// [`WARNING_PCT`] of the job (its lateness, in the time account).
 fn kernel_stragglers(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
     let blamed = |rank: u32| blames.iter().any(|b| b.verdict.ranks.contains(&rank));
     report
@@ -444,8 +445,21 @@ fn kernel_stragglers(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
         .filter(|k| !blamed(k.rank))
         .take(KERNEL_STRAGGLERS_TOLD)
         .map(|k| {
+            let late = report
+                .time_account
+                .job
+                .waited_for
+                .iter()
+                .find(|w| w.rank == k.rank)
+                .map_or(0.0, |w| w.delay_s);
+            let job_s = verdict::job_seconds(report);
+            let costly = job_s > 0.0 && late / job_s * 100.0 >= WARNING_PCT;
             finding(
-                Severity::Info,
+                if costly {
+                    Severity::Warning
+                } else {
+                    Severity::Info
+                },
                 "kernel",
                 format!(
                     "{} `{}` takes {:.0}% longer on rank {} than the median of the other ranks",
@@ -463,16 +477,25 @@ fn kernel_stragglers(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
         .collect()
 }
 
-/// GPUs idle over [`IDLE_GPU_PCT`] of their traced window, the idlest
-/// first one by one, the rest counted; the idle time while the rank waited
-/// in a collective told as waiting (for the blamed rank, where one is).
+/// GPUs idle over [`IDLE_GPU_PCT`] of their traced windows, the idlest
+/// first one by one, the rest counted; their idle time told by what the
+/// host did meanwhile (the account's GPU split): in a collective's
+/// transfer, waiting in one (for the blamed rank, where one is), or its
+/// own work. Only the last is the host not keeping its GPU busy.
 fn idle_gpus(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
-    let mut idle: Vec<&GpuTime> = report
-        .gpu_time
+    let mut idle: Vec<(u32, &GpuSplit, f64)> = report
+        .time_account
+        .ranks
         .iter()
-        .filter(|g| g.idle_pct > IDLE_GPU_PCT)
+        .filter_map(|r| {
+            let gpu = r.gpu.as_ref()?;
+            let idle_s =
+                gpu.idle.host_work + gpu.idle.collective_transfer + gpu.idle.collective_wait;
+            let pct = idle_s / gpu.window_s * 100.0;
+            (pct > IDLE_GPU_PCT).then_some((r.rank, gpu, pct))
+        })
         .collect();
-    idle.sort_by(|a, b| b.idle_pct.total_cmp(&a.idle_pct));
+    idle.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
     let late = blames
         .iter()
         .find(|b| b.category == "straggler")
@@ -480,59 +503,54 @@ fn idle_gpus(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
     let mut out: Vec<Recommendation> = idle
         .iter()
         .take(IDLE_GPUS_TOLD)
-        .map(|g| {
-            let waiting_pct = g
-                .waiting_s
-                .filter(|_| g.window_s > 0.0)
-                .map(|w| w.min(g.idle_s) / g.window_s * 100.0)
-                .unwrap_or(0.0);
+        .map(|&(rank, gpu, pct)| {
+            let points = |s: f64| s / gpu.window_s * 100.0;
             let whom = late
-                .filter(|v| !v.ranks.contains(&g.rank))
+                .filter(|v| !v.ranks.contains(&rank))
                 .map(|v| {
-                    format!(
-                        "{} for {}",
-                        v.collective
-                            .as_deref()
-                            .map(|c| format!(" in `{}`", cell(c, 40)))
-                            .unwrap_or_default(),
-                        if v.ranks.len() == 1 {
-                            format!("rank {}", v.ranks[0])
-                        } else {
-                            format!("ranks {}", rank_ranges(&v.ranks))
-                        }
-                    )
-                })
-                .unwrap_or_else(|| " in collectives".into());
-            let message = if waiting_pct >= g.idle_pct / 2.0 {
-                format!(
-                    "rank {}'s GPU{} was idle {:.0}% of its traced window, of which {:.0} points \
-                     waiting{whom}: the wait, not the host, leaves it idle",
-                    g.rank,
-                    g.gpu.map(|i| format!(" {i}")).unwrap_or_default(),
-                    g.idle_pct,
-                    waiting_pct
-                )
-            } else {
-                format!(
-                    "rank {}'s GPU{} was idle {:.0}% of its traced window{}: the host does not \
-                     keep it busy (launch overhead, synchronisation, data loading)",
-                    g.rank,
-                    g.gpu.map(|i| format!(" {i}")).unwrap_or_default(),
-                    g.idle_pct,
-                    if waiting_pct > 0.0 {
-                        format!(", {waiting_pct:.0} points of it waiting{whom}")
+                    if v.ranks.len() == 1 {
+                        format!(" for rank {}", v.ranks[0])
                     } else {
-                        String::new()
+                        format!(" for ranks {}", rank_ranges(&v.ranks))
                     }
-                )
+                })
+                .unwrap_or_default();
+            let parts = [
+                (
+                    gpu.idle.collective_transfer,
+                    "in collective calls' transfer".to_string(),
+                ),
+                (
+                    gpu.idle.collective_wait,
+                    format!("waiting in collective calls{whom}"),
+                ),
+                (gpu.idle.host_work, "in the host's own work".to_string()),
+            ];
+            let told: Vec<String> = parts
+                .iter()
+                .filter(|(s, _)| points(*s) >= 0.5)
+                .map(|(s, what)| format!("{:.0} points {what}", points(*s)))
+                .collect();
+            let in_collectives = gpu.idle.collective_transfer + gpu.idle.collective_wait;
+            let why = if gpu.idle.host_work >= in_collectives {
+                "the host does not keep it busy (launch overhead, synchronisation, data loading)"
+                    .to_string()
+            } else if gpu.idle.collective_wait > gpu.idle.collective_transfer {
+                format!("the wait{whom}, not the host, leaves it idle")
+            } else {
+                "the collectives, not the host, leave it idle".to_string()
             };
             finding(
                 Severity::Info,
                 "gpu",
-                message,
+                format!(
+                    "rank {rank}'s GPU was idle {pct:.0}% of its traced windows ({}): {why}",
+                    told.join(", ")
+                ),
                 format!(
                     "{:.6} s idle of {:.6} s from its first kernel to its last",
-                    g.idle_s, g.window_s
+                    gpu.idle.host_work + in_collectives,
+                    gpu.window_s
                 ),
             )
         })
@@ -545,7 +563,7 @@ fn idle_gpus(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
                 "{} more GPUs were idle over {IDLE_GPU_PCT:.0}% of their traced windows",
                 idle.len() - IDLE_GPUS_TOLD
             ),
-            "gpu_time[] in report.json has each".into(),
+            "time_account.ranks[].gpu in report.json has each".into(),
         ));
     }
     out

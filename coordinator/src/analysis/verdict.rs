@@ -601,7 +601,16 @@ fn late_ranks(
         let (Some(last), Some(imposed_s)) = (c.last_to_arrive, c.wait_imposed_s) else {
             continue;
         };
-        if last * 2 <= c.steady_compared || imposed_s < WAITING_SHARE * arrivals.others_s(c) {
+        // Last at most steady calls, and either the others' time in them
+        // mostly waits for it, or its lateness costs the job a warning's
+        // share (a slow transfer, gloo's say, leaves the wait a small part
+        // of the others' time however late the rank is).
+        let costly = delay_of(report, &[c.rank])
+            .or(c.delay_imposed_s)
+            .is_some_and(|d| percent(d, job_seconds(report)) >= WARNING_PCT);
+        if last * 2 <= c.steady_compared
+            || (imposed_s < WAITING_SHARE * arrivals.others_s(c) && !costly)
+        {
             continue;
         }
         told.insert(c.rank);
@@ -824,7 +833,7 @@ fn communication(report: &Report, room: &mut Room) -> Option<Blame> {
     );
     let backend = backend(&traced);
     let overlapped = match overlap {
-        Some(o) if o > 0.0 => format!(", compute overlapping {:.0}% of it", o * 100.0),
+        Some(o) if o >= 0.005 => format!(", compute overlapping {:.0}% of it", o * 100.0),
         Some(_) => ", no compute overlapping it".to_string(),
         None => String::new(),
     };

@@ -344,3 +344,43 @@ pub struct TimeAccount {
     /// words.
     pub notes: Vec<String>,
 }
+
+impl TimeAccount {
+    /// Whether each rank's categories, and the job's, add up to its wall
+    /// time (within 0.1 % or a millisecond), none negative, and the job's
+    /// critical path to the job's wall; else which does not.
+    pub fn adds_up(&self) -> Result<(), String> {
+        let close = |sum: f64, wall: f64| (sum - wall).abs() <= (wall * 1e-3).max(1e-3);
+        let whole = |what: &str, categories: &Categories, wall: f64| {
+            if let Some((c, s)) = categories
+                .iter()
+                .find(|(_, s)| s.is_some_and(|s| !(s.is_finite() && s >= 0.0)))
+            {
+                return Err(format!("{what}: {} is {s:?}", c.as_str()));
+            }
+            match close(categories.sum(), wall) {
+                true => Ok(()),
+                false => Err(format!(
+                    "{what}: its categories add up to {:.6} s of its {wall:.6} s",
+                    categories.sum()
+                )),
+            }
+        };
+        for rank in &self.ranks {
+            whole(
+                &format!("rank {}", rank.rank),
+                &rank.categories,
+                rank.wall_s,
+            )?;
+        }
+        whole("the job", &self.job.categories, self.job.wall_s)?;
+        let path: f64 = self.job.critical_path.slices.iter().map(|s| s.s).sum();
+        if !self.ranks.is_empty() && !close(path, self.job.wall_s) {
+            return Err(format!(
+                "the job's critical path adds up to {path:.6} s of its {:.6} s",
+                self.job.wall_s
+            ));
+        }
+        Ok(())
+    }
+}

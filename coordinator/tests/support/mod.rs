@@ -38,3 +38,29 @@ pub fn run_ok(command: &mut std::process::Command, what: &str) -> std::process::
     );
     output
 }
+
+/// Asserts what every report's judgement must hold: each rank's time
+/// account, and the job's, adds up to its wall time, and the findings'
+/// costs (slices of the job's account) add up to the job's wall time at
+/// most.
+#[allow(dead_code)] // each test file uses its own share
+pub fn assert_costs_add_up(report: &rankscope_coordinator::model::Report) {
+    let account = &report.time_account;
+    if let Err(why) = account.adds_up() {
+        panic!("the time account does not add up: {why}\n{account:#?}");
+    }
+    let wall = account.job.wall_s;
+    let costs: f64 = report.recommendations.iter().filter_map(|r| r.cost_s).sum();
+    assert!(
+        costs <= wall * (1.0 + 1e-9) + 1e-9,
+        "the findings cost {costs} s of the job's {wall} s: {:#?}",
+        report.recommendations
+    );
+    let pct: f64 = report
+        .recommendations
+        .iter()
+        .filter_map(|r| r.cost_s)
+        .map(|c| c / wall.max(f64::MIN_POSITIVE) * 100.0)
+        .sum();
+    assert!(pct <= 100.0 + 1e-6, "the findings cost {pct} % of the job");
+}

@@ -113,7 +113,7 @@ fn short(category: Category) -> &'static str {
         Category::Work => "work",
         Category::CollectiveTransfer => "transfer",
         Category::CollectiveWait => "wait",
-        Category::Untracked => "untracked",
+        Category::Untracked => "no stage",
         Category::Teardown => "teardown",
     }
 }
