@@ -182,6 +182,10 @@ pub struct Verdict {
     pub sentence: String,
     /// The chain of evidence behind it.
     pub evidence: Vec<String>,
+    /// Its number among `recommendations[]` (from 1): the finding it is,
+    /// which the summary and the page tell once; `null` for a balanced job.
+    #[serde(default)]
+    pub finding: Option<u32>,
 }
 
 /// The session as a whole.

@@ -15,7 +15,7 @@ use rankscope_common::table::{
 };
 use rankscope_common::{Payload, PayloadHeader};
 
-use super::account::GpuAccount;
+use super::account::{GpuAccount, TracedRank};
 use super::intervals::{length, merge, overlap};
 use super::launches::launching_stages;
 use super::shared_names::SharedNames;
@@ -679,20 +679,6 @@ pub struct KernelAnalysis {
     pub kernel_traces: Vec<KernelTraceInput>,
     /// Per rank with a trace, what its time account reads of it.
     pub traced: Vec<TracedRank>,
-}
-
-/// What a rank's time account reads of its kernel trace.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TracedRank {
-    /// The rank.
-    pub rank: u32,
-    /// Its time in collective calls (their union), seconds.
-    pub collective_s: f64,
-    /// Of that, waiting for the last rank to arrive in the calls compared
-    /// across ranks, seconds.
-    pub wait_s: f64,
-    /// What its GPUs did beside its host.
-    pub gpu: GpuAccount,
 }
 
 impl KernelAnalysis {

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rankscope_common::payload::TransportName;
 use rankscope_common::text::{cell, rank_ranges};
 
+use super::steady::names_a_collective;
 use super::stragglers::{owns, shared_gpus};
 use super::verdict::{self, kind_of, mostly_waiting_for, waits_for_another, Blame, WARNING_PCT};
 use crate::model::{
@@ -99,8 +100,18 @@ fn recommend(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
 /// The verdict and recommendations of `report`, from one ranking.
 pub fn judge(report: &mut Report) {
     let blames = verdict::blames(report);
-    report.verdict = Some(verdict::verdict(report, &blames));
+    let mut judged = verdict::verdict(report, &blames);
     report.recommendations = recommend(report, &blames);
+    // The verdict's finding: its number among the recommendations.
+    judged.finding = judged.finding.and_then(|blame| {
+        let message = &blames[blame as usize].verdict.sentence;
+        let at = report
+            .recommendations
+            .iter()
+            .position(|r| &r.message == message)?;
+        Some(at as u32 + 1)
+    });
+    report.verdict = Some(judged);
 }
 
 /// The ranks that sent nothing (or have no imported trace), if any.
@@ -288,25 +299,56 @@ fn shared_gpu_findings(report: &Report) -> Vec<Recommendation> {
         .collect()
 }
 
-/// Stages over [`HOT_STAGE_PCT`] of the session by self time (a stage
-/// that only encloses others is not where the time goes), hottest first;
-/// one that mostly waits is never a place to optimise.
-fn hot_stages(report: &Report) -> Vec<Recommendation> {
-    let mut hot: Vec<_> = report
+/// A stage's own work: its self time less the waiting in it that is in no
+/// stage inside it, per rank on average, seconds; and whether collective
+/// calls run in its own time (its work is then the collectives' transfer,
+/// not compute).
+fn own_work(report: &Report, stage: &StageStats) -> (f64, bool) {
+    let inside: f64 = report
         .stages
         .iter()
-        .filter(|s| s.share_pct > HOT_STAGE_PCT)
+        .filter(|s| s.parent.as_deref() == Some(stage.name.as_str()))
+        .filter_map(|s| s.wait_s.map(|w| w.avg))
+        .sum();
+    let self_wait = stage.wait_s.map_or(0.0, |w| (w.avg - inside).max(0.0));
+    let collective = self_wait > 0.0 || names_a_collective(&stage.name);
+    ((stage.self_s.avg - self_wait).max(0.0), collective)
+}
+
+/// Stages over [`HOT_STAGE_PCT`] of the session by their own work (a
+/// stage that only encloses others is not where the time goes, and a
+/// stage's waiting is the rank it waits for's), hottest first; one that
+/// mostly waits is never a place to optimise.
+fn hot_stages(report: &Report) -> Vec<Recommendation> {
+    let mut hot: Vec<(&StageStats, f64, bool)> = report
+        .stages
+        .iter()
+        .filter_map(|s| {
+            let (work, collective) = own_work(report, s);
+            let share = if s.self_s.avg > 0.0 {
+                s.share_pct * work / s.self_s.avg
+            } else {
+                0.0
+            };
+            (s.share_pct > HOT_STAGE_PCT).then_some((s, share, collective))
+        })
         .collect();
-    hot.sort_by(|a, b| b.share_pct.total_cmp(&a.share_pct));
+    hot.sort_by(|a, b| b.1.total_cmp(&a.1));
     let mut out = Vec::new();
     let mut to_optimise = 0;
-    for stage in hot {
+    for (stage, share, collective) in hot {
         match mostly_waiting_for(report, stage) {
             Some(late) => out.push(waiting_stage(stage, late)),
-            None => {
-                out.push(stage_to_optimise(stage, to_optimise == 0));
+            None if share > HOT_STAGE_PCT => {
+                out.push(stage_to_optimise(
+                    stage,
+                    share,
+                    collective,
+                    to_optimise == 0,
+                ));
                 to_optimise += 1;
             }
+            None => {}
         }
     }
     out
@@ -342,15 +384,27 @@ fn waiting_stage(stage: &StageStats, late: u32) -> Recommendation {
     )
 }
 
-/// A hot stage busy with its own work: the first (or next) place to optimise.
-fn stage_to_optimise(stage: &StageStats, first: bool) -> Recommendation {
+/// A hot stage busy with its own work (`share` of the session, its
+/// waiting left out): the first (or next) place to optimise, its work
+/// compute or, where collective calls run in its own time, their transfer.
+fn stage_to_optimise(
+    stage: &StageStats,
+    share: f64,
+    collective: bool,
+    first: bool,
+) -> Recommendation {
     finding(
         Severity::Info,
         "stage",
         format!(
-            "`{}` takes {:.0}% of the session in its own work (nested stages not counted): {}",
+            "`{}` takes {share:.0}% of the session in its own work (nested stages and waiting \
+             not counted), {}: {}",
             cell(&stage.name, 60),
-            stage.share_pct,
+            if collective {
+                "a collective's transfer: move less data, or overlap it with compute"
+            } else {
+                "compute"
+            },
             if first {
                 "the first place to optimise"
             } else {

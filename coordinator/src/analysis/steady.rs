@@ -35,7 +35,7 @@ pub const COLLECTIVE_WORDS: &[&str] = &[
 
 /// Whether a stage's `name` names a collective ([`COLLECTIVE_WORDS`]),
 /// in any case.
-fn names_a_collective(name: &str) -> bool {
+pub fn names_a_collective(name: &str) -> bool {
     COLLECTIVE_WORDS.iter().any(|word| {
         name.as_bytes()
             .windows(word.len())

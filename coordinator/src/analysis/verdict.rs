@@ -150,7 +150,9 @@ pub fn judges_the_job(category: &str) -> bool {
 }
 
 /// The verdict: the costliest blame that judges the job
-/// ([`judges_the_job`]), where it cost the job [`WARNING_PCT`] of its time;
+/// ([`judges_the_job`]), where it cost the job [`WARNING_PCT`] of its time
+/// (its `finding` for now that blame's position in `blames`), with a second
+/// clause for the next where that is a third as costly or a straggler;
 /// else the job is balanced (GPU bound where its GPUs compute most of their
 /// traced time).
 pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
@@ -170,6 +172,10 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
         .collect();
     if let Some(first) = own.first().filter(|b| b.verdict.cost_pct >= WARNING_PCT) {
         let mut verdict = first.verdict.clone();
+        verdict.finding = blames
+            .iter()
+            .position(|b| std::ptr::eq(b, *first))
+            .map(|i| i as u32);
         let second = own[1..].iter().find(|b| {
             b.verdict.cost_pct >= WARNING_PCT
                 && (b.verdict.cost_s >= SECOND_CLAUSE_SHARE * first.verdict.cost_s
@@ -217,6 +223,7 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
             .into_iter()
             .chain(profiler)
             .collect(),
+        finding: None,
     }
 }
 
@@ -554,6 +561,7 @@ fn straggler_blame(
             cost_pct: 0.0,
             sentence,
             evidence,
+            finding: None,
         },
     }
 }
@@ -664,6 +672,7 @@ fn late_ranks(
                     c.rank
                 ),
                 evidence,
+                finding: None,
             },
         });
     }
@@ -771,6 +780,7 @@ fn one_off_time(report: &Report, kind: OneOff, room: &mut Room) -> Option<Blame>
             cost_pct: 0.0,
             sentence,
             evidence: events.iter().flat_map(|e| e.evidence.clone()).collect(),
+            finding: None,
         },
     })
 }
@@ -872,6 +882,7 @@ fn communication(report: &Report, room: &mut Room) -> Option<Blame> {
                 backend.map(|b| b.0).unwrap_or_default()
             ),
             evidence,
+            finding: None,
         },
     })
 }
@@ -943,6 +954,7 @@ fn host_bound(report: &Report, room: &mut Room) -> Option<Blame> {
                  ({in_collectives:.3} s) is the collective's, not counted",
                 traced.len()
             )],
+            finding: None,
         },
     })
 }

@@ -25,7 +25,6 @@ pub use gpu::GpuAccount;
 pub use rank::RankAccount;
 pub use steps::{Delay, StepsAcross};
 
-use super::kernels::TracedRank;
 use crate::model::{
     AccountScope, Categories, Category, CategorySpread, CollectiveStats, CriticalPath, GpuBusy,
     GpuIdle, GpuSplit, JobTime, OneOffEvent, PathSlice, RankTime, StageSeconds, TimeAccount,
@@ -37,6 +36,20 @@ const WAITED_FOR_LISTED: usize = 8;
 /// Stages a rank's entry lists its work by, per list (the job lists
 /// [`rank::WORK_STAGES`]).
 const RANK_WORK_STAGES: usize = 3;
+
+/// What a rank's time account reads of its kernel trace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TracedRank {
+    /// The rank.
+    pub rank: u32,
+    /// Its time in collective calls (their union), seconds.
+    pub collective_s: f64,
+    /// Of that, waiting for the last rank to arrive in the calls compared
+    /// across ranks, seconds.
+    pub wait_s: f64,
+    /// What its GPUs did beside its host.
+    pub gpu: GpuAccount,
+}
 
 /// One rank as the job's account reads it.
 #[derive(Debug, Clone)]

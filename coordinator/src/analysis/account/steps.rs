@@ -6,7 +6,7 @@
 //! arrived), the sum over the ranks, and whether the step was one-off on
 //! any rank. Merging is exact and its size is set by the steps, not the
 //! ranks, so a node leader merges its ranks and rank 0 the nodes, as the
-//! stage calls are merged ([`super::super::calls`]).
+//! stage calls are merged (the analysis's `calls`).
 
 use std::collections::BTreeMap;
 
@@ -197,20 +197,6 @@ impl StepsAcross {
             }
         }
         by_rank
-    }
-
-    /// How many steps are steady on every rank and compare two ranks or
-    /// more in collective calls.
-    pub fn steady_compared(&self) -> u64 {
-        self.steps
-            .iter()
-            .filter(|s| s.ranks > 1 && !s.one_off)
-            .count() as u64
-    }
-
-    /// How many steps there are.
-    pub fn len(&self) -> usize {
-        self.steps.len()
     }
 }
 

@@ -77,7 +77,7 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
             let cells: String = Category::ALL
                 .iter()
                 .map(|&c| match rank.categories.get(c) {
-                    Some(s) => format!("{:>8.1}%", percent(s, rank.wall_s)),
+                    Some(s) => format!("{:>8.1}%", percent(s, rank.wall_s).max(0.0)),
                     None => format!("{:>9}", "-"),
                 })
                 .collect();

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::{Part, Section};
-use crate::model::{LockstepStage, Report};
+use crate::model::{LockstepStage, Recommendation, Report};
 use crate::report::html::table::{Cell, Table};
 use crate::report::summary::lines::{write_listed, write_wrapped, LISTED, NAME_WIDTH};
 use rankscope_common::text::{cell, rank_ranges};
@@ -46,26 +46,31 @@ fn write_summary(out: &mut String, report: &Report) -> std::fmt::Result {
 /// ranking the verdict and the recommendations share), then each slow
 /// stage of each rank with its evidence.
 fn write_stragglers(out: &mut String, report: &Report) -> std::fmt::Result {
-    let blamed: Vec<_> = report
+    // The blamed ranks are findings: told there, referred to here.
+    let blamed: Vec<(usize, &Recommendation)> = report
         .recommendations
         .iter()
-        .filter(|r| r.category == "straggler" && r.cost_s.is_some())
+        .enumerate()
+        .filter(|(_, r)| r.category == "straggler" && r.cost_s.is_some())
         .collect();
     if blamed.is_empty() && report.stragglers.is_empty() {
         return writeln!(out, "Stragglers: none");
     }
     if !blamed.is_empty() {
-        writeln!(out, "Stragglers, by what they cost the job:")?;
-        for (k, r) in blamed.iter().take(LISTED).enumerate() {
-            write_wrapped(out, &format!("  {}. ", k + 1), &cell(&r.message, 400))?;
-        }
-        if blamed.len() > LISTED {
-            writeln!(
-                out,
-                "  ... and {} more (report.json's recommendations)",
-                blamed.len() - LISTED
-            )?;
-        }
+        let numbers: Vec<String> = blamed
+            .iter()
+            .take(LISTED)
+            .map(|(k, r)| format!("{} ({:.3} s)", k + 1, r.cost_s.unwrap_or(0.0)))
+            .collect();
+        write_wrapped(
+            out,
+            "",
+            &format!(
+                "Stragglers, by what they cost the job: findings {}{}",
+                numbers.join(", "),
+                if blamed.len() > LISTED { ", ..." } else { "" }
+            ),
+        )?;
     }
     if report.stragglers.is_empty() {
         return Ok(());
@@ -87,8 +92,19 @@ fn write_stragglers(out: &mut String, report: &Report) -> std::fmt::Result {
                 st.wait_s
             ),
         )?;
-        for evidence in &st.evidence {
-            write_wrapped(out, "    ", evidence)?;
+        // The evidence of a blamed rank is its finding's.
+        match blamed
+            .iter()
+            .find(|(_, r)| r.message.starts_with(&format!("rank {} ", st.rank)))
+        {
+            Some((k, _)) if !st.evidence.is_empty() => {
+                writeln!(out, "    its evidence: finding {}", k + 1)?;
+            }
+            _ => {
+                for evidence in &st.evidence {
+                    write_wrapped(out, "    ", evidence)?;
+                }
+            }
         }
         Ok(())
     })
