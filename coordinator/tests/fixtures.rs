@@ -10,6 +10,9 @@
 
 use std::path::PathBuf;
 
+use arrow_array::cast::AsArray;
+use arrow_array::Array;
+
 use rankscope_coordinator::aggregate::{aggregate, Outputs};
 use rankscope_coordinator::import::{import, ImportOptions};
 use rankscope_coordinator::model::{AccountScope, Category, Report, VerdictKind};

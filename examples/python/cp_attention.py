@@ -9,7 +9,11 @@ others wait for it in the all-gather; ``--stall-rank`` sleeps once in
 ``mlp`` at ``--stall-step``; ``--warmup-ms`` makes every rank's first step
 longer, as a compile or a cache fill does; ``--gpu-ms`` has ``attention``
 wait that long for its kernels each step (a sleep, on a machine without a
-GPU; the slow rank's ``--factor`` times as long). Run with torch.profiler windows
+GPU; the slow rank's ``--factor`` times as long); ``--gather-mb`` gathers that
+many more megabytes per rank in the all-gather (a communication-bound step);
+``--tiny-ops`` runs that many tiny operators in a ``tiny_ops`` stage each step
+(launch overhead: host work per operator), and ``--no-gather`` leaves the
+all-gather out (each rank on its own). Run with torch.profiler windows
 with the ``RANKSCOPE_TORCH_PROFILER_*`` variables:
 
     torchrun --nproc_per_node=4 examples/python/cp_attention.py --slow-rank 3
@@ -43,6 +47,11 @@ def main() -> None:
     parser.add_argument("--warmup-ms", type=float, default=0.0)
     parser.add_argument("--gpu-ms", type=float, default=0.0,
                         help="attention's wait for its kernels per step (a sleep without a GPU)")
+    parser.add_argument("--gather-mb", type=float, default=0.0,
+                        help="more data each rank contributes to the all-gather, MB")
+    parser.add_argument("--tiny-ops", type=int, default=0,
+                        help="tiny operators a step in a `tiny_ops` stage")
+    parser.add_argument("--no-gather", action="store_true", help="no all-gather: rank-local")
     parser.add_argument("--backend", help="default: nccl with CUDA, else gloo")
     parser.add_argument("--output-dir", default=os.environ.get("RANKSCOPE_OUTPUT_DIR", "profiling_reports"))
     args = parser.parse_args()
@@ -66,6 +75,8 @@ def main() -> None:
     w_mlp = torch.randn(args.dim, 4 * args.dim, device=device) / args.dim**0.5
     # Every rank contributes the same key/value chunk size to the gather.
     kv_tokens = args.tokens
+    extra = torch.ones(int(args.gather_mb * 2**20 / 4), device=device) if args.gather_mb else None
+    scalar = torch.zeros(1, device=device)
 
     prof = rankscope.Profiler(rankscope.Config.from_env().replace(output_dir=args.output_dir))
     with prof.session("cp-attention", tags={"parallel": f"cp{world}"}):
@@ -78,9 +89,14 @@ def main() -> None:
                     d = args.dim
                     q, k, v = qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:]
                     kv = torch.cat([k[:kv_tokens], v[:kv_tokens]], dim=1).contiguous()
-                    with prof.stage("cp_all_gather"):
-                        gathered = [torch.empty_like(kv) for _ in range(world)]
-                        dist.all_gather(gathered, kv)
+                    if args.no_gather:
+                        gathered = [kv] * world
+                    else:
+                        with prof.stage("cp_all_gather"):
+                            gathered = [torch.empty_like(kv) for _ in range(world)]
+                            dist.all_gather(gathered, kv)
+                            if extra is not None:
+                                dist.all_gather([torch.empty_like(extra) for _ in range(world)], extra)
                     all_kv = torch.cat(gathered)
                     keys, values = all_kv[:, :d], all_kv[:, d:]
                     for _ in range(8):
@@ -89,6 +105,10 @@ def main() -> None:
                         torch.cuda.synchronize()
                     elif kernels_s > 0:
                         time.sleep(kernels_s)
+                if args.tiny_ops:
+                    with prof.stage("tiny_ops"):
+                        for _ in range(args.tiny_ops):
+                            scalar.add_(1.0)
                 with prof.stage("mlp"):
                     if rank == args.stall_rank and step == args.stall_step:
                         time.sleep(args.stall_ms / 1000)
