@@ -2,6 +2,7 @@
 # The judgement's known-answer tests on a loaded machine: two busy loops
 # per core beside them, RUNS times each, and how often each passed. The
 # tests: the Rust lockstep jobs at a real barrier (tests/tests/judgement.rs),
+# the generated known-answer jobs and the real H200 run (the time account),
 # the demo's report and page (cli/tests/demo.rs, cli/tests/html.rs), and
 # the Python jobs over real gloo collectives (python/tests, the verdict's
 # and torch.profiler windows' tests). Run scripts/test.sh once first (it
@@ -25,9 +26,10 @@ echo "busy loops: ${#loops[@]} on $(nproc) cores"
 # name | command
 tests=(
     "rust lockstep jobs|cargo test -q -p rankscope-tests --test judgement"
+    "generated jobs and the real H200 run|cargo test -q -p rankscope-coordinator --test judgement --test fixtures"
     "demo report|cargo test -q -p rankscope-cli --test demo four_ranks_with_a_straggler"
     "demo page|cargo test -q -p rankscope-cli --test html the_demo_report_opens_offline"
-    "python cp jobs|$venv/bin/python -m pytest -q -p no:cacheprovider python/tests/test_multiprocess.py -k verdict_names_the_rank_the_others_wait_for or balanced_real_job"
+    "python cp jobs|$venv/bin/python -m pytest -q -p no:cacheprovider python/tests/test_multiprocess.py -k verdict_names_the_rank_the_others_wait_for or balanced_real_job or communication_bound or tiny_operators"
     "python torch.profiler windows|$venv/bin/python -m pytest -q -p no:cacheprovider python/tests/test_multiprocess.py -k slow_op_and_the_wait"
 )
 printf '| test | passed | of |\n|---|---|---|\n' >target/busy-judgement.md

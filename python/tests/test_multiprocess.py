@@ -317,6 +317,33 @@ def warnings_of(report: Dict) -> List[str]:
     return [r["message"] for r in report["recommendations"] if r["severity"] != "info"]
 
 
+CATEGORIES = ("setup", "warmup", "profiler", "stall", "work", "collective_transfer",
+              "collective_wait", "untracked", "teardown")
+
+
+def assert_account_adds_up(report: Dict) -> Dict:
+    """Each rank's time account, and the job's, adds up to its wall time
+    (0.1 % or 1 ms), and the findings' costs to the job's at most; returns
+    the account."""
+    account: Dict = report["time_account"]
+    entries = [(f"rank {r['rank']}", r) for r in account["ranks"]] + [("job", account["job"])]
+    for who, entry in entries:
+        values = [entry["categories"][c] for c in CATEGORIES]
+        assert all(v is None or v >= 0 for v in values), (who, entry["categories"])
+        total = sum(v for v in values if v is not None)
+        assert abs(total - entry["wall_s"]) <= max(1e-3, 1e-3 * entry["wall_s"]), (who, entry)
+    wall = account["job"]["wall_s"]
+    costs = sum(r["cost_s"] for r in report["recommendations"] if r["cost_s"] is not None)
+    assert costs <= wall * (1 + 1e-9), (costs, wall, report["recommendations"])
+    return account
+
+
+def steady_s(categories: Dict) -> float:
+    """The steady time of an account's categories: work, transfer, wait."""
+    return float(categories["work"] + categories["collective_transfer"]
+                 + categories["collective_wait"])
+
+
 def test_the_verdict_names_the_rank_the_others_wait_for_in_a_real_all_gather(
         tmp_path: Path) -> None:
     """A context-parallel step over real gloo all_gathers: rank 3 holds 3x
@@ -355,6 +382,17 @@ def test_the_verdict_names_the_rank_the_others_wait_for_in_a_real_all_gather(
     assert any(kind == "profiler" for kind, _ in kinds), report["events"]
     assert all(not s["name"].startswith("rankscope:") for s in report["stages"])
     assert any(r["overhead"]["profiler_s"] > 0 for r in report["ranks"]), report["ranks"]
+    # The account: the others wait for rank 3 in the all-gather (it waits
+    # least); the job's path runs through its extra work, which is the
+    # verdict's cost; the profiler's spans are the profiler's.
+    account = assert_account_adds_up(report)
+    ranks = {r["rank"]: r["categories"] for r in account["ranks"]}
+    for rank in (0, 1, 2):
+        assert ranks[rank]["collective_wait"] > 2 * ranks[3]["collective_wait"], ranks
+    job = account["job"]
+    assert job["waited_for"][0]["rank"] == 3, job["waited_for"]
+    assert abs(verdict["cost_s"] - job["waited_for"][0]["delay_s"]) < 1e-6, (verdict, job)
+    assert job["categories"]["profiler"] > 0, job
 
 
 def test_a_balanced_real_job_with_one_stall_blames_no_rank(tmp_path: Path) -> None:
@@ -375,3 +413,58 @@ def test_a_balanced_real_job_with_one_stall_blames_no_rank(tmp_path: Path) -> No
     verdict = report["verdict"]
     assert verdict["kind"] in ("stalls", "balanced"), verdict
     assert verdict["kind"] == "balanced" or 1 in verdict["ranks"], verdict
+    # The account: rank 1's 0.4 s is its stall, the others' wait for it;
+    # the job's stall is that one stall; every rank's first step's 0.3 s
+    # is warm-up.
+    account = assert_account_adds_up(report)
+    ranks = {r["rank"]: r["categories"] for r in account["ranks"]}
+    assert 0.3 < ranks[1]["stall"] < 0.55, ranks[1]
+    for rank in (0, 2, 3):
+        assert ranks[rank]["stall"] < 0.15, (rank, ranks[rank])
+        assert ranks[rank]["collective_wait"] > 0.3, (rank, ranks[rank])
+    job = account["job"]["categories"]
+    assert 0.3 < job["stall"] < 0.6, job
+    assert 0.15 < job["warmup"] < 0.6, job
+
+
+def test_a_real_job_bound_by_its_all_gather_is_communication_bound(tmp_path: Path) -> None:
+    """Every step all-gathers 16 MB a rank over gloo (loopback), beside
+    little compute: the collective's own time is most of each steady step.
+    The verdict says communication-bound on `all_gather`; the ranks' waits
+    are apart from the transfer, and no rank is blamed."""
+    report = run_cp_job(tmp_path, ["--gather-mb", "16", "--tokens", "32", "--steps", "12"])
+    account = assert_account_adds_up(report)
+    job = account["job"]["categories"]
+    assert job["collective_transfer"] > 0.5 * steady_s(job), job
+    verdict = report["verdict"]
+    assert (verdict["kind"], verdict["collective"]) == ("communication_bound", "all_gather"), verdict
+    assert verdict["ranks"] == [], verdict
+    assert not any("holds the job back" in m for m in warnings_of(report)), warnings_of(report)
+    # Every rank's transfer is the same: the least any rank spent in each
+    # step's all-gather.
+    transfers = [r["categories"]["collective_transfer"] for r in account["ranks"]]
+    assert max(transfers) - min(transfers) < 1e-6, transfers
+
+
+def test_a_rank_local_job_of_tiny_operators_has_its_time_in_work(tmp_path: Path) -> None:
+    """Each rank on its own (no collective), 3,000 tiny operators a step in
+    `tiny_ops`: the steps' time is work, most of it in `tiny_ops`, which is
+    the first place to optimise, as compute; nothing waits, nothing
+    transfers, no rank is blamed. (On a GPU the same operators would leave
+    it idle in the host's own work: launch-bound; a CPU job has no kernel
+    trace to say so.)"""
+    report = run_cp_job(tmp_path, ["--no-gather", "--tiny-ops", "3000", "--tokens", "16",
+                                   "--steps", "40"])
+    account = assert_account_adds_up(report)
+    for rank in account["ranks"]:
+        c = rank["categories"]
+        assert c["collective_transfer"] == 0 and c["collective_wait"] == 0, rank
+        assert c["work"] > 0.9 * steady_s(c), rank
+        innermost = rank["work_by_stage"]["innermost"]
+        assert innermost[0]["stage"] == "tiny_ops", innermost
+        assert innermost[0]["s"] > 0.5 * c["work"], innermost
+    assert report["verdict"]["kind"] in ("balanced", "stalls"), report["verdict"]
+    assert not any("holds the job back" in m for m in warnings_of(report)), warnings_of(report)
+    messages = [r["message"] for r in report["recommendations"]]
+    assert any(m.startswith("`tiny_ops`") and "compute" in m and "first place to optimise" in m
+               for m in messages), messages

@@ -34,6 +34,11 @@ const COMMUNICATION_PCT: f64 = 20.0;
 /// GPUs idle past this share of their ranks' own host work in the traced
 /// windows make the job host bound, percent.
 const HOST_BOUND_IDLE_PCT: f64 = 50.0;
+/// A rank that arrives last at most steady collective calls is blamed,
+/// however small a part of the others' time their wait is (a slow
+/// transfer dwarfs it), where its lateness is this share of the job's
+/// steady time or more, percent: more than a loaded machine's jitter.
+const LATE_SHARE_PCT: f64 = 5.0;
 /// A second finding at least this share of the verdict's cost is named in
 /// the verdict too.
 const SECOND_CLAUSE_SHARE: f64 = 1.0 / 3.0;
@@ -613,9 +618,13 @@ fn late_ranks(
         // mostly waits for it, or its lateness costs the job a warning's
         // share (a slow transfer, gloo's say, leaves the wait a small part
         // of the others' time however late the rank is).
+        let steady = steady_seconds(&report.time_account.job.categories);
         let costly = delay_of(report, &[c.rank])
             .or(c.delay_imposed_s)
-            .is_some_and(|d| percent(d, job_seconds(report)) >= WARNING_PCT);
+            .is_some_and(|d| {
+                percent(d, job_seconds(report)) >= WARNING_PCT
+                    && percent(d, steady) >= LATE_SHARE_PCT
+            });
         if last * 2 <= c.steady_compared
             || (imposed_s < WAITING_SHARE * arrivals.others_s(c) && !costly)
         {
