@@ -8,8 +8,10 @@
 # verdict names rank 3, `attention`, the all_gather and a slower kernel; the
 # balanced job's blames no rank; the torch.profiler windows' starts inside
 # the steps are short (the package set the profiler up before the first
-# step), and the profiler's own time is in the overhead and the events.
-# Prints what it found; exits 1 on a failed check.
+# step), and the profiler's own time is in the overhead and the events;
+# each report's time account (the job's and each rank's, with its GPU
+# split) is printed, and checked to add up with the findings' costs within
+# it. Prints what it found; exits 1 on a failed check.
 #
 # usage: scripts/gpu-check-verdict.sh [OUT_DIR]
 set -euo pipefail

@@ -16,6 +16,33 @@ def report_of(out: Path, name: str) -> Dict[str, Any]:
     return report
 
 
+CATEGORIES = ("setup", "warmup", "profiler", "stall", "work", "collective_transfer",
+              "collective_wait", "untracked", "teardown")
+
+
+def print_account(name: str, report: Dict[str, Any], check: Any) -> None:
+    """Prints the report's time account (the job's, each rank's with its
+    GPU split) and checks that each adds up and the findings' costs too."""
+    account = report["time_account"]
+    job = account["job"]
+    print(f"  {name}: time account, the job's {job['wall_s']:.3f} s through rank "
+          f"{job['critical_path']['rank']}:")
+    entries = [("job", job)] + [(f"rank {r['rank']}", r) for r in account["ranks"]]
+    for who, entry in entries:
+        c = entry["categories"]
+        parts = ", ".join(f"{k} {c[k]:.3f}" for k in CATEGORIES if c[k])
+        total = sum(v for v in c.values() if v is not None)
+        print(f"    {who}: {parts}")
+        check(abs(total - entry["wall_s"]) <= max(1e-3, 1e-3 * entry["wall_s"]),
+              f"{name}: {who}'s account adds up ({total:.3f} of {entry['wall_s']:.3f} s)")
+        gpu = entry.get("gpu")
+        if gpu:
+            print(f"      GPU: window {gpu['window_s']:.3f} s, busy {gpu['busy']}, idle {gpu['idle']}")
+    costs = sum(r["cost_s"] for r in report["recommendations"] if r["cost_s"] is not None)
+    check(costs <= job["wall_s"] * (1 + 1e-9),
+          f"{name}: the findings cost {costs:.3f} s of the job's {job['wall_s']:.3f} s")
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     failed: List[str] = []
@@ -53,6 +80,7 @@ def main() -> int:
         spent = [r["overhead"]["profiler_s"] for r in report["ranks"] if r.get("overhead")]
         print(f"  {name}: the profiler's own time per rank: {spent}")
         check(bool(spent) and all(s > 0 for s in spent), f"{name}: counted in the overhead")
+        print_account(name, report, check)
     return 1 if failed else 0
 
 

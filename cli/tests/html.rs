@@ -16,7 +16,8 @@ use support::browser::Browser;
 use support::{demo, rankscope};
 
 /// Every chart of the page.
-const CHARTS: [&str; 9] = [
+const CHARTS: [&str; 10] = [
+    "chart-account",
     "chart-heatmap",
     "chart-timeline",
     "chart-gpu-util",
@@ -69,6 +70,8 @@ fn the_demo_report_opens_offline_with_every_chart_drawn() {
             "#{id}: {points} points, drawn: {drawn}"
         );
     }
+    // The time account: a bar for the job and one per rank.
+    assert_eq!(chart(&mut browser, "chart-account").0, 5);
     assert_eq!(browser.errors(), Vec::<String>::new(), "console errors");
     // Self-contained: nothing was fetched, from the network or the disk.
     assert_eq!(

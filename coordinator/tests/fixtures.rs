@@ -148,6 +148,32 @@ fn the_h200_run_gathered_is_bound_by_its_gloo_all_gather_and_blames_no_rank() {
             .any(|e| e.contains("the profiler itself cost the job")),
         "{verdict:?}"
     );
+    // raw/time_account.arrow holds the same account, a row per rank (null
+    // for the job) and category.
+    let file = std::fs::File::open(out.path().join("raw/time_account.arrow")).unwrap();
+    let reader = arrow_ipc::reader::FileReader::try_new(file, None).unwrap();
+    let mut sums: std::collections::BTreeMap<Option<u32>, f64> = Default::default();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let ranks = batch
+            .column(0)
+            .as_primitive::<arrow_array::types::UInt32Type>();
+        let seconds = batch
+            .column(2)
+            .as_primitive::<arrow_array::types::Float64Type>();
+        for i in 0..batch.num_rows() {
+            let rank = ranks.is_valid(i).then(|| ranks.value(i));
+            *sums.entry(rank).or_default() += seconds.value(i);
+        }
+    }
+    assert_eq!(sums.len(), 5, "{sums:?}");
+    for rank in &account.ranks {
+        assert!(
+            (sums[&Some(rank.rank)] - rank.wall_s).abs() < 1e-6,
+            "{sums:?}"
+        );
+    }
+    assert!((sums[&None] - account.job.wall_s).abs() < 1e-6, "{sums:?}");
 }
 
 #[test]

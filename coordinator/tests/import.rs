@@ -31,6 +31,9 @@ fn import_all(paths: &[PathBuf]) -> (tempfile::TempDir, Imported) {
         &AnalysisConfig::default(),
     )
     .unwrap();
+    // Whatever the traces, the time account adds up and the findings'
+    // costs stay within the job.
+    support::assert_costs_add_up(&imported.report);
     (out, imported)
 }
 

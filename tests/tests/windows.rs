@@ -141,6 +141,7 @@ fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
     ));
     let dir = session_dir(out.path());
     let rank0 = String::from_utf8_lossy(&outputs[0].stderr);
+    let mut windows = Vec::new();
     for (index, first_step) in [(1, 0), (2, 5)] {
         let report = read_report(&dir.join(format!("window-{index}")));
         let window = &report["window"];
@@ -157,6 +158,11 @@ fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
         // Each rank's 5 steps of the window, no more and no fewer.
         assert_eq!(calls(&report, "denoise_step"), 4 * 5, "window {index}");
         assert_eq!(straggler_ranks(&report, "denoise_step"), [3]);
+        // The account of the window: its own span (5 of the 12 steps), not
+        // the session's.
+        let account = support::assert_account_adds_up(&report);
+        assert_eq!(account["scope"], "window", "window {index}");
+        windows.push(account.clone());
     }
     let summary = std::fs::read_to_string(dir.join("window-1/summary.txt")).unwrap();
     assert!(
@@ -177,6 +183,25 @@ fn rolling_windows_each_get_a_report_of_every_rank_and_the_straggler() {
     // The session's report covers every step, and is no window's.
     let session = read_report(&dir);
     assert_eq!(session["window"], Value::Null);
+    let account = support::assert_account_adds_up(&session);
+    assert_eq!(account["scope"], "session");
+    for window in &windows {
+        for (rank, whole) in window["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(account["ranks"].as_array().unwrap())
+        {
+            let (part, all) = (
+                rank["wall_s"].as_f64().unwrap(),
+                whole["wall_s"].as_f64().unwrap(),
+            );
+            assert!(
+                part < 0.6 * all,
+                "a window of 5 of 12 steps: {part} of {all}"
+            );
+        }
+    }
     assert_eq!(session["windows"], serde_json::json!([1, 2, 3]));
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains(r#"<a href="window-3/report.html">3</a>"#));

@@ -229,3 +229,40 @@ pub fn connections_to(port: u16) -> usize {
         })
         .count()
 }
+
+/// Asserts that report.json `report`'s time account adds up: each rank's
+/// categories, and the job's, to its wall time (0.1 % or 1 ms), none
+/// negative; and the findings' costs to the job's wall at most. Returns
+/// the account.
+#[allow(dead_code)] // each test file uses its own share
+pub fn assert_account_adds_up(report: &serde_json::Value) -> &serde_json::Value {
+    let account = &report["time_account"];
+    let ranks = account["ranks"].as_array().expect("time_account.ranks");
+    for entry in ranks.iter().chain([&account["job"]]) {
+        let wall = entry["wall_s"].as_f64().unwrap();
+        let categories = entry["categories"].as_object().unwrap();
+        let mut total = 0.0;
+        for (name, seconds) in categories {
+            if let Some(s) = seconds.as_f64() {
+                assert!(s >= 0.0, "{name} {s}: {entry:#}");
+                total += s;
+            }
+        }
+        assert!(
+            (total - wall).abs() <= (wall * 1e-3).max(1e-3),
+            "adds up to {total} of {wall}: {entry:#}"
+        );
+    }
+    let wall = account["job"]["wall_s"].as_f64().unwrap();
+    let costs: f64 = report["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["cost_s"].as_f64())
+        .sum();
+    assert!(
+        costs <= wall * (1.0 + 1e-9),
+        "findings cost {costs} of {wall}"
+    );
+    account
+}
