@@ -193,6 +193,61 @@ impl Drop for RawWriter {
     }
 }
 
+/// The time account's raw file, in `raw/`.
+pub const ACCOUNT_FILE: &str = "time_account.arrow";
+
+/// Writes `raw/time_account.arrow` into `dir` (made where missing): a row
+/// per rank and category (`rank`, `category`, `seconds`: null where not
+/// measured), and the job's rows with a null `rank`.
+pub fn write_account(account: &TimeAccount, dir: &Path) -> Result<PathBuf, WriteError> {
+    let path = dir.join(ACCOUNT_FILE);
+    std::fs::create_dir_all(dir).map_err(|source| WriteError {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("rank", DataType::UInt32, true),
+        Field::new("category", DataType::Utf8, false),
+        Field::new("seconds", DataType::Float64, true),
+    ]));
+    let entries = account
+        .ranks
+        .iter()
+        .map(|r| (Some(r.rank), &r.categories))
+        .chain(std::iter::once((None, &account.job.categories)));
+    let (mut ranks, mut categories, mut seconds) = (Vec::new(), Vec::new(), Vec::new());
+    for (rank, of) in entries {
+        for (category, s) in of.iter() {
+            ranks.push(rank);
+            categories.push(category.as_str());
+            seconds.push(s);
+        }
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from(ranks)),
+        Arc::new(StringArray::from(categories)),
+        Arc::new(Float64Array::from(seconds)),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| failed(&path, e))?;
+    let file = AtomicFile::create(&path).map_err(|source| WriteError {
+        path: path.clone(),
+        source,
+    })?;
+    let mut writer =
+        FileWriter::try_new(BufWriter::new(file), &schema).map_err(|e| failed(&path, e))?;
+    writer.write(&batch).map_err(|e| failed(&path, e))?;
+    writer.finish().map_err(|e| failed(&path, e))?;
+    let out = writer.into_inner().map_err(|e| failed(&path, e))?;
+    out.into_inner()
+        .map_err(|e| failed(&path, e.into_error()))?
+        .commit()
+        .map_err(|source| WriteError {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,59 +315,4 @@ mod tests {
         assert_eq!(ranks, [0, 0, 0, 1]);
         assert_eq!(names, ["a", "b", "a", "c"]);
     }
-}
-
-/// The time account's raw file, in `raw/`.
-pub const ACCOUNT_FILE: &str = "time_account.arrow";
-
-/// Writes `raw/time_account.arrow` into `dir` (made where missing): a row
-/// per rank and category (`rank`, `category`, `seconds`: null where not
-/// measured), and the job's rows with a null `rank`.
-pub fn write_account(account: &TimeAccount, dir: &Path) -> Result<PathBuf, WriteError> {
-    let path = dir.join(ACCOUNT_FILE);
-    std::fs::create_dir_all(dir).map_err(|source| WriteError {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("rank", DataType::UInt32, true),
-        Field::new("category", DataType::Utf8, false),
-        Field::new("seconds", DataType::Float64, true),
-    ]));
-    let entries = account
-        .ranks
-        .iter()
-        .map(|r| (Some(r.rank), &r.categories))
-        .chain(std::iter::once((None, &account.job.categories)));
-    let (mut ranks, mut categories, mut seconds) = (Vec::new(), Vec::new(), Vec::new());
-    for (rank, of) in entries {
-        for (category, s) in of.iter() {
-            ranks.push(rank);
-            categories.push(category.as_str());
-            seconds.push(s);
-        }
-    }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(UInt32Array::from(ranks)),
-        Arc::new(StringArray::from(categories)),
-        Arc::new(Float64Array::from(seconds)),
-    ];
-    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| failed(&path, e))?;
-    let file = AtomicFile::create(&path).map_err(|source| WriteError {
-        path: path.clone(),
-        source,
-    })?;
-    let mut writer =
-        FileWriter::try_new(BufWriter::new(file), &schema).map_err(|e| failed(&path, e))?;
-    writer.write(&batch).map_err(|e| failed(&path, e))?;
-    writer.finish().map_err(|e| failed(&path, e))?;
-    let out = writer.into_inner().map_err(|e| failed(&path, e))?;
-    out.into_inner()
-        .map_err(|e| failed(&path, e.into_error()))?
-        .commit()
-        .map_err(|source| WriteError {
-            path: path.clone(),
-            source,
-        })?;
-    Ok(path)
 }
