@@ -121,6 +121,19 @@ print(json.dumps(counts))
     );
     let found: BTreeMap<String, BTreeMap<String, u64>> =
         serde_json::from_slice(&out.stdout).unwrap();
+    // The time account's file: a row per category of each rank, and of
+    // the job (its rank null).
+    let categories = rankscope_coordinator::model::Category::ALL.len() as u64;
+    expected.insert(
+        "time_account".into(),
+        report
+            .ranks
+            .iter()
+            .map(|r| r.rank.to_string())
+            .chain(["None".to_string()])
+            .map(|rank| (rank, categories))
+            .collect(),
+    );
     assert_eq!(found, expected);
     assert_eq!(
         found.keys().map(String::as_str).collect::<Vec<_>>(),
@@ -129,7 +142,8 @@ print(json.dumps(counts))
             "events",
             "gpu_samples",
             "host_samples",
-            "stages"
+            "stages",
+            "time_account"
         ]
     );
 }

@@ -504,6 +504,8 @@ impl RankStages {
                 nested_ns: &nested_ns,
                 rows: &rows,
                 one_offs: &steps,
+                collectives,
+                perturbed: &perturbed,
             },
             reading.covered,
             warmup_calls,

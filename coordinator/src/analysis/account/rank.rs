@@ -79,6 +79,11 @@ pub struct AccountRows<'r, 's> {
     pub rows: &'r RowTimes,
     /// Each step's one-off time.
     pub one_offs: &'r [StepOneOff],
+    /// The rank's collective calls, on the table's clock.
+    pub collectives: &'r Spans,
+    /// The spans of its time its one-offs perturbed (a collective call
+    /// starting in one is no steady arrival).
+    pub perturbed: &'r [(u64, u64)],
 }
 
 /// The span a rank's account covers, on its session clock, ns.
@@ -154,6 +159,8 @@ impl RankAccount {
             nested_ns,
             rows,
             one_offs,
+            collectives,
+            perturbed,
         } = input;
         let steps = &rows.steps;
         let profiler = Spans::new(
@@ -196,7 +203,6 @@ impl RankAccount {
         };
         let mut works = step_works(stages, enclosing, nested_ns, rows);
         let mut step_times = Vec::with_capacity(steps.len());
-        let mut one_off_before = false;
         for (k, &row) in steps.iter().enumerate() {
             let duration = stages.end_ns[row].saturating_sub(stages.start_ns[row]) as f64;
             let in_profiler = (rows.profiler_ns(row) as f64).min(duration);
@@ -243,15 +249,17 @@ impl RankAccount {
                     None => sums.untracked += rest,
                 }
             }
-            let own_one_off = one_off.call.is_some()
-                || one_off.gap_excess_ns > 0.0
-                || one_off.cause == StepCause::Profiler
-                || (k as u64) < u64::from(warmup_calls);
+            // The step's arrival at its first collective call is steady
+            // unless a one-off perturbed it (as the collectives' matching
+            // judges a call), or it is a warm-up step.
+            let (start, end) = (stages.start_ns[row], stages.end_ns[row]);
+            let arrival = collectives.first_start_from(start).filter(|&at| at < end);
+            let perturbed_arrival = arrival
+                .is_some_and(|at| perturbed.iter().any(|&(from, to)| (from..to).contains(&at)));
             step_times.push(StepTime {
                 collective_s: s(collective) as f32,
-                one_off: own_one_off || one_off_before,
+                one_off: perturbed_arrival || (k as u64) < u64::from(warmup_calls),
             });
-            one_off_before = one_off.call.is_some();
         }
         // The first `warmup_calls` steps: their work past the steady
         // steps' median.
