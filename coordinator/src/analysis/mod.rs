@@ -167,7 +167,7 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
         },
         config,
     );
-    report.time_account = job_account(&ranks, &parts.kernels, &steps_across, &report.events);
+    report.time_account = job_account(&mut ranks, &parts.kernels, &steps_across, &report.events);
     let steps: Vec<(u32, &[f64])> = ranks
         .iter()
         .map(|r| (r.header.rank.rank, r.diffusion.steps_ms()))
@@ -189,17 +189,23 @@ fn analyze_job<T>(gathered: &Gathered<T>, job: NodeDigest, config: &AnalysisConf
     report
 }
 
-/// The time account of `ranks` (their steps side by side in `steps`,
-/// their kernel traces `kernels`), the job's one-off `events` beside.
+/// The time account of `ranks` (their accounts taken out of them; their
+/// steps side by side in `steps`, their kernel traces `kernels`), the
+/// job's one-off `events` beside.
 fn job_account(
-    ranks: &[RankDigest],
+    ranks: &mut [RankDigest],
     kernels: &[kernels::RankKernels],
     steps: &account::StepsAcross,
     events: &[crate::model::OneOffEvent],
 ) -> TimeAccount {
     let transfer_before = steps.transfer_before();
+    let scope = if ranks.iter().any(|r| r.header.window.is_some()) {
+        AccountScope::Window
+    } else {
+        AccountScope::Session
+    };
     let parts = ranks
-        .iter()
+        .iter_mut()
         .map(|digest| {
             let header = &digest.header;
             let rank = header.rank.rank;
@@ -207,14 +213,10 @@ fn job_account(
             let start_ns = timeline::aligned_start_ns(header)
                 .saturating_add(from_ns.min(i64::MAX as u64) as i64);
             let gpu = kernels.iter().find(|k| k.rank == rank).map(|k| &k.gpu);
-            account::rank_part(rank, &digest.account, &transfer_before, start_ns, gpu)
+            let own = std::mem::take(&mut digest.account);
+            account::rank_part(rank, own, &transfer_before, start_ns, gpu)
         })
         .collect();
-    let scope = if ranks.iter().any(|r| r.header.window.is_some()) {
-        AccountScope::Window
-    } else {
-        AccountScope::Session
-    };
     account::account(
         scope,
         parts,

@@ -100,11 +100,11 @@ fn recommend(report: &Report, blames: &[Blame]) -> Vec<Recommendation> {
 /// The verdict and recommendations of `report`, from one ranking.
 pub fn judge(report: &mut Report) {
     let blames = verdict::blames(report);
-    let mut judged = verdict::verdict(report, &blames);
+    let (mut judged, blame) = verdict::verdict(report, &blames);
     report.recommendations = recommend(report, &blames);
-    // The verdict's finding: its number among the recommendations.
-    judged.finding = judged.finding.and_then(|blame| {
-        let message = &blames[blame as usize].verdict.sentence;
+    // The verdict's finding: its blame's number among the recommendations.
+    judged.finding = blame.and_then(|blame| {
+        let message = &blames[blame].verdict.sentence;
         let at = report
             .recommendations
             .iter()

@@ -504,6 +504,8 @@ impl RankStages {
                 nested_ns: &nested_ns,
                 rows: &rows,
                 one_offs: &steps,
+                name_key: &name_key,
+                names: canonical.len(),
                 collectives,
                 perturbed: &perturbed,
             },

@@ -156,11 +156,11 @@ pub fn judges_the_job(category: &str) -> bool {
 
 /// The verdict: the costliest blame that judges the job
 /// ([`judges_the_job`]), where it cost the job [`WARNING_PCT`] of its time
-/// (its `finding` for now that blame's position in `blames`), with a second
-/// clause for the next where that is a third as costly or a straggler;
+/// (with that blame's position in `blames`), with a second clause for the
+/// next where that is a third as costly or a straggler;
 /// else the job is balanced (GPU bound where its GPUs compute most of their
 /// traced time).
-pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
+pub fn verdict(report: &Report, blames: &[Blame]) -> (Verdict, Option<usize>) {
     let profiler = blames
         .iter()
         .find(|b| b.category == "profiler" && b.verdict.cost_pct >= WARNING_PCT)
@@ -177,10 +177,7 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
         .collect();
     if let Some(first) = own.first().filter(|b| b.verdict.cost_pct >= WARNING_PCT) {
         let mut verdict = first.verdict.clone();
-        verdict.finding = blames
-            .iter()
-            .position(|b| std::ptr::eq(b, *first))
-            .map(|i| i as u32);
+        let at = blames.iter().position(|b| std::ptr::eq(b, *first));
         let second = own[1..].iter().find(|b| {
             b.verdict.cost_pct >= WARNING_PCT
                 && (b.verdict.cost_s >= SECOND_CLAUSE_SHARE * first.verdict.cost_s
@@ -194,7 +191,7 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
                 .push(format!("the next finding: {}", second.verdict.sentence));
         }
         verdict.evidence.extend(profiler);
-        return verdict;
+        return (verdict, at);
     }
     let compute = average(report.gpu_time.iter().map(|g| g.compute_pct));
     let (kind, sentence) = match compute {
@@ -213,7 +210,7 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
             ),
         ),
     };
-    Verdict {
+    let balanced = Verdict {
         kind,
         ranks: Vec::new(),
         stage: None,
@@ -229,7 +226,8 @@ pub fn verdict(report: &Report, blames: &[Blame]) -> Verdict {
             .chain(profiler)
             .collect(),
         finding: None,
-    }
+    };
+    (balanced, None)
 }
 
 /// `part` of `whole`, percent; 0 for an empty whole.
@@ -594,8 +592,9 @@ pub fn kind_of(category: &str) -> String {
 }
 
 /// Ranks that arrive last at most steady calls of a collective, for whom
-/// the others wait most of their time there, that no stage straggler
-/// already blames (an imported trace has no stages).
+/// the others wait most of their time there or whose lateness costs the
+/// job [`WARNING_PCT`] and [`LATE_SHARE_PCT`] of its steady time, that no
+/// stage straggler already blames (an imported trace has no stages).
 fn late_ranks(
     report: &Report,
     arrivals: &Arrivals,
@@ -708,9 +707,7 @@ impl OneOff {
             OneOff::Profiler => "profiler",
         }
     }
-}
 
-impl OneOff {
     /// The account's category it is a slice of.
     fn category(self) -> Category {
         match self {
@@ -720,6 +717,7 @@ impl OneOff {
         }
     }
 }
+
 
 /// One-off time of `kind` as one blame (its category the kind's name):
 /// its events' costs, out of the account's time of its kind in `room`.

@@ -67,7 +67,7 @@ pub struct RankPart {
 /// starts on the shared timeline.
 pub fn rank_part(
     rank: u32,
-    account: &RankAccount,
+    account: RankAccount,
     transfer_before: &[f64],
     start_ns: i64,
     gpu: Option<&GpuAccount>,
@@ -94,12 +94,9 @@ pub fn rank_part(
     ] {
         categories.set(category, seconds);
     }
-    let listed = |list: &[(String, f64)]| {
-        list.iter()
-            .map(|(stage, s)| StageSeconds {
-                stage: stage.clone(),
-                s: *s,
-            })
+    let listed = |list: Vec<(String, f64)>| {
+        list.into_iter()
+            .map(|(stage, s)| StageSeconds { stage, s })
             .collect()
     };
     RankPart {
@@ -108,8 +105,8 @@ pub fn rank_part(
             wall_s: account.wall_s,
             categories,
             work_by_stage: WorkByStage {
-                top: listed(&account.work_top),
-                innermost: listed(&account.work_innermost),
+                top: listed(account.work_top),
+                innermost: listed(account.work_innermost),
             },
             gpu: gpu.and_then(|g| gpu_split(g, wait_share(transfer, wait))),
         },

@@ -9,10 +9,9 @@
 //! time is transfer and what is waiting needs the other ranks: each step's
 //! collective time travels on, to be set beside theirs ([`super::steps`]).
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
+use arrow_array::StringArray;
 use rankscope_common::table::StagesView;
 
 use super::super::stats::median_of;
@@ -21,7 +20,7 @@ use super::steps::StepTime;
 
 /// Stages a rank's work is listed by, the most work first, per list; the
 /// rest is one entry named [`OTHER_STAGES`].
-pub const WORK_STAGES: usize = 8;
+pub const WORK_STAGES: usize = 6;
 /// The entry that holds the work of the stages past [`WORK_STAGES`].
 pub const OTHER_STAGES: &str = "(other stages)";
 /// Runs of steps with collective time kept one by one; past them, the
@@ -79,6 +78,11 @@ pub struct AccountRows<'r, 's> {
     pub rows: &'r RowTimes,
     /// Each step's one-off time.
     pub one_offs: &'r [StepOneOff],
+    /// Each row's stage name as one key per name (a dictionary can hold a
+    /// name under several keys), below `names`.
+    pub name_key: &'r dyn Fn(usize) -> usize,
+    /// How many keys there are.
+    pub names: usize,
     /// The rank's collective calls, on the table's clock.
     pub collectives: &'r Spans,
     /// The spans of its time its one-offs perturbed (a collective call
@@ -100,40 +104,59 @@ fn s(ns: f64) -> f64 {
     ns / 1e9
 }
 
-/// One step's work by row, ns, while it is split.
-struct StepWork {
+/// Every step's work by row (ns), while it is split: one run of
+/// `(row, ns)` per step, the runs one after another.
+struct Works {
     buckets: Vec<(usize, f64)>,
+    /// Where each step's run ends.
+    ends: Vec<usize>,
 }
 
-impl StepWork {
-    fn total(&self) -> f64 {
-        self.buckets.iter().map(|b| b.1).sum()
+impl Works {
+    /// Step `k`'s run.
+    fn step(&mut self, k: usize) -> &mut [(usize, f64)] {
+        let start = if k == 0 { 0 } else { self.ends[k - 1] };
+        &mut self.buckets[start..self.ends[k]]
     }
+}
 
-    /// Takes up to `amount` ns out of the work, from row `first`'s first,
-    /// then the largest; returns what it took.
-    fn take(&mut self, amount: f64, first: usize) -> f64 {
-        let mut left = amount.max(0.0);
-        if let Some(b) = self.buckets.iter_mut().find(|b| b.0 == first) {
-            let t = b.1.min(left);
-            b.1 -= t;
-            left -= t;
-        }
-        while left > 0.0 {
-            let Some(b) = self
-                .buckets
-                .iter_mut()
-                .filter(|b| b.1 > 0.0)
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-            else {
-                break;
-            };
-            let t = b.1.min(left);
-            b.1 -= t;
-            left -= t;
-        }
-        amount.max(0.0) - left
+/// The work of one step's run, ns.
+fn total(run: &[(usize, f64)]) -> f64 {
+    run.iter().map(|b| b.1).sum()
+}
+
+/// Takes up to `amount` ns out of one step's run, from row `first`'s work
+/// first, then the largest; returns what it took.
+fn take(run: &mut [(usize, f64)], amount: f64, first: usize) -> f64 {
+    let mut left = amount.max(0.0);
+    if let Some(b) = run.iter_mut().find(|b| b.0 == first) {
+        let t = b.1.min(left);
+        b.1 -= t;
+        left -= t;
     }
+    while left > 0.0 {
+        let Some(b) = run
+            .iter_mut()
+            .filter(|b| b.1 > 0.0)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+        else {
+            break;
+        };
+        let t = b.1.min(left);
+        b.1 -= t;
+        left -= t;
+    }
+    amount.max(0.0) - left
+}
+
+/// A rank's work by stage name (ns), by the name's key.
+struct ByName<'d> {
+    /// By top-level stage.
+    top: Vec<f64>,
+    /// By innermost stage.
+    innermost: Vec<f64>,
+    /// The keys' names.
+    dictionary: &'d StringArray,
 }
 
 /// Running sums of a rank's categories, ns.
@@ -159,6 +182,8 @@ impl RankAccount {
             nested_ns,
             rows,
             one_offs,
+            name_key,
+            names,
             collectives,
             perturbed,
         } = input;
@@ -177,13 +202,16 @@ impl RankAccount {
         let end = from.saturating_add(covered.wall_ns).max(last_end);
         let wall = (end - from) as f64;
         let mut sums = Sums::default();
-        let mut top: HashMap<&str, f64> = HashMap::new();
-        let mut innermost: HashMap<&str, f64> = HashMap::new();
-        let name = |i: usize| stages.name.get(i);
+        // Work by stage name, by key.
+        let mut work = ByName {
+            top: vec![0.0; names],
+            innermost: vec![0.0; names],
+            dictionary: stages.name.dictionary(),
+        };
         let Some(&first) = steps.first() else {
             sums.profiler = profiler.within(from, end) as f64;
             sums.untracked = wall - sums.profiler;
-            return RankAccount::of_sums(wall, sums, top, innermost, None, Vec::new());
+            return RankAccount::of_sums(wall, sums, work, None, Vec::new());
         };
         let first_start = stages.start_ns[first].clamp(from, end);
         let profiler_in = |a: u64, b: u64| profiler.within(a, b) as f64;
@@ -202,20 +230,22 @@ impl RankAccount {
             i
         };
         let mut works = step_works(stages, enclosing, nested_ns, rows);
+        let mut by_step: Vec<f64> = Vec::with_capacity(steps.len());
         let mut step_times = Vec::with_capacity(steps.len());
         for (k, &row) in steps.iter().enumerate() {
             let duration = stages.end_ns[row].saturating_sub(stages.start_ns[row]) as f64;
             let in_profiler = (rows.profiler_ns(row) as f64).min(duration);
             let collective = (rows.collective_ns(row) as f64).min(duration - in_profiler);
             let work_ns = duration - in_profiler - collective;
-            let work = &mut works[k];
+            let run = works.step(k);
             // What rows' self work does not account for (rounding, a
             // stage inside a profiler's span) is the step's own.
-            let diff = work_ns - work.total();
-            if diff >= 0.0 {
-                work.buckets.push((row, diff));
-            } else {
-                work.take(-diff, row);
+            let diff = work_ns - total(run);
+            match run.iter_mut().find(|b| b.0 == row) {
+                Some(own) if diff >= 0.0 => own.1 += diff,
+                _ => {
+                    take(run, -diff, row);
+                }
             }
             sums.collective += collective;
             let one_off = one_offs.get(k).copied().unwrap_or_default();
@@ -224,9 +254,10 @@ impl RankAccount {
                 .gap_excess_ns
                 .min((gap - gap_profiler.min(gap)) as f64);
             let call_excess = match one_off.call {
-                Some((deepest, excess, _)) => work.take(excess, deepest),
+                Some((deepest, excess, _)) => take(run, excess, deepest),
                 None => 0.0,
             };
+            by_step.push(total(run));
             sums.profiler += in_profiler + gap_profiler as f64;
             match one_off.cause {
                 StepCause::Profiler => sums.profiler += call_excess + gap_excess,
@@ -243,8 +274,8 @@ impl RankAccount {
                 let rest = (gap as f64 - gap_profiler as f64 - gap_excess).max(0.0);
                 match enclosing[row].filter(|&p| enclosing[steps[k - 1]] == Some(p)) {
                     Some(parent) => {
-                        *innermost.entry(name(parent)).or_default() += rest;
-                        *top.entry(name(outermost(parent))).or_default() += rest;
+                        work.innermost[name_key(parent)] += rest;
+                        work.top[name_key(outermost(parent))] += rest;
                     }
                     None => sums.untracked += rest,
                 }
@@ -264,23 +295,23 @@ impl RankAccount {
         // The first `warmup_calls` steps: their work past the steady
         // steps' median.
         let warm = (warmup_calls as usize).min(steps.len());
-        let mut steady: Vec<f64> = works[warm..].iter().map(StepWork::total).collect();
-        if let Some(typical) = median_of(&mut steady) {
-            for (k, work) in works[..warm].iter_mut().enumerate() {
-                let excess = work.total() - typical;
-                sums.warmup += work.take(excess, steps[k]);
+        if let Some(typical) = median_of(&mut by_step[warm..]) {
+            for (k, &row) in steps.iter().enumerate().take(warm) {
+                let run = works.step(k);
+                let excess = total(run) - typical;
+                sums.warmup += take(run, excess, row);
             }
         }
-        for (k, work) in works.iter().enumerate() {
-            let top_name = name(outermost(steps[k]));
-            for &(row, ns) in &work.buckets {
-                *innermost.entry(name(row)).or_default() += ns;
-                *top.entry(top_name).or_default() += ns;
+        for (k, &row) in steps.iter().enumerate() {
+            let top_key = name_key(outermost(row));
+            for &(row, ns) in works.step(k).iter() {
+                work.innermost[name_key(row)] += ns;
+                work.top[top_key] += ns;
             }
         }
         let runs = collective_runs(&step_times);
         let mut account =
-            RankAccount::of_sums(wall, sums, top, innermost, Some(first_start - from), runs);
+            RankAccount::of_sums(wall, sums, work, Some(first_start - from), runs);
         account.step_count = step_times.len() as u32;
         account.steps = step_times;
         account
@@ -293,12 +324,11 @@ impl RankAccount {
     fn of_sums(
         wall: f64,
         sums: Sums,
-        top: HashMap<&str, f64>,
-        innermost: HashMap<&str, f64>,
+        work: ByName<'_>,
         first_step_ns: Option<u64>,
         collective_steps: Vec<(u32, u32)>,
     ) -> Self {
-        let work: f64 = top.values().sum();
+        let total: f64 = work.top.iter().sum();
         let parts = sums.setup
             + sums.warmup
             + sums.profiler
@@ -306,46 +336,52 @@ impl RankAccount {
             + sums.collective
             + sums.untracked
             + sums.teardown
-            + work;
+            + total;
         let (untracked, scale) = if parts <= wall {
             (sums.untracked + (wall - parts), 1.0)
         } else {
             let over = parts - wall;
-            (
-                sums.untracked,
-                if work > 0.0 {
-                    ((work - over) / work).max(0.0)
-                } else {
-                    1.0
-                },
-            )
+            let scale = if total > 0.0 {
+                ((total - over) / total).max(0.0)
+            } else {
+                1.0
+            };
+            (sums.untracked, scale)
         };
-        let listed = |by: HashMap<&str, f64>| {
-            let mut all: Vec<(String, f64)> = by
-                .into_iter()
-                .filter(|&(_, ns)| ns > 0.0)
-                .map(|(name, ns)| (name.to_string(), s(ns * scale)))
+        let listed = |by_key: &[f64]| {
+            let mut all: Vec<(usize, f64)> = by_key
+                .iter()
+                .enumerate()
+                .filter(|&(_, &ns)| ns > 0.0)
+                .map(|(key, &ns)| (key, s(ns * scale)))
                 .collect();
-            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            if all.len() > WORK_STAGES {
-                let rest: f64 = all[WORK_STAGES - 1..].iter().map(|e| e.1).sum();
-                all.truncate(WORK_STAGES - 1);
-                all.push((OTHER_STAGES.to_string(), rest));
+            let named = |key: usize| work.dictionary.value(key);
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(named(a.0).cmp(named(b.0))));
+            let rest: f64 = all.iter().skip(WORK_STAGES - 1).map(|e| e.1).sum();
+            let past = all.len() > WORK_STAGES;
+            all.truncate(if past { WORK_STAGES - 1 } else { WORK_STAGES });
+            let mut named: Vec<(String, f64)> = all
+                .into_iter()
+                .map(|(key, s)| (named(key).to_string(), s))
+                .collect();
+            if past {
+                named.push((OTHER_STAGES.to_string(), rest));
             }
-            all
+            named
         };
+        let work_s = s(total * scale);
         RankAccount {
             wall_s: s(wall),
             setup_s: s(sums.setup),
             warmup_s: s(sums.warmup),
             profiler_s: s(sums.profiler),
             stall_s: s(sums.stall),
-            work_s: s(work * scale),
+            work_s,
             collective_s: s(sums.collective),
             untracked_s: s(untracked),
             teardown_s: s(sums.teardown),
-            work_top: listed(top),
-            work_innermost: listed(innermost),
+            work_top: listed(&work.top),
+            work_innermost: listed(&work.innermost),
             first_step_ns,
             step_count: 0,
             collective_steps,
@@ -418,41 +454,55 @@ impl Sums {
 
 /// Each step's work by row: the self work (self time less the collective
 /// calls in no stage inside) of each row in it, the profiler's spans left
-/// out.
+/// out; grouped by step, each step's own row among its rows.
 fn step_works(
     stages: &StagesView<'_>,
     enclosing: &[Option<usize>],
     nested_ns: &[u64],
     rows: &RowTimes,
-) -> Vec<StepWork> {
+) -> Works {
     let steps = &rows.steps;
     let mut k_of = vec![usize::MAX; stages.len];
     for (k, &row) in steps.iter().enumerate() {
         k_of[row] = k;
     }
-    let mut works: Vec<StepWork> = (0..steps.len())
-        .map(|_| StepWork {
-            buckets: Vec::new(),
-        })
-        .collect();
+    // Each row's step (past the steps: none), then the rows by step.
+    let step_of = |i: usize| {
+        let k = rows.step_of[i].map_or(usize::MAX, |step| k_of[step]);
+        let counted = !rows.is_profiler[i] && !enclosing[i].is_some_and(|p| rows.is_profiler[p]);
+        if counted && k != usize::MAX {
+            k
+        } else {
+            steps.len()
+        }
+    };
+    let mut ends = vec![0usize; steps.len() + 1];
     for i in 0..stages.len {
-        let Some(step) = rows.step_of[i] else {
-            continue;
-        };
-        let k = k_of[step];
-        if k == usize::MAX
-            || rows.is_profiler[i]
-            || enclosing[i].is_some_and(|p| rows.is_profiler[p])
-        {
+        ends[step_of(i)] += 1;
+    }
+    let mut next = 0;
+    for end in &mut ends {
+        next += *end;
+        *end = next;
+    }
+    let counted = steps.len().checked_sub(1).map_or(0, |last| ends[last]);
+    let mut buckets = vec![(0usize, 0.0f64); counted];
+    // Where each step's run is filled next: its start.
+    let mut fill: Vec<usize> = std::iter::once(0).chain(ends.iter().copied()).collect();
+    for i in 0..stages.len {
+        let k = step_of(i);
+        if k == steps.len() {
             continue;
         }
         let duration = stages.end_ns[i].saturating_sub(stages.start_ns[i]);
         let own = duration
             .saturating_sub(nested_ns[i])
             .saturating_sub(rows.self_collective_ns(i));
-        works[k].buckets.push((i, own as f64));
+        buckets[fill[k]] = (i, own as f64);
+        fill[k] += 1;
     }
-    works
+    ends.truncate(steps.len());
+    Works { buckets, ends }
 }
 
 /// The runs of steps with collective time, `first..past`, at most
