@@ -885,8 +885,9 @@ fn listed_and_folded(by_name: HashMap<&str, KernelAcross>, with_gpu: &[u32]) -> 
 struct Waiting {
     /// In the calls that started within the rank's traced windows.
     in_windows: BTreeMap<u32, f64>,
-    /// In every call compared.
-    all: BTreeMap<u32, f64>,
+    /// In every call compared (a hash map: it takes every call of every
+    /// rank).
+    all: HashMap<u32, f64>,
 }
 
 /// A rank that arrives at a collective less than this before the last one

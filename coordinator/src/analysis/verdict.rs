@@ -718,7 +718,6 @@ impl OneOff {
     }
 }
 
-
 /// One-off time of `kind` as one blame (its category the kind's name):
 /// its events' costs, out of the account's time of its kind in `room`.
 fn one_off_time(report: &Report, kind: OneOff, room: &mut Room) -> Option<Blame> {

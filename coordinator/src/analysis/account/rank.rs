@@ -310,8 +310,7 @@ impl RankAccount {
             }
         }
         let runs = collective_runs(&step_times);
-        let mut account =
-            RankAccount::of_sums(wall, sums, work, Some(first_start - from), runs);
+        let mut account = RankAccount::of_sums(wall, sums, work, Some(first_start - from), runs);
         account.step_count = step_times.len() as u32;
         account.steps = step_times;
         account
@@ -466,32 +465,33 @@ fn step_works(
     for (k, &row) in steps.iter().enumerate() {
         k_of[row] = k;
     }
-    // Each row's step (past the steps: none), then the rows by step.
-    let step_of = |i: usize| {
-        let k = rows.step_of[i].map_or(usize::MAX, |step| k_of[step]);
-        let counted = !rows.is_profiler[i] && !enclosing[i].is_some_and(|p| rows.is_profiler[p]);
-        if counted && k != usize::MAX {
-            k
-        } else {
-            steps.len()
-        }
-    };
-    let mut ends = vec![0usize; steps.len() + 1];
-    for i in 0..stages.len {
-        ends[step_of(i)] += 1;
+    // Each row's step (past the steps: none, `steps.len()`), once; then
+    // the rows grouped by step (a counting sort).
+    let past = steps.len();
+    let of_row: Vec<u32> = (0..stages.len)
+        .map(|i| {
+            let k = rows.step_of[i].map_or(usize::MAX, |step| k_of[step]);
+            let counted =
+                !rows.is_profiler[i] && !enclosing[i].is_some_and(|p| rows.is_profiler[p]);
+            (if counted && k != usize::MAX { k } else { past }) as u32
+        })
+        .collect();
+    let mut ends = vec![0usize; past + 1];
+    for &k in &of_row {
+        ends[k as usize] += 1;
     }
     let mut next = 0;
     for end in &mut ends {
         next += *end;
         *end = next;
     }
-    let counted = steps.len().checked_sub(1).map_or(0, |last| ends[last]);
+    let counted = past.checked_sub(1).map_or(0, |last| ends[last]);
     let mut buckets = vec![(0usize, 0.0f64); counted];
     // Where each step's run is filled next: its start.
     let mut fill: Vec<usize> = std::iter::once(0).chain(ends.iter().copied()).collect();
-    for i in 0..stages.len {
-        let k = step_of(i);
-        if k == steps.len() {
+    for (i, &k) in of_row.iter().enumerate() {
+        let k = k as usize;
+        if k == past {
             continue;
         }
         let duration = stages.end_ns[i].saturating_sub(stages.start_ns[i]);
