@@ -21,7 +21,7 @@ pub(super) const SECTION: Section = Section {
         r##"{%- if findings | length == 0 %}<p class="none">Nothing to recommend.</p>{% endif %}
   <ol class="findings">
   {%- for f in findings %}
-    <li class="{{ f.severity }}" id="finding-{{ f.number }}"><span class="severity">{{ f.severity }}</span> <strong>{{ f.category }}</strong> {% if f.verdict %}<a href="#verdict">the verdict</a>, {{ f.cost }}{% else %}{{ f.message }}{% endif %}
+    <li class="{{ f.severity }}" id="finding-{{ f.number }}">{{ f.number }}. <span class="severity">{{ f.severity }}</span> <strong>{{ f.category }}</strong> {% if f.verdict %}<a href="#verdict">the verdict</a>, {{ f.cost }}{% else %}{{ f.message }}{% endif %}
       {%- if f.evidence %}<div class="evidence">{{ f.evidence }}</div>{% endif %}</li>
   {%- endfor %}
   </ol>"##,
