@@ -52,6 +52,9 @@ struct Job {
     jitter: f64,
     /// Every step inside one `train` stage, as a loop wrapped in a stage.
     wrapped: bool,
+    /// The first all-gather's own time takes this much longer on every
+    /// rank (a communicator's set-up), seconds.
+    first_transfer_s: f64,
 }
 
 impl Job {
@@ -69,6 +72,7 @@ impl Job {
             shared_hot_gpu: false,
             jitter: 0.05,
             wrapped: false,
+            first_transfer_s: 0.0,
         }
     }
 
@@ -110,7 +114,8 @@ impl Job {
             let arrive: Vec<f64> = (0..n)
                 .map(|r| step_start[r] + 0.001 + self.attention_s * factor(r) * jitter(self.jitter))
                 .collect();
-            let done = arrive.iter().copied().fold(f64::MIN, f64::max) + self.transfer_s;
+            let set_up = if k == 0 { self.first_transfer_s } else { 0.0 };
+            let done = arrive.iter().copied().fold(f64::MIN, f64::max) + self.transfer_s + set_up;
             for r in 0..n {
                 let mut mlp = self.mlp_s
                     * jitter(self.jitter)
@@ -490,6 +495,29 @@ fn a_loop_wrapped_in_one_stage_is_judged_step_by_step() {
         assert_eq!(top, ["train"], "rank {}", rank.rank);
     }
     assert!(near(job_s(&report, Category::Stall), 0.4, 0.15));
+}
+
+/// The first collective call takes a second on every rank (a
+/// communicator's set-up, as NCCL's and gloo's first calls do): warm-up,
+/// not the steady transfer, and no communication-bound job.
+#[test]
+fn a_communicators_set_up_in_the_first_call_is_warm_up_not_transfer() {
+    let report = Job {
+        first_transfer_s: 1.0,
+        ..Job::new(4)
+    }
+    .report();
+    assert_costs_add_up(&report);
+    let verdict = report.verdict.as_ref().unwrap();
+    assert_ne!(verdict.kind, VerdictKind::CommunicationBound, "{verdict:?}");
+    assert!(near(job_s(&report, Category::Warmup), 1.0, 0.05));
+    for rank in 0..4 {
+        let transfer = rank_s(&report, rank, Category::CollectiveTransfer);
+        assert!(
+            near(transfer, 20.0 * 0.002, 0.25),
+            "rank {rank}: {transfer}"
+        );
+    }
 }
 
 #[test]

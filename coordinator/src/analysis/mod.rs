@@ -198,7 +198,7 @@ fn job_account(
     steps: &account::StepsAcross,
     events: &[crate::model::OneOffEvent],
 ) -> TimeAccount {
-    let transfer_before = steps.transfer_before();
+    let transfers = account::Transfers::of(steps);
     let scope = if ranks.iter().any(|r| r.header.window.is_some()) {
         AccountScope::Window
     } else {
@@ -214,7 +214,7 @@ fn job_account(
                 .saturating_add(from_ns.min(i64::MAX as u64) as i64);
             let gpu = kernels.iter().find(|k| k.rank == rank).map(|k| &k.gpu);
             let own = std::mem::take(&mut digest.account);
-            account::rank_part(rank, own, &transfer_before, start_ns, gpu)
+            account::rank_part(rank, own, &transfers, start_ns, gpu)
         })
         .collect();
     account::account(

@@ -68,24 +68,45 @@ pub struct RankPart {
 pub fn rank_part(
     rank: u32,
     account: RankAccount,
-    transfer_before: &[f64],
+    transfers: &Transfers,
     start_ns: i64,
     gpu: Option<&GpuAccount>,
 ) -> RankPart {
+    let transfer_before = &transfers.before;
     let at = |k: u32| transfer_before[(k as usize).min(transfer_before.len().saturating_sub(1))];
     let transfer: f64 = account
         .collective_steps
         .iter()
         .map(|&(first, past)| at(past) - at(first))
         .sum::<f64>()
-        .clamp(0.0, account.collective_s);
+        .min(account.collective_s);
+    // Never -0.0 (an empty sum), never below 0.
+    let transfer = if transfer > 0.0 { transfer } else { 0.0 };
     let wait = account.collective_s - transfer;
+    // The collectives' one-off own time (a communicator's set-up in the
+    // first call) is warm-up, or a stall: not the steady transfer.
+    let in_runs = |k: u32| {
+        account
+            .collective_steps
+            .iter()
+            .any(|&(first, past)| (first..past).contains(&k))
+    };
+    let (mut warmup, mut stall, mut transfer) = (account.warmup_s, account.stall_s, transfer);
+    for &(_, excess, first) in transfers.one_offs.iter().filter(|o| in_runs(o.0)) {
+        let moved = excess.min(transfer);
+        transfer -= moved;
+        if first {
+            warmup += moved;
+        } else {
+            stall += moved;
+        }
+    }
     let mut categories = Categories::default();
     for (category, seconds) in [
         (Category::Setup, account.setup_s),
-        (Category::Warmup, account.warmup_s),
+        (Category::Warmup, warmup),
         (Category::Profiler, account.profiler_s),
-        (Category::Stall, account.stall_s),
+        (Category::Stall, stall),
         (Category::Work, account.work_s),
         (Category::CollectiveTransfer, transfer),
         (Category::CollectiveWait, wait),
@@ -113,6 +134,26 @@ pub fn rank_part(
         first_step_at_ns: account
             .first_step_ns
             .map(|ns| start_ns.saturating_add(ns.min(i64::MAX as u64) as i64)),
+    }
+}
+
+/// What the ranks' steps side by side say of each step's transfer, for
+/// [`rank_part`].
+#[derive(Debug, Clone, Default)]
+pub struct Transfers {
+    /// [`StepsAcross::transfer_before`].
+    pub before: Vec<f64>,
+    /// [`StepsAcross::transfer_one_offs`].
+    pub one_offs: Vec<(u32, f64, bool)>,
+}
+
+impl Transfers {
+    /// Of `steps`.
+    pub fn of(steps: &StepsAcross) -> Self {
+        Transfers {
+            before: steps.transfer_before(),
+            one_offs: steps.transfer_one_offs(),
+        }
     }
 }
 

@@ -23,6 +23,9 @@ use super::steps::StepTime;
 pub const WORK_STAGES: usize = 6;
 /// The entry that holds the work of the stages past [`WORK_STAGES`].
 pub const OTHER_STAGES: &str = "(other stages)";
+/// The longest span an account of a digest read from elsewhere may
+/// cover, seconds (a century).
+const MOST_WALL_S: f64 = 3.2e9;
 /// Runs of steps with collective time kept one by one; past them, the
 /// last run reaches the last step.
 const COLLECTIVE_RUNS: usize = 64;
@@ -193,13 +196,16 @@ impl RankAccount {
                 .iter()
                 .map(|&i| (stages.start_ns[i], stages.end_ns[i])),
         );
+        // Everything is counted within the span covered (a row past it, or
+        // before it, counts for the part inside it only); a payload that
+        // does not give its span's length reaches its last step's end.
         let from = covered.from_ns;
-        let last_end = steps
-            .iter()
-            .map(|&r| stages.end_ns[r])
-            .max()
-            .unwrap_or(from);
-        let end = from.saturating_add(covered.wall_ns).max(last_end);
+        let last_row_end = steps.iter().map(|&r| stages.end_ns[r]).max();
+        let end = match covered.wall_ns {
+            0 => last_row_end.unwrap_or(from).max(from),
+            wall_ns => from.saturating_add(wall_ns),
+        };
+        let last_end = last_row_end.unwrap_or(from).clamp(from, end);
         let wall = (end - from) as f64;
         let mut sums = Sums::default();
         // Work by stage name, by key.
@@ -213,7 +219,7 @@ impl RankAccount {
             sums.untracked = wall - sums.profiler;
             return RankAccount::of_sums(wall, sums, work, None, Vec::new());
         };
-        let first_start = stages.start_ns[first].clamp(from, end);
+        let first_start = stages.start_ns[first].clamp(from, last_end);
         let profiler_in = |a: u64, b: u64| profiler.within(a, b) as f64;
         sums.profiler += profiler_in(from, first_start) + profiler_in(last_end, end);
         sums.setup = (first_start - from) as f64 - profiler_in(from, first_start);
@@ -232,12 +238,36 @@ impl RankAccount {
         let mut works = step_works(stages, enclosing, nested_ns, rows);
         let mut by_step: Vec<f64> = Vec::with_capacity(steps.len());
         let mut step_times = Vec::with_capacity(steps.len());
+        // Where the steps accounted for so far end: a step's time before
+        // it (a step that overlaps the one before, or began before a
+        // window opened) is not counted again.
+        let mut covered_until = from;
         for (k, &row) in steps.iter().enumerate() {
-            let duration = stages.end_ns[row].saturating_sub(stages.start_ns[row]) as f64;
-            let in_profiler = (rows.profiler_ns(row) as f64).min(duration);
-            let collective = (rows.collective_ns(row) as f64).min(duration - in_profiler);
-            let work_ns = duration - in_profiler - collective;
+            let (start, end_k) = (stages.start_ns[row], stages.end_ns[row]);
+            let duration = end_k.saturating_sub(start) as f64;
+            // The gap before it: from where the steps counted so far end to
+            // its start, within the span.
+            let gap = if k > 0 {
+                start.clamp(covered_until, end) - covered_until
+            } else {
+                0
+            };
+            let counted = end_k.min(end).saturating_sub(start.max(covered_until)) as f64;
+            covered_until = covered_until.max(end_k.min(end));
+            // The share of the step's time accounted for here.
+            let share = if duration > 0.0 {
+                counted / duration
+            } else {
+                0.0
+            };
+            let in_profiler = (rows.profiler_ns(row) as f64).min(duration) * share;
+            let collective =
+                ((rows.collective_ns(row) as f64).min(duration) * share).min(counted - in_profiler);
+            let work_ns = counted - in_profiler - collective;
             let run = works.step(k);
+            if share < 1.0 {
+                run.iter_mut().for_each(|b| b.1 *= share);
+            }
             // What rows' self work does not account for (rounding, a
             // stage inside a profiler's span) is the step's own.
             let diff = work_ns - total(run);
@@ -249,10 +279,8 @@ impl RankAccount {
             }
             sums.collective += collective;
             let one_off = one_offs.get(k).copied().unwrap_or_default();
-            let (gap, gap_profiler) = if k > 0 { rows.gaps[k] } else { (0, 0) };
-            let gap_excess = one_off
-                .gap_excess_ns
-                .min((gap - gap_profiler.min(gap)) as f64);
+            let gap_profiler = if k > 0 { rows.gaps[k].1.min(gap) } else { 0 };
+            let gap_excess = one_off.gap_excess_ns.min((gap - gap_profiler) as f64);
             let call_excess = match one_off.call {
                 Some((deepest, excess, _)) => take(run, excess, deepest),
                 None => 0.0,
@@ -282,14 +310,14 @@ impl RankAccount {
             }
             // The step's arrival at its first collective call is steady
             // unless a one-off perturbed it (as the collectives' matching
-            // judges a call), or it is a warm-up step.
-            let (start, end) = (stages.start_ns[row], stages.end_ns[row]);
-            let arrival = collectives.first_start_from(start).filter(|&at| at < end);
+            // judges a call), or it is a warm-up step, or the first (the
+            // ranks meet there as their set-ups end).
+            let arrival = collectives.first_start_from(start).filter(|&at| at < end_k);
             let perturbed_arrival = arrival
                 .is_some_and(|at| perturbed.iter().any(|&(from, to)| (from..to).contains(&at)));
             step_times.push(StepTime {
                 collective_s: s(collective) as f32,
-                one_off: perturbed_arrival || (k as u64) < u64::from(warmup_calls),
+                one_off: perturbed_arrival || k == 0 || (k as u64) < u64::from(warmup_calls),
             });
         }
         // The first `warmup_calls` steps: their work past the steady
@@ -336,16 +364,28 @@ impl RankAccount {
             + sums.untracked
             + sums.teardown
             + total;
+        // Parts short of the wall (stages of other threads across the
+        // steps' gaps) leave it untracked; parts past it (rounding) are
+        // taken out of the work, and should the work not hold them (a
+        // damaged table), every part is scaled to the wall.
         let (untracked, scale) = if parts <= wall {
             (sums.untracked + (wall - parts), 1.0)
+        } else if parts - wall <= total {
+            (sums.untracked, (total - (parts - wall)) / total)
         } else {
-            let over = parts - wall;
-            let scale = if total > 0.0 {
-                ((total - over) / total).max(0.0)
-            } else {
-                1.0
-            };
-            (sums.untracked, scale)
+            let rest = parts - total;
+            let shrink = if rest > 0.0 { wall / rest } else { 0.0 };
+            return RankAccount::of_sums(
+                wall,
+                sums.scaled(shrink),
+                ByName {
+                    top: vec![0.0; work.top.len()],
+                    innermost: vec![0.0; work.innermost.len()],
+                    dictionary: work.dictionary,
+                },
+                first_step_ns,
+                collective_steps,
+            );
         };
         let listed = |by_key: &[f64]| {
             let mut all: Vec<(usize, f64)> = by_key
@@ -418,7 +458,13 @@ impl RankAccount {
             self.untracked_s,
             self.teardown_s,
         ];
-        if !figures.iter().all(|f| f.is_finite() && *f >= 0.0) {
+        // Each figure a part of a wall of at most a century: no sum of them
+        // can overflow into a tolerance that takes anything.
+        let most = self.wall_s.min(MOST_WALL_S) * (1.0 + 1e-9) + 1e-9;
+        if !figures
+            .iter()
+            .all(|f| f.is_finite() && *f >= 0.0 && *f <= most)
+        {
             return Err("time account");
         }
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 + 1e-9 * a.abs().max(b.abs());
@@ -427,6 +473,9 @@ impl RankAccount {
                 && list.iter().all(|e| e.1.is_finite() && e.1 >= 0.0)
                 && (list.is_empty() || close(list.iter().map(|e| e.1).sum(), self.work_s))
         };
+        let first_step = self
+            .first_step_ns
+            .is_none_or(|ns| ns as f64 <= self.wall_s * 1e9 + 1.0);
         let runs = self.collective_steps.len() <= COLLECTIVE_RUNS
             && self.collective_steps.windows(2).all(|w| w[0].1 < w[1].0)
             && self.collective_steps.iter().all(|r| r.0 < r.1);
@@ -434,6 +483,7 @@ impl RankAccount {
             || !listed(&self.work_top)
             || !listed(&self.work_innermost)
             || !runs
+            || !first_step
         {
             return Err("time account");
         }
@@ -442,6 +492,19 @@ impl RankAccount {
 }
 
 impl Sums {
+    /// Every sum times `by`.
+    fn scaled(self, by: f64) -> Self {
+        Sums {
+            setup: self.setup * by,
+            warmup: self.warmup * by,
+            profiler: self.profiler * by,
+            stall: self.stall * by,
+            collective: self.collective * by,
+            untracked: self.untracked * by,
+            teardown: self.teardown * by,
+        }
+    }
+
     /// A step's one-off calls' excess `excess` (ns), as its kind.
     fn add_call(&mut self, one_off: StepOneOff, excess: f64) {
         match one_off.call {
@@ -521,4 +584,104 @@ fn collective_runs(steps: &[StepTime]) -> Vec<(u32, u32)> {
         }
     }
     runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::digest::RankDigest;
+    use super::super::super::times::tests::rank_with_stages;
+    use crate::AnalysisConfig;
+    use rankscope_common::window::{Trigger, WindowMeta};
+    use rankscope_common::Payload;
+
+    /// The account of `payload`, digested as rank 0 digests a rank.
+    fn account(payload: &Payload) -> super::RankAccount {
+        RankDigest::new(payload, &AnalysisConfig::default()).account
+    }
+
+    /// Six steps of 1 s, `step` holding `work` 0.2–0.9 s into each.
+    fn steps() -> Vec<(u64, Option<u64>, &'static str, f64, f64)> {
+        (0..6u64)
+            .flat_map(|k| {
+                let t = 1.0 + k as f64;
+                [
+                    (2 * k + 1, None, "step", t, t + 1.0),
+                    (2 * k + 2, Some(2 * k + 1), "work", t + 0.2, t + 0.9),
+                ]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rank_splits_into_setup_work_by_stage_and_teardown() {
+        let mut payload = rank_with_stages(0, &steps());
+        payload.header.clock.duration_ns = 8_000_000_000;
+        let a = account(&payload);
+        assert_eq!(a.is_whole(), Ok(()));
+        assert!((a.wall_s - 8.0).abs() < 1e-9);
+        assert!((a.setup_s - 1.0).abs() < 1e-9 && (a.teardown_s - 1.0).abs() < 1e-9);
+        assert!((a.work_s - 6.0).abs() < 1e-6, "{a:?}");
+        let innermost: Vec<(&str, f64)> = a
+            .work_innermost
+            .iter()
+            .map(|(n, s)| (n.as_str(), *s))
+            .collect();
+        assert_eq!(innermost[0].0, "work");
+        assert!((innermost[0].1 - 6.0 * 0.7).abs() < 1e-6, "{innermost:?}");
+        assert_eq!(a.work_top.len(), 1, "{:?}", a.work_top);
+    }
+
+    #[test]
+    fn steps_that_overlap_or_run_past_the_span_are_counted_once_within_it() {
+        // Each step overlaps the one before by half; a row ends before it
+        // starts; another runs past the session's end.
+        let mut rows: Vec<(u64, Option<u64>, &str, f64, f64)> = (0..6u64)
+            .map(|k| {
+                (
+                    k + 1,
+                    None,
+                    "step",
+                    1.0 + 0.5 * k as f64,
+                    2.0 + 0.5 * k as f64,
+                )
+            })
+            .collect();
+        rows.push((20, None, "step", 60.0, 0.5));
+        rows.push((21, None, "step", 4.6, 1e6));
+        let mut payload = rank_with_stages(0, &rows);
+        payload.header.clock.duration_ns = 5_000_000_000;
+        let a = account(&payload);
+        assert_eq!(a.is_whole(), Ok(()), "{a:?}");
+        assert!((a.wall_s - 5.0).abs() < 1e-9, "{a:?}");
+        // Steps cover 1.0–5.0: four seconds, counted once (the one past the
+        // end far longer than the others is a stall, within the span).
+        let steps = a.work_s + a.stall_s + a.untracked_s;
+        assert!((steps - 4.0).abs() < 1e-6, "{a:?}");
+        assert!(a.stall_s <= 0.5 + 1e-9, "{a:?}");
+        assert!((a.setup_s - 1.0).abs() < 1e-6, "{a:?}");
+    }
+
+    #[test]
+    fn a_window_counts_its_own_span_only() {
+        // A window of 3 s from 2.5 s: steps 2 and 3 in full, half of the
+        // one it opened in, none of those before.
+        let mut payload = rank_with_stages(0, &steps());
+        payload.header.clock.duration_ns = 8_000_000_000;
+        payload.header.window = Some(WindowMeta {
+            index: 1,
+            trigger: Trigger::Command,
+            planned_first_step: 1,
+            planned_steps: 3,
+            first_step: 1,
+            steps: 3,
+            started_ns: 2_500_000_000,
+            duration_ns: 3_000_000_000,
+            cancelled: None,
+        });
+        let a = account(&payload);
+        assert_eq!(a.is_whole(), Ok(()), "{a:?}");
+        assert!((a.wall_s - 3.0).abs() < 1e-9, "{a:?}");
+        assert!((a.work_s - 3.0).abs() < 1e-6, "{a:?}");
+        assert!(a.setup_s < 1e-9 && a.teardown_s < 1e-9, "{a:?}");
+    }
 }

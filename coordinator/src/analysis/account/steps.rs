@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::super::steady::one_offs;
+
 /// One step of one rank, as the account of the ranks' steps reads it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepTime {
@@ -141,17 +143,26 @@ impl StepsAcross {
     }
 
     /// Whether the steps fit together as adding and merging leave them,
-    /// else which does not: finite sums, a least rank `holds` accepts
-    /// where some rank spent time, the least no more than the next.
-    pub fn is_whole(&self, holds: impl Fn(u32) -> bool) -> Result<(), String> {
+    /// else which does not: finite sums of at most `held` ranks, a least
+    /// rank `holds` accepts where some rank spent time, the least no more
+    /// than the next (finite where two ranks or more spent time), the sum
+    /// no less than every rank at the least.
+    pub fn is_whole(&self, holds: impl Fn(u32) -> bool, held: usize) -> Result<(), String> {
         for (k, step) in self.steps.iter().enumerate() {
+            let least = f64::from(step.least_s);
             let whole = step.sum_s.is_finite()
                 && step.sum_s >= 0.0
                 && step.least_s >= 0.0
                 && step.least_s <= step.next_s
+                && step.ranks as usize <= held
                 && match step.ranks {
                     0 => step.least_s.is_infinite() && step.sum_s == 0.0,
-                    _ => step.least_s.is_finite() && holds(step.least_rank),
+                    1 => step.least_s.is_finite() && holds(step.least_rank),
+                    n => {
+                        step.next_s.is_finite()
+                            && holds(step.least_rank)
+                            && step.sum_s >= f64::from(n) * least * (1.0 - 1e-6)
+                    }
                 };
             if !whole {
                 return Err(format!("its step {k}"));
@@ -169,6 +180,33 @@ impl StepsAcross {
             sums.push(sums[sums.len() - 1] + step.transfer_s());
         }
         sums
+    }
+
+    /// The steps whose collectives' own time is far past the steady
+    /// steps' (judged as a rank's calls are for one-offs: a communicator's
+    /// set-up in the first call, a stall of the transport): `(step, its
+    /// excess over the steady transfer in seconds, whether it is the first
+    /// step with collective time: a warm-up)`.
+    pub fn transfer_one_offs(&self) -> Vec<(u32, f64, bool)> {
+        let with_time: Vec<(usize, f64)> = self
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.ranks > 0)
+            .map(|(k, s)| (k, s.transfer_s() * 1e9))
+            .collect();
+        let values: Vec<f64> = with_time.iter().map(|&(_, ns)| ns).collect();
+        let (flags, steady) = one_offs(&values);
+        let Some(steady) = steady else {
+            return Vec::new();
+        };
+        with_time
+            .iter()
+            .zip(flags)
+            .enumerate()
+            .filter(|(_, (_, flagged))| *flagged)
+            .map(|(i, (&(k, ns), _))| (k as u32, (ns - steady).max(0.0) / 1e9, i == 0))
+            .collect()
     }
 
     /// Per rank, the rank-seconds the other ranks waited for it in
@@ -272,10 +310,21 @@ mod tests {
         b.merge(&a);
         assert_eq!(b.transfer_before(), whole.transfer_before());
         assert_eq!(b.delays(), whole.delays());
-        assert!(b.is_whole(|r| r < 6).is_ok());
+        assert!(b.is_whole(|r| r < 6, 6).is_ok());
         assert!(
-            b.is_whole(|r| r != 0).is_err(),
+            b.is_whole(|r| r != 0, 6).is_err(),
             "rank 0 is the least of a step"
+        );
+        assert!(b.is_whole(|r| r < 6, 5).is_err(), "more ranks than held");
+        // A forged next least, infinite where two ranks spent time.
+        let mut forged = b.clone();
+        forged.steps[1].next_s = f32::INFINITY;
+        assert!(forged.is_whole(|r| r < 6, 6).is_err());
+        let mut short = b.clone();
+        short.steps[1].sum_s = 0.0;
+        assert!(
+            short.is_whole(|r| r < 6, 6).is_err(),
+            "a sum below every rank's least"
         );
         // A step one-off on one rank compares no arrival.
         let mut stalled = whole.clone();

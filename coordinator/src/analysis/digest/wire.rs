@@ -118,7 +118,7 @@ impl NodeDigest {
         }
         let holds = |rank: u32| self.holds(rank);
         self.stages.is_whole(holds)?;
-        self.steps.is_whole(holds)?;
+        self.steps.is_whole(holds, self.ranks.len())?;
         if self.refused.iter().any(|&(rank, _)| !holds(rank)) {
             return Err("a refused stage table of a rank it does not hold".into());
         }
@@ -178,6 +178,22 @@ fn rank_is_whole(digest: &RankDigest) -> Result<(), &'static str> {
         return Err("one-off events");
     }
     digest.account.is_whole()?;
+    // Its span is the header's (its window's, where it is a window's).
+    let span_ns = digest
+        .header
+        .window
+        .as_ref()
+        .map_or(digest.header.clock.duration_ns, |w| w.duration_ns);
+    if span_ns > 0 && (digest.account.wall_s - span_ns as f64 / 1e9).abs() > 1e-6 {
+        return Err("time account's span");
+    }
+    if digest
+        .events
+        .iter()
+        .any(|e| e.cost_s > digest.account.wall_s + 1e-9)
+    {
+        return Err("one-off events");
+    }
     if matches!(&digest.kernels, Ok(Some(kernels)) if !kernels.gpu.is_whole()) {
         return Err("kernel traces' GPU account");
     }
