@@ -199,6 +199,8 @@ fn job_account(
     events: &[crate::model::OneOffEvent],
 ) -> TimeAccount {
     let transfers = account::Transfers::of(steps);
+    let gpus: BTreeMap<u32, &account::GpuAccount> =
+        kernels.iter().map(|k| (k.rank, &k.gpu)).collect();
     let scope = if ranks.iter().any(|r| r.header.window.is_some()) {
         AccountScope::Window
     } else {
@@ -212,7 +214,7 @@ fn job_account(
             let from_ns = header.window.as_ref().map_or(0, |w| w.started_ns);
             let start_ns = timeline::aligned_start_ns(header)
                 .saturating_add(from_ns.min(i64::MAX as u64) as i64);
-            let gpu = kernels.iter().find(|k| k.rank == rank).map(|k| &k.gpu);
+            let gpu = gpus.get(&rank).copied();
             let own = std::mem::take(&mut digest.account);
             account::rank_part(rank, own, &transfers, start_ns, gpu)
         })

@@ -9,7 +9,9 @@ use rankscope_common::text::{cell, rank_ranges};
 
 use super::steady::names_a_collective;
 use super::stragglers::{owns, shared_gpus};
-use super::verdict::{self, kind_of, mostly_waiting_for, waits_for_another, Blame, WARNING_PCT};
+use super::verdict::{
+    self, kind_of, mostly_waiting_for, waits_for_another, Blame, WAITING_SHARE, WARNING_PCT,
+};
 use crate::model::{
     Bottleneck, GpuSplit, GpuSummary, Recommendation, Report, Severity, StageStats, Straggler,
 };
@@ -300,9 +302,8 @@ fn shared_gpu_findings(report: &Report) -> Vec<Recommendation> {
 }
 
 /// A stage's own work: its self time less the waiting in it that is in no
-/// stage inside it, per rank on average, seconds; and whether collective
-/// calls run in its own time (its work is then the collectives' transfer,
-/// not compute).
+/// stage inside it, per rank on average, seconds; and whether its work is
+/// a collective's transfer, not compute.
 fn own_work(report: &Report, stage: &StageStats) -> (f64, bool) {
     let inside: f64 = report
         .stages
@@ -311,7 +312,11 @@ fn own_work(report: &Report, stage: &StageStats) -> (f64, bool) {
         .filter_map(|s| s.wait_s.map(|w| w.avg))
         .sum();
     let self_wait = stage.wait_s.map_or(0.0, |w| (w.avg - inside).max(0.0));
-    let collective = self_wait > 0.0 || names_a_collective(&stage.name);
+    // A stage named for a collective, or whose own time mostly waits in
+    // collective calls, holds their transfer; a short call inside a stage
+    // of compute leaves it compute.
+    let collective =
+        names_a_collective(&stage.name) || self_wait >= WAITING_SHARE * stage.self_s.avg;
     ((stage.self_s.avg - self_wait).max(0.0), collective)
 }
 

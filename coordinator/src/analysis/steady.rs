@@ -584,8 +584,9 @@ impl OneOffs {
         traced_from: &[u64],
     ) -> Vec<StepOneOff> {
         // Per top-level row: its deepest one-off row (the most excess on a
-        // tie), the largest excess, whether a call is a name's first.
-        let mut within: BTreeMap<usize, (usize, f64, bool)> = BTreeMap::new();
+        // tie), the largest excess, whether the deepest is its name's first
+        // call, and the deepest's excess.
+        let mut within: BTreeMap<usize, (usize, f64, bool, f64)> = BTreeMap::new();
         for &(i, excess) in &self.excess_ns {
             if rows.is_profiler[i] {
                 continue;
@@ -593,14 +594,17 @@ impl OneOffs {
             let Some(step) = rows.step_of[i] else {
                 continue;
             };
-            let entry = within.entry(step).or_insert((i, f64::MIN, false));
+            let first = self.first.binary_search(&i).is_ok();
+            let entry = within.entry(step).or_insert((i, f64::MIN, first, f64::MIN));
             let depth = stages.depth[i];
             let deepest = stages.depth[entry.0];
-            if depth > deepest || (depth == deepest && excess > entry.1) {
-                entry.0 = i;
+            // The deepest (the most excess on a tie) names the stage, and
+            // says whether the step's one-off time is warm-up: its first
+            // call, not another stage's first call beside a stall.
+            if depth > deepest || (depth == deepest && excess > entry.3) {
+                (entry.0, entry.2, entry.3) = (i, first, excess);
             }
             entry.1 = entry.1.max(excess);
-            entry.2 |= self.first.binary_search(&i).is_ok();
         }
         // The gaps after the first call, the profiler's time taken out.
         let (gap_flags, gap_steady) = one_offs(
@@ -639,7 +643,7 @@ impl OneOffs {
                 StepOneOff {
                     call: within
                         .get(&row)
-                        .map(|&(deepest, excess, first)| (deepest, excess.max(0.0), first)),
+                        .map(|&(deepest, excess, first, _)| (deepest, excess.max(0.0), first)),
                     gap_excess_ns,
                     profiler_ns: (gap_profiler + rows.profiler_ns(row)) as f64,
                     cause,

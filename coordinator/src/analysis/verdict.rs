@@ -340,8 +340,8 @@ impl<'a> Arrivals<'a> {
 
 /// The job time the lateness of `ranks` cost, seconds, as the account
 /// measured it at the steady steps' collectives (their arrival less the
-/// next-latest, summed); `None` where the account compares no arrivals
-/// (no collective time in the steps), or names none of `ranks`.
+/// next-latest, summed; 0 for a rank never last); `None` where the account
+/// compares no arrivals (no collective time in the steps).
 fn delay_of(report: &Report, ranks: &[u32]) -> Option<f64> {
     let waited_for = &report.time_account.job.waited_for;
     if !waited_for.iter().any(|w| w.steps_last > 0) {

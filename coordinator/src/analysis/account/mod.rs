@@ -31,11 +31,13 @@ use crate::model::{
     WaitedFor, WorkByStage,
 };
 
-/// Ranks of a job whose lateness [`JobTime::waited_for`] lists.
-const WAITED_FOR_LISTED: usize = 8;
-/// Stages a rank's entry lists its work by, per list (the job lists
-/// [`rank::WORK_STAGES`]).
-const RANK_WORK_STAGES: usize = 3;
+/// Ranks of a job whose lateness [`JobTime::waited_for`] lists: the
+/// costliest, enough for the stragglers and straggler groups the findings
+/// cost by it.
+const WAITED_FOR_LISTED: usize = 64;
+/// Stages a rank's entry lists its work by, per list, the last holding
+/// the rest (the job lists [`rank::WORK_STAGES`]).
+const RANK_WORK_STAGES: usize = 4;
 
 /// What a rank's time account reads of its kernel trace.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -198,10 +200,11 @@ pub fn of_traces(
     traced: &[TracedRank],
     collectives: &[CollectiveStats],
 ) -> TimeAccount {
+    let by_rank: BTreeMap<u32, &TracedRank> = traced.iter().map(|t| (t.rank, t)).collect();
     let parts = walls
         .iter()
         .map(|(&rank, &wall_s)| {
-            let trace = traced.iter().find(|t| t.rank == rank);
+            let trace = by_rank.get(&rank).copied();
             let collective = trace.map_or(0.0, |t| t.collective_s).min(wall_s);
             let wait = trace.map_or(0.0, |t| t.wait_s).min(collective);
             let mut categories = Categories::default();
@@ -270,7 +273,7 @@ pub fn account(scope: AccountScope, ranks: Vec<RankPart>, inputs: JobInputs<'_>)
                 &mut part.time.work_by_stage.top,
                 &mut part.time.work_by_stage.innermost,
             ] {
-                list.truncate(RANK_WORK_STAGES);
+                fold_past(list, RANK_WORK_STAGES);
             }
             part.time
         })
@@ -432,6 +435,20 @@ fn job_time(ranks: &[RankPart], inputs: &JobInputs<'_>) -> JobTime {
         },
         waited_for,
     }
+}
+
+/// `list` (the most first) cut to `most` entries, the rest in the last,
+/// named [`rank::OTHER_STAGES`]: it still adds up to the work.
+fn fold_past(list: &mut Vec<StageSeconds>, most: usize) {
+    if list.len() <= most {
+        return;
+    }
+    let rest: f64 = list[most - 1..].iter().map(|e| e.s).sum();
+    list.truncate(most - 1);
+    list.push(StageSeconds {
+        stage: rank::OTHER_STAGES.to_string(),
+        s: rest,
+    });
 }
 
 /// Each measured category's spread across `ranks`.

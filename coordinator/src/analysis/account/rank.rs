@@ -58,8 +58,6 @@ pub struct RankAccount {
     pub work_innermost: Vec<(String, f64)>,
     /// When the first step began, nanoseconds after the span's start.
     pub first_step_ns: Option<u64>,
-    /// The steps, counted.
-    pub step_count: u32,
     /// The runs `first..past` of steps that spent time in collective calls.
     pub collective_steps: Vec<(u32, u32)>,
     /// Each step's collective time: taken into the job's steps side by
@@ -339,7 +337,6 @@ impl RankAccount {
         }
         let runs = collective_runs(&step_times);
         let mut account = RankAccount::of_sums(wall, sums, work, Some(first_start - from), runs);
-        account.step_count = step_times.len() as u32;
         account.steps = step_times;
         account
     }
@@ -422,7 +419,6 @@ impl RankAccount {
             work_top: listed(&work.top),
             work_innermost: listed(&work.innermost),
             first_step_ns,
-            step_count: 0,
             collective_steps,
             steps: Vec::new(),
         }
