@@ -516,7 +516,15 @@ fn straggler_blame(
                 .into()
         }
     };
-    let wanted = delay_of(report, ranks).unwrap_or(stage_cost.max(collective_cost));
+    // A rank's lateness at the steady steps, as the account measured it;
+    // ranks late together arrive with one another, so a group costs at
+    // least the delay its stage calls imposed (the group's slowest against
+    // the slowest of the rest).
+    let wanted = match delay_of(report, ranks) {
+        Some(delay) if ranks.len() > 1 => delay.max(stage_cost),
+        Some(delay) => delay,
+        None => stage_cost.max(collective_cost),
+    };
     let cost_s = room.take(Category::Work, wanted);
     let in_stage: Vec<&&Straggler> = entries.iter().filter(|s| s.stage == at.stage).collect();
     let (least, most) = in_stage.iter().fold((f64::MAX, f64::MIN), |(lo, hi), s| {
@@ -624,9 +632,14 @@ fn late_ranks(
                 percent(d, job_seconds(report)) >= WARNING_PCT
                     && percent(d, steady) >= LATE_SHARE_PCT
             });
-        if last * 2 <= c.steady_compared
-            || (imposed_s < WAITING_SHARE * arrivals.others_s(c) && !costly)
-        {
+        // Or, last at fewer calls, its lateness there is twice that share
+        // of the steady time (an `eval` or a checkpoint every few steps on
+        // one rank, which the others wait for).
+        let periodic =
+            delay_of(report, &[c.rank]).is_some_and(|d| percent(d, steady) >= 2.0 * LATE_SHARE_PCT);
+        let mostly_last = last * 2 > c.steady_compared
+            && (imposed_s >= WAITING_SHARE * arrivals.others_s(c) || costly);
+        if !mostly_last && !periodic {
             continue;
         }
         told.insert(c.rank);

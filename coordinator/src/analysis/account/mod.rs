@@ -74,35 +74,46 @@ pub fn rank_part(
     start_ns: i64,
     gpu: Option<&GpuAccount>,
 ) -> RankPart {
-    let transfer_before = &transfers.before;
-    let at = |k: u32| transfer_before[(k as usize).min(transfer_before.len().saturating_sub(1))];
-    let transfer: f64 = account
-        .collective_steps
-        .iter()
-        .map(|&(first, past)| at(past) - at(first))
-        .sum::<f64>()
-        .min(account.collective_s);
-    // Never -0.0 (an empty sum), never below 0.
-    let transfer = if transfer > 0.0 { transfer } else { 0.0 };
-    let wait = account.collective_s - transfer;
-    // The collectives' one-off own time (a communicator's set-up in the
-    // first call) is warm-up, or a stall: not the steady transfer.
-    let in_runs = |k: u32| {
-        account
-            .collective_steps
+    // Per step name, the least any rank spent in each step's collective
+    // calls, over the steps this rank spent any in: the transfer, the rest
+    // of its collective time waiting. Of the transfer, its one-off part (a
+    // communicator's set-up in the first call) is warm-up, or a stall.
+    let mut transfer = 0.0;
+    let mut one_off = (0.0, 0.0);
+    for (name, runs) in &account.collective_steps {
+        let Some(before) = transfers.before.get(name) else {
+            continue;
+        };
+        let at = |k: u32| before[(k as usize).min(before.len().saturating_sub(1))];
+        let in_runs = |k: u32| runs.iter().any(|&(first, past)| (first..past).contains(&k));
+        transfer += runs
             .iter()
-            .any(|&(first, past)| (first..past).contains(&k))
-    };
-    let (mut warmup, mut stall, mut transfer) = (account.warmup_s, account.stall_s, transfer);
-    for &(_, excess, first) in transfers.one_offs.iter().filter(|o| in_runs(o.0)) {
-        let moved = excess.min(transfer);
-        transfer -= moved;
-        if first {
-            warmup += moved;
-        } else {
-            stall += moved;
+            .map(|&(first, past)| at(past) - at(first))
+            .sum::<f64>();
+        let flagged = transfers.one_offs.get(name).into_iter().flatten();
+        for &(_, excess, first) in flagged.filter(|o| in_runs(o.0)) {
+            if first {
+                one_off.0 += excess;
+            } else {
+                one_off.1 += excess;
+            }
         }
     }
+    // Never -0.0 (an empty sum), never below 0, never past the rank's own
+    // collective time.
+    let transfer = if transfer > 0.0 {
+        transfer.min(account.collective_s)
+    } else {
+        0.0
+    };
+    let wait = account.collective_s - transfer;
+    let warmup_moved = one_off.0.min(transfer);
+    let stall_moved = one_off.1.min(transfer - warmup_moved);
+    let transfer = transfer - warmup_moved - stall_moved;
+    let (warmup, stall) = (
+        account.warmup_s + warmup_moved,
+        account.stall_s + stall_moved,
+    );
     let mut categories = Categories::default();
     for (category, seconds) in [
         (Category::Setup, account.setup_s),
@@ -139,23 +150,29 @@ pub fn rank_part(
     }
 }
 
-/// What the ranks' steps side by side say of each step's transfer, for
-/// [`rank_part`].
+/// What the ranks' steps side by side say of each step's transfer, per
+/// step stage name, for [`rank_part`].
 #[derive(Debug, Clone, Default)]
 pub struct Transfers {
-    /// [`StepsAcross::transfer_before`].
-    pub before: Vec<f64>,
-    /// [`StepsAcross::transfer_one_offs`].
-    pub one_offs: Vec<(u32, f64, bool)>,
+    /// [`steps::Sequence::transfer_before`].
+    pub before: BTreeMap<String, Vec<f64>>,
+    /// [`steps::Sequence::transfer_one_offs`].
+    pub one_offs: BTreeMap<String, Vec<(u32, f64, bool)>>,
 }
 
 impl Transfers {
     /// Of `steps`.
     pub fn of(steps: &StepsAcross) -> Self {
-        Transfers {
-            before: steps.transfer_before(),
-            one_offs: steps.transfer_one_offs(),
+        let mut transfers = Transfers::default();
+        for (name, sequence) in steps.sequences() {
+            transfers
+                .before
+                .insert(name.to_string(), sequence.transfer_before());
+            transfers
+                .one_offs
+                .insert(name.to_string(), sequence.transfer_one_offs());
         }
+        transfers
     }
 }
 
@@ -304,32 +321,7 @@ fn job_time(ranks: &[RankPart], inputs: &JobInputs<'_>) -> JobTime {
         return JobTime::default();
     };
     let r = reference.time.rank;
-    let mut categories = reference.time.categories.clone();
-    let mut wait = categories.seconds(Category::CollectiveWait);
-    let mut slices: Vec<PathSlice> = categories
-        .iter()
-        .filter(|&(c, s)| c != Category::CollectiveWait && s.is_some_and(|s| s > 0.0))
-        .map(|(category, s)| PathSlice {
-            category,
-            s: s.unwrap_or(0.0),
-            ranks: vec![r],
-            what: format!("rank {r}'s own {}", category.words()),
-        })
-        .collect();
-    let mut moved = |category: Category, amount: f64, ranks: Vec<u32>, what: String| {
-        let take = amount.min(wait).max(0.0);
-        if take <= 0.0 {
-            return;
-        }
-        wait -= take;
-        categories.set(category, categories.seconds(category) + take);
-        slices.push(PathSlice {
-            category,
-            s: take,
-            ranks,
-            what,
-        });
-    };
+    let mut path = Path::of(r, &reference.time.categories);
     // Ranks that came to their first step later: rank r waited for them.
     if let (Some(mine), Some((latest, at))) = (
         reference.first_step_at_ns,
@@ -338,7 +330,7 @@ fn job_time(ranks: &[RankPart], inputs: &JobInputs<'_>) -> JobTime {
             .filter_map(|p| Some((p.time.rank, p.first_step_at_ns?)))
             .max_by_key(|&(rank, at)| (at, std::cmp::Reverse(rank))),
     ) {
-        moved(
+        path.move_wait(
             Category::Setup,
             at.saturating_sub(mine) as f64 / 1e9,
             vec![latest],
@@ -359,7 +351,7 @@ fn job_time(ranks: &[RankPart], inputs: &JobInputs<'_>) -> JobTime {
         whose.sort_unstable();
         whose.dedup();
         whose.retain(|&rank| rank != r);
-        moved(
+        path.move_wait(
             category,
             cost - reference.time.categories.seconds(category),
             whose.clone(),
@@ -379,7 +371,7 @@ fn job_time(ranks: &[RankPart], inputs: &JobInputs<'_>) -> JobTime {
         .collect();
     late.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds).then(a.0.cmp(&b.0)));
     for (rank, delay) in late {
-        moved(
+        path.move_wait(
             Category::Work,
             delay.seconds,
             vec![rank],
@@ -390,13 +382,61 @@ fn job_time(ranks: &[RankPart], inputs: &JobInputs<'_>) -> JobTime {
             ),
         );
     }
+    // The rest of its waiting is the work of the ranks it waited for (on
+    // the path there is no waiting: a wait is the late rank's time), by
+    // the share of the others' wait each rank imposed: ranks late
+    // together (two slow ranks, each arriving with the other) included.
+    let imposed: Vec<(u32, f64)> = inputs
+        .waited_for
+        .iter()
+        .filter(|&(&rank, &s)| rank != r && s > 0.0)
+        .map(|(&rank, &s)| (rank, s))
+        .collect();
+    let all: f64 = imposed.iter().map(|&(_, s)| s).sum();
+    let rest = path.wait;
+    if all > 0.0 && rest > 0.0 {
+        let mut by_share: Vec<(u32, f64)> = imposed
+            .iter()
+            .map(|&(rank, s)| (rank, rest * s / all))
+            .collect();
+        by_share.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let (named, others) = by_share.split_at(by_share.len().min(WAITED_FOR_LISTED));
+        for &(rank, s) in named {
+            path.move_wait(
+                Category::Work,
+                s,
+                vec![rank],
+                format!("rank {rank}'s work, which rank {r} waited for in collectives"),
+            );
+        }
+        let others_s: f64 = others.iter().map(|&(_, s)| s).sum();
+        path.move_wait(
+            Category::Work,
+            others_s,
+            others
+                .iter()
+                .map(|&(rank, _)| rank)
+                .take(WAITED_FOR_LISTED)
+                .collect(),
+            format!(
+                "the work of {} more ranks rank {r} waited for",
+                others.len()
+            ),
+        );
+    }
+    let Path {
+        mut categories,
+        wait,
+        mut slices,
+        ..
+    } = path;
     categories.set(Category::CollectiveWait, wait);
     if wait > 0.0 {
         slices.push(PathSlice {
             category: Category::CollectiveWait,
             s: wait,
             ranks: vec![r],
-            what: format!("rank {r} waiting in collectives for arrivals spread across the ranks"),
+            what: format!("rank {r} waiting in collectives for no rank the steps name"),
         });
     }
     slices.sort_by(|a, b| b.s.total_cmp(&a.s));
@@ -449,6 +489,52 @@ fn fold_past(list: &mut Vec<StageSeconds>, most: usize) {
         stage: rank::OTHER_STAGES.to_string(),
         s: rest,
     });
+}
+
+/// The job's critical path while it is built: the reference rank's
+/// categories, what of its waiting is not yet put elsewhere, the parts.
+struct Path {
+    categories: Categories,
+    wait: f64,
+    slices: Vec<PathSlice>,
+}
+
+impl Path {
+    /// Rank `r`'s own categories, each a part (its waiting apart).
+    fn of(r: u32, own: &Categories) -> Self {
+        Path {
+            categories: own.clone(),
+            wait: own.seconds(Category::CollectiveWait),
+            slices: own
+                .iter()
+                .filter(|&(c, s)| c != Category::CollectiveWait && s.is_some_and(|s| s > 0.0))
+                .map(|(category, s)| PathSlice {
+                    category,
+                    s: s.unwrap_or(0.0),
+                    ranks: vec![r],
+                    what: format!("rank {r}'s own {}", category.words()),
+                })
+                .collect(),
+        }
+    }
+
+    /// Moves up to `amount` seconds of the waiting into `category`, the
+    /// time of `ranks`, `what` it is.
+    fn move_wait(&mut self, category: Category, amount: f64, ranks: Vec<u32>, what: String) {
+        let take = amount.min(self.wait).max(0.0);
+        if take <= 0.0 {
+            return;
+        }
+        self.wait -= take;
+        self.categories
+            .set(category, self.categories.seconds(category) + take);
+        self.slices.push(PathSlice {
+            category,
+            s: take,
+            ranks,
+            what,
+        });
+    }
 }
 
 /// Each measured category's spread across `ranks`.

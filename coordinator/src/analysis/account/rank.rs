@@ -58,12 +58,14 @@ pub struct RankAccount {
     pub work_innermost: Vec<(String, f64)>,
     /// When the first step began, nanoseconds after the span's start.
     pub first_step_ns: Option<u64>,
-    /// The runs `first..past` of steps that spent time in collective calls.
-    pub collective_steps: Vec<(u32, u32)>,
-    /// Each step's collective time: taken into the job's steps side by
-    /// side ([`super::steps::StepsAcross`]), not carried further.
+    /// Per step stage name, the runs `first..past` (indices among that
+    /// name's calls) of steps that spent time in collective calls.
+    pub collective_steps: Vec<(String, Vec<(u32, u32)>)>,
+    /// Per step stage name, each step's collective time: taken into the
+    /// job's steps side by side ([`super::steps::StepsAcross`]), not
+    /// carried further.
     #[serde(skip)]
-    pub steps: Vec<StepTime>,
+    pub steps: Vec<(String, Vec<StepTime>)>,
 }
 
 /// What of a rank's stage table its account reads.
@@ -235,7 +237,8 @@ impl RankAccount {
         };
         let mut works = step_works(stages, enclosing, nested_ns, rows);
         let mut by_step: Vec<f64> = Vec::with_capacity(steps.len());
-        let mut step_times = Vec::with_capacity(steps.len());
+        // Per step stage name (by key), its steps' collective times.
+        let mut of_name: Vec<(usize, Vec<StepTime>)> = Vec::new();
         // Where the steps accounted for so far end: a step's time before
         // it (a step that overlaps the one before, or began before a
         // window opened) is not counted again.
@@ -313,7 +316,14 @@ impl RankAccount {
             let arrival = collectives.first_start_from(start).filter(|&at| at < end_k);
             let perturbed_arrival = arrival
                 .is_some_and(|at| perturbed.iter().any(|&(from, to)| (from..to).contains(&at)));
-            step_times.push(StepTime {
+            let times = match of_name.iter_mut().find(|(key, _)| *key == name_key(row)) {
+                Some((_, times)) => times,
+                None => {
+                    of_name.push((name_key(row), Vec::new()));
+                    &mut of_name.last_mut().expect("pushed").1
+                }
+            };
+            times.push(StepTime {
                 collective_s: s(collective) as f32,
                 one_off: perturbed_arrival || k == 0 || (k as u64) < u64::from(warmup_calls),
             });
@@ -335,9 +345,18 @@ impl RankAccount {
                 work.top[top_key] += ns;
             }
         }
-        let runs = collective_runs(&step_times);
+        let dictionary = stages.name.dictionary();
+        let named: Vec<(String, Vec<StepTime>)> = of_name
+            .into_iter()
+            .map(|(key, times)| (dictionary.value(key).to_string(), times))
+            .collect();
+        let runs = named
+            .iter()
+            .map(|(name, times)| (name.clone(), collective_runs(times)))
+            .filter(|(_, runs)| !runs.is_empty())
+            .collect();
         let mut account = RankAccount::of_sums(wall, sums, work, Some(first_start - from), runs);
-        account.steps = step_times;
+        account.steps = named;
         account
     }
 
@@ -350,7 +369,7 @@ impl RankAccount {
         sums: Sums,
         work: ByName<'_>,
         first_step_ns: Option<u64>,
-        collective_steps: Vec<(u32, u32)>,
+        collective_steps: Vec<(String, Vec<(u32, u32)>)>,
     ) -> Self {
         let total: f64 = work.top.iter().sum();
         let parts = sums.setup
@@ -472,9 +491,12 @@ impl RankAccount {
         let first_step = self
             .first_step_ns
             .is_none_or(|ns| ns as f64 <= self.wall_s * 1e9 + 1.0);
-        let runs = self.collective_steps.len() <= COLLECTIVE_RUNS
-            && self.collective_steps.windows(2).all(|w| w[0].1 < w[1].0)
-            && self.collective_steps.iter().all(|r| r.0 < r.1);
+        let runs = self.collective_steps.len() <= super::steps::MOST_STEP_NAMES
+            && self.collective_steps.iter().all(|(_, runs)| {
+                runs.len() <= COLLECTIVE_RUNS
+                    && runs.windows(2).all(|w| w[0].1 < w[1].0)
+                    && runs.iter().all(|r| r.0 < r.1)
+            });
         if !close(self.sum_s(), self.wall_s)
             || !listed(&self.work_top)
             || !listed(&self.work_innermost)

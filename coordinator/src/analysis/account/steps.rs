@@ -115,13 +115,14 @@ impl StepAcross {
     }
 }
 
-/// Every step of the ranks merged so far, by index.
+/// The steps of one stage name of the ranks merged so far, by their index
+/// among that name's calls.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct StepsAcross {
+pub struct Sequence {
     steps: Vec<StepAcross>,
 }
 
-impl StepsAcross {
+impl Sequence {
     /// Adds the steps of `rank`, in order.
     pub fn add(&mut self, rank: u32, steps: &[StepTime]) {
         if self.steps.len() < steps.len() {
@@ -133,7 +134,7 @@ impl StepsAcross {
     }
 
     /// Adds the steps of other ranks (none of them already here).
-    pub fn merge(&mut self, other: &StepsAcross) {
+    pub fn merge(&mut self, other: &Sequence) {
         if self.steps.len() < other.steps.len() {
             self.steps.resize(other.steps.len(), StepAcross::default());
         }
@@ -147,7 +148,7 @@ impl StepsAcross {
     /// rank `holds` accepts where some rank spent time, the least no more
     /// than the next (finite where two ranks or more spent time), the sum
     /// no less than every rank at the least.
-    pub fn is_whole(&self, holds: impl Fn(u32) -> bool, held: usize) -> Result<(), String> {
+    pub fn is_whole(&self, holds: &impl Fn(u32) -> bool, held: usize) -> Result<(), String> {
         for (k, step) in self.steps.iter().enumerate() {
             let least = f64::from(step.least_s);
             let whole = step.sum_s.is_finite()
@@ -238,6 +239,90 @@ impl StepsAcross {
     }
 }
 
+/// The most stage names a digest's steps side by side may hold (a rank's
+/// steps are the outermost calls of one thread: few names).
+pub const MOST_STEP_NAMES: usize = 1_024;
+
+/// Every step of the ranks merged so far, by its stage's name and its
+/// index among that name's calls on each rank: the k-th `step` of one
+/// rank meets the k-th `step` of another, whatever else (an `eval`, a
+/// checkpoint) a rank ran between its steps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepsAcross {
+    by_name: BTreeMap<String, Sequence>,
+}
+
+impl StepsAcross {
+    /// Adds the steps of `rank`: per stage name, its calls in order.
+    pub fn add(&mut self, rank: u32, steps: &[(String, Vec<StepTime>)]) {
+        for (name, times) in steps {
+            match self.by_name.get_mut(name) {
+                Some(sequence) => sequence.add(rank, times),
+                None => {
+                    let mut sequence = Sequence::default();
+                    sequence.add(rank, times);
+                    self.by_name.insert(name.clone(), sequence);
+                }
+            }
+        }
+    }
+
+    /// Adds the steps of other ranks (none of them already here).
+    pub fn merge(&mut self, other: &StepsAcross) {
+        for (name, theirs) in &other.by_name {
+            match self.by_name.get_mut(name) {
+                Some(mine) => mine.merge(theirs),
+                None => {
+                    self.by_name.insert(name.clone(), theirs.clone());
+                }
+            }
+        }
+    }
+
+    /// Whether the steps fit together ([`Sequence::is_whole`] for each
+    /// name, at most [`MOST_STEP_NAMES`] names), else which does not.
+    pub fn is_whole(&self, holds: impl Fn(u32) -> bool, held: usize) -> Result<(), String> {
+        if self.by_name.len() > MOST_STEP_NAMES {
+            return Err("its steps' names".into());
+        }
+        for (name, sequence) in &self.by_name {
+            sequence
+                .is_whole(&holds, held)
+                .map_err(|step| format!("{step} of {}", rankscope_common::text::cell(name, 60)))?;
+        }
+        Ok(())
+    }
+
+    /// Each name's steps.
+    pub fn sequences(&self) -> impl Iterator<Item = (&str, &Sequence)> {
+        self.by_name.iter().map(|(name, s)| (name.as_str(), s))
+    }
+
+    /// [`Sequence::waited_for`], over every name.
+    pub fn waited_for(&self) -> BTreeMap<u32, f64> {
+        let mut by_rank = BTreeMap::new();
+        for sequence in self.by_name.values() {
+            for (rank, s) in sequence.waited_for() {
+                *by_rank.entry(rank).or_insert(0.0) += s;
+            }
+        }
+        by_rank
+    }
+
+    /// [`Sequence::delays`], over every name.
+    pub fn delays(&self) -> BTreeMap<u32, Delay> {
+        let mut by_rank: BTreeMap<u32, Delay> = BTreeMap::new();
+        for sequence in self.by_name.values() {
+            for (rank, d) in sequence.delays() {
+                let entry = by_rank.entry(rank).or_default();
+                entry.seconds += d.seconds;
+                entry.steps += d.steps;
+            }
+        }
+        by_rank
+    }
+}
+
 /// What a late rank cost the job across steps ([`StepsAcross::delays`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Delay {
@@ -264,7 +349,7 @@ mod tests {
     #[test]
     fn the_least_is_the_transfer_and_the_last_to_arrive_imposes_the_wait() {
         // Rank 2 arrives last at both steps (waits 0.1 s), rank 0 next.
-        let mut across = StepsAcross::default();
+        let mut across = Sequence::default();
         across.add(0, &steps(&[0.3, 0.4]));
         across.add(1, &steps(&[0.5, 0.5]));
         across.add(2, &steps(&[0.1, 0.1]));
@@ -296,11 +381,11 @@ mod tests {
                 )
             })
             .collect();
-        let mut whole = StepsAcross::default();
+        let mut whole = Sequence::default();
         for (rank, s) in &ranks {
             whole.add(*rank, s);
         }
-        let (mut a, mut b) = (StepsAcross::default(), StepsAcross::default());
+        let (mut a, mut b) = (Sequence::default(), Sequence::default());
         for (rank, s) in &ranks[..2] {
             a.add(*rank, s);
         }
@@ -310,20 +395,20 @@ mod tests {
         b.merge(&a);
         assert_eq!(b.transfer_before(), whole.transfer_before());
         assert_eq!(b.delays(), whole.delays());
-        assert!(b.is_whole(|r| r < 6, 6).is_ok());
+        assert!(b.is_whole(&|r| r < 6, 6).is_ok());
         assert!(
-            b.is_whole(|r| r != 0, 6).is_err(),
+            b.is_whole(&|r| r != 0, 6).is_err(),
             "rank 0 is the least of a step"
         );
-        assert!(b.is_whole(|r| r < 6, 5).is_err(), "more ranks than held");
+        assert!(b.is_whole(&|r| r < 6, 5).is_err(), "more ranks than held");
         // A forged next least, infinite where two ranks spent time.
         let mut forged = b.clone();
         forged.steps[1].next_s = f32::INFINITY;
-        assert!(forged.is_whole(|r| r < 6, 6).is_err());
+        assert!(forged.is_whole(&|r| r < 6, 6).is_err());
         let mut short = b.clone();
         short.steps[1].sum_s = 0.0;
         assert!(
-            short.is_whole(|r| r < 6, 6).is_err(),
+            short.is_whole(&|r| r < 6, 6).is_err(),
             "a sum below every rank's least"
         );
         // A step one-off on one rank compares no arrival.
@@ -340,9 +425,39 @@ mod tests {
                 < whole.delays().values().map(|d| d.steps).sum::<u64>()
         );
         // A rank with no collective time in a step is not its least.
-        let mut idle = StepsAcross::default();
+        let mut idle = Sequence::default();
         idle.add(0, &steps(&[0.0]));
         idle.add(1, &steps(&[0.2]));
         assert_eq!(idle.transfer_before(), [0.0, f64::from(0.2f32)]);
+    }
+}
+
+#[cfg(test)]
+mod by_name {
+    use super::*;
+
+    #[test]
+    fn steps_meet_by_their_name_and_index_whatever_else_a_rank_ran_between() {
+        let step = |collective_s: f32| StepTime {
+            collective_s,
+            one_off: false,
+        };
+        // Rank 0 ran an `eval` (no collective) between its steps 1 and 2:
+        // its steps still meet the others' by index among `step` calls.
+        let mut across = StepsAcross::default();
+        across.add(
+            0,
+            &[
+                ("step".into(), vec![step(0.3), step(0.3), step(0.3)]),
+                ("eval".into(), vec![step(0.0)]),
+            ],
+        );
+        across.add(1, &[("step".into(), vec![step(0.1), step(0.1), step(0.1)])]);
+        let (name, steps) = across.sequences().find(|(n, _)| *n == "step").unwrap();
+        assert_eq!(name, "step");
+        assert_eq!(steps.transfer_before().len(), 4);
+        assert!((steps.transfer_before()[3] - 3.0 * f64::from(0.1f32)).abs() < 1e-9);
+        assert_eq!(across.delays()[&1].steps, 3);
+        assert!(across.is_whole(|r| r < 2, 2).is_ok());
     }
 }
