@@ -99,7 +99,7 @@ fn the_h200_run_gathered_is_bound_by_its_gloo_all_gather_and_blames_no_rank() {
         &fixture("payloads"),
         Some(out.path()),
         None,
-        Outputs::ReportOnly,
+        Outputs::All,
         &AnalysisConfig::default(),
     )
     .unwrap();

@@ -347,14 +347,17 @@ def steady_s(categories: Dict) -> float:
 def test_the_verdict_names_the_rank_the_others_wait_for_in_a_real_all_gather(
         tmp_path: Path) -> None:
     """A context-parallel step over real gloo all_gathers: rank 3 holds 3x
-    the others' query chunk. Every rank's first step is slower (warm-up),
+    the others' query chunk, and its attention waits 3x as long for its
+    (simulated) kernels: 40 ms a step past the others, more than a loaded
+    machine's gloo transfer of the gathered keys. Every rank's first step
+    is slower (warm-up),
     torch.profiler windows run (their start and stop are the profiler's own
     time), and all four ranks share one simulated GPU that runs hot. The
     verdict names rank 3, `attention`, the all_gather it arrives last at and
     a slower CPU operator; nothing blames the ranks that wait, the shared GPU
     explains nothing, and the all-gather is no place to optimise."""
     report = run_cp_job(
-        tmp_path, ["--slow-rank", "3", "--factor", "3", "--warmup-ms", "300"],
+        tmp_path, ["--slow-rank", "3", "--factor", "3", "--warmup-ms", "300", "--gpu-ms", "20"],
         RANKSCOPE_GPU_SOURCE="simulated", RANKSCOPE_SIMULATED_GPUS="1",
         RANKSCOPE_SIMULATED_HOT_RANK="0", RANKSCOPE_TORCH_PROFILER_WAIT="2",
         RANKSCOPE_TORCH_PROFILER_WARMUP="1", RANKSCOPE_TORCH_PROFILER_ACTIVE="3",
@@ -391,7 +394,10 @@ def test_the_verdict_names_the_rank_the_others_wait_for_in_a_real_all_gather(
         assert ranks[rank]["collective_wait"] > 2 * ranks[3]["collective_wait"], ranks
     job = account["job"]
     assert job["waited_for"][0]["rank"] == 3, job["waited_for"]
-    assert abs(verdict["cost_s"] - job["waited_for"][0]["delay_s"]) < 1e-6, (verdict, job)
+    # Its cost: at least its lateness at the steady all-gathers, a slice of
+    # the job's work.
+    assert verdict["cost_s"] >= job["waited_for"][0]["delay_s"] - 1e-6, (verdict, job)
+    assert verdict["cost_s"] <= job["categories"]["work"] + 1e-6, (verdict, job)
     assert job["categories"]["profiler"] > 0, job
 
 

@@ -351,8 +351,7 @@ fn delay_of(report: &Report, ranks: &[u32]) -> Option<f64> {
         waited_for
             .iter()
             .filter(|w| ranks.contains(&w.rank))
-            .map(|w| w.delay_s)
-            .sum(),
+            .fold(0.0, |sum, w| sum + w.delay_s),
     )
 }
 
@@ -516,13 +515,13 @@ fn straggler_blame(
                 .into()
         }
     };
-    // A rank's lateness at the steady steps, as the account measured it;
-    // ranks late together arrive with one another, so a group costs at
-    // least the delay its stage calls imposed (the group's slowest against
-    // the slowest of the rest).
+    // A rank's lateness at the steady steps, as the account measured it,
+    // and at least the delay its stage calls imposed (the slowest against
+    // the slowest of the rest): ranks late together arrive with one
+    // another, and a rank slow after the last collective (its decode at
+    // the end) makes the job end later without a wait in any step.
     let wanted = match delay_of(report, ranks) {
-        Some(delay) if ranks.len() > 1 => delay.max(stage_cost),
-        Some(delay) => delay,
+        Some(delay) => delay.max(stage_cost),
         None => stage_cost.max(collective_cost),
     };
     let cost_s = room.take(Category::Work, wanted);

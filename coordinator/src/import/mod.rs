@@ -234,6 +234,10 @@ pub fn import_with(
     aligned.note(&mut report);
     let trace = write_timeline(&ranks, &aligned, &mut report, out, config)?;
     let mut files = write_reports(&report, out)?;
+    files.files.push(crate::report::raw::write_account(
+        &report.time_account,
+        &out.join(crate::report::raw::RAW_DIR),
+    )?);
     files.files.push(trace);
     let python_calls_cut = ranks
         .values()

@@ -132,8 +132,7 @@ pub(crate) fn window_reports(dir: &Path) -> Vec<u32> {
 }
 
 /// Writes the files rendered from the report alone — `report.json`,
-/// `report.html`, `summary.txt`, `stages.csv` and `raw/time_account.arrow`
-/// — into `dir`.
+/// `report.html`, `summary.txt` and `stages.csv` — into `dir`.
 pub fn write_reports(report: &Report, dir: &Path) -> Result<ReportFiles, WriteError> {
     let write_json = || {
         write_with(&dir.join(REPORT_JSON), |out| {
@@ -156,7 +155,6 @@ fn write_pages(report: &Report, dir: &Path) -> Result<(Vec<PathBuf>, String), Wr
         write_html_file(report, &dir.join(REPORT_HTML))?,
         write_file(&dir.join(SUMMARY_TXT), summary.as_bytes())?,
         write_file(&dir.join(STAGES_CSV), csv::stages_csv(report).as_bytes())?,
-        raw::write_account(&report.time_account, &dir.join(raw::RAW_DIR))?,
     ];
     Ok((files, summary))
 }

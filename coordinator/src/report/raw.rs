@@ -159,6 +159,11 @@ impl RawWriter {
         Ok(())
     }
 
+    /// The folder the files go into.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Closes every file and puts it in place; returns their paths.
     /// Completes every file, then puts them all in place and removes the
     /// raw files of tables this report has none of (an earlier report's in

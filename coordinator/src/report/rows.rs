@@ -32,6 +32,16 @@ pub fn remove_row_files(dir: &Path) -> Result<(), WriteError> {
     }
     let raw = dir.join(RAW_DIR);
     raw::remove_raw_files(&raw, |_| true)?;
+    let account = raw.join(raw::ACCOUNT_FILE);
+    match std::fs::remove_file(&account) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(WriteError {
+                path: account,
+                source: e,
+            });
+        }
+        _ => {}
+    }
     // Only if nothing else is in it.
     let _ = std::fs::remove_dir(&raw);
     Ok(())
@@ -229,12 +239,15 @@ impl RowWriters {
         self.write(self.prepare(payload))
     }
 
-    /// Closes the files, puts them in place and adds to `report` what was
-    /// left out of them; returns their paths.
+    /// Closes the files, puts them in place (and `raw/time_account.arrow`
+    /// beside the tables' raw files) and adds to `report` what was left out
+    /// of them; returns their paths.
     pub fn finish(self, report: &mut Report) -> Result<Vec<PathBuf>, WriteError> {
         // Every file complete before the trace is put in place.
         let trace = self.trace.close(report)?;
+        let raw_dir = self.raw.dir().to_path_buf();
         let mut files = self.raw.finish()?;
+        files.push(raw::write_account(&report.time_account, &raw_dir)?);
         files.insert(0, trace.commit()?);
         for (message, ranks) in self.raw_notes {
             report.session.notices.push(Notice { message, ranks });
