@@ -256,20 +256,12 @@ fn reading_counts(
 /// The times some of `stages` ran: their spans, sorted and merged where
 /// they overlap.
 pub fn busy_spans(stages: &[OuterStage<'_>]) -> Vec<(u64, u64)> {
-    let mut spans: Vec<(u64, u64)> = stages
-        .iter()
-        .map(|&(start, end, _)| (start, end))
-        .filter(|(start, end)| start < end)
-        .collect();
-    spans.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
-    for (start, end) in spans {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    merged
+    super::intervals::merge(
+        stages
+            .iter()
+            .map(|&(start, end, _)| (start, end))
+            .filter(|(start, end)| start < end),
+    )
 }
 
 /// Whether `ts` falls in one of the sorted, disjoint `spans`.

@@ -4,10 +4,10 @@
 /// `intervals` (start, end) merged into disjoint ones in start order; an
 /// interval that starts where another ends joins it, as in HTA's
 /// `merge_kernel_intervals`.
-pub fn merge(intervals: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
-    let mut sorted: Vec<(i64, i64)> = intervals.collect();
+pub fn merge<T: Ord + Copy>(intervals: impl Iterator<Item = (T, T)>) -> Vec<(T, T)> {
+    let mut sorted: Vec<(T, T)> = intervals.collect();
     sorted.sort_unstable();
-    let mut merged: Vec<(i64, i64)> = Vec::with_capacity(sorted.len());
+    let mut merged: Vec<(T, T)> = Vec::with_capacity(sorted.len());
     for (start, end) in sorted {
         match merged.last_mut() {
             Some(last) if start <= last.1 => last.1 = last.1.max(end),

@@ -126,18 +126,11 @@ impl Spans {
     /// The union of the spans `(start, end)`, any order; a span ending
     /// before it starts is empty.
     pub fn new(spans: impl IntoIterator<Item = (u64, u64)>) -> Self {
-        let mut sorted: Vec<(u64, u64)> = spans
-            .into_iter()
-            .map(|(start, end)| (start, end.max(start)))
-            .collect();
-        sorted.sort_unstable();
-        let mut spans: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
-        for (start, end) in sorted {
-            match spans.last_mut() {
-                Some(last) if start <= last.1 => last.1 = last.1.max(end),
-                _ => spans.push((start, end)),
-            }
-        }
+        let spans = super::intervals::merge(
+            spans
+                .into_iter()
+                .map(|(start, end)| (start, end.max(start))),
+        );
         let mut sum = Vec::with_capacity(spans.len() + 1);
         sum.push(0u64);
         for &(start, end) in &spans {

@@ -20,31 +20,24 @@ use crate::model::{Notice, RankSummary, Report};
 /// Removes the per-row files an earlier report left in `dir`: a report
 /// written without them must not sit beside another session's.
 pub fn remove_row_files(dir: &Path) -> Result<(), WriteError> {
-    let trace = dir.join(TRACE_JSON_GZ);
-    match std::fs::remove_file(&trace) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(WriteError {
-                path: trace,
-                source: e,
-            });
-        }
-        _ => {}
-    }
+    remove_if_there(&dir.join(TRACE_JSON_GZ))?;
     let raw = dir.join(RAW_DIR);
     raw::remove_raw_files(&raw, |_| true)?;
-    let account = raw.join(raw::ACCOUNT_FILE);
-    match std::fs::remove_file(&account) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(WriteError {
-                path: account,
-                source: e,
-            });
-        }
-        _ => {}
-    }
+    remove_if_there(&raw.join(raw::ACCOUNT_FILE))?;
     // Only if nothing else is in it.
     let _ = std::fs::remove_dir(&raw);
     Ok(())
+}
+
+/// Removes the file `path`, where there is one.
+fn remove_if_there(path: &Path) -> Result<(), WriteError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WriteError {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// What tells one rank's payload from another: a second payload for the
