@@ -64,9 +64,8 @@ pub struct RankPart {
 }
 
 /// One rank of a job's payloads: its own account with its transfer and
-/// wait from the ranks' steps (`transfer_before`:
-/// [`StepsAcross::transfer_before`]); `start_ns`: where its account's span
-/// starts on the shared timeline.
+/// wait from the ranks' steps side by side ([`Transfers`]); `start_ns`:
+/// where its account's span starts on the shared timeline.
 pub fn rank_part(
     rank: u32,
     account: RankAccount,
